@@ -1,0 +1,42 @@
+# seqctl build, test and release targets. `make test` is the one test command (CI runs it).
+GO       ?= go
+PKGS     ?= ./...
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo none)
+DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS  := -s -w -X github.com/seqctl/seqctl/internal/buildinfo.Version=$(VERSION) \
+            -X github.com/seqctl/seqctl/internal/buildinfo.Commit=$(COMMIT) \
+            -X github.com/seqctl/seqctl/internal/buildinfo.Date=$(DATE)
+
+.PHONY: all build test test-short lint bench fuzz ensure-redis clean
+
+all: lint test build
+
+build:
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/seqctl ./cmd/seqctl
+
+# The full suite: unit tests, fuzz seed corpora, and the guarantee tests on real Redis
+# (each test package starts its own redis-server), with the race detector.
+test: ensure-redis
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+# Skips the slow multi-process fault tests.
+test-short: ensure-redis
+	$(GO) test -short -count=1 $(PKGS)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+bench: ensure-redis
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./pkg/engine/
+
+fuzz:
+	$(GO) test ./pkg/engine -run '^$$' -fuzz FuzzValidateKey -fuzztime 60s
+	$(GO) test ./pkg/engine -run '^$$' -fuzz FuzzParseConfig -fuzztime 60s
+
+ensure-redis:
+	@bash scripts/ensure-redis.sh
+
+clean:
+	rm -rf bin dist

@@ -1,0 +1,184 @@
+// Package redistest starts private redis-server processes for tests.
+//
+// Each Server runs on a free 127.0.0.1 port in its own temporary directory with
+// persistence off, so fault tests can stop (SIGKILL), pause (SIGSTOP) and restart it.
+// When SEQCTL_TEST_REDIS_URL is set, Start returns a server that points at that URL
+// instead, with its own key-namespace database flushed; fault operations then skip the
+// test, since they cannot be done on a server the test does not own.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// EnvURL names the variable that points tests at an existing Redis.
+const EnvURL = "SEQCTL_TEST_REDIS_URL"
+
+// Server is one redis-server a test owns (or the external one from EnvURL).
+type Server struct {
+	Addr string // host:port
+	URL  string // redis://host:port/db
+
+	tb       testing.TB
+	external bool
+	dir      string
+	port     int
+
+	mu  sync.Mutex
+	cmd *exec.Cmd // guarded by mu
+}
+
+// Binary returns the redis-server path, or an error that says how to install it.
+func Binary() (string, error) {
+	if p := os.Getenv("SEQCTL_REDIS_SERVER"); p != "" {
+		return p, nil
+	}
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", fmt.Errorf("redis-server not found on PATH: install it (Debian: apt-get install redis-server; macOS: brew install redis), or set %s to an existing Redis", EnvURL)
+	}
+	return p, nil
+}
+
+// Start starts a private redis-server for the test and stops it at cleanup.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	if u := os.Getenv(EnvURL); u != "" {
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			tb.Fatalf("%s=%q: %v", EnvURL, u, err)
+		}
+		s := &Server{Addr: opt.Addr, URL: u, tb: tb, external: true}
+		c := redis.NewClient(opt)
+		defer c.Close()
+		if err := c.FlushDB(context.Background()).Err(); err != nil {
+			tb.Fatalf("flush %s: %v", u, err)
+		}
+		return s
+	}
+	bin, err := Binary()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &Server{tb: tb, dir: tb.TempDir()}
+	s.port = freePort(tb)
+	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
+	s.URL = "redis://" + s.Addr + "/0"
+	s.startProc(bin)
+	tb.Cleanup(s.Kill)
+	return s
+}
+
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func (s *Server) startProc(bin string) {
+	s.tb.Helper()
+	cmd := exec.Command(bin,
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+		"--daemonize", "no", "--protected-mode", "no")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.tb.Fatalf("start redis-server: %v", err)
+	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	go func() { _ = cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond)
+		if err == nil {
+			_, _ = c.Write([]byte("PING\r\n"))
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if strings.HasPrefix(line, "+PONG") {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	s.tb.Fatalf("redis-server on %s did not answer within 10s; log:\n%s", s.Addr, log)
+}
+
+// Client returns a new client for the server, closed at cleanup.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	opt, err := redis.ParseURL(s.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (s *Server) needOwned() {
+	s.tb.Helper()
+	if s.external {
+		s.tb.Skipf("fault injection needs a private redis-server; unset %s to run it", EnvURL)
+	}
+}
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+// Kill stops the server at once (SIGKILL); its data is lost. Safe to call twice.
+func (s *Server) Kill() {
+	if s.external {
+		return
+	}
+	s.signal(syscall.SIGKILL)
+	s.mu.Lock()
+	s.cmd = nil
+	s.mu.Unlock()
+}
+
+// Pause freezes the server (SIGSTOP).
+func (s *Server) Pause() { s.needOwned(); s.signal(syscall.SIGSTOP) }
+
+// Resume thaws a paused server (SIGCONT).
+func (s *Server) Resume() { s.needOwned(); s.signal(syscall.SIGCONT) }
+
+// Restart kills the server and starts a new, empty one on the same port.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.needOwned()
+	s.Kill()
+	bin, err := Binary()
+	if err != nil {
+		s.tb.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	s.startProc(bin)
+}

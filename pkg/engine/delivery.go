@@ -1,0 +1,29 @@
+package engine
+
+import "context"
+
+// Delivery describes the attempt a handler is running. Handlers read it from their context
+// with DeliveryFrom. Generation is the fencing token: a sink that remembers the highest
+// generation it has seen per partition can reject a late write from a stalled owner.
+type Delivery struct {
+	Handler    string // consumer group (handler or process manager name)
+	Category   string
+	Key        string // partition key, "" when not partitioned
+	Stream     string // the lane stream the entry is on
+	EntryID    string // the stream entry id
+	Generation int64  // the lease generation (fencing token)
+	Attempt    int    // 1 for the first delivery; counted from the stream's delivery counter
+}
+
+type deliveryKey struct{}
+
+// WithDelivery returns a context carrying d.
+func WithDelivery(ctx context.Context, d Delivery) context.Context {
+	return context.WithValue(ctx, deliveryKey{}, d)
+}
+
+// DeliveryFrom returns the delivery carried by a handler's context.
+func DeliveryFrom(ctx context.Context) (Delivery, bool) {
+	d, ok := ctx.Value(deliveryKey{}).(Delivery)
+	return d, ok
+}

@@ -1,0 +1,337 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// LeaseTiming is the partitioned consumer's timing ([server.partitioning]).
+type LeaseTiming struct {
+	// LeaseTTL is how long a lease survives without renewal (default 15s). Shorter means
+	// faster failover after a crash.
+	LeaseTTL time.Duration
+	// HeartbeatInterval is how often the session is renewed (default LeaseTTL/5). It must
+	// be below LeaseTTL.
+	HeartbeatInterval time.Duration
+	// PollInterval is the fallback wait of a worker whose wake-up path failed (default
+	// 250ms). Idle partitions do not poll: they are woken by the doorbell.
+	PollInterval time.Duration
+	// ReapIdle is how long a drained partition must sit idle before its owner retires it
+	// (default 1h).
+	ReapIdle time.Duration
+}
+
+// Defaults of the specification.
+const (
+	DefaultLeaseTTL     = 15 * time.Second
+	DefaultPollInterval = 250 * time.Millisecond
+	DefaultReapIdle     = time.Hour
+)
+
+func (t *LeaseTiming) applyDefaults() {
+	if t.LeaseTTL <= 0 {
+		t.LeaseTTL = DefaultLeaseTTL
+	}
+	if t.HeartbeatInterval <= 0 {
+		t.HeartbeatInterval = t.LeaseTTL / 5
+	}
+	if t.PollInterval <= 0 {
+		t.PollInterval = DefaultPollInterval
+	}
+	if t.ReapIdle <= 0 {
+		t.ReapIdle = DefaultReapIdle
+	}
+}
+
+// EngineConfig configures an Engine. Zero values take the documented defaults.
+type EngineConfig struct {
+	// Domain is the initialized domain whose handlers (with Func set) the engine runs.
+	Domain *Domain
+	// Client is the Redis client; the caller owns it and closes it after the engine stops.
+	Client redis.UniversalClient
+	// InstanceID names this instance in leases and the registry (default host-pid-random).
+	// It must not contain white space.
+	InstanceID string
+	// Timing is the lease timing.
+	Timing LeaseTiming
+	// BatchSize is how many new entries one fenced read may return (default 16). Each is
+	// started only while the local lease deadline holds.
+	BatchSize int
+	// DiscoveryInterval is how often the partition index and the liveness of other owners
+	// are checked (default 2s). New partitions and released leases are also announced on
+	// the control stream, so this is the fallback and the crash-detection period.
+	DiscoveryInterval time.Duration
+	// ShutdownTimeout bounds how long Shutdown waits for in-flight handlers (default 30s).
+	ShutdownTimeout time.Duration
+	// Logger receives structured logs (default slog.Default()).
+	Logger *slog.Logger
+	// Handlers restricts the engine to these handler / process manager names (default:
+	// every handler and process manager with a Func).
+	Handlers []string
+}
+
+// Validate checks the configuration and fills defaults.
+func (c *EngineConfig) Validate() error {
+	if c.Domain == nil || !c.Domain.Initialized() {
+		return errors.New("engine: EngineConfig.Domain must be an initialized domain (call Domain.Init)")
+	}
+	if c.Client == nil {
+		return errors.New("engine: EngineConfig.Client is nil")
+	}
+	c.Timing.applyDefaults()
+	if c.Timing.HeartbeatInterval >= c.Timing.LeaseTTL {
+		return fmt.Errorf("engine: heartbeat interval %v must be below the lease TTL %v", c.Timing.HeartbeatInterval, c.Timing.LeaseTTL)
+	}
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		c.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), NewEventID()[:6])
+	}
+	for _, r := range c.InstanceID {
+		if isSpace(r) {
+			return fmt.Errorf("engine: instance id %q contains white space", c.InstanceID)
+		}
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 16
+	}
+	if c.DiscoveryInterval <= 0 {
+		c.DiscoveryInterval = 2 * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// subscription is one consumer group's interest in one category.
+type subscription struct {
+	group       string // handler or process manager name
+	category    string
+	field       string // partition field, "" when not partitioned
+	partitioned bool
+	fn          HandlerFunc
+	maxRetries  int
+	retryDelay  time.Duration
+}
+
+// Engine is the partitioned consumer: it discovers partitions, leases them, and drains each
+// owned partition serially with its handler. Per key, two events never run at once and
+// effects land in publish order; different keys run in parallel, across instances.
+// Delivery is at least once: on failover the single in-flight event may run again.
+//
+// Start it with Start, stop it with Shutdown. An Engine is used once.
+type Engine struct {
+	cfg  EngineConfig
+	rdb  redis.UniversalClient
+	dom  *Domain
+	log  *slog.Logger
+	subs []*subscription
+
+	sess    *session
+	bell    *doorbell
+	stopped chan struct{} // closed by Shutdown: take no more work
+	hardCtx context.Context
+	hard    context.CancelFunc // cancels every handler (shutdown deadline passed)
+	bg      sync.WaitGroup     // background loops
+	wg      sync.WaitGroup     // workers
+
+	discoverNow chan struct{}
+
+	mu         sync.Mutex
+	workers    map[string]*worker // unit id -> worker; guarded by mu
+	byLane     map[string]*worker // group + "\x00" + lane stream -> worker; guarded by mu
+	knownOwner map[string]string  // unit id -> lease value seen; guarded by mu
+	started    bool               // guarded by mu
+}
+
+// New builds an engine from a validated configuration.
+func New(cfg EngineConfig) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg: cfg, rdb: cfg.Client, dom: cfg.Domain,
+		log:         cfg.Logger.With("instance", cfg.InstanceID),
+		stopped:     make(chan struct{}),
+		discoverNow: make(chan struct{}, 1),
+		workers:     map[string]*worker{},
+		byLane:      map[string]*worker{},
+		knownOwner:  map[string]string{},
+	}
+	only := map[string]bool{}
+	for _, n := range cfg.Handlers {
+		only[n] = true
+	}
+	for _, h := range cfg.Domain.Handlers {
+		if h.Func == nil || h.Kind == CommandHandlerKind || (len(only) > 0 && !only[h.Name]) {
+			continue
+		}
+		cat := h.PartOf
+		if cat == "" && len(h.Handles) > 0 {
+			et, _ := cfg.Domain.Event(h.Handles[0])
+			cat = et.Category
+		}
+		field, part := cfg.Domain.PartitionField(cat)
+		e.subs = append(e.subs, &subscription{
+			group: h.Name, category: cat, field: field, partitioned: part && h.SequentialBy != "",
+			fn: h.Func, maxRetries: orInt(h.MaxRetries, DefaultMaxRetries), retryDelay: orDur(h.RetryDelay, DefaultRetryDelay),
+		})
+	}
+	if len(e.subs) == 0 {
+		return nil, errors.New("engine: no handler to run: give each event handler a Func")
+	}
+	e.hardCtx, e.hard = context.WithCancel(context.Background())
+	return e, nil
+}
+
+func orInt(v, d int) int {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+func orDur(v, d time.Duration) time.Duration {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+// InstanceID returns the instance id.
+func (e *Engine) InstanceID() string { return e.cfg.InstanceID }
+
+// Start registers the instance, opens its session and starts discovery, heartbeats and
+// the doorbell. It returns once the session exists; partitions are taken in the
+// background. ctx bounds only the start-up calls.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	if e.started {
+		e.mu.Unlock()
+		return errors.New("engine: already started")
+	}
+	e.started = true
+	e.mu.Unlock()
+
+	if err := loadScripts(ctx, e.rdb); err != nil {
+		return err
+	}
+	pipe := e.rdb.Pipeline()
+	for _, s := range e.subs {
+		pipe.SAdd(ctx, GroupRegistry(s.category), s.group)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return translateRedisErr(err)
+	}
+	e.sess = newSession(e)
+	if err := e.sess.open(ctx); err != nil {
+		return err
+	}
+	e.bell = newDoorbell(e)
+	if err := e.bell.init(ctx); err != nil {
+		return err
+	}
+	e.bg.Add(3)
+	go e.sess.heartbeatLoop()
+	go e.bell.loop()
+	go e.discoveryLoop()
+	e.kickDiscovery()
+	e.log.Info("engine started", "handlers", len(e.subs), "lease_ttl", e.cfg.Timing.LeaseTTL)
+	return nil
+}
+
+// Run starts the engine and shuts it down gracefully when ctx is done.
+func (e *Engine) Run(ctx context.Context) error {
+	if err := e.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
+	defer cancel()
+	return e.Shutdown(sctx)
+}
+
+// Shutdown stops taking work, lets in-flight events finish until ctx (or the configured
+// ShutdownTimeout) expires, then cancels handlers, acknowledges what was handled, releases
+// every lease (so another instance takes over at once) and closes the session.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	// Closed under mu: startWorker checks it under mu before wg.Add, so no worker is
+	// added once the wait below may have begun.
+	e.mu.Lock()
+	select {
+	case <-e.stopped:
+		e.mu.Unlock()
+		return nil
+	default:
+	}
+	close(e.stopped)
+	e.mu.Unlock()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.cfg.ShutdownTimeout)
+		defer cancel()
+	}
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		e.log.Warn("shutdown deadline passed: cancelling in-flight handlers")
+		e.hard()
+		<-done
+		err = fmt.Errorf("engine: shutdown: in-flight handlers cancelled at the deadline: %w", ctx.Err())
+	}
+	e.hard()
+	e.bell.interrupt() // end the doorbell's blocking read now rather than at its timeout
+	e.bg.Wait()
+	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	e.sess.close(cctx)
+	e.log.Info("engine stopped")
+	return err
+}
+
+func (e *Engine) stopping() bool {
+	select {
+	case <-e.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *Engine) kickDiscovery() {
+	select {
+	case e.discoverNow <- struct{}{}:
+	default:
+	}
+}
+
+// OwnedPartition describes a unit this instance owns.
+type OwnedPartition struct {
+	Group      string
+	Stream     string
+	Generation int64
+}
+
+// Owned lists the units this instance currently owns.
+func (e *Engine) Owned() []OwnedPartition {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]OwnedPartition, 0, len(e.workers))
+	for _, w := range e.workers {
+		out = append(out, OwnedPartition{Group: w.sub.group, Stream: w.lanes[0], Generation: w.gen})
+	}
+	return out
+}

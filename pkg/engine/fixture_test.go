@@ -1,0 +1,236 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(helperMain())
+	}
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("os/exec.(*Cmd).Wait"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("os.(*Process).blockUntilWaitable"),
+	)
+}
+
+// testPayload is the payload of the test events.
+type testPayload struct {
+	Client string `json:"client_id"`
+	Seq    int    `json:"seq"`
+	Poison bool   `json:"poison,omitempty"`
+}
+
+// testDomain declares "OrderPlaced" in category "order", partitioned by client_id, with
+// one handler "Projector" running fn.
+func testDomain(tb testing.TB, fn HandlerFunc, mod func(*Domain)) *Domain {
+	tb.Helper()
+	d := NewDomain("test").
+		AddEvent(EventType{Name: "OrderPlaced", Category: "order", Fields: []string{"client_id", "seq", "poison"}}).
+		AddHandler(Handler{Name: "Projector", Kind: EventHandlerKind, PartOf: "order", Handles: []string{"OrderPlaced"},
+			SequentialBy: "client_id", MaxRetries: 3, RetryDelay: 10 * time.Millisecond, Func: fn})
+	if mod != nil {
+		mod(d)
+	}
+	if err := d.Init(NewRedisBroker(nil)); err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+// fastTiming is lease timing for tests: quick failover.
+func fastTiming(ttl time.Duration) LeaseTiming {
+	return LeaseTiming{LeaseTTL: ttl, HeartbeatInterval: ttl / 5, PollInterval: 50 * time.Millisecond}
+}
+
+func startEngine(tb testing.TB, srv *redistest.Server, d *Domain, id string, ttl time.Duration) *Engine {
+	tb.Helper()
+	e, err := New(EngineConfig{
+		Domain: d, Client: srv.Client(tb), InstanceID: id, Timing: fastTiming(ttl),
+		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	return e
+}
+
+func publish(tb testing.TB, b *RedisBroker, d *Domain, key string, seq int, poison bool) Published {
+	tb.Helper()
+	data, _ := json.Marshal(testPayload{Client: key, Seq: seq, Poison: poison})
+	p, err := b.Publish(context.Background(), d, "OrderPlaced", data, PublishOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// sink records handled events in Redis, so several instances (goroutines or processes)
+// share one view:
+//
+//	t:log:{key}      list of seq, in the order effects were committed
+//	t:marker:{key}   the cross-instance "inside the handler" marker
+//	t:overlap        count of entries that found another holder's marker
+//	t:starts:{inst}  list of "key/seq" started by an instance
+//	t:win:{key}      hash first/last start time (ns) per key, for cross-key overlap
+//
+// With fenced set, the commit is rejected when a higher generation already committed
+// for the key (a real sink's use of the fencing token), and the marker of a lower
+// generation counts as stale, not as an overlap.
+type sink struct {
+	rdb      redis.UniversalClient
+	instance string
+	work     time.Duration
+	fenced   bool
+	calls    sync.Map // seq+key -> attempts in this process
+}
+
+var sinkEnter = redis.NewScript(`
+-- KEYS[1] marker; ARGV[1] holder "inst:gen"; ARGV[2] gen; ARGV[3] fenced (1/0)
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if ARGV[3] == '1' then
+    local g = tonumber(string.match(cur, ':(%d+)$'))
+    if g and g < tonumber(ARGV[2]) then
+      redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000)
+      return 1
+    end
+  end
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000)
+return 1`)
+
+var sinkCommit = redis.NewScript(`
+-- KEYS[1] log; KEYS[2] max generation of the key; KEYS[3] marker
+-- ARGV[1] seq; ARGV[2] gen; ARGV[3] holder; ARGV[4] fenced
+if ARGV[4] == '1' then
+  local g = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if tonumber(ARGV[2]) < g then return -1 end
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+redis.call('RPUSH', KEYS[1], ARGV[1])
+if redis.call('GET', KEYS[3]) == ARGV[3] then redis.call('DEL', KEYS[3]) end
+return 1`)
+
+func (s *sink) handle(ctx context.Context, ev Event) error {
+	d, _ := DeliveryFrom(ctx)
+	var p testPayload
+	if err := json.Unmarshal(ev.Data, &p); err != nil {
+		return err
+	}
+	if p.Poison {
+		return fmt.Errorf("poison event %s/%d refused", ev.Key, p.Seq)
+	}
+	bg := context.Background() // the sink's writes are not part of the engine's context
+	holder := s.instance + ":" + strconv.FormatInt(d.Generation, 10)
+	fenced := "0"
+	if s.fenced {
+		fenced = "1"
+	}
+	ok, err := sinkEnter.Run(bg, s.rdb, []string{"t:marker:" + ev.Key}, holder, d.Generation, fenced).Int()
+	if err != nil {
+		return err
+	}
+	if ok == 0 {
+		s.rdb.Incr(bg, "t:overlap")
+	}
+	now := strconv.FormatInt(time.Now().UnixNano(), 10)
+	pipe := s.rdb.Pipeline()
+	pipe.RPush(bg, "t:starts:"+s.instance, ev.Key+"/"+strconv.Itoa(p.Seq))
+	pipe.HSetNX(bg, "t:win:"+ev.Key, "first", now)
+	pipe.HSet(bg, "t:win:"+ev.Key, "last", now)
+	if _, err := pipe.Exec(bg); err != nil {
+		return err
+	}
+	if s.work > 0 {
+		time.Sleep(s.work)
+	}
+	return sinkCommit.Run(bg, s.rdb, []string{"t:log:" + ev.Key, "t:gen:" + ev.Key, "t:marker:" + ev.Key},
+		p.Seq, d.Generation, holder, fenced).Err()
+}
+
+// logOf returns the committed sequence of a key.
+func logOf(tb testing.TB, rdb redis.UniversalClient, key string) []int {
+	tb.Helper()
+	vals, err := rdb.LRange(context.Background(), "t:log:"+key, 0, -1).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make([]int, len(vals))
+	for i, v := range vals {
+		out[i], _ = strconv.Atoi(v)
+	}
+	return out
+}
+
+// dedupFirst drops repeated values (a re-run of an event on failover), keeping the first.
+func dedupFirst(xs []int) (out []int, dups int) {
+	seen := map[int]bool{}
+	for _, x := range xs {
+		if seen[x] {
+			dups++
+			continue
+		}
+		seen[x] = true
+		out = append(out, x)
+	}
+	return out, dups
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+}
+
+func seqs(from, to int) []int {
+	out := make([]int, 0, to-from)
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+func keysOf(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "client-" + strconv.Itoa(i)
+	}
+	return out
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,306 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+)
+
+// Acceptance 1 and 2: two instances, interleaved events for several keys; each key's
+// committed sequence equals its publish sequence, no two events of one key are ever in
+// the handler at once (cross-instance marker), and different keys do run concurrently.
+// Half-way the first instance shuts down, so ownership changes hands mid-stream.
+func TestPerKeyOrderAndNoOverlapAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := NewRedisBroker(rdb)
+	keys := keysOf(6)
+	const perKey = 120
+
+	mk := func(id string) (*Domain, *sink) {
+		s := &sink{rdb: srv.Client(t), instance: id, work: 300 * time.Microsecond}
+		return testDomain(t, s.handle, nil), s
+	}
+	d1, _ := mk("i1")
+	d2, _ := mk("i2")
+	e1 := startEngine(t, srv, d1, "i1", 2*time.Second)
+	startEngine(t, srv, d2, "i2", 2*time.Second)
+
+	for seq := 0; seq < perKey; seq++ {
+		for _, k := range keys {
+			publish(t, b, d1, k, seq, false)
+		}
+		if seq == perKey/2 {
+			if err := e1.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, k := range keys {
+		waitFor(t, 30*time.Second, "key "+k+" drained", func() bool { return len(logOf(t, rdb, k)) >= perKey })
+	}
+	for _, k := range keys {
+		if diff := cmp.Diff(seqs(0, perKey), logOf(t, rdb, k)); diff != "" {
+			t.Errorf("key %s: committed order differs from publish order (-want +got):\n%s", k, diff)
+		}
+	}
+	if n, _ := rdb.Get(context.Background(), "t:overlap").Int(); n != 0 {
+		t.Errorf("%d events entered the handler while another event of the same key was inside", n)
+	}
+	// Cross-key parallelism: every pair of keys has overlapping [first, last] windows.
+	type win struct{ first, last int64 }
+	wins := map[string]win{}
+	for _, k := range keys {
+		m := rdb.HGetAll(context.Background(), "t:win:"+k).Val()
+		f, _ := strconv.ParseInt(m["first"], 10, 64)
+		l, _ := strconv.ParseInt(m["last"], 10, 64)
+		wins[k] = win{f, l}
+	}
+	a, bb := wins[keys[0]], wins[keys[1]]
+	if !(a.first < bb.last && bb.first < a.last) {
+		t.Errorf("keys %s and %s never ran concurrently: %v %v", keys[0], keys[1], a, bb)
+	}
+	i1 := rdb.LLen(context.Background(), "t:starts:i1").Val()
+	i2 := rdb.LLen(context.Background(), "t:starts:i2").Val()
+	if i1 == 0 || i2 == 0 {
+		t.Errorf("both instances should have handled events (i1=%d i2=%d)", i1, i2)
+	}
+}
+
+// Acceptance 3: a poison event at A's head halts A only; B drains; the halt record is
+// readable; nothing goes to a DLQ; a stale Skip changes nothing; the right Skip resumes A
+// without a restart.
+func TestHaltIsScopedAndSkipResumes(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := NewRedisBroker(rdb)
+	s := &sink{rdb: srv.Client(t), instance: "i1"}
+	d := testDomain(t, s.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 2 })
+	startEngine(t, srv, d, "i1", 2*time.Second)
+	s2 := &sink{rdb: srv.Client(t), instance: "i2"}
+	startEngine(t, srv, testDomain(t, s2.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 2 }), "i2", 2*time.Second)
+
+	var first Published
+	for seq := 0; seq < 20; seq++ {
+		poison := seq == 5
+		p := publish(t, b, d, "A", seq, poison)
+		if poison {
+			first = p
+		}
+		publish(t, b, d, "B", seq, false)
+	}
+	waitFor(t, 20*time.Second, "B drained", func() bool { return len(logOf(t, rdb, "B")) == 20 })
+	ref := HeadRef{Group: "Projector", Category: "order", Key: "A"}
+	var h *HaltRecord
+	waitFor(t, 20*time.Second, "A halted", func() bool {
+		var err error
+		h, err = b.Halt(context.Background(), ref)
+		return err == nil && h != nil
+	})
+	if h.EntryID != first.EntryID || h.Attempts != 2 || h.Stream != "order:A" || h.Error == "" {
+		t.Fatalf("halt record = %+v, want entry %s after 2 attempts on order:A with an error", h, first.EntryID)
+	}
+	time.Sleep(300 * time.Millisecond) // give a broken engine the chance to advance A
+	if diff := cmp.Diff(seqs(0, 5), logOf(t, rdb, "A")); diff != "" {
+		t.Fatalf("A advanced past its poison head (-want +got):\n%s", diff)
+	}
+	if n := rdb.Exists(context.Background(), DLQStream("order", "A")).Val(); n != 0 {
+		t.Fatal("the poison head was moved to a DLQ automatically")
+	}
+
+	// A stale expected id changes nothing.
+	err := b.Skip(context.Background(), ref, "1-1", false)
+	var moved *HeadMovedError
+	if !errors.As(err, &moved) || !errors.Is(err, ErrHeadMoved) || moved.Head != first.EntryID {
+		t.Fatalf("Skip with a stale id: err = %v, want HeadMovedError naming %s", err, first.EntryID)
+	}
+	if h2, _ := b.Halt(context.Background(), ref); h2 == nil || h2.EntryID != first.EntryID {
+		t.Fatalf("stale Skip changed the halt record: %+v", h2)
+	}
+
+	if err := b.Skip(context.Background(), ref, first.EntryID, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "A resumed", func() bool { return len(logOf(t, rdb, "A")) == 19 })
+	want := append(seqs(0, 5), seqs(6, 20)...)
+	if diff := cmp.Diff(want, logOf(t, rdb, "A")); diff != "" {
+		t.Fatalf("A after skip (-want +got):\n%s", diff)
+	}
+	if h3, _ := b.Halt(context.Background(), ref); h3 != nil {
+		t.Fatalf("halt record still present after skip: %+v", h3)
+	}
+}
+
+// Acceptance 5 (in-process part): once another instance has taken the lease, the stale
+// owner's read, ack and reclaim are each rejected with ErrFenced and change nothing.
+func TestStaleOwnerIsFenced(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := NewRedisBroker(rdb)
+	block := make(chan struct{})
+	d := testDomain(t, func(ctx context.Context, ev Event) error { <-block; return nil }, nil)
+	e1 := startEngine(t, srv, d, "stale", time.Second)
+	defer close(block)
+	for i := 0; i < 4; i++ {
+		publish(t, b, d, "A", i, false)
+	}
+	var w *worker
+	waitFor(t, 5*time.Second, "stale owns A with entries in flight", func() bool {
+		e1.mu.Lock()
+		w = e1.workers["Projector\x00order:A"]
+		e1.mu.Unlock()
+		return w != nil && rdb.XPending(context.Background(), "order:A", "Projector").Val().Count > 0
+	})
+	inflight := rdb.XPending(context.Background(), "order:A", "Projector").Val().Lower
+	// Simulate a stall past the TTL: the session expires and another instance takes over.
+	rdb.Del(context.Background(), SessionKey(w.owner))
+	e2 := startEngine(t, srv, testDomain(t, func(ctx context.Context, ev Event) error { <-block; return nil }, nil), "fresh", time.Second)
+	waitFor(t, 5*time.Second, "fresh owns A", func() bool { return len(e2.Owned()) == 1 })
+	if got := e2.Owned()[0].Generation; got <= w.gen {
+		t.Fatalf("takeover generation %d is not above the stale %d", got, w.gen)
+	}
+	before := rdb.XInfoGroups(context.Background(), "order:A").Val()
+
+	stale := &worker{e: e1, sub: w.sub, u: w.u, lanes: w.lanes, leaseKey: w.leaseKey, haltKey: w.haltKey,
+		owner: w.owner, token: w.token, gen: w.gen, consumer: w.consumer, ctx: context.Background(),
+		handled: make([][]string, 1)}
+	if _, err := stale.drain(""); !errors.Is(err, ErrFenced) {
+		t.Errorf("stale read: err = %v, want ErrFenced", err)
+	}
+	if err := stale.ack(context.Background(), 0, []string{inflight}); !errors.Is(err, ErrFenced) {
+		t.Errorf("stale ack: err = %v, want ErrFenced", err)
+	}
+	if _, err := stale.drain("1|" + inflight); !errors.Is(err, ErrFenced) {
+		t.Errorf("stale reclaim: err = %v, want ErrFenced", err)
+	}
+	after := rdb.XInfoGroups(context.Background(), "order:A").Val()
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("stale calls changed the group (-before +after):\n%s", diff)
+	}
+}
+
+// Acceptance 6: a handler that runs longer than the lease TTL in a healthy process keeps
+// its lease: no takeover, no duplicate.
+func TestLongHandlerKeepsLease(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := NewRedisBroker(rdb)
+	const ttl = 400 * time.Millisecond
+	s1 := &sink{rdb: srv.Client(t), instance: "i1", work: 3 * ttl}
+	d := testDomain(t, s1.handle, nil)
+	e1 := startEngine(t, srv, d, "i1", ttl)
+	publish(t, b, d, "A", 0, false)
+	waitFor(t, 5*time.Second, "i1 owns A", func() bool { return len(e1.Owned()) == 1 })
+	gen := e1.Owned()[0].Generation
+	s2 := &sink{rdb: srv.Client(t), instance: "i2", work: 3 * ttl}
+	startEngine(t, srv, testDomain(t, s2.handle, nil), "i2", ttl)
+	publish(t, b, d, "A", 1, false)
+	waitFor(t, 10*time.Second, "A handled", func() bool { return len(logOf(t, rdb, "A")) == 2 })
+	if diff := cmp.Diff([]int{0, 1}, logOf(t, rdb, "A")); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if n := rdb.LLen(context.Background(), "t:starts:i2").Val(); n != 0 {
+		t.Fatalf("the second instance took over a live owner's partition (%d starts)", n)
+	}
+	if o := e1.Owned(); len(o) != 1 || o[0].Generation != gen {
+		t.Fatalf("owner changed: %+v, want generation %d kept", o, gen)
+	}
+}
+
+// Acceptance 7: unsafe keys fail at publish with the typed reason; nothing is written.
+func TestUnsafeKeysFailAtPublish(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := NewRedisBroker(rdb)
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	long := make([]byte, 256)
+	for i := range long {
+		long[i] = 'k'
+	}
+	cases := []struct {
+		name string
+		data string
+		rule KeyRule
+	}{
+		{"null", `{"client_id":null}`, KeyEmpty},
+		{"missing", `{"seq":1}`, KeyEmpty},
+		{"empty", `{"client_id":""}`, KeyEmpty},
+		{"too long", `{"client_id":"` + string(long) + `"}`, KeyTooLong},
+		{"colon", `{"client_id":"a:b"}`, KeyHasColon},
+		{"dlq", `{"client_id":"dlq"}`, KeyReservedToken},
+		{"backfill", `{"client_id":"backfill"}`, KeyReservedToken},
+		{"sentinel", `{"client_id":"__partitions__"}`, KeySentinel},
+		{"float", `{"client_id":1.5}`, KeyWrongType},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := b.Publish(context.Background(), d, "OrderPlaced", []byte(c.data), PublishOptions{})
+			var ike *InvalidKeyError
+			if !errors.As(err, &ike) || ike.Rule != c.rule || ike.Category != "order" {
+				t.Fatalf("err = %v, want rule %v on category order", err, c.rule)
+			}
+			if n := rdb.DBSize(context.Background()).Val(); n != 0 {
+				t.Fatalf("Redis has %d keys after a rejected publish", n)
+			}
+		})
+	}
+}
+
+// Acceptance 8: the inline broker handles events in submission order and refuses
+// partition operations with ErrNotSupported.
+func TestInlineBroker(t *testing.T) {
+	var got []int
+	d := NewDomain("inline").
+		AddEvent(EventType{Name: "OrderPlaced", Category: "order", Fields: []string{"client_id", "seq"}}).
+		AddHandler(Handler{Name: "P", Kind: EventHandlerKind, PartOf: "order", Handles: []string{"OrderPlaced"}, SequentialBy: "client_id",
+			Func: func(_ context.Context, ev Event) error {
+				var p testPayload
+				_ = jsonUnmarshal(ev.Data, &p)
+				got = append(got, p.Seq)
+				return nil
+			}})
+	ib := NewInlineBroker()
+	if err := d.Init(ib); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.PartitionField("order"); ok {
+		t.Fatal("the inline broker must not activate partitioning")
+	}
+	if err := ib.Start(d); err != nil {
+		t.Fatal(err)
+	}
+	defer ib.Close()
+	for i := 0; i < 50; i++ {
+		key := "k" + strconv.Itoa(i%3)
+		p, err := ib.Publish(context.Background(), d, "OrderPlaced", []byte(`{"client_id":"`+key+`","seq":`+strconv.Itoa(i)+`}`), PublishOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Stream != "order" {
+			t.Fatalf("inline routes to %q, want the base category", p.Stream)
+		}
+	}
+	ib.Wait()
+	if diff := cmp.Diff(seqs(0, 50), got); diff != "" {
+		t.Fatalf("inline order (-want +got):\n%s", diff)
+	}
+	ref := HeadRef{Group: "P", Category: "order", Key: "k0"}
+	for name, err := range map[string]error{
+		"skip":  ib.Skip(context.Background(), ref, "1-0", false),
+		"dlq":   ib.MoveToDLQ(context.Background(), ref, "1-0", false),
+		"retry": ib.Retry(context.Background(), ref, "1-0"),
+	} {
+		if !errors.Is(err, ErrNotSupported) {
+			t.Errorf("%s: err = %v, want ErrNotSupported", name, err)
+		}
+	}
+	if _, err := ib.Halt(context.Background(), ref); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("halt: err = %v, want ErrNotSupported", err)
+	}
+}

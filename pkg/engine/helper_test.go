@@ -1,0 +1,138 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The fault tests run engine instances as separate OS processes: the test binary itself,
+// re-executed with helperEnv set, runs one engine with the sink handler until SIGTERM.
+const helperEnv = "SEQCTL_TEST_HELPER"
+
+func helperMain() int {
+	url := os.Getenv("SEQCTL_HELPER_URL")
+	id := os.Getenv("SEQCTL_HELPER_ID")
+	ttl, _ := strconv.Atoi(os.Getenv("SEQCTL_HELPER_TTL_MS"))
+	work, _ := strconv.Atoi(os.Getenv("SEQCTL_HELPER_WORK_MS"))
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	s := &sink{rdb: rdb, instance: id, work: time.Duration(work) * time.Millisecond, fenced: true}
+	d := testDomain(nopTB{}, s.handle, nil)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e, err := New(EngineConfig{
+		Domain: d, Client: rdb, InstanceID: id, Timing: fastTiming(time.Duration(ttl) * time.Millisecond),
+		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second, Logger: log,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := e.Start(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready")
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.Shutdown(sctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// nopTB lets the helper process reuse testDomain outside a test.
+type nopTB struct{ testing.TB }
+
+func (nopTB) Helper()           {}
+func (nopTB) Fatal(args ...any) { fmt.Fprintln(os.Stderr, args...); os.Exit(2) }
+func (nopTB) Fatalf(f string, args ...any) {
+	fmt.Fprintf(os.Stderr, f+"\n", args...)
+	os.Exit(2)
+}
+
+// proc is an engine instance running in its own process.
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *lockedWriter
+	exited chan error
+}
+
+func startProc(tb testing.TB, url, id string, ttl time.Duration, work time.Duration) *proc {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1",
+		"SEQCTL_HELPER_URL="+url, "SEQCTL_HELPER_ID="+id,
+		"SEQCTL_HELPER_TTL_MS="+strconv.FormatInt(ttl.Milliseconds(), 10),
+		"SEQCTL_HELPER_WORK_MS="+strconv.FormatInt(work.Milliseconds(), 10))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &proc{cmd: cmd, stderr: &lockedWriter{}, exited: make(chan error, 1)}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				ready <- true
+			}
+		}
+		p.exited <- cmd.Wait()
+	}()
+	select {
+	case <-ready:
+	case <-time.After(20 * time.Second):
+		tb.Fatalf("helper %s did not start; stderr:\n%s", id, p.stderr)
+	}
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+	})
+	return p
+}
+
+func (p *proc) signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }
+
+type lockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(b)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}

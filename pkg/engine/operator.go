@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// HeadRef names a partition (or an unpartitioned category stream) for one consumer group.
+type HeadRef struct {
+	Group    string // handler (consumer group) name
+	Category string
+	Key      string // "" for an unpartitioned category stream
+	// BackfillSuffix is the lane token when priority lanes are on ("" = no backfill lane
+	// known; the halt record still says which lane a halted head is on).
+	BackfillSuffix string
+}
+
+// Stream is the primary stream of the partition.
+func (r HeadRef) Stream() string {
+	if r.Key == "" {
+		return CategoryStream(r.Category)
+	}
+	return PartitionStream(r.Category, r.Key)
+}
+
+// HaltRecord is the durable record of a halted partition.
+type HaltRecord struct {
+	EntryID    string    `json:"entry_id"`
+	Stream     string    `json:"stream"` // the lane the head is on
+	Lane       int       `json:"lane"`   // 0 primary, 1 backfill
+	Attempts   int       `json:"attempts"`
+	Error      string    `json:"error"`
+	Since      time.Time `json:"since"`
+	Owner      string    `json:"owner"`
+	Generation int64     `json:"generation"`
+}
+
+// Halt reads the halt record of a partition, or nil when it is not halted.
+func (b *RedisBroker) Halt(ctx context.Context, ref HeadRef) (*HaltRecord, error) {
+	m, err := b.rdb.HGetAll(ctx, HaltKey(ref.Stream(), ref.Group)).Result()
+	if err != nil {
+		return nil, translateRedisErr(err)
+	}
+	return haltFromHash(m), nil
+}
+
+func haltFromHash(m map[string]string) *HaltRecord {
+	if len(m) == 0 || m["entry"] == "" {
+		return nil
+	}
+	h := &HaltRecord{EntryID: m["entry"], Stream: m["stream"], Error: m["error"], Owner: m["owner"]}
+	h.Lane, _ = strconv.Atoi(m["lane"])
+	h.Attempts, _ = strconv.Atoi(m["attempts"])
+	h.Generation, _ = strconv.ParseInt(m["generation"], 10, 64)
+	if ms, err := strconv.ParseInt(m["since_ms"], 10, 64); err == nil {
+		h.Since = time.UnixMilli(ms)
+	}
+	return h
+}
+
+// HeadMovedError is returned by a compare-and-act operator call whose expected entry is
+// no longer the head. Nothing was changed.
+type HeadMovedError struct {
+	Expected string
+	Head     string // "" when there is no head
+}
+
+func (e *HeadMovedError) Error() string {
+	if e.Head == "" {
+		return fmt.Sprintf("engine: head moved: expected %s, but the partition has no head now; nothing was changed", e.Expected)
+	}
+	return fmt.Sprintf("engine: head moved: expected %s, the head is now %s; nothing was changed (inspect it again)", e.Expected, e.Head)
+}
+
+func (e *HeadMovedError) Unwrap() error { return ErrHeadMoved }
+
+// Skip acknowledges the head entry without handling it, if it is still expectID. The
+// head must be halted unless force. The owner resumes at once.
+func (b *RedisBroker) Skip(ctx context.Context, ref HeadRef, expectID string, force bool) error {
+	return b.resolve(ctx, ref, "skip", expectID, force, nil)
+}
+
+// MoveToDLQ copies the head entry with its halt metadata to {category}:{key}:dlq and
+// acknowledges it, in one script, if it is still expectID. extra adds field/value pairs
+// (who moved it, why).
+func (b *RedisBroker) MoveToDLQ(ctx context.Context, ref HeadRef, expectID string, force bool, extra ...string) error {
+	return b.resolve(ctx, ref, "dlq", expectID, force, extra)
+}
+
+// Retry clears the halt record so the owner tries the head once more now. If that
+// attempt fails too, the partition halts again.
+func (b *RedisBroker) Retry(ctx context.Context, ref HeadRef, expectID string) error {
+	return b.resolve(ctx, ref, "retry", expectID, false, nil)
+}
+
+func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID string, force bool, extra []string) error {
+	if ref.Key != "" {
+		if err := ValidateKey(ref.Key, ref.BackfillSuffix); err != nil {
+			return err
+		}
+	}
+	// The lane the head is on: the halt record's, else the primary lane.
+	lane := ref.Stream()
+	if h, err := b.Halt(ctx, ref); err != nil {
+		return err
+	} else if h != nil && h.Stream != "" {
+		lane = h.Stream
+	}
+	dlq := CategoryStream(ref.Category) + ":" + dlqToken
+	if ref.Key != "" {
+		dlq = DLQStream(ref.Category, ref.Key)
+	}
+	keys := []string{HaltKey(ref.Stream(), ref.Group), lane, dlq, LeaseKey(ref.Stream(), ref.Group)}
+	f := ""
+	if force {
+		f = "force"
+	}
+	args := []any{action, ref.Group, expectID, f, WakeStream("")}
+	for _, x := range extra {
+		args = append(args, x)
+	}
+	if len(extra)%2 == 1 {
+		args = append(args, "")
+	}
+	if err := loadScripts(ctx, b.rdb); err != nil {
+		return err
+	}
+	res, err := scriptResolve.Run(ctx, b.rdb, keys, args...).Slice()
+	if err != nil {
+		return translateRedisErr(err)
+	}
+	code, _ := res[0].(int64)
+	switch code {
+	case 1:
+		return nil
+	case -4:
+		head, _ := res[1].(string)
+		return &HeadMovedError{Expected: expectID, Head: head}
+	case -5:
+		return fmt.Errorf("%w: the head %s of %s is not halted; pass force to act on a running partition", ErrNotHalted, expectID, ref.Stream())
+	}
+	if err := codeErr(code); err != nil {
+		return err
+	}
+	return fmt.Errorf("engine: unexpected resolve reply %v", res)
+}
+
+// Compile-time checks that both brokers satisfy BrokerInfo.
+var (
+	_ BrokerInfo = (*RedisBroker)(nil)
+	_ BrokerInfo = (*InlineBroker)(nil)
+)

@@ -1,0 +1,224 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// MaxKeyBytes is the longest partition key accepted, in bytes. Keys become a segment of a
+// Redis key name, so they are bounded to keep stream names readable and cheap.
+const MaxKeyBytes = 255
+
+// DefaultBackfillSuffix is the lane token used when [server.priority_lanes] does not set
+// backfill_suffix.
+const DefaultBackfillSuffix = "backfill"
+
+// dlqToken is the reserved last segment of a partition's dead-letter stream.
+const dlqToken = "dlq"
+
+// KeyRule names the rule a rejected partition key broke. Rules are applied in the order
+// of their values, and the first one broken is reported.
+type KeyRule int
+
+const (
+	// KeyEmpty: the key is null, missing or the empty string.
+	KeyEmpty KeyRule = iota + 1
+	// KeyTooLong: the key is longer than MaxKeyBytes bytes.
+	KeyTooLong
+	// KeyHasColon: the key contains ':', which would split the stream name.
+	KeyHasColon
+	// KeyReservedToken: the key equals "dlq" or the configured backfill suffix.
+	KeyReservedToken
+	// KeySentinel: the key has the reserved __name__ form (length >= 4, starts and ends
+	// with "__"), used by internal keys such as __partitions__.
+	KeySentinel
+	// KeyWrongType: the payload field is not a string or an integer.
+	KeyWrongType
+)
+
+// String returns a short stable name for the rule, used in logs and JSON.
+func (r KeyRule) String() string {
+	switch r {
+	case KeyEmpty:
+		return "empty"
+	case KeyTooLong:
+		return "too_long"
+	case KeyHasColon:
+		return "contains_colon"
+	case KeyReservedToken:
+		return "reserved_token"
+	case KeySentinel:
+		return "reserved_sentinel"
+	case KeyWrongType:
+		return "wrong_type"
+	default:
+		return "unknown"
+	}
+}
+
+// InvalidKeyError reports a partition key that cannot be used as a stream-name segment.
+// Nothing is published or written when it is returned.
+type InvalidKeyError struct {
+	Category string  // the stream category, "" when not known to the caller
+	Field    string  // the payload field the key came from, "" when validated directly
+	Key      string  // the offending value (truncated to 64 bytes in the message)
+	Rule     KeyRule // which rule was broken
+	Token    string  // for KeyReservedToken: the reserved token it equals
+	Detail   string  // for KeyWrongType: the JSON type found
+}
+
+// ErrInvalidKey is matched by every *InvalidKeyError through errors.Is.
+var ErrInvalidKey = errors.New("engine: invalid partition key")
+
+func (e *InvalidKeyError) Is(target error) bool { return target == ErrInvalidKey }
+
+func (e *InvalidKeyError) Error() string {
+	var b strings.Builder
+	b.WriteString("engine: invalid partition key")
+	if e.Category != "" {
+		fmt.Fprintf(&b, " for category %q", e.Category)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(&b, " (field %q)", e.Field)
+	}
+	b.WriteString(": ")
+	shown := e.Key
+	if len(shown) > 64 {
+		shown = shown[:64] + "..."
+	}
+	switch e.Rule {
+	case KeyEmpty:
+		b.WriteString("the key is null or empty; every partitioned event needs a non-empty key")
+	case KeyTooLong:
+		fmt.Fprintf(&b, "the key is %d bytes, longer than the limit of %d bytes", len(e.Key), MaxKeyBytes)
+	case KeyHasColon:
+		fmt.Fprintf(&b, "%q contains ':', which would split the stream name {category}:{key}", shown)
+	case KeyReservedToken:
+		fmt.Fprintf(&b, "%q equals the reserved lane token %q (reserved tokens: %q and the backfill suffix)", shown, e.Token, dlqToken)
+	case KeySentinel:
+		fmt.Fprintf(&b, "%q has the reserved __name__ form used by internal keys such as __partitions__", shown)
+	case KeyWrongType:
+		fmt.Fprintf(&b, "the field holds a JSON %s; a partition key must be a string or an integer", e.Detail)
+	}
+	return b.String()
+}
+
+// ValidateKey checks a partition key against the rules of the specification, in order:
+// null or empty, longer than MaxKeyBytes, contains ':', equals "dlq" or backfillSuffix
+// (case-sensitive), the __name__ sentinel form. It returns a *InvalidKeyError naming the
+// first rule broken, or nil. An empty backfillSuffix means DefaultBackfillSuffix.
+func ValidateKey(key, backfillSuffix string) error {
+	if backfillSuffix == "" {
+		backfillSuffix = DefaultBackfillSuffix
+	}
+	fail := func(r KeyRule, token string) error {
+		return &InvalidKeyError{Key: key, Rule: r, Token: token}
+	}
+	switch {
+	case key == "":
+		return fail(KeyEmpty, "")
+	case len(key) > MaxKeyBytes:
+		return fail(KeyTooLong, "")
+	case strings.IndexByte(key, ':') >= 0:
+		return fail(KeyHasColon, "")
+	case key == dlqToken:
+		return fail(KeyReservedToken, dlqToken)
+	case key == backfillSuffix:
+		return fail(KeyReservedToken, backfillSuffix)
+	case isSentinel(key):
+		return fail(KeySentinel, "")
+	}
+	return nil
+}
+
+// isSentinel reports the reserved __name__ form: at least 4 bytes, starting and ending
+// with "__". "____" is a sentinel; "___" is not (the two underscores would overlap).
+func isSentinel(s string) bool {
+	return len(s) >= 4 && strings.HasPrefix(s, "__") && strings.HasSuffix(s, "__")
+}
+
+// ExtractKey reads the partition key from a JSON object payload by top-level field name.
+// A string is used as is; an integer is rendered in decimal. A missing field, null, or any
+// other JSON type (float, bool, object, array) is an error. The key is then validated with
+// ValidateKey; errors are *InvalidKeyError with Field set.
+func ExtractKey(payload []byte, field, backfillSuffix string) (string, error) {
+	var obj map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if err := dec.Decode(&obj); err != nil || obj == nil {
+		return "", fmt.Errorf("engine: event payload is not a JSON object: %w", errOr(err, errors.New("null")))
+	}
+	raw, ok := obj[field]
+	if !ok {
+		return "", &InvalidKeyError{Field: field, Rule: KeyEmpty}
+	}
+	key, err := keyFromJSON(raw)
+	if err != nil {
+		err.Field = field
+		return "", err
+	}
+	if err := ValidateKey(key, backfillSuffix); err != nil {
+		ike := err.(*InvalidKeyError)
+		ike.Field = field
+		return "", ike
+	}
+	return key, nil
+}
+
+func errOr(err, alt error) error {
+	if err != nil {
+		return err
+	}
+	return alt
+}
+
+// keyFromJSON turns one JSON value into a key string.
+func keyFromJSON(raw json.RawMessage) (string, *InvalidKeyError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", &InvalidKeyError{Rule: KeyEmpty}
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", &InvalidKeyError{Rule: KeyWrongType, Detail: "malformed string"}
+		}
+		return s, nil
+	case '{':
+		return "", &InvalidKeyError{Rule: KeyWrongType, Detail: "object"}
+	case '[':
+		return "", &InvalidKeyError{Rule: KeyWrongType, Detail: "array"}
+	case 't', 'f':
+		return "", &InvalidKeyError{Rule: KeyWrongType, Detail: "boolean"}
+	}
+	// A number: only integers are keys ("1.0" and "1e3" are floats and refused, since
+	// two spellings of one value would otherwise name two partitions).
+	s := string(raw)
+	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return s, nil
+	}
+	if isDecimalInteger(s) { // beyond int64: still an exact integer
+		return s, nil
+	}
+	return "", &InvalidKeyError{Key: s, Rule: KeyWrongType, Detail: "non-integer number"}
+}
+
+func isDecimalInteger(s string) bool {
+	if strings.HasPrefix(s, "-") {
+		s = s[1:]
+	}
+	if s == "" || (len(s) > 1 && s[0] == '0') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,38 @@
+-- acquire.lua: take the ownership lease of one unit for one consumer group.
+--
+-- A lease is free when the key is missing or its owner's session key has expired (the
+-- owner died or stalled past the TTL). Taking it increments the group's generation
+-- counter, so every change of hands gets a strictly larger fencing token.
+--
+-- KEYS[1]  lease key (string "{owner}:{generation}")
+-- KEYS[2]  generation counter of the group (string, INCR)
+-- KEYS[3]  the caller's session key (string; must exist)
+-- KEYS[4..] streams to make sure the group exists on (XGROUP CREATE ... 0 MKSTREAM)
+-- ARGV[1]  owner (the caller's session owner id)
+-- ARGV[2]  session key prefix (to check the current owner's liveness)
+-- ARGV[3]  consumer group name
+-- Returns:
+--   {1, generation}      acquired
+--   {2, generation}      already held by the caller (re-adopted at the same generation)
+--   {0, "owner:gen"}     held by a live owner
+--   {-3}                 the caller's own session is gone (it must start a new one)
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  return {-3}
+end
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local owner, g = string.match(cur, '^(.*):(%d+)$')
+  if owner == ARGV[1] then
+    return {2, tonumber(g)}
+  end
+  if owner and redis.call('EXISTS', ARGV[2] .. owner) == 1 then
+    return {0, cur}
+  end
+end
+local gen = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. gen)
+for i = 4, #KEYS do
+  -- BUSYGROUP (the group exists already) is the normal case and is ignored.
+  redis.pcall('XGROUP', 'CREATE', KEYS[i], ARGV[3], '0', 'MKSTREAM')
+end
+return {1, gen}

@@ -1,0 +1,82 @@
+-- drain.lua: the owner's one call per batch: acknowledge what it handled, then read what
+-- comes next, all under the fence.
+--
+-- Read order: for each lane (primary, then backfill) the group's oldest pending entry
+-- first (claimed with XAUTOCLAIM, which also takes it over from a previous owner's
+-- consumer and counts the delivery), then a batch of new entries. A lane is only read
+-- when the lanes before it are empty.
+--
+-- KEYS[1]  lease key
+-- KEYS[2]  the caller's session key
+-- KEYS[3]  halt record of the partition for this group (hash)
+-- KEYS[4..] lane streams, primary first
+-- ARGV[1]  token "{owner}:{generation}"
+-- ARGV[2]  consumer group
+-- ARGV[3]  consumer name
+-- ARGV[4]  batch size for new entries
+-- ARGV[5]  expected head: "" for a normal read, or "{lane index}|{entry id}" of the entry
+--          the caller retries (after a failure or after a halt was cleared)
+-- ARGV[6..] acknowledgements: for each lane in KEYS order, a count n then n entry ids
+-- Returns:
+--   {-1}                                fenced: lease or session not the caller's
+--   {-2}                                halted: a halt record exists (acks were applied)
+--   {0, lastid1, lastid2, ...}          nothing to read; each lane's last entry id
+--   {1, lane, deliveries, entries}      entries of one lane (lane is 1-based); for a
+--                                       pending head, deliveries is its delivery count
+--   {3}                                 the expected head is no longer pending (an
+--                                       operator skipped or moved it): carry on
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 0 then
+  return {-1}
+end
+local group, consumer = ARGV[2], ARGV[3]
+local nlanes = #KEYS - 3
+local a = 6
+for lane = 1, nlanes do
+  local n = tonumber(ARGV[a])
+  if n > 0 then
+    redis.call('XACK', KEYS[3 + lane], group, unpack(ARGV, a + 1, a + n))
+  end
+  a = a + n + 1
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return {-2}
+end
+
+local function pending_count(stream, id)
+  local p = redis.call('XPENDING', stream, group, id, id, 1)
+  if p[1] then return p[1][4] end
+  return 0
+end
+
+if ARGV[5] ~= '' then
+  local sep = string.find(ARGV[5], '|', 1, true)
+  local lane = tonumber(string.sub(ARGV[5], 1, sep - 1))
+  local id = string.sub(ARGV[5], sep + 1)
+  local stream = KEYS[3 + lane]
+  if pending_count(stream, id) == 0 then
+    return {3}
+  end
+  local c = redis.call('XCLAIM', stream, group, consumer, 0, id)
+  if c[1] then
+    return {1, lane, pending_count(stream, id), c}
+  end
+  return {3}
+end
+
+for lane = 1, nlanes do
+  local stream = KEYS[3 + lane]
+  local r = redis.call('XAUTOCLAIM', stream, group, consumer, 0, '0-0', 'COUNT', 1)
+  if r[2][1] then
+    return {1, lane, pending_count(stream, r[2][1][1]), r[2]}
+  end
+  local n = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', ARGV[4], 'STREAMS', stream, '>')
+  if n and n[1] and n[1][2][1] then
+    return {1, lane, 1, n[1][2]}
+  end
+end
+local out = {0}
+for lane = 1, nlanes do
+  local last = redis.call('XREVRANGE', KEYS[3 + lane], '+', '-', 'COUNT', 1)
+  if last[1] then out[#out + 1] = last[1][1] else out[#out + 1] = '0-0' end
+end
+return out

@@ -1,0 +1,434 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// entry is one stream entry handed to a worker.
+type entry struct {
+	lane       int // 0-based lane index
+	msg        redis.XMessage
+	deliveries int // the entry's delivery count after this delivery
+}
+
+// worker drains one owned unit serially. Its loop is the only goroutine touching its
+// state, except poke (any goroutine) and the ack sender.
+type worker struct {
+	e        *Engine
+	sub      *subscription
+	u        unit
+	lanes    []string
+	leaseKey string
+	haltKey  string
+	owner    string
+	token    string
+	gen      int64
+	consumer string
+
+	ctx    context.Context // cancelled when the lease is lost or handlers must stop
+	cancel context.CancelFunc
+	wake   chan struct{} // capacity 1
+	done   chan struct{}
+	acks   chan ackReq
+
+	// Owned by the worker goroutine.
+	handled [][]string // ids handled since the last drain, per lane
+	pending []entry    // read but not started
+	retry   *entry     // head waiting for another attempt or an operator
+}
+
+type ackReq struct {
+	lane int
+	id   string
+}
+
+func (e *Engine) startWorker(u unit, owner string, gen int64, sctx context.Context) {
+	ctx, cancel := context.WithCancel(sctx)
+	w := &worker{
+		e: e, sub: u.sub, u: u, lanes: u.lanes,
+		leaseKey: LeaseKey(u.name, u.sub.group), haltKey: HaltKey(u.name, u.sub.group),
+		owner: owner, token: owner + ":" + strconv.FormatInt(gen, 10), gen: gen,
+		consumer: owner + ":" + strconv.FormatInt(gen, 10),
+		ctx:      ctx, cancel: cancel,
+		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		acks:    make(chan ackReq, 256),
+		handled: make([][]string, len(u.lanes)),
+	}
+	e.mu.Lock()
+	if _, dup := e.workers[u.id()]; dup || e.stopping() {
+		e.mu.Unlock()
+		cancel()
+		return
+	}
+	e.workers[u.id()] = w
+	for _, l := range w.lanes {
+		e.byLane[laneKey(w.sub.group, l)] = w
+	}
+	delete(e.knownOwner, u.id())
+	e.wg.Add(1)
+	e.mu.Unlock()
+	e.log.Debug("lease acquired", "group", w.sub.group, "unit", u.name, "generation", gen)
+	go w.ackLoop()
+	go w.run()
+}
+
+// poke wakes the worker if it waits.
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) run() {
+	defer w.exit()
+	for !w.e.stopping() && w.ctx.Err() == nil {
+		var err error
+		switch {
+		case w.retry != nil:
+			err = w.step(w.retry)
+		case len(w.pending) > 0:
+			ent := w.pending[0]
+			w.pending = w.pending[1:]
+			err = w.handle(ent)
+		default:
+			err = w.fetch()
+		}
+		if err != nil {
+			if errors.Is(err, ErrFenced) || errors.Is(err, ErrSessionLost) {
+				w.e.log.Warn("lease lost: stopping this partition", "group", w.sub.group, "unit", w.u.name, "generation", w.gen, "err", err)
+				w.cancel()
+				return
+			}
+			if w.ctx.Err() != nil {
+				return
+			}
+			w.e.log.Warn("partition read failed; retrying", "group", w.sub.group, "unit", w.u.name, "err", err)
+			w.wait(w.e.cfg.Timing.PollInterval)
+		}
+	}
+}
+
+// exit acknowledges what was handled, releases the lease when stopping gracefully, and
+// unregisters the worker.
+func (w *worker) exit() {
+	close(w.acks)
+	w.e.bell.unwatch(w)
+	if w.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := w.flushAcks(ctx); err == nil {
+			keys := []string{w.leaseKey, ControlStream()}
+			_ = scriptRelease.Run(ctx, w.e.rdb, keys, w.token, w.sub.group, w.u.name).Err()
+		}
+		cancel()
+	}
+	w.cancel()
+	w.e.mu.Lock()
+	if w.e.workers[w.u.id()] == w {
+		delete(w.e.workers, w.u.id())
+	}
+	for _, l := range w.lanes {
+		if w.e.byLane[laneKey(w.sub.group, l)] == w {
+			delete(w.e.byLane, laneKey(w.sub.group, l))
+		}
+	}
+	w.e.mu.Unlock()
+	close(w.done)
+	w.e.wg.Done()
+}
+
+// wait blocks until poked, d passes (d <= 0: no timer), or the worker must stop.
+func (w *worker) wait(d time.Duration) {
+	var tc <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		tc = t.C
+	}
+	select {
+	case <-w.wake:
+	case <-tc:
+	case <-w.ctx.Done():
+	case <-w.e.stopped:
+	}
+}
+
+// haltRecheck is how often a halted worker re-reads its halt record in case an operator's
+// notice was missed (it is normally woken by the notice).
+const haltRecheck = 5 * time.Second
+
+// fetch reads the next batch (fenced, acking what was handled).
+func (w *worker) fetch() error {
+	r, err := w.drain("")
+	if err != nil {
+		return err
+	}
+	switch r.code {
+	case drainHalted:
+		w.wait(haltRecheck)
+	case drainEmpty:
+		for i, l := range w.lanes {
+			w.e.bell.watchLane(l, r.lastIDs[i], w)
+		}
+		w.wait(0)
+		w.e.bell.unwatch(w)
+	case drainEntries:
+		w.pending = r.entries
+	}
+	return nil
+}
+
+// step retries the head held in w.retry.
+func (w *worker) step(head *entry) error {
+	r, err := w.drain(strconv.Itoa(head.lane+1) + "|" + head.msg.ID)
+	if err != nil {
+		return err
+	}
+	switch r.code {
+	case drainHalted:
+		w.wait(haltRecheck)
+	case drainResolved:
+		w.retry = nil // an operator skipped it or moved it to the DLQ
+	case drainEntries:
+		w.retry = nil
+		return w.handle(r.entries[0])
+	case drainEmpty:
+		w.retry = nil
+	}
+	return nil
+}
+
+// handle runs the handler for one entry, then acks it or schedules its retry / halt.
+func (w *worker) handle(ent entry) error {
+	// Start only within the local lease deadline: an owner that was frozen never starts
+	// another event after it wakes.
+	for !w.e.sess.valid() {
+		if w.ctx.Err() != nil || w.e.stopping() {
+			w.pending = append([]entry{ent}, w.pending...)
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if w.e.stopping() {
+		w.pending = append([]entry{ent}, w.pending...)
+		return nil
+	}
+	ev, err := EventFromMessage(ent.msg)
+	if err == nil {
+		d := Delivery{
+			Handler: w.sub.group, Category: w.sub.category, Key: w.u.key, Stream: w.lanes[ent.lane],
+			EntryID: ent.msg.ID, Generation: w.gen, Attempt: ent.deliveries,
+		}
+		err = w.call(WithDelivery(w.ctx, d), ev)
+	}
+	if err == nil {
+		w.handled[ent.lane] = append(w.handled[ent.lane], ent.msg.ID)
+		select {
+		case w.acks <- ackReq{lane: ent.lane, id: ent.msg.ID}:
+		default: // the sender is behind; the next drain acks it
+		}
+		return nil
+	}
+	if w.ctx.Err() != nil {
+		return nil // lease lost or hard stop: the next owner retries
+	}
+	if ent.deliveries >= w.sub.maxRetries {
+		return w.halt(ent, err)
+	}
+	w.e.log.Info("handler failed; will retry", "group", w.sub.group, "stream", w.lanes[ent.lane], "entry", ent.msg.ID, "attempt", ent.deliveries, "err", err)
+	w.retry = &ent
+	w.wait(w.sub.retryDelay)
+	return nil
+}
+
+// call runs the handler, turning a panic into an error.
+func (w *worker) call(ctx context.Context, ev Event) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return w.sub.fn(ctx, ev)
+}
+
+// halt writes the durable halt record and parks the head until an operator resolves it.
+func (w *worker) halt(ent entry, cause error) error {
+	msg := cause.Error()
+	if len(msg) > 4096 {
+		msg = msg[len(msg)-4096:]
+	}
+	args := []any{w.token,
+		"entry", ent.msg.ID, "lane", strconv.Itoa(ent.lane), "stream", w.lanes[ent.lane],
+		"attempts", strconv.Itoa(ent.deliveries), "error", msg,
+		"owner", w.owner, "generation", strconv.FormatInt(w.gen, 10),
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
+	defer cancel()
+	code, err := scriptHalt.Run(ctx, w.e.rdb, []string{w.leaseKey, SessionKey(w.owner), w.haltKey}, args...).Int64()
+	if err != nil {
+		w.retry = &ent
+		return translateRedisErr(err)
+	}
+	if err := codeErr(code); err != nil {
+		return err
+	}
+	w.e.log.Error("partition halted on a poison head: resolve it with seqctl head skip|dlq|retry",
+		"group", w.sub.group, "stream", w.lanes[ent.lane], "entry", ent.msg.ID, "attempts", ent.deliveries, "err", msg)
+	w.retry = &ent
+	return nil
+}
+
+// drain result codes.
+const (
+	drainEmpty    = 0
+	drainEntries  = 1
+	drainResolved = 3
+	drainHalted   = -2
+)
+
+type drainResult struct {
+	code    int64
+	lastIDs []string
+	entries []entry
+}
+
+// drain calls drain.lua: ack w.handled, then read (expect: "" or "{lane}|{id}").
+func (w *worker) drain(expect string) (drainResult, error) {
+	keys := make([]string, 0, 3+len(w.lanes))
+	keys = append(keys, w.leaseKey, SessionKey(w.owner), w.haltKey)
+	keys = append(keys, w.lanes...)
+	args := []any{w.token, w.sub.group, w.consumer, w.e.cfg.BatchSize, expect}
+	for i := range w.lanes {
+		args = append(args, len(w.handled[i]))
+		for _, id := range w.handled[i] {
+			args = append(args, id)
+		}
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
+	defer cancel()
+	res, err := scriptDrain.Run(ctx, w.e.rdb, keys, args...).Slice()
+	if err != nil {
+		return drainResult{}, translateRedisErr(err)
+	}
+	for i := range w.handled {
+		w.handled[i] = w.handled[i][:0]
+	}
+	code, _ := res[0].(int64)
+	if err := codeErr(code); err != nil && code != drainHalted {
+		return drainResult{}, err
+	}
+	r := drainResult{code: code}
+	switch code {
+	case drainEmpty:
+		for _, v := range res[1:] {
+			s, _ := v.(string)
+			r.lastIDs = append(r.lastIDs, s)
+		}
+	case drainEntries:
+		lane, _ := res[1].(int64)
+		deliveries, _ := res[2].(int64)
+		msgs, err := parseMessages(res[3])
+		if err != nil {
+			return drainResult{}, err
+		}
+		for i, m := range msgs {
+			d := 1
+			if i == 0 {
+				d = int(deliveries)
+			}
+			r.entries = append(r.entries, entry{lane: int(lane) - 1, msg: m, deliveries: d})
+		}
+	}
+	return r, nil
+}
+
+// parseMessages decodes a Lua-returned list of stream entries ({id, {f, v, ...}}).
+func parseMessages(v any) ([]redis.XMessage, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("engine: unexpected entries reply %T", v)
+	}
+	out := make([]redis.XMessage, 0, len(list))
+	for _, it := range list {
+		pair, ok := it.([]any)
+		if !ok || len(pair) < 1 {
+			continue
+		}
+		id, _ := pair[0].(string)
+		vals := map[string]any{}
+		if len(pair) > 1 {
+			if kv, ok := pair[1].([]any); ok {
+				for i := 0; i+1 < len(kv); i += 2 {
+					k, _ := kv[i].(string)
+					vals[k] = kv[i+1]
+				}
+			}
+		}
+		out = append(out, redis.XMessage{ID: id, Values: vals})
+	}
+	return out, nil
+}
+
+// ackLoop sends the fenced ack of each handled entry as soon as the worker hands it over,
+// coalescing entries that arrive while a call is in flight. A lost ack is harmless: the
+// next drain acks everything handled since the previous one.
+func (w *worker) ackLoop() {
+	for req := range w.acks {
+		batch := make([][]string, len(w.lanes))
+		batch[req.lane] = append(batch[req.lane], req.id)
+	more:
+		for {
+			select {
+			case r, ok := <-w.acks:
+				if !ok {
+					break more
+				}
+				batch[r.lane] = append(batch[r.lane], r.id)
+			default:
+				break more
+			}
+		}
+		for lane, ids := range batch {
+			if len(ids) == 0 {
+				continue
+			}
+			if err := w.ack(w.ctx, lane, ids); errors.Is(err, ErrFenced) {
+				w.cancel()
+			}
+		}
+	}
+}
+
+func (w *worker) ack(ctx context.Context, lane int, ids []string) error {
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, w.token, w.sub.group)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	n, err := scriptAck.Run(ctx, w.e.rdb, []string{w.leaseKey, SessionKey(w.owner), w.lanes[lane]}, args...).Int64()
+	if err != nil {
+		return translateRedisErr(err)
+	}
+	return codeErr(n)
+}
+
+// flushAcks synchronously acks everything handled since the last drain.
+func (w *worker) flushAcks(ctx context.Context) error {
+	for lane, ids := range w.handled {
+		if len(ids) == 0 {
+			continue
+		}
+		if err := w.ack(ctx, lane, ids); err != nil {
+			return err
+		}
+		w.handled[lane] = w.handled[lane][:0]
+	}
+	return nil
+}
