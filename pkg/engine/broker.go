@@ -25,6 +25,9 @@ type Published struct {
 	Key      string `json:"key,omitempty"`
 	Stream   string `json:"stream"`
 	EntryID  string `json:"entry_id"`
+	// Duplicate is set by PublishRouted when the dedupe mark showed the event was already
+	// appended; nothing was written.
+	Duplicate bool `json:"duplicate,omitempty"`
 }
 
 // RedisBroker publishes to Redis Streams and advertises StreamPartitioning: partitioned
@@ -58,17 +61,27 @@ func (b *RedisBroker) Publish(ctx context.Context, d *Domain, eventType string, 
 	if ev.ID == "" {
 		ev.ID = NewEventID()
 	}
-	return b.publishRouted(ctx, r, ev)
+	return b.PublishRouted(ctx, r, ev, 0)
 }
 
-// publishRouted appends an already routed event (the outbox relay uses it too).
-func (b *RedisBroker) publishRouted(ctx context.Context, r Route, ev Event) (Published, error) {
-	args := append([]any{r.Key, r.Category}, envelopeArgs(ev)...)
-	id, err := scriptPublish.Run(ctx, b.rdb, []string{r.Stream, r.Index, ControlStream()}, args...).Text()
+// PublishRouted appends an event whose route was already computed with Domain.Route (the
+// outbox relay routes when it enqueues). With dedupeSeq > 0 the append is idempotent per
+// stream: it happens only if dedupeSeq is above the last sequence recorded for the stream,
+// and the record advances in the same script. Published.Duplicate reports a skipped
+// append (the entry id is then the one recorded with the mark).
+func (b *RedisBroker) PublishRouted(ctx context.Context, r Route, ev Event, dedupeSeq int64) (Published, error) {
+	mark := ""
+	if dedupeSeq > 0 {
+		mark = OutboxMarkKey(r.Stream)
+	}
+	args := append([]any{r.Key, r.Category, dedupeSeq}, envelopeArgs(ev)...)
+	res, err := scriptPublish.Run(ctx, b.rdb, []string{r.Stream, r.Index, ControlStream(), mark}, args...).Slice()
 	if err != nil {
 		return Published{}, translateRedisErr(err)
 	}
-	return Published{EventID: ev.ID, Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: id}, nil
+	code, _ := res[0].(int64)
+	id, _ := res[1].(string)
+	return Published{EventID: ev.ID, Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: id, Duplicate: code == 0}, nil
 }
 
 // InlineBroker runs handlers in-process, in strict submission order, one event at a time.

@@ -141,8 +141,8 @@ func (e *Engine) discover() error {
 	pipe = e.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(try))
 	for i, u := range try {
-		keys := append([]string{LeaseKey(u.name, u.sub.group), GenerationKey(u.sub.group), SessionKey(owner)}, u.lanes...)
-		cmds[i] = scriptAcquire.EvalSha(ctx, pipe, keys, owner, sessionPrefix, u.sub.group)
+		keys := []string{LeaseKey(u.name, u.sub.group), GenerationKey(u.sub.group), SessionKey(owner)}
+		cmds[i] = scriptAcquire.EvalSha(ctx, pipe, keys, owner, sessionPrefix)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isScriptErrOnly(cmds) {
 		return translateRedisErr(err)

@@ -181,9 +181,12 @@ func New(cfg EngineConfig) (*Engine, error) {
 			et, _ := cfg.Domain.Event(h.Handles[0])
 			cat = et.Category
 		}
+		// A partitioned category's events all live on partition streams, so every
+		// handler of the category reads those, including one that did not ask for
+		// sequential_by itself (it gets per-key order as a side effect).
 		field, part := cfg.Domain.PartitionField(cat)
 		e.subs = append(e.subs, &subscription{
-			group: h.Name, category: cat, field: field, partitioned: part && h.SequentialBy != "",
+			group: h.Name, category: cat, field: field, partitioned: part,
 			fn: h.Func, maxRetries: orInt(h.MaxRetries, DefaultMaxRetries), retryDelay: orDur(h.RetryDelay, DefaultRetryDelay),
 		})
 	}

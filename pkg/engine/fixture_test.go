@@ -146,6 +146,10 @@ func (s *sink) handle(ctx context.Context, ev Event) error {
 	if s.fenced {
 		fenced = "1"
 	}
+	// The start record comes first, so a start is visible as early as possible.
+	if err := s.rdb.RPush(bg, "t:starts:"+s.instance, ev.Key+"/"+strconv.Itoa(p.Seq)).Err(); err != nil {
+		return err
+	}
 	ok, err := sinkEnter.Run(bg, s.rdb, []string{"t:marker:" + ev.Key}, holder, d.Generation, fenced).Int()
 	if err != nil {
 		return err
@@ -155,7 +159,6 @@ func (s *sink) handle(ctx context.Context, ev Event) error {
 	}
 	now := strconv.FormatInt(time.Now().UnixNano(), 10)
 	pipe := s.rdb.Pipeline()
-	pipe.RPush(bg, "t:starts:"+s.instance, ev.Key+"/"+strconv.Itoa(p.Seq))
 	pipe.HSetNX(bg, "t:win:"+ev.Key, "first", now)
 	pipe.HSet(bg, "t:win:"+ev.Key, "last", now)
 	if _, err := pipe.Exec(bg); err != nil {

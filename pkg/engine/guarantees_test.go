@@ -30,9 +30,13 @@ func TestPerKeyOrderAndNoOverlapAcrossInstances(t *testing.T) {
 	d1, _ := mk("i1")
 	d2, _ := mk("i2")
 	e1 := startEngine(t, srv, d1, "i1", 2*time.Second)
+	for _, k := range keys {
+		publish(t, b, d1, k, 0, false)
+	}
+	waitFor(t, 10*time.Second, "i1 owns every key", func() bool { return len(e1.Owned()) == len(keys) })
 	startEngine(t, srv, d2, "i2", 2*time.Second)
 
-	for seq := 0; seq < perKey; seq++ {
+	for seq := 1; seq < perKey; seq++ {
 		for _, k := range keys {
 			publish(t, b, d1, k, seq, false)
 		}
@@ -155,7 +159,8 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 		e1.mu.Lock()
 		w = e1.workers["Projector\x00order:A"]
 		e1.mu.Unlock()
-		return w != nil && rdb.XPending(context.Background(), "order:A", "Projector").Val().Count > 0
+		p, err := rdb.XPending(context.Background(), "order:A", "Projector").Result()
+		return w != nil && err == nil && p.Count > 0
 	})
 	inflight := rdb.XPending(context.Background(), "order:A", "Projector").Val().Lower
 	// Simulate a stall past the TTL: the session expires and another instance takes over.

@@ -83,3 +83,8 @@ const sessionPrefix = "__seqctl__:session:"
 // partition was created, a lease was released. It lets discovery and takeover react at
 // once instead of polling.
 func ControlStream() string { return "__seqctl__:control" }
+
+// OutboxMarkKey records the last outbox row published to a stream (hash: seq, id), written
+// by the publish script in the same step as the XADD, so a relay that crashes before it
+// marks its row never publishes the row twice.
+func OutboxMarkKey(stream string) string { return "{" + stream + "}:__outbox__" }

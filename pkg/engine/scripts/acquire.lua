@@ -7,10 +7,10 @@
 -- KEYS[1]  lease key (string "{owner}:{generation}")
 -- KEYS[2]  generation counter of the group (string, INCR)
 -- KEYS[3]  the caller's session key (string; must exist)
--- KEYS[4..] streams to make sure the group exists on (XGROUP CREATE ... 0 MKSTREAM)
 -- ARGV[1]  owner (the caller's session owner id)
 -- ARGV[2]  session key prefix (to check the current owner's liveness)
--- ARGV[3]  consumer group name
+--
+-- Consumer groups are created by drain.lua when the owner first reads a lane.
 -- Returns:
 --   {1, generation}      acquired
 --   {2, generation}      already held by the caller (re-adopted at the same generation)
@@ -31,8 +31,4 @@ if cur then
 end
 local gen = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. gen)
-for i = 4, #KEYS do
-  -- BUSYGROUP (the group exists already) is the normal case and is ignored.
-  redis.pcall('XGROUP', 'CREATE', KEYS[i], ARGV[3], '0', 'MKSTREAM')
-end
 return {1, gen}

@@ -63,15 +63,37 @@ if ARGV[5] ~= '' then
   return {3}
 end
 
+-- claim_head takes over the group's oldest pending entry of a lane. The group is created
+-- lazily, at 0, the first time the lane's stream exists: a lane that appears after the
+-- lease was taken (a backfill lane, another category of a process manager) joins the unit.
+-- Returns the XAUTOCLAIM reply, or nil when the stream does not exist.
+local function claim_head(stream)
+  local r = redis.pcall('XAUTOCLAIM', stream, group, consumer, 0, '0-0', 'COUNT', 1)
+  if type(r) == 'table' and r.err then
+    if string.sub(r.err, 1, 7) ~= 'NOGROUP' then
+      return redis.error_reply(r.err)
+    end
+    if redis.call('EXISTS', stream) == 0 then
+      return nil
+    end
+    redis.call('XGROUP', 'CREATE', stream, group, '0')
+    r = redis.call('XAUTOCLAIM', stream, group, consumer, 0, '0-0', 'COUNT', 1)
+  end
+  return r
+end
+
 for lane = 1, nlanes do
   local stream = KEYS[3 + lane]
-  local r = redis.call('XAUTOCLAIM', stream, group, consumer, 0, '0-0', 'COUNT', 1)
-  if r[2][1] then
-    return {1, lane, pending_count(stream, r[2][1][1]), r[2]}
-  end
-  local n = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', ARGV[4], 'STREAMS', stream, '>')
-  if n and n[1] and n[1][2][1] then
-    return {1, lane, 1, n[1][2]}
+  local r = claim_head(stream)
+  if r then
+    if r.err then return r end
+    if r[2][1] then
+      return {1, lane, pending_count(stream, r[2][1][1]), r[2]}
+    end
+    local n = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', ARGV[4], 'STREAMS', stream, '>')
+    if n and n[1] and n[1][2][1] then
+      return {1, lane, 1, n[1][2]}
+    end
   end
 end
 local out = {0}
