@@ -152,6 +152,9 @@ func ExtractKey(payload []byte, field, backfillSuffix string) (string, error) {
 	if err := dec.Decode(&obj); err != nil || obj == nil {
 		return "", fmt.Errorf("engine: event payload is not a JSON object: %w", errOr(err, errors.New("null")))
 	}
+	if dec.More() {
+		return "", errors.New("engine: event payload has data after its JSON object; send exactly one object")
+	}
 	raw, ok := obj[field]
 	if !ok {
 		return "", &InvalidKeyError{Field: field, Rule: KeyEmpty}
@@ -199,8 +202,8 @@ func keyFromJSON(raw json.RawMessage) (string, *InvalidKeyError) {
 	// A number: only integers are keys ("1.0" and "1e3" are floats and refused, since
 	// two spellings of one value would otherwise name two partitions).
 	s := string(raw)
-	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return s, nil
+	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return strconv.FormatInt(v, 10), nil // canonical: -0 and 0 are one partition
 	}
 	if isDecimalInteger(s) { // beyond int64: still an exact integer
 		return s, nil

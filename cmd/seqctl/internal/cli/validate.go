@@ -1,0 +1,345 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// ValidateOptions are the inputs of 'seqctl validate'.
+type ValidateOptions struct {
+	IO *IOStreams
+	// ConfigPath is the domain.toml to check (--config, default "domain.toml").
+	ConfigPath string
+	// Output is "" for text or "json".
+	Output string
+}
+
+func newCmdValidate(f *Factory, runF func(*ValidateOptions) error) *cobra.Command {
+	opts := &ValidateOptions{IO: f.IOStreams}
+	cmd := &cobra.Command{
+		Use:   "validate [--config FILE]",
+		Short: "Check a domain.toml and show how each category is partitioned",
+		Long: `Check a domain.toml the way 'seqctl run' loads it, without connecting to anything.
+
+The file is parsed strictly: an unknown key (key names are case-sensitive), a value of
+the wrong type or an inconsistent value (a heartbeat not below the lease TTL, a
+non-positive duration, max_retries below 1, a handler naming an undeclared event, ...)
+is reported as FILE:LINE: KEY PATH: message, one problem per line, all of them at once.
+Key paths index arrays of tables from 0: handlers[0] is the first [[handlers]] table.
+
+When the file is well formed, the domain is registered against the configured broker
+kind, which checks the sequential_by rules: every handled event declares the key field,
+all handlers on a category agree on one key, and the broker supports partitioning.
+
+On success it prints the domain: each category with its partition key, each handler and
+process manager. Exit status 0 when valid, 2 when not.`,
+		Example: `  # check ./domain.toml
+  $ seqctl validate
+
+  # check another file
+  $ seqctl validate --config deploy/domain.toml
+  deploy/domain.toml:17: server.partitioning.heartbeat_interval_seconds: 20 is not below the lease TTL ...
+
+  # the summary as JSON, for scripts
+  $ seqctl validate --config deploy/domain.toml -o json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(cmd, opts.Output); err != nil {
+				return err
+			}
+			if opts.ConfigPath == "" {
+				return usageErrorf(cmd.CommandPath(), "--config is empty; pass the path of a domain.toml")
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return validateRun(opts)
+		},
+	}
+	cmd.Flags().StringVarP(&opts.ConfigPath, "config", "c", "domain.toml", "path of the domain.toml to check")
+	outputFlag(cmd, &opts.Output)
+	return cmd
+}
+
+func validateRun(opts *ValidateOptions) error {
+	cfg, err := engine.LoadConfig(opts.ConfigPath)
+	if err != nil {
+		var ce *engine.ConfigError
+		if errors.Is(err, fs.ErrNotExist) && errors.As(err, &ce) && len(ce.Problems) == 1 {
+			ce.Problems[0].Message = "the config file does not exist; pass --config with the path of your domain.toml"
+		}
+		return err
+	}
+	dom, err := cfg.InitDomain()
+	if err != nil {
+		return err
+	}
+	s := summarize(cfg, dom)
+	if opts.Output == "json" {
+		enc := json.NewEncoder(opts.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	if opts.IO.IsTerminal {
+		return printSummary(opts.IO, s)
+	}
+	return printSummaryRows(opts.IO, s)
+}
+
+// validateSummary is what 'seqctl validate -o json' prints.
+type validateSummary struct {
+	File            string            `json:"file"`
+	Name            string            `json:"name"`
+	Broker          brokerSummary     `json:"broker"`
+	Categories      []categorySummary `json:"categories"`
+	Handlers        []handlerSummary  `json:"handlers"`
+	ProcessManagers []pmSummary       `json:"process_managers"`
+}
+
+type brokerSummary struct {
+	Kind               string `json:"kind"`
+	StreamPartitioning bool   `json:"stream_partitioning"`
+}
+
+type categorySummary struct {
+	Name string `json:"name"`
+	// Kind is "event" or "command".
+	Kind  string   `json:"kind"`
+	Types []string `json:"types"`
+	// PartitionKey is the payload field the handlers declared, "" for none.
+	PartitionKey string `json:"partition_key,omitempty"`
+	// Partitioned says events are routed to per-key streams at runtime: an event category
+	// with a key, on a broker with stream partitioning.
+	Partitioned bool `json:"partitioned"`
+}
+
+type handlerSummary struct {
+	Name         string `json:"name"`
+	Kind         string `json:"kind"`
+	Category     string `json:"category"`
+	SequentialBy string `json:"sequential_by,omitempty"`
+	// Delivery is "http", "exec" or "go" (registered by Go code).
+	Delivery string `json:"delivery"`
+}
+
+type pmSummary struct {
+	Name         string            `json:"name"`
+	SequentialBy bool              `json:"sequential_by"`
+	Delivery     string            `json:"delivery"`
+	Handles      []pmHandleSummary `json:"handles"`
+}
+
+type pmHandleSummary struct {
+	Event      string `json:"event"`
+	Category   string `json:"category"`
+	PMField    string `json:"pm_field"`
+	EventField string `json:"event_field"`
+	Start      bool   `json:"start"`
+}
+
+func delivery(d *engine.DeliverConfig) string {
+	if d == nil {
+		return "go"
+	}
+	return d.Mode()
+}
+
+// summarize describes a valid, initialised domain.
+func summarize(cfg *engine.Config, dom *engine.Domain) validateSummary {
+	broker := cfg.BrokerInfo()
+	s := validateSummary{
+		File:            cfg.File,
+		Name:            cfg.Name,
+		Broker:          brokerSummary{Kind: broker.Kind(), StreamPartitioning: broker.Has(engine.StreamPartitioning)},
+		Categories:      []categorySummary{},
+		Handlers:        []handlerSummary{},
+		ProcessManagers: []pmSummary{},
+	}
+
+	typeCategory := map[string]string{}
+	index := map[string]int{} // kind + "/" + category -> index in s.Categories
+	addType := func(kind, name, category string) {
+		typeCategory[name] = category
+		k := kind + "/" + category
+		i, ok := index[k]
+		if !ok {
+			i = len(s.Categories)
+			index[k] = i
+			s.Categories = append(s.Categories, categorySummary{Name: category, Kind: kind})
+		}
+		s.Categories[i].Types = append(s.Categories[i].Types, name)
+	}
+	for _, e := range cfg.Events {
+		addType("event", e.Name, e.Category)
+	}
+	for _, c := range cfg.Commands {
+		addType("command", c.Name, c.Category)
+	}
+
+	keys := dom.PartitionKeys()
+	for i := range s.Categories {
+		c := &s.Categories[i]
+		if c.Kind == "event" {
+			c.PartitionKey = keys[c.Name]
+			_, c.Partitioned = dom.PartitionField(c.Name)
+		}
+	}
+	for _, h := range cfg.Handlers {
+		cat := h.PartOf
+		if cat == "" && len(h.Handles) > 0 {
+			cat = typeCategory[h.Handles[0]]
+		}
+		s.Handlers = append(s.Handlers, handlerSummary{
+			Name: h.Name, Kind: h.Kind.String(), Category: cat, SequentialBy: h.SequentialBy, Delivery: delivery(h.Deliver),
+		})
+		// A command category's key is checked by Init but never applied: show it anyway.
+		if h.Kind == engine.CommandHandlerKind && h.SequentialBy != "" {
+			if i, ok := index["command/"+cat]; ok {
+				s.Categories[i].PartitionKey = h.SequentialBy
+			}
+		}
+	}
+	for _, p := range cfg.ProcessManagers {
+		ps := pmSummary{Name: p.Name, SequentialBy: p.SequentialBy, Delivery: delivery(p.Deliver), Handles: []pmHandleSummary{}}
+		for _, h := range p.Handles {
+			ps.Handles = append(ps.Handles, pmHandleSummary{
+				Event: h.Event, Category: typeCategory[h.Event],
+				PMField: h.Correlate.PMField, EventField: h.Correlate.EventField, Start: h.Start,
+			})
+		}
+		s.ProcessManagers = append(s.ProcessManagers, ps)
+	}
+	return s
+}
+
+// keyNote describes a category's partitioning for a person.
+func (c categorySummary) keyNote(broker brokerSummary) string {
+	switch {
+	case c.PartitionKey == "":
+		return "not partitioned"
+	case c.Kind == "command":
+		return c.PartitionKey + " (checked; inert: commands are not partitioned)"
+	case !c.Partitioned:
+		return c.PartitionKey + fmt.Sprintf(" (no-op on the %s broker)", broker.Kind)
+	}
+	return c.PartitionKey
+}
+
+// keyState is keyNote as one word, for plain rows.
+func (c categorySummary) keyState() string {
+	switch {
+	case c.PartitionKey == "":
+		return "-"
+	case c.Kind == "command":
+		return "inert"
+	case !c.Partitioned:
+		return "no-op"
+	}
+	return "partitioned"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// printSummary prints the summary for a terminal: a headline and aligned tables.
+func printSummary(ios *IOStreams, s validateSummary) error {
+	w := ios.Out
+	brokerNote := "stream partitioning"
+	if !s.Broker.StreamPartitioning {
+		brokerNote = "no stream partitioning"
+		if s.Broker.Kind == engine.BrokerKindInline {
+			brokerNote = "sequential_by is a no-op: inline handles messages in order"
+		}
+	}
+	fmt.Fprintf(w, "%s %s is valid: domain %q on the %s broker (%s)\n",
+		ios.Green("✓"), s.File, s.Name, s.Broker.Kind, brokerNote)
+
+	if len(s.Categories) > 0 {
+		fmt.Fprintln(w)
+		t := newTablePrinter(ios, "CATEGORY", "KIND", "TYPES", "PARTITION KEY")
+		for _, c := range s.Categories {
+			t.AddRow(c.Name, c.Kind, strings.Join(c.Types, ", "), c.keyNote(s.Broker))
+		}
+		if err := t.Render(w); err != nil {
+			return err
+		}
+	}
+	if len(s.Handlers) > 0 {
+		fmt.Fprintln(w)
+		t := newTablePrinter(ios, "HANDLER", "KIND", "CATEGORY", "SEQUENTIAL BY", "DELIVERY")
+		for _, h := range s.Handlers {
+			t.AddRow(h.Name, h.Kind, h.Category, orDash(h.SequentialBy), h.Delivery)
+		}
+		if err := t.Render(w); err != nil {
+			return err
+		}
+	}
+	if len(s.ProcessManagers) > 0 {
+		fmt.Fprintln(w)
+		t := newTablePrinter(ios, "PROCESS MANAGER", "SEQUENTIAL", "HANDLES", "DELIVERY")
+		for _, p := range s.ProcessManagers {
+			var hs []string
+			for _, h := range p.Handles {
+				corr := h.PMField
+				if h.EventField != h.PMField {
+					corr = h.PMField + " = " + h.EventField
+				}
+				desc := fmt.Sprintf("%s (%s by %s", h.Event, h.Category, corr)
+				if h.Start {
+					desc += ", starts"
+				}
+				hs = append(hs, desc+")")
+			}
+			seq := "no"
+			if p.SequentialBy {
+				seq = "yes"
+			}
+			t.AddRow(p.Name, seq, strings.Join(hs, ", "), p.Delivery)
+		}
+		if err := t.Render(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printSummaryRows prints the summary for a pipe: one tab-separated row per item, the
+// first cell naming the kind of row:
+//
+//	valid            FILE  DOMAIN  BROKER
+//	category         NAME  KIND  KEY|-  partitioned|no-op|inert|-
+//	handler          NAME  KIND  CATEGORY  SEQUENTIAL_BY|-  DELIVERY
+//	process_manager  NAME  sequential|-  EVENT,EVENT  DELIVERY
+func printSummaryRows(ios *IOStreams, s validateSummary) error {
+	t := newTablePrinter(ios)
+	t.AddRow("valid", s.File, s.Name, s.Broker.Kind)
+	for _, c := range s.Categories {
+		t.AddRow("category", c.Name, c.Kind, orDash(c.PartitionKey), c.keyState())
+	}
+	for _, h := range s.Handlers {
+		t.AddRow("handler", h.Name, h.Kind, h.Category, orDash(h.SequentialBy), h.Delivery)
+	}
+	for _, p := range s.ProcessManagers {
+		var events []string
+		for _, h := range p.Handles {
+			events = append(events, h.Event)
+		}
+		seq := "-"
+		if p.SequentialBy {
+			seq = "sequential"
+		}
+		t.AddRow("process_manager", p.Name, seq, strings.Join(events, ","), p.Delivery)
+	}
+	return t.Render(ios.Out)
+}

@@ -1,0 +1,241 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+func TestValidateParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		argv    []string
+		want    ValidateOptions
+		wantErr string // fragment of a usage error
+	}{
+		{name: "defaults", argv: nil, want: ValidateOptions{ConfigPath: "domain.toml"}},
+		{name: "config", argv: []string{"--config", "deploy/domain.toml"}, want: ValidateOptions{ConfigPath: "deploy/domain.toml"}},
+		{name: "short flags", argv: []string{"-c", "x.toml", "-o", "json"}, want: ValidateOptions{ConfigPath: "x.toml", Output: "json"}},
+		{name: "long output", argv: []string{"--output=json"}, want: ValidateOptions{ConfigPath: "domain.toml", Output: "json"}},
+		{name: "unknown output", argv: []string{"-o", "yaml"}, wantErr: `invalid value "yaml" for --output`},
+		{name: "empty config", argv: []string{"--config", ""}, wantErr: "--config is empty"},
+		{name: "config without value", argv: []string{"--config"}, wantErr: "flag needs an argument"},
+		{name: "positional argument", argv: []string{"domain.toml"}, wantErr: `unexpected argument "domain.toml"`},
+		{name: "unknown flag", argv: []string{"--strict"}, wantErr: "unknown flag: --strict"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ios, _, _, _ := NewTestIOStreams()
+			var got *ValidateOptions
+			cmd := newCmdValidate(&Factory{IOStreams: ios}, func(o *ValidateOptions) error { got = o; return nil })
+			err := parseCmd(t, cmd, tt.argv...)
+			if tt.wantErr != "" {
+				var ue *UsageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
+				}
+				if ue.Command != "seqctl validate" {
+					t.Errorf("UsageError.Command = %q, want seqctl validate", ue.Command)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if got == nil || got.IO != ios {
+				t.Fatalf("run function not called with the factory's streams")
+			}
+			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(ValidateOptions{}, "IO")); diff != "" {
+				t.Errorf("options mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+const inlineDomain = `name = "lab"
+
+[broker]
+kind = "inline"
+
+[[events]]
+name = "Ping"
+category = "ping"
+fields = ["host"]
+
+[[events]]
+name = "Tick"
+category = "clock"
+fields = ["n"]
+
+[[handlers]]
+name = "Pinger"
+handles = ["Ping"]
+sequential_by = "host"
+
+[[handlers]]
+name = "Ticker"
+handles = ["Tick"]
+`
+
+func TestValidateRun(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(engine.EnvOutboxDSN, "")
+	inline := writeConfig(t, inlineDomain)
+	invalid := writeConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
+	missing := filepath.Join(t.TempDir(), "absent.toml")
+	tests := []struct {
+		name       string
+		opts       ValidateOptions
+		tty        bool
+		color      bool
+		wantCode   int
+		wantStdout []string // fragments, in order
+		wantStderr string   // exact
+	}{
+		{
+			name: "terminal summary", opts: ValidateOptions{ConfigPath: inline}, tty: true,
+			wantStdout: []string{
+				"✓ " + inline + ` is valid: domain "lab" on the inline broker (sequential_by is a no-op: inline handles messages in order)`,
+				"CATEGORY  KIND   TYPES  PARTITION KEY",
+				"ping      event  Ping   host (no-op on the inline broker)",
+				"clock     event  Tick   not partitioned",
+				"HANDLER  KIND   CATEGORY  SEQUENTIAL BY  DELIVERY",
+				"Pinger   event  ping      host           go",
+				"Ticker   event  clock     -              go",
+			},
+		},
+		{
+			name: "terminal summary in colour", opts: ValidateOptions{ConfigPath: inline}, tty: true, color: true,
+			wantStdout: []string{"\x1b[32m✓\x1b[0m", "\x1b[1mCATEGORY"},
+		},
+		{
+			name: "plain rows for a pipe", opts: ValidateOptions{ConfigPath: inline},
+			wantStdout: []string{
+				"valid\t" + inline + "\tlab\tinline\n",
+				"category\tping\tevent\thost\tno-op\n",
+				"category\tclock\tevent\t-\t-\n",
+				"handler\tPinger\tevent\tping\thost\tgo\n",
+				"handler\tTicker\tevent\tclock\t-\tgo\n",
+			},
+		},
+		{
+			name: "invalid config", opts: ValidateOptions{ConfigPath: invalid}, wantCode: ExitUsage,
+			wantStderr: invalid + `:3: broker.kind: unknown broker kind "kafka"; use "redis" (partitioned, production) or "inline" (in process, for tests)` + "\n",
+		},
+		{
+			name: "missing file", opts: ValidateOptions{ConfigPath: missing}, wantCode: ExitUsage,
+			wantStderr: missing + ": the config file does not exist; pass --config with the path of your domain.toml\n",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ios, _, out, errOut := NewTestIOStreams()
+			ios.IsTerminal, ios.Color = tt.tty, tt.color
+			opts := tt.opts
+			opts.IO = ios
+			err := validateRun(&opts)
+			printError(ios.ErrOut, err)
+			if got := ExitCode(err); got != tt.wantCode {
+				t.Errorf("exit code = %d, want %d (err %v)", got, tt.wantCode, err)
+			}
+			rest := out.String()
+			for _, frag := range tt.wantStdout {
+				i := strings.Index(rest, frag)
+				if i < 0 {
+					t.Fatalf("stdout lacks %q (in order); stdout:\n%s", frag, out.String())
+				}
+				rest = rest[i+len(frag):]
+			}
+			if tt.wantStdout == nil && out.Len() > 0 {
+				t.Errorf("stdout = %q, want nothing", out.String())
+			}
+			if diff := cmp.Diff(tt.wantStderr, errOut.String()); diff != "" {
+				t.Errorf("stderr mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestValidateJSON(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	path := writeConfig(t, inlineDomain)
+	r := runCLI(t, false, "validate", "--config", path, "-o", "json")
+	if r.Code != 0 || r.Stderr != "" {
+		t.Fatalf("code %d, stderr %q", r.Code, r.Stderr)
+	}
+	var got validateSummary
+	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
+		t.Fatalf("stdout is not the JSON summary: %v\n%s", err, r.Stdout)
+	}
+	want := validateSummary{
+		File:   path,
+		Name:   "lab",
+		Broker: brokerSummary{Kind: "inline"},
+		Categories: []categorySummary{
+			{Name: "ping", Kind: "event", Types: []string{"Ping"}, PartitionKey: "host"},
+			{Name: "clock", Kind: "event", Types: []string{"Tick"}},
+		},
+		Handlers: []handlerSummary{
+			{Name: "Pinger", Kind: "event", Category: "ping", SequentialBy: "host", Delivery: "go"},
+			{Name: "Ticker", Kind: "event", Category: "clock", Delivery: "go"},
+		},
+		ProcessManagers: []pmSummary{},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("JSON summary mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestValidateGoldens pins the exact output of 'seqctl validate' for the repository's
+// example and for every testdata/invalid file. Run go test ./cmd/... -update to rewrite
+// them after an intended change.
+func TestValidateGoldens(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(engine.EnvOutboxDSN, "")
+	repoRoot(t)
+
+	t.Run("domain.toml", func(t *testing.T) {
+		r := runCLI(t, false, "validate", "--config", "testdata/domain.toml")
+		if r.Code != 0 || r.Stderr != "" {
+			t.Fatalf("exit %d, stderr:\n%s", r.Code, r.Stderr)
+		}
+		golden(t, "testdata/domain.validate.golden", r.Stdout)
+	})
+	t.Run("domain.toml json", func(t *testing.T) {
+		r := runCLI(t, false, "validate", "--config", "testdata/domain.toml", "-o", "json")
+		if r.Code != 0 || r.Stderr != "" {
+			t.Fatalf("exit %d, stderr:\n%s", r.Code, r.Stderr)
+		}
+		golden(t, "testdata/domain.validate.json.golden", r.Stdout)
+	})
+
+	files, err := filepath.Glob("testdata/invalid/*.toml")
+	if err != nil || len(files) < 10 {
+		t.Fatalf("want at least 10 testdata/invalid files, got %d (%v)", len(files), err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".toml")
+		t.Run(name, func(t *testing.T) {
+			r := runCLI(t, false, "validate", "--config", file)
+			if r.Code != ExitUsage {
+				t.Errorf("exit code = %d, want %d", r.Code, ExitUsage)
+			}
+			if r.Stdout != "" {
+				t.Errorf("stdout = %q, want nothing", r.Stdout)
+			}
+			for _, line := range strings.Split(strings.TrimSuffix(r.Stderr, "\n"), "\n") {
+				if !strings.HasPrefix(line, file+":") {
+					t.Errorf("stderr line %q does not start with %s:", line, file)
+				}
+			}
+			golden(t, strings.TrimSuffix(file, ".toml")+".golden", r.Stderr)
+		})
+	}
+}

@@ -1,0 +1,12 @@
+// Command seqctl runs and operates per-key ordered event processing on Redis Streams.
+package main
+
+import (
+	"os"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cli"
+)
+
+func main() {
+	os.Exit(cli.Main(os.Args[1:], cli.System()))
+}

@@ -1,0 +1,497 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Environment variables that override domain.toml. They let secrets (a Redis password, a
+// database DSN) stay out of the file. An empty value counts as unset.
+const (
+	// EnvRedisURL overrides [broker] url.
+	EnvRedisURL = "SEQCTL_REDIS_URL"
+	// EnvOutboxDSN overrides [outbox] dsn. It does not create the [outbox] table: the relay
+	// runs only when the file has one.
+	EnvOutboxDSN = "SEQCTL_OUTBOX_DSN"
+)
+
+// Defaults of domain.toml keys that have no engine-wide default elsewhere.
+const (
+	configDefaultRedisURL       = "redis://127.0.0.1:6379/0"
+	configDefaultDeliverTimeout = 10 * time.Second
+)
+
+// Config is a parsed and validated domain.toml: the declared events, commands, handlers
+// and process managers, how each handler is delivered, and the server's tuning. Build it
+// with LoadConfig or ParseConfig (which apply every default and check every value), then
+// call Domain or InitDomain. Key names are fixed by the schema (see testdata/domain.toml).
+type Config struct {
+	// File is the name the config was parsed under (the path, for LoadConfig). Problems
+	// found later, by InitDomain, are reported against it.
+	File string
+	// Name is the bounded context (name).
+	Name   string
+	Broker BrokerConfig
+	Server ServerConfig
+	// Outbox is nil when the file has no [outbox] table; the relay runs only when it is set.
+	Outbox *OutboxConfig
+	// Events are the [[events]] tables, in file order.
+	Events []TypeConfig
+	// Commands are the [[commands]] tables, in file order.
+	Commands []TypeConfig
+	// Handlers are the [[handlers]] tables, in file order.
+	Handlers []HandlerConfig
+	// ProcessManagers are the [[process_managers]] tables, in file order.
+	ProcessManagers []ProcessManagerConfig
+
+	lines cfgLines // key path -> line, to place problems InitDomain finds
+}
+
+// BrokerConfig is the [broker] table.
+type BrokerConfig struct {
+	// Kind is "redis" (default; advertises STREAM_PARTITIONING) or "inline" (in process,
+	// for tests; sequential_by is an accepted no-op there).
+	Kind string
+	// URL is the Redis URL (url; default "redis://127.0.0.1:6379/0"; SEQCTL_REDIS_URL
+	// overrides it). Ignored by the inline broker.
+	URL string
+}
+
+// ServerConfig is the [server] table.
+type ServerConfig struct {
+	Partitioning  PartitioningConfig
+	PriorityLanes PriorityLanes
+}
+
+// PartitioningConfig is the [server.partitioning] table: the partitioned consumer's
+// timing. Every key is optional; DefaultPartitioningConfig holds the defaults.
+type PartitioningConfig struct {
+	// LeaseTTL is how long an ownership lease is held before it must be renewed
+	// (lease_ttl_ms, default 15000 ms). Shorter means faster failover after a crash but
+	// more reclaim churn.
+	LeaseTTL time.Duration
+	// HeartbeatInterval is how often an owner renews its leases
+	// (heartbeat_interval_seconds, default lease_ttl_ms / 5000 s, i.e. LeaseTTL / 5). It
+	// must be below LeaseTTL so a live owner never lets a lease lapse.
+	HeartbeatInterval time.Duration
+	// PollInterval is how long an idle per-partition worker waits between reads when it
+	// has no wake-up (poll_interval_seconds, default 0.25 s).
+	PollInterval time.Duration
+	// ReapIdle is how long a drained partition sits idle before its owner retires it
+	// from the discovery index (reap_idle_ms, default 3600000 ms = 1 h).
+	ReapIdle time.Duration
+	// MaxPartitionsWarning is the live-partition count per category above which a warning
+	// is logged (max_partitions_warning, default 2000; 0 turns the warning off).
+	// Partition-per-key is a bounded-cardinality design.
+	MaxPartitionsWarning int
+}
+
+// DefaultPartitioningConfig returns the [server.partitioning] defaults of the
+// specification.
+func DefaultPartitioningConfig() PartitioningConfig {
+	return PartitioningConfig{
+		LeaseTTL:             15 * time.Second,
+		HeartbeatInterval:    3 * time.Second,
+		PollInterval:         250 * time.Millisecond,
+		ReapIdle:             time.Hour,
+		MaxPartitionsWarning: 2000,
+	}
+}
+
+// Validate reports the first inconsistent value: a non-positive duration, a heartbeat
+// that is not below the lease TTL, or a negative warning threshold.
+func (p PartitioningConfig) Validate() error {
+	switch {
+	case p.LeaseTTL <= 0:
+		return fmt.Errorf("engine: lease TTL must be positive, got %v", p.LeaseTTL)
+	case p.HeartbeatInterval <= 0:
+		return fmt.Errorf("engine: heartbeat interval must be positive, got %v", p.HeartbeatInterval)
+	case p.HeartbeatInterval >= p.LeaseTTL:
+		return fmt.Errorf("engine: heartbeat interval %v must be below the lease TTL %v", p.HeartbeatInterval, p.LeaseTTL)
+	case p.PollInterval <= 0:
+		return fmt.Errorf("engine: poll interval must be positive, got %v", p.PollInterval)
+	case p.ReapIdle <= 0:
+		return fmt.Errorf("engine: reap idle time must be positive, got %v", p.ReapIdle)
+	case p.MaxPartitionsWarning < 0:
+		return fmt.Errorf("engine: max partitions warning must be 0 (off) or positive, got %d", p.MaxPartitionsWarning)
+	}
+	return nil
+}
+
+// PriorityLanes is the [server.priority_lanes] table.
+type PriorityLanes struct {
+	// Enabled routes low-priority events to the backfill lane (enabled, default false).
+	Enabled bool
+	// Threshold: an event whose priority is strictly below it goes to the backfill lane
+	// (threshold, default 0).
+	Threshold int
+	// BackfillSuffix is the lane token, {category}:{key}:{suffix} (backfill_suffix,
+	// default "backfill"). It is a reserved partition-key value.
+	BackfillSuffix string
+}
+
+// OutboxConfig is the [outbox] table.
+type OutboxConfig struct {
+	// DSN is "sqlite://PATH" or "postgres://..." (dsn; SEQCTL_OUTBOX_DSN overrides it).
+	DSN string
+}
+
+// TypeConfig is one [[events]] or [[commands]] table.
+type TypeConfig struct {
+	Name     string
+	Category string
+	// Fields are the top-level keys of the JSON payload.
+	Fields []string
+}
+
+// HandlerConfig is one [[handlers]] table.
+type HandlerConfig struct {
+	Name string
+	// Kind is EventHandlerKind (kind = "event", the default) or CommandHandlerKind.
+	Kind HandlerKind
+	// PartOf is the category the handler consumes (part_of; "" to infer it).
+	PartOf string
+	// Handles are the event (or command) type names.
+	Handles []string
+	// SequentialBy is the partition-key payload field, "" for none.
+	SequentialBy string
+	// MaxRetries is the number of attempts before the partition halts (default 3, >= 1).
+	MaxRetries int
+	// RetryDelay is the wait between attempts (retry_delay, default "1s").
+	RetryDelay time.Duration
+	// Deliver is nil when the table has no [handlers.deliver]: Go code registers the
+	// handler function.
+	Deliver *DeliverConfig
+}
+
+// DeliverConfig is a [handlers.deliver] or [process_managers.deliver] table. Exactly one of
+// HTTP and Exec is set.
+type DeliverConfig struct {
+	// HTTP is the URL the event JSON is POSTed to; 2xx means done (http).
+	HTTP string
+	// Exec is the command run with the event JSON on stdin; exit 0 means done (exec).
+	Exec []string
+	// Timeout bounds one attempt (timeout, default "10s").
+	Timeout time.Duration
+	// SigningSecretEnv names the environment variable holding the request-signing secret
+	// (signing_secret_env); "" for unsigned requests.
+	SigningSecretEnv string
+}
+
+// Mode returns "http" or "exec".
+func (d *DeliverConfig) Mode() string {
+	if d.HTTP != "" {
+		return "http"
+	}
+	return "exec"
+}
+
+// ProcessManagerConfig is one [[process_managers]] table.
+type ProcessManagerConfig struct {
+	Name string
+	// SequentialBy leases each correlation value across the subscribed categories.
+	SequentialBy bool
+	MaxRetries   int
+	RetryDelay   time.Duration
+	// Deliver is nil when Go code registers the process manager.
+	Deliver *DeliverConfig
+	// Handles are the [[process_managers.handles]] tables.
+	Handles []PMHandleConfig
+}
+
+// PMHandleConfig is one [[process_managers.handles]] table.
+type PMHandleConfig struct {
+	Event string
+	// Correlate maps an event field onto the process manager's correlation field.
+	Correlate Correlate
+	// Start says this event may start a new process-manager instance.
+	Start bool
+}
+
+// UnmarshalTOML decodes a correlate spec: either a field name, the same on both sides
+// (correlate = "order_id"), or a one-entry table {pm_field = "event_field"}
+// (correlate = { order_id = "order_ref" }). It implements toml.Unmarshaler.
+func (c *Correlate) UnmarshalTOML(v any) error {
+	const how = `write correlate = "order_id" (the same field on both sides) or correlate = { order_id = "order_ref" } (process-manager field = event field)`
+	switch v := v.(type) {
+	case string:
+		if v == "" {
+			return fmt.Errorf("correlate is empty; %s", how)
+		}
+		*c = Correlate{PMField: v, EventField: v}
+		return nil
+	case map[string]any:
+		if len(v) != 1 {
+			return fmt.Errorf("correlate table has %d entries, want exactly one; %s", len(v), how)
+		}
+		for pm, ev := range v {
+			s, ok := ev.(string)
+			switch {
+			case !ok:
+				return fmt.Errorf("correlate { %s = ... } maps to %s, want an event field name; %s", cfgRenderKey(pm), cfgDescribe(ev), how)
+			case pm == "" || s == "":
+				return fmt.Errorf("correlate has an empty field name; %s", how)
+			}
+			*c = Correlate{PMField: pm, EventField: s}
+		}
+		return nil
+	}
+	return fmt.Errorf("correlate must be a field name or a one-entry table, not %s; %s", cfgDescribe(v), how)
+}
+
+// ConfigProblem is one problem found in a config file.
+type ConfigProblem struct {
+	// Path is the key path, e.g. "server.partitioning.heartbeat_interval_seconds" or
+	// "handlers[1].deliver.timeout". Arrays of tables are indexed from 0 in file order:
+	// handlers[0] is the first [[handlers]] table. "" for a problem with the whole file.
+	Path string
+	// Line is the 1-based line of the key (or of the nearest enclosing table when the key
+	// is missing), 0 when unknown.
+	Line int
+	// Message says what is wrong and what to do.
+	Message string
+}
+
+// Format renders the problem as "FILE:LINE: PATH: message", leaving out ":LINE" when the
+// line is unknown and "PATH: " when the problem concerns the whole file.
+func (p ConfigProblem) Format(file string) string {
+	var b strings.Builder
+	b.WriteString(file)
+	if p.Line > 0 {
+		b.WriteString(":")
+		b.WriteString(strconv.Itoa(p.Line))
+	}
+	b.WriteString(": ")
+	if p.Path != "" {
+		b.WriteString(p.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// ConfigError reports every problem found in a config file: a syntax error (alone, since
+// nothing after it can be trusted), or all unknown keys, wrong types and inconsistent
+// values together, so the file can be fixed in one round. InitDomain also reports the
+// domain's registration problems as a *ConfigError; errors.As then still finds the
+// *IncorrectUsageError it wraps.
+type ConfigError struct {
+	File     string
+	Problems []ConfigProblem
+
+	err error // the underlying read, parse or Init error, for errors.Is / errors.As
+}
+
+// Error prints one problem per line as "FILE:LINE: PATH: message".
+func (e *ConfigError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.Format(e.File)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap returns the underlying error: the read error of LoadConfig, the TOML parse
+// error, or the *IncorrectUsageError of InitDomain; nil for problems found by the
+// parser's own checks.
+func (e *ConfigError) Unwrap() error { return e.err }
+
+// LoadConfig reads and parses a domain.toml. See ParseConfig.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		msg := "cannot read the config file: " + err.Error()
+		var pe *fs.PathError
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			msg = "the config file does not exist; check the path (testdata/domain.toml in the seqctl repository is a complete, commented example)"
+		case errors.As(err, &pe):
+			msg = "cannot read the config file: " + pe.Err.Error()
+		}
+		return nil, &ConfigError{File: path, Problems: []ConfigProblem{{Message: msg}}, err: err}
+	}
+	return ParseConfig(path, data)
+}
+
+// ParseConfig parses domain.toml content strictly. name is used in problem reports (a
+// path, usually). Every default is applied and SEQCTL_REDIS_URL / SEQCTL_OUTBOX_DSN
+// override the file. The error is a *ConfigError naming the file, the key path and the
+// line of every problem: a TOML syntax error; an unknown key (key names are
+// case-sensitive); a value of the wrong type; or an inconsistent value, such as a
+// heartbeat not below the lease TTL, a non-positive duration, max_retries below 1, an
+// event declared in two categories, a handler naming an undeclared event, a malformed
+// category, a deliver table with both or neither of http and exec, or an unknown kind.
+//
+// Registration rules that need the whole domain (sequential_by field existence, one
+// partition key per category, broker capability) are checked by Domain.Init; InitDomain
+// runs it and reports its problems against the file too.
+func ParseConfig(name string, data []byte) (*Config, error) {
+	return parseConfig(name, data, os.Getenv)
+}
+
+// Domain builds the engine domain the config declares: events, commands, handlers and
+// process managers (without Go functions: seqctl run sets those from the deliver tables,
+// a Go program adds its own) and the backfill suffix. It does not call Init.
+func (c *Config) Domain() (*Domain, error) {
+	if c == nil {
+		return nil, errors.New("engine: nil config")
+	}
+	d := NewDomain(c.Name)
+	for _, e := range c.Events {
+		d.AddEvent(EventType{Name: e.Name, Category: e.Category, Fields: cfgCloneStrings(e.Fields)})
+	}
+	for _, cm := range c.Commands {
+		d.AddCommand(CommandType{Name: cm.Name, Category: cm.Category, Fields: cfgCloneStrings(cm.Fields)})
+	}
+	for i, h := range c.Handlers {
+		kind := h.Kind
+		if kind == 0 {
+			kind = EventHandlerKind
+		}
+		if kind != EventHandlerKind && kind != CommandHandlerKind {
+			return nil, fmt.Errorf("engine: handlers[%d] (%q) has an unknown kind %d", i, h.Name, int(h.Kind))
+		}
+		d.AddHandler(Handler{
+			Name:         h.Name,
+			Kind:         kind,
+			PartOf:       h.PartOf,
+			Handles:      cfgCloneStrings(h.Handles),
+			SequentialBy: h.SequentialBy,
+			MaxRetries:   h.MaxRetries,
+			RetryDelay:   h.RetryDelay,
+		})
+	}
+	for _, p := range c.ProcessManagers {
+		pm := ProcessManager{
+			Name:         p.Name,
+			SequentialBy: p.SequentialBy,
+			MaxRetries:   p.MaxRetries,
+			RetryDelay:   p.RetryDelay,
+		}
+		for _, h := range p.Handles {
+			pm.Handles = append(pm.Handles, PMHandle{Event: h.Event, Correlate: h.Correlate, Start: h.Start})
+		}
+		d.AddProcessManager(pm)
+	}
+	d.BackfillSuffix = c.Server.PriorityLanes.BackfillSuffix
+	return d, nil
+}
+
+// BrokerInfo describes the configured broker kind to Domain.Init.
+func (c *Config) BrokerInfo() BrokerInfo { return ConfiguredBroker(c.Broker.Kind) }
+
+// InitDomain builds the domain and runs Init against the configured broker kind. When
+// Init rejects the domain the error is a *ConfigError for c.File holding each
+// registration problem (placed at the handler or process manager it names, when it names
+// one); errors.As still finds the *IncorrectUsageError.
+func (c *Config) InitDomain() (*Domain, error) {
+	d, err := c.Domain()
+	if err != nil {
+		return nil, err
+	}
+	err = d.Init(c.BrokerInfo())
+	var iue *IncorrectUsageError
+	if errors.As(err, &iue) {
+		ce := &ConfigError{File: c.File, err: err}
+		for _, p := range iue.Problems {
+			path := c.initProblemPath(p)
+			ce.Problems = append(ce.Problems, ConfigProblem{Path: path.String(), Line: c.lines.lookup(path), Message: p})
+		}
+		return nil, ce
+	}
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// initProblemPath finds the table an Init problem is about, from the declarer the message
+// starts with (`handler "X" ...`, `process manager "X" ...`); for a key conflict, the
+// second declarer (the one that disagrees). nil when the problem names no single table.
+func (c *Config) initProblemPath(msg string) cfgPath {
+	if i := strings.Index(msg, "\" but "); i >= 0 && strings.HasPrefix(msg, "conflicting ") {
+		msg = msg[i+len("\" but "):]
+	}
+	if strings.HasPrefix(msg, "broker ") {
+		return cfgPath{}.key("broker").key("kind")
+	}
+	for _, kind := range []string{"handler ", "process manager ", "event ", "command "} {
+		rest, ok := strings.CutPrefix(msg, kind)
+		if !ok {
+			continue
+		}
+		q, err := strconv.QuotedPrefix(rest)
+		if err != nil {
+			return nil
+		}
+		name, _ := strconv.Unquote(q)
+		switch kind {
+		case "handler ":
+			for i, h := range c.Handlers {
+				if h.Name == name {
+					return cfgPath{}.key("handlers").index(i)
+				}
+			}
+		case "process manager ":
+			for i, p := range c.ProcessManagers {
+				if p.Name == name {
+					return cfgPath{}.key("process_managers").index(i)
+				}
+			}
+		case "event ":
+			for i, e := range c.Events {
+				if e.Name == name {
+					return cfgPath{}.key("events").index(i)
+				}
+			}
+		case "command ":
+			for i, cm := range c.Commands {
+				if cm.Name == name {
+					return cfgPath{}.key("commands").index(i)
+				}
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// ConfiguredBroker describes a broker by its configured kind, for Domain.Init before a
+// real broker is connected: "redis" advertises StreamPartitioning, every other kind
+// advertises nothing (Init accepts "inline" as a no-op and rejects the rest when a
+// handler asks for sequential_by).
+func ConfiguredBroker(kind string) BrokerInfo {
+	if kind == BrokerKindRedis {
+		return staticBroker{kind: kind, caps: []Capability{StreamPartitioning}}
+	}
+	return staticBroker{kind: kind}
+}
+
+// staticBroker is a BrokerInfo with a fixed kind and capability set.
+type staticBroker struct {
+	kind string
+	caps []Capability
+}
+
+func (b staticBroker) Kind() string { return b.kind }
+
+func (b staticBroker) Has(c Capability) bool {
+	for _, x := range b.caps {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+func cfgCloneStrings(xs []string) []string {
+	if xs == nil {
+		return nil
+	}
+	return append([]string(nil), xs...)
+}

@@ -1,0 +1,560 @@
+package engine
+
+// The strict domain.toml decoder. BurntSushi/toml parses the file into a generic tree
+// (so a syntax error carries its line); the walk below then checks every key against the
+// schema itself rather than decoding into tagged structs and asking MetaData.Undecoded:
+// BurntSushi matches struct fields case-insensitively (Name = "x" would pass for name),
+// and it stops at the first wrong type, after which Undecoded reports every remaining key
+// as unknown. Walking the tree finds every problem in one pass, in a stable order.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// parseConfig is ParseConfig with the environment injected.
+func parseConfig(name string, data []byte, getenv func(string) string) (*Config, error) {
+	var root map[string]any
+	if _, err := toml.Decode(string(data), &root); err != nil {
+		return nil, &ConfigError{File: name, Problems: []ConfigProblem{cfgSyntaxProblem(err)}, err: err}
+	}
+	d := &cfgDecoder{lines: scanKeyLines(string(data)), getenv: getenv}
+	cfg := d.config(root)
+	if len(d.problems) > 0 {
+		// Problems of the whole file (line 0) first, then in line order; the walk order
+		// breaks ties, so the report is stable.
+		sort.SliceStable(d.problems, func(i, j int) bool { return d.problems[i].Line < d.problems[j].Line })
+		return nil, &ConfigError{File: name, Problems: d.problems}
+	}
+	cfg.File = name
+	cfg.lines = d.lines
+	return cfg, nil
+}
+
+func cfgSyntaxProblem(err error) ConfigProblem {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		msg := pe.Message
+		if pe.Usage != "" && strings.Contains(pe.Usage, "\n") {
+			// The usage text is a multi-line essay; its first sentence is enough here.
+			msg += "; " + strings.TrimSpace(strings.SplitN(strings.TrimSpace(pe.Usage), "\n", 2)[0])
+		}
+		return ConfigProblem{Line: pe.Position.Line, Message: "TOML syntax error: " + cfgOneLine(msg) + "; fix the syntax first, other problems are reported after it parses"}
+	}
+	return ConfigProblem{Message: "cannot parse the file as TOML: " + cfgOneLine(err.Error())}
+}
+
+// cfgOneLine keeps a message on one line: a problem is printed one per line.
+func cfgOneLine(s string) string {
+	s = strings.ReplaceAll(s, "\r", `\r`)
+	return strings.ReplaceAll(s, "\n", `\n`)
+}
+
+// declared remembers where a type or handler name was first declared.
+type cfgDeclared struct {
+	kind     string // "event", "command", "handler", "process manager"
+	category string
+	path     cfgPath
+}
+
+func (d *cfgDecoder) where(p cfgPath) string {
+	if line := d.lines.lookup(p); line > 0 {
+		return fmt.Sprintf("%s, line %d", p, line)
+	}
+	return p.String()
+}
+
+// config decodes the root table.
+func (d *cfgDecoder) config(root map[string]any) *Config {
+	t := cfgTable{d: d, m: root}
+	t.known("name", "broker", "server", "outbox", "events", "commands", "handlers", "process_managers")
+	c := &Config{}
+	if t.required("name", `name the bounded context, e.g. name = "shop"`) {
+		c.Name, _ = t.nonEmpty("name", `name the bounded context, e.g. name = "shop"`)
+	}
+	c.Broker = d.broker(t)
+	c.Server = d.server(t)
+	c.Outbox = d.outbox(t)
+
+	types := map[string]cfgDeclared{}
+	c.Events = d.types(t, "events", "event", types)
+	c.Commands = d.types(t, "commands", "command", types)
+
+	names := map[string]cfgDeclared{}
+	for _, h := range t.tables("handlers") {
+		c.Handlers = append(c.Handlers, d.handler(h, types, names))
+	}
+	for _, p := range t.tables("process_managers") {
+		c.ProcessManagers = append(c.ProcessManagers, d.processManager(p, types, names))
+	}
+	return c
+}
+
+func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
+	b := BrokerConfig{Kind: BrokerKindRedis, URL: configDefaultRedisURL}
+	t, ok := root.sub("broker")
+	if ok {
+		t.known("kind", "url")
+		if k, ok := t.str("kind"); ok {
+			switch k {
+			case BrokerKindRedis, BrokerKindInline:
+				b.Kind = k
+			default:
+				d.problem(t.path.key("kind"), "unknown broker kind %q; use \"redis\" (partitioned, production) or \"inline\" (in process, for tests)", k)
+			}
+		}
+		if u, ok := t.str("url"); ok {
+			b.URL = u
+		}
+	}
+	urlPath := cfgPath{}.key("broker").key("url")
+	source := "the URL"
+	if env := d.getenv(EnvRedisURL); env != "" {
+		b.URL, source = env, EnvRedisURL+" (which overrides broker.url)"
+	}
+	if b.Kind == BrokerKindRedis {
+		// The URL may hold a password: problems never echo it.
+		u, err := url.Parse(b.URL)
+		switch {
+		case err != nil:
+			d.problem(urlPath, "%s is not a valid URL; write redis://HOST:PORT/DB (rediss:// for TLS)", source)
+		case u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix":
+			d.problem(urlPath, "%s has scheme %q; use redis://HOST:PORT/DB, rediss:// for TLS, or unix:///path/to/redis.sock", source, u.Scheme)
+		case u.Scheme != "unix" && u.Host == "":
+			d.problem(urlPath, "%s has no host; write redis://HOST:PORT/DB", source)
+		}
+	}
+	return b
+}
+
+func (d *cfgDecoder) server(root cfgTable) ServerConfig {
+	s := ServerConfig{
+		Partitioning:  DefaultPartitioningConfig(),
+		PriorityLanes: PriorityLanes{BackfillSuffix: DefaultBackfillSuffix},
+	}
+	t, ok := root.sub("server")
+	if !ok {
+		return s
+	}
+	t.known("partitioning", "priority_lanes")
+	if pt, ok := t.sub("partitioning"); ok {
+		d.partitioning(pt, &s.Partitioning)
+	}
+	if pl, ok := t.sub("priority_lanes"); ok {
+		pl.known("enabled", "threshold", "backfill_suffix")
+		if b, ok := pl.boolean("enabled"); ok {
+			s.PriorityLanes.Enabled = b
+		}
+		if n, ok := pl.integer("threshold"); ok {
+			if n < math.MinInt32 || n > math.MaxInt32 {
+				d.problem(pl.path.key("threshold"), "%d is out of range; priorities are 32-bit integers", n)
+			} else {
+				s.PriorityLanes.Threshold = int(n)
+			}
+		}
+		if sfx, ok := pl.nonEmpty("backfill_suffix", `omit the key for the default "backfill"`); ok {
+			if err := validateSuffix(sfx); err != nil {
+				d.problem(pl.path.key("backfill_suffix"), "%v; it becomes the last segment of {category}:{key}:{suffix}, pick a plain word such as \"backfill\" or \"slow\"", err)
+			} else {
+				s.PriorityLanes.BackfillSuffix = sfx
+			}
+		}
+	}
+	return s
+}
+
+// maxMillis is the largest millisecond count that fits a time.Duration.
+const cfgMaxMillis = math.MaxInt64 / int64(time.Millisecond)
+
+func (d *cfgDecoder) partitioning(t cfgTable, p *PartitioningConfig) {
+	t.known("lease_ttl_ms", "heartbeat_interval_seconds", "poll_interval_seconds", "reap_idle_ms", "max_partitions_warning")
+	ttlOK := true
+	if ms, ok := t.integer("lease_ttl_ms"); ok {
+		ttlOK = d.millis(t, "lease_ttl_ms", ms, "15000", &p.LeaseTTL)
+	} else if t.has("lease_ttl_ms") {
+		ttlOK = false
+	}
+	hbOK := true
+	if secs, ok := t.number("heartbeat_interval_seconds"); ok {
+		hbOK = d.seconds(t, "heartbeat_interval_seconds", secs, "lease_ttl_ms / 5000, i.e. 3", &p.HeartbeatInterval)
+	} else if t.has("heartbeat_interval_seconds") {
+		hbOK = false
+	} else {
+		p.HeartbeatInterval = p.LeaseTTL / 5
+	}
+	if ttlOK && hbOK && t.has("heartbeat_interval_seconds") && p.HeartbeatInterval >= p.LeaseTTL {
+		d.problem(t.path.key("heartbeat_interval_seconds"),
+			"%v is not below the lease TTL of %v (lease_ttl_ms = %d), so a live owner would let its leases lapse; use about lease_ttl_ms / 5000 = %s, or remove the key for that default",
+			p.HeartbeatInterval, p.LeaseTTL, p.LeaseTTL.Milliseconds(), strconv.FormatFloat((p.LeaseTTL/5).Seconds(), 'g', -1, 64))
+	}
+	if secs, ok := t.number("poll_interval_seconds"); ok {
+		d.seconds(t, "poll_interval_seconds", secs, "0.25", &p.PollInterval)
+	}
+	if ms, ok := t.integer("reap_idle_ms"); ok {
+		d.millis(t, "reap_idle_ms", ms, "3600000", &p.ReapIdle)
+	}
+	if n, ok := t.integer("max_partitions_warning"); ok {
+		switch {
+		case n < 0:
+			d.problem(t.path.key("max_partitions_warning"), "must be 0 (no warning) or a positive partition count, got %d; the default is 2000", n)
+		case n > math.MaxInt32:
+			d.problem(t.path.key("max_partitions_warning"), "%d is out of range", n)
+		default:
+			p.MaxPartitionsWarning = int(n)
+		}
+	}
+}
+
+func (d *cfgDecoder) millis(t cfgTable, key string, ms int64, def string, out *time.Duration) bool {
+	switch {
+	case ms <= 0:
+		d.problem(t.path.key(key), "must be a positive number of milliseconds, got %d; the default is %s", ms, def)
+		return false
+	case ms > cfgMaxMillis:
+		d.problem(t.path.key(key), "%d milliseconds is too long to represent; the default is %s", ms, def)
+		return false
+	}
+	*out = time.Duration(ms) * time.Millisecond
+	return true
+}
+
+func (d *cfgDecoder) seconds(t cfgTable, key string, secs float64, def string, out *time.Duration) bool {
+	ns := secs * float64(time.Second)
+	switch {
+	case math.IsNaN(secs) || math.IsInf(secs, 0):
+		d.problem(t.path.key(key), "must be a finite number of seconds, got %v; the default is %s", secs, def)
+		return false
+	case secs <= 0:
+		d.problem(t.path.key(key), "must be a positive number of seconds, got %v; the default is %s", secs, def)
+		return false
+	case ns < 1:
+		d.problem(t.path.key(key), "%v seconds is below a nanosecond; the default is %s", secs, def)
+		return false
+	case ns >= math.MaxInt64:
+		d.problem(t.path.key(key), "%v seconds is too long to represent; the default is %s", secs, def)
+		return false
+	}
+	*out = time.Duration(ns)
+	return true
+}
+
+func (d *cfgDecoder) outbox(root cfgTable) *OutboxConfig {
+	if !root.has("outbox") {
+		return nil
+	}
+	t, ok := root.sub("outbox")
+	if !ok {
+		return nil
+	}
+	t.known("dsn")
+	o := &OutboxConfig{}
+	source := "the DSN"
+	if env := d.getenv(EnvOutboxDSN); env != "" {
+		o.DSN, source = env, EnvOutboxDSN+" (which overrides outbox.dsn)"
+		if t.has("dsn") {
+			t.str("dsn") // still type-checked
+		}
+	} else if t.required("dsn", `write dsn = "sqlite://outbox.db" or "postgres://USER@HOST:5432/DB", set `+EnvOutboxDSN+`, or remove [outbox] to run without the relay`) {
+		o.DSN, _ = t.str("dsn")
+	} else {
+		return o
+	}
+	// The DSN may hold a password: problems never echo it.
+	scheme, _, found := strings.Cut(o.DSN, "://")
+	if !found || (scheme != "sqlite" && scheme != "postgres" && scheme != "postgresql") {
+		d.problem(t.path.key("dsn"), `%s must start with sqlite:// or postgres://, e.g. "sqlite://outbox.db" or "postgres://USER@HOST:5432/DB"`, source)
+	}
+	return o
+}
+
+// types decodes [[events]] or [[commands]].
+func (d *cfgDecoder) types(root cfgTable, key, kind string, seen map[string]cfgDeclared) []TypeConfig {
+	var out []TypeConfig
+	for _, t := range root.tables(key) {
+		t.known("name", "category", "fields")
+		var tc TypeConfig
+		nameOK := false
+		if t.required("name", fmt.Sprintf(`every %s has a name, e.g. name = "OrderPlaced"`, kind)) {
+			tc.Name, nameOK = t.nonEmpty("name", fmt.Sprintf("every %s has a name", kind))
+		}
+		catOK := false
+		if t.required("category", fmt.Sprintf(`every %s has a category, the stream it is published to, e.g. category = "order"`, kind)) {
+			if tc.Category, catOK = t.str("category"); catOK {
+				if err := ValidateCategory(tc.Category); err != nil {
+					d.problem(t.path.key("category"), "%v; %s", err, cfgCategoryHint(tc.Category))
+					catOK = false
+				}
+			}
+		}
+		if fields, ok := t.strs("fields"); ok {
+			tc.Fields = fields
+			dup := map[string]bool{}
+			for i, f := range fields {
+				switch {
+				case f == "":
+					d.problem(t.path.key("fields").index(i), "is empty; a field is a top-level key of the JSON payload")
+				case dup[f]:
+					d.problem(t.path.key("fields").index(i), "field %q is listed twice", f)
+				}
+				dup[f] = true
+			}
+		}
+		if nameOK {
+			if prev, dup := seen[tc.Name]; dup {
+				switch {
+				case prev.kind != kind:
+					d.problem(t.path.key("name"), "%q is already declared as %s %s (%s); events and commands share one namespace: rename one", tc.Name, cfgArticle(prev.kind), prev.kind, d.where(prev.path))
+				case catOK && prev.category != tc.Category:
+					d.problem(t.path.key("category"), "%s %q is already declared in category %q (%s); a type belongs to exactly one category: remove one declaration or rename the type", kind, tc.Name, prev.category, d.where(prev.path))
+				default:
+					d.problem(t.path.key("name"), "%s %q is declared twice (first at %s); remove one", kind, tc.Name, d.where(prev.path))
+				}
+			} else {
+				seen[tc.Name] = cfgDeclared{kind: kind, category: tc.Category, path: t.path}
+			}
+		}
+		out = append(out, tc)
+	}
+	return out
+}
+
+// cfgCategoryHint suggests a well-formed category name.
+func cfgCategoryHint(c string) string {
+	if c == "" {
+		return `name the stream category, e.g. category = "order"`
+	}
+	fixed := strings.Map(func(r rune) rune {
+		if r == ':' || isSpace(r) {
+			return '_'
+		}
+		return r
+	}, c)
+	fixed = strings.Trim(fixed, "_")
+	if fixed == "" || isSentinel(fixed) || ValidateCategory(fixed) != nil {
+		return `use a plain name such as "order"`
+	}
+	return fmt.Sprintf("use a plain name such as %q", fixed)
+}
+
+// name decodes and registers the name of a handler or process manager.
+func (d *cfgDecoder) name(t cfgTable, kind string, names map[string]cfgDeclared) string {
+	if !t.required("name", fmt.Sprintf(`every %s has a name; it is also its consumer group`, kind)) {
+		return ""
+	}
+	n, ok := t.nonEmpty("name", fmt.Sprintf("every %s has a name; it is also its consumer group", kind))
+	if !ok {
+		return ""
+	}
+	if prev, dup := names[n]; dup {
+		d.problem(t.path.key("name"), "%q is already the name of a %s (%s); handler and process-manager names are consumer groups and must be unique", n, prev.kind, d.where(prev.path))
+	} else {
+		names[n] = cfgDeclared{kind: kind, path: t.path}
+	}
+	return n
+}
+
+// retries decodes max_retries and retry_delay.
+func (d *cfgDecoder) retries(t cfgTable) (int, time.Duration) {
+	maxRetries, delay := DefaultMaxRetries, DefaultRetryDelay
+	if n, ok := t.integer("max_retries"); ok {
+		switch {
+		case n < 1:
+			d.problem(t.path.key("max_retries"), "must be at least 1 (the number of attempts before the partition halts), got %d; the default is %d", n, DefaultMaxRetries)
+		case n > math.MaxInt32:
+			d.problem(t.path.key("max_retries"), "%d is out of range", n)
+		default:
+			maxRetries = int(n)
+		}
+	}
+	if dur, ok := t.duration("retry_delay"); ok {
+		delay = dur
+	}
+	return maxRetries, delay
+}
+
+func (d *cfgDecoder) handler(t cfgTable, types, names map[string]cfgDeclared) HandlerConfig {
+	t.known("name", "kind", "part_of", "handles", "sequential_by", "max_retries", "retry_delay", "deliver")
+	h := HandlerConfig{Kind: EventHandlerKind}
+	h.Name = d.name(t, "handler", names)
+	kindOK := true
+	if k, ok := t.str("kind"); ok {
+		switch k {
+		case "event":
+			h.Kind = EventHandlerKind
+		case "command":
+			h.Kind = CommandHandlerKind
+		default:
+			d.problem(t.path.key("kind"), "unknown handler kind %q; use \"event\" (the default) or \"command\"", k)
+			kindOK = false
+		}
+	} else if t.has("kind") {
+		kindOK = false
+	}
+	if p, ok := t.str("part_of"); ok {
+		if err := ValidateCategory(p); err != nil {
+			d.problem(t.path.key("part_of"), "%v; %s", err, cfgCategoryHint(p))
+		}
+		h.PartOf = p
+	}
+	noun := kindNoun(h.Kind)
+	if t.required("handles", fmt.Sprintf(`list the %s types it handles, e.g. handles = ["OrderPlaced"]`, noun)) {
+		if hs, ok := t.strs("handles"); ok {
+			if len(hs) == 0 {
+				d.problem(t.path.key("handles"), "is empty; list the %s types the handler handles", noun)
+			}
+			h.Handles = hs
+			listed := map[string]bool{}
+			for i, name := range hs {
+				if listed[name] {
+					d.problem(t.path.key("handles").index(i), "%q is listed twice", name)
+				}
+				listed[name] = true
+				if kindOK {
+					d.checkHandled(t.path.key("handles").index(i), name, noun, types)
+				}
+			}
+		}
+	}
+	if s, ok := t.nonEmpty("sequential_by", "name a payload field, or remove the key to leave the category unpartitioned"); ok {
+		h.SequentialBy = s
+	}
+	h.MaxRetries, h.RetryDelay = d.retries(t)
+	if dt, ok := t.sub("deliver"); ok {
+		h.Deliver = d.deliver(dt)
+	}
+	return h
+}
+
+// checkHandled reports a handled type name that is not declared with the right kind.
+func (d *cfgDecoder) checkHandled(p cfgPath, name, want string, types map[string]cfgDeclared) {
+	decl, ok := types[name]
+	switch {
+	case ok && decl.kind == want:
+		return
+	case ok && want == "event" && p.isPMHandle():
+		d.problem(p, "%q is a command (%s); process managers handle events only", name, d.where(decl.path))
+	case ok && want == "event":
+		d.problem(p, "%q is a command (%s); set kind = \"command\" on a command handler, or name an event", name, d.where(decl.path))
+	case ok:
+		d.problem(p, "%q is an event (%s), but this is a command handler; name a command, or set kind = \"event\"", name, d.where(decl.path))
+	default:
+		var same []string
+		for n, dcl := range types {
+			if dcl.kind == want {
+				same = append(same, n)
+			}
+		}
+		hint := fmt.Sprintf("declare it in a [[%ss]] table, or fix the name", want)
+		if s := cfgSuggest(name, same); s != "" {
+			hint = fmt.Sprintf("did you mean %q?", s)
+		}
+		d.problem(p, "%q is not a declared %s; %s", name, want, hint)
+	}
+}
+
+func (d *cfgDecoder) deliver(t cfgTable) *DeliverConfig {
+	t.known("http", "exec", "timeout", "signing_secret_env")
+	dc := &DeliverConfig{Timeout: configDefaultDeliverTimeout}
+	hasHTTP, hasExec := t.has("http"), t.has("exec")
+	switch {
+	case hasHTTP && hasExec:
+		d.problem(t.path, "sets both http and exec; a handler is delivered one way: keep one of them")
+	case !hasHTTP && !hasExec:
+		d.problem(t.path, "sets neither http nor exec; set one of them, or remove the deliver table when Go code registers the handler")
+	}
+	if u, ok := t.str("http"); ok {
+		dc.HTTP = u
+		pu, err := url.Parse(u)
+		switch {
+		case u == "":
+			d.problem(t.path.key("http"), `is empty; write the endpoint URL, e.g. http = "http://127.0.0.1:8080/orders"`)
+		case err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "":
+			d.problem(t.path.key("http"), `%q is not an http:// or https:// URL with a host, e.g. "http://127.0.0.1:8080/orders"`, u)
+		}
+	}
+	if argv, ok := t.strs("exec"); ok {
+		dc.Exec = argv
+		if len(argv) == 0 || argv[0] == "" {
+			d.problem(t.path.key("exec"), `needs a program to run: exec = ["./bin/handler", "--flag"]`)
+		}
+	}
+	if dur, ok := t.duration("timeout"); ok {
+		dc.Timeout = dur
+	}
+	if env, ok := t.str("signing_secret_env"); ok {
+		if !cfgIsEnvName(env) {
+			d.problem(t.path.key("signing_secret_env"), "%q is not an environment variable name (letters, digits and _, not starting with a digit); name the variable that holds the secret, not the secret", env)
+		}
+		dc.SigningSecretEnv = env
+	}
+	return dc
+}
+
+func cfgIsEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '_', r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func (d *cfgDecoder) processManager(t cfgTable, types, names map[string]cfgDeclared) ProcessManagerConfig {
+	t.known("name", "sequential_by", "max_retries", "retry_delay", "deliver", "handles")
+	p := ProcessManagerConfig{}
+	p.Name = d.name(t, "process manager", names)
+	if v, ok := t.m["sequential_by"]; ok {
+		if b, ok := v.(bool); ok {
+			p.SequentialBy = b
+		} else {
+			d.problem(t.path.key("sequential_by"), "must be true or false on a process manager, not %s; each subscribed category is partitioned by the field its correlate spec names", cfgDescribe(v))
+		}
+	}
+	p.MaxRetries, p.RetryDelay = d.retries(t)
+	if dt, ok := t.sub("deliver"); ok {
+		p.Deliver = d.deliver(dt)
+	}
+	if !t.required("handles", "add a [[process_managers.handles]] table per event it handles") {
+		return p
+	}
+	hs := t.tables("handles")
+	if len(hs) == 0 {
+		if _, isArr := t.m["handles"].([]any); isArr {
+			d.problem(t.path.key("handles"), "is empty; add a [[process_managers.handles]] table per event it handles")
+		}
+	}
+	for _, h := range hs {
+		h.known("event", "correlate", "start")
+		ph := PMHandleConfig{}
+		if h.required("event", `name the handled event, e.g. event = "PaymentConfirmed"`) {
+			if ev, ok := h.nonEmpty("event", "name the handled event"); ok {
+				ph.Event = ev
+				d.checkHandled(h.path.key("event"), ev, "event", types)
+			}
+		}
+		if h.required("correlate", `write correlate = "order_id", or correlate = { order_id = "order_ref" } when the event names the field differently`) {
+			if err := ph.Correlate.UnmarshalTOML(h.m["correlate"]); err != nil {
+				d.problem(h.path.key("correlate"), "%v", err)
+			}
+		}
+		if b, ok := h.boolean("start"); ok {
+			ph.Start = b
+		}
+		p.Handles = append(p.Handles, ph)
+	}
+	return p
+}

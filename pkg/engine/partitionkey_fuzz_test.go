@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// expectedKeyRule is an independent statement of the key rules, in order, for the fuzzer
+// to compare ValidateKey against. 0 means valid.
+func expectedKeyRule(key, suffix string) KeyRule {
+	if suffix == "" {
+		suffix = "backfill"
+	}
+	switch {
+	case len(key) == 0:
+		return KeyEmpty
+	case len(key) > 255:
+		return KeyTooLong
+	case strings.Contains(key, ":"):
+		return KeyHasColon
+	case key == "dlq" || key == suffix:
+		return KeyReservedToken
+	case len(key) >= 4 && key[:2] == "__" && key[len(key)-2:] == "__":
+		return KeySentinel
+	}
+	return 0
+}
+
+func FuzzValidateKey(f *testing.F) {
+	for _, seed := range []struct{ key, suffix string }{
+		{"", ""}, {"client-123", ""}, {"a:b", ""}, {":", ""}, {"dlq", ""}, {"DLQ", ""},
+		{"backfill", ""}, {"backfill", "slow"}, {"slow", "slow"}, {"__x__", ""},
+		{"__partitions__", ""}, {"____", ""}, {"___", ""}, {"__lead", ""}, {"trail__", ""},
+		{strings.Repeat("k", 255), ""}, {strings.Repeat("k", 256), ""}, {strings.Repeat("é", 128), ""},
+		{"__a:b__", ""}, {"42", ""}, {"caf\u00e9", ""}, {"\xff\xfe", ""}, {"a b", ""}, {"x", "x"},
+	} {
+		f.Add(seed.key, seed.suffix)
+	}
+	f.Fuzz(func(t *testing.T, key, suffix string) {
+		err := ValidateKey(key, suffix)
+		want := expectedKeyRule(key, suffix)
+		if err == nil {
+			if want != 0 {
+				t.Fatalf("ValidateKey(%q, %q) = nil, want rule %v", key, suffix, want)
+			}
+			effective := suffix
+			if effective == "" {
+				effective = DefaultBackfillSuffix
+			}
+			switch {
+			case key == "":
+				t.Fatalf("accepted an empty key")
+			case len(key) > MaxKeyBytes:
+				t.Fatalf("accepted a %d-byte key", len(key))
+			case strings.Contains(key, ":"):
+				t.Fatalf("accepted %q, which contains ':'", key)
+			case key == "dlq" || key == effective:
+				t.Fatalf("accepted the reserved token %q", key)
+			case isSentinel(key):
+				t.Fatalf("accepted the sentinel %q", key)
+			}
+			const cat = "order"
+			parts := strings.Split(PartitionStream(cat, key), ":")
+			if len(parts) != 2 || parts[0] != cat || parts[1] != key {
+				t.Fatalf("PartitionStream(%q, %q) splits into %q, want [%q %q]", cat, key, parts, cat, key)
+			}
+			// A valid key's streams never collide with the category's internal keys.
+			for _, internal := range []string{PartitionIndex(cat), GroupRegistry(cat)} {
+				if PartitionStream(cat, key) == internal {
+					t.Fatalf("PartitionStream(%q, %q) collides with %q", cat, key, internal)
+				}
+			}
+			// With a well-formed suffix (Init rejects any other), the lane splits into 3.
+			if validateSuffix(suffix) == nil {
+				if lane := strings.Split(LaneStream(cat, key, effective), ":"); len(lane) != 3 || lane[1] != key {
+					t.Fatalf("LaneStream splits into %q, want [%q %q %q]", lane, cat, key, effective)
+				}
+			}
+		} else {
+			var ike *InvalidKeyError
+			if !errors.As(err, &ike) || !errors.Is(err, ErrInvalidKey) {
+				t.Fatalf("ValidateKey error %T (%v) is not an *InvalidKeyError matching ErrInvalidKey", err, err)
+			}
+			if ike.Rule != want {
+				t.Fatalf("ValidateKey(%q, %q) broke rule %v, want %v", key, suffix, ike.Rule, want)
+			}
+			if ike.Key != key {
+				t.Fatalf("InvalidKeyError.Key = %q, want %q", ike.Key, key)
+			}
+			if msg := err.Error(); len(msg) > 512 {
+				t.Fatalf("error message is %d bytes; it must stay short however long the key", len(msg))
+			}
+		}
+
+		// ExtractKey agrees with ValidateKey on a JSON string field holding the key.
+		if !utf8.ValidString(key) {
+			return // JSON would replace invalid bytes, so the key would not round-trip.
+		}
+		payload, _ := json.Marshal(map[string]string{"k": key})
+		got, xerr := ExtractKey(payload, "k", suffix)
+		if (err == nil) != (xerr == nil) {
+			t.Fatalf("ExtractKey error %v, ValidateKey error %v: they disagree", xerr, err)
+		}
+		if xerr == nil && got != key {
+			t.Fatalf("ExtractKey = %q, want %q", got, key)
+		}
+	})
+}
