@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -9,12 +10,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// unit is one leasable piece of work: a partition of a category for one consumer group.
+// unit is one leasable piece of work for one consumer group: a partition of a category,
+// an unpartitioned category stream, or a process manager's correlation value (spanning a
+// partition of each of its categories).
 type unit struct {
-	sub   *subscription
-	key   string   // partition key, "" for an unpartitioned category
-	name  string   // lease unit: the primary stream
-	lanes []string // primary lane first
+	sub      *subscription
+	key      string   // partition key or correlation value, "" when unpartitioned
+	name     string   // lease unit: the primary stream, or PMUnit for a process manager
+	lanes    []string // every primary lane first, then backfill lanes
+	laneCats []string // the category of each lane
 }
 
 func (u unit) id() string { return u.sub.group + "\x00" + u.name }
@@ -22,14 +26,23 @@ func (u unit) id() string { return u.sub.group + "\x00" + u.name }
 func (e *Engine) unitFor(s *subscription, key string) unit {
 	u := unit{sub: s, key: key}
 	if !s.partitioned {
-		u.name = CategoryStream(s.category)
-		u.lanes = []string{u.name}
+		u.name = CategoryStream(s.categories[0])
+		u.lanes, u.laneCats = []string{u.name}, []string{s.categories[0]}
 		return u
 	}
-	u.name = PartitionStream(s.category, key)
-	u.lanes = []string{u.name}
+	for _, c := range s.categories {
+		u.lanes = append(u.lanes, PartitionStream(c, key))
+		u.laneCats = append(u.laneCats, c)
+	}
 	if e.dom.LanesEnabled {
-		u.lanes = append(u.lanes, LaneStream(s.category, key, e.dom.backfillSuffix()))
+		for _, c := range s.categories {
+			u.lanes = append(u.lanes, LaneStream(c, key, e.dom.backfillSuffix()))
+			u.laneCats = append(u.laneCats, c)
+		}
+	}
+	u.name = u.lanes[0]
+	if s.pm {
+		u.name = PMUnit(s.group, key)
 	}
 	return u
 }
@@ -68,54 +81,70 @@ func (e *Engine) discover() error {
 	defer cancel()
 
 	pipe := e.rdb.Pipeline()
-	members := make([]*redis.StringSliceCmd, len(e.subs))
-	for i, s := range e.subs {
+	members := map[string]*redis.StringSliceCmd{}
+	for _, s := range e.subs {
 		if s.partitioned {
-			members[i] = pipe.SMembers(ctx, PartitionIndex(s.category))
+			for _, c := range s.categories {
+				if members[c] == nil {
+					members[c] = pipe.SMembers(ctx, PartitionIndex(c))
+				}
+			}
 		}
 	}
+	instances := pipe.HGetAll(ctx, InstancesKey())
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return translateRedisErr(err)
 	}
+	live := map[string]int{}
+	for c, m := range members {
+		live[c] = len(m.Val())
+	}
+	e.checkCardinality(live)
 	var all []unit
-	for i, s := range e.subs {
+	for _, s := range e.subs {
 		if !s.partitioned {
 			all = append(all, e.unitFor(s, ""))
 			continue
 		}
-		for _, k := range members[i].Val() {
-			if ValidateKey(k, e.dom.backfillSuffix()) != nil {
-				continue // not a key the publisher writes; never route to it
+		seen := map[string]bool{}
+		for _, c := range s.categories {
+			for _, k := range members[c].Val() {
+				if seen[k] || ValidateKey(k, e.dom.backfillSuffix()) != nil {
+					continue // a value the publisher never writes; never route to it
+				}
+				seen[k] = true
+				all = append(all, e.unitFor(s, k))
 			}
-			all = append(all, e.unitFor(s, k))
 		}
 	}
 
+	// Liveness of the registered instances and of the known foreign owners: one EXISTS
+	// per distinct owner, never one per partition.
 	e.mu.Lock()
-	var cands []unit
-	foreign := map[string]bool{}
+	owners := map[string]bool{}
 	for _, u := range all {
-		if _, mine := e.workers[u.id()]; mine {
-			continue
-		}
-		cands = append(cands, u)
 		if lv, ok := e.knownOwner[u.id()]; ok {
 			if o := ownerOf(lv); o != "" && o != owner {
-				foreign[o] = true
+				owners[o] = true
 			}
 		}
 	}
 	e.mu.Unlock()
-	if len(cands) == 0 {
-		return nil
+	registered := map[string]string{} // instance id -> session owner
+	for id, raw := range instances.Val() {
+		var info InstanceInfo
+		if json.Unmarshal([]byte(raw), &info) == nil && info.Owner != "" {
+			registered[id] = info.Owner
+			if info.Owner != owner {
+				owners[info.Owner] = true
+			}
+		}
 	}
-
-	// Liveness of the known foreign owners: one EXISTS each.
-	alive := map[string]bool{}
-	if len(foreign) > 0 {
+	alive := map[string]bool{owner: true}
+	if len(owners) > 0 {
 		pipe = e.rdb.Pipeline()
 		checks := map[string]*redis.IntCmd{}
-		for o := range foreign {
+		for o := range owners {
 			checks[o] = pipe.Exists(ctx, SessionKey(o))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -125,15 +154,36 @@ func (e *Engine) discover() error {
 			alive[o] = c.Val() == 1
 		}
 	}
+	instancesAlive := 0
+	for id, o := range registered {
+		if alive[o] || id == e.cfg.InstanceID {
+			instancesAlive++
+		}
+	}
+	instancesAlive = max(instancesAlive, 1)
+	e.pruneInstances(ctx, registered, alive)
+
+	// Fair share: aim at ceil(units / live instances); hand over what is clearly above it.
+	target := (len(all) + instancesAlive - 1) / instancesAlive
 	e.mu.Lock()
-	try := cands[:0]
-	for _, u := range cands {
+	owned := len(e.workers)
+	var try []unit
+	for _, u := range all {
+		if _, mine := e.workers[u.id()]; mine {
+			continue
+		}
 		if lv, ok := e.knownOwner[u.id()]; ok && alive[ownerOf(lv)] {
 			continue
 		}
 		try = append(try, u)
 	}
+	if owned > target+fairShareSlack {
+		e.handOverLocked(owned - target)
+	}
 	e.mu.Unlock()
+	if room := target - owned; len(try) > room {
+		try = try[:max(room, 0)]
+	}
 	if len(try) == 0 || e.stopping() {
 		return nil
 	}
@@ -168,6 +218,81 @@ func (e *Engine) discover() error {
 		}
 	}
 	return nil
+}
+
+// fairShareSlack is how far above its share an instance may stay before it hands
+// partitions over, so that shares do not flap at the boundary.
+const fairShareSlack = 1
+
+// handOverLocked asks n workers to finish their in-flight event and release their lease,
+// idle ones first. e.mu is held.
+func (e *Engine) handOverLocked(n int) {
+	var idle, busy []*worker
+	for _, w := range e.workers {
+		if w.handoff.Load() {
+			n--
+			continue
+		}
+		if w.idle.Load() {
+			idle = append(idle, w)
+		} else {
+			busy = append(busy, w)
+		}
+	}
+	for _, w := range append(idle, busy...) {
+		if n <= 0 {
+			return
+		}
+		w.handoff.Store(true)
+		w.poke()
+		n--
+	}
+}
+
+// pruneInstances removes registry entries of instances whose session is gone and whose
+// last heartbeat is older than ten lease TTLs.
+func (e *Engine) pruneInstances(ctx context.Context, registered map[string]string, alive map[string]bool) {
+	// Only the stale entries' heartbeat needs reading; they are rare.
+	for id, o := range registered {
+		if alive[o] || id == e.cfg.InstanceID {
+			continue
+		}
+		raw, err := e.rdb.HGet(ctx, InstancesKey(), id).Result()
+		if err != nil {
+			continue
+		}
+		var info InstanceInfo
+		if json.Unmarshal([]byte(raw), &info) != nil {
+			continue
+		}
+		if time.Since(time.UnixMilli(info.HeartbeatMS)) > 10*e.cfg.Timing.LeaseTTL {
+			e.rdb.HDel(ctx, InstancesKey(), id)
+		}
+	}
+}
+
+// forgetOwner drops the cached owner of a released unit, so the next pass tries it.
+func (e *Engine) forgetOwner(group, unitName string) {
+	e.mu.Lock()
+	delete(e.knownOwner, group+"\x00"+unitName)
+	e.mu.Unlock()
+}
+
+// checkCardinality logs once per crossing when a category's live partitions exceed the
+// configured threshold (partition-per-key is a bounded-cardinality design), and keeps
+// the counts for Stats.
+func (e *Engine) checkCardinality(live map[string]int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for c, n := range live {
+		e.livePartitions[c] = n
+		over := n > e.cfg.MaxPartitionsWarning
+		if over && !e.overThreshold[c] {
+			e.log.Warn("live partitions above the threshold: partition-per-key suits a bounded set of keys",
+				"category", c, "partitions", n, "threshold", e.cfg.MaxPartitionsWarning)
+		}
+		e.overThreshold[c] = over
+	}
 }
 
 // isScriptErrOnly reports whether every failed command failed with a script error (a

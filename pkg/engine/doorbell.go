@@ -146,6 +146,13 @@ func (d *doorbell) loop() {
 				d.mu.Lock()
 				d.ctrlLast = lastID
 				d.mu.Unlock()
+				for _, m := range s.Messages {
+					if op, _ := m.Values["op"].(string); op == "released" {
+						g, _ := m.Values["group"].(string)
+						u, _ := m.Values["unit"].(string)
+						d.e.forgetOwner(g, u)
+					}
+				}
 				d.e.kickDiscovery()
 			default:
 				d.mu.Lock()

@@ -72,6 +72,9 @@ type EngineConfig struct {
 	ShutdownTimeout time.Duration
 	// Logger receives structured logs (default slog.Default()).
 	Logger *slog.Logger
+	// MaxPartitionsWarning is the live partitions per category above which a warning is
+	// logged, once per crossing (default 2000).
+	MaxPartitionsWarning int
 	// Handlers restricts the engine to these handler / process manager names (default:
 	// every handler and process manager with a Func).
 	Handlers []string
@@ -110,15 +113,19 @@ func (c *EngineConfig) Validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.MaxPartitionsWarning <= 0 {
+		c.MaxPartitionsWarning = 2000
+	}
 	return nil
 }
 
-// subscription is one consumer group's interest in one category.
+// subscription is one consumer group's interest in one or more categories: a handler on
+// its category, or a sequential process manager on all of its categories at once.
 type subscription struct {
-	group       string // handler or process manager name
-	category    string
-	field       string // partition field, "" when not partitioned
+	group       string   // handler or process manager name
+	categories  []string // one, except for a sequential process manager
 	partitioned bool
+	pm          bool // units are correlation values spanning every category
 	fn          HandlerFunc
 	maxRetries  int
 	retryDelay  time.Duration
@@ -152,6 +159,9 @@ type Engine struct {
 	byLane     map[string]*worker // group + "\x00" + lane stream -> worker; guarded by mu
 	knownOwner map[string]string  // unit id -> lease value seen; guarded by mu
 	started    bool               // guarded by mu
+
+	livePartitions map[string]int  // category -> index size at the last pass; guarded by mu
+	overThreshold  map[string]bool // category -> above MaxPartitionsWarning; guarded by mu
 }
 
 // New builds an engine from a validated configuration.
@@ -167,14 +177,18 @@ func New(cfg EngineConfig) (*Engine, error) {
 		workers:     map[string]*worker{},
 		byLane:      map[string]*worker{},
 		knownOwner:  map[string]string{},
+
+		livePartitions: map[string]int{},
+		overThreshold:  map[string]bool{},
 	}
 	only := map[string]bool{}
 	for _, n := range cfg.Handlers {
 		only[n] = true
 	}
+	want := func(name string, fn HandlerFunc) bool { return fn != nil && (len(only) == 0 || only[name]) }
 	for _, h := range cfg.Domain.Handlers {
-		if h.Func == nil || h.Kind == CommandHandlerKind || (len(only) > 0 && !only[h.Name]) {
-			continue
+		if h.Kind == CommandHandlerKind || !want(h.Name, h.Func) {
+			continue // command handlers never consume from streams
 		}
 		cat := h.PartOf
 		if cat == "" && len(h.Handles) > 0 {
@@ -184,14 +198,44 @@ func New(cfg EngineConfig) (*Engine, error) {
 		// A partitioned category's events all live on partition streams, so every
 		// handler of the category reads those, including one that did not ask for
 		// sequential_by itself (it gets per-key order as a side effect).
-		field, part := cfg.Domain.PartitionField(cat)
+		_, part := cfg.Domain.PartitionField(cat)
 		e.subs = append(e.subs, &subscription{
-			group: h.Name, category: cat, field: field, partitioned: part,
+			group: h.Name, categories: []string{cat}, partitioned: part,
 			fn: h.Func, maxRetries: orInt(h.MaxRetries, DefaultMaxRetries), retryDelay: orDur(h.RetryDelay, DefaultRetryDelay),
 		})
 	}
+	for _, pm := range cfg.Domain.ProcessManagers {
+		if !want(pm.Name, pm.Func) {
+			continue
+		}
+		var cats []string
+		allPart := true
+		for _, ph := range pm.Handles {
+			et, _ := cfg.Domain.Event(ph.Event)
+			if !contains(cats, et.Category) {
+				cats = append(cats, et.Category)
+			}
+			if _, part := cfg.Domain.PartitionField(et.Category); !part {
+				allPart = false
+			}
+		}
+		base := subscription{group: pm.Name, fn: pm.Func,
+			maxRetries: orInt(pm.MaxRetries, DefaultMaxRetries), retryDelay: orDur(pm.RetryDelay, DefaultRetryDelay)}
+		if pm.SequentialBy && allPart {
+			s := base
+			s.categories, s.partitioned, s.pm = cats, true, true
+			e.subs = append(e.subs, &s)
+			continue
+		}
+		for _, c := range cats {
+			s := base
+			_, part := cfg.Domain.PartitionField(c)
+			s.categories, s.partitioned = []string{c}, part
+			e.subs = append(e.subs, &s)
+		}
+	}
 	if len(e.subs) == 0 {
-		return nil, errors.New("engine: no handler to run: give each event handler a Func")
+		return nil, errors.New("engine: no handler to run: give each event handler or process manager a Func")
 	}
 	e.hardCtx, e.hard = context.WithCancel(context.Background())
 	return e, nil
@@ -231,7 +275,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	pipe := e.rdb.Pipeline()
 	for _, s := range e.subs {
-		pipe.SAdd(ctx, GroupRegistry(s.category), s.group)
+		for _, c := range s.categories {
+			pipe.SAdd(ctx, GroupRegistry(c), s.group)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return translateRedisErr(err)
@@ -337,4 +383,21 @@ func (e *Engine) Owned() []OwnedPartition {
 		out = append(out, OwnedPartition{Group: w.sub.group, Stream: w.lanes[0], Generation: w.gen})
 	}
 	return out
+}
+
+// Stats is a snapshot of what the engine sees, for metrics.
+type Stats struct {
+	Owned          int            // units owned by this instance
+	LivePartitions map[string]int // category -> partitions in its discovery index
+}
+
+// Stats returns a snapshot.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := Stats{Owned: len(e.workers), LivePartitions: map[string]int{}}
+	for c, n := range e.livePartitions {
+		st.LivePartitions[c] = n
+	}
+	return st
 }

@@ -134,28 +134,38 @@ func TestStallFailoverFenceHolds(t *testing.T) {
 		t.Fatalf("takeover %v after the freeze, before the frozen owner's session could expire", took)
 	}
 	startsFrozen := rdb.LLen(context.Background(), "t:starts:p1").Val()
+	staleGen := map[string]string{} // key -> the generation p1 held when frozen
+	for _, s := range rdb.LRange(context.Background(), "t:starts:p1", 0, -1).Val() {
+		f := strings.Split(s, "/")
+		staleGen[f[0]] = f[2]
+	}
 	p1.signal(syscall.SIGCONT)
 	done()
 	checkLogs(t, srv, keys, perKey)
 	time.Sleep(500 * time.Millisecond)
-	// The stale owner may finish the one event per key it was running when frozen (its
-	// commit is then refused by the generation-fenced sink, or re-run by the new owner),
-	// but it must not start another: any start it records after waking must be the very
-	// event the new owner reclaimed first for that key.
+	// Under its stale generation, the woken owner may finish the one event per key it was
+	// running when frozen (its commit is then refused by the generation-fenced sink, or
+	// re-run by the new owner), but must not start another: such a start must be the very
+	// event the new owner reclaimed first for that key. Fair share may later hand it
+	// partitions back; those run under new, higher generations.
 	firstOfP2 := map[string]string{}
 	for _, s := range rdb.LRange(context.Background(), "t:starts:p2", 0, -1).Val() {
-		k := s[:strings.IndexByte(s, '/')]
-		if _, ok := firstOfP2[k]; !ok {
-			firstOfP2[k] = s
+		f := strings.Split(s, "/")
+		if _, ok := firstOfP2[f[0]]; !ok {
+			firstOfP2[f[0]] = f[1]
 		}
 	}
-	late := rdb.LRange(context.Background(), "t:starts:p1", startsFrozen, -1).Val()
+	var late []string
 	perKeyLate := map[string]int{}
-	for _, s := range late {
-		k := s[:strings.IndexByte(s, '/')]
-		perKeyLate[k]++
-		if s != firstOfP2[k] || perKeyLate[k] > 1 {
-			t.Errorf("the stale owner started %s after it woke (the new owner's first event for %s was %s)", s, k, firstOfP2[k])
+	for _, s := range rdb.LRange(context.Background(), "t:starts:p1", startsFrozen, -1).Val() {
+		f := strings.Split(s, "/")
+		if f[2] != staleGen[f[0]] {
+			continue // a later, legitimate lease
+		}
+		late = append(late, s)
+		perKeyLate[f[0]]++
+		if f[1] != firstOfP2[f[0]] || perKeyLate[f[0]] > 1 {
+			t.Errorf("the stale owner started %s under its old generation after it woke (the new owner's first event for %s was seq %s)", s, f[0], firstOfP2[f[0]])
 		}
 	}
 	t.Logf("in-flight events the stale owner finished after waking: %v", late)
@@ -163,9 +173,6 @@ func TestStallFailoverFenceHolds(t *testing.T) {
 		s := p1.stderr.String()
 		return strings.Contains(s, "session expired") || strings.Contains(s, "fenced")
 	})
-	if o := e2.Owned(); len(o) != len(keys) {
-		t.Errorf("the new owner lost partitions to the stale one: owns %d", len(o))
-	}
 }
 
 // Acceptance 11: SIGTERM to the owner: it finishes in-flight work, releases its leases,
@@ -192,10 +199,7 @@ func TestGracefulShutdownHandsOver(t *testing.T) {
 	})
 	s2 := &sink{rdb: srv.Client(t), instance: "p2", work: time.Millisecond}
 	e2 := startEngine(t, srv, testDomain(t, s2.handle, nil), "p2", ttl)
-	time.Sleep(300 * time.Millisecond)
-	if n := len(e2.Owned()); n != 0 {
-		t.Fatalf("p2 owns %d partitions while p1 is alive", n)
-	}
+	waitFor(t, 10*time.Second, "p2 takes its fair share", func() bool { return len(e2.Owned()) == len(keys)/2 })
 	term := time.Now()
 	p1.signal(syscall.SIGTERM)
 	waitFor(t, 10*time.Second, "p2 owns every key", func() bool { return len(e2.Owned()) == len(keys) })

@@ -59,10 +59,20 @@ func fastTiming(ttl time.Duration) LeaseTiming {
 
 func startEngine(tb testing.TB, srv *redistest.Server, d *Domain, id string, ttl time.Duration) *Engine {
 	tb.Helper()
-	e, err := New(EngineConfig{
-		Domain: d, Client: srv.Client(tb), InstanceID: id, Timing: fastTiming(ttl),
+	return startEngineWith(tb, srv, d, id, func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
+}
+
+// startEngineWith starts an engine with test defaults changed by mod.
+func startEngineWith(tb testing.TB, srv *redistest.Server, d *Domain, id string, mod func(*EngineConfig)) *Engine {
+	tb.Helper()
+	cfg := EngineConfig{
+		Domain: d, Client: srv.Client(tb), InstanceID: id, Timing: fastTiming(2 * time.Second),
 		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	e, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -71,6 +81,38 @@ func startEngine(tb testing.TB, srv *redistest.Server, d *Domain, id string, ttl
 	}
 	tb.Cleanup(func() { _ = e.Shutdown(context.Background()) })
 	return e
+}
+
+// crash stops an engine the way a killed process stops: no acks flushed, no lease
+// released, no heartbeat any more; its session expires after the TTL.
+func crash(e *Engine) {
+	e.hard()
+	e.wg.Wait()
+}
+
+// bulkPublish publishes many events in pipelines (the publish script, as Publish does).
+func bulkPublish(tb testing.TB, b *RedisBroker, d *Domain, events []testPayload) {
+	tb.Helper()
+	ctx := context.Background()
+	if err := loadScripts(ctx, b.rdb); err != nil {
+		tb.Fatal(err)
+	}
+	for start := 0; start < len(events); start += 1000 {
+		pipe := b.rdb.Pipeline()
+		for _, p := range events[start:min(start+1000, len(events))] {
+			data, _ := json.Marshal(p)
+			r, err := d.Route("OrderPlaced", data, 0)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			ev := Event{ID: NewEventID(), Type: "OrderPlaced", Category: r.Category, Key: r.Key, Data: data}
+			args := append([]any{r.Key, r.Category, 0}, envelopeArgs(ev)...)
+			scriptPublish.EvalSha(ctx, pipe, []string{r.Stream, r.Index, ControlStream(), ""}, args...)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
 
 func publish(tb testing.TB, b *RedisBroker, d *Domain, key string, seq int, poison bool) Published {
@@ -89,7 +131,7 @@ func publish(tb testing.TB, b *RedisBroker, d *Domain, key string, seq int, pois
 //	t:log:{key}      list of seq, in the order effects were committed
 //	t:marker:{key}   the cross-instance "inside the handler" marker
 //	t:overlap        count of entries that found another holder's marker
-//	t:starts:{inst}  list of "key/seq" started by an instance
+//	t:starts:{inst}  list of "key/seq/generation" started by an instance
 //	t:win:{key}      hash first/last start time (ns) per key, for cross-key overlap
 //
 // With fenced set, the commit is rejected when a higher generation already committed
@@ -147,7 +189,8 @@ func (s *sink) handle(ctx context.Context, ev Event) error {
 		fenced = "1"
 	}
 	// The start record comes first, so a start is visible as early as possible.
-	if err := s.rdb.RPush(bg, "t:starts:"+s.instance, ev.Key+"/"+strconv.Itoa(p.Seq)).Err(); err != nil {
+	start := ev.Key + "/" + strconv.Itoa(p.Seq) + "/" + strconv.FormatInt(d.Generation, 10)
+	if err := s.rdb.RPush(bg, "t:starts:"+s.instance, start).Err(); err != nil {
 		return err
 	}
 	ok, err := sinkEnter.Run(bg, s.rdb, []string{"t:marker:" + ev.Key}, holder, d.Generation, fenced).Int()

@@ -29,9 +29,11 @@ var (
 	scriptDrain   = mustScript("drain.lua")
 	scriptHalt    = mustScript("halt.lua")
 	scriptResolve = mustScript("resolve.lua")
+	scriptReap    = mustScript("reap.lua")
+	scriptTrim    = mustScript("trim.lua")
 )
 
-var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptPublish, scriptDrain, scriptHalt, scriptResolve}
+var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim}
 
 // loadScripts makes sure every script is cached on the server, so that EVALSHA in a
 // pipeline never meets NOSCRIPT.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,11 +39,23 @@ type worker struct {
 	done   chan struct{}
 	acks   chan ackReq
 
+	handoff atomic.Bool // set by fair share: finish the in-flight event, release, exit
+	idle    atomic.Bool // the partition was empty at the last read
+
 	// Owned by the worker goroutine.
-	handled [][]string // ids handled since the last drain, per lane
-	pending []entry    // read but not started
-	retry   *entry     // head waiting for another attempt or an operator
+	handled   [][]string // ids handled since the last drain, per lane
+	pending   []entry    // read but not started
+	retry     *entry     // head waiting for another attempt or an operator
+	sinceTrim int        // events handled since the last trim
+	trimmed   bool       // trimmed (and old consumers cleaned) since the lease was taken
+	idleSince time.Time  // local time the partition was first seen empty with no entries
+	reapAt    time.Time  // when to try reaping next; zero: from the last entry's time
+	reaped    bool       // the unit was reaped: its lease is gone
 }
+
+// trimEvery is how many handled events separate two trims of a busy partition. The
+// stream then holds at most about this many acknowledged entries.
+const trimEvery = 256
 
 type ackReq struct {
 	lane int
@@ -89,7 +103,7 @@ func (w *worker) poke() {
 
 func (w *worker) run() {
 	defer w.exit()
-	for !w.e.stopping() && w.ctx.Err() == nil {
+	for !w.e.stopping() && w.ctx.Err() == nil && !w.handoff.Load() && !w.reaped {
 		var err error
 		switch {
 		case w.retry != nil:
@@ -121,7 +135,7 @@ func (w *worker) run() {
 func (w *worker) exit() {
 	close(w.acks)
 	w.e.bell.unwatch(w)
-	if w.ctx.Err() == nil {
+	if w.ctx.Err() == nil && !w.reaped {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if err := w.flushAcks(ctx); err == nil {
 			keys := []string{w.leaseKey, ControlStream()}
@@ -144,8 +158,9 @@ func (w *worker) exit() {
 	w.e.wg.Done()
 }
 
-// wait blocks until poked, d passes (d <= 0: no timer), or the worker must stop.
-func (w *worker) wait(d time.Duration) {
+// wait blocks until poked, d passes (d <= 0: no timer), or the worker must stop. It
+// reports whether the timer fired.
+func (w *worker) wait(d time.Duration) (timedOut bool) {
 	var tc <-chan time.Time
 	if d > 0 {
 		t := time.NewTimer(d)
@@ -155,9 +170,11 @@ func (w *worker) wait(d time.Duration) {
 	select {
 	case <-w.wake:
 	case <-tc:
+		return true
 	case <-w.ctx.Done():
 	case <-w.e.stopped:
 	}
+	return false
 }
 
 // haltRecheck is how often a halted worker re-reads its halt record in case an operator's
@@ -174,15 +191,121 @@ func (w *worker) fetch() error {
 	case drainHalted:
 		w.wait(haltRecheck)
 	case drainEmpty:
+		if !w.trimmed {
+			w.trim() // after a takeover: drop the previous owners' consumers
+		}
+		w.idle.Store(true)
 		for i, l := range w.lanes {
 			w.e.bell.watchLane(l, r.lastIDs[i], w)
 		}
-		w.wait(0)
+		timedOut := w.wait(w.untilReap(r.lastIDs))
 		w.e.bell.unwatch(w)
+		if timedOut {
+			w.reap()
+		}
 	case drainEntries:
+		w.idle.Store(false)
+		w.idleSince, w.reapAt = time.Time{}, time.Time{}
 		w.pending = r.entries
 	}
 	return nil
+}
+
+// untilReap returns how long the partition must stay idle before a reap is tried (0: no
+// reaping, for an unpartitioned category stream).
+func (w *worker) untilReap(lastIDs []string) time.Duration {
+	if !w.sub.partitioned {
+		return 0
+	}
+	if w.reapAt.IsZero() {
+		var last int64
+		for _, id := range lastIDs {
+			if ms := idMillis(id); ms > last {
+				last = ms
+			}
+		}
+		if last == 0 {
+			if w.idleSince.IsZero() {
+				w.idleSince = time.Now()
+			}
+			w.reapAt = w.idleSince.Add(w.e.cfg.Timing.ReapIdle)
+		} else {
+			w.reapAt = time.UnixMilli(last).Add(w.e.cfg.Timing.ReapIdle)
+		}
+	}
+	return max(time.Until(w.reapAt), time.Millisecond)
+}
+
+// idMillis returns the millisecond part of a stream entry id ("0-0" gives 0).
+func idMillis(id string) int64 {
+	i := strings.IndexByte(id, '-')
+	if i < 0 {
+		return 0
+	}
+	ms, _ := strconv.ParseInt(id[:i], 10, 64)
+	return ms
+}
+
+// reap tries to retire the idle unit (reap.lua); on success the worker exits.
+func (w *worker) reap() {
+	n := len(w.lanes)
+	keys := make([]string, 0, 3+3*n)
+	keys = append(keys, w.leaseKey, SessionKey(w.owner), w.haltKey)
+	keys = append(keys, w.lanes...)
+	for _, c := range w.u.laneCats {
+		keys = append(keys, PartitionIndex(c))
+	}
+	for _, c := range w.u.laneCats {
+		keys = append(keys, GroupRegistry(c))
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
+	defer cancel()
+	res, err := scriptReap.Run(ctx, w.e.rdb, keys, w.token, w.e.cfg.Timing.ReapIdle.Milliseconds(), n, w.u.key).Slice()
+	if err != nil {
+		w.reapAt = time.Now().Add(w.e.cfg.Timing.PollInterval * 4)
+		w.e.log.Warn("reap failed", "group", w.sub.group, "unit", w.u.name, "err", translateRedisErr(err))
+		return
+	}
+	code, _ := res[0].(int64)
+	switch code {
+	case 1:
+		w.reaped = true
+		w.e.log.Info("cold partition reaped", "group", w.sub.group, "unit", w.u.name)
+	case 0:
+		s, _ := res[1].(string)
+		ms, _ := strconv.ParseInt(s, 10, 64)
+		w.reapAt = time.Now().Add(time.Duration(ms) * time.Millisecond)
+	case -1:
+		w.cancel()
+	default:
+		reason, _ := res[1].(string)
+		w.e.log.Debug("partition not reapable yet", "group", w.sub.group, "unit", w.u.name, "reason", reason)
+		w.reapAt = time.Now().Add(w.e.cfg.Timing.ReapIdle)
+	}
+}
+
+// trim drops the acknowledged prefix of the lanes and old consumers (trim.lua).
+func (w *worker) trim() {
+	n := len(w.lanes)
+	keys := make([]string, 0, 2+2*n)
+	keys = append(keys, w.leaseKey, SessionKey(w.owner))
+	keys = append(keys, w.lanes...)
+	for _, c := range w.u.laneCats {
+		keys = append(keys, GroupRegistry(c))
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
+	defer cancel()
+	res, err := scriptTrim.Run(ctx, w.e.rdb, keys, w.token, w.sub.group, w.consumer, n).Slice()
+	w.sinceTrim = 0
+	if err != nil {
+		w.e.log.Warn("trim failed", "group", w.sub.group, "unit", w.u.name, "err", translateRedisErr(err))
+		return
+	}
+	if code, _ := res[0].(int64); code == -1 {
+		w.cancel()
+		return
+	}
+	w.trimmed = true
 }
 
 // step retries the head held in w.retry.
@@ -223,7 +346,7 @@ func (w *worker) handle(ent entry) error {
 	ev, err := EventFromMessage(ent.msg)
 	if err == nil {
 		d := Delivery{
-			Handler: w.sub.group, Category: w.sub.category, Key: w.u.key, Stream: w.lanes[ent.lane],
+			Handler: w.sub.group, Category: w.u.laneCats[ent.lane], Key: w.u.key, Stream: w.lanes[ent.lane],
 			EntryID: ent.msg.ID, Generation: w.gen, Attempt: ent.deliveries,
 		}
 		err = w.call(WithDelivery(w.ctx, d), ev)
@@ -233,6 +356,11 @@ func (w *worker) handle(ent entry) error {
 		select {
 		case w.acks <- ackReq{lane: ent.lane, id: ent.msg.ID}:
 		default: // the sender is behind; the next drain acks it
+		}
+		if w.sinceTrim++; w.sinceTrim >= trimEvery && len(w.pending) == 0 {
+			// Between batches. Entries whose ack is still in flight are pending, and the
+			// trim keeps everything from the oldest pending entry on.
+			w.trim()
 		}
 		return nil
 	}

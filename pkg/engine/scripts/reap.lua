@@ -1,0 +1,82 @@
+-- reap.lua: retire a cold partition (or process-manager unit), fenced: delete its lane
+-- streams, remove its key from each category's discovery index, and drop the lease.
+--
+-- Only when, for every lane that exists: the last entry is older than the idle period by
+-- Redis TIME; every consumer group registered for the lane's category exists on the
+-- stream, has been delivered the last entry and has nothing pending. A group that is down
+-- or has never read the stream therefore keeps the partition. A halted partition is never
+-- reaped. A publish after the reap re-creates the stream and re-adds the key to the index
+-- in one script, so it is discovered again, never stranded.
+--
+-- KEYS[1]          lease key
+-- KEYS[2]          the caller's session key
+-- KEYS[3]          halt record
+-- KEYS[4..3+n]     lane streams
+-- KEYS[4+n..3+2n]  discovery index of each lane's category
+-- KEYS[4+2n..3+3n] group registry of each lane's category
+-- ARGV[1]  token "{owner}:{generation}"
+-- ARGV[2]  idle period, ms
+-- ARGV[3]  n, the number of lanes
+-- ARGV[4]  the partition key (index member)
+-- Returns:
+--   {1}            reaped (the lease is gone: the caller stops owning the unit)
+--   {0, ms}        not idle long enough: try again in ms
+--   {-7, reason}   not reapable now (halted, pending entries, a group behind)
+--   {-1}           fenced
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 0 then
+  return {-1}
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return {-7, 'halted'}
+end
+local idle = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local function less(a, b)
+  local am, as = parse(a)
+  local bm, bs = parse(b)
+  return am < bm or (am == bm and as < bs)
+end
+
+for i = 1, n do
+  local lane = KEYS[3 + i]
+  if redis.call('EXISTS', lane) == 1 then
+    local last = redis.call('XREVRANGE', lane, '+', '-', 'COUNT', 1)
+    if last[1] then
+      local ms = parse(last[1][1])
+      if now - ms < idle then
+        return {0, tostring(idle - (now - ms))}
+      end
+    end
+    local groups = {}
+    for _, g in ipairs(redis.call('XINFO', 'GROUPS', lane)) do
+      local info = {}
+      for j = 1, #g, 2 do info[g[j]] = g[j + 1] end
+      groups[info['name']] = info
+    end
+    for _, name in ipairs(redis.call('SMEMBERS', KEYS[3 + 2 * n + i])) do
+      local g = groups[name]
+      if not g then
+        return {-7, 'group ' .. name .. ' has never read ' .. lane}
+      end
+      if tonumber(g['pending']) > 0 then
+        return {-7, 'group ' .. name .. ' has pending entries on ' .. lane}
+      end
+      if last[1] and less(g['last-delivered-id'], last[1][1]) then
+        return {-7, 'group ' .. name .. ' is behind on ' .. lane}
+      end
+    end
+  end
+end
+for i = 1, n do
+  redis.call('DEL', KEYS[3 + i])
+  redis.call('SREM', KEYS[3 + n + i], ARGV[4])
+end
+redis.call('DEL', KEYS[1])
+return {1}
