@@ -75,6 +75,8 @@ type EngineConfig struct {
 	// MaxPartitionsWarning is the live partitions per category above which a warning is
 	// logged, once per crossing (default 2000).
 	MaxPartitionsWarning int
+	// Observer receives metrics events (default: none).
+	Observer Observer
 	// Handlers restricts the engine to these handler / process manager names (default:
 	// every handler and process manager with a Func).
 	Handlers []string
@@ -112,6 +114,9 @@ func (c *EngineConfig) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
 	}
 	if c.MaxPartitionsWarning <= 0 {
 		c.MaxPartitionsWarning = 2000
@@ -255,6 +260,15 @@ func orDur(v, d time.Duration) time.Duration {
 	return v
 }
 
+// Ready reports whether the engine runs with a live session (for readiness probes).
+func (e *Engine) Ready() bool {
+	if e.sess == nil || e.stopping() {
+		return false
+	}
+	_, ctx := e.sess.current()
+	return ctx != nil && ctx.Err() == nil && e.sess.valid()
+}
+
 // InstanceID returns the instance id.
 func (e *Engine) InstanceID() string { return e.cfg.InstanceID }
 
@@ -388,6 +402,7 @@ func (e *Engine) Owned() []OwnedPartition {
 // Stats is a snapshot of what the engine sees, for metrics.
 type Stats struct {
 	Owned          int            // units owned by this instance
+	Halted         int            // owned units halted on a poison head
 	LivePartitions map[string]int // category -> partitions in its discovery index
 }
 
@@ -396,6 +411,11 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st := Stats{Owned: len(e.workers), LivePartitions: map[string]int{}}
+	for _, w := range e.workers {
+		if w.halted.Load() {
+			st.Halted++
+		}
+	}
 	for c, n := range e.livePartitions {
 		st.LivePartitions[c] = n
 	}

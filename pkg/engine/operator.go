@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -15,6 +16,18 @@ type HeadRef struct {
 	// BackfillSuffix is the lane token when priority lanes are on ("" = no backfill lane
 	// known; the halt record still says which lane a halted head is on).
 	BackfillSuffix string
+	// ProcessManager is set when Group is a sequential process manager: its lease and halt
+	// record belong to the correlation value Key across all its categories.
+	ProcessManager bool
+}
+
+// Unit is the lease unit of the partition: the primary stream, or the process manager's
+// correlation unit.
+func (r HeadRef) Unit() string {
+	if r.ProcessManager {
+		return PMUnit(r.Group, r.Key)
+	}
+	return r.Stream()
 }
 
 // Stream is the primary stream of the partition.
@@ -39,7 +52,7 @@ type HaltRecord struct {
 
 // Halt reads the halt record of a partition, or nil when it is not halted.
 func (b *RedisBroker) Halt(ctx context.Context, ref HeadRef) (*HaltRecord, error) {
-	m, err := b.rdb.HGetAll(ctx, HaltKey(ref.Stream(), ref.Group)).Result()
+	m, err := b.rdb.HGetAll(ctx, HaltKey(ref.Unit(), ref.Group)).Result()
 	if err != nil {
 		return nil, translateRedisErr(err)
 	}
@@ -108,11 +121,13 @@ func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID
 	} else if h != nil && h.Stream != "" {
 		lane = h.Stream
 	}
+	// The DLQ of the partition the head is on ({category}:{key}:dlq): for a process
+	// manager the halted lane may belong to another of its categories.
 	dlq := CategoryStream(ref.Category) + ":" + dlqToken
-	if ref.Key != "" {
-		dlq = DLQStream(ref.Category, ref.Key)
+	if parts := strings.Split(lane, ":"); len(parts) >= 2 {
+		dlq = DLQStream(parts[0], parts[1])
 	}
-	keys := []string{HaltKey(ref.Stream(), ref.Group), lane, dlq, LeaseKey(ref.Stream(), ref.Group)}
+	keys := []string{HaltKey(ref.Unit(), ref.Group), lane, dlq, LeaseKey(ref.Unit(), ref.Group)}
 	f := ""
 	if force {
 		f = "force"

@@ -41,6 +41,7 @@ type worker struct {
 
 	handoff atomic.Bool // set by fair share: finish the in-flight event, release, exit
 	idle    atomic.Bool // the partition was empty at the last read
+	halted  atomic.Bool // parked on a halt record
 
 	// Owned by the worker goroutine.
 	handled   [][]string // ids handled since the last drain, per lane
@@ -88,6 +89,7 @@ func (e *Engine) startWorker(u unit, owner string, gen int64, sctx context.Conte
 	delete(e.knownOwner, u.id())
 	e.wg.Add(1)
 	e.mu.Unlock()
+	e.cfg.Observer.LeaseAcquired(w.sub.group)
 	e.log.Debug("lease acquired", "group", w.sub.group, "unit", u.name, "generation", gen)
 	go w.ackLoop()
 	go w.run()
@@ -117,6 +119,7 @@ func (w *worker) run() {
 		}
 		if err != nil {
 			if errors.Is(err, ErrFenced) || errors.Is(err, ErrSessionLost) {
+				w.e.cfg.Observer.LeaseLost(w.sub.group, "fenced")
 				w.e.log.Warn("lease lost: stopping this partition", "group", w.sub.group, "unit", w.u.name, "generation", w.gen, "err", err)
 				w.cancel()
 				return
@@ -189,6 +192,7 @@ func (w *worker) fetch() error {
 	}
 	switch r.code {
 	case drainHalted:
+		w.halted.Store(true) // halted before this owner took over
 		w.wait(haltRecheck)
 	case drainEmpty:
 		if !w.trimmed {
@@ -205,6 +209,7 @@ func (w *worker) fetch() error {
 		}
 	case drainEntries:
 		w.idle.Store(false)
+		w.halted.Store(false)
 		w.idleSince, w.reapAt = time.Time{}, time.Time{}
 		w.pending = r.entries
 	}
@@ -319,8 +324,10 @@ func (w *worker) step(head *entry) error {
 		w.wait(haltRecheck)
 	case drainResolved:
 		w.retry = nil // an operator skipped it or moved it to the DLQ
+		w.halted.Store(false)
 	case drainEntries:
 		w.retry = nil
+		w.halted.Store(false)
 		return w.handle(r.entries[0])
 	case drainEmpty:
 		w.retry = nil
@@ -349,7 +356,14 @@ func (w *worker) handle(ent entry) error {
 			Handler: w.sub.group, Category: w.u.laneCats[ent.lane], Key: w.u.key, Stream: w.lanes[ent.lane],
 			EntryID: ent.msg.ID, Generation: w.gen, Attempt: ent.deliveries,
 		}
+		started := time.Now()
 		err = w.call(WithDelivery(w.ctx, d), ev)
+		info := AttemptInfo{Group: w.sub.group, Category: d.Category, Attempt: ent.deliveries, Duration: time.Since(started), Err: err}
+		if ent.deliveries == 1 && !ev.PublishedAt.IsZero() {
+			info.Latency = max(started.Sub(ev.PublishedAt), 0)
+		}
+		info.Retry = err != nil && w.ctx.Err() == nil && ent.deliveries < w.sub.maxRetries
+		w.e.cfg.Observer.Attempt(info)
 	}
 	if err == nil {
 		w.handled[ent.lane] = append(w.handled[ent.lane], ent.msg.ID)
@@ -407,6 +421,8 @@ func (w *worker) halt(ent entry, cause error) error {
 	if err := codeErr(code); err != nil {
 		return err
 	}
+	w.halted.Store(true)
+	w.e.cfg.Observer.Halted(w.sub.group, w.u.laneCats[ent.lane])
 	w.e.log.Error("partition halted on a poison head: resolve it with seqctl head skip|dlq|retry",
 		"group", w.sub.group, "stream", w.lanes[ent.lane], "entry", ent.msg.ID, "attempts", ent.deliveries, "err", msg)
 	w.retry = &ent
