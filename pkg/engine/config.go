@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Environment variables that override domain.toml. They let secrets (a Redis password, a
@@ -379,7 +381,25 @@ func (c *Config) Domain() (*Domain, error) {
 		d.AddProcessManager(pm)
 	}
 	d.BackfillSuffix = c.Server.PriorityLanes.BackfillSuffix
+	d.LanesEnabled = c.Server.PriorityLanes.Enabled
+	d.LanesThreshold = c.Server.PriorityLanes.Threshold
 	return d, nil
+}
+
+// EngineConfig returns the engine configuration the file describes, for the initialized
+// domain d and the caller's client; the caller adds InstanceID, Logger, Observer.
+func (c *Config) EngineConfig(d *Domain, client redis.UniversalClient) EngineConfig {
+	warn := c.Server.Partitioning.MaxPartitionsWarning
+	if warn == 0 {
+		warn = -1 // max_partitions_warning = 0 turns the warning off
+	}
+	return EngineConfig{Domain: d, Client: client, Timing: c.Timing(), MaxPartitionsWarning: warn}
+}
+
+// Timing returns the [server.partitioning] timing for EngineConfig.Timing.
+func (c *Config) Timing() LeaseTiming {
+	p := c.Server.Partitioning
+	return LeaseTiming{LeaseTTL: p.LeaseTTL, HeartbeatInterval: p.HeartbeatInterval, PollInterval: p.PollInterval, ReapIdle: p.ReapIdle}
 }
 
 // BrokerInfo describes the configured broker kind to Domain.Init.

@@ -286,7 +286,7 @@ func (e *Engine) checkCardinality(live map[string]int) {
 	defer e.mu.Unlock()
 	for c, n := range live {
 		e.livePartitions[c] = n
-		over := n > e.cfg.MaxPartitionsWarning
+		over := e.cfg.MaxPartitionsWarning > 0 && n > e.cfg.MaxPartitionsWarning
 		if over && !e.overThreshold[c] {
 			e.log.Warn("live partitions above the threshold: partition-per-key suits a bounded set of keys",
 				"category", c, "partitions", n, "threshold", e.cfg.MaxPartitionsWarning)

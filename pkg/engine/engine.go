@@ -73,7 +73,7 @@ type EngineConfig struct {
 	// Logger receives structured logs (default slog.Default()).
 	Logger *slog.Logger
 	// MaxPartitionsWarning is the live partitions per category above which a warning is
-	// logged, once per crossing (default 2000).
+	// logged, once per crossing (default 2000; negative turns the warning off).
 	MaxPartitionsWarning int
 	// Observer receives metrics events (default: none).
 	Observer Observer
@@ -118,7 +118,7 @@ func (c *EngineConfig) Validate() error {
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
 	}
-	if c.MaxPartitionsWarning <= 0 {
+	if c.MaxPartitionsWarning == 0 {
 		c.MaxPartitionsWarning = 2000
 	}
 	return nil
