@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,5 +309,50 @@ func TestInlineBroker(t *testing.T) {
 	}
 	if _, err := ib.Halt(context.Background(), ref); !errors.Is(err, ErrNotSupported) {
 		t.Errorf("halt: err = %v, want ErrNotSupported", err)
+	}
+}
+
+// A graceful hand-over gives back the entries the owner read but never started with
+// their delivery count restored: the next owner sees them as first attempts.
+func TestGracefulHandOverKeepsAttemptCounts(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := NewRedisBroker(rdb)
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	d1 := testDomain(t, func(ctx context.Context, ev Event) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-release
+		return nil
+	}, nil)
+	e1 := startEngine(t, srv, d1, "i1", 2*time.Second)
+	for i := 0; i < 6; i++ {
+		publish(t, b, d1, "A", i, false)
+	}
+	<-started // event 0 in flight, 1..5 read in the same batch
+	var mu sync.Mutex
+	attempts := map[int]int{}
+	d2 := testDomain(t, func(ctx context.Context, ev Event) error {
+		dl, _ := DeliveryFrom(ctx)
+		var p testPayload
+		_ = json.Unmarshal(ev.Data, &p)
+		mu.Lock()
+		attempts[p.Seq] = dl.Attempt
+		mu.Unlock()
+		return nil
+	}, nil)
+	go func() { time.Sleep(100 * time.Millisecond); close(release) }()
+	if err := e1.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	startEngine(t, srv, d2, "i2", 2*time.Second)
+	waitFor(t, 5*time.Second, "the rest handled by i2", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) == 5 })
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff(map[int]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 1}, attempts); diff != "" {
+		t.Errorf("attempt numbers after a graceful hand-over (-want +got):\n%s", diff)
 	}
 }

@@ -141,8 +141,12 @@ func (w *worker) exit() {
 	if w.ctx.Err() == nil && !w.reaped {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if err := w.flushAcks(ctx); err == nil {
-			keys := []string{w.leaseKey, ControlStream()}
-			_ = scriptRelease.Run(ctx, w.e.rdb, keys, w.token, w.sub.group, w.u.name).Err()
+			keys := append([]string{w.leaseKey, ControlStream()}, w.lanes...)
+			args := []any{w.token, w.sub.group, w.u.name, w.consumer}
+			for _, ent := range w.pending {
+				args = append(args, ent.lane+1, ent.msg.ID, ent.deliveries-1)
+			}
+			_ = scriptRelease.Run(ctx, w.e.rdb, keys, args...).Err()
 		}
 		cancel()
 	}
