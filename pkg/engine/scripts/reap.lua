@@ -34,8 +34,13 @@ local n = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
+-- parse splits a stream id "ms-seq"; a bare "ms" (or anything else) is read leniently so
+-- that servers that report ids differently never break the comparison.
 local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
+  if not ms then
+    ms, seq = string.match(id or '', '^(%d+)$') or '0', '0'
+  end
   return tonumber(ms), tonumber(seq)
 end
 local function less(a, b)

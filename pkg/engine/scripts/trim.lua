@@ -18,8 +18,13 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 0 t
   return {-1}
 end
 local group, me, n = ARGV[2], ARGV[3], tonumber(ARGV[4])
+-- parse splits a stream id "ms-seq"; a bare "ms" (or anything else) is read leniently so
+-- that servers that report ids differently never break the comparison.
 local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
+  if not ms then
+    ms, seq = string.match(id or '', '^(%d+)$') or '0', '0'
+  end
   return tonumber(ms), tonumber(seq)
 end
 local function less(a, b)
