@@ -1,0 +1,60 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// The demo on its embedded Redis handles events and, with poison now and then, shows a
+// halted partition.
+func TestDemoRunsOnEmbeddedRedis(t *testing.T) {
+	d, err := Start(context.Background(), Options{Rate: 200, PoisonEvery: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if !d.Embedded || d.URL == "" {
+		t.Fatalf("embedded = %v, url = %q", d.Embedded, d.URL)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	var s Summary
+	for time.Now().Before(deadline) {
+		s = d.Summary()
+		if s.Handled > 50 && s.Halted > 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Log(s)
+	if s.Handled <= 50 || s.Halted == 0 {
+		t.Fatalf("after 20s: %v; want events handled and a halted partition", s)
+	}
+	// The halt is visible through the engine's operator API on the same Redis.
+	found := false
+	for i := 1; i <= 12 && !found; i++ {
+		h, err := d.broker.Halt(context.Background(), engine.HeadRef{Group: "OrderProjector", Category: "order", Key: "client-" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found = h != nil && h.Error != ""
+	}
+	if !found {
+		t.Fatal("no halt record readable through the operator API")
+	}
+}
+
+func TestDemoDomainFileIsTheEmbeddedOne(t *testing.T) {
+	b, err := os.ReadFile("../../testdata/demo/domain.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, DomainTOML) {
+		t.Fatal("testdata/demo/domain.toml differs from pkg/demo/domain.toml: copy one onto the other")
+	}
+}
