@@ -65,7 +65,7 @@ func (b *RedisBroker) Publish(ctx context.Context, d *Domain, eventType string, 
 }
 
 // PublishRouted appends an event whose route was already computed with Domain.Route (the
-// outbox relay routes when it enqueues). With dedupeSeq > 0 the append is idempotent per
+// outbox relay routes each row at publish time from the key stored on the row). With dedupeSeq > 0 the append is idempotent per
 // stream: it happens only if dedupeSeq is above the last sequence recorded for the stream,
 // and the record advances in the same script. Published.Duplicate reports a skipped
 // append (the entry id is then the one recorded with the mark).
