@@ -1,0 +1,364 @@
+// Package admin is the operator's view of a live seqctl deployment: it lists partitions
+// with their owner, generation, lease, lag, pending entries and halt state, inspects a
+// partition and its head entry, resolves a halted head (skip, move to the DLQ, retry),
+// lists and replays DLQ entries, and keeps the audit log of every operator action.
+//
+// It reads and writes Redis only, through the key names of pkg/engine/keyspace.go, and
+// returns plain structs with JSON tags. Every write is a compare-and-act done by an engine
+// script (see engine.RedisBroker.Skip, MoveToDLQ and Retry): it names the head entry the
+// operator inspected and changes nothing when the head has moved. Redis errors are
+// translated at this boundary: a network failure matches engine.ErrRedisUnavailable.
+//
+// An Admin needs one Redis node (or a primary), as the engine does. It is safe for
+// concurrent use; it starts no goroutines.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// Options configure an Admin. The zero value discovers everything from Redis.
+type Options struct {
+	// Topology lists the categories and their consumer groups. nil means discover them:
+	// categories from the *:__partitions__ index keys (SCAN), groups from each category's
+	// GroupRegistry; a group is then taken for a sequential process manager on a
+	// correlation value when a lease or a halt record exists under its process-manager
+	// unit (engine.PMUnit) and not under the partition stream. A process manager that
+	// neither holds nor halted a value reads like an unowned plain partition, which is
+	// what it is until an instance takes the value.
+	Topology *Topology
+	// BackfillSuffix is the backfill-lane token (default engine.DefaultBackfillSuffix).
+	BackfillSuffix string
+	// Lanes says whether priority lanes are on, so that backfill lanes are read: LanesOn
+	// (from a config with lanes enabled), LanesOff (from a config without), or LanesProbe
+	// (the zero value: look for a backfill lane and read it when it exists).
+	Lanes LaneMode
+	// LanesThreshold is the priority below which an event belongs to the backfill lane;
+	// used to choose the lane a DLQ entry without halt metadata is replayed to.
+	LanesThreshold int
+	// Now returns the local time, for audit records (default time.Now). Ages and TTLs
+	// are computed from Redis TIME, never from the local clock.
+	Now func() time.Time
+}
+
+// LaneMode says whether backfill lanes are read.
+type LaneMode int
+
+const (
+	// LanesProbe reads a partition's backfill lane when it exists.
+	LanesProbe LaneMode = iota
+	// LanesOn reads backfill lanes (priority lanes enabled in the config).
+	LanesOn
+	// LanesOff ignores backfill lanes (priority lanes disabled in the config).
+	LanesOff
+)
+
+// Topology is what a config says about the consumers: every partitioned category and the
+// consumer groups reading it.
+type Topology struct {
+	Categories []CategoryTopology `json:"categories"`
+}
+
+// CategoryTopology is one partitioned category and its consumer groups.
+type CategoryTopology struct {
+	Name   string          `json:"name"`
+	Groups []GroupTopology `json:"groups"`
+}
+
+// GroupTopology is one consumer group of a category.
+type GroupTopology struct {
+	// Name is the handler or process manager name (the consumer group).
+	Name string `json:"name"`
+	// ProcessManager is set for a sequential process manager: its lease and halt record
+	// belong to a correlation value (engine.PMUnit) across all its categories.
+	ProcessManager bool `json:"process_manager"`
+}
+
+// Admin runs operator operations over a Redis client the caller owns.
+type Admin struct {
+	rdb    redis.UniversalClient
+	broker *engine.RedisBroker
+	opts   Options
+}
+
+// New returns an Admin over rdb. The caller owns rdb and closes it.
+func New(rdb redis.UniversalClient, opts Options) *Admin {
+	if opts.BackfillSuffix == "" {
+		opts.BackfillSuffix = engine.DefaultBackfillSuffix
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Admin{rdb: rdb, broker: engine.NewRedisBroker(rdb), opts: opts}
+}
+
+// FromConfig derives Options from a domain.toml: the partitioned event categories with
+// their handlers and process managers, the backfill suffix and whether lanes are on. A
+// process manager is sequential (one lease per correlation value) when it declares
+// sequential_by and every category it handles is partitioned, as the engine decides.
+func FromConfig(cfg *engine.Config) (Options, error) {
+	dom, err := cfg.InitDomain()
+	if err != nil {
+		return Options{}, err
+	}
+	opts := Options{
+		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix,
+		Lanes:          LanesOff,
+		LanesThreshold: cfg.Server.PriorityLanes.Threshold,
+		Topology:       &Topology{},
+	}
+	if cfg.Server.PriorityLanes.Enabled {
+		opts.Lanes = LanesOn
+	}
+	category := map[string]string{}
+	for _, e := range cfg.Events {
+		category[e.Name] = e.Category
+	}
+	groups := map[string][]GroupTopology{}
+	var order []string
+	add := func(cat string, g GroupTopology) {
+		if _, part := dom.PartitionField(cat); !part {
+			return
+		}
+		if _, seen := groups[cat]; !seen {
+			order = append(order, cat)
+		}
+		for _, x := range groups[cat] {
+			if x.Name == g.Name {
+				return
+			}
+		}
+		groups[cat] = append(groups[cat], g)
+	}
+	for _, h := range cfg.Handlers {
+		if h.Kind == engine.CommandHandlerKind {
+			continue // command handlers never read streams
+		}
+		cat := h.PartOf
+		if cat == "" && len(h.Handles) > 0 {
+			cat = category[h.Handles[0]]
+		}
+		add(cat, GroupTopology{Name: h.Name})
+	}
+	for _, pm := range cfg.ProcessManagers {
+		var cats []string
+		all := true
+		for _, ph := range pm.Handles {
+			c := category[ph.Event]
+			if !contains(cats, c) {
+				cats = append(cats, c)
+			}
+			if _, part := dom.PartitionField(c); !part {
+				all = false
+			}
+		}
+		for _, c := range cats {
+			add(c, GroupTopology{Name: pm.Name, ProcessManager: pm.SequentialBy && all})
+		}
+	}
+	for _, c := range order {
+		opts.Topology.Categories = append(opts.Topology.Categories, CategoryTopology{Name: c, Groups: groups[c]})
+	}
+	return opts, nil
+}
+
+// ErrNotFound is matched by every *NotFoundError.
+var ErrNotFound = errors.New("admin: not found")
+
+// NotFoundError says which partition, handler, head entry or DLQ entry does not exist.
+type NotFoundError struct {
+	What string // "partition", "handler", "head", "DLQ entry", "DLQ"
+	Name string
+	Hint string // what to do, "" for nothing
+}
+
+func (e *NotFoundError) Error() string {
+	msg := fmt.Sprintf("%s %s not found", e.What, e.Name)
+	if e.Hint != "" {
+		msg += ": " + e.Hint
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// ErrInvalidStream is returned for a stream name that is not a partition (or category)
+// stream.
+var ErrInvalidStream = errors.New("admin: invalid stream name")
+
+// PartitionName is a parsed partition stream name.
+type PartitionName struct {
+	Category string
+	Key      string // "" for an unpartitioned category stream
+}
+
+// Stream is the primary stream of the partition.
+func (p PartitionName) Stream() string {
+	if p.Key == "" {
+		return engine.CategoryStream(p.Category)
+	}
+	return engine.PartitionStream(p.Category, p.Key)
+}
+
+// ParseStream parses "order:client-123" (a partition), "order:client-123:backfill" (its
+// backfill lane), "order:client-123:dlq" (its DLQ) or "order" (an unpartitioned category
+// stream) into the partition it names.
+func (a *Admin) ParseStream(s string) (PartitionName, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) == 3 && (parts[2] == "dlq" || parts[2] == a.opts.BackfillSuffix) {
+		parts = parts[:2]
+	}
+	switch len(parts) {
+	case 1:
+		if err := engine.ValidateCategory(parts[0]); err != nil {
+			return PartitionName{}, fmt.Errorf("%w %q: %v", ErrInvalidStream, s, err)
+		}
+		return PartitionName{Category: parts[0]}, nil
+	case 2:
+		if err := engine.ValidateCategory(parts[0]); err != nil {
+			return PartitionName{}, fmt.Errorf("%w %q: %v", ErrInvalidStream, s, err)
+		}
+		if err := engine.ValidateKey(parts[1], a.opts.BackfillSuffix); err != nil {
+			return PartitionName{}, fmt.Errorf("%w %q: %v", ErrInvalidStream, s, err)
+		}
+		return PartitionName{Category: parts[0], Key: parts[1]}, nil
+	}
+	return PartitionName{}, fmt.Errorf("%w %q: want {category}:{key}, e.g. order:client-123", ErrInvalidStream, s)
+}
+
+// lanes returns the lane streams of a partition that are read: the primary lane, then
+// the backfill lane unless lanes are off.
+func (a *Admin) lanes(p PartitionName) []string {
+	if p.Key == "" || a.opts.Lanes == LanesOff {
+		return []string{p.Stream()}
+	}
+	return []string{p.Stream(), engine.LaneStream(p.Category, p.Key, a.opts.BackfillSuffix)}
+}
+
+// groupsOf returns the consumer groups of a category: the topology's, or the category's
+// GroupRegistry. pm reports the process managers known from the topology (without one,
+// detection happens per unit, see isPM).
+func (a *Admin) groupsOf(ctx context.Context, category string) ([]GroupTopology, error) {
+	if a.opts.Topology != nil {
+		for _, c := range a.opts.Topology.Categories {
+			if c.Name == category {
+				return c.Groups, nil
+			}
+		}
+		return nil, nil
+	}
+	names, err := a.rdb.SMembers(ctx, engine.GroupRegistry(category)).Result()
+	if err != nil {
+		return nil, translate(err)
+	}
+	slices.Sort(names)
+	out := make([]GroupTopology, len(names))
+	for i, n := range names {
+		out[i] = GroupTopology{Name: n}
+	}
+	return out, nil
+}
+
+// ref resolves a partition and handler into an engine.HeadRef, checking that the handler
+// is a consumer group of the category and whether it is a sequential process manager.
+func (a *Admin) ref(ctx context.Context, p PartitionName, handler string) (engine.HeadRef, error) {
+	groups, err := a.groupsOf(ctx, p.Category)
+	if err != nil {
+		return engine.HeadRef{}, err
+	}
+	ref := engine.HeadRef{Group: handler, Category: p.Category, Key: p.Key, BackfillSuffix: a.opts.BackfillSuffix}
+	for _, g := range groups {
+		if g.Name == handler {
+			ref.ProcessManager = g.ProcessManager
+			if a.opts.Topology == nil && p.Key != "" {
+				if ref.ProcessManager, err = a.isPM(ctx, handler, p.Key); err != nil {
+					return engine.HeadRef{}, err
+				}
+			}
+			return ref, nil
+		}
+	}
+	names := make([]string, len(groups))
+	for i, g := range groups {
+		names[i] = g.Name
+	}
+	hint := "the category has no consumer groups"
+	if len(names) > 0 {
+		hint = "the handlers of " + p.Category + " are " + strings.Join(names, ", ")
+	}
+	return engine.HeadRef{}, &NotFoundError{What: "handler", Name: fmt.Sprintf("%q of %s", handler, p.Category), Hint: hint}
+}
+
+// isPM is the process-manager detection used without a config: a group is treated as a
+// sequential process manager for a correlation value when a lease or a halt record
+// exists under the process-manager unit (engine.PMUnit). Without either, nobody owns the
+// value and nothing is halted, so reading it as a plain partition shows the same state.
+func (a *Admin) isPM(ctx context.Context, group, key string) (bool, error) {
+	unit := engine.PMUnit(group, key)
+	n, err := a.rdb.Exists(ctx, engine.LeaseKey(unit, group), engine.HaltKey(unit, group)).Result()
+	if err != nil {
+		return false, translate(err)
+	}
+	return n > 0, nil
+}
+
+// Handlers lists the consumer groups of a stream's category (for completion and for a
+// helpful error).
+func (a *Admin) Handlers(ctx context.Context, stream string) ([]string, error) {
+	p, err := a.ParseStream(stream)
+	if err != nil {
+		return nil, err
+	}
+	groups, err := a.groupsOf(ctx, p.Category)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(groups))
+	for i, g := range groups {
+		out[i] = g.Name
+	}
+	return out, nil
+}
+
+// translate turns go-redis errors into errors callers can test: a network failure
+// matches engine.ErrRedisUnavailable; a Redis reply error is wrapped with "admin: redis".
+func translate(err error) error {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, engine.ErrHeadMoved) ||
+		errors.Is(err, engine.ErrNotHalted) || errors.Is(err, engine.ErrEntryGone) ||
+		errors.Is(err, engine.ErrFenced) || errors.Is(err, engine.ErrInvalidKey) {
+		return err
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return fmt.Errorf("admin: redis: %w", err)
+	}
+	if strings.HasPrefix(err.Error(), "engine: ") {
+		return err
+	}
+	return fmt.Errorf("%w: %v", engine.ErrRedisUnavailable, err)
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

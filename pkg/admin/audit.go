@@ -1,0 +1,108 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// Outcomes of an operator action, as recorded in the audit log.
+const (
+	OutcomeOK         = "ok"          // done
+	OutcomeHeadMoved  = "head_moved"  // the head was not the expected entry; nothing changed
+	OutcomeNotHalted  = "not_halted"  // the head was not halted and --force was not given
+	OutcomeEntryGone  = "entry_gone"  // the entry was trimmed or deleted
+	OutcomeNotFound   = "not_found"   // unknown partition, handler or DLQ entry
+	OutcomeRefused    = "refused"     // no confirmation possible: not a terminal and no --yes
+	OutcomeDeclined   = "declined"    // the operator answered no at the prompt
+	OutcomeFailed     = "failed"      // any other error (Redis unreachable, ...)
+	OutcomeNotPending = "not_pending" // the head was not delivered yet: nothing in flight to act on
+)
+
+// OutcomeOf names the outcome of an action's error.
+func OutcomeOf(err error) string {
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case errors.Is(err, engine.ErrHeadMoved):
+		return OutcomeHeadMoved
+	case errors.Is(err, engine.ErrNotHalted):
+		return OutcomeNotHalted
+	case errors.Is(err, engine.ErrEntryGone):
+		return OutcomeEntryGone
+	case errors.Is(err, ErrNotFound):
+		return OutcomeNotFound
+	}
+	return OutcomeFailed
+}
+
+// AuditEntry is one operator action in the audit log (engine.AuditStream).
+type AuditEntry struct {
+	// ID is the audit stream entry id; Time its Redis time.
+	ID   string    `json:"id"`
+	Time time.Time `json:"time"`
+	// User and Host say who acted, from where; Command what they ran ("head skip").
+	User    string `json:"user"`
+	Host    string `json:"host"`
+	Command string `json:"command"`
+	Stream  string `json:"stream"`
+	Handler string `json:"handler"`
+	// EntryID is the head entry (or DLQ entry) acted on.
+	EntryID string `json:"entry_id"`
+	// Outcome is one of the Outcome constants.
+	Outcome string `json:"outcome"`
+	// Detail is the error, or what was done beyond the outcome ("force", the replayed
+	// entry id).
+	Detail string `json:"detail,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// MaxAuditEntries is the approximate cap of the audit stream (XADD MAXLEN ~).
+const MaxAuditEntries = 100000
+
+// Record appends an operator action to the audit log. ID and Time are set by Redis.
+func (a *Admin) Record(ctx context.Context, e AuditEntry) error {
+	err := a.rdb.XAdd(ctx, &redis.XAddArgs{
+		Stream: engine.AuditStream(), MaxLen: MaxAuditEntries, Approx: true,
+		Values: []any{
+			"user", e.User, "host", e.Host, "command", e.Command, "stream", e.Stream,
+			"handler", e.Handler, "entry", e.EntryID, "outcome", e.Outcome,
+			"detail", e.Detail, "reason", e.Reason,
+			"client_time_ms", strconv.FormatInt(a.opts.Now().UnixMilli(), 10),
+		},
+	}).Err()
+	return translate(err)
+}
+
+// Audit lists the recorded actions of the last since (0: all of them), oldest first.
+// since is measured back from Redis TIME.
+func (a *Admin) Audit(ctx context.Context, since time.Duration) ([]AuditEntry, error) {
+	start := "-"
+	if since > 0 {
+		now, err := a.rdb.Time(ctx).Result()
+		if err != nil {
+			return nil, translate(err)
+		}
+		start = strconv.FormatInt(now.Add(-since).UnixMilli(), 10)
+	}
+	msgs, err := a.rdb.XRange(ctx, engine.AuditStream(), start, "+").Result()
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := make([]AuditEntry, 0, len(msgs))
+	for _, m := range msgs {
+		str := func(k string) string { s, _ := m.Values[k].(string); return s }
+		out = append(out, AuditEntry{
+			ID: m.ID, Time: time.UnixMilli(idMillis(m.ID)).UTC(),
+			User: str("user"), Host: str("host"), Command: str("command"), Stream: str("stream"),
+			Handler: str("handler"), EntryID: str("entry"), Outcome: str("outcome"),
+			Detail: str("detail"), Reason: str("reason"),
+		})
+	}
+	return out, nil
+}

@@ -1,0 +1,211 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// DLQEntry is one entry of a partition's dead-letter stream: the original envelope plus
+// the halt metadata and who moved it (written by the engine's move-to-DLQ script).
+type DLQEntry struct {
+	// ID is the entry id in the DLQ stream.
+	ID        string `json:"id"`
+	DLQStream string `json:"dlq_stream"`
+	// OriginalID is the entry id the event had on its partition lane.
+	OriginalID string `json:"original_id"`
+	// Handler is the consumer group that halted on it.
+	Handler string `json:"handler"`
+	// Lane is the lane stream it was on ("" when it was moved without a halt record).
+	Lane        string     `json:"lane"`
+	Attempts    int        `json:"attempts"`
+	Error       string     `json:"error"`
+	HaltedSince *time.Time `json:"halted_since,omitempty"`
+	MovedBy     string     `json:"moved_by"`
+	MovedAt     *time.Time `json:"moved_at,omitempty"`
+	Reason      string     `json:"reason"`
+	Envelope    Envelope   `json:"envelope"`
+}
+
+// dlqMetaField reports the fields the move-to-DLQ script adds to the envelope.
+func dlqMetaField(k string) bool {
+	switch k {
+	case "original_id", "group", "moved_by", "moved_at", "reason":
+		return true
+	}
+	return strings.HasPrefix(k, "halt_")
+}
+
+func dlqEntryOf(stream string, m redis.XMessage) DLQEntry {
+	str := func(k string) string { s, _ := m.Values[k].(string); return s }
+	e := DLQEntry{
+		ID: m.ID, DLQStream: stream, OriginalID: str("original_id"), Handler: str("group"),
+		Lane: str("halt_stream"), Error: str("halt_error"), MovedBy: str("moved_by"), Reason: str("reason"),
+		Envelope: envelopeOf(m, dlqMetaField),
+	}
+	e.Attempts, _ = strconv.Atoi(str("halt_attempts"))
+	if ms, err := strconv.ParseInt(str("halt_since_ms"), 10, 64); err == nil {
+		t := time.UnixMilli(ms).UTC()
+		e.HaltedSince = &t
+	}
+	if t, err := time.Parse(time.RFC3339, str("moved_at")); err == nil {
+		t = t.UTC()
+		e.MovedAt = &t
+	}
+	return e
+}
+
+// DLQ lists a partition's dead-letter entries, oldest first (empty when it has none).
+func (a *Admin) DLQ(ctx context.Context, stream string) ([]DLQEntry, error) {
+	p, err := a.ParseStream(stream)
+	if err != nil {
+		return nil, err
+	}
+	if p.Key == "" {
+		return nil, fmt.Errorf("%w %q: only partitions ({category}:{key}) have a DLQ", ErrInvalidStream, stream)
+	}
+	dlq := engine.DLQStream(p.Category, p.Key)
+	msgs, err := a.rdb.XRange(ctx, dlq, "-", "+").Result()
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := make([]DLQEntry, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, dlqEntryOf(dlq, m))
+	}
+	return out, nil
+}
+
+// ReplayPlan is what a replay would do.
+type ReplayPlan struct {
+	Entry DLQEntry `json:"entry"`
+	// Stream is the lane the event is re-published to (at its tail).
+	Stream string `json:"stream"`
+}
+
+// PlanReplay finds a DLQ entry and the lane it would be re-published to: the lane it
+// was on when it halted (its halt record's stream); for an entry moved without a halt
+// record, the backfill lane when lanes are on and its priority is below the threshold,
+// else the primary lane. It is a *NotFoundError when the entry is not in the DLQ.
+func (a *Admin) PlanReplay(ctx context.Context, stream, id string) (*ReplayPlan, error) {
+	p, err := a.ParseStream(stream)
+	if err != nil {
+		return nil, err
+	}
+	if p.Key == "" {
+		return nil, fmt.Errorf("%w %q: only partitions ({category}:{key}) have a DLQ", ErrInvalidStream, stream)
+	}
+	dlq := engine.DLQStream(p.Category, p.Key)
+	msgs, err := a.rdb.XRange(ctx, dlq, id, id).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "Invalid stream ID") {
+			return nil, &NotFoundError{What: "DLQ entry", Name: fmt.Sprintf("%q in %s", id, dlq), Hint: "not a stream entry id"}
+		}
+		return nil, translate(err)
+	}
+	if len(msgs) == 0 {
+		return nil, &NotFoundError{What: "DLQ entry", Name: id + " in " + dlq, Hint: "list the entries with 'seqctl dlq list " + p.Stream() + "'"}
+	}
+	e := dlqEntryOf(dlq, msgs[0])
+	plan := &ReplayPlan{Entry: e, Stream: p.Stream()}
+	backfill := engine.LaneStream(p.Category, p.Key, a.opts.BackfillSuffix)
+	switch {
+	case e.Lane == p.Stream() || e.Lane == backfill:
+		plan.Stream = e.Lane
+	case e.Lane == "" && a.opts.Lanes == LanesOn && e.Envelope.Priority < a.opts.LanesThreshold:
+		plan.Stream = backfill
+	}
+	return plan, nil
+}
+
+// ReplayResult says what a replay did.
+type ReplayResult struct {
+	DLQID     string `json:"dlq_id"`
+	DLQStream string `json:"dlq_stream"`
+	// EventID is the event id, kept from the original envelope so idempotent handlers
+	// recognise the event.
+	EventID string `json:"event_id"`
+	// Stream and EntryID are where the event was re-published.
+	Stream  string `json:"stream"`
+	EntryID string `json:"entry_id"`
+	// Removed says the DLQ entry was deleted after the publish.
+	Removed bool   `json:"removed"`
+	Outcome string `json:"outcome"`
+	// Warning says what went wrong after the publish (the DLQ entry could not be removed
+	// or the audit record not written).
+	Warning string `json:"warning,omitempty"`
+}
+
+// Replay re-publishes a DLQ entry's event at the tail of its partition (see PlanReplay
+// for the lane), with its original event id, then removes the entry from the DLQ. The
+// event's position changes: it now comes after everything published before the replay,
+// and every consumer group of the category receives it again. The attempt is recorded
+// in the audit log with its outcome.
+//
+// The publish and the removal are two steps: if the removal fails, the event was
+// re-published and the DLQ entry is still there (Warning says so; do not replay it
+// again).
+func (a *Admin) Replay(ctx context.Context, stream, id string, actor Actor) (*ReplayResult, error) {
+	res, err := a.replay(ctx, stream, id)
+	rec := AuditEntry{User: actor.User, Host: actor.Host, Command: actor.Command, Stream: stream, EntryID: id, Outcome: OutcomeOf(err)}
+	if res != nil {
+		rec.Stream, rec.Detail = res.Stream, "replayed as "+res.EntryID
+		if !res.Removed {
+			rec.Detail += "; " + res.Warning
+		}
+	}
+	if err != nil {
+		rec.Detail = err.Error()
+	}
+	if aerr := a.Record(ctx, rec); aerr != nil && err == nil {
+		res.Warning = joinDetail(res.Warning, "the audit record was not written: "+aerr.Error())
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Outcome = OutcomeOK
+	return res, nil
+}
+
+func (a *Admin) replay(ctx context.Context, stream, id string) (*ReplayResult, error) {
+	plan, err := a.PlanReplay(ctx, stream, id)
+	if err != nil {
+		return nil, err
+	}
+	p, _ := a.ParseStream(stream)
+	msgs, err := a.rdb.XRange(ctx, plan.Entry.DLQStream, id, id).Result()
+	if err != nil {
+		return nil, translate(err)
+	}
+	if len(msgs) == 0 {
+		return nil, &NotFoundError{What: "DLQ entry", Name: id + " in " + plan.Entry.DLQStream}
+	}
+	ev, err := engine.EventFromMessage(msgs[0])
+	if err != nil {
+		return nil, fmt.Errorf("admin: cannot replay DLQ entry %s: %w", id, err)
+	}
+	ev.Category, ev.Key = p.Category, p.Key
+	route := engine.Route{Category: p.Category, Key: p.Key, Stream: plan.Stream, Index: engine.PartitionIndex(p.Category),
+		Backfill: plan.Stream != p.Stream()}
+	pub, err := a.broker.PublishRouted(ctx, route, ev, 0)
+	if err != nil {
+		return nil, translate(err)
+	}
+	res := &ReplayResult{DLQID: id, DLQStream: plan.Entry.DLQStream, EventID: ev.ID, Stream: plan.Stream, EntryID: pub.EntryID}
+	n, err := a.rdb.XDel(ctx, plan.Entry.DLQStream, id).Result()
+	switch {
+	case err != nil:
+		res.Warning = "re-published, but the DLQ entry was not removed: " + translate(err).Error()
+	case n == 0:
+		res.Warning = "re-published, but the DLQ entry was already gone (replayed concurrently?)"
+	default:
+		res.Removed = true
+	}
+	return res, nil
+}

@@ -1,0 +1,53 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// List the halted partitions, worst first.
+func ExampleAdmin_ListPartitions() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	adm := admin.New(rdb, admin.Options{}) // discover categories and handlers in Redis
+
+	ps, err := adm.ListPartitions(context.Background(), admin.Filter{Halted: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	admin.SortPartitions(ps, admin.SortAge)
+	for _, p := range ps {
+		fmt.Printf("%s %s halted on %s: %s\n", p.Stream, p.Handler, p.HaltedEntryID, p.Halt.Error)
+	}
+}
+
+// Inspect a halted head, then move exactly that entry to the DLQ.
+func ExampleAdmin_Act() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	adm := admin.New(rdb, admin.Options{})
+	ctx := context.Background()
+
+	h, err := adm.Head(ctx, "order:client-123", "OrderProjector")
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = adm.Act(ctx, admin.Action{
+		Kind: admin.ActionDLQ, Stream: h.Stream, Handler: h.Handler, ExpectID: h.ID,
+		Reason: "bad total, OPS-42", Actor: admin.Actor{User: "alice", Host: "ops-1", Command: "runbook"},
+	})
+	var moved *engine.HeadMovedError
+	switch {
+	case errors.As(err, &moved):
+		fmt.Println("the head moved to", moved.Head, "- nothing was changed; look again")
+	case err != nil:
+		log.Fatal(err)
+	}
+}

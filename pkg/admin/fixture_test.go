@@ -1,0 +1,107 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("os/exec.(*Cmd).Wait"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("os.(*Process).blockUntilWaitable"),
+	)
+}
+
+// payload is the test events' payload.
+type payload struct {
+	Client string `json:"client_id"`
+	Seq    int    `json:"seq"`
+	Poison bool   `json:"poison,omitempty"`
+}
+
+// handled records what the test handler did, in Redis ("t:log:{key}": seq in order).
+func poisonHandler(rdb redis.UniversalClient) engine.HandlerFunc {
+	return func(ctx context.Context, ev engine.Event) error {
+		var p payload
+		if err := json.Unmarshal(ev.Data, &p); err != nil {
+			return err
+		}
+		if p.Poison {
+			return fmt.Errorf("poison payload %s/%d refused", p.Client, p.Seq)
+		}
+		return rdb.RPush(context.Background(), "t:log:"+p.Client, p.Seq).Err()
+	}
+}
+
+// orderDomain declares OrderPlaced in "order", partitioned by client_id, handled by
+// "Projector" (fn; 2 attempts, 10 ms apart).
+func orderDomain(tb testing.TB, fn engine.HandlerFunc) *engine.Domain {
+	tb.Helper()
+	d := engine.NewDomain("test").
+		AddEvent(engine.EventType{Name: "OrderPlaced", Category: "order", Fields: []string{"client_id", "seq", "poison"}}).
+		AddHandler(engine.Handler{Name: "Projector", Kind: engine.EventHandlerKind, PartOf: "order", Handles: []string{"OrderPlaced"},
+			SequentialBy: "client_id", MaxRetries: 2, RetryDelay: 10 * time.Millisecond, Func: fn})
+	if err := d.Init(engine.NewRedisBroker(nil)); err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+// startEngine runs an engine for the test with quick timing; it is shut down at cleanup.
+func startEngine(tb testing.TB, srv *redistest.Server, d *engine.Domain, id string) *engine.Engine {
+	tb.Helper()
+	e, err := engine.New(engine.EngineConfig{
+		Domain: d, Client: srv.Client(tb), InstanceID: id,
+		Timing:            engine.LeaseTiming{LeaseTTL: 2 * time.Second, HeartbeatInterval: 400 * time.Millisecond, PollInterval: 50 * time.Millisecond},
+		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	return e
+}
+
+func publish(tb testing.TB, b *engine.RedisBroker, d *engine.Domain, key string, seq int, poison bool) engine.Published {
+	tb.Helper()
+	data, _ := json.Marshal(payload{Client: key, Seq: seq, Poison: poison})
+	p, err := b.Publish(context.Background(), d, "OrderPlaced", data, engine.PublishOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+}
+
+func logOf(tb testing.TB, rdb redis.UniversalClient, key string) []string {
+	tb.Helper()
+	v, err := rdb.LRange(context.Background(), "t:log:"+key, 0, -1).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}

@@ -1,0 +1,258 @@
+package admin
+
+import (
+	"context"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// Inspection is everything about one partition: its lanes, each handler's lease, halt
+// record, pending entries and head, and its DLQ length.
+type Inspection struct {
+	Stream   string `json:"stream"`
+	Category string `json:"category"`
+	Key      string `json:"key"`
+	// Indexed says the partition is in its category's discovery index (the engine
+	// only reads indexed partitions).
+	Indexed   bool           `json:"indexed"`
+	Lanes     []Lane         `json:"lanes"`
+	DLQStream string         `json:"dlq_stream"`
+	DLQLength int64          `json:"dlq_length"`
+	Handlers  []HandlerState `json:"handlers"`
+}
+
+// Lane is one lane stream of a partition.
+type Lane struct {
+	Stream string `json:"stream"`
+	// Kind is "primary" or "backfill".
+	Kind    string      `json:"kind"`
+	Exists  bool        `json:"exists"`
+	Length  int64       `json:"length"`
+	FirstID string      `json:"first_id"`
+	LastID  string      `json:"last_id"`
+	Groups  []LaneGroup `json:"groups"`
+}
+
+// LaneGroup is a consumer group's position in a lane.
+type LaneGroup struct {
+	Name            string `json:"name"`
+	LastDeliveredID string `json:"last_delivered_id"`
+	EntriesRead     int64  `json:"entries_read"`
+	// Lag is the entries not yet delivered to the group, -1 when Redis cannot tell.
+	Lag       int64 `json:"lag"`
+	Pending   int64 `json:"pending"`
+	Consumers int64 `json:"consumers"`
+}
+
+// Lease is an ownership lease.
+type Lease struct {
+	// Owner is the session owner "{instance}.{incarnation}"; Instance its instance id.
+	Owner      string `json:"owner"`
+	Instance   string `json:"instance"`
+	Generation int64  `json:"generation"`
+	// Live says the owner's session exists; a lease whose session expired is void and
+	// will be taken by the next instance that tries.
+	Live bool `json:"live"`
+	// TTLMS is the time left on the owner's session, in milliseconds (0 when not live).
+	TTLMS int64 `json:"ttl_ms"`
+}
+
+// PendingEntry is an entry delivered to a handler and not acknowledged.
+type PendingEntry struct {
+	ID         string `json:"id"`
+	Lane       string `json:"lane"`
+	Consumer   string `json:"consumer"`
+	Deliveries int64  `json:"deliveries"`
+	IdleMS     int64  `json:"idle_ms"`
+}
+
+// HandlerState is one handler's view of a partition.
+type HandlerState struct {
+	Handler        string `json:"handler"`
+	ProcessManager bool   `json:"process_manager"`
+	// Unit is the lease unit: the partition stream, or the process manager's
+	// correlation unit.
+	Unit  string             `json:"unit"`
+	State State              `json:"state"`
+	Lease *Lease             `json:"lease"`
+	Halt  *engine.HaltRecord `json:"halt"`
+	// Pending lists up to MaxPendingShown pending entries per lane, oldest first;
+	// PendingTotal counts them all.
+	Pending      []PendingEntry `json:"pending"`
+	PendingTotal int64          `json:"pending_total"`
+	// Head is nil when the handler is caught up.
+	Head *Head `json:"head"`
+}
+
+// MaxPendingShown bounds the pending entries listed per lane by Inspect.
+const MaxPendingShown = 100
+
+// Inspect describes a partition; handler "" means every handler of its category. It is
+// a *NotFoundError when the partition has no lane, no DLQ and is not indexed.
+func (a *Admin) Inspect(ctx context.Context, stream, handler string) (*Inspection, error) {
+	p, err := a.ParseStream(stream)
+	if err != nil {
+		return nil, err
+	}
+	groups, err := a.groupsOf(ctx, p.Category)
+	if err != nil {
+		return nil, err
+	}
+	if handler != "" {
+		if _, err := a.ref(ctx, p, handler); err != nil {
+			return nil, err
+		}
+		groups = []GroupTopology{{Name: handler}}
+	}
+	in := &Inspection{Stream: p.Stream(), Category: p.Category, Key: p.Key, Lanes: []Lane{}, Handlers: []HandlerState{}}
+	if p.Key != "" {
+		in.DLQStream = engine.DLQStream(p.Category, p.Key)
+	}
+
+	pipe := a.rdb.Pipeline()
+	type laneCmd struct {
+		exists       *redis.IntCmd
+		xlen         *redis.IntCmd
+		first, last  *redis.XMessageSliceCmd
+		groups       *redis.XInfoGroupsCmd
+		stream, kind string
+	}
+	var lanes []laneCmd
+	for i, l := range a.lanes(p) {
+		kind := "primary"
+		if i > 0 {
+			kind = "backfill"
+		}
+		lanes = append(lanes, laneCmd{
+			stream: l, kind: kind,
+			exists: pipe.Exists(ctx, l), xlen: pipe.XLen(ctx, l),
+			first: pipe.XRangeN(ctx, l, "-", "+", 1), last: pipe.XRevRangeN(ctx, l, "+", "-", 1),
+			groups: pipe.XInfoGroups(ctx, l),
+		})
+	}
+	var indexed *redis.BoolCmd
+	var dlqLen *redis.IntCmd
+	if p.Key != "" {
+		indexed = pipe.SIsMember(ctx, engine.PartitionIndex(p.Category), p.Key)
+		dlqLen = pipe.XLen(ctx, in.DLQStream)
+	}
+	if err := execTolerant(ctx, pipe); err != nil {
+		return nil, err
+	}
+	anyLane := false
+	for _, lc := range lanes {
+		l := Lane{Stream: lc.stream, Kind: lc.kind, Exists: lc.exists.Val() == 1, Length: lc.xlen.Val(), Groups: []LaneGroup{}}
+		if !l.Exists && lc.kind == "backfill" {
+			continue // a lane that was never written is not worth a row
+		}
+		anyLane = anyLane || l.Exists
+		if m := lc.first.Val(); len(m) > 0 {
+			l.FirstID = m[0].ID
+		}
+		if m := lc.last.Val(); len(m) > 0 {
+			l.LastID = m[0].ID
+		}
+		for _, g := range lc.groups.Val() {
+			l.Groups = append(l.Groups, LaneGroup{
+				Name: g.Name, LastDeliveredID: g.LastDeliveredID, EntriesRead: g.EntriesRead,
+				Lag: g.Lag, Pending: g.Pending, Consumers: g.Consumers,
+			})
+		}
+		in.Lanes = append(in.Lanes, l)
+	}
+	if indexed != nil {
+		in.Indexed = indexed.Val()
+	}
+	if dlqLen != nil {
+		in.DLQLength = dlqLen.Val()
+	}
+	if !anyLane && !in.Indexed && in.DLQLength == 0 {
+		return nil, &NotFoundError{What: "partition", Name: p.Stream(),
+			Hint: "no stream, no DLQ and not in " + engine.PartitionIndex(p.Category) + " (check the name with 'seqctl partitions list')"}
+	}
+
+	// Each handler's partition row (lease, halt, lag) comes from the listing code.
+	rows, err := a.ListPartitions(ctx, Filter{Category: p.Category, Handler: handler})
+	if err != nil {
+		return nil, err
+	}
+	byHandler := map[string]Partition{}
+	for _, r := range rows {
+		if r.Key == p.Key {
+			byHandler[r.Handler] = r
+		}
+	}
+	for _, g := range groups {
+		ref, err := a.ref(ctx, p, g.Name)
+		if err != nil {
+			return nil, err
+		}
+		hs := HandlerState{Handler: g.Name, ProcessManager: ref.ProcessManager, Unit: ref.Unit(), Pending: []PendingEntry{}}
+		if r, ok := byHandler[g.Name]; ok {
+			hs.State = r.State
+		} else {
+			hs.State = StateUnowned
+		}
+		if hs.Lease, err = a.lease(ctx, ref); err != nil {
+			return nil, err
+		}
+		if hs.Halt, err = a.broker.Halt(ctx, ref); err != nil {
+			return nil, translate(err)
+		}
+		if hs.Halt != nil {
+			hs.Halt.Since = hs.Halt.Since.UTC()
+			hs.State = StateHalted
+		}
+		for _, l := range a.lanes(p) {
+			pe, err := a.pendingRange(ctx, l, g.Name, "-", "+", MaxPendingShown)
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range pe {
+				hs.Pending = append(hs.Pending, PendingEntry{ID: e.ID, Lane: l, Consumer: e.Consumer, Deliveries: e.RetryCount, IdleMS: e.Idle.Milliseconds()})
+			}
+		}
+		for _, l := range in.Lanes {
+			for _, lg := range l.Groups {
+				if lg.Name == g.Name {
+					hs.PendingTotal += lg.Pending
+				}
+			}
+		}
+		if hs.Head, err = a.headOf(ctx, p, ref, hs.Halt); err != nil {
+			return nil, err
+		}
+		in.Handlers = append(in.Handlers, hs)
+	}
+	return in, nil
+}
+
+// lease reads the lease of a unit and its owner's session TTL; nil when there is none.
+func (a *Admin) lease(ctx context.Context, ref engine.HeadRef) (*Lease, error) {
+	v, err := a.rdb.Get(ctx, engine.LeaseKey(ref.Unit(), ref.Group)).Result()
+	if err == redis.Nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, translate(err)
+	}
+	owner, gen := splitLease(v)
+	l := &Lease{Owner: owner, Instance: instanceOf(owner), Generation: gen}
+	if owner == "" || strings.ContainsAny(owner, " \t") {
+		return l, nil
+	}
+	ttl, err := a.rdb.PTTL(ctx, engine.SessionKey(owner)).Result()
+	if err != nil {
+		return nil, translate(err)
+	}
+	switch {
+	case ttl > 0:
+		l.Live, l.TTLMS = true, ttl.Milliseconds()
+	case ttl == -1:
+		l.Live = true
+	}
+	return l, nil
+}

@@ -1,0 +1,70 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// Instance is one registered engine instance (engine.InstancesKey).
+type Instance struct {
+	ID string `json:"id"`
+	// Owner is the current session owner "{id}.{incarnation}": leases name it.
+	Owner       string    `json:"owner"`
+	Host        string    `json:"host"`
+	PID         int       `json:"pid"`
+	StartedAt   time.Time `json:"started_at"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+	// Live says the session key exists; SessionTTLMS is its time left (0 when not live).
+	Live         bool  `json:"live"`
+	SessionTTLMS int64 `json:"session_ttl_ms"`
+}
+
+// Instances lists the registered engine instances, sorted by id, with the liveness of
+// their sessions. Two round trips.
+func (a *Admin) Instances(ctx context.Context) ([]Instance, error) {
+	raw, err := a.rdb.HGetAll(ctx, engine.InstancesKey()).Result()
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := make([]Instance, 0, len(raw))
+	for id, v := range raw {
+		var info engine.InstanceInfo
+		if json.Unmarshal([]byte(v), &info) != nil {
+			out = append(out, Instance{ID: id})
+			continue
+		}
+		out = append(out, Instance{
+			ID: id, Owner: info.Owner, Host: info.Host, PID: info.PID,
+			StartedAt: time.UnixMilli(info.StartedMS).UTC(), HeartbeatAt: time.UnixMilli(info.HeartbeatMS).UTC(),
+		})
+	}
+	slices.SortFunc(out, func(x, y Instance) int { return strings.Compare(x.ID, y.ID) })
+	pipe := a.rdb.Pipeline()
+	ttls := make([]*redis.DurationCmd, len(out))
+	for i, in := range out {
+		if in.Owner != "" {
+			ttls[i] = pipe.PTTL(ctx, engine.SessionKey(in.Owner))
+		}
+	}
+	if err := execTolerant(ctx, pipe); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if c := ttls[i]; c != nil && c.Err() == nil {
+			switch ttl := c.Val(); {
+			case ttl > 0:
+				out[i].Live, out[i].SessionTTLMS = true, ttl.Milliseconds()
+			case ttl == -1:
+				out[i].Live = true
+			}
+		}
+	}
+	return out, nil
+}
