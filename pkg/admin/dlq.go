@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -148,9 +149,8 @@ type ReplayResult struct {
 // and every consumer group of the category receives it again. The attempt is recorded
 // in the audit log with its outcome.
 //
-// The publish and the removal are two steps: if the removal fails, the event was
-// re-published and the DLQ entry is still there (Warning says so; do not replay it
-// again).
+// The publish and the removal are one script: a replay publishes the event once, even
+// when two operators replay the same entry at the same time.
 func (a *Admin) Replay(ctx context.Context, stream, id string, actor Actor) (*ReplayResult, error) {
 	res, err := a.replay(ctx, stream, id)
 	rec := AuditEntry{User: actor.User, Host: actor.Host, Command: actor.Command, Stream: stream, EntryID: id, Outcome: OutcomeOf(err)}
@@ -190,22 +190,17 @@ func (a *Admin) replay(ctx context.Context, stream, id string) (*ReplayResult, e
 	if err != nil {
 		return nil, fmt.Errorf("admin: cannot replay DLQ entry %s: %w", id, err)
 	}
-	ev.Category, ev.Key = p.Category, p.Key
 	route := engine.Route{Category: p.Category, Key: p.Key, Stream: plan.Stream, Index: engine.PartitionIndex(p.Category),
 		Backfill: plan.Stream != p.Stream()}
-	pub, err := a.broker.PublishRouted(ctx, route, ev, 0)
+	// One script publishes and removes the DLQ entry, so a concurrent or repeated replay
+	// of the same entry publishes it once.
+	pub, err := a.broker.ReplayDLQ(ctx, plan.Entry.DLQStream, id, route)
+	if errors.Is(err, engine.ErrEntryGone) {
+		return nil, &NotFoundError{What: "DLQ entry", Name: id + " in " + plan.Entry.DLQStream, Hint: "it was replayed or deleted meanwhile"}
+	}
 	if err != nil {
 		return nil, translate(err)
 	}
-	res := &ReplayResult{DLQID: id, DLQStream: plan.Entry.DLQStream, EventID: ev.ID, Stream: plan.Stream, EntryID: pub.EntryID}
-	n, err := a.rdb.XDel(ctx, plan.Entry.DLQStream, id).Result()
-	switch {
-	case err != nil:
-		res.Warning = "re-published, but the DLQ entry was not removed: " + translate(err).Error()
-	case n == 0:
-		res.Warning = "re-published, but the DLQ entry was already gone (replayed concurrently?)"
-	default:
-		res.Removed = true
-	}
+	res := &ReplayResult{DLQID: id, DLQStream: plan.Entry.DLQStream, EventID: ev.ID, Stream: plan.Stream, EntryID: pub.EntryID, Removed: true}
 	return res, nil
 }

@@ -27,6 +27,10 @@ func LaneStream(category, key, suffix string) string {
 // Only the operator's move-to-DLQ writes it.
 func DLQStream(category, key string) string { return category + ":" + key + ":" + dlqToken }
 
+// CategoryDLQStream is the dead-letter stream of an unpartitioned category stream
+// (stream): "{category}:dlq". No partition key can be "dlq", so it never collides.
+func CategoryDLQStream(category string) string { return category + ":" + dlqToken }
+
 // PartitionIndex is the discovery index of a category (set of partition keys):
 // "{category}:__partitions__". The publish script adds to it; the owner's reap removes.
 func PartitionIndex(category string) string { return category + ":__partitions__" }

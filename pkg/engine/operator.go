@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // HeadRef names a partition (or an unpartitioned category stream) for one consumer group.
@@ -114,16 +116,25 @@ func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID
 			return err
 		}
 	}
-	// The lane the head is on: the halt record's, else the primary lane.
+	// The lane the head is on: the halt record's; else the lane where the expected entry
+	// is pending (primary first, then the backfill lane when one is known).
 	lane := ref.Stream()
 	if h, err := b.Halt(ctx, ref); err != nil {
 		return err
 	} else if h != nil && h.Stream != "" {
 		lane = h.Stream
+	} else if ref.Key != "" && ref.BackfillSuffix != "" {
+		back := LaneStream(ref.Category, ref.Key, ref.BackfillSuffix)
+		onPrimary, _ := b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: lane, Group: ref.Group, Start: expectID, End: expectID, Count: 1}).Result()
+		if len(onPrimary) == 0 {
+			if p, _ := b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: back, Group: ref.Group, Start: expectID, End: expectID, Count: 1}).Result(); len(p) > 0 {
+				lane = back
+			}
+		}
 	}
 	// The DLQ of the partition the head is on ({category}:{key}:dlq): for a process
 	// manager the halted lane may belong to another of its categories.
-	dlq := CategoryStream(ref.Category) + ":" + dlqToken
+	dlq := CategoryDLQStream(ref.Category)
 	if parts := strings.Split(lane, ":"); len(parts) >= 2 {
 		dlq = DLQStream(parts[0], parts[1])
 	}
@@ -167,3 +178,23 @@ var (
 	_ BrokerInfo = (*RedisBroker)(nil)
 	_ BrokerInfo = (*InlineBroker)(nil)
 )
+
+// ReplayDLQ re-publishes a dead-lettered event at the tail of the lane r names (its event
+// id kept, published_at new) and removes it from the DLQ stream, in one script. The
+// event's position changes: it comes after everything published before the replay, and
+// every consumer group of the category receives it again. ErrEntryGone: the DLQ entry is
+// not there (already replayed or deleted); nothing was published.
+func (b *RedisBroker) ReplayDLQ(ctx context.Context, dlqStream, dlqID string, r Route) (Published, error) {
+	if err := loadScripts(ctx, b.rdb); err != nil {
+		return Published{}, err
+	}
+	res, err := scriptReplay.Run(ctx, b.rdb, []string{dlqStream, r.Stream, r.Index, ControlStream()}, dlqID, r.Key, r.Category).Slice()
+	if err != nil {
+		return Published{}, translateRedisErr(err)
+	}
+	if code, _ := res[0].(int64); code != 1 {
+		return Published{}, fmt.Errorf("%w: DLQ entry %s of %s", ErrEntryGone, dlqID, dlqStream)
+	}
+	id, _ := res[1].(string)
+	return Published{Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: id}, nil
+}

@@ -31,9 +31,10 @@ var (
 	scriptResolve = mustScript("resolve.lua")
 	scriptReap    = mustScript("reap.lua")
 	scriptTrim    = mustScript("trim.lua")
+	scriptReplay  = mustScript("replay.lua")
 )
 
-var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim}
+var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim, scriptReplay}
 
 // loadScripts makes sure every script is cached on the server, so that EVALSHA in a
 // pipeline never meets NOSCRIPT.

@@ -1,0 +1,38 @@
+-- replay.lua: re-publish a dead-lettered event at the tail of a partition lane and remove
+-- it from the DLQ, in one step, so two operators replaying the same entry (or a retried
+-- call) can never publish it twice.
+--
+-- Only the envelope fields are copied (id, type, category, key, data, priority; the event
+-- id is kept so idempotent handlers recognise the event); published_at is the replay time.
+--
+-- KEYS[1]  DLQ stream
+-- KEYS[2]  target lane stream
+-- KEYS[3]  discovery index of the category, or "" for an unpartitioned stream
+-- KEYS[4]  control stream
+-- ARGV[1]  DLQ entry id
+-- ARGV[2]  partition key (index member)
+-- ARGV[3]  category
+-- Returns: {1, new entry id}, or {-6} when the DLQ entry is gone (nothing published)
+local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
+if not e[1] then
+  return {-6}
+end
+local keep = {id = true, type = true, category = true, key = true, data = true, priority = true}
+local f = e[1][2]
+local args = {}
+for i = 1, #f, 2 do
+  if keep[f[i]] then
+    args[#args + 1] = f[i]
+    args[#args + 1] = f[i + 1]
+  end
+end
+local t = redis.call('TIME')
+local ms = tostring(t[1] * 1000 + math.floor(t[2] / 1000))
+local id = redis.call('XADD', KEYS[2], '*', 'published_at', ms, unpack(args))
+if KEYS[3] ~= '' then
+  if redis.call('SADD', KEYS[3], ARGV[2]) == 1 then
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', '1000', '*', 'op', 'partition', 'category', ARGV[3], 'key', ARGV[2])
+  end
+end
+redis.call('XDEL', KEYS[1], ARGV[1])
+return {1, id}
