@@ -64,6 +64,10 @@ type Partition struct {
 	Halt *engine.HaltRecord `json:"-"`
 	// HeadID is the head entry id, "" when caught up.
 	HeadID string `json:"-"`
+	// Handled is how many entries the group has read and acknowledged on the current
+	// lanes (entries-read minus pending): a counter for rates, reset when the partition is
+	// reaped and re-created.
+	Handled int64 `json:"-"`
 }
 
 // Filter selects partitions. The zero value selects every partition of every handler.
@@ -444,6 +448,7 @@ func (a *Admin) resolveRow(r *row) {
 			for _, g := range lc.groups.Val() {
 				if g.Name == r.group.Name {
 					ls.hasGroup, ls.lastDelivered, ls.pending, ls.lag = true, g.LastDeliveredID, g.Pending, g.Lag
+					r.p.Handled += max(g.EntriesRead-g.Pending, 0)
 				}
 			}
 		}

@@ -37,6 +37,8 @@ type Options struct {
 	Instances int
 	// Clients is the number of distinct client ids, i.e. order partitions (default 12).
 	Clients int
+	// Orders is the number of distinct order ids in rotation (default 40).
+	Orders int
 	// PoisonEvery makes every n-th order a poison event that halts its client's partition
 	// (default 400; negative: never).
 	PoisonEvery int
@@ -53,6 +55,9 @@ func (o *Options) defaults() {
 	}
 	if o.Clients <= 0 {
 		o.Clients = 12
+	}
+	if o.Orders <= 0 {
+		o.Orders = 40
 	}
 	if o.PoisonEvery == 0 {
 		o.PoisonEvery = 400
@@ -190,7 +195,9 @@ func (d *Demo) publish(ctx context.Context) {
 		case <-tick.C:
 		}
 		n++
-		order := "o-" + strconv.Itoa(n/3)
+		// Order ids cycle through a bounded set: partition-per-key suits a bounded live
+		// set of keys, and the demo should look like a healthy deployment.
+		order := "o-" + strconv.Itoa((n/3)%d.opts.Orders)
 		client := "client-" + strconv.Itoa(rand.IntN(d.opts.Clients)+1)
 		var name string
 		var data map[string]any
@@ -246,7 +253,7 @@ func (d *Demo) Summary() Summary {
 
 // String renders a one-line summary.
 func (s Summary) String() string {
-	return fmt.Sprintf("up %s: published %d, handled %d, failed attempts %d, partitions %d, halted %d, owned per instance %v",
+	return fmt.Sprintf("up %s: published %d, handled %d (all handlers), failed attempts %d, partitions %d, halted %d, owned per instance %v",
 		s.Uptime, s.Published, s.Handled, s.Failed, s.Partitions, s.Halted, s.Owned)
 }
 

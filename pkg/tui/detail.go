@@ -1,0 +1,120 @@
+package tui
+
+import (
+	"fmt"
+	"strings"
+)
+
+// viewDetail is the detail pane of one partition: its row, its lanes, its head entry with
+// the halt reason, and as much of the payload as fits.
+func (m *model) viewDetail(w, h int) []string {
+	st := m.st
+	ref := m.detailRef
+	lines := make([]string, 0, h)
+	p, ok := m.lookup(ref)
+	title := st.title.Render(ref.String())
+	if ok {
+		state := p.State
+		stStyle := st.value
+		if p.State == StateHalted {
+			state, stStyle = "HALTED", st.rowHalted
+		}
+		title += "  " + stStyle.Render(state)
+		lines = append(lines, title, st.label.Render(fmt.Sprintf(
+			"owner %s · gen %d · lease %s · lag %s · pending %s · head age %s",
+			orDash(p.Owner), p.Generation, fmtDurOr(p.LeaseTTL), fmtLag(p.Lag),
+			fmtThousands(p.Pending), fmtDurOr(p.HeadAge))))
+	} else {
+		lines = append(lines, title, st.statusWarn.Render("not in the last snapshot (reaped, or filtered out by the source)"))
+	}
+	lines = append(lines, "")
+
+	switch {
+	case m.detailErr != nil:
+		lines = append(lines, st.statusErr.Render("cannot read the head: "+oneLine(m.detailErr.Error())))
+		if m.detail == nil {
+			return lines
+		}
+	case m.detail == nil:
+		return append(lines, st.dim.Render("reading the head…"))
+	}
+	d := m.detail
+
+	if len(d.Lanes) > 0 {
+		sw := 6
+		for _, l := range d.Lanes {
+			sw = max(sw, textWidth(l.Stream))
+		}
+		sw = min(sw, max(w-2-2*9, 10))
+		lines = append(lines, st.section.Render("LANES"),
+			st.tableHeader.Render("  "+fit("STREAM", sw, false)+" "+fit("LENGTH", 8, true)+" "+fit("PENDING", 8, true)))
+		for _, l := range d.Lanes {
+			lines = append(lines, "  "+fit(l.Stream, sw, false)+" "+fit(fmtThousands(l.Length), 8, true)+" "+
+				fit(fmtThousands(l.Pending), 8, true))
+		}
+		lines = append(lines, "")
+	}
+
+	if d.EntryID == "" {
+		return append(lines, st.section.Render("HEAD")+" "+st.dim.Render("none: nothing is waiting on this partition"))
+	}
+	lane := "primary lane"
+	if d.Lane == 1 {
+		lane = "backfill lane"
+	}
+	head := st.section.Render("HEAD") + " " + st.value.Render(d.EntryID) + st.label.Render("  "+lane)
+	if d.Stream != "" {
+		head += st.label.Render(", " + d.Stream)
+	}
+	lines = append(lines, head)
+	facts := []string{fmt.Sprintf("attempts %d", d.Attempts)}
+	if !d.Since.IsZero() {
+		facts = append(facts, fmt.Sprintf("halted %s ago (%s)", fmtDur(m.clock.Now().Sub(d.Since)),
+			d.Since.UTC().Format("2006-01-02 15:04:05Z")))
+	}
+	lines = append(lines, "  "+strings.Join(facts, " · "))
+	var event []string
+	if d.EventType != "" {
+		event = append(event, "type "+d.EventType)
+	}
+	if d.EventID != "" {
+		event = append(event, "id "+d.EventID)
+	}
+	if len(event) > 0 {
+		lines = append(lines, "  "+strings.Join(event, " · "))
+	}
+	if d.Error != "" {
+		for i, l := range wrapLines(oneLine(d.Error), w-9, 3) {
+			label := "         "
+			if i == 0 {
+				label = "  error: "
+			}
+			lines = append(lines, st.rowHalted.Render(label+l))
+		}
+	}
+	if p.State == StateHalted && p.HaltedEntryID != "" && p.HaltedEntryID != d.EntryID {
+		lines = append(lines, st.statusWarn.Render("  the halt record names "+p.HaltedEntryID+"; actions use that id"))
+	}
+
+	// The payload gets what is left.
+	room := h - len(lines) - 2
+	if room < 1 || len(m.payload) == 0 {
+		return lines
+	}
+	lines = append(lines, "", st.section.Render("PAYLOAD"))
+	show := m.payload
+	if len(show) > room {
+		show = show[:room-1]
+	}
+	for _, l := range show {
+		lines = append(lines, "  "+l)
+	}
+	if len(show) < len(m.payload) {
+		lines = append(lines, st.dim.Render(fmt.Sprintf("  … %d more lines", len(m.payload)-len(show))))
+	}
+	return lines
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

@@ -1,0 +1,428 @@
+package tui
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/cursor"
+	"github.com/charmbracelet/bubbles/help"
+	"github.com/charmbracelet/bubbles/textinput"
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+)
+
+// viewMode is what the body of the screen shows.
+type viewMode int
+
+const (
+	viewPartitions viewMode = iota
+	viewInstances
+	viewDetail
+)
+
+// sortKey orders the partitions table; halted partitions always come first.
+type sortKey int
+
+const (
+	sortLag     sortKey = iota // lag, largest first
+	sortHeadAge                // head age, oldest first
+	sortName                   // category, key, handler
+	sortKeys                   // number of sort keys, for cycling
+)
+
+func (s sortKey) String() string {
+	switch s {
+	case sortHeadAge:
+		return "head age"
+	case sortName:
+		return "name"
+	}
+	return "lag"
+}
+
+// action is an operator action on a halted head.
+type action int
+
+const (
+	actSkip action = iota + 1
+	actDLQ
+	actRetry
+)
+
+func (a action) String() string {
+	switch a {
+	case actDLQ:
+		return "dlq"
+	case actRetry:
+		return "retry"
+	}
+	return "skip"
+}
+
+// confirmDialog is an action waiting for the operator's y / n. expectID is fixed when the
+// dialog opens: it is the id the operator sees, and the compare-and-act names it.
+type confirmDialog struct {
+	act      action
+	ref      PartitionRef
+	expectID string
+	part     Partition // the row as it was when the dialog opened
+}
+
+// statusKind colours the status line.
+type statusKind int
+
+const (
+	statusInfo statusKind = iota
+	statusOK
+	statusWarn
+	statusErr
+)
+
+// clock is the model's time: real in a program, fake in the Update tests.
+type clock interface {
+	Now() time.Time
+	// Tick returns a command that sends a tickMsg after d.
+	Tick(d time.Duration) tea.Cmd
+}
+
+// model is the dashboard. It is used through a pointer: Update mutates it and returns it.
+// Only Update and View touch it (one goroutine, Bubble Tea's); commands capture the values
+// they need and never the model.
+type model struct {
+	ctx      context.Context
+	src      Source
+	refresh  time.Duration
+	readOnly bool
+	addr     string
+	clock    clock
+
+	st     styles
+	keys   keyMap
+	help   help.Model
+	filter textinput.Model
+
+	width, height int
+
+	// Data of the last good snapshot, and what is derived from it once per refresh.
+	snap     Snapshot
+	haveSnap bool
+	lastOK   time.Time // local time the last good snapshot arrived
+	index    map[PartitionRef]int
+	sum      summary
+	hay      []string // per partition: lowercase text the filter matches against
+	want     [colCount]int
+	instWant [instColCount]int
+	// events/s from the Handled deltas of the last two snapshots
+	rate      float64
+	rateKnown bool
+
+	// Ordering: order is every partition sorted (halted first), rows is order after the
+	// filter. Both hold indexes into snap.Partitions. Navigation never re-sorts.
+	sortBy    sortKey
+	order     []int
+	rows      []int
+	filterTxt string // applied filter, lowercase
+	instOrder []int
+
+	view, back    viewMode // back: where esc from the detail pane returns
+	cursor, top   int      // partitions table: cursor row and first visible row
+	selRef        PartitionRef
+	icursor, itop int // instances table
+	showHelp      bool
+	filtering     bool // the filter input has the keyboard
+
+	// Refresh loop.
+	fetching  bool
+	paused    bool
+	nextFetch time.Time
+	failures  int // consecutive Snapshot errors
+	lastErr   error
+
+	// Detail pane.
+	detailRef     PartitionRef
+	detail        *HeadDetail
+	detailErr     error
+	detailLoading bool
+	payload       []string // pretty-printed payload lines of detail
+
+	dialog *confirmDialog
+	acting bool // an action is in flight
+
+	status     string
+	statusKind statusKind
+}
+
+// summary is the header's aggregate of a snapshot.
+type summary struct {
+	total, running, idle, halted, unowned, other int
+	lag, maxLag                                  int64
+	alive, stale                                 int
+}
+
+func newModel(ctx context.Context, opts Options, r *lipgloss.Renderer) *model {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	refresh := opts.Refresh
+	if refresh <= 0 {
+		refresh = DefaultRefresh
+	}
+	refresh = max(refresh, minRefresh)
+	src := opts.Source
+	if src == nil {
+		src = noSource{}
+	}
+	m := &model{
+		ctx:      ctx,
+		src:      src,
+		refresh:  refresh,
+		readOnly: opts.ReadOnly,
+		addr:     opts.Addr,
+		clock:    realClock{ctx: ctx},
+		st:       newStyles(r),
+		keys:     newKeyMap(),
+		help:     help.New(),
+		filter:   textinput.New(),
+		width:    80,
+		height:   24,
+		index:    map[PartitionRef]int{},
+	}
+	m.help.Styles = m.st.help
+	if m.readOnly {
+		m.keys.Act = m.keys.ActOff // the footer says so
+	}
+	m.filter.Prompt = "/"
+	m.filter.Placeholder = "text in key, category, handler, owner or state"
+	m.filter.CharLimit = 128
+	m.filter.Width = 50
+	m.filter.PromptStyle = m.st.filterPrompt
+	m.filter.TextStyle = r.NewStyle()
+	m.filter.PlaceholderStyle = m.st.dim
+	m.filter.CompletionStyle = m.st.dim
+	m.filter.Cursor.Style = r.NewStyle()
+	m.filter.Cursor.TextStyle = r.NewStyle()
+	m.filter.Cursor.SetMode(cursor.CursorStatic)
+	return m
+}
+
+// Init starts the first refresh and the tick loop.
+func (m *model) Init() tea.Cmd {
+	return tea.Batch(m.clock.Tick(m.tickEvery()), m.startFetch(m.clock.Now()))
+}
+
+// tickEvery is the period of the redraw tick: the refresh interval, but at least once a
+// second so ages and the retry countdown stay current.
+func (m *model) tickEvery() time.Duration {
+	return min(m.refresh, time.Second)
+}
+
+// apply installs a good snapshot: the aggregates, the rate, the filter haystack, the
+// column widths, the order and the cursor. This is the only O(partitions) work, once per
+// refresh.
+func (m *model) apply(s Snapshot, now time.Time) {
+	if s.Taken.IsZero() {
+		s.Taken = now
+	}
+	prev, prevIndex, hadPrev := m.snap, m.index, m.haveSnap
+
+	index := make(map[PartitionRef]int, len(s.Partitions))
+	hay := make([]string, len(s.Partitions))
+	sum := summary{total: len(s.Partitions)}
+	var want [colCount]int
+	var handled, delta int64
+	for i := range s.Partitions {
+		p := &s.Partitions[i]
+		index[p.Ref()] = i
+		switch p.State {
+		case StateRunning:
+			sum.running++
+		case StateIdle:
+			sum.idle++
+		case StateHalted:
+			sum.halted++
+		case StateUnowned:
+			sum.unowned++
+		default:
+			sum.other++
+		}
+		sum.lag += max(p.Lag, 0) // -1: unknown
+		sum.maxLag = max(sum.maxLag, p.Lag)
+		hay[i] = strings.ToLower(p.Category + ":" + p.Key + " " + p.Handler + " " + p.Owner + " " + p.State)
+		want[colKey] = max(want[colKey], textWidth(p.Key))
+		want[colCategory] = max(want[colCategory], textWidth(p.Category))
+		want[colHandler] = max(want[colHandler], textWidth(p.Handler))
+		want[colOwner] = max(want[colOwner], textWidth(p.Owner))
+		handled += p.Handled
+		if hadPrev {
+			if j, ok := prevIndex[p.Ref()]; ok && p.Handled > prev.Partitions[j].Handled {
+				delta += p.Handled - prev.Partitions[j].Handled
+			}
+		}
+	}
+	want[colBar] = 1 << 10 // the bar takes whatever is left
+
+	m.rateKnown = false
+	if dt := s.Taken.Sub(prev.Taken); hadPrev && handled > 0 && dt > 0 {
+		m.rate, m.rateKnown = float64(delta)/dt.Seconds(), true
+	}
+
+	var iwant [instColCount]int
+	m.instOrder = m.instOrder[:0]
+	for i, in := range s.Instances {
+		m.instOrder = append(m.instOrder, i)
+		iwant[icolID] = max(iwant[icolID], textWidth(in.ID))
+		iwant[icolHost] = max(iwant[icolHost], textWidth(in.Host))
+		if instanceStale(in, s.Taken) {
+			sum.stale++
+		} else {
+			sum.alive++
+		}
+	}
+	slices.SortFunc(m.instOrder, func(a, b int) int { return cmp.Compare(s.Instances[a].ID, s.Instances[b].ID) })
+
+	m.snap, m.haveSnap, m.lastOK = s, true, now
+	m.index, m.hay, m.sum, m.want, m.instWant = index, hay, sum, want, iwant
+	m.resort()
+	m.clampInstances()
+}
+
+// instanceStaleAfter: an instance whose last heartbeat is older than this (the default
+// lease TTL, after which its session and leases are void) is counted as stale, not alive.
+const instanceStaleAfter = 15 * time.Second
+
+func instanceStale(in Instance, taken time.Time) bool {
+	return !in.LastHeartbeat.IsZero() && taken.Sub(in.LastHeartbeat) > instanceStaleAfter
+}
+
+// resort orders every partition by the sort key (halted first), then refilters.
+func (m *model) resort() {
+	ps := m.snap.Partitions
+	m.order = m.order[:0]
+	for i := range ps {
+		m.order = append(m.order, i)
+	}
+	by := m.sortBy
+	slices.SortFunc(m.order, func(a, b int) int {
+		pa, pb := &ps[a], &ps[b]
+		if ha, hb := pa.State == StateHalted, pb.State == StateHalted; ha != hb {
+			if ha {
+				return -1
+			}
+			return 1
+		}
+		var c int
+		switch by {
+		case sortLag:
+			c = cmp.Compare(pb.Lag, pa.Lag)
+		case sortHeadAge:
+			c = cmp.Compare(pb.HeadAge, pa.HeadAge)
+		}
+		if c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(pa.Category, pb.Category), cmp.Compare(pa.Key, pb.Key),
+			cmp.Compare(pa.Handler, pb.Handler))
+	})
+	m.refilter()
+}
+
+// refilter applies the filter text to order (every word must occur) and puts the cursor
+// back on the partition it was on, if that is still shown.
+func (m *model) refilter() {
+	words := strings.Fields(m.filterTxt)
+	if len(words) == 0 {
+		m.rows = m.order
+	} else {
+		m.rows = make([]int, 0, len(m.order)/4)
+	next:
+		for _, i := range m.order {
+			for _, w := range words {
+				if !strings.Contains(m.hay[i], w) {
+					continue next
+				}
+			}
+			m.rows = append(m.rows, i)
+		}
+	}
+	m.cursor = min(m.cursor, max(len(m.rows)-1, 0))
+	if m.selRef != (PartitionRef{}) {
+		for n, i := range m.rows {
+			if m.snap.Partitions[i].Ref() == m.selRef {
+				m.cursor = n
+				break
+			}
+		}
+	}
+	m.syncSelection()
+}
+
+// syncSelection records which partition the cursor is on and keeps it on screen.
+func (m *model) syncSelection() {
+	if p, ok := m.cursorPartition(); ok {
+		m.selRef = p.Ref()
+	}
+	page := m.tableRows()
+	if m.cursor < m.top {
+		m.top = m.cursor
+	}
+	if m.cursor >= m.top+page {
+		m.top = m.cursor - page + 1
+	}
+	m.top = max(min(m.top, len(m.rows)-page), 0)
+}
+
+func (m *model) clampInstances() {
+	page := m.tableRows()
+	m.icursor = max(min(m.icursor, len(m.instOrder)-1), 0)
+	if m.icursor < m.itop {
+		m.itop = m.icursor
+	}
+	if m.icursor >= m.itop+page {
+		m.itop = m.icursor - page + 1
+	}
+	m.itop = max(min(m.itop, len(m.instOrder)-page), 0)
+}
+
+// cursorPartition is the partition under the cursor of the partitions table.
+func (m *model) cursorPartition() (Partition, bool) {
+	if m.cursor < 0 || m.cursor >= len(m.rows) {
+		return Partition{}, false
+	}
+	return m.snap.Partitions[m.rows[m.cursor]], true
+}
+
+// lookup finds a partition of the current snapshot by ref.
+func (m *model) lookup(ref PartitionRef) (Partition, bool) {
+	i, ok := m.index[ref]
+	if !ok {
+		return Partition{}, false
+	}
+	return m.snap.Partitions[i], true
+}
+
+// Layout: the header is two lines plus the two banner lines while Redis is unreachable; the footer
+// is the status line and the key help. The tables get the rest, less their title row.
+
+func (m *model) headerHeight() int {
+	if m.lastErr != nil {
+		return 4
+	}
+	return 2
+}
+
+const footerHeight = 2
+
+func (m *model) bodyHeight() int {
+	return max(m.height-m.headerHeight()-footerHeight, 1)
+}
+
+func (m *model) tableRows() int {
+	return max(m.bodyHeight()-1, 1)
+}
+
+func (m *model) setStatus(kind statusKind, s string) {
+	m.status, m.statusKind = s, kind
+}

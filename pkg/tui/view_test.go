@@ -1,0 +1,176 @@
+package tui
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/charmbracelet/x/ansi"
+	"github.com/charmbracelet/x/exp/golden"
+	"github.com/muesli/termenv"
+)
+
+// viewCase sets up a model through the harness, then its View is compared with
+// testdata/TestView/<name>_<w>x<h>.golden. `go test ./pkg/tui -update` rewrites them.
+type viewCase struct {
+	name  string
+	opts  Options
+	snap  func() Snapshot
+	setup func(h *harness)
+}
+
+// settle gives the fixture a second snapshot one second later (so the events/s rate is
+// known) and looks at it 400 ms after it arrived.
+func settle(h *harness) {
+	s := h.src.snap
+	s.Taken = s.Taken.Add(time.Second)
+	s.Partitions = append([]Partition(nil), s.Partitions...)
+	for i := range min(len(s.Partitions), 8) {
+		s.Partitions[i].Handled += int64(37 * (i + 1))
+	}
+	h.src.set(s, nil)
+	h.advance(time.Second)
+	h.clk.now = h.clk.now.Add(400 * time.Millisecond)
+}
+
+func haltedHead(h *harness) {
+	h.src.heads[PartitionRef{"order", "client-3", "projector"}] = HeadDetail{
+		EntryID: "1741944000000-14", Stream: "order:client-3", Lane: 0,
+		EventType: "OrderPlaced", EventID: "6f1c2a9e-5b7d-4c1e-9a0b-3d2f8e7c6b5a",
+		Payload:  `{"order_id":"o-1042","client_id":"client-3","lines":[{"sku":"A-1","qty":2},{"sku":"B-7","qty":1}],"total":{"amount":"129.90","currency":"EUR"},"note":"deliver after 6pm"}`,
+		Attempts: 5,
+		Error:    "POST http://billing.internal/hooks/order: 500 Internal Server Error: upstream timeout after 30s",
+		Since:    base.Add(-26 * time.Minute),
+		Lanes: []LaneInfo{
+			{Stream: "order:client-3", Length: 14, Pending: 1},
+			{Stream: "order:client-3:backfill", Length: 0, Pending: 0},
+		},
+	}
+}
+
+var viewCases = []viewCase{
+	{name: "normal", snap: func() Snapshot { return fixture(false) }, setup: settle},
+	{name: "halted", snap: func() Snapshot { return fixture(true) }, setup: settle},
+	{name: "redis_down", snap: func() Snapshot { return fixture(true) }, setup: func(h *harness) {
+		settle(h)
+		h.src.set(Snapshot{}, fmt.Errorf("engine: redis unavailable: %w", errRedisDown))
+		h.advance(600 * time.Millisecond) // the refresh due at +2 s fails
+		h.clk.now = h.clk.now.Add(300 * time.Millisecond)
+	}},
+	{name: "detail", snap: func() Snapshot { return fixture(true) }, setup: func(h *harness) {
+		haltedHead(h)
+		settle(h)
+		h.press("enter")
+	}},
+	{name: "help", snap: func() Snapshot { return fixture(true) }, setup: func(h *harness) {
+		settle(h)
+		h.press("?")
+	}},
+}
+
+// Extra states, at 80x24 only.
+var viewCasesSmall = []viewCase{
+	{name: "dialog", snap: func() Snapshot { return fixture(true) }, setup: func(h *harness) {
+		settle(h)
+		h.press("d")
+	}},
+	{name: "instances", snap: func() Snapshot { return fixture(false) }, setup: func(h *harness) {
+		settle(h)
+		h.press("tab", "j")
+	}},
+	{name: "filter", snap: func() Snapshot { return fixture(true) }, setup: func(h *harness) {
+		settle(h)
+		h.press("/")
+		h.typeText("client")
+	}},
+	{name: "readonly_paused", opts: Options{ReadOnly: true}, snap: func() Snapshot { return fixture(true) },
+		setup: func(h *harness) {
+			settle(h)
+			h.press("p", "s")
+		}},
+	{name: "many", snap: func() Snapshot { return bigSnapshot(10_000) }, setup: func(h *harness) {
+		settle(h)
+		h.press("pgdown", "j")
+	}},
+	{name: "first_refresh_failed", opts: Options{Addr: "redis.internal:6379"},
+		snap: func() Snapshot { return Snapshot{} }, setup: func(h *harness) {}},
+}
+
+func TestView(t *testing.T) {
+	type sized struct {
+		viewCase
+		w, h int
+	}
+	var all []sized
+	for _, c := range viewCases {
+		all = append(all, sized{c, 80, 24}, sized{c, 120, 40})
+	}
+	for _, c := range viewCasesSmall {
+		all = append(all, sized{c, 80, 24})
+	}
+	for _, c := range all {
+		t.Run(fmt.Sprintf("%s_%dx%d", c.name, c.w, c.h), func(t *testing.T) {
+			src := newFake(c.snap())
+			if c.name == "first_refresh_failed" {
+				src.snapErr = errRedisDown
+			}
+			h := newHarness(t, src, c.opts, c.w, c.h)
+			c.setup(h)
+			out := h.m.View()
+			checkScreen(t, out, c.w, c.h)
+			golden.RequireEqual(t, []byte(out+"\n"))
+		})
+	}
+}
+
+// checkScreen: exactly h lines, none wider than w, and no escape sequence (colour off).
+func checkScreen(t testing.TB, out string, w, h int) {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	if len(lines) != h {
+		t.Errorf("%d lines, want %d", len(lines), h)
+	}
+	for i, l := range lines {
+		if n := ansi.StringWidth(l); n > w {
+			t.Errorf("line %d is %d cells wide, more than %d: %q", i+1, n, w, l)
+		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Error("escape sequences with NoColor")
+	}
+}
+
+// TestViewColour checks that colour mode does colour (halted rows, the banner) while
+// keeping the same text.
+func TestViewColour(t *testing.T) {
+	src := newFake(fixture(true))
+	h := newHarness(t, src, Options{}, 80, 24)
+	r := newRenderer(io.Discard, false)
+	r.SetColorProfile(termenv.ANSI256)
+	h.m.st = newStyles(r)
+	h.m.help.Styles = h.m.st.help
+	src.set(Snapshot{}, errRedisDown)
+	h.advance(time.Second)
+	out := h.m.View()
+	if !strings.Contains(out, "\x1b[") {
+		t.Fatal("no escape sequences in colour mode")
+	}
+	plain := ansi.Strip(out)
+	for _, s := range []string{"HALTED", "REDIS UNREACHABLE", "client-3"} {
+		if !strings.Contains(plain, s) {
+			t.Errorf("colour view lacks %q", s)
+		}
+	}
+	checkScreenWidth(t, out, 80)
+}
+
+func checkScreenWidth(t testing.TB, out string, w int) {
+	t.Helper()
+	for i, l := range strings.Split(out, "\n") {
+		if n := ansi.StringWidth(l); n > w {
+			t.Errorf("line %d is %d cells wide, more than %d", i+1, n, w)
+		}
+	}
+}
