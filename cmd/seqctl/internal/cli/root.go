@@ -23,6 +23,12 @@ type Factory struct {
 	IOStreams *IOStreams
 	// Build is the version stamped into the binary.
 	Build BuildInfo
+	// Global holds the global flags (--config, --redis-url, -o, --no-color), bound by
+	// newCmdRoot.
+	Global GlobalOptions
+	// OpenAdmin connects the operator API; nil connects to Redis as the global flags
+	// say. Tests set a fake.
+	OpenAdmin AdminOpener
 }
 
 // Main runs seqctl with args (without the program name) and returns the process exit
@@ -77,7 +83,17 @@ func newCmdRoot(f *Factory) *cobra.Command {
 	cmd.AddCommand(
 		newCmdValidate(f, nil),
 		newCmdVersion(f, nil),
+		newCmdRun(f, nil),
+		newCmdPublish(f, nil),
+		newCmdPartitions(f),
+		newCmdHead(f),
+		newCmdDLQ(f),
+		newCmdAudit(f, nil),
+		newCmdCompletion(f, nil),
+		newCmdTop(f, nil),
+		newCmdDev(f, nil),
 	)
+	addGlobalFlags(cmd, f)
 	return cmd
 }
 

@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// readExecLog parses the exec handler's log ("KEY SEQ" lines) per key, in order.
+func readExecLog(t *testing.T, dir string) map[string][]int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "log"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	// Handlers append while the test reads: a last line without its newline is still
+	// being written.
+	if i := strings.LastIndexByte(string(b), '\n'); i >= 0 {
+		b = b[:i+1]
+	} else {
+		b = nil
+	}
+	out := map[string][]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		k, s, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("bad log line %q", line)
+		}
+		out[k] = append(out[k], n)
+	}
+	return out
+}
+
+func lineCount(m map[string][]int) int {
+	n := 0
+	for _, v := range m {
+		n += len(v)
+	}
+	return n
+}
+
+// TestRunExecTwoInstancesOrderAndCrash is acceptance 1: two 'seqctl run' processes
+// deliver to an exec handler that takes a per-key lock. Per key, the order of first
+// occurrences is the publish order and no two events overlap; different keys do
+// overlap; SIGKILL of one process mid-stream loses nothing.
+func TestRunExecTwoInstancesOrderAndCrash(t *testing.T) {
+	script, err := filepath.Abs(filepath.Join(fixtures, "lock.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, "exec.domain.toml", map[string]string{"SCRIPT": script})
+	const perKey = 24
+	keys := keyNames("k", 8)
+
+	a := f.run("a", nil)
+	b := f.run("b", nil)
+	a.waitLog("seqctl run: ready", 10*time.Second)
+	b.waitLog("seqctl run: ready", 10*time.Second)
+
+	f.publish(steps(keys, 1, perKey/2))
+	// Kill b while it is delivering: once both have handled something.
+	eventually(t, 20*time.Second, "both instances to deliver", func() bool {
+		return lineCount(readExecLog(t, f.dir)) >= len(keys)*3 && len(f.ownersOf(keys)) == 2
+	})
+	b.signal(syscall.SIGKILL)
+	b.wait(5 * time.Second)
+	f.publish(steps(keys, perKey/2+1, perKey))
+
+	eventually(t, 40*time.Second, "every event to be delivered", func() bool {
+		return complete(readExecLog(t, f.dir), keys, perKey)
+	})
+	log := readExecLog(t, f.dir)
+	checkOrder(t, log, keys, perKey)
+	if v, _ := os.ReadFile(filepath.Join(f.dir, "violations")); len(v) > 0 {
+		t.Errorf("two events of one key overlapped:\n%s", v)
+	}
+	if o, _ := os.ReadFile(filepath.Join(f.dir, "overlap")); len(o) == 0 {
+		t.Error("no two keys were ever delivered at the same time: partitions did not run in parallel")
+	}
+	t.Logf("%d deliveries for %d events (%d redelivered after the kill)", lineCount(log), len(keys)*perKey, lineCount(log)-len(keys)*perKey)
+
+	a.signal(syscall.SIGTERM)
+	if code := a.wait(10 * time.Second); code != 0 {
+		t.Errorf("a exited %d after SIGTERM, want 0", code)
+	}
+}
+
+// ownersOf returns the set of instances owning the keys' partitions.
+func (f *fixture) ownersOf(keys []string) map[string]bool {
+	streams := make([]string, len(keys))
+	for i, k := range keys {
+		streams[i] = "step:" + k
+	}
+	out := map[string]bool{}
+	for _, o := range f.leaseOwners(streams) {
+		if o != "" {
+			out[o] = true
+		}
+	}
+	return out
+}
+
+// TestRunSecondSignalForcesExit checks that a second SIGTERM ends the process at once
+// with status 1 and kills the running exec command's process group.
+func TestRunSecondSignalForcesExit(t *testing.T) {
+	script, _ := filepath.Abs(filepath.Join(fixtures, "lock.sh"))
+	f := newFixture(t, "exec.domain.toml", map[string]string{"SCRIPT": script})
+	a := f.run("a", []string{"SEQTEST_SLEEP=30"}, "--shutdown-timeout", "60s")
+	a.waitLog("seqctl run: ready", 10*time.Second)
+	f.publish([]step{{"k0", 1}})
+	eventually(t, 10*time.Second, "the handler to hold the lock", func() bool {
+		_, err := os.Stat(filepath.Join(f.dir, "locks", "k0"))
+		return err == nil
+	})
+	a.signal(syscall.SIGTERM)
+	a.waitLog("shutting down gracefully", 5*time.Second)
+	start := time.Now()
+	a.signal(syscall.SIGTERM)
+	if code := a.wait(5 * time.Second); code != 1 {
+		t.Errorf("exit code %d after the second signal, want 1", code)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("forced exit took %v", d)
+	}
+	a.waitLog(`"killed_commands":1`, time.Second)
+	// The killed handler never logged its step.
+	if log := readExecLog(t, f.dir); len(log) != 0 {
+		t.Errorf("log = %v, want nothing", log)
+	}
+}

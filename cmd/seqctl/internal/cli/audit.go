@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+)
+
+// AuditOptions are the inputs of 'seqctl audit'.
+type AuditOptions struct {
+	IO     *IOStreams
+	Admin  AdminOpener
+	Output string
+	// Since keeps the actions of the last Since (0: all of them).
+	Since time.Duration
+	Ctx   context.Context
+}
+
+func newCmdAudit(f *Factory, runF func(*AuditOptions) error) *cobra.Command {
+	opts := &AuditOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	var since string
+	cmd := &cobra.Command{
+		Use:   "audit [--since DURATION]",
+		Short: "List every operator action: time, user, host, command, stream, handler, entry, outcome",
+		Long: `List the operator actions recorded in Redis (the __seqctl__:audit stream, capped at
+about 100,000 entries), oldest first: when (Redis time), the user and host, the command
+(head skip, head dlq, head retry, dlq replay), the stream, the handler, the entry id and
+the outcome. Refused and failed attempts are recorded too:
+
+  ok           done
+  head_moved   the head was not the expected entry; nothing changed
+  not_halted   the head was not halted (no --force); nothing changed
+  not_pending  the head was not delivered yet; nothing changed
+  entry_gone   the entry was trimmed; nothing changed
+  not_found    no such partition, handler or DLQ entry
+  refused      no terminal to confirm on and no --yes; nothing changed
+  declined     the operator answered no; nothing changed
+  failed       another error (the detail says which)
+
+--since takes a duration such as 90m, 12h or 7d (default: everything). -o wide adds the
+reason and the detail.`,
+		Example: `  # the last day
+  $ seqctl audit --since 24h
+
+  # everything, as JSON
+  $ seqctl audit -o json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Output, opts.Ctx = f.Global.Output, cmd.Context()
+			if err := checkFormat(cmd, opts.Output); err != nil {
+				return err
+			}
+			if since != "" {
+				d, err := parseSince(since)
+				if err != nil {
+					return usageErrorf(cmd.CommandPath(), "invalid value %q for --since: %v", since, err)
+				}
+				opts.Since = d
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return auditRun(opts)
+		},
+	}
+	cmd.Flags().StringVar(&since, "since", "", "only the actions of the last DURATION (e.g. 90m, 12h, 7d)")
+	return cmd
+}
+
+// parseSince parses a positive Go duration, or a number of days ("7d").
+func parseSince(s string) (time.Duration, error) {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil {
+			return 0, fmt.Errorf("want a duration such as 90m, 12h or 7d")
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("want a duration such as 90m, 12h or 7d")
+		}
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("the duration must be positive")
+	}
+	return d, nil
+}
+
+func auditRun(opts *AuditOptions) error {
+	ctx := orBackground(opts.Ctx)
+	adm, closeAdm, err := opts.Admin(ctx)
+	if err != nil {
+		return exitFor(err)
+	}
+	defer closeAdm()
+	entries, err := adm.Audit(ctx, opts.Since)
+	if err != nil {
+		return exitFor(err)
+	}
+	ios := opts.IO
+	if opts.Output == "json" {
+		if entries == nil {
+			entries = []admin.AuditEntry{} // always an array
+		}
+		return writeJSON(ios.Out, entries)
+	}
+	if len(entries) == 0 {
+		if ios.IsTerminal {
+			fmt.Fprintln(ios.ErrOut, "No operator actions recorded.")
+		}
+		return nil
+	}
+	header := []string{"TIME", "USER", "HOST", "COMMAND", "STREAM", "HANDLER", "ENTRY"}
+	wide := opts.Output == "wide"
+	if wide {
+		header = append(header, "REASON", "DETAIL")
+	}
+	// OUTCOME is last: its colour codes cannot upset the alignment of a column after it.
+	t := newTablePrinter(ios, append(header, "OUTCOME")...)
+	for _, e := range entries {
+		row := []string{fmtTime(&e.Time), orDash(e.User), orDash(e.Host), orDash(e.Command), orDash(e.Stream), orDash(e.Handler), orDash(e.EntryID)}
+		if wide {
+			row = append(row, orDash(e.Reason), firstLine(orDash(e.Detail), 80))
+		}
+		outcome := ios.Red(e.Outcome)
+		if e.Outcome == admin.OutcomeOK {
+			outcome = ios.Green(e.Outcome)
+		}
+		t.AddRow(append(row, outcome)...)
+	}
+	return t.Render(ios.Out)
+}

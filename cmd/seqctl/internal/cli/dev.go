@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/demo"
+	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/tui"
+)
+
+// DevOptions are the options of seqctl dev.
+type DevOptions struct {
+	IO        *IOStreams
+	Global    *GlobalOptions
+	Rate      int
+	Instances int
+	Headless  bool
+	Duration  time.Duration
+	Every     time.Duration
+	Poison    int
+}
+
+func newCmdDev(f *Factory, runF func(*DevOptions) error) *cobra.Command {
+	opts := &DevOptions{IO: f.IOStreams, Global: &f.Global}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole system in one process, on an embedded Redis, with a live dashboard",
+		Long: `dev runs a complete demo with nothing to install: an embedded Redis on a loopback port
+(printed, so other seqctl commands can connect with --redis-url), the demo domain
+(testdata/demo/domain.toml: orders partitioned by client_id, payments by order_id, a
+process manager per order), three engine instances with demo handlers (a few ms of work
+each, and now and then a poison order that halts its client's partition), a publisher,
+and the seqctl top dashboard attached.
+
+From the dashboard, select a halted partition and skip it (s), move it to its DLQ (d) or
+retry it (r). --headless prints a summary line every few seconds instead, for scripts.
+With --redis-url the demo runs on that Redis instead of the embedded one.`,
+		Example: `  # the demo with the dashboard (q quits)
+  $ seqctl dev
+
+  # 20 seconds without a terminal UI, then exit
+  $ seqctl dev --headless --duration 20s
+
+  # meanwhile, from another shell, with the URL dev printed
+  $ seqctl partitions list --redis-url redis://127.0.0.1:40123/0`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case opts.Rate <= 0:
+				return &ExitError{Code: ExitUsage, Err: errors.New("--rate must be a positive number of events per second")}
+			case opts.Instances <= 0:
+				return &ExitError{Code: ExitUsage, Err: errors.New("--instances must be at least 1")}
+			case opts.Duration < 0 || opts.Every <= 0:
+				return &ExitError{Code: ExitUsage, Err: errors.New("--duration must not be negative and --every must be positive")}
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return devRun(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().IntVar(&opts.Rate, "rate", 50, "events published per second")
+	cmd.Flags().IntVar(&opts.Instances, "instances", 3, "engine instances to run")
+	cmd.Flags().BoolVar(&opts.Headless, "headless", false, "print summaries instead of the dashboard")
+	cmd.Flags().DurationVar(&opts.Duration, "duration", 0, "stop after this long (0: until interrupted)")
+	cmd.Flags().DurationVar(&opts.Every, "every", 3*time.Second, "summary period with --headless")
+	cmd.Flags().IntVar(&opts.Poison, "poison-every", 100, "every n-th order is poison (negative: never)")
+	return cmd
+}
+
+func devRun(ctx context.Context, opts *DevOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if opts.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Duration)
+		defer cancel()
+	}
+	url := opts.Global.RedisURL
+	if url == "" {
+		url = os.Getenv(engine.EnvRedisURL)
+	}
+	d, err := demo.Start(ctx, demo.Options{RedisURL: url, Rate: opts.Rate, Instances: opts.Instances, PoisonEvery: opts.Poison})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	where := "embedded Redis"
+	if !d.Embedded {
+		where = "Redis"
+	}
+	fmt.Fprintf(opts.IO.ErrOut, "seqctl dev: %s at %s (other shells: seqctl partitions list --redis-url %s)\n", where, d.URL, d.URL)
+
+	if opts.Headless {
+		t := time.NewTicker(opts.Every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				fmt.Fprintln(opts.IO.Out, "final: "+d.Summary().String())
+				return nil
+			case <-t.C:
+				fmt.Fprintln(opts.IO.Out, d.Summary().String())
+			}
+		}
+	}
+
+	cfg, err := engine.ParseConfig("demo/domain.toml", demo.DomainTOML)
+	if err != nil {
+		return err
+	}
+	aopts, err := admin.FromConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ropt, err := redis.ParseURL(d.URL)
+	if err != nil {
+		return err
+	}
+	ropt.MaxRetries = -1 // compare-and-act calls are never retried blindly
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	src := &adminSource{a: admin.New(rdb, aopts), actor: actor("dev")}
+	return tui.Run(ctx, tui.Options{Source: src, Refresh: time.Second, NoColor: !opts.IO.Color, Addr: d.URL}, opts.IO.In, opts.IO.Out)
+}

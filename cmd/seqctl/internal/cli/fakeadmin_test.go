@@ -1,0 +1,247 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// fakeAdmin is the Admin of the run tables: canned answers, recorded calls.
+type fakeAdmin struct {
+	partitions []admin.Partition
+	listErr    error
+	filter     admin.Filter
+	listCalls  int
+	onList     func(call int) // called after each ListPartitions
+
+	inspection *admin.Inspection
+	inspectErr error
+
+	head     *admin.Head
+	headErr  error
+	handlers []string
+
+	actErr  error
+	actions []admin.Action
+	records []admin.AuditEntry
+
+	dlq        []admin.DLQEntry
+	dlqErr     error
+	plan       *admin.ReplayPlan
+	planErr    error
+	replay     *admin.ReplayResult
+	replayErr  error
+	replays    int
+	audit      []admin.AuditEntry
+	auditSince time.Duration
+	streams    []string
+}
+
+func (f *fakeAdmin) ListPartitions(_ context.Context, flt admin.Filter) ([]admin.Partition, error) {
+	f.filter = flt
+	f.listCalls++
+	if f.onList != nil {
+		defer f.onList(f.listCalls)
+	}
+	return append([]admin.Partition(nil), f.partitions...), f.listErr
+}
+
+func (f *fakeAdmin) Inspect(context.Context, string, string) (*admin.Inspection, error) {
+	return f.inspection, f.inspectErr
+}
+
+func (f *fakeAdmin) Head(context.Context, string, string) (*admin.Head, error) {
+	return f.head, f.headErr
+}
+
+func (f *fakeAdmin) Handlers(context.Context, string) ([]string, error) { return f.handlers, nil }
+
+func (f *fakeAdmin) Act(_ context.Context, a admin.Action) (*admin.ActionResult, error) {
+	f.actions = append(f.actions, a)
+	if f.actErr != nil {
+		return nil, f.actErr
+	}
+	r := &admin.ActionResult{Action: a.Kind, Stream: a.Stream, Handler: a.Handler, EntryID: a.ExpectID, Outcome: admin.OutcomeOK}
+	if a.Kind == admin.ActionDLQ {
+		r.DLQStream = a.Stream + ":dlq"
+	}
+	return r, nil
+}
+
+func (f *fakeAdmin) DLQ(context.Context, string) ([]admin.DLQEntry, error) { return f.dlq, f.dlqErr }
+
+func (f *fakeAdmin) PlanReplay(context.Context, string, string) (*admin.ReplayPlan, error) {
+	return f.plan, f.planErr
+}
+
+func (f *fakeAdmin) Replay(context.Context, string, string, admin.Actor) (*admin.ReplayResult, error) {
+	f.replays++
+	return f.replay, f.replayErr
+}
+
+func (f *fakeAdmin) Record(_ context.Context, e admin.AuditEntry) error {
+	f.records = append(f.records, e)
+	return nil
+}
+
+func (f *fakeAdmin) Audit(_ context.Context, since time.Duration) ([]admin.AuditEntry, error) {
+	f.auditSince = since
+	return f.audit, nil
+}
+
+func (f *fakeAdmin) Streams(context.Context) ([]string, error) { return f.streams, nil }
+
+func (f *fakeAdmin) Instances(context.Context) ([]admin.Instance, error) { return nil, nil }
+
+// term describes the test's terminal: stdout and stdin.
+type ttyMode struct{ out, in bool }
+
+var (
+	onTTY  = ttyMode{out: true, in: true}
+	inPipe = ttyMode{}
+)
+
+// runOps runs seqctl in process against a fake admin.
+func runOps(t testing.TB, fa *fakeAdmin, tm ttyMode, stdin string, args ...string) result {
+	t.Helper()
+	ios, in, out, errOut := NewTestIOStreams()
+	ios.IsTerminal, ios.InIsTerminal = tm.out, tm.in
+	in.WriteString(stdin)
+	f := &Factory{IOStreams: ios, Build: testBuild, OpenAdmin: func(context.Context) (Admin, func(), error) {
+		return fa, func() {}, nil
+	}}
+	code := run(context.Background(), f, args)
+	return result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
+}
+
+// parseOps runs argv through a root holding the global flags, parent (when not "") and
+// cmd, the way Main would; the command's runF captures the options.
+func parseOps(t testing.TB, f *Factory, parent string, cmd *cobra.Command, argv ...string) error {
+	t.Helper()
+	root := newRootCommand()
+	addGlobalFlags(root, f)
+	path := []string{cmd.Name()}
+	if parent != "" {
+		p := &cobra.Command{Use: parent}
+		p.AddCommand(cmd)
+		root.AddCommand(p)
+		path = []string{parent, cmd.Name()}
+	} else {
+		root.AddCommand(cmd)
+	}
+	root.SetArgs(append(path, argv...))
+	var sink bytes.Buffer
+	root.SetOut(&sink)
+	root.SetErr(&sink)
+	return root.Execute()
+}
+
+func testFactory() *Factory {
+	ios, _, _, _ := NewTestIOStreams()
+	return &Factory{IOStreams: ios, Build: testBuild}
+}
+
+// Fixed data of the run tables.
+var (
+	t0       = time.Date(2025, 1, 31, 10, 0, 0, 0, time.UTC)
+	t1       = t0.Add(5 * time.Minute)
+	poisonID = "1738317600000-0"
+)
+
+func sampleHalt() *engine.HaltRecord {
+	return &engine.HaltRecord{EntryID: poisonID, Stream: "order:client-1", Attempts: 3,
+		Error: "projector: total must be positive\nat line 12", Since: t0, Owner: "worker-1.1", Generation: 7}
+}
+
+func samplePartitions() []admin.Partition {
+	return []admin.Partition{
+		{Category: "order", Key: "client-2", Stream: "order:client-2", Handler: "OrderProjector", Owner: "worker-2.1", Generation: 9,
+			LeaseTTLMS: 9000, Lag: 120, Pending: 1, HeadAgeMS: 1500, State: admin.StateRunning, HeadID: "1738317601000-0"},
+		{Category: "order", Key: "client-1", Stream: "order:client-1", Handler: "OrderProjector", Owner: "worker-1.1", Generation: 7,
+			LeaseTTLMS: 12345, Lag: 0, Pending: 3, HeadAgeMS: 330000, State: admin.StateHalted, HaltedEntryID: poisonID,
+			HeadID: poisonID, Halt: sampleHalt()},
+		{Category: "order", Key: "client-3", Stream: "order:client-3", Handler: "OrderProjector", Owner: "worker-1.1", Generation: 8,
+			LeaseTTLMS: 14000, State: admin.StateIdle},
+		{Category: "payment", Key: "p-9", Stream: "payment:p-9", Handler: "Ledger", Lag: -1, HeadAgeMS: 2*86400000 + 3*3600000,
+			State: admin.StateUnowned, HeadID: "1738000000000-0"},
+	}
+}
+
+func sampleEnvelope() admin.Envelope {
+	return admin.Envelope{ID: "7f1c9a52-3c1e-4b8e-9d0a-1b2c3d4e5f60", Type: "OrderPlaced", Category: "order", Key: "client-1",
+		Data: json.RawMessage(`{"order_id":"o-17","client_id":"client-1","total":-5}`), PublishedAt: &t0}
+}
+
+func sampleHead() *admin.Head {
+	return &admin.Head{Stream: "order:client-1", Handler: "OrderProjector", ID: poisonID, Lane: "order:client-1",
+		Status: admin.HeadHalted, Attempts: 3, LastError: sampleHalt().Error, HaltedSince: &t0, AgeMS: 330000,
+		IdleMS: 200000, Consumer: "worker-1.1:7", Envelope: sampleEnvelope()}
+}
+
+func sampleInspection() *admin.Inspection {
+	h := sampleHead()
+	return &admin.Inspection{
+		Stream: "order:client-1", Category: "order", Key: "client-1", Indexed: true,
+		Lanes: []admin.Lane{{Stream: "order:client-1", Kind: "primary", Exists: true, Length: 5, FirstID: "1738317500000-0", LastID: "1738317602000-0",
+			Groups: []admin.LaneGroup{{Name: "OrderProjector", LastDeliveredID: "1738317602000-0", EntriesRead: 5, Lag: 0, Pending: 3, Consumers: 1}}}},
+		DLQStream: "order:client-1:dlq", DLQLength: 2,
+		Handlers: []admin.HandlerState{{
+			Handler: "OrderProjector", Unit: "order:client-1", State: admin.StateHalted,
+			Lease: &admin.Lease{Owner: "worker-1.1", Instance: "worker-1", Generation: 7, Live: true, TTLMS: 12345},
+			Halt:  sampleHalt(),
+			Pending: []admin.PendingEntry{
+				{ID: poisonID, Lane: "order:client-1", Consumer: "worker-1.1:7", Deliveries: 3, IdleMS: 200000},
+				{ID: "1738317601000-0", Lane: "order:client-1", Consumer: "worker-1.1:7", Deliveries: 1, IdleMS: 330000},
+			},
+			PendingTotal: 2, Head: h,
+		}},
+	}
+}
+
+func sampleDLQ() []admin.DLQEntry {
+	env := sampleEnvelope()
+	return []admin.DLQEntry{{
+		ID: "1738318000000-0", DLQStream: "order:client-1:dlq", OriginalID: poisonID, Handler: "OrderProjector",
+		Lane: "order:client-1", Attempts: 3, Error: sampleHalt().Error, HaltedSince: &t0,
+		MovedBy: "alice@ops-1", MovedAt: &t1, Reason: "OPS-42", Envelope: env,
+	}}
+}
+
+func sampleAudit() []admin.AuditEntry {
+	return []admin.AuditEntry{
+		{ID: "1738317900000-0", Time: t1, User: "alice", Host: "ops-1", Command: "head skip", Stream: "order:client-1",
+			Handler: "OrderProjector", EntryID: "1-1", Outcome: admin.OutcomeHeadMoved, Detail: "engine: head moved: expected 1-1"},
+		{ID: "1738318000000-0", Time: t1.Add(time.Minute), User: "alice", Host: "ops-1", Command: "head dlq", Stream: "order:client-1",
+			Handler: "OrderProjector", EntryID: poisonID, Outcome: admin.OutcomeOK, Reason: "OPS-42"},
+	}
+}
+
+// checkResult compares a run's exit code and checks stdout and stderr: against a golden
+// file when golden is set, else for fragments.
+func checkResult(t *testing.T, r result, code int, goldenPath string, stdoutHas, stderrHas []string) {
+	t.Helper()
+	if r.Code != code {
+		t.Errorf("exit code = %d, want %d\nstdout:\n%s\nstderr:\n%s", r.Code, code, r.Stdout, r.Stderr)
+	}
+	if goldenPath != "" {
+		golden(t, goldenPath, r.Stdout)
+	}
+	for _, s := range stdoutHas {
+		if !strings.Contains(r.Stdout, s) {
+			t.Errorf("stdout lacks %q:\n%s", s, r.Stdout)
+		}
+	}
+	for _, s := range stderrHas {
+		if !strings.Contains(r.Stderr, s) {
+			t.Errorf("stderr lacks %q:\n%s", s, r.Stderr)
+		}
+	}
+}

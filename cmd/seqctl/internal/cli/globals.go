@@ -1,0 +1,285 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// GlobalOptions are the flags every command accepts (bound on the root command). A
+// command that declares a flag of the same name locally (validate's --config) uses its
+// own.
+type GlobalOptions struct {
+	// ConfigPath is the domain.toml the categories and handlers come from (--config);
+	// "" means discover them in Redis.
+	ConfigPath string
+	// RedisURL is --redis-url; "" means $SEQCTL_REDIS_URL, else the config's broker.url,
+	// else DefaultRedisURL.
+	RedisURL string
+	// Output is -o: "" or "table", "wide", "json".
+	Output string
+	// NoColor turns colour off (--no-color); NO_COLOR does the same.
+	NoColor bool
+}
+
+// Environment variables of the operator commands.
+const (
+	// EnvRedisPassword is the Redis password when the URL carries none.
+	EnvRedisPassword = "SEQCTL_REDIS_PASSWORD"
+	// DefaultRedisURL is used when neither the flag, the environment nor a config names one.
+	DefaultRedisURL = "redis://127.0.0.1:6379/0"
+)
+
+// addGlobalFlags binds the global flags to f.Global and applies --no-color before any
+// command runs.
+func addGlobalFlags(cmd *cobra.Command, f *Factory) {
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.Global.ConfigPath, "config", "", "domain.toml to take categories and handlers from (default: discover them in Redis)")
+	pf.StringVar(&f.Global.RedisURL, "redis-url", "", "Redis URL, rediss:// for TLS (default: $SEQCTL_REDIS_URL, else the config's broker.url, else "+DefaultRedisURL+")")
+	pf.StringVarP(&f.Global.Output, "output", "o", "", "output format: table, wide or json")
+	pf.BoolVar(&f.Global.NoColor, "no-color", false, "never colour the output (NO_COLOR=1 does the same)")
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if f.Global.NoColor {
+			f.IOStreams.Color = false
+		}
+		return nil
+	}
+}
+
+// Admin is the operator API the commands use. *admin.Admin implements it; tests use a
+// fake.
+type Admin interface {
+	ListPartitions(ctx context.Context, f admin.Filter) ([]admin.Partition, error)
+	Inspect(ctx context.Context, stream, handler string) (*admin.Inspection, error)
+	Head(ctx context.Context, stream, handler string) (*admin.Head, error)
+	Handlers(ctx context.Context, stream string) ([]string, error)
+	Act(ctx context.Context, a admin.Action) (*admin.ActionResult, error)
+	DLQ(ctx context.Context, stream string) ([]admin.DLQEntry, error)
+	PlanReplay(ctx context.Context, stream, id string) (*admin.ReplayPlan, error)
+	Replay(ctx context.Context, stream, id string, actor admin.Actor) (*admin.ReplayResult, error)
+	Record(ctx context.Context, e admin.AuditEntry) error
+	Audit(ctx context.Context, since time.Duration) ([]admin.AuditEntry, error)
+	Streams(ctx context.Context) ([]string, error)
+	Instances(ctx context.Context) ([]admin.Instance, error)
+}
+
+var _ Admin = (*admin.Admin)(nil)
+
+// AdminOpener connects the operator API; close releases it.
+type AdminOpener func(ctx context.Context) (a Admin, close func(), err error)
+
+// openAdmin returns f.OpenAdmin when set (tests), else connects to Redis as the global
+// flags say.
+func (f *Factory) openAdmin(ctx context.Context) (Admin, func(), error) {
+	if f.OpenAdmin != nil {
+		return f.OpenAdmin(ctx)
+	}
+	return connectAdmin(ctx, f.Global, os.Getenv)
+}
+
+// connectAdmin loads the config (when given), resolves the Redis URL and password,
+// connects and checks the connection with a PING.
+func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string) (Admin, func(), error) {
+	var cfg *engine.Config
+	opts := admin.Options{}
+	if g.ConfigPath != "" {
+		var err error
+		if cfg, err = engine.LoadConfig(g.ConfigPath); err != nil {
+			return nil, nil, err
+		}
+		if opts, err = admin.FromConfig(cfg); err != nil {
+			return nil, nil, err
+		}
+	}
+	ropt, shown, err := redisOptions(g.RedisURL, cfg, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	// No automatic retries: a compare-and-act whose reply was lost would run again and
+	// report "head moved" for the operator's own success. Fail fast and say so instead.
+	ropt.MaxRetries = -1
+	routeRedisLogs(nil) // the errors that matter are returned; drop go-redis's own lines
+	rdb := redis.NewClient(ropt)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %v (set --redis-url or %s)", shown, err, engine.EnvRedisURL)
+	}
+	return admin.New(rdb, opts), func() { _ = rdb.Close() }, nil
+}
+
+// redisOptions resolves the Redis URL (--redis-url, else $SEQCTL_REDIS_URL, else the
+// config's broker.url, else DefaultRedisURL) and the password (the URL's, else
+// $SEQCTL_REDIS_PASSWORD). shown is the URL with its password masked, for messages.
+func redisOptions(flag string, cfg *engine.Config, getenv func(string) string) (opt *redis.Options, shown string, err error) {
+	raw, from := flag, "--redis-url"
+	switch {
+	case raw != "":
+	case getenv(engine.EnvRedisURL) != "":
+		raw, from = getenv(engine.EnvRedisURL), engine.EnvRedisURL
+	case cfg != nil && cfg.Broker.URL != "":
+		raw, from = cfg.Broker.URL, cfg.File+": broker.url"
+	default:
+		raw, from = DefaultRedisURL, "the default"
+	}
+	shown = maskURL(raw)
+	opt, err = redis.ParseURL(raw)
+	if err != nil {
+		return nil, shown, &ExitError{Code: ExitUsage, Err: fmt.Errorf("invalid Redis URL %s (from %s): %v; want redis://[user:password@]host:port/db or rediss:// for TLS", shown, from, err)}
+	}
+	if opt.Password == "" {
+		opt.Password = getenv(EnvRedisPassword)
+	}
+	opt.DialTimeout = 5 * time.Second
+	opt.ReadTimeout = 30 * time.Second
+	opt.WriteTimeout = 30 * time.Second
+	return opt, shown, nil
+}
+
+// maskURL hides the password of a URL.
+func maskURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// actor says who runs a command, for the audit log: the operating-system user and host.
+func actor(command string) admin.Actor {
+	a := admin.Actor{Command: command, User: os.Getenv("USER")}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		a.User = u.Username
+	}
+	a.Host, _ = os.Hostname()
+	return a
+}
+
+// checkFormat validates -o for the operator commands.
+func checkFormat(cmd *cobra.Command, v string) error {
+	switch v {
+	case "", "table", "wide", "json":
+		return nil
+	}
+	return usageErrorf(cmd.CommandPath(), "invalid value %q for --output: want table, wide or json", v)
+}
+
+// streamArg checks the single STREAM argument.
+func streamArg(cmd *cobra.Command, args []string) error {
+	switch len(args) {
+	case 1:
+		return nil
+	case 0:
+		return usageErrorf(cmd.CommandPath(), "missing the STREAM argument, e.g. %s order:client-123", cmd.CommandPath())
+	}
+	return usageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one STREAM", args[1], cmd.CommandPath())
+}
+
+// groupCommand is the RunE of a command that only groups subcommands: help without
+// arguments, a usage error for an unknown subcommand.
+func groupCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	names := []string{}
+	for _, c := range cmd.Commands() {
+		names = append(names, c.Name())
+	}
+	return usageErrorf(cmd.CommandPath(), "unknown command %q for %q (commands: %s)", args[0], cmd.CommandPath(), strings.Join(names, ", "))
+}
+
+// writeJSON prints v indented, as every -o json does.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// exitFor gives an operator error its exit code: not found 3, head moved or fenced 4,
+// an invalid stream name 2; others keep theirs (1, or 2 for a config error).
+func exitFor(err error) error {
+	var ee *ExitError
+	switch {
+	case err == nil, errors.As(err, &ee):
+		return err
+	case errors.Is(err, admin.ErrNotFound), errors.Is(err, engine.ErrEntryGone):
+		return &ExitError{Code: ExitNotFound, Err: err}
+	case errors.Is(err, engine.ErrHeadMoved), errors.Is(err, engine.ErrFenced):
+		return &ExitError{Code: ExitConflict, Err: err}
+	case errors.Is(err, admin.ErrInvalidStream):
+		return &ExitError{Code: ExitUsage, Err: err}
+	}
+	return err
+}
+
+// confirm asks a yes/no question on the terminal; only "y" or "yes" is yes.
+func confirm(ios *IOStreams, question string) (bool, error) {
+	fmt.Fprintf(ios.ErrOut, "%s [y/N] ", question)
+	line, err := bufio.NewReader(ios.In).ReadString('\n')
+	if err != nil && line == "" {
+		if errors.Is(err, io.EOF) {
+			fmt.Fprintln(ios.ErrOut)
+			return false, nil
+		}
+		return false, err
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true, nil
+	}
+	return false, nil
+}
+
+// fmtMS renders milliseconds for a person: 850ms, 12.3s, 4m05s, 3h20m, 2d04h.
+func fmtMS(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", ms)
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// fmtTime renders a time the same way everywhere: RFC 3339 in UTC, "-" for none.
+func fmtTime(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// firstLine returns the first line of s, cut to n runes with "…".
+func firstLine(s string, n int) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " …"
+	}
+	r := []rune(s)
+	if n > 0 && len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,494 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+func newCmdHead(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "head <command>",
+		Short: "Show a partition's head entry and unwedge a halted partition",
+		Long: `Show and resolve the head entry of a partition for one handler.
+
+When a handler fails an entry max_retries times, its partition halts: the entry stays
+the head and nothing after it is handled (moving it aside automatically would reorder
+the key). Inspect it with 'head show', then resolve it:
+
+  head skip   acknowledge it without handling it; the partition resumes
+  head dlq    copy it with its error to {category}:{key}:dlq and acknowledge it
+  head retry  let the owner try it once more now (after fixing the cause)
+
+Every resolve is a compare-and-act: it names the entry you inspected (--expect-id, or
+the head shown when you confirm) and changes nothing, exit status 4, if the head moved.
+Every attempt is recorded in the audit log ('seqctl audit').`,
+		Example: `  $ seqctl head show order:client-123 --handler OrderProjector
+  $ seqctl head skip order:client-123 --handler OrderProjector --expect-id 1718000000000-0 --yes`,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupCommand,
+	}
+	cmd.AddCommand(
+		newCmdHeadShow(f, nil),
+		newCmdHeadAction(f, admin.ActionSkip, nil),
+		newCmdHeadAction(f, admin.ActionDLQ, nil),
+		newCmdHeadAction(f, admin.ActionRetry, nil),
+	)
+	return cmd
+}
+
+// HeadShowOptions are the inputs of 'seqctl head show'.
+type HeadShowOptions struct {
+	IO      *IOStreams
+	Admin   AdminOpener
+	Output  string
+	Stream  string
+	Handler string // "" when the category has exactly one handler
+	// Full prints the whole payload and error and every extra field.
+	Full bool
+	Ctx  context.Context
+}
+
+func newCmdHeadShow(f *Factory, runF func(*HeadShowOptions) error) *cobra.Command {
+	opts := &HeadShowOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	cmd := &cobra.Command{
+		Use:   "show STREAM [--handler H] [--full]",
+		Short: "Show the head entry: id, envelope, payload, attempts, last error",
+		Long: `Show the head entry of a partition for a handler: the entry it halted on, else
+its oldest pending entry, else the next entry not yet delivered. Prints the entry id
+and lane, its status, the attempts so far (the stream's delivery counter), the error of
+the last attempt (recorded when the partition halted), the envelope and the payload,
+pretty-printed.
+
+Without --full, a long payload and error are cut (the cut is marked); --full prints
+them whole, with every extra field of the entry. --handler may be left out when the
+category has one handler. Exit status 3 when the handler is caught up.`,
+		Example: `  $ seqctl head show order:client-123 --handler OrderProjector
+
+  # everything, as JSON, e.g. to keep with an incident
+  $ seqctl head show order:client-123 --handler OrderProjector -o json > head.json`,
+		Args:              streamArg,
+		ValidArgsFunction: completeStreams(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Output, opts.Ctx, opts.Stream = f.Global.Output, cmd.Context(), args[0]
+			if err := checkFormat(cmd, opts.Output); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return headShowRun(opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Handler, "handler", "", "the handler (consumer group); required when the category has several")
+	cmd.Flags().BoolVar(&opts.Full, "full", false, "print the whole payload and error, and every extra field")
+	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
+	return cmd
+}
+
+func headShowRun(opts *HeadShowOptions) error {
+	ctx := orBackground(opts.Ctx)
+	adm, closeAdm, err := opts.Admin(ctx)
+	if err != nil {
+		return exitFor(err)
+	}
+	defer closeAdm()
+	handler := opts.Handler
+	if handler == "" {
+		hs, err := adm.Handlers(ctx, opts.Stream)
+		if err != nil {
+			return exitFor(err)
+		}
+		switch len(hs) {
+		case 0:
+			return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no handler reads %s (no consumer group is registered for its category)", opts.Stream)}
+		case 1:
+			handler = hs[0]
+		default:
+			return usageErrorf("seqctl head show", "%s has %d handlers (%s): pass --handler", opts.Stream, len(hs), strings.Join(hs, ", "))
+		}
+	}
+	h, err := adm.Head(ctx, opts.Stream, handler)
+	if err != nil {
+		return exitFor(err)
+	}
+	if opts.Output == "json" {
+		return writeJSON(opts.IO.Out, h)
+	}
+	if !opts.IO.IsTerminal {
+		return printHeadRows(opts.IO, h)
+	}
+	return printHead(opts.IO, h, opts.Full)
+}
+
+// Cuts of 'head show' without --full.
+const (
+	maxPayloadLines = 40
+	maxErrorChars   = 600
+)
+
+func printHead(ios *IOStreams, h *admin.Head, full bool) error {
+	w := ios.Out
+	status := string(h.Status)
+	if h.Status == admin.HeadHalted {
+		status = ios.Red("HALTED")
+	}
+	fmt.Fprintf(w, "Head of %s for %s: %s\n", ios.Bold(h.Stream), ios.Bold(h.Handler), status)
+	fmt.Fprintf(w, "  entry       %s on %s\n", h.ID, h.Lane)
+	fmt.Fprintf(w, "  attempts    %d\n", h.Attempts)
+	fmt.Fprintf(w, "  age         %s\n", fmtMS(h.AgeMS))
+	if h.HaltedSince != nil {
+		fmt.Fprintf(w, "  halted      since %s\n", fmtTime(h.HaltedSince))
+	}
+	if h.Status == admin.HeadPending {
+		fmt.Fprintf(w, "  delivered   to %s, idle %s\n", h.Consumer, fmtMS(h.IdleMS))
+	}
+	if h.LastError != "" {
+		e := h.LastError
+		if !full && len(e) > maxErrorChars {
+			e = e[:maxErrorChars] + fmt.Sprintf(" … (%d more bytes; --full prints it all)", len(h.LastError)-maxErrorChars)
+		}
+		fmt.Fprintf(w, "  last error  %s\n", indentRest(e, "              "))
+	}
+	fmt.Fprintf(w, "  event       %s\n", envelopeLine(h.Envelope))
+	if h.Envelope.PublishedAt != nil {
+		fmt.Fprintf(w, "  published   %s\n", fmtTime(h.Envelope.PublishedAt))
+	}
+	if h.Envelope.Problem != "" {
+		fmt.Fprintf(w, "  problem     %s\n", ios.Red(h.Envelope.Problem))
+	}
+	if full && len(h.Envelope.Fields) > 0 {
+		keys := make([]string, 0, len(h.Envelope.Fields))
+		for k := range h.Envelope.Fields {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %-11s %s\n", k, h.Envelope.Fields[k])
+		}
+	}
+	fmt.Fprintln(w, "  payload")
+	lines := strings.Split(prettyJSON(h.Envelope.Data), "\n")
+	shown := lines
+	if !full && len(lines) > maxPayloadLines {
+		shown = lines[:maxPayloadLines]
+	}
+	for _, l := range shown {
+		fmt.Fprintf(w, "    %s\n", l)
+	}
+	if len(shown) < len(lines) {
+		fmt.Fprintf(w, "    … (%d more lines; --full prints it all)\n", len(lines)-len(shown))
+	}
+	return nil
+}
+
+// printHeadRows prints the head for a pipe: one "field<TAB>value" row per field, the
+// payload as compact JSON.
+func printHeadRows(ios *IOStreams, h *admin.Head) error {
+	t := newTablePrinter(ios)
+	t.AddRow("stream", h.Stream)
+	t.AddRow("handler", h.Handler)
+	t.AddRow("id", h.ID)
+	t.AddRow("lane", h.Lane)
+	t.AddRow("status", string(h.Status))
+	t.AddRow("attempts", strconv.FormatInt(h.Attempts, 10))
+	t.AddRow("age_ms", strconv.FormatInt(h.AgeMS, 10))
+	t.AddRow("halted_since", fmtTime(h.HaltedSince))
+	t.AddRow("last_error", h.LastError)
+	t.AddRow("event_id", h.Envelope.ID)
+	t.AddRow("type", h.Envelope.Type)
+	t.AddRow("key", h.Envelope.Key)
+	t.AddRow("priority", strconv.Itoa(h.Envelope.Priority))
+	t.AddRow("published_at", fmtTime(h.Envelope.PublishedAt))
+	t.AddRow("data", compactJSON(h.Envelope.Data))
+	return t.Render(ios.Out)
+}
+
+// envelopeLine summarises an envelope on one line.
+func envelopeLine(e admin.Envelope) string {
+	if e.Type == "" && e.ID == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%s  id %s  key %s  priority %d", orDash(e.Type), orDash(e.ID), orDash(e.Key), e.Priority)
+}
+
+// prettyJSON indents a JSON payload; a JSON string (a payload that was not JSON) is
+// printed as its text.
+func prettyJSON(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var b bytes.Buffer
+	if json.Indent(&b, raw, "", "  ") != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// HeadActionOptions are the inputs of 'seqctl head skip|dlq|retry'.
+type HeadActionOptions struct {
+	IO      *IOStreams
+	Admin   AdminOpener
+	Output  string
+	Kind    admin.ActionKind
+	Stream  string
+	Handler string
+	// ExpectID is the head entry to act on; "" means the current head, shown first.
+	ExpectID string
+	// Yes skips the confirmation; required when stdin is not a terminal.
+	Yes bool
+	// DryRun prints what would happen and changes nothing.
+	DryRun bool
+	// Force acts on a head that is not halted (skip and dlq).
+	Force  bool
+	Reason string
+	Ctx    context.Context
+}
+
+// headActionText is what differs between skip, dlq and retry.
+type headActionText struct {
+	use, short, long, example string
+	verb                      string // "skip", "move to the DLQ", "retry"
+	done                      func(r *admin.ActionResult) string
+}
+
+var headActions = map[admin.ActionKind]headActionText{
+	admin.ActionSkip: {
+		use:   "skip STREAM --handler H [--expect-id ID] [--yes] [--dry-run] [--force]",
+		short: "Acknowledge the halted head without handling it; the partition resumes",
+		long: `Acknowledge the head entry of a halted partition without handling it. The owner
+resumes with the next entry at once (no restart). The entry is not kept anywhere: use
+'seqctl head dlq' to keep it for a replay.`,
+		example: `  # look first, then skip exactly what you looked at
+  $ seqctl head show order:client-123 --handler OrderProjector
+  $ seqctl head skip order:client-123 --handler OrderProjector --expect-id 1718000000000-0 --yes
+
+  # what would happen, changing nothing
+  $ seqctl head skip order:client-123 --handler OrderProjector --dry-run`,
+		verb: "skip",
+		done: func(r *admin.ActionResult) string {
+			return fmt.Sprintf("Skipped %s on %s for %s: acknowledged without handling. The owner resumes with the next entry.", r.EntryID, r.Stream, r.Handler)
+		},
+	},
+	admin.ActionDLQ: {
+		use:   "dlq STREAM --handler H [--expect-id ID] [--yes] [--dry-run] [--force]",
+		short: "Move the halted head with its error to {category}:{key}:dlq; the partition resumes",
+		long: `Copy the head entry of a halted partition, with its halt metadata (error, attempts,
+since, lane), the original id, the handler, who moved it, when and why (--reason), to the
+partition's dead-letter stream {category}:{key}:dlq, and acknowledge it, in one script.
+The owner resumes with the next entry at once. List the DLQ with 'seqctl dlq list' and
+replay an entry with 'seqctl dlq replay'.`,
+		example: `  $ seqctl head dlq order:client-123 --handler OrderProjector --expect-id 1718000000000-0 --yes --reason "bad total, ticket OPS-42"
+  $ seqctl dlq list order:client-123`,
+		verb: "move to the DLQ",
+		done: func(r *admin.ActionResult) string {
+			return fmt.Sprintf("Moved %s on %s for %s to %s with its error, and acknowledged it. The owner resumes with the next entry; see it with 'seqctl dlq list %s'.", r.EntryID, r.Stream, r.Handler, r.DLQStream, r.Stream)
+		},
+	},
+	admin.ActionRetry: {
+		use:   "retry STREAM --handler H [--expect-id ID] [--yes] [--dry-run]",
+		short: "Clear the halt so the owner tries the head once more now",
+		long: `Clear the halt record of a partition so that its owner tries the head entry once
+more, now (after you fixed what made it fail). The owner tries it exactly once: if that
+attempt fails too, the partition halts again on the same entry, with the new error.
+Only a halted head can be retried.`,
+		example: `  # after deploying the fix
+  $ seqctl head retry order:client-123 --handler OrderProjector --expect-id 1718000000000-0 --yes`,
+		verb: "retry",
+		done: func(r *admin.ActionResult) string {
+			return fmt.Sprintf("Cleared the halt of %s for %s: the owner tries %s once more now. If it fails again, the partition halts again (see 'seqctl head show').", r.Stream, r.Handler, r.EntryID)
+		},
+	},
+}
+
+func newCmdHeadAction(f *Factory, kind admin.ActionKind, runF func(*HeadActionOptions) error) *cobra.Command {
+	text := headActions[kind]
+	opts := &HeadActionOptions{IO: f.IOStreams, Admin: f.openAdmin, Kind: kind}
+	common := `
+
+Without --expect-id the current head is shown and acted on. On a terminal you are
+asked to confirm; without one, --yes is required (otherwise exit status 2 and nothing
+changes). --dry-run prints what would happen and changes nothing.`
+	if kind != admin.ActionRetry {
+		common += `
+
+Only a halted head is acted on, unless --force. A --force on a running partition races
+with its owner: the entry may be in its handler right now.`
+	}
+	common += `
+
+Exit status: 0 done; 4 the head is no longer the expected entry (nothing changed);
+3 no such partition, handler or head; 1 refused (not halted, declined) or failed.`
+	cmd := &cobra.Command{
+		Use:               text.use,
+		Short:             text.short,
+		Long:              text.long + common,
+		Example:           text.example,
+		Args:              streamArg,
+		ValidArgsFunction: completeStreams(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Output, opts.Ctx, opts.Stream = f.Global.Output, cmd.Context(), args[0]
+			if err := checkFormat(cmd, opts.Output); err != nil {
+				return err
+			}
+			if opts.Handler == "" {
+				return usageErrorf(cmd.CommandPath(), "--handler is required: name the handler (consumer group) whose head to %s", text.verb)
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return headActionRun(opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Handler, "handler", "", "the handler (consumer group) (required)")
+	fl.StringVar(&opts.ExpectID, "expect-id", "", "act only if the head is still this entry id (default: the current head, shown first)")
+	fl.BoolVarP(&opts.Yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
+	fl.BoolVar(&opts.DryRun, "dry-run", false, "print what would happen; change nothing")
+	fl.StringVar(&opts.Reason, "reason", "", "why, for the audit log (and the DLQ entry)")
+	if kind != admin.ActionRetry {
+		fl.BoolVar(&opts.Force, "force", false, "act on a head that is not halted")
+	}
+	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
+	return cmd
+}
+
+// auditCommand is the command name recorded in the audit log.
+func (o *HeadActionOptions) auditCommand() string { return "head " + string(o.Kind) }
+
+func headActionRun(opts *HeadActionOptions) error {
+	ctx := orBackground(opts.Ctx)
+	ios := opts.IO
+	text := headActions[opts.Kind]
+	adm, closeAdm, err := opts.Admin(ctx)
+	if err != nil {
+		return exitFor(err)
+	}
+	defer closeAdm()
+	who := actor(opts.auditCommand())
+	// refuse records an attempt that stops before the compare-and-act, then returns err.
+	refuse := func(entry, outcome string, err error) error {
+		if opts.DryRun {
+			return err
+		}
+		detail := err.Error()
+		if opts.Force {
+			detail = "force; " + detail
+		}
+		rec := admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command, Stream: opts.Stream,
+			Handler: opts.Handler, EntryID: entry, Outcome: outcome, Detail: detail, Reason: opts.Reason}
+		if aerr := adm.Record(ctx, rec); aerr != nil {
+			fmt.Fprintf(ios.ErrOut, "warning: the refused attempt was not recorded in the audit log: %v\n", aerr)
+		}
+		return err
+	}
+
+	head, err := adm.Head(ctx, opts.Stream, opts.Handler)
+	if err != nil {
+		var nf *admin.NotFoundError
+		if errors.As(err, &nf) && nf.What == "head" && opts.ExpectID != "" {
+			moved := &engine.HeadMovedError{Expected: opts.ExpectID}
+			return refuse(opts.ExpectID, admin.OutcomeHeadMoved, &ExitError{Code: ExitConflict, Err: moved})
+		}
+		return refuse(opts.ExpectID, admin.OutcomeOf(err), exitFor(err))
+	}
+	if opts.ExpectID != "" && head.ID != opts.ExpectID {
+		moved := &engine.HeadMovedError{Expected: opts.ExpectID, Head: head.ID}
+		return refuse(opts.ExpectID, admin.OutcomeHeadMoved, &ExitError{Code: ExitConflict, Err: moved})
+	}
+	if opts.ExpectID == "" && opts.Output != "json" {
+		fmt.Fprintf(ios.ErrOut, "Current head of %s for %s:\n", opts.Stream, opts.Handler)
+		fmt.Fprintf(ios.ErrOut, "  %s on %s: %s, %d attempts, age %s\n", head.ID, head.Lane, head.Status, head.Attempts, fmtMS(head.AgeMS))
+		fmt.Fprintf(ios.ErrOut, "  event       %s\n", envelopeLine(head.Envelope))
+		if head.LastError != "" {
+			fmt.Fprintf(ios.ErrOut, "  last error  %s\n", firstLine(head.LastError, 200))
+		}
+		fmt.Fprintf(ios.ErrOut, "  payload     %s\n", firstLine(compactJSON(head.Envelope.Data), 200))
+	}
+	switch {
+	case head.Status == admin.HeadUndelivered:
+		return refuse(head.ID, admin.OutcomeNotPending, fmt.Errorf(
+			"the head %s of %s has not been delivered to %s yet: nothing is halted or in flight to %s; nothing changed",
+			head.ID, opts.Stream, opts.Handler, text.verb))
+	case head.Status != admin.HeadHalted && (opts.Kind == admin.ActionRetry || !opts.Force):
+		hint := "; pass --force to act on it anyway (the owner may be handling it right now)"
+		if opts.Kind == admin.ActionRetry {
+			hint = "; only a halted head can be retried"
+		}
+		return refuse(head.ID, admin.OutcomeNotHalted, fmt.Errorf(
+			"%w: the head %s of %s for %s is %s, not halted%s; nothing changed", engine.ErrNotHalted, head.ID, opts.Stream, opts.Handler, head.Status, hint))
+	}
+
+	if opts.DryRun {
+		res := &admin.ActionResult{Action: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, EntryID: head.ID, Outcome: "dry_run"}
+		if opts.Output == "json" {
+			return writeJSON(ios.Out, struct {
+				*admin.ActionResult
+				DryRun bool        `json:"dry_run"`
+				Head   *admin.Head `json:"head"`
+			}{res, true, head})
+		}
+		fmt.Fprintf(ios.Out, "Would %s %s on %s for %s (%s, %d attempts). Nothing changed (--dry-run).\n",
+			text.verb, head.ID, head.Lane, opts.Handler, head.Status, head.Attempts)
+		return nil
+	}
+	if !opts.Yes {
+		if !ios.InIsTerminal {
+			return refuse(head.ID, admin.OutcomeRefused, usageErrorf("seqctl "+opts.auditCommand(),
+				"refusing to %s %s without confirmation: stdin is not a terminal, pass --yes (and --expect-id %s to be sure of the entry); nothing changed",
+				text.verb, head.ID, head.ID))
+		}
+		ok, err := confirm(ios, fmt.Sprintf("%s %s on %s for %s?", capitalize(text.verb), head.ID, opts.Stream, opts.Handler))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return refuse(head.ID, admin.OutcomeDeclined, errors.New("cancelled; nothing changed"))
+		}
+	}
+	res, err := adm.Act(ctx, admin.Action{
+		Kind: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, ExpectID: head.ID,
+		Force: opts.Force, Reason: opts.Reason, Actor: who,
+	})
+	if errors.Is(err, engine.ErrRedisUnavailable) {
+		return fmt.Errorf("%w\nthe connection failed during the %s: it may or may not have been applied; check with 'seqctl head show %s --handler %s' and 'seqctl audit'",
+			err, text.verb, opts.Stream, opts.Handler)
+	}
+	if err != nil {
+		return exitFor(err)
+	}
+	if res.AuditWarning != "" {
+		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.AuditWarning)
+	}
+	if opts.Output == "json" {
+		return writeJSON(ios.Out, res)
+	}
+	fmt.Fprintf(ios.Out, "%s %s\n", ios.Green("✓"), text.done(res))
+	return nil
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

@@ -1,0 +1,296 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+func TestHeadShowParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		argv    []string
+		want    HeadShowOptions
+		wantErr string
+	}{
+		{name: "stream only", argv: []string{"order:client-1"}, want: HeadShowOptions{Stream: "order:client-1"}},
+		{name: "everything", argv: []string{"order:client-1", "--handler", "P", "--full", "-o", "json"},
+			want: HeadShowOptions{Stream: "order:client-1", Handler: "P", Full: true, Output: "json"}},
+		{name: "no stream", wantErr: "missing the STREAM argument"},
+		{name: "bad output", argv: []string{"a:b", "-o", "csv"}, wantErr: `invalid value "csv" for --output`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := testFactory()
+			var got *HeadShowOptions
+			err := parseOps(t, f, "head", newCmdHeadShow(f, func(o *HeadShowOptions) error { got = o; return nil }), tt.argv...)
+			if tt.wantErr != "" {
+				var ue *UsageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(HeadShowOptions{}, "IO", "Admin", "Ctx")); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHeadShowRun(t *testing.T) {
+	long := sampleHead()
+	long.LastError = strings.Repeat("x", 700)
+	long.Envelope.Data = []byte(`{"items":[` + strings.Repeat(`1,`, 60) + `1]}`)
+	long.Envelope.Fields = map[string]string{"trace": "abc"}
+	tests := []struct {
+		name      string
+		args      []string
+		tm        ttyMode
+		fa        *fakeAdmin
+		code      int
+		golden    string
+		stdoutHas []string
+		stderrHas []string
+	}{
+		{name: "terminal", args: []string{"head", "show", "order:client-1", "--handler", "OrderProjector"}, tm: onTTY, golden: "testdata/ops/head-show.tty.golden"},
+		{name: "pipe", args: []string{"head", "show", "order:client-1", "--handler", "OrderProjector"}, tm: inPipe, golden: "testdata/ops/head-show.pipe.golden"},
+		{name: "json", args: []string{"head", "show", "order:client-1", "--handler", "OrderProjector", "-o", "json"}, tm: inPipe, golden: "testdata/ops/head-show.json.golden"},
+		{
+			name: "long payload is cut", args: []string{"head", "show", "order:client-1", "--handler", "OrderProjector"}, tm: onTTY,
+			fa: &fakeAdmin{head: long}, stdoutHas: []string{"more lines; --full prints it all", "100 more bytes; --full prints it all"},
+		},
+		{
+			name: "--full prints everything", args: []string{"head", "show", "order:client-1", "--handler", "OrderProjector", "--full"}, tm: onTTY,
+			fa: &fakeAdmin{head: long}, stdoutHas: []string{"trace       abc", strings.Repeat("x", 700)},
+		},
+		{
+			name: "the only handler is taken", args: []string{"head", "show", "order:client-1"}, tm: inPipe,
+			fa: &fakeAdmin{head: sampleHead(), handlers: []string{"OrderProjector"}}, stdoutHas: []string{"handler\tOrderProjector"},
+		},
+		{
+			name: "several handlers need --handler", args: []string{"head", "show", "order:client-1"}, tm: inPipe, code: ExitUsage,
+			fa: &fakeAdmin{handlers: []string{"A", "B"}}, stderrHas: []string{"order:client-1 has 2 handlers (A, B): pass --handler"},
+		},
+		{
+			name: "caught up", args: []string{"head", "show", "order:client-1", "--handler", "P"}, tm: inPipe, code: ExitNotFound,
+			fa:        &fakeAdmin{headErr: &admin.NotFoundError{What: "head", Name: "of order:client-1 for P", Hint: "the handler is caught up"}},
+			stderrHas: []string{"head of order:client-1 for P not found: the handler is caught up"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := tt.fa
+			if fa == nil {
+				fa = &fakeAdmin{head: sampleHead()}
+			}
+			r := runOps(t, fa, tt.tm, "", tt.args...)
+			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
+		})
+	}
+}
+
+func TestHeadActionParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		kind    admin.ActionKind
+		argv    []string
+		want    HeadActionOptions
+		wantErr string
+	}{
+		{name: "skip", kind: admin.ActionSkip, argv: []string{"order:c", "--handler", "P", "--expect-id", "1-0", "--yes"},
+			want: HeadActionOptions{Kind: admin.ActionSkip, Stream: "order:c", Handler: "P", ExpectID: "1-0", Yes: true}},
+		{name: "dlq with everything", kind: admin.ActionDLQ, argv: []string{"order:c", "--handler", "P", "-y", "--dry-run", "--force", "--reason", "OPS-1", "-o", "json"},
+			want: HeadActionOptions{Kind: admin.ActionDLQ, Stream: "order:c", Handler: "P", Yes: true, DryRun: true, Force: true, Reason: "OPS-1", Output: "json"}},
+		{name: "retry", kind: admin.ActionRetry, argv: []string{"order:c", "--handler", "P", "--expect-id", "1-0"},
+			want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", Handler: "P", ExpectID: "1-0"}},
+		{name: "retry has no --force", kind: admin.ActionRetry, argv: []string{"order:c", "--handler", "P", "--force"}, wantErr: "unknown flag: --force"},
+		{name: "handler required", kind: admin.ActionSkip, argv: []string{"order:c"}, wantErr: "--handler is required"},
+		{name: "stream required", kind: admin.ActionDLQ, argv: []string{"--handler", "P"}, wantErr: "missing the STREAM argument"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := testFactory()
+			var got *HeadActionOptions
+			err := parseOps(t, f, "head", newCmdHeadAction(f, tt.kind, func(o *HeadActionOptions) error { got = o; return nil }), tt.argv...)
+			if tt.wantErr != "" {
+				var ue *UsageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(HeadActionOptions{}, "IO", "Admin", "Ctx")); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHeadActionRun(t *testing.T) {
+	pending := sampleHead()
+	pending.Status, pending.HaltedSince, pending.LastError = admin.HeadPending, nil, ""
+	undelivered := sampleHead()
+	undelivered.Status, undelivered.HaltedSince, undelivered.LastError, undelivered.Attempts = admin.HeadUndelivered, nil, "", 0
+	skip := []string{"head", "skip", "order:client-1", "--handler", "OrderProjector"}
+	with := func(base []string, more ...string) []string { return append(append([]string(nil), base...), more...) }
+	tests := []struct {
+		name       string
+		args       []string
+		tm         ttyMode
+		stdin      string
+		fa         *fakeAdmin
+		code       int
+		golden     string
+		stdoutHas  []string
+		stderrHas  []string
+		wantAct    *admin.Action // nil: no action may run
+		wantRecord string        // outcome of the one refused attempt the command records itself
+	}{
+		{
+			name: "skip the expected head", args: with(skip, "--expect-id", poisonID, "--yes", "--reason", "OPS-42"), tm: inPipe,
+			stdoutHas: []string{"Skipped 1738317600000-0 on order:client-1 for OrderProjector: acknowledged without handling"},
+			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID, Reason: "OPS-42"},
+		},
+		{
+			name: "json result", args: with(skip, "--expect-id", poisonID, "--yes", "-o", "json"), tm: inPipe, golden: "testdata/ops/head-skip.json.golden",
+			wantAct: &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
+		},
+		{
+			name: "dlq", args: []string{"head", "dlq", "order:client-1", "--handler", "OrderProjector", "--yes"}, tm: inPipe,
+			stdoutHas: []string{"to order:client-1:dlq with its error", "seqctl dlq list order:client-1"},
+			stderrHas: []string{"Current head of order:client-1 for OrderProjector:", "total must be positive"},
+			wantAct:   &admin.Action{Kind: admin.ActionDLQ, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
+		},
+		{
+			name: "retry says it may halt again", args: []string{"head", "retry", "order:client-1", "--handler", "OrderProjector", "--yes"}, tm: inPipe,
+			stdoutHas: []string{"tries 1738317600000-0 once more now. If it fails again, the partition halts again"},
+			wantAct:   &admin.Action{Kind: admin.ActionRetry, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
+		},
+		{
+			name: "no terminal and no --yes: exit 2, nothing changes", args: skip, tm: inPipe, code: ExitUsage,
+			stderrHas:  []string{"Current head of order:client-1", "refusing to skip 1738317600000-0 without confirmation: stdin is not a terminal, pass --yes"},
+			wantRecord: admin.OutcomeRefused,
+		},
+		{
+			name: "confirmed on a terminal", args: skip, tm: onTTY, stdin: "y\n",
+			stderrHas: []string{"Skip 1738317600000-0 on order:client-1 for OrderProjector? [y/N]"},
+			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
+		},
+		{
+			name: "declined on a terminal", args: skip, tm: onTTY, stdin: "n\n", code: ExitFailure,
+			stderrHas: []string{"cancelled; nothing changed"}, wantRecord: admin.OutcomeDeclined,
+		},
+		{
+			name: "end of input on a terminal declines", args: skip, tm: onTTY, stdin: "", code: ExitFailure,
+			stderrHas: []string{"cancelled; nothing changed"}, wantRecord: admin.OutcomeDeclined,
+		},
+		{
+			name: "stale --expect-id: exit 4, nothing changes", args: with(skip, "--expect-id", "1-1", "--yes"), tm: inPipe, code: ExitConflict,
+			stderrHas:  []string{"head moved: expected 1-1, the head is now 1738317600000-0; nothing was changed"},
+			wantRecord: admin.OutcomeHeadMoved,
+		},
+		{
+			name: "the head moves under the script: exit 4", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: ExitConflict,
+			fa:        &fakeAdmin{head: sampleHead(), actErr: &engine.HeadMovedError{Expected: poisonID, Head: "1738317601000-0"}},
+			stderrHas: []string{"head moved"},
+			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
+		},
+		{
+			name: "the connection fails during the script", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: ExitFailure,
+			fa:        &fakeAdmin{head: sampleHead(), actErr: fmt.Errorf("%w: connection reset", engine.ErrRedisUnavailable)},
+			stderrHas: []string{"it may or may not have been applied; check with 'seqctl head show order:client-1 --handler OrderProjector'"},
+			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
+		},
+		{
+			name: "caught up with --expect-id: exit 4", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: ExitConflict,
+			fa:         &fakeAdmin{headErr: &admin.NotFoundError{What: "head", Name: "of order:client-1 for OrderProjector"}},
+			stderrHas:  []string{"the partition has no head now"},
+			wantRecord: admin.OutcomeHeadMoved,
+		},
+		{
+			name: "caught up without --expect-id: exit 3", args: with(skip, "--yes"), tm: inPipe, code: ExitNotFound,
+			fa:         &fakeAdmin{headErr: &admin.NotFoundError{What: "head", Name: "of order:client-1 for OrderProjector"}},
+			wantRecord: admin.OutcomeNotFound,
+		},
+		{
+			name: "unknown handler: exit 3", args: with(skip, "--expect-id", "1-0", "--yes"), tm: inPipe, code: ExitNotFound,
+			fa:         &fakeAdmin{headErr: &admin.NotFoundError{What: "handler", Name: `"X" of order`}},
+			stderrHas:  []string{`handler "X" of order not found`},
+			wantRecord: admin.OutcomeNotFound,
+		},
+		{
+			name: "a running head is refused without --force", args: with(skip, "--yes"), tm: inPipe, code: ExitFailure,
+			fa: &fakeAdmin{head: pending}, stderrHas: []string{"is pending, not halted; pass --force"}, wantRecord: admin.OutcomeNotHalted,
+		},
+		{
+			name: "--force acts on a running head", args: with(skip, "--yes", "--force"), tm: inPipe, fa: &fakeAdmin{head: pending},
+			wantAct: &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID, Force: true},
+		},
+		{
+			name: "retry of a running head is refused", args: []string{"head", "retry", "order:client-1", "--handler", "OrderProjector", "--yes"}, tm: inPipe,
+			code: ExitFailure, fa: &fakeAdmin{head: pending}, stderrHas: []string{"only a halted head can be retried"}, wantRecord: admin.OutcomeNotHalted,
+		},
+		{
+			name: "an undelivered head is refused even with --force", args: with(skip, "--yes", "--force"), tm: inPipe, code: ExitFailure,
+			fa: &fakeAdmin{head: undelivered}, stderrHas: []string{"has not been delivered to OrderProjector yet"}, wantRecord: admin.OutcomeNotPending,
+		},
+		{
+			name: "dry run changes nothing and needs no --yes", args: with(skip, "--dry-run"), tm: inPipe,
+			stdoutHas: []string{"Would skip 1738317600000-0 on order:client-1 for OrderProjector (halted, 3 attempts). Nothing changed (--dry-run)."},
+		},
+		{
+			name: "dry run as json", args: with(skip, "--dry-run", "--expect-id", poisonID, "-o", "json"), tm: inPipe, golden: "testdata/ops/head-skip-dry-run.json.golden",
+		},
+		{
+			name: "dry run with a stale id: exit 4", args: with(skip, "--dry-run", "--expect-id", "1-1"), tm: inPipe, code: ExitConflict,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := tt.fa
+			if fa == nil {
+				fa = &fakeAdmin{head: sampleHead()}
+			}
+			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
+			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
+			switch {
+			case tt.wantAct == nil && len(fa.actions) > 0:
+				t.Errorf("an action ran: %+v", fa.actions)
+			case tt.wantAct != nil && len(fa.actions) != 1:
+				t.Errorf("%d actions ran, want 1", len(fa.actions))
+			case tt.wantAct != nil:
+				if diff := cmp.Diff(*tt.wantAct, fa.actions[0], cmpopts.IgnoreFields(admin.Action{}, "Actor")); diff != "" {
+					t.Errorf("action (-want +got):\n%s", diff)
+				}
+				if a := fa.actions[0].Actor; a.Command != "head "+string(tt.wantAct.Kind) || a.User == "" {
+					t.Errorf("actor = %+v, want the command and the user", a)
+				}
+			}
+			var outcomes []string
+			for _, rec := range fa.records {
+				outcomes = append(outcomes, rec.Outcome)
+			}
+			var want []string
+			if tt.wantRecord != "" {
+				want = []string{tt.wantRecord}
+			}
+			if diff := cmp.Diff(want, outcomes); diff != "" {
+				t.Errorf("audit records the command wrote itself (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,236 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+func TestPartitionsListParse(t *testing.T) {
+	def := PartitionsListOptions{Sort: "name", Interval: 2 * time.Second}
+	tests := []struct {
+		name    string
+		argv    []string
+		want    PartitionsListOptions
+		wantErr string
+	}{
+		{name: "defaults", want: def},
+		{name: "filters", argv: []string{"--category", "order", "--handler", "P", "--halted", "--owner", "w-1"},
+			want: PartitionsListOptions{Category: "order", Handler: "P", Halted: true, Owner: "w-1", Sort: "name", Interval: 2 * time.Second}},
+		{name: "sort and watch", argv: []string{"--sort", "lag", "--watch", "--interval", "500ms"},
+			want: PartitionsListOptions{Sort: "lag", Watch: true, Interval: 500 * time.Millisecond}},
+		{name: "json", argv: []string{"-o", "json"}, want: PartitionsListOptions{Output: "json", Sort: "name", Interval: 2 * time.Second}},
+		{name: "wide, long form", argv: []string{"--output=wide"}, want: PartitionsListOptions{Output: "wide", Sort: "name", Interval: 2 * time.Second}},
+		{name: "bad output", argv: []string{"-o", "yaml"}, wantErr: `invalid value "yaml" for --output: want table, wide or json`},
+		{name: "bad sort", argv: []string{"--sort", "size"}, wantErr: `invalid value "size" for --sort`},
+		{name: "bad interval", argv: []string{"--interval", "0s"}, wantErr: "--interval must be positive"},
+		{name: "argument", argv: []string{"order:a"}, wantErr: `unexpected argument "order:a"`},
+		{name: "unknown flag", argv: []string{"--stale"}, wantErr: "unknown flag: --stale"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := testFactory()
+			var got *PartitionsListOptions
+			cmd := newCmdPartitionsList(f, func(o *PartitionsListOptions) error { got = o; return nil })
+			err := parseOps(t, f, "partitions", cmd, tt.argv...)
+			if tt.wantErr != "" {
+				var ue *UsageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(PartitionsListOptions{}, "IO", "Admin", "Ctx")); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPartitionsListRun(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		tm         ttyMode
+		fa         *fakeAdmin
+		code       int
+		golden     string
+		stdoutHas  []string
+		stderrHas  []string
+		wantFilter admin.Filter
+	}{
+		{name: "terminal table", args: []string{"partitions", "list"}, tm: onTTY, golden: "testdata/ops/partitions-list.tty.golden"},
+		{name: "pipe rows", args: []string{"partitions", "list"}, tm: inPipe, golden: "testdata/ops/partitions-list.pipe.golden"},
+		{name: "wide", args: []string{"partitions", "list", "-o", "wide"}, tm: onTTY, golden: "testdata/ops/partitions-list.wide.golden"},
+		{name: "json", args: []string{"partitions", "list", "-o", "json"}, tm: onTTY, golden: "testdata/ops/partitions-list.json.golden"},
+		{name: "sorted by lag", args: []string{"partitions", "list", "--sort", "lag"}, tm: inPipe, golden: "testdata/ops/partitions-list.lag.golden"},
+		{name: "sorted by age", args: []string{"partitions", "list", "--sort", "age"}, tm: inPipe, golden: "testdata/ops/partitions-list.age.golden"},
+		{
+			name: "filters reach the admin", args: []string{"partitions", "list", "--halted", "--handler", "P", "--category", "order", "--owner", "w"},
+			tm: inPipe, fa: &fakeAdmin{}, wantFilter: admin.Filter{Category: "order", Handler: "P", Halted: true, Owner: "w"},
+		},
+		{name: "nothing on a terminal", args: []string{"partitions", "list"}, tm: onTTY, fa: &fakeAdmin{}, stderrHas: []string{"No partitions match."}},
+		{name: "nothing in a pipe", args: []string{"partitions", "list"}, tm: inPipe, fa: &fakeAdmin{}},
+		{name: "empty json is an array", args: []string{"partitions", "list", "-o", "json"}, tm: inPipe, fa: &fakeAdmin{partitions: []admin.Partition{}}, stdoutHas: []string{"[]"}},
+		{
+			name: "redis down", args: []string{"partitions", "list"}, tm: inPipe, code: ExitFailure,
+			fa:        &fakeAdmin{listErr: errors.New("engine: redis unavailable: dial tcp: connection refused")},
+			stderrHas: []string{"seqctl: engine: redis unavailable"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := tt.fa
+			if fa == nil {
+				fa = &fakeAdmin{partitions: samplePartitions()}
+			}
+			r := runOps(t, fa, tt.tm, "", tt.args...)
+			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
+			if diff := cmp.Diff(tt.wantFilter, fa.filter); tt.fa != nil && tt.fa.listErr == nil && diff != "" {
+				t.Errorf("filter (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPartitionsListColor(t *testing.T) {
+	ios, _, out, _ := NewTestIOStreams()
+	ios.IsTerminal, ios.Color = true, true
+	fa := &fakeAdmin{partitions: samplePartitions()}
+	f := &Factory{IOStreams: ios, OpenAdmin: func(context.Context) (Admin, func(), error) { return fa, func() {}, nil }}
+	if code := run(context.Background(), f, []string{"partitions", "list"}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(out.String(), ansiRed+"halted"+ansiReset) {
+		t.Errorf("a halted state is not red on a colour terminal:\n%q", out.String())
+	}
+	out.Reset()
+	ios.Color = true
+	if code := run(context.Background(), f, []string{"partitions", "list", "--no-color"}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if strings.Contains(out.String(), "\x1b[") {
+		t.Errorf("--no-color still printed escapes:\n%q", out.String())
+	}
+}
+
+func TestPartitionsListWatch(t *testing.T) {
+	for _, tm := range []ttyMode{onTTY, inPipe} {
+		ios, _, out, _ := NewTestIOStreams()
+		ios.IsTerminal = tm.out
+		ctx, cancel := context.WithCancel(context.Background())
+		fa := &fakeAdmin{partitions: samplePartitions()[:1], onList: func(n int) {
+			if n == 3 {
+				cancel()
+			}
+		}}
+		opts := &PartitionsListOptions{IO: ios, Sort: "name", Watch: true, Interval: time.Millisecond, Ctx: ctx,
+			Admin: func(context.Context) (Admin, func(), error) { return fa, func() {}, nil }}
+		if err := partitionsListRun(opts); err != nil {
+			t.Fatal(err)
+		}
+		if fa.listCalls != 3 {
+			t.Errorf("terminal %v: %d refreshes, want 3", tm.out, fa.listCalls)
+		}
+		if got := strings.Count(out.String(), "client-2"); got != 2 {
+			t.Errorf("terminal %v: %d lists printed, want 2 (the third call was interrupted):\n%s", tm.out, got, out.String())
+		}
+		if tm.out && !strings.Contains(out.String(), "\x1b[H\x1b[2J") {
+			t.Errorf("a terminal watch does not redraw in place")
+		}
+	}
+}
+
+func TestPartitionsInspectParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		argv    []string
+		want    PartitionsInspectOptions
+		wantErr string
+	}{
+		{name: "stream", argv: []string{"order:client-1"}, want: PartitionsInspectOptions{Stream: "order:client-1"}},
+		{name: "handler and json", argv: []string{"order:client-1", "--handler", "P", "-o", "json"},
+			want: PartitionsInspectOptions{Stream: "order:client-1", Handler: "P", Output: "json"}},
+		{name: "global flags before the command", argv: []string{"order:c", "--redis-url", "redis://x:1/0", "--config", "d.toml"},
+			want: PartitionsInspectOptions{Stream: "order:c"}},
+		{name: "no stream", argv: nil, wantErr: "missing the STREAM argument"},
+		{name: "two streams", argv: []string{"a:b", "c:d"}, wantErr: `unexpected argument "c:d"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := testFactory()
+			var got *PartitionsInspectOptions
+			cmd := newCmdPartitionsInspect(f, func(o *PartitionsInspectOptions) error { got = o; return nil })
+			err := parseOps(t, f, "partitions", cmd, tt.argv...)
+			if tt.wantErr != "" {
+				var ue *UsageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(PartitionsInspectOptions{}, "IO", "Admin", "Ctx")); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// The global flags land in the factory.
+	f := testFactory()
+	cmd := newCmdPartitionsInspect(f, func(*PartitionsInspectOptions) error { return nil })
+	if err := parseOps(t, f, "partitions", cmd, "order:c", "--redis-url", "rediss://h:6380/1", "--config", "d.toml", "--no-color"); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(GlobalOptions{ConfigPath: "d.toml", RedisURL: "rediss://h:6380/1", NoColor: true}, f.Global); diff != "" {
+		t.Errorf("global options (-want +got):\n%s", diff)
+	}
+}
+
+func TestPartitionsInspectRun(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		tm        ttyMode
+		fa        *fakeAdmin
+		code      int
+		golden    string
+		stderrHas []string
+	}{
+		{name: "terminal", args: []string{"partitions", "inspect", "order:client-1"}, tm: onTTY, golden: "testdata/ops/partitions-inspect.tty.golden"},
+		{name: "pipe", args: []string{"partitions", "inspect", "order:client-1"}, tm: inPipe, golden: "testdata/ops/partitions-inspect.pipe.golden"},
+		{name: "json", args: []string{"partitions", "inspect", "order:client-1", "-o", "json"}, tm: inPipe, golden: "testdata/ops/partitions-inspect.json.golden"},
+		{
+			name: "not found", args: []string{"partitions", "inspect", "order:nope"}, tm: inPipe, code: ExitNotFound,
+			fa:        &fakeAdmin{inspectErr: &admin.NotFoundError{What: "partition", Name: "order:nope"}},
+			stderrHas: []string{"seqctl: partition order:nope not found"},
+		},
+		{
+			name: "invalid stream", args: []string{"partitions", "inspect", "order:a:b"}, tm: inPipe, code: ExitUsage,
+			fa:        &fakeAdmin{inspectErr: errors.Join(admin.ErrInvalidStream, &engine.InvalidKeyError{Key: "x"})},
+			stderrHas: []string{"invalid stream name"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := tt.fa
+			if fa == nil {
+				fa = &fakeAdmin{inspection: sampleInspection()}
+			}
+			r := runOps(t, fa, tt.tm, "", tt.args...)
+			checkResult(t, r, tt.code, tt.golden, nil, tt.stderrHas)
+		})
+	}
+}

@@ -1,0 +1,470 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// PublishOptions are the inputs of 'seqctl publish'.
+type PublishOptions struct {
+	IO *IOStreams
+	// ConfigPath is the domain.toml whose router is used (the global --config;
+	// "domain.toml" when not given).
+	ConfigPath string
+	// RedisURL is the global --redis-url: "" means $SEQCTL_REDIS_URL, else [broker] url.
+	RedisURL string
+	// Event is the event type (--event). With a file, it says every line is a payload of
+	// this type; without it, every line is an object {"event", "data", "priority"}.
+	Event string
+	// Data is the JSON payload, or @FILE (@- for stdin) for a JSON Lines file (--data).
+	Data string
+	// Priority is the lane priority (--priority, default 0).
+	Priority int
+	// ID is the event id (--id; "" assigns a random one). Single event only.
+	ID string
+	// Output is the global -o: "json", or text for anything else ("", "table", "wide").
+	Output string
+	// ProgressTTY says stderr is a terminal: a file publish draws a progress bar there.
+	ProgressTTY bool
+}
+
+func newCmdPublish(f *Factory, runF func(*PublishOptions) error) *cobra.Command {
+	opts := &PublishOptions{IO: f.IOStreams}
+	cmd := &cobra.Command{
+		Use:   "publish --event NAME --data JSON|@FILE [flags]",
+		Short: "Publish events through the domain's router",
+		Long: `Publish one event, or a file of events, the way the engine's publisher does: the
+partition key is extracted from the payload and validated, and the event is appended to
+its partition stream ({category}:{key}, or the key's backfill lane for a priority below
+the lanes threshold) with its discovery-index entry, in one script.
+
+A key that cannot be used (null or empty, longer than 255 bytes, containing ':', equal
+to dlq or the backfill suffix, or of the reserved __name__ form) is rejected with the
+reason and nothing is written: exit status 2. An unknown event type or a payload that
+is not JSON is rejected the same way.
+
+One event: --event NAME --data '{"client_id":"c-1",...}'. It prints the stream and the
+entry id (on a pipe: STREAM<TAB>ENTRY_ID<TAB>EVENT_ID; -o json: an object).
+
+A file: --data @events.jsonl (or @- for stdin), one JSON document per line, published
+in file order (blank lines are skipped). The line format depends on --event:
+
+  with --event NAME     each line is the payload of a NAME event
+                        {"client_id":"c-1","order_id":"o-1"}
+  without --event       each line names its event:
+                        {"event":"OrderPlaced","data":{"client_id":"c-1"},"priority":0}
+                        ("priority" is optional, --priority is its default;
+                        an optional "id" sets the event id)
+
+A bad line (not JSON, unknown event, invalid key) is reported as FILE:LINE: reason on
+stderr, nothing is written for it, and publishing continues with the next line; at the
+end a summary is printed and the exit status is 2 if any line failed. On a terminal a
+progress bar is drawn on stderr. On a pipe each published event prints a row
+LINE<TAB>STREAM<TAB>ENTRY_ID<TAB>EVENT_ID; -o json prints one summary object. If Redis
+fails mid-file, publishing stops there (exit status 1): the summary says how far it got.`,
+		Example: `  # one event (--config, --redis-url and -o are global flags)
+  $ seqctl publish --config domain.toml --event OrderPlaced \
+      --data '{"order_id":"o-1","client_id":"c-1","total":12}'
+  published OrderPlaced 3f0c... to order:c-1 as entry 1738317600000-0
+
+  # a file of OrderPlaced payloads, with the result as JSON
+  $ seqctl publish --event OrderPlaced --data @orders.jsonl -o json
+
+  # a file whose lines name their events
+  $ seqctl publish --data @events.jsonl`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.ConfigPath, opts.RedisURL, opts.Output = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.Output
+			if err := checkFormat(cmd, opts.Output); err != nil {
+				return err
+			}
+			if err := opts.check(cmd.CommandPath()); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return publishRun(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&opts.Event, "event", "e", "", "event type name; with a file, the type of every line")
+	fl.StringVarP(&opts.Data, "data", "d", "", "the JSON payload, or @FILE for a JSON Lines file (@- for stdin)")
+	fl.IntVar(&opts.Priority, "priority", 0, "lane priority (below the [server.priority_lanes] threshold goes to the backfill lane)")
+	fl.StringVar(&opts.ID, "id", "", "event id (default: a random UUID); one event only")
+	if f, ok := f.IOStreams.ErrOut.(*os.File); ok {
+		opts.ProgressTTY = term.IsTerminal(int(f.Fd()))
+	}
+	return cmd
+}
+
+func (o *PublishOptions) check(command string) error {
+	switch {
+	case o.Data == "":
+		return usageErrorf(command, "--data is required: a JSON payload, or @FILE for a JSON Lines file")
+	case o.Data == "@":
+		return usageErrorf(command, "--data @ needs a file name: @events.jsonl, or @- for stdin")
+	case !o.fileMode() && o.Event == "":
+		return usageErrorf(command, "--event is required with a single --data payload")
+	case !o.fileMode() && !json.Valid([]byte(o.Data)):
+		return usageErrorf(command, "--data is not valid JSON: %s", jsonError([]byte(o.Data)))
+	case o.fileMode() && o.ID != "":
+		return usageErrorf(command, "--id names one event; it cannot be used with a file")
+	}
+	return nil
+}
+
+func (o *PublishOptions) fileMode() bool { return strings.HasPrefix(o.Data, "@") }
+
+// jsonError describes why b is not JSON.
+func jsonError(b []byte) string {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err.Error()
+	}
+	return "trailing data"
+}
+
+// publishResult is what a single publish prints with -o json.
+type publishResult struct {
+	EventID  string `json:"event_id"`
+	Type     string `json:"type"`
+	Category string `json:"category"`
+	Key      string `json:"key"`
+	Stream   string `json:"stream"`
+	EntryID  string `json:"entry_id"`
+}
+
+// publisher routes and appends events for the command.
+type publisher struct {
+	dom    *engine.Domain
+	broker *engine.RedisBroker
+}
+
+// route validates an event without touching Redis.
+func (p *publisher) route(eventType string, data []byte, priority int) (engine.Route, error) {
+	if !json.Valid(data) {
+		return engine.Route{}, fmt.Errorf("the payload is not valid JSON: %s", jsonError(data))
+	}
+	return p.dom.Route(eventType, data, priority)
+}
+
+func (p *publisher) publish(ctx context.Context, r engine.Route, eventType, id string, data []byte, priority int) (publishResult, error) {
+	if id == "" {
+		id = engine.NewEventID()
+	}
+	ev := engine.Event{ID: id, Type: eventType, Category: r.Category, Key: r.Key, Data: data, Priority: priority}
+	pub, err := p.broker.PublishRouted(ctx, r, ev, 0)
+	if err != nil {
+		return publishResult{}, err
+	}
+	return publishResult{EventID: pub.EventID, Type: eventType, Category: pub.Category, Key: pub.Key, Stream: pub.Stream, EntryID: pub.EntryID}, nil
+}
+
+// newPublisher loads the config and connects the broker (lazily: go-redis dials on the
+// first command).
+func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
+	cfg, err := loadConfigFile(opts.ConfigPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Broker.Kind != engine.BrokerKindRedis {
+		return nil, nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Path: "broker.kind", Message: fmt.Sprintf(
+			"seqctl publish needs the redis broker, not %q: the inline broker lives inside one Go process", cfg.Broker.Kind)}}}
+	}
+	ropt, _, err := redisOptions(opts.RedisURL, cfg, os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	dom, err := cfg.InitDomain()
+	if err != nil {
+		return nil, nil, err
+	}
+	routeRedisLogs(nil)
+	rdb := redis.NewClient(ropt)
+	return &publisher{dom: dom, broker: engine.NewRedisBroker(rdb)}, func() { _ = rdb.Close() }, nil
+}
+
+func publishRun(ctx context.Context, opts *PublishOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p, closeFn, err := newPublisher(opts)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	if opts.fileMode() {
+		return publishFile(ctx, opts, p)
+	}
+	data := []byte(opts.Data)
+	r, err := p.route(opts.Event, data, opts.Priority)
+	if err != nil {
+		return &ExitError{Code: ExitUsage, Err: err}
+	}
+	res, err := p.publish(ctx, r, opts.Event, opts.ID, data, opts.Priority)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", opts.Event, err)
+	}
+	out := opts.IO.Out
+	switch {
+	case opts.Output == "json":
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	case opts.IO.IsTerminal:
+		_, err = fmt.Fprintf(out, "%s published %s %s to %s as entry %s\n",
+			opts.IO.Green("✓"), res.Type, opts.IO.Gray(res.EventID), opts.IO.Bold(res.Stream), res.EntryID)
+		return err
+	default:
+		_, err = fmt.Fprintf(out, "%s\t%s\t%s\n", res.Stream, res.EntryID, res.EventID)
+		return err
+	}
+}
+
+// fileLine is one line of a file without --event.
+type fileLine struct {
+	Event    string          `json:"event"`
+	Data     json.RawMessage `json:"data"`
+	Priority *int            `json:"priority"`
+	ID       string          `json:"id"`
+}
+
+// lineFailure is a rejected line.
+type lineFailure struct {
+	Line  int    `json:"line"`
+	Error string `json:"error"`
+}
+
+// fileSummary is what a file publish prints with -o json.
+type fileSummary struct {
+	File      string        `json:"file"`
+	Lines     int           `json:"lines"` // non-blank lines read
+	Published int           `json:"published"`
+	Failed    int           `json:"failed"`
+	Failures  []lineFailure `json:"failures"`
+	// Aborted is the Redis error that stopped the publish, "" when the file was read to
+	// the end.
+	Aborted string  `json:"aborted,omitempty"`
+	Seconds float64 `json:"seconds"`
+}
+
+// maxLineBytes bounds one line of a file (an event payload).
+const maxLineBytes = 16 << 20
+
+func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error {
+	name := strings.TrimPrefix(opts.Data, "@")
+	var in io.Reader
+	total := 0 // lines in the file, for the progress bar; 0 when unknown
+	if name == "-" {
+		in, name = opts.IO.In, "stdin"
+	} else {
+		f, err := os.Open(name)
+		if err != nil {
+			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--data @%s: %w", name, errors.Unwrap(err))}
+		}
+		defer f.Close()
+		if opts.ProgressTTY {
+			if total = countLines(f); total < 0 {
+				return fmt.Errorf("--data @%s: cannot rewind the file after counting its lines", name)
+			}
+		}
+		in = f
+	}
+	ios := opts.IO
+	bar := &progressBar{w: ios.ErrOut, on: opts.ProgressTTY, total: total}
+	sum := fileSummary{File: name, Failures: []lineFailure{}}
+	start := time.Now()
+	fail := func(line int, err error) {
+		sum.Failed++
+		sum.Failures = append(sum.Failures, lineFailure{Line: line, Error: err.Error()})
+		bar.clear()
+		fmt.Fprintf(ios.ErrOut, "%s:%d: %s\n", name, line, err)
+	}
+	// On a pipe, one row per published event (buffered: a big file is many rows).
+	rows := bufio.NewWriter(ios.Out)
+	printRows := opts.Output != "json" && !ios.IsTerminal
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
+	lineNo := 0
+	var abort error
+	for sc.Scan() {
+		lineNo++
+		bar.update(lineNo, sum.Failed)
+		raw := bytes.TrimSpace(sc.Bytes())
+		if len(raw) == 0 {
+			continue
+		}
+		sum.Lines++
+		eventType, id, data, priority, err := parseLine(opts, raw)
+		if err != nil {
+			fail(lineNo, err)
+			continue
+		}
+		r, err := p.route(eventType, data, priority)
+		if err != nil {
+			fail(lineNo, err)
+			continue
+		}
+		res, err := p.publish(ctx, r, eventType, id, data, priority)
+		if err != nil {
+			abort = fmt.Errorf("%s:%d: publish stopped: %w", name, lineNo, err)
+			break
+		}
+		sum.Published++
+		if printRows {
+			fmt.Fprintf(rows, "%d\t%s\t%s\t%s\n", lineNo, res.Stream, res.EntryID, res.EventID)
+		}
+	}
+	if err := sc.Err(); err != nil && abort == nil {
+		abort = fmt.Errorf("%s:%d: reading stopped: %w", name, lineNo+1, err)
+	}
+	bar.done()
+	if err := rows.Flush(); err != nil && abort == nil {
+		abort = err
+	}
+	sum.Seconds = time.Since(start).Seconds()
+	if abort != nil {
+		sum.Aborted = abort.Error()
+	}
+	if opts.Output == "json" {
+		enc := json.NewEncoder(ios.Out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(sum); err != nil {
+			return err
+		}
+	}
+	mark := ios.Green("✓")
+	if sum.Failed > 0 || abort != nil {
+		mark = ios.Red("✗")
+	}
+	rate := ""
+	if sum.Seconds > 0 && sum.Published > 0 {
+		rate = fmt.Sprintf(", %.0f events/s", float64(sum.Published)/sum.Seconds)
+	}
+	fmt.Fprintf(ios.ErrOut, "%s %s: published %d of %d events, %d failed (%.2fs%s)\n",
+		mark, name, sum.Published, sum.Lines, sum.Failed, sum.Seconds, rate)
+	switch {
+	case abort != nil:
+		return abort
+	case sum.Failed > 0:
+		return &ExitError{Code: ExitUsage} // every failure is already on stderr
+	}
+	return nil
+}
+
+// parseLine decodes one non-blank line: the payload of --event, or an object naming its
+// event.
+func parseLine(opts *PublishOptions, raw []byte) (eventType, id string, data []byte, priority int, err error) {
+	if opts.Event != "" {
+		return opts.Event, "", raw, opts.Priority, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var fl fileLine
+	if err := dec.Decode(&fl); err != nil {
+		return "", "", nil, 0, fmt.Errorf(`not an event line {"event": NAME, "data": {...}, "priority": N} (or pass --event when the lines are payloads): %v`, err)
+	}
+	if dec.More() {
+		return "", "", nil, 0, errors.New("more than one JSON document on the line")
+	}
+	if fl.Event == "" {
+		return "", "", nil, 0, errors.New(`the line has no "event" (pass --event when the lines are payloads)`)
+	}
+	if len(fl.Data) == 0 {
+		return "", "", nil, 0, errors.New(`the line has no "data"`)
+	}
+	priority = opts.Priority
+	if fl.Priority != nil {
+		priority = *fl.Priority
+	}
+	return fl.Event, fl.ID, fl.Data, priority, nil
+}
+
+// countLines counts the lines of a regular file and rewinds it; 0 (unknown) for anything
+// else, which is then read once, as it comes.
+func countLines(f *os.File) int {
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return 0
+	}
+	n, last := 0, byte('\n')
+	buf := make([]byte, 256<<10)
+	for {
+		k, err := f.Read(buf)
+		n += bytes.Count(buf[:k], []byte{'\n'})
+		if k > 0 {
+			last = buf[k-1]
+		}
+		if err != nil {
+			break
+		}
+	}
+	if last != '\n' {
+		n++
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return -1
+	}
+	return n
+}
+
+// progressBar draws "[#####.....]  1234/5000  24%  2 failed" on one terminal line,
+// at most every 100 ms. It draws nothing when off (stderr is not a terminal).
+type progressBar struct {
+	w     io.Writer
+	on    bool
+	total int // 0: unknown, only the count is shown
+	last  time.Time
+	drawn bool
+}
+
+const progressWidth = 30
+
+func (b *progressBar) update(n, failed int) {
+	if !b.on || time.Since(b.last) < 100*time.Millisecond {
+		return
+	}
+	b.last = time.Now()
+	b.draw(n, failed)
+}
+
+func (b *progressBar) draw(n, failed int) {
+	var line string
+	if b.total > 0 {
+		n = min(n, b.total)
+		fill := n * progressWidth / b.total
+		line = fmt.Sprintf("[%s%s] %d/%d lines %3d%%", strings.Repeat("#", fill), strings.Repeat(".", progressWidth-fill), n, b.total, n*100/b.total)
+	} else {
+		line = fmt.Sprintf("%d lines", n)
+	}
+	if failed > 0 {
+		line += fmt.Sprintf("  %d failed", failed)
+	}
+	fmt.Fprintf(b.w, "\r\x1b[2K%s", line)
+	b.drawn = true
+}
+
+// clear erases the bar so a message can be printed on a clean line.
+func (b *progressBar) clear() {
+	if b.on && b.drawn {
+		fmt.Fprint(b.w, "\r\x1b[2K")
+		b.drawn = false
+	}
+}
+
+// done erases the bar for the summary.
+func (b *progressBar) done() { b.clear() }

@@ -1,0 +1,360 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+func TestPublishParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		argv    []string
+		want    PublishOptions
+		wantErr string
+	}{
+		{
+			name: "one event",
+			argv: []string{"--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`, "--priority", "-1", "--id", "e-1"},
+			want: PublishOptions{ConfigPath: "domain.toml", Event: "OrderPlaced", Data: `{"client_id":"c-1"}`, Priority: -1, ID: "e-1"},
+		},
+		{
+			name: "a file of payloads",
+			argv: []string{"--config", "d.toml", "-e", "OrderPlaced", "-d", "@orders.jsonl", "-o", "json", "--redis-url", "redis://x:1/2"},
+			want: PublishOptions{ConfigPath: "d.toml", Event: "OrderPlaced", Data: "@orders.jsonl", Output: "json", RedisURL: "redis://x:1/2"},
+		},
+		{
+			name: "a file of event lines",
+			argv: []string{"--data", "@-"},
+			want: PublishOptions{ConfigPath: "domain.toml", Data: "@-"},
+		},
+		{name: "no data", argv: []string{"--event", "OrderPlaced"}, wantErr: "--data is required"},
+		{name: "no event", argv: []string{"--data", "{}"}, wantErr: "--event is required"},
+		{name: "data not JSON", argv: []string{"--event", "X", "--data", "{client_id: 1}"}, wantErr: "--data is not valid JSON"},
+		{name: "data with trailing garbage", argv: []string{"--event", "X", "--data", "{} {}"}, wantErr: "--data is not valid JSON"},
+		{name: "bare @", argv: []string{"--data", "@"}, wantErr: "--data @ needs a file name"},
+		{name: "id with a file", argv: []string{"--data", "@x.jsonl", "--id", "e-1"}, wantErr: "--id names one event"},
+		{name: "bad output", argv: []string{"--event", "X", "--data", "{}", "-o", "yaml"}, wantErr: `invalid value "yaml" for --output`},
+		{
+			name: "table output is text",
+			argv: []string{"--event", "X", "--data", "{}", "-o", "table"},
+			want: PublishOptions{ConfigPath: "domain.toml", Event: "X", Data: "{}", Output: "table"},
+		},
+		{name: "bad priority", argv: []string{"--event", "X", "--data", "{}", "--priority", "high"}, wantErr: `invalid argument "high"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ios, _, _, _ := NewTestIOStreams()
+			f := &Factory{IOStreams: ios}
+			var got *PublishOptions
+			cmd := newCmdPublish(f, func(o *PublishOptions) error { got = o; return nil })
+			err := parseWithGlobals(t, f, cmd, tt.argv...)
+			if tt.wantErr != "" {
+				var ue *UsageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(PublishOptions{}, "IO")); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// publishDomain partitions "order" by client_id and keeps "audit" unpartitioned; lanes
+// are on, so a negative priority goes to the backfill lane.
+const publishDomain = `name = "shop"
+
+[server.priority_lanes]
+enabled = true
+threshold = 0
+
+[[events]]
+name = "OrderPlaced"
+category = "order"
+fields = ["order_id", "client_id"]
+
+[[events]]
+name = "Audited"
+category = "audit"
+fields = ["what"]
+
+[[handlers]]
+name = "OrderProjector"
+handles = ["OrderPlaced"]
+sequential_by = "client_id"
+
+[[handlers]]
+name = "Auditor"
+handles = ["Audited"]
+`
+
+// publishFixture is a Redis server and a config pointing at it.
+func publishFixture(t *testing.T) (*redis.Client, string, string) {
+	t.Helper()
+	t.Setenv(engine.EnvRedisURL, "")
+	srv := redistest.Start(t)
+	return srv.Client(t), writeConfig(t, publishDomain), srv.URL
+}
+
+// keys lists every key in Redis, sorted.
+func keys(t *testing.T, rdb *redis.Client) []string {
+	t.Helper()
+	ks, err := rdb.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func TestPublishOne(t *testing.T) {
+	rdb, cfg, url := publishFixture(t)
+	base := []string{"publish", "--config", cfg, "--redis-url", url}
+
+	res := runCLI(t, false, append(base, "--event", "OrderPlaced", "--data", `{"order_id":"o-1","client_id":"c-1"}`, "--id", "e-1")...)
+	if res.Code != 0 {
+		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
+	}
+	row := strings.Split(strings.TrimSuffix(res.Stdout, "\n"), "\t")
+	if len(row) != 3 || row[0] != "order:c-1" || row[2] != "e-1" {
+		t.Fatalf("stdout = %q, want order:c-1<TAB>ENTRY<TAB>e-1", res.Stdout)
+	}
+	msgs, err := rdb.XRange(context.Background(), "order:c-1", "-", "+").Result()
+	if err != nil || len(msgs) != 1 || msgs[0].ID != row[1] {
+		t.Fatalf("stream order:c-1 = %v, %v", msgs, err)
+	}
+	ev, err := engine.EventFromMessage(msgs[0])
+	if err != nil || ev.ID != "e-1" || ev.Type != "OrderPlaced" || ev.Key != "c-1" || string(ev.Data) != `{"order_id":"o-1","client_id":"c-1"}` {
+		t.Errorf("entry = %+v, %v", ev, err)
+	}
+	if ok, _ := rdb.SIsMember(context.Background(), "order:__partitions__", "c-1").Result(); !ok {
+		t.Error("c-1 not in the discovery index")
+	}
+
+	t.Run("terminal", func(t *testing.T) {
+		res := runCLI(t, true, append(base, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)...)
+		if res.Code != 0 || !strings.HasPrefix(res.Stdout, "✓ published OrderPlaced ") || !strings.Contains(res.Stdout, " to order:c-1 as entry ") {
+			t.Errorf("exit %d, stdout %q", res.Code, res.Stdout)
+		}
+	})
+	t.Run("json, backfill lane", func(t *testing.T) {
+		res := runCLI(t, false, append(base, "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`, "--priority", "-1", "-o", "json")...)
+		var got publishResult
+		if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil || res.Code != 0 {
+			t.Fatalf("exit %d, stdout %q: %v", res.Code, res.Stdout, err)
+		}
+		if got.Stream != "order:c-2:backfill" || got.Key != "c-2" || got.Category != "order" || got.Type != "OrderPlaced" || got.EntryID == "" || got.EventID == "" {
+			t.Errorf("result = %+v", got)
+		}
+	})
+	t.Run("unpartitioned category", func(t *testing.T) {
+		res := runCLI(t, false, append(base, "--event", "Audited", "--data", `{"what":"x"}`)...)
+		if res.Code != 0 || !strings.HasPrefix(res.Stdout, "audit\t") {
+			t.Errorf("exit %d, stdout %q", res.Code, res.Stdout)
+		}
+	})
+	t.Run("unknown event", func(t *testing.T) {
+		res := runCLI(t, false, append(base, "--event", "Nope", "--data", `{}`)...)
+		if res.Code != ExitUsage || !strings.Contains(res.Stderr, `unknown event type "Nope"`) {
+			t.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
+		}
+	})
+}
+
+// TestPublishInvalidKeys is acceptance 5: every kind of invalid key exits 2 with the
+// reason and Redis is unchanged.
+func TestPublishInvalidKeys(t *testing.T) {
+	rdb, cfg, url := publishFixture(t)
+	ctx := context.Background()
+	// Something in Redis first, so "unchanged" means more than "still empty".
+	if res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`); res.Code != 0 {
+		t.Fatalf("valid publish: exit %d: %s", res.Code, res.Stderr)
+	}
+	before := keys(t, rdb)
+	lenBefore, _ := rdb.XLen(ctx, "order:c-1").Result()
+	tests := []struct {
+		name, data, reason string
+	}{
+		{"null", `{"client_id":null}`, "the key is null or empty"},
+		{"missing", `{"order_id":"o-1"}`, "the key is null or empty"},
+		{"empty", `{"client_id":""}`, "the key is null or empty"},
+		{"too long", `{"client_id":"` + strings.Repeat("k", 256) + `"}`, "the key is 256 bytes, longer than the limit of 255 bytes"},
+		{"colon", `{"client_id":"a:b"}`, `"a:b" contains ':'`},
+		{"dlq", `{"client_id":"dlq"}`, `"dlq" equals the reserved lane token "dlq"`},
+		{"backfill", `{"client_id":"backfill"}`, `"backfill" equals the reserved lane token "backfill"`},
+		{"sentinel", `{"client_id":"__sentinel__"}`, `"__sentinel__" has the reserved __name__ form`},
+		{"wrong type", `{"client_id":{"id":1}}`, "the field holds a JSON object; a partition key must be a string or an integer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", tt.data)
+			if res.Code != ExitUsage {
+				t.Errorf("exit code = %d, want 2", res.Code)
+			}
+			if !strings.Contains(res.Stderr, `invalid partition key for category "order" (field "client_id"): `+tt.reason) {
+				t.Errorf("stderr = %q, want the reason %q", res.Stderr, tt.reason)
+			}
+			if res.Stdout != "" {
+				t.Errorf("stdout = %q, want nothing", res.Stdout)
+			}
+			if diff := cmp.Diff(before, keys(t, rdb)); diff != "" {
+				t.Errorf("Redis keys changed (-before +after):\n%s", diff)
+			}
+			if n, _ := rdb.DBSize(ctx).Result(); n != int64(len(before)) {
+				t.Errorf("DBSIZE = %d, want %d", n, len(before))
+			}
+			if n, _ := rdb.XLen(ctx, "order:c-1").Result(); n != lenBefore {
+				t.Errorf("order:c-1 has %d entries, want %d", n, lenBefore)
+			}
+		})
+	}
+}
+
+func TestPublishFile(t *testing.T) {
+	rdb, cfg, url := publishFixture(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	payloads := filepath.Join(dir, "orders.jsonl")
+	writeFile(t, payloads, `{"order_id":"o-1","client_id":"c-1"}
+{"order_id":"o-2","client_id":"c-2"}
+
+{"order_id":"o-3","client_id":"a:b"}
+{"order_id":"o-4"
+{"order_id":"o-5","client_id":"c-1"}
+`)
+	t.Run("payload lines with --event", func(t *testing.T) {
+		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+payloads)
+		if res.Code != ExitUsage {
+			t.Errorf("exit %d, want 2", res.Code)
+		}
+		for _, w := range []string{
+			payloads + `:4: engine: invalid partition key for category "order" (field "client_id"): "a:b" contains ':'`,
+			payloads + ":5: the payload is not valid JSON",
+			payloads + ": published 3 of 5 events, 2 failed",
+		} {
+			if !strings.Contains(res.Stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, res.Stderr)
+			}
+		}
+		lines := strings.Split(strings.TrimSuffix(res.Stdout, "\n"), "\n")
+		if len(lines) != 3 || !strings.HasPrefix(lines[0], "1\torder:c-1\t") || !strings.HasPrefix(lines[1], "2\torder:c-2\t") || !strings.HasPrefix(lines[2], "6\torder:c-1\t") {
+			t.Errorf("stdout rows:\n%s", res.Stdout)
+		}
+		msgs, _ := rdb.XRange(ctx, "order:c-1", "-", "+").Result()
+		var orders []string
+		for _, m := range msgs {
+			var p struct {
+				Order string `json:"order_id"`
+			}
+			ev, _ := engine.EventFromMessage(m)
+			_ = json.Unmarshal(ev.Data, &p)
+			orders = append(orders, p.Order)
+		}
+		if diff := cmp.Diff([]string{"o-1", "o-5"}, orders); diff != "" {
+			t.Errorf("order:c-1 (-want +got):\n%s", diff)
+		}
+		if ks := keys(t, rdb); slices.ContainsFunc(ks, func(k string) bool { return strings.Contains(k, "a:b") || strings.HasPrefix(k, "order:a") }) {
+			t.Errorf("a bad line wrote something: %v", ks)
+		}
+	})
+
+	t.Run("event lines, json summary", func(t *testing.T) {
+		events := filepath.Join(dir, "events.jsonl")
+		writeFile(t, events, `{"event":"OrderPlaced","data":{"client_id":"c-9"},"priority":-1}
+{"event":"Audited","data":{"what":"login"},"id":"audit-1"}
+{"event":"Nope","data":{}}
+{"data":{"client_id":"c-9"}}
+{"event":"OrderPlaced","data":{"client_id":"c-9"},"extra":1}
+`)
+		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--data", "@"+events, "-o", "json")
+		if res.Code != ExitUsage {
+			t.Errorf("exit %d, want 2", res.Code)
+		}
+		var sum fileSummary
+		if err := json.Unmarshal([]byte(res.Stdout), &sum); err != nil {
+			t.Fatalf("stdout %q: %v", res.Stdout, err)
+		}
+		if sum.Lines != 5 || sum.Published != 2 || sum.Failed != 3 || len(sum.Failures) != 3 {
+			t.Fatalf("summary = %+v", sum)
+		}
+		for i, w := range []string{`unknown event type "Nope"`, `the line has no "event"`, `unknown field "extra"`} {
+			if !strings.Contains(sum.Failures[i].Error, w) {
+				t.Errorf("failure %d = %+v, want %q", i, sum.Failures[i], w)
+			}
+		}
+		if n, _ := rdb.XLen(ctx, "order:c-9:backfill").Result(); n != 1 {
+			t.Errorf("order:c-9:backfill has %d entries, want 1 (priority -1)", n)
+		}
+		msgs, _ := rdb.XRange(ctx, "audit", "-", "+").Result()
+		if len(msgs) != 1 || msgs[0].Values["id"] != "audit-1" {
+			t.Errorf("audit stream = %v", msgs)
+		}
+	})
+
+	t.Run("stdin, all good", func(t *testing.T) {
+		ios, in, out, errOut := NewTestIOStreams()
+		in.WriteString(`{"client_id":"c-7"}` + "\n" + `{"client_id":"c-7"}`)
+		code := run(context.Background(), &Factory{IOStreams: ios, Build: testBuild},
+			[]string{"publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@-"})
+		if code != 0 || strings.Count(out.String(), "\n") != 2 || !strings.Contains(errOut.String(), "stdin: published 2 of 2 events, 0 failed") {
+			t.Errorf("exit %d\nstdout %q\nstderr %q", code, out.String(), errOut.String())
+		}
+	})
+
+	t.Run("progress bar on a terminal", func(t *testing.T) {
+		ios, _, out, errOut := NewTestIOStreams()
+		ios.IsTerminal = true
+		opts := &PublishOptions{IO: ios, ConfigPath: cfg, RedisURL: url, Event: "OrderPlaced", Data: "@" + payloads, ProgressTTY: true}
+		err := publishRun(context.Background(), opts)
+		if ExitCode(err) != ExitUsage {
+			t.Errorf("err = %v", err)
+		}
+		if !strings.Contains(errOut.String(), "\r\x1b[2K[") || !strings.Contains(errOut.String(), "/6 lines") {
+			t.Errorf("no progress bar on stderr: %q", errOut.String())
+		}
+		if out.String() != "" {
+			t.Errorf("terminal stdout = %q, want nothing (the summary is on stderr)", out.String())
+		}
+	})
+
+	t.Run("missing file", func(t *testing.T) {
+		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+filepath.Join(dir, "absent.jsonl"))
+		if res.Code != ExitUsage || !strings.Contains(res.Stderr, "no such file") {
+			t.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
+		}
+	})
+}
+
+func TestPublishRedisDown(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	cfg := writeConfig(t, publishDomain)
+	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", "redis://127.0.0.1:1/0", "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)
+	if res.Code != ExitFailure || !strings.Contains(res.Stderr, "redis unavailable") {
+		t.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,472 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/deliver"
+	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/metrics"
+)
+
+// RunOptions are the inputs of 'seqctl run'.
+type RunOptions struct {
+	IO *IOStreams
+	// ConfigPath is the domain.toml to run (the global --config; "domain.toml" when
+	// not given).
+	ConfigPath string
+	// RedisURL is the global --redis-url: "" means $SEQCTL_REDIS_URL, else [broker] url.
+	RedisURL string
+	// InstanceID names this instance in leases and the registry (--instance-id; "" lets
+	// the engine pick host-pid-random).
+	InstanceID string
+	// MetricsAddr is where /metrics, /healthz and /readyz are served (--metrics-addr; ""
+	// serves nothing).
+	MetricsAddr string
+	// LogFormat is "text" or "json" (--log-format).
+	LogFormat string
+	// LogLevel is "debug", "info", "warn" or "error" (--log-level).
+	LogLevel string
+	// ShutdownTimeout bounds the wait for in-flight events at shutdown (--shutdown-timeout).
+	ShutdownTimeout time.Duration
+
+	// signals replaces the process's SIGINT / SIGTERM delivery in tests.
+	signals <-chan os.Signal
+}
+
+// Defaults of 'seqctl run'.
+const (
+	defaultShutdownTimeout = 30 * time.Second
+	// startBackoffMin and startBackoffMax bound the wait between attempts to reach Redis
+	// at startup.
+	startBackoffMin = 250 * time.Millisecond
+	startBackoffMax = 10 * time.Second
+)
+
+func newCmdRun(f *Factory, runF func(*RunOptions) error) *cobra.Command {
+	opts := &RunOptions{IO: f.IOStreams}
+	cmd := &cobra.Command{
+		Use:   "run [--config FILE] [flags]",
+		Short: "Run the handlers of a domain.toml as a worker",
+		Long: `Run one engine instance with every event handler and process manager of a
+domain.toml, delivering each event over HTTP or to a command as its [handlers.deliver]
+table says (see docs/delivery.md):
+
+  http = "URL"          the event envelope is POSTed as JSON; a 2xx answer means done
+  exec = ["cmd", ...]   the envelope is written to the command's stdin; exit 0 means done
+
+Per partition key, one event is delivered at a time, in publish order; different keys
+are delivered in parallel, across every 'seqctl run' instance of the domain. Delivery
+is at least once: after a crash the in-flight event of a partition may be delivered
+again (X-Seq-Generation / SEQ_GENERATION tell a sink which owner is current). A failed
+attempt is retried (max_retries, retry_delay); after the last one the partition halts
+until an operator resolves its head.
+
+Every event handler and process manager needs a deliver table; command handlers are
+validated and stay inert (commands never reach a stream). Problems in the file, a
+missing deliver table or an unset signing_secret_env variable exit with status 2,
+every problem listed.
+
+While Redis is unreachable at startup, seqctl run keeps trying with backoff and says so
+in the log, until it connects or is stopped.
+
+Signals: SIGTERM or SIGINT starts a graceful shutdown: no new events are started,
+in-flight events get --shutdown-timeout to finish, leases are released so another
+instance takes over at once, and the exit status is 0. A second SIGTERM or SIGINT
+forces the exit (status 1): running exec commands are killed, and the partitions they
+were on are retried by another instance once their lease expires.
+
+Logs go to stderr (--log-format, --log-level). With --metrics-addr, Prometheus metrics
+are served on /metrics (see docs/metrics.md), liveness on /healthz and readiness on
+/readyz (200 once the engine runs with a live Redis session, 503 before and during
+shutdown).`,
+		Example: `  # run the handlers of ./domain.toml
+  $ seqctl run
+
+  # a named instance with metrics and JSON logs, against another Redis
+  # (--config and --redis-url are global flags; SEQCTL_REDIS_URL works too)
+  $ seqctl run --config deploy/domain.toml --instance-id worker-1 \
+      --metrics-addr :9464 --log-format json --redis-url redis://redis:6379/0
+
+  # stop it gracefully (a second signal forces the exit)
+  $ kill -TERM <pid>`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.ConfigPath, opts.RedisURL = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL
+			if err := opts.check(cmd.CommandPath()); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runRun(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.InstanceID, "instance-id", "", "name of this instance in leases and the registry (default host-pid-random)")
+	fl.StringVar(&opts.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9464 (default: off)")
+	fl.StringVar(&opts.LogFormat, "log-format", "text", "log format: text or json")
+	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long in-flight events may run after SIGTERM / SIGINT")
+	return cmd
+}
+
+// configOrDefault is the domain.toml of run and publish: the global --config, else
+// ./domain.toml (as for validate).
+func configOrDefault(path string) string {
+	if path == "" {
+		return "domain.toml"
+	}
+	return path
+}
+
+// check validates the flags.
+func (o *RunOptions) check(command string) error {
+	switch {
+	case o.LogFormat != "text" && o.LogFormat != "json":
+		return usageErrorf(command, "invalid value %q for --log-format: use text or json", o.LogFormat)
+	case o.ShutdownTimeout <= 0:
+		return usageErrorf(command, "--shutdown-timeout must be positive, got %v", o.ShutdownTimeout)
+	case strings.ContainsAny(o.InstanceID, " \t\r\n"):
+		return usageErrorf(command, "--instance-id %q contains white space", o.InstanceID)
+	}
+	if _, err := parseLogLevel(o.LogLevel); err != nil {
+		return usageErrorf(command, "invalid value %q for --log-level: use debug, info, warn or error", o.LogLevel)
+	}
+	return nil
+}
+
+func parseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	switch s {
+	case "debug", "info", "warn", "error":
+		return l, l.UnmarshalText([]byte(s))
+	}
+	return l, fmt.Errorf("unknown log level %q", s)
+}
+
+// newLogger returns the structured logger of 'seqctl run', writing to w.
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	lvl, _ := parseLogLevel(level)
+	ho := &slog.HandlerOptions{Level: lvl}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+// runPlan is what 'seqctl run' will run: the loaded config, the initialised domain with
+// its handler functions bound, and what was bound.
+type runPlan struct {
+	cfg      *engine.Config
+	dom      *engine.Domain
+	bindings []deliver.Binding
+	redis    *redis.Options
+}
+
+// loadRunPlan loads, checks and binds the config. Every failure is a config problem
+// (exit 2).
+func loadRunPlan(opts *RunOptions, procs *deliver.Procs) (*runPlan, error) {
+	cfg, err := loadConfigFile(opts.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Broker.Kind != engine.BrokerKindRedis {
+		return nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Path: "broker.kind", Message: fmt.Sprintf(
+			"seqctl run needs the redis broker, not %q: set kind = \"redis\" (the inline broker runs in one Go process, for tests)", cfg.Broker.Kind)}}}
+	}
+	ropt, _, err := redisOptions(opts.RedisURL, cfg, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	// The engine bounds its own waits by the lease timing: keep go-redis's short socket
+	// timeouts rather than the operator commands' long ones.
+	ropt.ReadTimeout, ropt.WriteTimeout = 0, 0
+	dom, err := cfg.InitDomain()
+	if err != nil {
+		return nil, err
+	}
+	bindings, err := deliver.Bind(cfg, dom, deliver.BindOptions{Procs: procs})
+	if err != nil {
+		return nil, err
+	}
+	runnable := 0
+	for _, b := range bindings {
+		if b.Mode != "" {
+			runnable++
+		}
+	}
+	if runnable == 0 {
+		return nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Message: "nothing to run: declare at least one event handler or process manager with a deliver table (command handlers are inert)"}}}
+	}
+	return &runPlan{cfg: cfg, dom: dom, bindings: bindings, redis: ropt}, nil
+}
+
+// loadConfigFile loads a domain.toml, with the CLI's wording for a missing file.
+func loadConfigFile(path string) (*engine.Config, error) {
+	cfg, err := engine.LoadConfig(path)
+	if err != nil {
+		var ce *engine.ConfigError
+		if errors.Is(err, os.ErrNotExist) && errors.As(err, &ce) && len(ce.Problems) == 1 {
+			ce.Problems[0].Message = "the config file does not exist; pass --config with the path of your domain.toml"
+		}
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// categories returns the categories a binding consumes, for the metrics' labels.
+func (p *runPlan) categories(b deliver.Binding) []string {
+	var out []string
+	add := func(event string) {
+		if et, ok := p.dom.Event(event); ok && !containsString(out, et.Category) {
+			out = append(out, et.Category)
+		}
+	}
+	switch b.Kind {
+	case "handler":
+		for _, h := range p.cfg.Handlers {
+			if h.Name == b.Name {
+				if h.PartOf != "" {
+					return []string{h.PartOf}
+				}
+				for _, e := range h.Handles {
+					add(e)
+				}
+			}
+		}
+	case "process manager":
+		for _, pm := range p.cfg.ProcessManagers {
+			if pm.Name == b.Name {
+				for _, h := range pm.Handles {
+					add(h.Event)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func containsString(xs []string, x string) bool {
+	for _, s := range xs {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+func runRun(ctx context.Context, opts *RunOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	log := newLogger(opts.IO.ErrOut, opts.LogFormat, opts.LogLevel)
+	procs := &deliver.Procs{}
+	plan, err := loadRunPlan(opts, procs)
+	if err != nil {
+		return err
+	}
+	var inert []string
+	for _, b := range plan.bindings {
+		if b.Mode == "" {
+			inert = append(inert, b.Name)
+			continue
+		}
+		log.Info("delivering", "kind", b.Kind, "name", b.Name, "mode", b.Mode, "target", b.Target, "signed", b.Signed)
+	}
+	if len(inert) > 0 {
+		log.Info("command handlers are validated but inert: commands never reach a stream", "handlers", inert)
+	}
+
+	// Signals: the first cancels ctx (graceful shutdown), the second forces the exit.
+	sigs := opts.signals
+	if sigs == nil {
+		ch := make(chan os.Signal, 2)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(ch)
+		sigs = ch
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	forced := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Info("signal received: shutting down gracefully; send it again to force the exit", "signal", s.String(), "timeout", opts.ShutdownTimeout)
+			stop()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			forced <- s
+		case <-done:
+		}
+	}()
+
+	m := metrics.New()
+	for _, b := range plan.bindings {
+		if b.Mode != "" {
+			m.Declare(b.Name, plan.categories(b)...)
+		}
+	}
+	if opts.MetricsAddr != "" {
+		srv, err := serveMetrics(opts.MetricsAddr, m, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+
+	routeRedisLogs(log)
+	rdb := redis.NewClient(plan.redis)
+	defer rdb.Close()
+	ecfg := plan.cfg.EngineConfig(plan.dom, rdb)
+	ecfg.InstanceID = opts.InstanceID
+	ecfg.Logger = log
+	ecfg.Observer = m
+	ecfg.ShutdownTimeout = opts.ShutdownTimeout
+	ecfg.DiscoveryInterval = discoveryInterval(ecfg.Timing.LeaseTTL)
+
+	log.Info("connecting to Redis", "addr", plan.redis.Addr, "db", plan.redis.DB)
+	eng, err := startEngine(ctx, ecfg, plan.redis, log)
+	if err != nil || eng == nil {
+		return err // nil: stopped by a signal before Redis was reached
+	}
+	m.SetSource(eng)
+	log.Info("seqctl run: ready", "instance", eng.InstanceID(), "handlers", len(plan.bindings)-len(inert))
+
+	<-ctx.Done()
+	shut := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), opts.ShutdownTimeout)
+		defer cancel()
+		shut <- eng.Shutdown(sctx)
+	}()
+	select {
+	case err := <-shut:
+		if err != nil {
+			log.Warn("shutdown deadline passed: in-flight events were cancelled and will be delivered again by the next owner", "err", err)
+		}
+		log.Info("seqctl run: stopped")
+		return nil
+	case s := <-forced:
+		n := procs.KillAll()
+		log.Error("second signal: forcing the exit; in-flight events are retried by another instance once their leases expire", "signal", s.String(), "killed_commands", n)
+		return &ExitError{Code: ExitFailure}
+	}
+}
+
+// discoveryInterval scales the engine's discovery period (its crash-detection and
+// fallback period, 2 s by default) with the lease TTL: half the TTL, between 250 ms and
+// 2 s. A deployment that shortens lease_ttl_ms for fast failover then also notices dead
+// owners and released partitions that much sooner; the default TTL keeps the default 2 s.
+func discoveryInterval(leaseTTL time.Duration) time.Duration {
+	if leaseTTL <= 0 {
+		leaseTTL = engine.DefaultLeaseTTL
+	}
+	return min(max(leaseTTL/2, 250*time.Millisecond), 2*time.Second)
+}
+
+// startEngine starts an engine, retrying with backoff while Redis cannot be reached. It
+// returns nil, nil when ctx ends first.
+func startEngine(ctx context.Context, ecfg engine.EngineConfig, ropt *redis.Options, log *slog.Logger) (*engine.Engine, error) {
+	backoff := startBackoffMin
+	for attempt := 1; ; attempt++ {
+		eng, err := engine.New(ecfg) // an Engine is used once: a new one per attempt
+		if err != nil {
+			return nil, err
+		}
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = eng.Start(sctx)
+		cancel()
+		if err == nil {
+			return eng, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if !retryableStart(err) {
+			return nil, fmt.Errorf("cannot start the engine against Redis at %s: %w", ropt.Addr, err)
+		}
+		log.Warn("redis unreachable: retrying", "addr", ropt.Addr, "db", ropt.DB, "attempt", attempt, "retry_in", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, startBackoffMax)
+	}
+}
+
+// retryableStart says whether a start failure may go away by itself: Redis unreachable,
+// slow, loading its data or failing over. Authentication and permission errors do not.
+func retryableStart(err error) bool {
+	if errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	msg := err.Error()
+	for _, fatal := range []string{"NOAUTH", "WRONGPASS", "NOPERM", "ERR AUTH", "invalid password", "unknown command"} {
+		if strings.Contains(msg, fatal) {
+			return false
+		}
+	}
+	return true
+}
+
+// serveMetrics listens on addr and serves the metrics endpoints in the background.
+func serveMetrics(addr string, m *metrics.Metrics, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: cannot listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
+	return srv, nil
+}
+
+// redisLogOnce guards the go-redis logger, which is process-wide: the first command to
+// connect sets it, once.
+var redisLogOnce sync.Once
+
+// routeRedisLogs sends go-redis's own messages (dial failures, pool notices) to log at
+// debug level instead of unstructured lines on stderr; a nil log drops them. The
+// failures that matter reach the caller as errors and are logged there.
+func routeRedisLogs(log *slog.Logger) {
+	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{log: log}) })
+}
+
+type redisLogger struct{ log *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if r.log != nil {
+		r.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
+	}
+}

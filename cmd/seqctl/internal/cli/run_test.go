@@ -1,0 +1,336 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+func TestRunParse(t *testing.T) {
+	defaults := RunOptions{ConfigPath: "domain.toml", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 30 * time.Second}
+	tests := []struct {
+		name    string
+		argv    []string
+		want    RunOptions
+		wantErr string
+	}{
+		{name: "defaults", want: defaults},
+		{
+			name: "every flag",
+			argv: []string{"--config", "deploy/domain.toml", "--redis-url", "redis://r:6379/1", "--instance-id", "worker-1",
+				"--metrics-addr", ":9464", "--log-format", "json", "--log-level", "debug", "--shutdown-timeout", "5s"},
+			want: RunOptions{ConfigPath: "deploy/domain.toml", RedisURL: "redis://r:6379/1", InstanceID: "worker-1",
+				MetricsAddr: ":9464", LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second},
+		},
+		{name: "empty config is ./domain.toml", argv: []string{"--config", ""}, want: defaults},
+		{name: "bad log format", argv: []string{"--log-format", "yaml"}, wantErr: `invalid value "yaml" for --log-format`},
+		{name: "bad log level", argv: []string{"--log-level", "verbose"}, wantErr: `invalid value "verbose" for --log-level`},
+		{name: "zero shutdown timeout", argv: []string{"--shutdown-timeout", "0s"}, wantErr: "--shutdown-timeout must be positive"},
+		{name: "bad duration", argv: []string{"--shutdown-timeout", "soon"}, wantErr: `invalid argument "soon"`},
+		{name: "instance id with a space", argv: []string{"--instance-id", "a b"}, wantErr: "contains white space"},
+		{name: "positional argument", argv: []string{"domain.toml"}, wantErr: `unexpected argument "domain.toml"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ios, _, _, _ := NewTestIOStreams()
+			f := &Factory{IOStreams: ios}
+			var got *RunOptions
+			cmd := newCmdRun(f, func(o *RunOptions) error { got = o; return nil })
+			err := parseWithGlobals(t, f, cmd, tt.argv...)
+			if tt.wantErr != "" {
+				var ue *UsageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(RunOptions{}, "IO"), cmpopts.IgnoreUnexported(RunOptions{})); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// runDomain is a domain.toml with an exec handler; fmt verbs: the handler's deliver
+// table body.
+const runDomain = `name = "shop"
+
+[broker]
+url = "redis://127.0.0.1:1/0"
+
+[[events]]
+name = "OrderPlaced"
+category = "order"
+fields = ["order_id", "client_id"]
+
+[[commands]]
+name = "PlaceOrder"
+category = "order_command"
+fields = ["order_id", "client_id"]
+
+[[handlers]]
+name = "PlaceOrderHandler"
+kind = "command"
+handles = ["PlaceOrder"]
+sequential_by = "client_id"
+`
+
+// TestRunConfigProblems checks the failures 'seqctl run' finds before it connects to
+// anything: each exits 2 and names the problem.
+func TestRunConfigProblems(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv("RUN_TEST_SECRET", "")
+	tests := []struct {
+		name       string
+		config     string
+		extraArgs  []string
+		wantStderr []string
+	}{
+		{
+			name: "handler without a deliver table",
+			config: runDomain + `
+[[handlers]]
+name = "OrderProjector"
+handles = ["OrderPlaced"]
+sequential_by = "client_id"
+`,
+			wantStderr: []string{`handlers[1]: handler "OrderProjector" has no [handlers.deliver] table, so seqctl run cannot deliver its events`},
+		},
+		{
+			name: "unset signing secret and a missing program",
+			config: runDomain + `
+[[handlers]]
+name = "A"
+handles = ["OrderPlaced"]
+[handlers.deliver]
+http = "http://127.0.0.1:1/a"
+signing_secret_env = "RUN_TEST_SECRET"
+
+[[handlers]]
+name = "B"
+handles = ["OrderPlaced"]
+[handlers.deliver]
+exec = ["/nonexistent/handler"]
+`,
+			wantStderr: []string{
+				"handlers[1].deliver.signing_secret_env: the environment variable RUN_TEST_SECRET is not set (or empty)",
+				`handlers[2].deliver.exec: cannot run "/nonexistent/handler"`,
+			},
+		},
+		{
+			name:       "only command handlers",
+			config:     runDomain,
+			wantStderr: []string{"nothing to run"},
+		},
+		{
+			name: "inline broker",
+			config: strings.Replace(runDomain, `url = "redis://127.0.0.1:1/0"`, `kind = "inline"`, 1) + `
+[[handlers]]
+name = "A"
+handles = ["OrderPlaced"]
+[handlers.deliver]
+exec = ["cat"]
+`,
+			wantStderr: []string{`broker.kind: seqctl run needs the redis broker, not "inline"`},
+		},
+		{
+			name:       "bad redis url flag",
+			config:     runDomain + "\n[[handlers]]\nname = \"A\"\nhandles = [\"OrderPlaced\"]\n[handlers.deliver]\nexec = [\"cat\"]\n",
+			extraArgs:  []string{"--redis-url", "http://nope"},
+			wantStderr: []string{"invalid Redis URL http://nope (from --redis-url)"},
+		},
+		{
+			name:       "invalid toml",
+			config:     "name = \n",
+			wantStderr: []string{"domain.toml:1"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, tt.config)
+			res := runCLI(t, false, append([]string{"run", "--config", path}, tt.extraArgs...)...)
+			if res.Code != ExitUsage {
+				t.Errorf("exit code = %d, want 2; stderr:\n%s", res.Code, res.Stderr)
+			}
+			for _, w := range tt.wantStderr {
+				if !strings.Contains(res.Stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, res.Stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestRunMissingConfig(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "absent.toml")
+	res := runCLI(t, false, "run", "--config", missing)
+	if res.Code != ExitUsage || res.Stderr != missing+": the config file does not exist; pass --config with the path of your domain.toml\n" {
+		t.Errorf("code %d, stderr %q", res.Code, res.Stderr)
+	}
+}
+
+// TestRunHelp checks that the help documents the signals and exit codes.
+func TestRunHelp(t *testing.T) {
+	res := runCLI(t, false, "run", "--help")
+	for _, w := range []string{"A second SIGTERM or SIGINT\nforces the exit (status 1)", "Example", "--shutdown-timeout", "/readyz"} {
+		if !strings.Contains(res.Stdout, w) {
+			t.Errorf("help lacks %q", w)
+		}
+	}
+}
+
+// parseWithGlobals is parseCmd with the global flags (--config, --redis-url, -o) bound
+// to f, as newCmdRoot binds them.
+func parseWithGlobals(t testing.TB, f *Factory, cmd *cobra.Command, argv ...string) error {
+	t.Helper()
+	root := newRootCommand()
+	root.AddCommand(cmd)
+	addGlobalFlags(root, f)
+	root.SetArgs(append([]string{cmd.Name()}, argv...))
+	var sink bytes.Buffer
+	root.SetOut(&sink)
+	root.SetErr(&sink)
+	return root.Execute()
+}
+
+func TestDiscoveryInterval(t *testing.T) {
+	for _, tt := range []struct{ ttl, want time.Duration }{
+		{0, 2 * time.Second},
+		{15 * time.Second, 2 * time.Second},
+		{3 * time.Second, 1500 * time.Millisecond},
+		{time.Second, 500 * time.Millisecond},
+		{200 * time.Millisecond, 250 * time.Millisecond},
+	} {
+		if got := discoveryInterval(tt.ttl); got != tt.want {
+			t.Errorf("discoveryInterval(%v) = %v, want %v", tt.ttl, got, tt.want)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the logger's writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestRunInProcess drives runRun in the test process (so the race detector sees it):
+// it delivers an event to an exec handler, shuts down on the first signal with nil
+// (exit 0), and on a second signal during a slow shutdown returns exit status 1 at once.
+func TestRunInProcess(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	handler := filepath.Join(dir, "handler.sh")
+	writeFile(t, handler, "#!/bin/sh\ncat >> \"$OUT/got\"\necho >> \"$OUT/got\"\nsleep \"${HOLD:-0}\"\n")
+	if err := os.Chmod(handler, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OUT", dir)
+	cfg := writeConfig(t, `name = "shop"
+[server.partitioning]
+lease_ttl_ms = 1000
+[[events]]
+name = "OrderPlaced"
+category = "order"
+fields = ["client_id"]
+[[handlers]]
+name = "Projector"
+handles = ["OrderPlaced"]
+sequential_by = "client_id"
+[handlers.deliver]
+exec = ["`+handler+`"]
+`)
+	start := func(t *testing.T) (chan os.Signal, chan error, *lockedBuffer) {
+		sigs := make(chan os.Signal, 2)
+		errc := make(chan error, 1)
+		logs := &lockedBuffer{}
+		ios, _, _, _ := NewTestIOStreams()
+		ios.ErrOut = logs
+		opts := &RunOptions{IO: ios, ConfigPath: cfg, RedisURL: srv.URL, InstanceID: "in-process",
+			LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second, signals: sigs}
+		go func() { errc <- runRun(context.Background(), opts) }()
+		waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "seqctl run: ready") })
+		return sigs, errc, logs
+	}
+	publish := func(t *testing.T, key string) {
+		t.Helper()
+		if res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.URL, "--event", "OrderPlaced", "--data", `{"client_id":"`+key+`"}`); res.Code != 0 {
+			t.Fatalf("publish: %s", res.Stderr)
+		}
+	}
+	got := func() string { b, _ := os.ReadFile(filepath.Join(dir, "got")); return string(b) }
+
+	t.Run("graceful", func(t *testing.T) {
+		sigs, errc, logs := start(t)
+		publish(t, "c-1")
+		waitFor(t, 10*time.Second, func() bool { return strings.Contains(got(), `"key":"c-1"`) })
+		sigs <- syscall.SIGTERM
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Errorf("runRun = %v, want nil (exit 0)", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("runRun did not return after SIGTERM")
+		}
+		if !strings.Contains(logs.String(), "signal received: shutting down gracefully") {
+			t.Errorf("logs:\n%s", logs.String())
+		}
+	})
+	t.Run("second signal", func(t *testing.T) {
+		t.Setenv("HOLD", "30")
+		sigs, errc, _ := start(t)
+		publish(t, "c-2")
+		waitFor(t, 10*time.Second, func() bool { return strings.Contains(got(), `"key":"c-2"`) })
+		sigs <- syscall.SIGTERM
+		sigs <- syscall.SIGINT
+		select {
+		case err := <-errc:
+			if ExitCode(err) != ExitFailure {
+				t.Errorf("runRun = %v, want exit 1", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("runRun did not return after the second signal")
+		}
+	})
+}
+
+func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

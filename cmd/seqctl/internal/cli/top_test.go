@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/tui"
+)
+
+func TestTopParse(t *testing.T) {
+	tests := []struct {
+		args    []string
+		refresh time.Duration
+		ro      bool
+		wantErr bool
+	}{
+		{args: nil, refresh: time.Second},
+		{args: []string{"--refresh", "250ms", "--readonly"}, refresh: 250 * time.Millisecond, ro: true},
+		{args: []string{"--refresh", "0s"}, wantErr: true},
+		{args: []string{"extra"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		ios, _, _, _ := NewTestIOStreams()
+		f := &Factory{IOStreams: ios}
+		var got *TopOptions
+		cmd := newCmdTop(f, func(o *TopOptions) error { got = o; return nil })
+		cmd.SetArgs(tt.args)
+		cmd.SilenceErrors, cmd.SilenceUsage = true, true
+		err := cmd.Execute()
+		if (err != nil) != tt.wantErr {
+			t.Fatalf("%v: err = %v, wantErr %v", tt.args, err, tt.wantErr)
+		}
+		if err == nil && (got.Refresh != tt.refresh || got.ReadOnly != tt.ro) {
+			t.Errorf("%v: got refresh %v readonly %v", tt.args, got.Refresh, got.ReadOnly)
+		}
+	}
+}
+
+// The adapter maps admin rows onto dashboard rows, counts owned partitions per live
+// instance, passes "head moved" through, and reports a caught-up partition as headless.
+func TestAdminSourceAdapter(t *testing.T) {
+	fa := &fakeAdmin{
+		partitions: []admin.Partition{
+			{Category: "order", Key: "A", Stream: "order:A", Handler: "P", Owner: "i1.2", Generation: 7, LeaseTTLMS: 900,
+				Lag: 3, Pending: 1, HeadAgeMS: 1500, State: admin.StateHalted, HaltedEntryID: "5-0", Handled: 40},
+			{Category: "order", Key: "B", Stream: "order:B", Handler: "P", State: admin.StateUnowned},
+		},
+		headErr: &admin.NotFoundError{What: "head"},
+		actErr:  &engine.HeadMovedError{Expected: "5-0", Head: "6-0"},
+	}
+	src := &adminSource{a: fa}
+	snap, err := src.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []tui.Partition{
+		{Category: "order", Key: "A", Stream: "order:A", Handler: "P", Owner: "i1", Generation: 7, LeaseTTL: 900 * time.Millisecond,
+			Lag: 3, Pending: 1, HeadAge: 1500 * time.Millisecond, State: "halted", HaltedEntryID: "5-0", Handled: 40},
+		{Category: "order", Key: "B", Stream: "order:B", Handler: "P", State: "unowned"},
+	}
+	if diff := cmp.Diff(want, snap.Partitions); diff != "" {
+		t.Errorf("partitions (-want +got):\n%s", diff)
+	}
+	fa.inspection = &admin.Inspection{Lanes: []admin.Lane{{Stream: "order:B", Length: 4}}}
+	d, err := src.Head(context.Background(), tui.PartitionRef{Category: "order", Key: "B", Handler: "P"})
+	if err != nil || d.EntryID != "" || len(d.Lanes) != 1 {
+		t.Errorf("headless partition: %+v, %v", d, err)
+	}
+	if err := src.Skip(context.Background(), tui.PartitionRef{Category: "order", Key: "A", Handler: "P"}, "5-0"); !errors.Is(err, tui.ErrHeadMoved) {
+		t.Errorf("skip of a moved head: err = %v, want ErrHeadMoved", err)
+	}
+	if len(fa.actions) != 1 || fa.actions[0].ExpectID != "5-0" || fa.actions[0].Stream != "order:A" {
+		t.Errorf("actions = %+v", fa.actions)
+	}
+}

@@ -1,0 +1,160 @@
+package deliver
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// BindOptions are the outside world Bind reads. Zero values use the process's own.
+type BindOptions struct {
+	// LookupEnv reads the signing secrets (default os.LookupEnv).
+	LookupEnv func(string) (string, bool)
+	// LookPath checks that exec programs exist (default exec.LookPath).
+	LookPath func(string) (string, error)
+	// HTTPClient is shared by every HTTP delivery (default NewHTTPClient()).
+	HTTPClient *http.Client
+	// Procs tracks running exec deliveries (default: not tracked).
+	Procs *Procs
+}
+
+// Binding says how one handler or process manager is delivered.
+type Binding struct {
+	// Name is the handler or process manager name (its consumer group).
+	Name string
+	// Kind is "handler", "process manager" or "command handler".
+	Kind string
+	// Mode is "http" or "exec"; "" for an inert command handler.
+	Mode string
+	// Target is the URL or the command line.
+	Target string
+	// Signed says the HTTP requests carry X-Seq-Signature.
+	Signed bool
+}
+
+// Bind gives every event handler and process manager of dom (built from cfg with
+// cfg.InitDomain) the HandlerFunc its deliver table describes, and returns what it bound,
+// in file order. Command handlers are left alone: they are validated by Init but inert at
+// runtime (commands never reach a stream); they are listed with an empty Mode.
+//
+// Every problem is reported at once, as a *engine.ConfigError for cfg.File: an event
+// handler or process manager without a deliver table (only Go code can run it), a
+// signing_secret_env whose variable is unset or empty, an exec program that cannot be
+// found. Nothing is bound when there is a problem.
+func Bind(cfg *engine.Config, dom *engine.Domain, opt BindOptions) ([]Binding, error) {
+	if opt.LookupEnv == nil {
+		opt.LookupEnv = os.LookupEnv
+	}
+	if opt.LookPath == nil {
+		opt.LookPath = exec.LookPath
+	}
+	if opt.HTTPClient == nil {
+		opt.HTTPClient = NewHTTPClient()
+	}
+	ce := &engine.ConfigError{File: cfg.File}
+	var bindings []Binding
+	funcs := map[string]engine.HandlerFunc{}
+	build := func(path, table, kind, name string, dc *engine.DeliverConfig) {
+		if dc == nil {
+			ce.Problems = append(ce.Problems, engine.ConfigProblem{Path: path, Message: fmt.Sprintf(
+				"%s %q has no [%s.deliver] table, so seqctl run cannot deliver its events: add one with http = \"URL\" or exec = [\"program\"] (a handler without one is run by Go code embedding the engine)",
+				kind, name, table)})
+			return
+		}
+		fn, b, problems := buildOne(path, dc, opt)
+		ce.Problems = append(ce.Problems, problems...)
+		if fn == nil {
+			return
+		}
+		b.Name, b.Kind = name, kind
+		funcs[kind+"\x00"+name] = fn
+		bindings = append(bindings, b)
+	}
+	for i, h := range cfg.Handlers {
+		if h.Kind == engine.CommandHandlerKind {
+			bindings = append(bindings, Binding{Name: h.Name, Kind: "command handler"})
+			continue
+		}
+		build(fmt.Sprintf("handlers[%d]", i), "handlers", "handler", h.Name, h.Deliver)
+	}
+	for i, p := range cfg.ProcessManagers {
+		build(fmt.Sprintf("process_managers[%d]", i), "process_managers", "process manager", p.Name, p.Deliver)
+	}
+	if len(ce.Problems) > 0 {
+		return nil, ce
+	}
+	for i := range dom.Handlers {
+		if fn, ok := funcs["handler\x00"+dom.Handlers[i].Name]; ok {
+			dom.Handlers[i].Func = fn
+		}
+	}
+	for i := range dom.ProcessManagers {
+		if fn, ok := funcs["process manager\x00"+dom.ProcessManagers[i].Name]; ok {
+			dom.ProcessManagers[i].Func = fn
+		}
+	}
+	return bindings, nil
+}
+
+// buildOne builds the HandlerFunc of one deliver table.
+func buildOne(path string, dc *engine.DeliverConfig, opt BindOptions) (engine.HandlerFunc, Binding, []engine.ConfigProblem) {
+	var problems []engine.ConfigProblem
+	var secret []byte
+	if dc.SigningSecretEnv != "" {
+		v, ok := opt.LookupEnv(dc.SigningSecretEnv)
+		if !ok || v == "" {
+			problems = append(problems, engine.ConfigProblem{Path: path + ".deliver.signing_secret_env", Message: fmt.Sprintf(
+				"the environment variable %s is not set (or empty): export the signing secret in it before starting seqctl run, or remove signing_secret_env to send unsigned requests",
+				dc.SigningSecretEnv)})
+		}
+		secret = []byte(v)
+	}
+	if dc.HTTP != "" {
+		if len(problems) > 0 {
+			return nil, Binding{}, problems
+		}
+		fn, err := HTTP(HTTPConfig{URL: dc.HTTP, Timeout: dc.Timeout, Secret: secret, Client: opt.HTTPClient})
+		if err != nil {
+			return nil, Binding{}, append(problems, engine.ConfigProblem{Path: path + ".deliver.http", Message: err.Error()})
+		}
+		return fn, Binding{Mode: "http", Target: redactURL(dc.HTTP), Signed: secret != nil}, nil
+	}
+	if len(dc.Exec) == 0 || dc.Exec[0] == "" {
+		return nil, Binding{}, append(problems, engine.ConfigProblem{Path: path + ".deliver.exec", Message: "needs a program to run"})
+	}
+	if _, err := opt.LookPath(dc.Exec[0]); err != nil {
+		problems = append(problems, engine.ConfigProblem{Path: path + ".deliver.exec", Message: fmt.Sprintf(
+			"cannot run %q: %v (a program name is looked up on PATH; a path with a slash is relative to the working directory)",
+			dc.Exec[0], unwrapExecErr(err))})
+	}
+	if len(problems) > 0 {
+		return nil, Binding{}, problems
+	}
+	fn, err := Exec(ExecConfig{Argv: dc.Exec, Timeout: dc.Timeout, Procs: opt.Procs})
+	if err != nil {
+		return nil, Binding{}, []engine.ConfigProblem{{Path: path + ".deliver.exec", Message: err.Error()}}
+	}
+	return fn, Binding{Mode: "exec", Target: strings.Join(dc.Exec, " ")}, nil
+}
+
+// redactURL hides a password in a URL, for logs.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return u.Redacted()
+}
+
+// unwrapExecErr drops exec.Error's repetition of the program name.
+func unwrapExecErr(err error) error {
+	if ee, ok := err.(*exec.Error); ok {
+		return ee.Err
+	}
+	return err
+}

@@ -1,0 +1,127 @@
+// Package deliver turns the [handlers.deliver] and [process_managers.deliver] tables of
+// domain.toml into engine.HandlerFuncs, so teams in any language run 'seqctl run' as a
+// worker that hands each event to their HTTP endpoint or command:
+//
+//   - http = "URL": the event envelope is POSTed as JSON; a 2xx answer means done.
+//   - exec = ["cmd", "arg"]: the envelope is written to the command's stdin; exit status 0
+//     means done.
+//
+// Both carry the partition (stream, key), the event id, the lease generation (the fencing
+// token) and the attempt number, in headers or environment variables. Anything else (a
+// non-2xx status, a non-zero exit, a connection error, the handler's timeout) fails the
+// attempt: the engine retries it and, after max_retries attempts, halts the partition
+// with the failure reason. docs/delivery.md is the contract for handler authors.
+//
+// Delivery inherits the engine's guarantee: per key, one event at a time, in publish
+// order; at least once, so a handler must be idempotent (the event id and the generation
+// let it be).
+package deliver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// Envelope is the JSON document an HTTP or exec handler receives: the event and where it
+// came from. Data is the event payload as JSON (an object, not a string holding one).
+type Envelope struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Category string `json:"category"`
+	// Key is the partition key, "" for an unpartitioned category.
+	Key string `json:"key"`
+	// Stream is the stream the entry is on: {category}:{key}, its backfill lane, or the
+	// category stream.
+	Stream  string `json:"stream"`
+	EntryID string `json:"entry_id"`
+	// Data is the payload, verbatim JSON.
+	Data json.RawMessage `json:"data"`
+	// PublishedAt is the Redis time of the publish, RFC 3339 in UTC with milliseconds
+	// (2025-01-31T10:00:00.123Z); null when the entry carries none.
+	PublishedAt *string `json:"published_at"`
+	Priority    int     `json:"priority"`
+}
+
+// publishedAtLayout is RFC 3339 with exactly three fractional digits.
+const publishedAtLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// ErrBadPayload is returned (wrapped) when an event's data is not valid JSON, so it
+// cannot be put in the envelope. The attempt fails like any other: the partition halts
+// on the entry after its retries, and an operator inspects it.
+var ErrBadPayload = errors.New("deliver: event data is not valid JSON")
+
+// NewEnvelope builds the envelope of ev as delivered with d.
+func NewEnvelope(ev engine.Event, d engine.Delivery) Envelope {
+	env := Envelope{
+		ID: ev.ID, Type: ev.Type, Category: ev.Category, Key: ev.Key,
+		Stream: d.Stream, EntryID: d.EntryID, Data: ev.Data, Priority: ev.Priority,
+	}
+	if env.Category == "" {
+		env.Category = d.Category
+	}
+	if env.Key == "" {
+		env.Key = d.Key
+	}
+	if !ev.PublishedAt.IsZero() {
+		s := ev.PublishedAt.UTC().Format(publishedAtLayout)
+		env.PublishedAt = &s
+	}
+	return env
+}
+
+// Marshal renders the envelope of ev as JSON: the exact bytes an HTTP handler receives
+// as its body (and signs over) and an exec handler reads from stdin. Empty data becomes
+// null; data that is not valid JSON is an ErrBadPayload.
+func Marshal(ev engine.Event, d engine.Delivery) ([]byte, error) {
+	env := NewEnvelope(ev, d)
+	if len(env.Data) == 0 {
+		env.Data = json.RawMessage("null")
+	} else if !json.Valid(env.Data) {
+		return nil, fmt.Errorf("%w (event %s, entry %s)", ErrBadPayload, ev.ID, d.EntryID)
+	}
+	return json.Marshal(env)
+}
+
+// Delivery metadata names: HTTP headers and exec environment variables carry the same
+// values.
+const (
+	HeaderHandler    = "X-Seq-Handler"
+	HeaderStream     = "X-Seq-Stream"
+	HeaderKey        = "X-Seq-Key"
+	HeaderEventID    = "X-Seq-Event-Id"
+	HeaderGeneration = "X-Seq-Generation"
+	HeaderAttempt    = "X-Seq-Attempt"
+	// HeaderSignature is "sha256=" + hex(HMAC-SHA256(secret, body)), sent when the
+	// handler has signing_secret_env.
+	HeaderSignature = "X-Seq-Signature"
+
+	EnvHandler    = "SEQ_HANDLER"
+	EnvStream     = "SEQ_STREAM"
+	EnvCategory   = "SEQ_CATEGORY"
+	EnvKey        = "SEQ_KEY"
+	EnvEventID    = "SEQ_EVENT_ID"
+	EnvGeneration = "SEQ_GENERATION"
+	EnvAttempt    = "SEQ_ATTEMPT"
+)
+
+// DefaultTimeout bounds one attempt when a deliver table sets none (the config loader
+// already defaults timeout to 10s; this covers Go callers).
+const DefaultTimeout = 10 * time.Second
+
+// deliveryOf returns the delivery of a handler's context, or one derived from the event
+// when the HandlerFunc is called outside the engine (in a test).
+func deliveryOf(ctx context.Context, ev engine.Event) engine.Delivery {
+	if d, ok := engine.DeliveryFrom(ctx); ok {
+		return d
+	}
+	stream := ev.Category
+	if ev.Key != "" {
+		stream = engine.PartitionStream(ev.Category, ev.Key)
+	}
+	return engine.Delivery{Category: ev.Category, Key: ev.Key, Stream: stream}
+}

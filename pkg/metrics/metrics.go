@@ -1,0 +1,272 @@
+// Package metrics exports what a seqctl engine does as Prometheus metrics: counters and
+// histograms fed by the engine's Observer hook, gauges read from Engine.Stats at scrape
+// time, and the HTTP endpoints of 'seqctl run --metrics-addr' (/metrics, /healthz,
+// /readyz). docs/metrics.md is the reference.
+//
+// Labels are bounded: handler (the consumer group: a handler or process manager name),
+// category, and a lease-loss reason. A partition key never becomes a label value, since
+// partitions come and go and a label per key would grow the series without bound.
+package metrics
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// Namespace prefixes every seqctl metric.
+const Namespace = "seqctl"
+
+// Source is what the scrape-time gauges read: an *engine.Engine.
+type Source interface {
+	Stats() engine.Stats
+	Owned() []engine.OwnedPartition
+	Ready() bool
+}
+
+// Metrics is the set of seqctl collectors on a registry of its own. It implements
+// engine.Observer: pass it as EngineConfig.Observer. Methods are safe for concurrent use
+// and never block.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	processed *prometheus.CounterVec
+	failed    *prometheus.CounterVec
+	retried   *prometheus.CounterVec
+	halts     *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	latency   *prometheus.HistogramVec
+	acquired  *prometheus.CounterVec
+	lost      *prometheus.CounterVec
+	fenced    *prometheus.CounterVec
+	backlog   prometheus.Gauge
+
+	source atomic.Pointer[sourceBox]
+
+	mu     sync.Mutex
+	groups []string // handlers declared or seen owning a partition; guarded by mu
+}
+
+type sourceBox struct{ s Source }
+
+// DurationBuckets are the handler-duration histogram buckets, in seconds: from 1 ms (an
+// in-process handler) to a minute (a slow HTTP or exec handler near its timeout).
+var DurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// LatencyBuckets are the publish-to-handle latency buckets, in seconds: up to 10 minutes,
+// since a backlog after an outage or a halt resolved late is what this histogram is for.
+var LatencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// New builds the collectors and registers them, with the Go runtime and process
+// collectors, on a new registry.
+func New() *Metrics {
+	hc := []string{"handler", "category"}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "events_processed_total",
+			Help: "Handler attempts that succeeded (the event was acknowledged).",
+		}, hc),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "events_failed_total",
+			Help: "Handler attempts that failed: a retried attempt, the last attempt before a halt, or an attempt cut off by a lost lease.",
+		}, hc),
+		retried: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "events_retried_total",
+			Help: "Failed handler attempts that will be retried (a subset of events_failed_total).",
+		}, hc),
+		halts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "partition_halts_total",
+			Help: "Partitions this instance halted on a poison head, after the handler's retries.",
+		}, hc),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "handler_duration_seconds",
+			Help:    "Time inside the handler, per attempt (HTTP: request to answer; exec: process start to exit).",
+			Buckets: DurationBuckets,
+		}, hc),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "publish_to_handle_latency_seconds",
+			Help:    "Time from the publish (Redis time of the XADD) to the start of the first handler attempt.",
+			Buckets: LatencyBuckets,
+		}, hc),
+		acquired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "lease_acquisitions_total",
+			Help: "Partition leases this instance acquired (a new owner at a new generation).",
+		}, []string{"handler"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "lease_losses_total",
+			Help: "Partition leases this instance lost without releasing them, by reason.",
+		}, []string{"handler", "reason"}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "fenced_rejections_total",
+			Help: "Fenced Redis calls refused because this instance no longer held the lease at its generation (one per lost lease: the engine stops at the first).",
+		}, []string{"handler"}),
+		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "relay_backlog",
+			Help: "Outbox rows waiting to be published by the relay; 0 when no outbox relay runs in this process.",
+		}),
+	}
+	m.reg.MustRegister(
+		m.processed, m.failed, m.retried, m.halts, m.duration, m.latency,
+		m.acquired, m.lost, m.fenced, m.backlog,
+		&statsCollector{m: m},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// Registry returns the registry holding every collector, for a custom HTTP handler or
+// for registering more collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// SetSource sets the engine the gauges read at scrape time (nil: report zero, e.g. while
+// 'seqctl run' still waits for Redis). It may be changed at any time.
+func (m *Metrics) SetSource(s Source) {
+	if s == nil {
+		m.source.Store(nil)
+		return
+	}
+	m.source.Store(&sourceBox{s: s})
+}
+
+func (m *Metrics) currentSource() Source {
+	if b := m.source.Load(); b != nil {
+		return b.s
+	}
+	return nil
+}
+
+// SetRelayBacklog sets seqctl_relay_backlog: the outbox relay calls it (or a function
+// it is handed, see RelayBacklogFunc) with the number of unpublished rows after each
+// pass.
+func (m *Metrics) SetRelayBacklog(rows int) { m.backlog.Set(float64(rows)) }
+
+// RelayBacklogFunc returns SetRelayBacklog as a plain function, for a relay that must not
+// import this package.
+func (m *Metrics) RelayBacklogFunc() func(rows int) { return m.SetRelayBacklog }
+
+// Attempt implements engine.Observer.
+func (m *Metrics) Attempt(a engine.AttemptInfo) {
+	if a.Err == nil {
+		m.processed.WithLabelValues(a.Group, a.Category).Inc()
+	} else {
+		m.failed.WithLabelValues(a.Group, a.Category).Inc()
+		if a.Retry {
+			m.retried.WithLabelValues(a.Group, a.Category).Inc()
+		}
+	}
+	m.duration.WithLabelValues(a.Group, a.Category).Observe(a.Duration.Seconds())
+	if a.Attempt == 1 && a.Latency > 0 {
+		m.latency.WithLabelValues(a.Group, a.Category).Observe(a.Latency.Seconds())
+	}
+}
+
+// LeaseAcquired implements engine.Observer.
+func (m *Metrics) LeaseAcquired(group string) { m.acquired.WithLabelValues(group).Inc() }
+
+// LeaseLost implements engine.Observer. A "fenced" loss also counts as a fenced
+// rejection: the engine learns it lost a lease when a fenced call is refused.
+func (m *Metrics) LeaseLost(group, reason string) {
+	m.lost.WithLabelValues(group, reason).Inc()
+	if reason == "fenced" {
+		m.fenced.WithLabelValues(group).Inc()
+	}
+}
+
+// Halted implements engine.Observer.
+func (m *Metrics) Halted(group, category string) { m.halts.WithLabelValues(group, category).Inc() }
+
+var _ engine.Observer = (*Metrics)(nil)
+
+// statsCollector reads the engine at scrape time, so the gauges are never stale and cost
+// nothing between scrapes.
+type statsCollector struct {
+	m *Metrics
+
+	mu sync.Mutex // one scrape at a time reads the engine
+}
+
+var (
+	descOwned = prometheus.NewDesc(Namespace+"_partitions_owned",
+		"Partitions (or process-manager correlation values) this instance owns, per handler.", []string{"handler"}, nil)
+	descHalted = prometheus.NewDesc(Namespace+"_partitions_halted",
+		"Owned partitions that are halted on a poison head, waiting for an operator.", nil, nil)
+	descLive = prometheus.NewDesc(Namespace+"_live_partitions",
+		"Partitions in a category's discovery index (all instances), as of the last discovery pass.", []string{"category"}, nil)
+	descReady = prometheus.NewDesc(Namespace+"_ready",
+		"1 when the engine runs with a live session (what /readyz reports), else 0.", nil, nil)
+)
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descOwned
+	ch <- descHalted
+	ch <- descLive
+	ch <- descReady
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	src := c.m.currentSource()
+	var st engine.Stats
+	owned := map[string]int{}
+	ready := 0.0
+	if src != nil {
+		st = src.Stats()
+		for _, o := range src.Owned() {
+			owned[o.Group]++
+		}
+		if src.Ready() {
+			ready = 1
+		}
+	}
+	for g := range owned {
+		c.m.addGroup(g)
+	}
+	for _, g := range c.m.knownGroups() {
+		ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(owned[g]), g)
+	}
+	ch <- prometheus.MustNewConstMetric(descHalted, prometheus.GaugeValue, float64(st.Halted))
+	for cat, n := range st.LivePartitions {
+		ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(n), cat)
+	}
+	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+}
+
+// Declare creates the series of a handler (a consumer group) and the categories it
+// consumes at zero, so dashboards and alerts see them before the first event. Call it
+// once per handler before the engine starts; undeclared handlers appear on first use.
+func (m *Metrics) Declare(handler string, categories ...string) {
+	m.addGroup(handler)
+	m.acquired.WithLabelValues(handler)
+	m.lost.WithLabelValues(handler, "fenced")
+	m.fenced.WithLabelValues(handler)
+	for _, c := range categories {
+		m.processed.WithLabelValues(handler, c)
+		m.failed.WithLabelValues(handler, c)
+		m.retried.WithLabelValues(handler, c)
+		m.halts.WithLabelValues(handler, c)
+		m.duration.WithLabelValues(handler, c)
+		m.latency.WithLabelValues(handler, c)
+	}
+}
+
+func (m *Metrics) addGroup(g string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !slices.Contains(m.groups, g) {
+		m.groups = append(m.groups, g)
+	}
+}
+
+func (m *Metrics) knownGroups() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.groups)
+}
