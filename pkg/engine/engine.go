@@ -274,7 +274,8 @@ func (e *Engine) InstanceID() string { return e.cfg.InstanceID }
 
 // Start registers the instance, opens its session and starts discovery, heartbeats and
 // the doorbell. It returns once the session exists; partitions are taken in the
-// background. ctx bounds only the start-up calls.
+// background. ctx bounds only the start-up calls. After an error (Redis unreachable, say)
+// Start may be called again.
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
 	if e.started {
@@ -284,6 +285,14 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.started = true
 	e.mu.Unlock()
 
+	started := false
+	defer func() {
+		if !started { // a failed Start may be tried again
+			e.mu.Lock()
+			e.started = false
+			e.mu.Unlock()
+		}
+	}()
 	if err := loadScripts(ctx, e.rdb); err != nil {
 		return err
 	}
@@ -309,6 +318,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	go e.bell.loop()
 	go e.discoveryLoop()
 	e.kickDiscovery()
+	started = true
 	e.log.Info("engine started", "handlers", len(e.subs), "lease_ttl", e.cfg.Timing.LeaseTTL)
 	return nil
 }
@@ -339,6 +349,14 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	close(e.stopped)
 	e.mu.Unlock()
+	// Leave the registry before the workers release their leases, so that peers' fair
+	// share counts one instance less and they take the released partitions at once.
+	// (The session key stays until the end: the leases are still ours until released.)
+	if e.sess != nil {
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
+		_ = e.rdb.HDel(dctx, InstancesKey(), e.cfg.InstanceID).Err()
+		dcancel()
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, e.cfg.ShutdownTimeout)

@@ -10,8 +10,10 @@ type Observer interface {
 	Attempt(a AttemptInfo)
 	// LeaseAcquired is called when the instance starts owning a unit.
 	LeaseAcquired(group string)
-	// LeaseLost is called when the instance stops owning a unit without releasing it;
-	// reason is "fenced": another instance holds it, or the session expired.
+	// LeaseLost is called when the instance stops owning a unit without releasing it:
+	// reason is "fenced" (a fenced call was rejected: another instance holds the lease)
+	// or "session_expired" (the instance stalled or lost Redis past the lease TTL and
+	// dropped every lease).
 	LeaseLost(group, reason string)
 	// Halted is called when a partition halts on a poison head.
 	Halted(group, category string)

@@ -219,3 +219,14 @@ func TestKeyRuleString(t *testing.T) {
 		t.Errorf("KeyRule.String mismatch (-want +got):\n%s", diff)
 	}
 }
+
+func TestClipKeepsHeadAndTail(t *testing.T) {
+	s := strings.Repeat("a", 3000) + strings.Repeat("z", 3000)
+	got := clip(s, 4096)
+	if len(got) > 4096 || !strings.HasPrefix(got, "aaa") || !strings.HasSuffix(got, "zzz") || !strings.Contains(got, "[...]") {
+		t.Fatalf("clip: len %d, %q...%q", len(got), got[:10], got[len(got)-10:])
+	}
+	if clip("short", 4096) != "short" {
+		t.Fatal("a short reason must stay whole")
+	}
+}

@@ -139,7 +139,9 @@ func (s *session) beat() {
 	sent := time.Now()
 	pipe := s.e.rdb.Pipeline()
 	renewed := pipe.PExpire(ctx, SessionKey(owner), ttl)
-	pipe.HSet(ctx, InstancesKey(), s.e.cfg.InstanceID, s.info(owner))
+	if !s.e.stopping() { // a stopping instance has left the registry already
+		pipe.HSet(ctx, InstancesKey(), s.e.cfg.InstanceID, s.info(owner))
+	}
 	_, err := pipe.Exec(ctx)
 	switch {
 	case err == nil && renewed.Val():
@@ -177,6 +179,7 @@ func (s *session) lost(owner string) {
 	}
 	s.e.mu.Unlock()
 	for _, w := range workers {
+		s.e.cfg.Observer.LeaseLost(w.sub.group, "session_expired")
 		<-w.done
 	}
 	if s.e.stopping() {

@@ -406,10 +406,7 @@ func (w *worker) call(ctx context.Context, ev Event) (err error) {
 
 // halt writes the durable halt record and parks the head until an operator resolves it.
 func (w *worker) halt(ent entry, cause error) error {
-	msg := cause.Error()
-	if len(msg) > 4096 {
-		msg = msg[len(msg)-4096:]
-	}
+	msg := clip(cause.Error(), 4096)
 	args := []any{w.token,
 		"entry", ent.msg.ID, "lane", strconv.Itoa(ent.lane), "stream", w.lanes[ent.lane],
 		"attempts", strconv.Itoa(ent.deliveries), "error", msg,
@@ -579,4 +576,17 @@ func (w *worker) flushAcks(ctx context.Context) error {
 		w.handled[lane] = w.handled[lane][:0]
 	}
 	return nil
+}
+
+// clip shortens s to at most n bytes keeping its head and its tail (an error's cause is
+// usually at one end or the other), cut on UTF-8 boundaries.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const gap = " [...] "
+	head, tail := (n-len(gap))/2, (n-len(gap))-(n-len(gap))/2
+	h := strings.ToValidUTF8(s[:head], "")
+	t := strings.ToValidUTF8(s[len(s)-tail:], "")
+	return h + gap + t
 }

@@ -246,6 +246,7 @@ func (m *Metrics) Declare(handler string, categories ...string) {
 	m.addGroup(handler)
 	m.acquired.WithLabelValues(handler)
 	m.lost.WithLabelValues(handler, "fenced")
+	m.lost.WithLabelValues(handler, "session_expired")
 	m.fenced.WithLabelValues(handler)
 	for _, c := range categories {
 		m.processed.WithLabelValues(handler, c)
