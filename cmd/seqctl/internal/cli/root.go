@@ -92,6 +92,8 @@ func newCmdRoot(f *Factory) *cobra.Command {
 		newCmdCompletion(f, nil),
 		newCmdTop(f, nil),
 		newCmdDev(f, nil),
+		newCmdOutbox(f),
+		newCmdRelay(f),
 	)
 	addGlobalFlags(cmd, f)
 	return cmd

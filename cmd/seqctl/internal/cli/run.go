@@ -356,6 +356,29 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 	m.SetSource(eng)
 	log.Info("seqctl run: ready", "instance", eng.InstanceID(), "handlers", len(plan.bindings)-len(inert))
 
+	// The outbox relay, when [outbox] is configured: it stops with the first signal and
+	// releases its category leases before run returns.
+	relayDone := make(chan struct{})
+	if plan.cfg.Outbox != nil {
+		relay, ob, closeDB, err := newRelay(plan.cfg, rdb, log.With("component", "relay"))
+		if err != nil {
+			_ = eng.Shutdown(context.Background())
+			return err
+		}
+		defer closeDB()
+		startBacklogGauge(ctx, ob, m)
+		go func() {
+			defer close(relayDone)
+			if err := relay.Run(ctx); err != nil && ctx.Err() == nil {
+				log.Error("outbox relay stopped", "err", err)
+			}
+		}()
+		log.Info("outbox relay running")
+	} else {
+		close(relayDone)
+	}
+	defer func() { <-relayDone }()
+
 	<-ctx.Done()
 	shut := make(chan error, 1)
 	go func() {

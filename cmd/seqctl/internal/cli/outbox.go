@@ -1,0 +1,263 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/engine/outbox"
+	"github.com/seqctl/seqctl/pkg/metrics"
+)
+
+// OutboxOptions are the options of seqctl outbox migrate|status and seqctl relay.
+type OutboxOptions struct {
+	IO     *IOStreams
+	Global *GlobalOptions
+	Limit  int  // status: how many abandoned / failing rows to show
+	Once   bool // relay: publish what is there, then exit
+	LogFmt string
+}
+
+func newCmdOutbox(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "outbox <command>",
+		Short: "Create the outbox table and report on it",
+		Long: `The outbox is a table in the application's database ([outbox] dsn in domain.toml:
+sqlite://file.db or postgres://...). An application writes an event into it inside its own
+transaction; the relay (seqctl relay, or seqctl run when [outbox] is configured) publishes
+each row to its partition stream in per-key commit order. See docs/outbox.md.`,
+		Example: `  $ seqctl outbox migrate --config domain.toml
+  $ seqctl outbox status --config domain.toml -o json`,
+	}
+	cmd.AddCommand(newCmdOutboxMigrate(f), newCmdOutboxStatus(f))
+	return cmd
+}
+
+func newCmdOutboxMigrate(f *Factory) *cobra.Command {
+	opts := &OutboxOptions{IO: f.IOStreams, Global: &f.Global}
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or update the outbox table, its CHECK constraint and triggers",
+		Long: `migrate creates the outbox table when it is missing and brings its partition-key CHECK
+constraint in line with the configured backfill suffix. It is idempotent. If rows already
+in the table break the new rules, nothing is changed and it exits 4.`,
+		Example: `  $ seqctl outbox migrate --config domain.toml`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ob, closeDB, err := openOutbox(opts.Global)
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			if err := ob.Migrate(cmdContext(cmd)); err != nil {
+				if errors.Is(err, outbox.ErrSchema) {
+					return &ExitError{Code: ExitConflict, Err: err}
+				}
+				return err
+			}
+			fmt.Fprintln(opts.IO.Out, "outbox table is up to date")
+			return nil
+		},
+	}
+}
+
+func newCmdOutboxStatus(f *Factory) *cobra.Command {
+	opts := &OutboxOptions{IO: f.IOStreams, Global: &f.Global}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Counts per status, backlog and oldest unpublished age, recent abandoned rows",
+		Example: `  $ seqctl outbox status --config domain.toml
+  $ seqctl outbox status --config domain.toml --limit 50 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.Limit < 0 {
+				return &ExitError{Code: ExitUsage, Err: errors.New("--limit must not be negative")}
+			}
+			ob, closeDB, err := openOutbox(opts.Global)
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			rep, err := ob.Status(cmdContext(cmd), outbox.StatusOptions{Limit: opts.Limit})
+			if err != nil {
+				return err
+			}
+			return printOutboxStatus(opts, rep)
+		},
+	}
+	cmd.Flags().IntVar(&opts.Limit, "limit", 10, "abandoned and failing rows to list")
+	return cmd
+}
+
+func printOutboxStatus(opts *OutboxOptions, rep outbox.StatusReport) error {
+	if opts.Global.Output == "json" {
+		enc := json.NewEncoder(opts.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	w := opts.IO.Out
+	c := rep.Counts
+	fmt.Fprintf(w, "table %s (%s)\n", rep.Table, rep.Dialect)
+	fmt.Fprintf(w, "pending %d  failed %d  published %d  abandoned %d\n", c.Pending, c.Failed, c.Published, c.Abandoned)
+	fmt.Fprintf(w, "backlog %d rows, oldest unpublished %.1fs\n", rep.Backlog.Rows, rep.Backlog.OldestAgeSeconds)
+	for _, cb := range rep.Backlog.Categories {
+		fmt.Fprintf(w, "  %s\t%d rows\toldest %.1fs\n", cb.Category, cb.Rows, cb.OldestAgeSeconds)
+	}
+	for _, title := range []struct {
+		name string
+		rows []outbox.RowInfo
+	}{{"abandoned", rep.Abandoned}, {"failing", rep.Failing}} {
+		if len(title.rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%s rows:\n", title.name)
+		for _, r := range title.rows {
+			fmt.Fprintf(w, "  #%d\t%s\t%s\t%s\tattempts %d\t%s\n", r.RowID, r.Type, r.Category, r.Key, r.Attempts, r.Reason)
+		}
+	}
+	return nil
+}
+
+func newCmdRelay(f *Factory) *cobra.Command {
+	opts := &OutboxOptions{IO: f.IOStreams, Global: &f.Global}
+	cmd := &cobra.Command{
+		Use:   "relay",
+		Short: "Publish outbox rows to their partition streams (on its own, without handlers)",
+		Long: `relay publishes the rows of the [outbox] table to Redis in per-key commit order: a
+failing row holds back only the later rows of its key, a row whose key is invalid is
+marked ABANDONED at once, and a crash between the XADD and the row update never publishes a
+row twice. Several relays may run: one publishes a category at a time, under a lease.
+seqctl run starts the same relay when [outbox] is configured.`,
+		Example: `  $ seqctl relay --config domain.toml
+  $ seqctl relay --config domain.toml --once`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return relayRun(cmdContext(cmd), opts)
+		},
+	}
+	cmd.Flags().BoolVar(&opts.Once, "once", false, "publish what is in the table now, then exit")
+	cmd.Flags().StringVar(&opts.LogFmt, "log-format", "text", "json or text")
+	return cmd
+}
+
+func relayRun(ctx context.Context, opts *OutboxOptions) error {
+	cfg, err := loadConfigFile(configOrDefault(opts.Global.ConfigPath))
+	if err != nil {
+		return err
+	}
+	ropt, _, err := redisOptions(opts.Global.RedisURL, cfg, os.Getenv)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	log := newLogger(opts.IO.ErrOut, opts.LogFmt, "info")
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, _, closeDB, err := newRelay(cfg, rdb, log)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if opts.Once {
+		res, err := r.Drain(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(opts.IO.Out, "%+v\n", res)
+		return nil
+	}
+	log.Info("relay running")
+	return r.Run(ctx)
+}
+
+// newRelay opens the configured outbox and returns a relay publishing through rdb, the
+// outbox (for the backlog gauge) and the function closing the database.
+func newRelay(cfg *engine.Config, rdb redis.UniversalClient, log *slog.Logger) (*outbox.Relay, *outbox.Outbox, func(), error) {
+	if cfg.Outbox == nil {
+		return nil, nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s has no [outbox] table: add one with dsn = \"sqlite://outbox.db\" or \"postgres://...\"", cfg.File)}
+	}
+	broker := engine.NewRedisBroker(rdb)
+	dom, err := cfg.Domain()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := dom.Init(broker); err != nil {
+		return nil, nil, nil, &ExitError{Code: ExitUsage, Err: err}
+	}
+	db, dialect, err := outbox.Open(cfg.Outbox.DSN)
+	if err != nil {
+		return nil, nil, nil, &ExitError{Code: ExitUsage, Err: err}
+	}
+	ob, err := outbox.New(db, dialect, dom)
+	if err != nil {
+		db.Close()
+		return nil, nil, nil, err
+	}
+	r, err := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: broker, Logger: log})
+	if err != nil {
+		db.Close()
+		return nil, nil, nil, err
+	}
+	return r, ob, func() { db.Close() }, nil
+}
+
+// openOutbox opens the configured outbox for migrate and status (no Redis needed).
+func openOutbox(g *GlobalOptions) (*outbox.Outbox, func(), error) {
+	cfg, err := loadConfigFile(configOrDefault(g.ConfigPath))
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Outbox == nil {
+		return nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s has no [outbox] table: add one with dsn = \"sqlite://outbox.db\" or \"postgres://...\"", cfg.File)}
+	}
+	dom, err := cfg.InitDomain()
+	if err != nil {
+		return nil, nil, err
+	}
+	db, dialect, err := outbox.Open(cfg.Outbox.DSN)
+	if err != nil {
+		return nil, nil, &ExitError{Code: ExitUsage, Err: err}
+	}
+	ob, err := outbox.New(db, dialect, dom)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return ob, func() { db.Close() }, nil
+}
+
+// startBacklogGauge keeps seqctl_relay_backlog current from the outbox table.
+func startBacklogGauge(ctx context.Context, ob *outbox.Outbox, m *metrics.Metrics) {
+	go func() {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			if b, err := ob.Backlog(ctx); err == nil {
+				m.SetRelayBacklog(int(b.Rows))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func cmdContext(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}
