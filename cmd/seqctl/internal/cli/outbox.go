@@ -38,6 +38,8 @@ transaction; the relay (seqctl relay, or seqctl run when [outbox] is configured)
 each row to its partition stream in per-key commit order. See docs/outbox.md.`,
 		Example: `  $ seqctl outbox migrate --config domain.toml
   $ seqctl outbox status --config domain.toml -o json`,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupCommand,
 	}
 	cmd.AddCommand(newCmdOutboxMigrate(f), newCmdOutboxStatus(f))
 	return cmd
@@ -76,6 +78,10 @@ func newCmdOutboxStatus(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Counts per status, backlog and oldest unpublished age, recent abandoned rows",
+		Long: `status reads the outbox table: how many rows are pending, failed, published and
+abandoned; the backlog per category and the age of the oldest unpublished row; the most
+recent ABANDONED rows with their reasons and the rows that keep failing; and which relay
+holds each category's lease.`,
 		Example: `  $ seqctl outbox status --config domain.toml
   $ seqctl outbox status --config domain.toml --limit 50 -o json`,
 		Args: cobra.NoArgs,
