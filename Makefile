@@ -8,7 +8,7 @@ LDFLAGS  := -s -w -X github.com/seqctl/seqctl/internal/buildinfo.Version=$(VERSI
             -X github.com/seqctl/seqctl/internal/buildinfo.Commit=$(COMMIT) \
             -X github.com/seqctl/seqctl/internal/buildinfo.Date=$(DATE)
 
-.PHONY: all build test test-short lint bench fuzz ensure-redis clean
+.PHONY: all build test test-short lint bench fuzz ensure-redis release-check clean
 
 all: lint test build
 
@@ -30,6 +30,8 @@ lint:
 
 bench: ensure-redis
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./pkg/engine/
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./pkg/engine/outbox/
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/deliver/
 
 fuzz:
 	$(GO) test ./pkg/engine -run '^$$' -fuzz FuzzValidateKey -fuzztime 60s
@@ -37,6 +39,13 @@ fuzz:
 
 ensure-redis:
 	@bash scripts/ensure-redis.sh
+
+# Validates goreleaser.yaml and builds a snapshot of the current platform into dist/.
+GORELEASER ?= $(GO) run github.com/goreleaser/goreleaser/v2@v2.15.1
+release-check:
+	$(GORELEASER) check
+	$(GORELEASER) build --snapshot --single-target --clean
+	@ls dist/*/seqctl* && ./dist/*/seqctl version
 
 clean:
 	rm -rf bin dist

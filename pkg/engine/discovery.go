@@ -182,7 +182,16 @@ func (e *Engine) discover() error {
 	}
 	e.mu.Unlock()
 	if room := target - owned; len(try) > room {
-		try = try[:max(room, 0)]
+		// Only free units may use the room: learn the owners of units never seen before
+		// (one pipelined GET each, cached), so the room is not spent on attempts that
+		// would fail against a live owner while a free unit waits for a later pass.
+		var err error
+		if try, err = e.dropLiveOwned(ctx, try, alive); err != nil {
+			return err
+		}
+		if len(try) > room {
+			try = try[:max(room, 0)]
+		}
 	}
 	if len(try) == 0 || e.stopping() {
 		return nil
@@ -218,6 +227,63 @@ func (e *Engine) discover() error {
 		}
 	}
 	return nil
+}
+
+// dropLiveOwned reads the lease of each unit whose owner is not known yet, caches what
+// it finds, and returns the units that are free or held by an owner whose session is gone.
+// alive gains the liveness of the owners it had to check.
+func (e *Engine) dropLiveOwned(ctx context.Context, units []unit, alive map[string]bool) ([]unit, error) {
+	pipe := e.rdb.Pipeline()
+	gets := map[string]*redis.StringCmd{}
+	e.mu.Lock()
+	for _, u := range units {
+		if _, known := e.knownOwner[u.id()]; !known {
+			gets[u.id()] = pipe.Get(ctx, LeaseKey(u.name, u.sub.group))
+		}
+	}
+	e.mu.Unlock()
+	if len(gets) == 0 {
+		return units, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, translateRedisErr(err)
+	}
+	fresh := map[string]bool{}
+	e.mu.Lock()
+	for id, g := range gets {
+		if lv := g.Val(); lv != "" {
+			e.knownOwner[id] = lv
+			if o := ownerOf(lv); o != "" {
+				if _, seen := alive[o]; !seen {
+					fresh[o] = true
+				}
+			}
+		}
+	}
+	e.mu.Unlock()
+	if len(fresh) > 0 {
+		pipe = e.rdb.Pipeline()
+		checks := map[string]*redis.IntCmd{}
+		for o := range fresh {
+			checks[o] = pipe.Exists(ctx, SessionKey(o))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, translateRedisErr(err)
+		}
+		for o, c := range checks {
+			alive[o] = c.Val() == 1
+		}
+	}
+	out := units[:0]
+	e.mu.Lock()
+	for _, u := range units {
+		if lv, ok := e.knownOwner[u.id()]; ok && alive[ownerOf(lv)] {
+			continue
+		}
+		out = append(out, u)
+	}
+	e.mu.Unlock()
+	return out, nil
 }
 
 // fairShareSlack is how far above its share an instance may stay before it hands

@@ -407,3 +407,33 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A fresh instance whose fair share leaves room for a few units takes the free one on its
+// first pass, instead of spending the room on attempts against units held by live owners
+// it has not seen yet.
+func TestFairShareRoomGoesToFreeUnits(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	b := NewRedisBroker(rdb)
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	keys := keysOf(31)
+	for _, k := range keys {
+		publish(t, b, d, k, 0, false)
+	}
+	// Nine live instances (sessions and registry entries) hold every key but the last.
+	for i := 0; i < 9; i++ {
+		owner := fmt.Sprintf("ghost%d.1", i)
+		rdb.Set(ctx, SessionKey(owner), "x", time.Hour)
+		info, _ := json.Marshal(InstanceInfo{ID: fmt.Sprintf("ghost%d", i), Owner: owner})
+		rdb.HSet(ctx, InstancesKey(), fmt.Sprintf("ghost%d", i), info)
+	}
+	for i, k := range keys[:30] {
+		rdb.Set(ctx, LeaseKey(PartitionStream("order", k), "Projector"), fmt.Sprintf("ghost%d.1:%d", i%9, i+1), 0)
+	}
+	e := startEngineWith(t, srv, d, "fresh", func(c *EngineConfig) { c.DiscoveryInterval = time.Hour }) // the first pass only
+	waitFor(t, 5*time.Second, "the free unit owned", func() bool {
+		o := e.Owned()
+		return len(o) == 1 && o[0].Stream == PartitionStream("order", keys[30])
+	})
+}
