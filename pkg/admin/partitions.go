@@ -182,8 +182,9 @@ type row struct {
 	owner  string
 	gen    int64
 
-	headPending *redis.XPendingCmd
-	headNext    *redis.XMessageSliceCmd
+	headPending  *redis.XPendingCmd
+	headNext     *redis.XMessageSliceCmd
+	headNextLane *laneState // the lane headNext reads
 }
 
 // ListPartitions lists every (handler, partition) pair the filter selects, sorted by
@@ -352,7 +353,8 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 		if r.p.Halt != nil {
 			continue
 		}
-		for _, l := range r.states {
+		for i := range r.states {
+			l := &r.states[i]
 			if l.pending > 0 {
 				r.headPending = pipe.XPending(ctx, l.lane.stream, r.group.Name)
 				break
@@ -362,7 +364,7 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 				if l.hasGroup {
 					start = "(" + l.lastDelivered
 				}
-				r.headNext = pipe.XRangeN(ctx, l.lane.stream, start, "+", 1)
+				r.headNext, r.headNextLane = pipe.XRangeN(ctx, l.lane.stream, start, "+", 1), l
 				break
 			}
 		}
@@ -373,6 +375,13 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	nowMS := now.Val().UnixMilli()
 	for _, r := range rows {
 		p := &r.p
+		// Nothing after the group's last-delivered id: the lane has no lag, whatever the
+		// server's XINFO lag says (some servers, such as the embedded one of seqctl dev,
+		// report the stream length there).
+		if l := r.headNextLane; l != nil && l.hasGroup && l.lag > 0 && p.Lag >= l.lag &&
+			r.headNext.Err() == nil && len(r.headNext.Val()) == 0 {
+			p.Lag -= l.lag
+		}
 		for _, l := range r.states {
 			switch {
 			case !l.exists || l.hasGroup:

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,21 +28,18 @@ type doorbell struct {
 	wake string // this instance's wake stream
 	ctrl string // the shared control stream
 
-	mu          sync.Mutex
-	watches     map[string]watch // lane stream -> watch; guarded by mu
-	wakeLast    string           // guarded by mu
-	ctrlLast    string           // guarded by mu
-	blocking    bool             // an XREAD is in flight; guarded by mu
-	interrupted bool             // an interrupt was sent for this XREAD; guarded by mu
-}
-
-type watch struct {
-	lastID string
-	w      *worker
+	mu sync.Mutex
+	// watches: lane stream -> the workers waiting on it, each from its last-seen id.
+	// Several consumer groups of one instance may wait on the same stream. Guarded by mu.
+	watches     map[string]map[*worker]string
+	wakeLast    string // guarded by mu
+	ctrlLast    string // guarded by mu
+	blocking    bool   // an XREAD is in flight; guarded by mu
+	interrupted bool   // an interrupt was sent for this XREAD; guarded by mu
 }
 
 func newDoorbell(e *Engine) *doorbell {
-	return &doorbell{e: e, wake: WakeStream(e.cfg.InstanceID), ctrl: ControlStream(), watches: map[string]watch{}}
+	return &doorbell{e: e, wake: WakeStream(e.cfg.InstanceID), ctrl: ControlStream(), watches: map[string]map[*worker]string{}}
 }
 
 // init positions the doorbell at the current tails of the wake and control streams.
@@ -67,7 +65,10 @@ func (d *doorbell) init(ctx context.Context) error {
 // watchLane asks to be woken when lane gets an entry after lastID.
 func (d *doorbell) watchLane(lane, lastID string, w *worker) {
 	d.mu.Lock()
-	d.watches[lane] = watch{lastID: lastID, w: w}
+	if d.watches[lane] == nil {
+		d.watches[lane] = map[*worker]string{}
+	}
+	d.watches[lane][w] = lastID
 	interrupt := d.blocking && !d.interrupted
 	if interrupt {
 		d.interrupted = true
@@ -82,8 +83,11 @@ func (d *doorbell) watchLane(lane, lastID string, w *worker) {
 func (d *doorbell) unwatch(w *worker) {
 	d.mu.Lock()
 	for _, l := range w.lanes {
-		if cur, ok := d.watches[l]; ok && cur.w == w {
-			delete(d.watches, l)
+		if ws, ok := d.watches[l]; ok {
+			delete(ws, w)
+			if len(ws) == 0 {
+				delete(d.watches, l)
+			}
 		}
 	}
 	d.mu.Unlock()
@@ -104,9 +108,9 @@ func (d *doorbell) loop() {
 		ids := make([]string, 0, cap(streams)/2)
 		streams = append(streams, d.wake, d.ctrl)
 		ids = append(ids, d.wakeLast, d.ctrlLast)
-		for lane, wt := range d.watches {
+		for lane, ws := range d.watches {
 			streams = append(streams, lane)
-			ids = append(ids, wt.lastID)
+			ids = append(ids, lowestID(ws)) // wakes when any watcher has something new
 		}
 		d.blocking, d.interrupted = true, false
 		d.mu.Unlock()
@@ -156,13 +160,11 @@ func (d *doorbell) loop() {
 				d.e.kickDiscovery()
 			default:
 				d.mu.Lock()
-				wt, ok := d.watches[s.Stream]
-				if ok {
-					delete(d.watches, s.Stream)
-				}
+				ws := d.watches[s.Stream]
+				delete(d.watches, s.Stream)
 				d.mu.Unlock()
-				if ok {
-					wt.w.poke()
+				for w := range ws {
+					w.poke()
 				}
 			}
 		}
@@ -187,13 +189,15 @@ func (d *doorbell) onWake(m redis.XMessage) {
 
 func (d *doorbell) wakeAll() {
 	d.mu.Lock()
-	ws := make([]*worker, 0, len(d.watches))
-	for l, wt := range d.watches {
-		ws = append(ws, wt.w)
+	var all []*worker
+	for l, ws := range d.watches {
+		for w := range ws {
+			all = append(all, w)
+		}
 		delete(d.watches, l)
 	}
 	d.mu.Unlock()
-	for _, w := range ws {
+	for _, w := range all {
 		w.poke()
 	}
 }
@@ -212,4 +216,33 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // laneKey joins a group and a lane stream for the byLane index.
 func laneKey(group, lane string) string {
 	return strings.Join([]string{group, lane}, "\x00")
+}
+
+// lowestID returns the smallest stream id among the watchers' last-seen ids.
+func lowestID(ws map[*worker]string) string {
+	low := ""
+	for _, id := range ws {
+		if low == "" || idLess(id, low) {
+			low = id
+		}
+	}
+	return low
+}
+
+// idLess compares two stream ids "ms-seq".
+func idLess(a, b string) bool {
+	am, as := splitID(a)
+	bm, bs := splitID(b)
+	return am < bm || (am == bm && as < bs)
+}
+
+func splitID(id string) (ms, seq uint64) {
+	i := strings.IndexByte(id, '-')
+	if i < 0 {
+		ms, _ = strconv.ParseUint(id, 10, 64)
+		return ms, 0
+	}
+	ms, _ = strconv.ParseUint(id[:i], 10, 64)
+	seq, _ = strconv.ParseUint(id[i+1:], 10, 64)
+	return ms, seq
 }

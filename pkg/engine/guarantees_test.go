@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -354,5 +355,39 @@ func TestGracefulHandOverKeepsAttemptCounts(t *testing.T) {
 	defer mu.Unlock()
 	if diff := cmp.Diff(map[int]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 1}, attempts); diff != "" {
 		t.Errorf("attempt numbers after a graceful hand-over (-want +got):\n%s", diff)
+	}
+}
+
+// Two consumer groups of one instance waiting on the same idle stream are both woken by
+// a new entry (the doorbell keeps a set of watchers per stream).
+func TestTwoGroupsOnOneStreamBothWake(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := NewRedisBroker(rdb)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	rec := func(name string) HandlerFunc {
+		return func(ctx context.Context, ev Event) error {
+			mu.Lock()
+			seen[name]++
+			mu.Unlock()
+			return nil
+		}
+	}
+	d := testDomain(t, rec("Projector"), func(d *Domain) {
+		d.AddHandler(Handler{Name: "Auditor", Kind: EventHandlerKind, PartOf: "order", Handles: []string{"OrderPlaced"},
+			SequentialBy: "client_id", Func: rec("Auditor")})
+	})
+	startEngine(t, srv, d, "i1", 2*time.Second)
+	count := func(n int) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return seen["Projector"] == n && seen["Auditor"] == n }
+	}
+	publish(t, b, d, "A", 0, false)
+	waitFor(t, 5*time.Second, "both handled the first event", count(1))
+	time.Sleep(300 * time.Millisecond) // both workers now wait on order:A
+	for i := 1; i <= 3; i++ {
+		publish(t, b, d, "A", i, false)
+		waitFor(t, 3*time.Second, fmt.Sprintf("both handled event %d", i), count(i+1))
+		time.Sleep(100 * time.Millisecond)
 	}
 }
