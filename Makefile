@@ -42,6 +42,7 @@ ensure-redis:
 
 # Validates goreleaser.yaml and builds a snapshot of the current platform into dist/.
 GORELEASER ?= $(GO) run github.com/goreleaser/goreleaser/v2@v2.15.1
+release-check: export GOFLAGS = -buildvcs=auto
 release-check:
 	$(GORELEASER) check
 	$(GORELEASER) build --snapshot --single-target --clean

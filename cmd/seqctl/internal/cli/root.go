@@ -162,21 +162,24 @@ func checkOutput(cmd *cobra.Command, v string) error {
 // version and VCS stamp of a 'go install' build.
 func linkedBuildInfo() BuildInfo {
 	b := BuildInfo{Version: buildinfo.Version, Commit: buildinfo.Commit, Date: buildinfo.Date}
-	if b.Version != "dev" {
+	if b.Version != "dev" && b.Commit != "none" && b.Commit != "" {
 		return b
 	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return b
 	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
+	if v := bi.Main.Version; b.Version == "dev" && v != "" && v != "(devel)" {
 		b.Version = v
 	}
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			if b.Commit == "none" {
+			if b.Commit == "none" || b.Commit == "" {
 				b.Commit = s.Value
+				if len(b.Commit) > 7 {
+					b.Commit = b.Commit[:7]
+				}
 			}
 		case "vcs.time":
 			if b.Date == "unknown" {
