@@ -17,7 +17,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv("SEQCTL_DELIVER_ORPHAN_DIR"); dir != "" {
+		orphanHelper(dir) // runs a handler, then waits to be killed
+		return
+	}
 	goleak.VerifyTestMain(m,
+		// The thread that starts exec handlers lives for the process (parent-death signal).
+		goleak.IgnoreTopFunction("github.com/seqctl/seqctl/pkg/deliver.starterLoop"),
 		goleak.IgnoreTopFunction("os/exec.(*Cmd).Wait"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 		goleak.IgnoreTopFunction("os.(*Process).blockUntilWaitable"),

@@ -133,7 +133,7 @@ func (x *execDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	ownProcessGroup(cmd)
 	cmd.Cancel = func() error { return killProcessGroup(cmd) }
 	cmd.WaitDelay = waitDelay
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(cmd); err != nil {
 		return fmt.Errorf("exec %s: %w", x.argv[0], err)
 	}
 	x.procs.add(cmd)

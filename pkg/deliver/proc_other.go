@@ -14,3 +14,6 @@ func killProcessGroup(c *exec.Cmd) error {
 	}
 	return c.Process.Kill()
 }
+
+// startCmd starts the command.
+func startCmd(c *exec.Cmd) error { return c.Start() }

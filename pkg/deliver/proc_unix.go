@@ -1,4 +1,4 @@
-//go:build unix
+//go:build unix && !linux
 
 package deliver
 
@@ -23,3 +23,6 @@ func killProcessGroup(c *exec.Cmd) error {
 	}
 	return nil
 }
+
+// startCmd starts the command.
+func startCmd(c *exec.Cmd) error { return c.Start() }

@@ -22,6 +22,12 @@ fi
 IFS= read -r body || true
 seq=${body#*\"seq\":}
 seq=${seq%%[!0-9]*}
+if [ -z "$seq" ]; then
+	# A truncated envelope (its writer died mid-write): refuse it, write nothing.
+	rmdir "$lock"
+	echo "no seq in the envelope on stdin" >&2
+	exit 2
+fi
 set -- "$dir"/locks/*
 if [ "$#" -gt 1 ]; then
 	echo "$SEQ_KEY" >>"$dir/overlap"
