@@ -1,0 +1,788 @@
+package engine
+
+// Benchmarks of the partitioned consumer against a private redis-server, with the
+// figures docs/benchmarks.md compares to the peers harness (shared/bench/peers).
+//
+//	go test -run '^$' -bench . -benchtime 1x ./pkg/engine/
+//
+// Each benchmark does its measured work once, whatever b.N is, and reports its figures
+// with b.ReportMetric (ns/op is suppressed: it would only be the wall time of the set-up).
+// Nothing here fails on slowness; a figure below its goal is reported, not asserted.
+//
+// Engines run with the default timing (lease TTL 15s, heartbeat 3s, discovery 2s,
+// batch 16), as a user gets them. Set SEQCTL_BENCH_CPUPROFILE=/path/prefix to write a CPU
+// profile of each measured window (not the set-up) to /path/prefix-<benchmark>.pprof.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+)
+
+// ---------------------------------------------------------------------------
+// Harness helpers.
+
+// rtHook counts client round trips (a pipeline or a script call is one).
+type rtHook struct{ n *atomic.Int64 }
+
+func (h rtHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h rtHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h rtHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+// benchEngine starts an engine with the default timing (as a user gets it) on its own
+// client, counting the client's round trips in rt. It is shut down at cleanup.
+func benchEngine(b *testing.B, srv *redistest.Server, d *Domain, id string, rt *atomic.Int64) *Engine {
+	b.Helper()
+	c := srv.Client(b)
+	c.AddHook(rtHook{rt})
+	e, err := New(EngineConfig{
+		Domain: d, Client: c, InstanceID: id, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	return e
+}
+
+// benchPayload is the payload of event seq of key index k (testPayload's JSON shape).
+func benchPayload(k, seq int) []byte {
+	return fmt.Appendf(nil, `{"client_id":"client-%d","seq":%d}`, k, seq)
+}
+
+// payloadSeq reads "seq" from a benchPayload without a JSON decoder (kept off the
+// handler's measured time as far as possible).
+func payloadSeq(data []byte) int {
+	s := string(data)
+	i := strings.Index(s, `"seq":`)
+	if i < 0 {
+		return -1
+	}
+	n, ok := 0, false
+	for _, c := range s[i+6:] {
+		if c < '0' || c > '9' {
+			break
+		}
+		n, ok = n*10+int(c-'0'), true
+	}
+	if !ok {
+		return -1
+	}
+	return n
+}
+
+// keyIndex returns N of "client-N".
+func keyIndex(key string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(key, "client-"))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// publishAll appends n events, event i to key i%keys with per-key sequence seqBase+i/keys,
+// through RedisBroker.Publish (the product's publish path) from up to 16 goroutines, each
+// owning a subset of the keys so that each key's events are appended in sequence order.
+// It returns the publish rate (not a figure of the benchmark).
+func publishAll(b *testing.B, rdb *redis.Client, d *Domain, n, keys, seqBase int) float64 {
+	b.Helper()
+	broker := NewRedisBroker(rdb)
+	workers := min(keys, 16)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			for i := 0; i < n; i++ {
+				if k := i % keys; k%workers == g {
+					if _, err := broker.Publish(ctx, d, "OrderPlaced", benchPayload(k, seqBase+i/keys), PublishOptions{}); err != nil {
+						errs <- fmt.Errorf("publish %d: %w", i, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	return float64(n) / time.Since(t0).Seconds()
+}
+
+// redisSnap is a reading of INFO commandstats and cpu.
+type redisSnap struct {
+	at    time.Time
+	calls map[string]int64 // command -> calls (including calls made inside Lua scripts)
+	usec  map[string]int64 // command -> microseconds spent (a script's includes its calls)
+	cpu   float64          // used_cpu_sys + used_cpu_user, seconds
+}
+
+func snapRedis(b *testing.B, rdb *redis.Client) redisSnap {
+	b.Helper()
+	txt, err := rdb.Info(context.Background(), "commandstats", "cpu").Result()
+	if err != nil {
+		b.Fatalf("INFO: %v", err)
+	}
+	s := redisSnap{at: time.Now(), calls: map[string]int64{}, usec: map[string]int64{}}
+	for _, line := range strings.Split(txt, "\n") {
+		line = strings.TrimSpace(line)
+		if name, rest, ok := strings.Cut(line, ":"); ok {
+			switch {
+			case strings.HasPrefix(name, "cmdstat_"):
+				for _, f := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(f, "calls="); ok {
+						s.calls[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+					}
+					if v, ok := strings.CutPrefix(f, "usec="); ok {
+						s.usec[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+					}
+				}
+			case name == "used_cpu_sys" || name == "used_cpu_user":
+				v, _ := strconv.ParseFloat(rest, 64)
+				s.cpu += v
+			}
+		}
+	}
+	return s
+}
+
+// callsBetween returns per-command call deltas and their total, leaving out the
+// harness's own INFO, CONFIG and MGET (leaseWatch) calls; the engine uses none of them.
+func callsBetween(a, z redisSnap) (map[string]int64, int64) {
+	out := map[string]int64{}
+	var total int64
+	for k, v := range z.calls {
+		if k == "info" || k == "mget" || strings.HasPrefix(k, "config") {
+			continue
+		}
+		if d := v - a.calls[k]; d > 0 {
+			out[k] = d
+			total += d
+		}
+	}
+	return out, total
+}
+
+// usecBetween returns per-command microseconds spent in Redis between two readings (the
+// harness's own commands left out). A script's time includes the commands it calls.
+func usecBetween(a, z redisSnap) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range z.usec {
+		if k == "info" || k == "mget" || strings.HasPrefix(k, "config") {
+			continue
+		}
+		if d := v - a.usec[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// breakdown renders per-command figures, biggest first: count/div with the unit.
+func breakdown(m map[string]int64, div float64, unit string) string {
+	type kv struct {
+		k string
+		v int64
+	}
+	var xs []kv
+	for k, v := range m {
+		xs = append(xs, kv{k, v})
+	}
+	sort.Slice(xs, func(i, j int) bool { return xs[i].v > xs[j].v || (xs[i].v == xs[j].v && xs[i].k < xs[j].k) })
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%s=%.3g", x.k, float64(x.v)/div)
+	}
+	return strings.Join(parts, " ") + " (" + unit + ")"
+}
+
+// processCPU is this process's user+system CPU time in seconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// hostBusy is the machine's busy CPU time (all processes) in seconds, from /proc/stat;
+// busy minus Redis minus this process is what other processes took during a window
+// (the "other%" metric: a noisy neighbour shows up there).
+func hostBusy() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0
+	}
+	var total, idle float64
+	for i, x := range f[1:] {
+		v, _ := strconv.ParseFloat(x, 64)
+		if i == 7 { // steal: not ours, not theirs
+			continue
+		}
+		total += v
+		if i == 3 || i == 4 { // idle, iowait
+			idle += v
+		}
+	}
+	return (total - idle) / 100 // USER_HZ
+}
+
+// cpuWindow reads the CPU counters at the start and end of a measured window.
+type cpuWindow struct {
+	redis, proc, host float64
+	at                time.Time
+}
+
+func readCPU(s redisSnap) cpuWindow {
+	return cpuWindow{redis: s.cpu, proc: processCPU(), host: hostBusy(), at: time.Now()}
+}
+
+// report adds rcpu% (redis-server), ccpu% (this process: engines, handlers, harness) and
+// other% (every other process on the machine), each in % of one core.
+func (a cpuWindow) report(b *testing.B, z cpuWindow) {
+	win := z.at.Sub(a.at).Seconds()
+	r, c, h := z.redis-a.redis, z.proc-a.proc, z.host-a.host
+	b.ReportMetric(100*r/win, "rcpu%")
+	b.ReportMetric(100*c/win, "ccpu%")
+	b.ReportMetric(max(100*(h-r-c)/win, 0), "other%")
+}
+
+// startProfile starts a CPU profile of the measured window when SEQCTL_BENCH_CPUPROFILE
+// is set; the returned func stops it.
+func startProfile(b *testing.B) func() {
+	prefix := os.Getenv("SEQCTL_BENCH_CPUPROFILE")
+	if prefix == "" {
+		return func() {}
+	}
+	name := prefix + "-" + strings.NewReplacer("/", "-").Replace(b.Name()) + ".pprof"
+	f, err := os.Create(name)
+	if err != nil {
+		b.Logf("cpu profile: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Logf("cpu profile: %v", err)
+		f.Close()
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close(); b.Logf("cpu profile of the measured window: %s", name) }
+}
+
+func ownedBy(es ...*Engine) []int {
+	out := make([]int, len(es))
+	for i, e := range es {
+		out[i] = len(e.Owned())
+	}
+	return out
+}
+
+func sum(xs []int) int {
+	t := 0
+	for _, x := range xs {
+		t += x
+	}
+	return t
+}
+
+// waitUntil polls cond every 10ms until it holds or timeout passes; it reports whether
+// cond held (a benchmark reports a miss instead of failing on it).
+func waitUntil(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// spinWait waits d precisely: time.Sleep rounds sub-millisecond waits up to about 1ms.
+// It yields between checks, so other goroutines run, but it does burn idle CPU.
+func spinWait(d time.Duration) {
+	t := time.Now()
+	for time.Since(t) < d {
+		runtime.Gosched()
+	}
+}
+
+// leaseWatch polls the lease of every partition (one MGET every 20ms, left out of the
+// call counts) and records each change of hands, so that a latency outlier can be told
+// apart from a partition that had no owner for a while.
+type leaseWatch struct {
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	changes []string                 // "+offset key old->new"
+	gaps    map[string]time.Duration // partition -> time seen without an owner
+
+	freeSince []time.Time // per partition: unowned since (zero: owned); written by the poller
+}
+
+// With owned set, every partition is expected to have an owner from the start, so one
+// without is counted as unowned from the first reading; otherwise first acquisitions are
+// not counted as changes.
+func watchLeases(rdb *redis.Client, keys int, t0 time.Time, owned bool) *leaseWatch {
+	lw := &leaseWatch{stop: make(chan struct{}), done: make(chan struct{}), gaps: map[string]time.Duration{}, freeSince: make([]time.Time, keys)}
+	names := make([]string, keys)
+	for k := range names {
+		names[k] = LeaseKey(PartitionStream("order", "client-"+strconv.Itoa(k)), "Projector")
+	}
+	go func() {
+		defer close(lw.done)
+		prev := make([]string, keys)
+		freeSince := lw.freeSince
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		first := true
+		for {
+			select {
+			case <-lw.stop:
+				return
+			case <-tick.C:
+			}
+			vals, err := rdb.MGet(context.Background(), names...).Result()
+			if err != nil {
+				continue
+			}
+			now := time.Now()
+			lw.mu.Lock()
+			for k, v := range vals {
+				cur, _ := v.(string)
+				if first && owned && cur == "" {
+					freeSince[k] = now
+				}
+				if cur == prev[k] {
+					continue
+				}
+				if prev[k] != "" || !freeSince[k].IsZero() {
+					lw.changes = append(lw.changes, fmt.Sprintf("+%.2fs client-%d %q->%q", now.Sub(t0).Seconds(), k, prev[k], cur))
+				}
+				if cur == "" {
+					freeSince[k] = now
+				} else if !freeSince[k].IsZero() {
+					lw.gaps["client-"+strconv.Itoa(k)] += now.Sub(freeSince[k])
+					freeSince[k] = time.Time{}
+				}
+				prev[k] = cur
+			}
+			lw.mu.Unlock()
+			first = false
+		}
+	}()
+	return lw
+}
+
+// finish stops the watch, logs the changes of hands and the unowned spells, and returns
+// the number of changes.
+func (lw *leaseWatch) finish(b *testing.B) int {
+	close(lw.stop)
+	<-lw.done
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	for k, since := range lw.freeSince {
+		if !since.IsZero() {
+			lw.gaps["client-"+strconv.Itoa(k)] += time.Since(since)
+			lw.changes = append(lw.changes, fmt.Sprintf("client-%d still without an owner at the end", k))
+		}
+	}
+	if len(lw.changes) > 0 {
+		b.Logf("%d lease changes during the window: %s", len(lw.changes), strings.Join(lw.changes[:min(len(lw.changes), 40)], "; "))
+		var gs []string
+		for k, g := range lw.gaps {
+			gs = append(gs, fmt.Sprintf("%s=%.0fms", k, float64(g)/1e6))
+		}
+		sort.Strings(gs)
+		b.Logf("time without an owner per partition: %s", strings.Join(gs, " "))
+	}
+	return len(lw.changes)
+}
+
+// settle waits until every event published so far is handled (handled() >= want) and
+// the parts partitions are owned in fair shares (each instance within one of
+// ceil(parts/instances)), steadily for one second. It returns how long that took from
+// start (the engines' start), or a negative value when it did not happen within limit.
+func settle(b *testing.B, start time.Time, limit time.Duration, handled func() int64, want int64, parts int, es ...*Engine) float64 {
+	b.Helper()
+	target := (parts + len(es) - 1) / len(es)
+	ok := func() bool {
+		if handled() < want {
+			return false
+		}
+		o := ownedBy(es...)
+		for _, n := range o {
+			if n < target-1 || n > target+1 {
+				return false
+			}
+		}
+		return sum(o) == parts
+	}
+	var since time.Time
+	done := waitUntil(limit, func() bool {
+		if !ok() {
+			since = time.Time{}
+			return false
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) >= time.Second
+	})
+	if !done {
+		b.Logf("NOT SETTLED within %v: handled %d of %d, owned per instance %v (fair share %d each)", limit, handled(), want, ownedBy(es...), target)
+		return -1
+	}
+	took := since.Sub(start).Seconds()
+	b.Logf("settled %.2fs after start: owned per instance %v", took, ownedBy(es...))
+	return took
+}
+
+// ---------------------------------------------------------------------------
+// BenchmarkIdleCost: Redis calls per second of 1,000 idle partitions owned by two
+// instances. Goal: at most 20 calls/s in total.
+
+func BenchmarkIdleCost(b *testing.B) {
+	const parts = 1000
+	srv := redistest.Start(b)
+	admin := srv.Client(b)
+	var handled atomic.Int64
+	d := testDomain(b, func(context.Context, Event) error { handled.Add(1); return nil }, nil)
+	publishAll(b, admin, d, parts, parts, 0)
+
+	var rt atomic.Int64
+	started := time.Now()
+	e1 := benchEngine(b, srv, d, "bench-a", &rt)
+	e2 := benchEngine(b, srv, d, "bench-b", &rt)
+	settled := settle(b, started, 90*time.Second, handled.Load, parts, parts, e1, e2)
+	time.Sleep(doorbellBlock + 2*time.Second) // warm-up, as in the peers harness
+
+	stop := startProfile(b)
+	s0, rt0 := snapRedis(b, admin), rt.Load()
+	c0 := readCPU(s0)
+	time.Sleep(10 * time.Second)
+	s1, rt1 := snapRedis(b, admin), rt.Load()
+	c1 := readCPU(s1)
+	stop()
+	win := s1.at.Sub(s0.at).Seconds()
+	bd, total := callsBetween(s0, s1)
+	b.Logf("redis calls/s by command over %.1fs: %s", win, breakdown(bd, win, "calls/s"))
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(total)/win, "calls/s")
+	b.ReportMetric(float64(rt1-rt0)/win, "rt/s")
+	b.ReportMetric(settled, "settle_s")
+	b.Logf("owned per instance after the window: %v", ownedBy(e1, e2))
+	c0.report(b, c1)
+	if handled.Load() != parts {
+		b.Logf("handled %d events, want %d", handled.Load(), parts)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// BenchmarkLatency: publish-to-handler-start latency at 200 events/s over 64 partitions
+// owned by two idle instances. Goal: p50 <= 1ms, p99 <= 5ms.
+
+func BenchmarkLatency(b *testing.B) {
+	const (
+		keys   = 64
+		rate   = 200
+		window = 10 * time.Second
+	)
+	n := int(rate * window.Seconds())
+	srv := redistest.Start(b)
+	admin := srv.Client(b)
+	pubc := srv.Client(b)
+	broker := NewRedisBroker(pubc)
+
+	var (
+		sent    sync.Map // event id -> time.Time just before the publish call
+		mu      sync.Mutex
+		lats    []time.Duration
+		slow    []string // "key@publish offset=latency" of events slower than 5ms
+		handled atomic.Int64
+	)
+	var pubStart time.Time // set before the first measured publish; guarded by mu
+	d := testDomain(b, func(_ context.Context, ev Event) error {
+		now := time.Now()
+		if v, ok := sent.LoadAndDelete(ev.ID); ok {
+			t := v.(time.Time)
+			lat := now.Sub(t)
+			mu.Lock()
+			lats = append(lats, lat)
+			if lat > 5*time.Millisecond {
+				slow = append(slow, fmt.Sprintf("%s@+%.3fs=%.1fms", ev.Key, t.Sub(pubStart).Seconds(), float64(lat)/1e6))
+			}
+			mu.Unlock()
+		}
+		handled.Add(1)
+		return nil
+	}, nil)
+	// The partitions exist before the measurement (one event each, handled), as the
+	// peers' streams and leases exist before theirs.
+	publishAll(b, admin, d, keys, keys, 0)
+	var rt atomic.Int64
+	started := time.Now()
+	e1 := benchEngine(b, srv, d, "bench-a", &rt)
+	e2 := benchEngine(b, srv, d, "bench-b", &rt)
+	settled := settle(b, started, 90*time.Second, handled.Load, keys, keys, e1, e2)
+	time.Sleep(2 * time.Second) // idle first
+
+	ctx := context.Background()
+	stop := startProfile(b)
+	s0 := snapRedis(b, admin)
+	c0 := readCPU(s0)
+	t0 := time.Now()
+	lw := watchLeases(admin, keys, t0, true)
+	mu.Lock()
+	pubStart = t0
+	mu.Unlock()
+	interval := time.Second / rate
+	for i := 0; i < n; i++ {
+		if w := time.Until(t0.Add(time.Duration(i) * interval)); w > 0 {
+			time.Sleep(w)
+		}
+		id := NewEventID()
+		data := benchPayload(i%keys, 1+i/keys)
+		sent.Store(id, time.Now())
+		if _, err := broker.Publish(ctx, d, "OrderPlaced", data, PublishOptions{ID: id}); err != nil {
+			b.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	if !waitUntil(10*time.Second, func() bool { return handled.Load() >= int64(keys+n) }) {
+		b.Logf("NOT ALL HANDLED 10s after publishing ended: %d of %d", handled.Load()-keys, n)
+	}
+	s1 := snapRedis(b, admin)
+	c1 := readCPU(s1)
+	stop()
+	moves := lw.finish(b)
+	b.Logf("owned per instance after the window: %v", ownedBy(e1, e2))
+
+	mu.Lock()
+	v := append([]time.Duration(nil), lats...)
+	mu.Unlock()
+	sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
+	pct := func(p float64) float64 {
+		if len(v) == 0 {
+			return math.NaN()
+		}
+		i := max(int(math.Ceil(p*float64(len(v))))-1, 0)
+		return float64(v[i]) / 1e6
+	}
+	bd, total := callsBetween(s0, s1)
+	b.Logf("%d of %d events measured; redis calls per event (publisher included): %s", len(v), n, breakdown(bd, float64(len(v)), "calls/ev"))
+	b.Logf("redis time per event: %s", breakdown(usecBetween(s0, s1), float64(max(len(v), 1)), "µs/ev; a script's time includes its calls"))
+	mu.Lock()
+	if len(slow) > 0 {
+		b.Logf("%d events slower than 5ms (key@publish offset=latency): %s", len(slow), strings.Join(slow[:min(len(slow), 40)], " "))
+	}
+	mu.Unlock()
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(pct(0.50), "p50_ms")
+	b.ReportMetric(pct(0.90), "p90_ms")
+	b.ReportMetric(pct(0.99), "p99_ms")
+	b.ReportMetric(pct(1), "max_ms")
+	b.ReportMetric(float64(moves), "lease_moves")
+	b.ReportMetric(settled, "settle_s")
+	b.ReportMetric(float64(total)/float64(max(len(v), 1)), "cmd/ev")
+	c0.report(b, c1)
+}
+
+// ---------------------------------------------------------------------------
+// BenchmarkThroughput: a backlog published while no engine runs, then drained by two
+// instances; events/s from the first handler start to the last handler end.
+// Goals: noop >= 60,000 ev/s; handler100us >= 40,000 ev/s; onepartition >= 15,000 ev/s.
+
+func BenchmarkThroughput(b *testing.B) {
+	b.Run("noop", func(b *testing.B) { benchThroughput(b, 200_000, 64, 0) })
+	b.Run("handler100us", func(b *testing.B) { benchThroughput(b, 200_000, 64, 100*time.Microsecond) })
+	b.Run("onepartition", func(b *testing.B) { benchThroughput(b, 100_000, 1, 0) })
+}
+
+// tpTracker checks what the handlers saw: each event once, per-key order by sequence
+// number and by stream entry id, no two events of one key in a handler at once.
+type tpTracker struct {
+	n, keys int
+	work    time.Duration
+	base    time.Time
+
+	counts    []atomic.Uint32
+	keyMu     []sync.Mutex
+	lastSeq   []int
+	lastEntry []string
+	inflight  []atomic.Int32
+
+	unique, dups, inversions, overlaps, bad atomic.Int64
+	first, last, handlerNs, calls           atomic.Int64
+}
+
+func newTPTracker(n, keys int, work time.Duration) *tpTracker {
+	t := &tpTracker{
+		n: n, keys: keys, work: work, base: time.Now(),
+		counts: make([]atomic.Uint32, n), keyMu: make([]sync.Mutex, keys),
+		lastSeq: make([]int, keys), lastEntry: make([]string, keys), inflight: make([]atomic.Int32, keys),
+	}
+	for i := range t.lastSeq {
+		t.lastSeq[i] = -1
+	}
+	return t
+}
+
+// streamIDLess compares stream entry ids "ms-seq".
+func streamIDLess(a, z string) bool {
+	am, as, _ := strings.Cut(a, "-")
+	zm, zs, _ := strings.Cut(z, "-")
+	ami, _ := strconv.ParseUint(am, 10, 64)
+	zmi, _ := strconv.ParseUint(zm, 10, 64)
+	if ami != zmi {
+		return ami < zmi
+	}
+	asi, _ := strconv.ParseUint(as, 10, 64)
+	zsi, _ := strconv.ParseUint(zs, 10, 64)
+	return asi < zsi
+}
+
+func (t *tpTracker) handle(ctx context.Context, ev Event) error {
+	start := int64(time.Since(t.base))
+	t.first.CompareAndSwap(0, start)
+	k, seq := keyIndex(ev.Key), payloadSeq(ev.Data)
+	i := seq*t.keys + k
+	if k < 0 || k >= t.keys || seq < 0 || i >= t.n {
+		t.bad.Add(1)
+		return nil
+	}
+	if t.inflight[k].Add(1) != 1 {
+		t.overlaps.Add(1)
+	}
+	c := t.counts[i].Add(1)
+	if c == 1 {
+		d, _ := DeliveryFrom(ctx)
+		t.keyMu[k].Lock()
+		if seq < t.lastSeq[k] {
+			t.inversions.Add(1)
+		} else {
+			t.lastSeq[k] = seq
+		}
+		if d.EntryID != "" {
+			if t.lastEntry[k] != "" && !streamIDLess(t.lastEntry[k], d.EntryID) {
+				t.inversions.Add(1)
+			} else {
+				t.lastEntry[k] = d.EntryID
+			}
+		}
+		t.keyMu[k].Unlock()
+	}
+	if t.work > 0 {
+		spinWait(t.work)
+	}
+	t.inflight[k].Add(-1)
+	end := int64(time.Since(t.base))
+	t.handlerNs.Add(end - start)
+	t.calls.Add(1)
+	for {
+		old := t.last.Load()
+		if end <= old || t.last.CompareAndSwap(old, end) {
+			break
+		}
+	}
+	if c == 1 {
+		t.unique.Add(1)
+	} else {
+		t.dups.Add(1)
+	}
+	return nil
+}
+
+func benchThroughput(b *testing.B, n, keys int, work time.Duration) {
+	srv := redistest.Start(b)
+	admin := srv.Client(b)
+	t := newTPTracker(n, keys, work)
+	d := testDomain(b, t.handle, nil)
+	pubRate := publishAll(b, admin, d, n, keys, 0)
+	b.Logf("published %d events over %d keys at %.0f ev/s (publishing is not measured)", n, keys, pubRate)
+	if err := admin.ConfigResetStat(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+
+	var rt atomic.Int64
+	stop := startProfile(b)
+	s0 := snapRedis(b, admin)
+	c0 := readCPU(s0)
+	lw := watchLeases(admin, keys, c0.at, false)
+	e1 := benchEngine(b, srv, d, "bench-a", &rt)
+	e2 := benchEngine(b, srv, d, "bench-b", &rt)
+	if !waitUntil(120*time.Second, func() bool { return t.unique.Load() >= int64(n) }) {
+		b.Logf("TIME LIMIT: handled %d of %d in 120s", t.unique.Load(), n)
+	}
+	s1 := snapRedis(b, admin)
+	c1 := readCPU(s1)
+	stop()
+	moves := lw.finish(b)
+	owned := ownedBy(e1, e2)
+
+	handled := t.unique.Load()
+	first, last := t.first.Load(), t.last.Load()
+	eps := 0.0
+	if last > first {
+		eps = float64(handled) / (float64(last-first) / 1e9)
+	}
+	win := c1.at.Sub(c0.at).Seconds()
+	bd, total := callsBetween(s0, s1)
+	b.Logf("owned per instance: %v; drain window %.2fs of %.2fs since start", owned, float64(last-first)/1e9, win)
+	b.Logf("redis calls per event: %s", breakdown(bd, float64(max(handled, 1)), "calls/ev"))
+	b.Logf("redis time per event: %s", breakdown(usecBetween(s0, s1), float64(max(handled, 1)), "µs/ev; a script's time includes its calls"))
+	if inv := t.inversions.Load(); inv > 0 {
+		b.Logf("ORDER BUG: %d per-key order inversions", inv)
+	}
+	if ov := t.overlaps.Load(); ov > 0 {
+		b.Logf("ORDER BUG: %d times two events of one key were in a handler at once", ov)
+	}
+	if bad := t.bad.Load(); bad > 0 {
+		b.Logf("%d events with an unexpected payload", bad)
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(eps, "ev/s")
+	b.ReportMetric(float64(int64(n)-handled), "loss")
+	b.ReportMetric(float64(t.dups.Load()), "dups")
+	b.ReportMetric(float64(t.inversions.Load()), "inversions")
+	b.ReportMetric(float64(t.overlaps.Load()), "overlaps")
+	if c := t.calls.Load(); c > 0 {
+		b.ReportMetric(float64(t.handlerNs.Load())/float64(c)/1e3, "hdlr_us")
+	}
+	b.ReportMetric(float64(moves), "lease_moves")
+	b.ReportMetric(float64(total)/float64(max(handled, 1)), "cmd/ev")
+	b.ReportMetric(float64(rt.Load())/float64(max(handled, 1)), "rt/ev")
+	c0.report(b, c1)
+}
