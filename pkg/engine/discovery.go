@@ -74,6 +74,9 @@ func (e *Engine) discoveryLoop() {
 // that owner (one EXISTS per distinct owner).
 func (e *Engine) discover() error {
 	owner, sctx := e.sess.current()
+	e.mu.Lock()
+	passStart := e.releaseSeq // releases noticed after this may postdate what the pass reads
+	e.mu.Unlock()
 	if sctx.Err() != nil {
 		return nil // session being renewed
 	}
@@ -186,7 +189,7 @@ func (e *Engine) discover() error {
 		// (one pipelined GET each, cached), so the room is not spent on attempts that
 		// would fail against a live owner while a free unit waits for a later pass.
 		var err error
-		if try, err = e.dropLiveOwned(ctx, try, alive); err != nil {
+		if try, err = e.dropLiveOwned(ctx, try, alive, passStart); err != nil {
 			return err
 		}
 		if len(try) > room {
@@ -218,9 +221,7 @@ func (e *Engine) discover() error {
 			e.startWorker(u, owner, gen, sctx)
 		case 0:
 			lv, _ := res[1].(string)
-			e.mu.Lock()
-			e.knownOwner[u.id()] = lv
-			e.mu.Unlock()
+			e.cacheOwner(u.id(), lv, passStart)
 		case -3:
 			go e.sess.lost(owner)
 			return nil
@@ -232,7 +233,7 @@ func (e *Engine) discover() error {
 // dropLiveOwned reads the lease of each unit whose owner is not known yet, caches what
 // it finds, and returns the units that are free or held by an owner whose session is gone.
 // alive gains the liveness of the owners it had to check.
-func (e *Engine) dropLiveOwned(ctx context.Context, units []unit, alive map[string]bool) ([]unit, error) {
+func (e *Engine) dropLiveOwned(ctx context.Context, units []unit, alive map[string]bool, passStart uint64) ([]unit, error) {
 	pipe := e.rdb.Pipeline()
 	gets := map[string]*redis.StringCmd{}
 	e.mu.Lock()
@@ -251,7 +252,7 @@ func (e *Engine) dropLiveOwned(ctx context.Context, units []unit, alive map[stri
 	fresh := map[string]bool{}
 	e.mu.Lock()
 	for id, g := range gets {
-		if lv := g.Val(); lv != "" {
+		if lv := g.Val(); lv != "" && e.releasedAt[id] <= passStart {
 			e.knownOwner[id] = lv
 			if o := ownerOf(lv); o != "" {
 				if _, seen := alive[o]; !seen {
@@ -340,8 +341,23 @@ func (e *Engine) pruneInstances(ctx context.Context, registered map[string]strin
 // forgetOwner drops the cached owner of a released unit, so the next pass tries it.
 func (e *Engine) forgetOwner(group, unitName string) {
 	e.mu.Lock()
-	delete(e.knownOwner, group+"\x00"+unitName)
+	id := group + "\x00" + unitName
+	delete(e.knownOwner, id)
+	e.releaseSeq++
+	e.releasedAt[id] = e.releaseSeq
 	e.mu.Unlock()
+}
+
+// cacheOwner remembers a unit's lease value read during a pass that started at passStart,
+// unless a release of the unit was noticed since: the value read may predate the release,
+// and caching it would make every instance skip a free unit while its old owner lives.
+func (e *Engine) cacheOwner(id, lease string, passStart uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.releasedAt[id] > passStart {
+		return
+	}
+	e.knownOwner[id] = lease
 }
 
 // checkCardinality logs once per crossing when a category's live partitions exceed the

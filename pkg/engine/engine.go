@@ -163,6 +163,8 @@ type Engine struct {
 	workers    map[string]*worker // unit id -> worker; guarded by mu
 	byLane     map[string]*worker // group + "\x00" + lane stream -> worker; guarded by mu
 	knownOwner map[string]string  // unit id -> lease value seen; guarded by mu
+	releaseSeq uint64             // count of release notices seen; guarded by mu
+	releasedAt map[string]uint64  // unit id -> releaseSeq of its last release notice; guarded by mu
 	started    bool               // guarded by mu
 
 	livePartitions map[string]int  // category -> index size at the last pass; guarded by mu
@@ -182,6 +184,7 @@ func New(cfg EngineConfig) (*Engine, error) {
 		workers:     map[string]*worker{},
 		byLane:      map[string]*worker{},
 		knownOwner:  map[string]string{},
+		releasedAt:  map[string]uint64{},
 
 		livePartitions: map[string]int{},
 		overThreshold:  map[string]bool{},

@@ -437,3 +437,21 @@ func TestFairShareRoomGoesToFreeUnits(t *testing.T) {
 		return len(o) == 1 && o[0].Stream == PartitionStream("order", keys[30])
 	})
 }
+
+// A lease value read by a discovery pass is not cached when the unit's release notice
+// arrived during that pass: the value may predate the release, and a cached live owner
+// would make every instance skip the now free unit.
+func TestReleaseDuringPassIsNotCachedAsOwned(t *testing.T) {
+	e := &Engine{knownOwner: map[string]string{}, releasedAt: map[string]uint64{}}
+	id := "Projector\x00order:A"
+	passStart := e.releaseSeq
+	e.forgetOwner("Projector", "order:A") // the doorbell handles the release mid-pass
+	e.cacheOwner(id, "other.1:7", passStart)
+	if _, ok := e.knownOwner[id]; ok {
+		t.Fatal("a lease read before the release was cached as the owner")
+	}
+	e.cacheOwner(id, "other.1:8", e.releaseSeq) // a later pass may cache it
+	if e.knownOwner[id] != "other.1:8" {
+		t.Fatalf("cache = %q", e.knownOwner[id])
+	}
+}
