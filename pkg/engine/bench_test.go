@@ -11,7 +11,12 @@ package engine
 //
 // Engines run with the default timing (lease TTL 15s, heartbeat 3s, discovery 2s,
 // batch 16), as a user gets them. Set SEQCTL_BENCH_CPUPROFILE=/path/prefix to write a CPU
-// profile of each measured window (not the set-up) to /path/prefix-<benchmark>.pprof.
+// profile of each measured window (not the set-up) to /path/prefix-<benchmark>.pprof, and
+// SEQCTL_BENCH_LATENCY_KEYS=N to run BenchmarkLatency over N partitions instead of 64.
+//
+// Metrics: rcpu% is redis-server CPU, ccpu% this process (engines, handlers, harness) and
+// other% every other process on the machine, each in % of one core over the window; a
+// large other% means the figures were taken on a busy machine.
 
 import (
 	"context"
@@ -517,10 +522,13 @@ func BenchmarkIdleCost(b *testing.B) {
 
 func BenchmarkLatency(b *testing.B) {
 	const (
-		keys   = 64
 		rate   = 200
 		window = 10 * time.Second
 	)
+	keys := 64
+	if v, err := strconv.Atoi(os.Getenv("SEQCTL_BENCH_LATENCY_KEYS")); err == nil && v > 0 {
+		keys = v // to see how the cost per event grows with the partitions an instance owns
+	}
 	n := int(rate * window.Seconds())
 	srv := redistest.Start(b)
 	admin := srv.Client(b)
@@ -557,7 +565,7 @@ func BenchmarkLatency(b *testing.B) {
 	started := time.Now()
 	e1 := benchEngine(b, srv, d, "bench-a", &rt)
 	e2 := benchEngine(b, srv, d, "bench-b", &rt)
-	settled := settle(b, started, 90*time.Second, handled.Load, keys, keys, e1, e2)
+	settled := settle(b, started, 90*time.Second, handled.Load, int64(keys), keys, e1, e2)
 	time.Sleep(2 * time.Second) // idle first
 
 	ctx := context.Background()
@@ -582,7 +590,7 @@ func BenchmarkLatency(b *testing.B) {
 		}
 	}
 	if !waitUntil(10*time.Second, func() bool { return handled.Load() >= int64(keys+n) }) {
-		b.Logf("NOT ALL HANDLED 10s after publishing ended: %d of %d", handled.Load()-keys, n)
+		b.Logf("NOT ALL HANDLED 10s after publishing ended: %d of %d", handled.Load()-int64(keys), n)
 	}
 	s1 := snapRedis(b, admin)
 	c1 := readCPU(s1)
