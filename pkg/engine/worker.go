@@ -247,12 +247,8 @@ func (w *worker) untilReap(lastIDs []string) time.Duration {
 
 // idMillis returns the millisecond part of a stream entry id ("0-0" gives 0).
 func idMillis(id string) int64 {
-	i := strings.IndexByte(id, '-')
-	if i < 0 {
-		return 0
-	}
-	ms, _ := strconv.ParseInt(id[:i], 10, 64)
-	return ms
+	ms, _ := splitID(id)
+	return int64(ms)
 }
 
 // reap tries to retire the idle unit (reap.lua); on success the worker exits.
