@@ -37,6 +37,7 @@ type Server struct {
 	external bool
 	dir      string
 	port     int
+	opts     Options
 
 	mu  sync.Mutex
 	cmd *exec.Cmd // guarded by mu
@@ -54,10 +55,28 @@ func Binary() (string, error) {
 	return p, nil
 }
 
+// Options change how a private server runs.
+type Options struct {
+	// AOF turns on the append-only file with appendfsync always, so a Restart reloads
+	// every acknowledged write (the default runs with persistence off: a restart loses
+	// everything).
+	AOF bool
+	// Args are extra redis-server arguments, e.g. "--maxmemory", "2mb" or "--replicaof",
+	// "127.0.0.1", "6379".
+	Args []string
+}
+
 // Start starts a private redis-server for the test and stops it at cleanup.
-func Start(tb testing.TB) *Server {
+func Start(tb testing.TB) *Server { tb.Helper(); return StartWith(tb, Options{}) }
+
+// StartWith starts a private redis-server with options. Options need a server the test
+// owns: with SEQCTL_TEST_REDIS_URL set, a test that asks for any skips.
+func StartWith(tb testing.TB, o Options) *Server {
 	tb.Helper()
 	if u := os.Getenv(EnvURL); u != "" {
+		if o.AOF || len(o.Args) > 0 {
+			tb.Skipf("this test needs a private redis-server with options; unset %s to run it", EnvURL)
+		}
 		opt, err := redis.ParseURL(u)
 		if err != nil {
 			tb.Fatalf("%s=%q: %v", EnvURL, u, err)
@@ -74,7 +93,7 @@ func Start(tb testing.TB) *Server {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s := &Server{tb: tb, dir: tb.TempDir()}
+	s := &Server{tb: tb, dir: tb.TempDir(), opts: o}
 	s.port = freePort(tb)
 	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
 	s.URL = "redis://" + s.Addr + "/0"
@@ -95,11 +114,17 @@ func freePort(tb testing.TB) int {
 
 func (s *Server) startProc(bin string) {
 	s.tb.Helper()
-	cmd := exec.Command(bin,
+	args := []string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--save", "", "--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, "redis.log"),
-		"--daemonize", "no", "--protected-mode", "no")
+		"--daemonize", "no", "--protected-mode", "no"}
+	if s.opts.AOF {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	cmd := exec.Command(bin, append(args, s.opts.Args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		s.tb.Fatalf("start redis-server: %v", err)
@@ -170,7 +195,30 @@ func (s *Server) Pause() { s.needOwned(); s.signal(syscall.SIGSTOP) }
 // Resume thaws a paused server (SIGCONT).
 func (s *Server) Resume() { s.needOwned(); s.signal(syscall.SIGCONT) }
 
-// Restart kills the server and starts a new, empty one on the same port.
+// Dir is the server's working directory (its log, and its AOF with Options.AOF).
+func (s *Server) Dir() string { return s.dir }
+
+// Port is the server's TCP port.
+func (s *Server) Port() int { return s.port }
+
+// Stop kills the server (SIGKILL) and leaves it down until Start is called: a restart
+// in two steps, for tests that keep Redis down for a while.
+func (s *Server) Stop() { s.needOwned(); s.Kill() }
+
+// StartAgain starts the stopped server on the same port and directory. With Options.AOF
+// it reloads the append-only file; otherwise it is empty.
+func (s *Server) StartAgain() {
+	s.tb.Helper()
+	s.needOwned()
+	bin, err := Binary()
+	if err != nil {
+		s.tb.Fatal(err)
+	}
+	s.startProc(bin)
+}
+
+// Restart kills the server and starts it again on the same port: empty, or from its
+// append-only file with Options.AOF.
 func (s *Server) Restart() {
 	s.tb.Helper()
 	s.needOwned()
