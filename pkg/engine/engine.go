@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -151,6 +152,8 @@ type Engine struct {
 
 	sess    *session
 	bell    *doorbell
+	health  health   // why the instance cannot take or keep leases
+	logs    *rateLog // one line per cause per interval, for outages every partition sees
 	stopped chan struct{} // closed by Shutdown: take no more work
 	hardCtx context.Context
 	hard    context.CancelFunc // cancels every handler (shutdown deadline passed)
@@ -189,6 +192,7 @@ func New(cfg EngineConfig) (*Engine, error) {
 		livePartitions: map[string]int{},
 		overThreshold:  map[string]bool{},
 	}
+	e.logs = newRateLog(e.log, logEvery)
 	only := map[string]bool{}
 	for _, n := range cfg.Handlers {
 		only[n] = true
@@ -249,6 +253,38 @@ func New(cfg EngineConfig) (*Engine, error) {
 	return e, nil
 }
 
+// registerGroups puts this instance's consumer groups into the group registries of their
+// categories, so trim and reap keep what they have not read.
+func (e *Engine) registerGroups(ctx context.Context) error {
+	pipe := e.rdb.Pipeline()
+	for _, s := range e.subs {
+		for _, c := range s.categories {
+			pipe.SAdd(ctx, GroupRegistry(c), s.group)
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	return translateRedisErr(err)
+}
+
+// waitWorkers waits until every worker of incarnation in has exited.
+func (e *Engine) waitWorkers(in *incarnation) {
+	if in == nil {
+		return
+	}
+	e.mu.Lock()
+	var ws []*worker
+	for _, w := range e.workers {
+		if w.inc == in {
+			ws = append(ws, w)
+		}
+	}
+	e.mu.Unlock()
+	for _, w := range ws {
+		e.cfg.Observer.LeaseLost(w.sub.group, "session_expired")
+		<-w.done
+	}
+}
+
 func orInt(v, d int) int {
 	if v <= 0 {
 		return d
@@ -263,13 +299,33 @@ func orDur(v, d time.Duration) time.Duration {
 	return v
 }
 
-// Ready reports whether the engine runs with a live session (for readiness probes).
-func (e *Engine) Ready() bool {
-	if e.sess == nil || e.stopping() {
-		return false
+// logEvery is the interval of rate-limited log lines: one line per cause per interval.
+const logEvery = 10 * time.Second
+
+// Ready reports whether the engine can take and keep leases (for readiness probes).
+func (e *Engine) Ready() bool { ok, _ := e.Health(); return ok }
+
+// Health reports whether the engine can take and keep leases, and if not, why: not
+// started, shutting down, no live session (and why it ended), Redis unreachable, lease
+// taking or discovery failing (with the Redis error, e.g. NOSCRIPT, OOM or NOPERM).
+func (e *Engine) Health() (ok bool, reason string) {
+	if e.sess == nil {
+		return false, "not started"
 	}
-	_, ctx := e.sess.current()
-	return ctx != nil && ctx.Err() == nil && e.sess.valid()
+	if e.stopping() {
+		return false, "shutting down"
+	}
+	var reasons []string
+	if st := e.sess.status(); st != "" {
+		reasons = append(reasons, st)
+	}
+	if r := e.health.report(); r != "" {
+		reasons = append(reasons, r)
+	}
+	if len(reasons) == 0 {
+		return true, ""
+	}
+	return false, strings.Join(reasons, "; ")
 }
 
 // InstanceID returns the instance id.
@@ -299,14 +355,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := loadScripts(ctx, e.rdb); err != nil {
 		return err
 	}
-	pipe := e.rdb.Pipeline()
-	for _, s := range e.subs {
-		for _, c := range s.categories {
-			pipe.SAdd(ctx, GroupRegistry(c), s.group)
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return translateRedisErr(err)
+	if err := e.registerGroups(ctx); err != nil {
+		return err
 	}
 	e.sess = newSession(e)
 	if err := e.sess.open(ctx); err != nil {

@@ -28,6 +28,7 @@ type worker struct {
 	lanes    []string
 	leaseKey string
 	haltKey  string
+	inc      *incarnation // the session life the lease was taken in
 	owner    string
 	token    string
 	gen      int64
@@ -63,9 +64,11 @@ type ackReq struct {
 	id   string
 }
 
-func (e *Engine) startWorker(u unit, owner string, gen int64, sctx context.Context) {
-	ctx, cancel := context.WithCancel(sctx)
+func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
+	owner := in.owner
+	ctx, cancel := context.WithCancel(in.ctx)
 	w := &worker{
+		inc: in,
 		e: e, sub: u.sub, u: u, lanes: u.lanes,
 		leaseKey: LeaseKey(u.name, u.sub.group), haltKey: HaltKey(u.name, u.sub.group),
 		owner: owner, token: owner + ":" + strconv.FormatInt(gen, 10), gen: gen,
@@ -337,16 +340,10 @@ func (w *worker) step(head *entry) error {
 
 // handle runs the handler for one entry, then acks it or schedules its retry / halt.
 func (w *worker) handle(ent entry) error {
-	// Start only within the local lease deadline: an owner that was frozen never starts
-	// another event after it wakes.
-	for !w.e.sess.valid() {
-		if w.ctx.Err() != nil || w.e.stopping() {
-			w.pending = append([]entry{ent}, w.pending...)
-			return nil
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if w.e.stopping() {
+	// Start only within the local lease deadline and while the lease's incarnation
+	// lives: an owner that was frozen never starts another event after it wakes (past
+	// the deadline the incarnation is over and its context cancelled).
+	if !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
 		w.pending = append([]entry{ent}, w.pending...)
 		return nil
 	}

@@ -2,7 +2,11 @@
 --
 -- A lease is free when the key is missing or its owner's session key has expired (the
 -- owner died or stalled past the TTL). Taking it increments the group's generation
--- counter, so every change of hands gets a strictly larger fencing token.
+-- counter, so every change of hands gets a strictly larger fencing token. The counter
+-- is never below the Redis server time in microseconds: after Redis lost the counter
+-- (a restart without persistence, a failover to a replica that had not received it) the
+-- next generation is still above every one handed out before, as long as the server
+-- clock did not go back by more than the time since that grant.
 --
 -- KEYS[1]  lease key (string "{owner}:{generation}")
 -- KEYS[2]  generation counter of the group (string, INCR)
@@ -29,6 +33,12 @@ if cur then
     return {0, cur}
   end
 end
+local t = redis.call('TIME')
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local gen = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. gen)
+if gen < floor then
+  gen = floor
+  redis.call('SET', KEYS[2], string.format('%d', gen))
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', gen))
 return {1, gen}
