@@ -152,8 +152,8 @@ type Engine struct {
 
 	sess    *session
 	bell    *doorbell
-	health  health   // why the instance cannot take or keep leases
-	logs    *rateLog // one line per cause per interval, for outages every partition sees
+	health  health        // why the instance cannot take or keep leases
+	logs    *rateLog      // one line per cause per interval, for outages every partition sees
 	stopped chan struct{} // closed by Shutdown: take no more work
 	hardCtx context.Context
 	hard    context.CancelFunc // cancels every handler (shutdown deadline passed)

@@ -69,7 +69,7 @@ func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 	ctx, cancel := context.WithCancel(in.ctx)
 	w := &worker{
 		inc: in,
-		e: e, sub: u.sub, u: u, lanes: u.lanes,
+		e:   e, sub: u.sub, u: u, lanes: u.lanes,
 		leaseKey: LeaseKey(u.name, u.sub.group), haltKey: HaltKey(u.name, u.sub.group),
 		owner: owner, token: owner + ":" + strconv.FormatInt(gen, 10), gen: gen,
 		consumer: owner + ":" + strconv.FormatInt(gen, 10),
