@@ -299,14 +299,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := loadScripts(ctx, e.rdb); err != nil {
 		return err
 	}
-	pipe := e.rdb.Pipeline()
-	for _, s := range e.subs {
-		for _, c := range s.categories {
-			pipe.SAdd(ctx, GroupRegistry(c), s.group)
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return translateRedisErr(err)
+	if err := e.registerGroups(ctx); err != nil {
+		return err
 	}
 	e.sess = newSession(e)
 	if err := e.sess.open(ctx); err != nil {

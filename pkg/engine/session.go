@@ -82,6 +82,9 @@ func (s *session) open(ctx context.Context) error {
 	if s.started.IsZero() {
 		s.started = time.Now()
 	}
+	if err := s.e.registerGroups(ctx); err != nil { // before the session: see registerGroups
+		return err
+	}
 	sent := time.Now()
 	pipe := s.e.rdb.TxPipeline()
 	pipe.Set(ctx, SessionKey(owner), s.e.cfg.InstanceID, s.e.cfg.Timing.LeaseTTL)
