@@ -45,6 +45,10 @@ type Options struct {
 	// LanesThreshold is the priority below which an event belongs to the backfill lane;
 	// used to choose the lane a DLQ entry without halt metadata is replayed to.
 	LanesThreshold int
+	// Declared lists, per category, the consumer groups the domain declares
+	// (engine.DeclaredGroups); nil without a config. Groups shows it beside the registry,
+	// and RemoveGroup refuses to retire a group it still holds.
+	Declared map[string][]string
 	// Now returns the local time, for audit records (default time.Now). Ages and TTLs
 	// are computed from Redis TIME, never from the local clock.
 	Now func() time.Time
@@ -115,6 +119,7 @@ func FromConfig(cfg *engine.Config) (Options, error) {
 		Lanes:          LanesOff,
 		LanesThreshold: cfg.Server.PriorityLanes.Threshold,
 		Topology:       &Topology{},
+		Declared:       engine.DeclaredGroups(dom),
 	}
 	if cfg.Server.PriorityLanes.Enabled {
 		opts.Lanes = LanesOn
