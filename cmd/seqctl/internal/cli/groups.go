@@ -286,11 +286,11 @@ func groupsRemoveRun(opts *GroupsRemoveOptions) error {
 	case g.Declared != nil && *g.Declared:
 		return conflict(admin.OutcomeDeclared, fmt.Errorf("%w: the config declares %s on %s; remove the handler from the domain (on every instance) first; nothing changed",
 			admin.ErrGroupDeclared, opts.Group, opts.Category))
-	case opts.ExpectRead != nil && *opts.ExpectRead != g.Read:
-		return conflict(admin.OutcomeReadMoved, &engine.GroupReadError{Group: opts.Group, Category: opts.Category, Expected: *opts.ExpectRead, Read: g.Read})
 	case g.LiveLeases > 0:
 		return conflict(admin.OutcomeLiveLease, fmt.Errorf("%w: %s holds %d live leases in %s: it is running; stop it first; nothing changed",
 			engine.ErrGroupLive, opts.Group, g.LiveLeases, opts.Category))
+	case opts.ExpectRead != nil && *opts.ExpectRead != g.Read:
+		return conflict(admin.OutcomeReadMoved, &engine.GroupReadError{Group: opts.Group, Category: opts.Category, Expected: *opts.ExpectRead, Read: g.Read})
 	}
 	if opts.ExpectRead == nil && opts.Output != "json" {
 		fmt.Fprintf(ios.ErrOut, "Consumer group %s of %s:\n", opts.Group, opts.Category)
