@@ -1,12 +1,14 @@
 // Package admin is the operator's view of a live seqctl deployment: it lists partitions
 // with their owner, generation, lease, lag, pending entries and halt state, inspects a
 // partition and its head entry, resolves a halted head (skip, move to the DLQ, retry),
-// lists and replays DLQ entries, and keeps the audit log of every operator action.
+// lists and replays DLQ entries, lists the consumer groups each category waits for and
+// retires a removed one, and keeps the audit log of every operator action.
 //
 // It reads and writes Redis only, through the key names of pkg/engine/keyspace.go, and
 // returns plain structs with JSON tags. Every write is a compare-and-act done by an engine
-// script (see engine.RedisBroker.Skip, MoveToDLQ and Retry): it names the head entry the
-// operator inspected and changes nothing when the head has moved. Redis errors are
+// script (see engine.RedisBroker.Skip, MoveToDLQ, Retry and RetireGroup): it names what
+// the operator inspected (the head entry, a group's read figure) and changes nothing when
+// that has changed. Redis errors are
 // translated at this boundary: a network failure matches engine.ErrRedisUnavailable.
 //
 // An Admin needs one Redis node (or a primary), as the engine does. It is safe for
