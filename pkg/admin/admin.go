@@ -1,12 +1,14 @@
 // Package admin is the operator's view of a live seqctl deployment: it lists partitions
 // with their owner, generation, lease, lag, pending entries and halt state, inspects a
 // partition and its head entry, resolves a halted head (skip, move to the DLQ, retry),
-// lists and replays DLQ entries, and keeps the audit log of every operator action.
+// lists and replays DLQ entries, lists the consumer groups each category waits for and
+// retires a removed one, and keeps the audit log of every operator action.
 //
 // It reads and writes Redis only, through the key names of pkg/engine/keyspace.go, and
 // returns plain structs with JSON tags. Every write is a compare-and-act done by an engine
-// script (see engine.RedisBroker.Skip, MoveToDLQ and Retry): it names the head entry the
-// operator inspected and changes nothing when the head has moved. Redis errors are
+// script (see engine.RedisBroker.Skip, MoveToDLQ, Retry and RetireGroup): it names what
+// the operator inspected (the head entry, a group's read figure) and changes nothing when
+// that has changed. Redis errors are
 // translated at this boundary: a network failure matches engine.ErrRedisUnavailable.
 //
 // An Admin needs one Redis node (or a primary), as the engine does. It is safe for
@@ -45,6 +47,10 @@ type Options struct {
 	// LanesThreshold is the priority below which an event belongs to the backfill lane;
 	// used to choose the lane a DLQ entry without halt metadata is replayed to.
 	LanesThreshold int
+	// Declared lists, per category, the consumer groups the domain declares
+	// (engine.DeclaredGroups); nil without a config. Groups shows it beside the registry,
+	// and RemoveGroup refuses to retire a group it still holds.
+	Declared map[string][]string
 	// Now returns the local time, for audit records (default time.Now). Ages and TTLs
 	// are computed from Redis TIME, never from the local clock.
 	Now func() time.Time
@@ -115,6 +121,7 @@ func FromConfig(cfg *engine.Config) (Options, error) {
 		Lanes:          LanesOff,
 		LanesThreshold: cfg.Server.PriorityLanes.Threshold,
 		Topology:       &Topology{},
+		Declared:       engine.DeclaredGroups(dom),
 	}
 	if cfg.Server.PriorityLanes.Enabled {
 		opts.Lanes = LanesOn

@@ -253,19 +253,6 @@ func New(cfg EngineConfig) (*Engine, error) {
 	return e, nil
 }
 
-// registerGroups puts this instance's consumer groups into the group registries of their
-// categories, so trim and reap keep what they have not read.
-func (e *Engine) registerGroups(ctx context.Context) error {
-	pipe := e.rdb.Pipeline()
-	for _, s := range e.subs {
-		for _, c := range s.categories {
-			pipe.SAdd(ctx, GroupRegistry(c), s.group)
-		}
-	}
-	_, err := pipe.Exec(ctx)
-	return translateRedisErr(err)
-}
-
 // waitWorkers waits until every worker of incarnation in has exited.
 func (e *Engine) waitWorkers(in *incarnation) {
 	if in == nil {

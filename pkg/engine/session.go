@@ -211,6 +211,11 @@ func (s *session) open(ctx context.Context) error {
 		s.started = time.Now()
 	}
 	ttl := s.e.cfg.Timing.LeaseTTL
+	// Every group the domain declares is registered before the session exists, so no
+	// lease is used while the registry is incomplete (after Redis lost it, say).
+	if err := s.e.registerGroups(ctx); err != nil {
+		return err
+	}
 	s.warnSameID(ctx)
 	for try := 0; ; try++ {
 		owner := s.newOwner()
@@ -235,9 +240,6 @@ func (s *session) open(ctx context.Context) error {
 		// (out of memory, say) does not stop the session; the next heartbeat writes it.
 		if err := s.e.rdb.HSet(ctx, InstancesKey(), s.e.cfg.InstanceID, s.info(owner)).Err(); err != nil {
 			s.e.logs.warn("registry", "cannot write the instance registry entry", "err", translateRedisErr(err))
-		}
-		if err := s.e.registerGroups(ctx); err != nil {
-			s.e.logs.warn("groups", "cannot register the consumer groups of the domain", "err", err)
 		}
 		s.e.health.clear(healthSession)
 		s.e.log.Info("session opened", "owner", owner)

@@ -30,8 +30,9 @@ func newCmdAudit(f *Factory, runF func(*AuditOptions) error) *cobra.Command {
 		Short: "List every operator action: time, user, host, command, stream, handler, entry, outcome",
 		Long: `List the operator actions recorded in Redis (the __seqctl__:audit stream, capped at
 about 100,000 entries), oldest first: when (Redis time), the user and host, the command
-(head skip, head dlq, head retry, dlq replay), the stream, the handler, the entry id and
-the outcome. Refused and failed attempts are recorded too:
+(head skip, head dlq, head retry, dlq replay, groups remove), the stream (the category
+for groups remove), the handler, the entry id and the outcome. Refused and failed
+attempts are recorded too:
 
   ok           done
   head_moved   the head was not the expected entry; nothing changed
@@ -42,6 +43,13 @@ the outcome. Refused and failed attempts are recorded too:
   refused      no terminal to confirm on and no --yes; nothing changed
   declined     the operator answered no; nothing changed
   failed       another error (the detail says which)
+
+and for groups remove:
+
+  not_registered  the group was not registered for the category; nothing changed
+  declared        the --config domain still declares the group; nothing changed
+  live_lease      the group held a live lease (it was running); nothing changed
+  read_moved      the group had read entries since; nothing changed
 
 --since takes a duration such as 90m, 12h or 7d (default: everything). -o wide adds the
 reason and the detail.`,

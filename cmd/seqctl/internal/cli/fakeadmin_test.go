@@ -43,6 +43,11 @@ type fakeAdmin struct {
 	audit      []admin.AuditEntry
 	auditSince time.Duration
 	streams    []string
+
+	groups    []admin.Group
+	groupsErr error
+	removeErr error
+	removals  []admin.GroupRemoval
 }
 
 func (f *fakeAdmin) ListPartitions(_ context.Context, flt admin.Filter) ([]admin.Partition, error) {
@@ -100,6 +105,19 @@ func (f *fakeAdmin) Audit(_ context.Context, since time.Duration) ([]admin.Audit
 func (f *fakeAdmin) Streams(context.Context) ([]string, error) { return f.streams, nil }
 
 func (f *fakeAdmin) Instances(context.Context) ([]admin.Instance, error) { return nil, nil }
+
+func (f *fakeAdmin) Groups(context.Context, string) ([]admin.Group, error) {
+	return append([]admin.Group(nil), f.groups...), f.groupsErr
+}
+
+func (f *fakeAdmin) RemoveGroup(_ context.Context, r admin.GroupRemoval) (*admin.GroupRemoved, error) {
+	f.removals = append(f.removals, r)
+	if f.removeErr != nil {
+		return nil, f.removeErr
+	}
+	return &admin.GroupRemoved{Category: r.Category, Group: r.Group, DryRun: r.DryRun, Outcome: admin.OutcomeOK,
+		GroupRetired: engine.GroupRetired{Partitions: 2, Read: *r.ExpectRead, Destroyed: 1, Halts: 1}}, nil
+}
 
 // term describes the test's terminal: stdout and stdin.
 type ttyMode struct{ out, in bool }

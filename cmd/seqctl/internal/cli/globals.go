@@ -75,6 +75,8 @@ type Admin interface {
 	Audit(ctx context.Context, since time.Duration) ([]admin.AuditEntry, error)
 	Streams(ctx context.Context) ([]string, error)
 	Instances(ctx context.Context) ([]admin.Instance, error)
+	Groups(ctx context.Context, category string) ([]admin.Group, error)
+	RemoveGroup(ctx context.Context, r admin.GroupRemoval) (*admin.GroupRemoved, error)
 }
 
 var _ Admin = (*admin.Admin)(nil)
