@@ -209,6 +209,9 @@ func (e *Engine) discover() error {
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isScriptErrOnly(cmds) {
 		return translateRedisErr(err)
 	}
+	if !e.leasesReplicated(ctx, owner, try, cmds) {
+		return nil
+	}
 	for i, u := range try {
 		res, err := cmds[i].Slice()
 		if err != nil || len(res) == 0 {
