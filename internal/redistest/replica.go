@@ -29,21 +29,45 @@ func StartReplica(tb testing.TB, primary *Server) *Server {
 	return r
 }
 
-// WaitLinkUp waits up to 10 s for the server, a replica, to report its link to the
-// primary up.
+// WaitLinkUp waits up to 10 s until the server, a replica, reports its link to the
+// primary up and the primary counts it in WAIT. (After a sync the primary starts the
+// replica's command stream only at the replica's first acknowledgement, up to a second
+// later, so "link up" alone is not enough.) The probe is a PUBLISH and a WAIT 1 on the
+// primary: tests that count WAIT calls take their baseline after this returns.
 func (s *Server) WaitLinkUp(tb testing.TB) {
 	tb.Helper()
+	ctx := context.Background()
 	c := s.Client(tb)
 	deadline := time.Now().Add(10 * time.Second)
 	var info string
 	for time.Now().Before(deadline) {
-		info, _ = c.Info(context.Background(), "replication").Result()
+		info, _ = c.Info(ctx, "replication").Result()
 		if strings.Contains(info, "master_link_status:up") {
-			return
+			p := redis.NewClient(&redis.Options{Addr: infoField(info, "master_host") + ":" + infoField(info, "master_port")})
+			conn := p.Conn()
+			n, err := int64(0), conn.Publish(ctx, "redistest:probe", "").Err()
+			if err == nil {
+				n, err = conn.Wait(ctx, 1, 100*time.Millisecond).Result()
+			}
+			_ = conn.Close()
+			_ = p.Close()
+			if err == nil && n >= 1 {
+				return
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	tb.Fatalf("replica %s: link to the primary not up within 10s:\n%s", s.Addr, info)
+	tb.Fatalf("replica %s: not acknowledging the primary within 10s:\n%s", s.Addr, info)
+}
+
+// infoField returns the value of "name:value" in an INFO reply.
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // CommandCalls returns how many times the server has run a command since it started
