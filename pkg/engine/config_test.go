@@ -60,7 +60,7 @@ func TestParseConfigExample(t *testing.T) {
 	want := &Config{
 		File:   filepath.Join(cfgRepoTestdata, "domain.toml"),
 		Name:   "shop",
-		Broker: BrokerConfig{Kind: "redis", URL: "redis://127.0.0.1:6379/0"},
+		Broker: BrokerConfig{Kind: "redis", URL: "redis://127.0.0.1:6379/0", ReplicaTimeout: time.Second},
 		Server: ServerConfig{
 			Partitioning: PartitioningConfig{
 				LeaseTTL:             15 * time.Second,
