@@ -54,6 +54,15 @@ type Options struct {
 	// Now returns the local time, for audit records (default time.Now). Ages and TTLs
 	// are computed from Redis TIME, never from the local clock.
 	Now func() time.Time
+	// MinReplicas is how many Redis replicas must acknowledge each action (skip, move to
+	// DLQ, retry, DLQ replay) before it is reported done ([broker] min_replicas; default 0:
+	// no wait). On a shortfall the action is done on the primary, the call returns an
+	// error matching engine.ErrReplicaShortfall (it may be lost on failover), and the
+	// audit outcome is OutcomeNotReplicated.
+	MinReplicas int
+	// ReplicaTimeout bounds that wait ([broker] replica_timeout_ms; default
+	// engine.DefaultReplicaTimeout).
+	ReplicaTimeout time.Duration
 }
 
 // LaneMode says whether backfill lanes are read.
@@ -104,7 +113,7 @@ func New(rdb redis.UniversalClient, opts Options) *Admin {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Admin{rdb: rdb, broker: engine.NewRedisBroker(rdb), opts: opts}
+	return &Admin{rdb: rdb, broker: engine.NewRedisBroker(rdb).WithReplicas(opts.MinReplicas, opts.ReplicaTimeout), opts: opts}
 }
 
 // FromConfig derives Options from a domain.toml: the partitioned event categories with
@@ -122,6 +131,8 @@ func FromConfig(cfg *engine.Config) (Options, error) {
 		LanesThreshold: cfg.Server.PriorityLanes.Threshold,
 		Topology:       &Topology{},
 		Declared:       engine.DeclaredGroups(dom),
+		MinReplicas:    cfg.Broker.MinReplicas,
+		ReplicaTimeout: cfg.Broker.ReplicaTimeout,
 	}
 	if cfg.Server.PriorityLanes.Enabled {
 		opts.Lanes = LanesOn
@@ -348,7 +359,8 @@ func translate(err error) error {
 	}
 	if errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, engine.ErrHeadMoved) ||
 		errors.Is(err, engine.ErrNotHalted) || errors.Is(err, engine.ErrEntryGone) ||
-		errors.Is(err, engine.ErrFenced) || errors.Is(err, engine.ErrInvalidKey) {
+		errors.Is(err, engine.ErrFenced) || errors.Is(err, engine.ErrInvalidKey) ||
+		errors.Is(err, engine.ErrReplicaShortfall) {
 		return err
 	}
 	var re redis.Error

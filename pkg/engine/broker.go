@@ -35,7 +35,8 @@ type Published struct {
 // events go to {category}:{key} streams, consumed by an Engine under ownership leases.
 // It takes a redis.UniversalClient that the caller owns.
 type RedisBroker struct {
-	rdb redis.UniversalClient
+	rdb  redis.UniversalClient
+	repl replicaPolicy // operator writes wait for replicas; see WithReplicas
 }
 
 // NewRedisBroker returns a broker over the client.

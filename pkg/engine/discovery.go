@@ -215,6 +215,9 @@ func (e *Engine) discover() error {
 	if err != nil {
 		return err
 	}
+	if !e.leasesReplicated(ctx, owner, try, cmds) {
+		return nil
+	}
 	var failed error
 	nFailed := 0
 	for i, u := range try {

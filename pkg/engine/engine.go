@@ -81,6 +81,15 @@ type EngineConfig struct {
 	// Handlers restricts the engine to these handler / process manager names (default:
 	// every handler and process manager with a Func).
 	Handlers []string
+	// MinReplicas is how many replicas must acknowledge a lease grant before the new
+	// owner starts working the partition ([broker] min_replicas, default 0: no wait).
+	// On a shortfall the leases of the pass are given back and a warning is logged; see
+	// WaitReplicas and replicas.go.
+	MinReplicas int
+	// ReplicaTimeout bounds each wait for replicas ([broker] replica_timeout_ms; default
+	// DefaultReplicaTimeout or LeaseTTL/4, whichever is shorter). It must be below the
+	// lease TTL.
+	ReplicaTimeout time.Duration
 }
 
 // Validate checks the configuration and fills defaults.
@@ -121,6 +130,14 @@ func (c *EngineConfig) Validate() error {
 	}
 	if c.MaxPartitionsWarning == 0 {
 		c.MaxPartitionsWarning = 2000
+	}
+	switch {
+	case c.MinReplicas < 0:
+		return fmt.Errorf("engine: MinReplicas must be 0 (no wait) or a replica count, got %d", c.MinReplicas)
+	case c.ReplicaTimeout < 0:
+		return fmt.Errorf("engine: ReplicaTimeout must not be negative, got %v", c.ReplicaTimeout)
+	case c.ReplicaTimeout >= c.Timing.LeaseTTL:
+		return fmt.Errorf("engine: ReplicaTimeout %v must be below the lease TTL %v", c.ReplicaTimeout, c.Timing.LeaseTTL)
 	}
 	return nil
 }
