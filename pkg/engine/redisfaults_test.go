@@ -468,3 +468,28 @@ func TestPublishRetriedAfterLostReplyAppendsOnce(t *testing.T) {
 		t.Errorf("%d entries for %d events", len(entries), n)
 	}
 }
+
+// /readyz's source: while Redis is down the engine says it is not ready and why; once
+// Redis is back it is ready again by itself.
+func TestHealthFollowsRedis(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Start(t)
+	const ttl = time.Second
+	e := startEngine(t, srv, testDomain(t, func(context.Context, Event) error { return nil }, nil), "i1", ttl)
+	waitFor(t, 5*time.Second, "ready", func() bool { ok, _ := e.Health(); return ok })
+	srv.Stop()
+	var reason string
+	waitFor(t, 3*ttl, "not ready while Redis is down", func() bool {
+		var ok bool
+		ok, reason = e.Health()
+		return !ok
+	})
+	t.Logf("while Redis is down: %s", reason)
+	if !strings.Contains(reason, "heartbeat") && !strings.Contains(reason, "session") {
+		t.Errorf("reason %q names neither the heartbeat nor the session", reason)
+	}
+	srv.StartAgain()
+	back := time.Now()
+	waitFor(t, 2*ttl, "ready again after Redis is back", func() bool { ok, _ := e.Health(); return ok })
+	t.Logf("ready %v after Redis was back", time.Since(back).Round(time.Millisecond))
+}

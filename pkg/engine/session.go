@@ -337,7 +337,7 @@ func (s *session) beat(in *incarnation) {
 			return
 		}
 		err = translateRedisErr(err)
-		s.e.health.set(healthRedis, "heartbeat failing: "+err.Error())
+		s.e.health.set(healthRedis, "heartbeat failing (Redis unreachable or too slow): "+err.Error())
 		s.e.logs.warn("heartbeat", "heartbeat failed; the leases stay until the local deadline", "err", err)
 	}
 }

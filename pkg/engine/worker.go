@@ -130,7 +130,7 @@ func (w *worker) run() {
 			if w.ctx.Err() != nil {
 				return
 			}
-			w.e.log.Warn("partition read failed; retrying", "group", w.sub.group, "unit", w.u.name, "err", err)
+			w.e.logs.warn("read:"+errorCause(err), "partition read failed; retrying", "group", w.sub.group, "unit", w.u.name, "err", err)
 			w.wait(w.e.cfg.Timing.PollInterval)
 		}
 	}

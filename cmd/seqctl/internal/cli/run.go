@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -420,6 +421,11 @@ func discoveryInterval(leaseTTL time.Duration) time.Duration {
 // refused credentials, a missing permission) ends it at once with a message saying what
 // to fix. It returns nil, nil when ctx ends first.
 func startEngine(ctx context.Context, ecfg engine.EngineConfig, ropt *redis.Options, shown string, log *slog.Logger) (*engine.Engine, error) {
+	if err := checkRedisAddr(ropt); err != nil {
+		if msg := permanentRedisError(err, ropt, shown); msg != "" {
+			return nil, &ExitError{Code: ExitFailure, Err: errors.New(msg)}
+		}
+	}
 	backoff := startBackoffMin
 	for attempt := 1; ; attempt++ {
 		eng, err := engine.New(ecfg) // an Engine is used once: a new one per attempt
@@ -448,6 +454,22 @@ func startEngine(ctx context.Context, ecfg engine.EngineConfig, ropt *redis.Opti
 		}
 		backoff = min(backoff*2, startBackoffMax)
 	}
+}
+
+// checkRedisAddr refuses a TCP address whose port is not a port, before any dial (which
+// go-redis would retry).
+func checkRedisAddr(ropt *redis.Options) error {
+	if ropt.Network == "unix" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(ropt.Addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return &net.AddrError{Err: "invalid port", Addr: ropt.Addr}
+	}
+	return nil
 }
 
 // urlSetting names where the Redis URL comes from, for messages that say what to fix.
