@@ -19,6 +19,7 @@ type unit struct {
 	name     string   // lease unit: the primary stream, or PMUnit for a process manager
 	lanes    []string // every primary lane first, then backfill lanes
 	laneCats []string // the category of each lane
+	guards   []string // per-stream lease keys also held (a process manager's value), see acquire.lua
 }
 
 func (u unit) id() string { return u.sub.group + "\x00" + u.name }
@@ -45,6 +46,9 @@ func (e *Engine) unitFor(s *subscription, key string) unit {
 	u.name = u.lanes[0]
 	if s.pm {
 		u.name = PMUnit(s.group, key)
+		for _, c := range s.categories {
+			u.guards = append(u.guards, LeaseKey(PartitionStream(c, key), s.group))
+		}
 	}
 	return u
 }
@@ -209,7 +213,7 @@ func (e *Engine) discover() error {
 
 	cmds, err := runPipelined(ctx, e.rdb, len(try), func(pipe redis.Pipeliner, i int) *redis.Cmd {
 		u := try[i]
-		keys := []string{LeaseKey(u.name, u.sub.group), GenerationKey(u.sub.group), SessionKey(owner)}
+		keys := append([]string{LeaseKey(u.name, u.sub.group), GenerationKey(u.sub.group), SessionKey(owner)}, u.guards...)
 		return scriptAcquire.EvalSha(ctx, pipe, keys, owner, sessionPrefix)
 	})
 	if err != nil {

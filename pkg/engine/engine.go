@@ -56,6 +56,10 @@ type EngineConfig struct {
 	// Domain is the initialized domain whose handlers (with Func set) the engine runs.
 	Domain *Domain
 	// Client is the Redis client; the caller owns it and closes it after the engine stops.
+	// Set ContextTimeoutEnabled on its options: the engine bounds every call by a context
+	// deadline, and without that option go-redis waits for its own socket timeouts, so a
+	// frozen link can hold a call past the local lease deadline (handlers are still
+	// cancelled at the deadline by a timer).
 	Client redis.UniversalClient
 	// InstanceID names this instance in leases and the registry (default host-pid-random).
 	// It must not contain white space.

@@ -192,9 +192,9 @@ func (e *Engine) leasesReplicated(ctx context.Context, owner string, units []uni
 	}
 	released := 0
 	for _, t := range got {
-		keys := append([]string{LeaseKey(t.u.name, t.u.sub.group), ControlStream()}, t.u.lanes...)
+		keys := append(append([]string{LeaseKey(t.u.name, t.u.sub.group), ControlStream()}, t.u.lanes...), t.u.guards...)
 		token := fmt.Sprintf("%s:%d", owner, t.gen)
-		if scriptRelease.Run(ctx, e.rdb, keys, token, t.u.sub.group, t.u.name, owner).Err() == nil {
+		if scriptRelease.Run(ctx, e.rdb, keys, token, t.u.sub.group, t.u.name, owner, len(t.u.guards)).Err() == nil {
 			released++
 		}
 	}

@@ -144,8 +144,8 @@ func (w *worker) exit() {
 	if w.ctx.Err() == nil && !w.reaped {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if err := w.flushAcks(ctx); err == nil {
-			keys := append([]string{w.leaseKey, ControlStream()}, w.lanes...)
-			args := []any{w.token, w.sub.group, w.u.name, w.consumer}
+			keys := append(append([]string{w.leaseKey, ControlStream()}, w.lanes...), w.u.guards...)
+			args := []any{w.token, w.sub.group, w.u.name, w.consumer, len(w.u.guards)}
 			for _, ent := range w.pending {
 				args = append(args, ent.lane+1, ent.msg.ID, ent.deliveries-1)
 			}
@@ -266,6 +266,7 @@ func (w *worker) reap() {
 	for _, c := range w.u.laneCats {
 		keys = append(keys, GroupRegistry(c))
 	}
+	keys = append(keys, w.u.guards...)
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()
 	res, err := scriptReap.Run(ctx, w.e.rdb, keys, w.token, w.e.cfg.Timing.ReapIdle.Milliseconds(), n, w.u.key).Slice()
