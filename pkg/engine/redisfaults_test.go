@@ -178,9 +178,10 @@ func TestOutOfMemoryRecovers(t *testing.T) {
 	handledAll(t, rdb, keys, 1, 5*time.Second)
 	ctx := context.Background()
 
-	// Fill: a limit just under what is used now.
+	// Full: a limit far under what is used now, so every write that needs memory is
+	// refused for as long as it lasts.
 	used := usedMemory(t, rdb)
-	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-64*1024, 10)).Err(); err != nil {
+	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used/4, 10)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	data := []byte(`{"client_id":"client-0","seq":1}`)
