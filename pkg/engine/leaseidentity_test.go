@@ -38,9 +38,12 @@ func sharedPMDomain(tb testing.TB, sequential bool, fn HandlerFunc) *Domain {
 	return d
 }
 
-// A process manager whose sequential_by flag differs between two running instances: the
-// one that leases correlation values and the one that leases streams never drain one
-// stream at once, and each stream is handled in publish order.
+// A process manager whose sequential_by flag differs between two running instances (a
+// rolling change of the flag): the one that leases correlation values and the one that
+// leases streams never drain one stream at once, and each stream is handled in publish
+// order. While both run, a value whose stream the old instance holds waits for it (the
+// new instance needs every stream of the value); when the old instance leaves, the rest
+// is handled.
 func TestProcessManagerFlagChangeNeverSharesAStream(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -61,16 +64,17 @@ func TestProcessManagerFlagChangeNeverSharesAStream(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 			c.RPush(bg, "t:log:"+stream, fmt.Sprint(m["seq"]))
+			c.Incr(bg, "t:by:"+id)
 			c.Del(bg, "t:in:"+stream)
 			return nil
 		}
 	}
 	only := func(c *EngineConfig) { c.Timing, c.Handlers = fastTiming(time.Second), []string{"Fulfillment"} }
 	startEngineWith(t, srv, sharedPMDomain(t, true, mk("seq")), "seq", only)
-	startEngineWith(t, srv, sharedPMDomain(t, false, mk("plain")), "plain", only)
+	plain := startEngineWith(t, srv, sharedPMDomain(t, false, mk("plain")), "plain", only)
 	d := sharedPMDomain(t, true, nil)
 	values := []string{"o-1", "o-2", "o-3", "o-4"}
-	const n = 60
+	const n = 150
 	for seq := 0; seq < n; seq++ {
 		for _, v := range values {
 			for _, ev := range []struct{ typ, field string }{{"OrderPlaced", "order_id"}, {"PaymentConfirmed", "order_ref"}} {
@@ -84,6 +88,13 @@ func TestProcessManagerFlagChangeNeverSharesAStream(t *testing.T) {
 	var streams []string
 	for _, v := range values {
 		streams = append(streams, "order:"+v, "payment:"+v)
+	}
+	waitFor(t, 10*time.Second, "both instances handling", func() bool {
+		return rdb.Exists(context.Background(), "t:by:seq", "t:by:plain").Val() == 2
+	})
+	time.Sleep(time.Second) // both run side by side
+	if err := plain.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	for _, s := range streams {
 		waitFor(t, 20*time.Second, s+" handled", func() bool {

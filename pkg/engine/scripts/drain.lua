@@ -82,9 +82,11 @@ local function claim_head(stream)
   return r
 end
 
+local missing = {} -- lanes whose stream does not exist (a backfill lane never written)
 for lane = 1, nlanes do
   local stream = KEYS[3 + lane]
   local r = claim_head(stream)
+  if not r then missing[lane] = true end
   if r then
     if r.err then return r end
     if r[2][1] then
@@ -98,7 +100,10 @@ for lane = 1, nlanes do
 end
 local out = {0}
 for lane = 1, nlanes do
-  local last = redis.call('XREVRANGE', KEYS[3 + lane], '+', '-', 'COUNT', 1)
+  local last = {}
+  if not missing[lane] then
+    last = redis.call('XREVRANGE', KEYS[3 + lane], '+', '-', 'COUNT', 1)
+  end
   if last[1] then out[#out + 1] = last[1][1] else out[#out + 1] = '0-0' end
 end
 return out
