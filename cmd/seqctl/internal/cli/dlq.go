@@ -155,6 +155,9 @@ status 2 and nothing changes). Exit status 3 when the entry is not in the DLQ.`,
 			if opts.ID == "" {
 				return usageErrorf(cmd.CommandPath(), "--id is required: the DLQ entry id to replay (see 'seqctl dlq list %s')", opts.Stream)
 			}
+			if err := checkEntryID(cmd.CommandPath(), "--id", opts.ID); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(opts)
 			}

@@ -53,6 +53,7 @@ func TestDLQParse(t *testing.T) {
 			{name: "id and yes", argv: []string{"order:c", "--id", "1-0", "--yes"}, want: DLQReplayOptions{Stream: "order:c", ID: "1-0", Yes: true}},
 			{name: "dry run", argv: []string{"order:c", "--id", "1-0", "--dry-run"}, want: DLQReplayOptions{Stream: "order:c", ID: "1-0", DryRun: true}},
 			{name: "id required", argv: []string{"order:c", "--yes"}, wantErr: "--id is required"},
+			{name: "malformed id", argv: []string{"order:c", "--id", "garbage", "--yes"}, wantErr: `invalid value "garbage" for --id`},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				f := testFactory()
