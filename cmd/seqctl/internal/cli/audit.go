@@ -17,6 +17,8 @@ type AuditOptions struct {
 	IO     *IOStreams
 	Admin  AdminOpener
 	Output string
+	// NoHeaders drops the table header (--no-headers).
+	NoHeaders bool
 	// Since keeps the actions of the last Since (0: all of them).
 	Since time.Duration
 	Ctx   context.Context
@@ -52,7 +54,7 @@ reason and the detail.`,
   $ seqctl audit -o json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx = f.Global.Output, cmd.Context()
+			opts.Output, opts.NoHeaders, opts.Ctx = f.Global.Output, f.Global.NoHeaders, cmd.Context()
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
@@ -106,11 +108,11 @@ func auditRun(opts *AuditOptions) error {
 		return exitFor(err)
 	}
 	ios := opts.IO
-	if opts.Output == "json" {
+	if structured(opts.Output) {
 		if entries == nil {
 			entries = []admin.AuditEntry{} // always an array
 		}
-		return writeJSON(ios.Out, entries)
+		return writeData(ios.Out, opts.Output, entries)
 	}
 	if len(entries) == 0 {
 		if ios.IsTerminal {
@@ -123,8 +125,7 @@ func auditRun(opts *AuditOptions) error {
 	if wide {
 		header = append(header, "REASON", "DETAIL")
 	}
-	// OUTCOME is last: its colour codes cannot upset the alignment of a column after it.
-	t := newTablePrinter(ios, append(header, "OUTCOME")...)
+	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, append(header, "OUTCOME")...)
 	for _, e := range entries {
 		row := []string{fmtTime(&e.Time), orDash(e.User), orDash(e.Host), orDash(e.Command), orDash(e.Stream), orDash(e.Handler), orDash(e.EntryID)}
 		if wide {

@@ -70,7 +70,8 @@ func TestDynamicCompletion(t *testing.T) {
 		{"only one stream", []string{"dlq", "list", "order:client-1", ""}, nil},
 		{"handlers", []string{"head", "skip", "order:client-1", "--handler", "O"}, []string{"OrderProjector"}},
 		{"dlq ids", []string{"dlq", "replay", "order:client-1", "--id", ""}, []string{"1738318000000-0\tOrderPlaced: projector: total must be positive …"}},
-		{"sort values", []string{"partitions", "list", "--sort", ""}, []string{"name", "lag", "age"}},
+		{"sort values", []string{"partitions", "list", "--sort", ""}, []string{"name", "backlog", "lag", "age", "dlq"}},
+		{"state values", []string{"partitions", "list", "--state", ""}, []string{"running", "idle", "halted", "unowned"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -34,8 +34,10 @@ type DLQListOptions struct {
 	IO     *IOStreams
 	Admin  AdminOpener
 	Output string
-	Stream string
-	Ctx    context.Context
+	// NoHeaders drops the table header (--no-headers).
+	NoHeaders bool
+	Stream    string
+	Ctx       context.Context
 }
 
 func newCmdDLQList(f *Factory, runF func(*DLQListOptions) error) *cobra.Command {
@@ -56,7 +58,7 @@ STREAM is the partition ({category}:{key}) or its DLQ ({category}:{key}:dlq).`,
 		Args:              streamArg,
 		ValidArgsFunction: completeStreams(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx, opts.Stream = f.Global.Output, cmd.Context(), args[0]
+			opts.Output, opts.NoHeaders, opts.Ctx, opts.Stream = f.Global.Output, f.Global.NoHeaders, cmd.Context(), args[0]
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
@@ -81,11 +83,11 @@ func dlqListRun(opts *DLQListOptions) error {
 		return exitFor(err)
 	}
 	ios := opts.IO
-	if opts.Output == "json" {
+	if structured(opts.Output) {
 		if entries == nil {
 			entries = []admin.DLQEntry{} // always an array
 		}
-		return writeJSON(ios.Out, entries)
+		return writeData(ios.Out, opts.Output, entries)
 	}
 	if len(entries) == 0 {
 		if ios.IsTerminal {
@@ -97,7 +99,7 @@ func dlqListRun(opts *DLQListOptions) error {
 	if opts.Output == "wide" {
 		header = append(header, "LANE", "REASON")
 	}
-	t := newTablePrinter(ios, append(header, "ERROR")...)
+	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, append(header, "ERROR")...)
 	for _, e := range entries {
 		row := []string{e.ID, orDash(e.OriginalID), orDash(e.Handler), orDash(e.Envelope.Type), orDash(e.Envelope.ID),
 			strconv.Itoa(e.Attempts), fmtTime(e.MovedAt), orDash(e.MovedBy)}
@@ -198,8 +200,8 @@ func dlqReplayRun(opts *DLQReplayOptions) error {
 	}
 	e := plan.Entry
 	if opts.DryRun {
-		if opts.Output == "json" {
-			return writeJSON(ios.Out, struct {
+		if structured(opts.Output) {
+			return writeData(ios.Out, opts.Output, struct {
 				*admin.ReplayPlan
 				DryRun bool `json:"dry_run"`
 			}{plan, true})
@@ -234,8 +236,8 @@ func dlqReplayRun(opts *DLQReplayOptions) error {
 	if res.Warning != "" {
 		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.Warning)
 	}
-	if opts.Output == "json" {
-		return writeJSON(ios.Out, res)
+	if structured(opts.Output) {
+		return writeData(ios.Out, opts.Output, res)
 	}
 	fmt.Fprintf(ios.Out, "%s Replayed %s as %s at the tail of %s (event %s): its position changed, it now follows everything published before the replay.\n",
 		ios.Green("✓"), res.DLQID, res.EntryID, res.Stream, res.EventID)

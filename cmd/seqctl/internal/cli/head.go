@@ -111,8 +111,8 @@ func headShowRun(opts *HeadShowOptions) error {
 	if err != nil {
 		return exitFor(err)
 	}
-	if opts.Output == "json" {
-		return writeJSON(opts.IO.Out, h)
+	if structured(opts.Output) {
+		return writeData(opts.IO.Out, opts.Output, h)
 	}
 	if !opts.IO.IsTerminal {
 		return printHeadRows(opts.IO, h)
@@ -451,7 +451,7 @@ func headActionRun(opts *HeadActionOptions) error {
 		moved := &engine.HeadMovedError{Expected: opts.ExpectID, Head: head.ID}
 		return refuse(opts.ExpectID, admin.OutcomeHeadMoved, &ExitError{Code: ExitConflict, Err: moved})
 	}
-	if opts.ExpectID == "" && opts.Output != "json" {
+	if opts.ExpectID == "" && !structured(opts.Output) {
 		fmt.Fprintf(ios.ErrOut, "Current head of %s for %s:\n", opts.Stream, opts.Handler)
 		fmt.Fprintf(ios.ErrOut, "  %s on %s: %s, %d attempts, age %s\n", head.ID, head.Lane, head.Status, head.Attempts, fmtMS(head.AgeMS))
 		fmt.Fprintf(ios.ErrOut, "  event       %s\n", envelopeLine(head.Envelope))
@@ -476,8 +476,8 @@ func headActionRun(opts *HeadActionOptions) error {
 
 	if opts.DryRun {
 		res := &admin.ActionResult{Action: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, EntryID: head.ID, Outcome: "dry_run"}
-		if opts.Output == "json" {
-			return writeJSON(ios.Out, struct {
+		if structured(opts.Output) {
+			return writeData(ios.Out, opts.Output, struct {
 				*admin.ActionResult
 				DryRun bool        `json:"dry_run"`
 				Head   *admin.Head `json:"head"`
@@ -515,8 +515,8 @@ func headActionRun(opts *HeadActionOptions) error {
 	if res.AuditWarning != "" {
 		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.AuditWarning)
 	}
-	if opts.Output == "json" {
-		return writeJSON(ios.Out, res)
+	if structured(opts.Output) {
+		return writeData(ios.Out, opts.Output, res)
 	}
 	fmt.Fprintf(ios.Out, "%s %s\n", ios.Green("✓"), text.done(res))
 	return nil

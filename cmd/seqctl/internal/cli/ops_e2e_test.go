@@ -152,7 +152,7 @@ func (w *opsWorld) haltA(t *testing.T, withConfig bool) engine.Published {
 	})
 	p := rows[0]
 	if p.Stream != "order:A" || p.Handler != "Projector" || p.State != admin.StateHalted || p.HaltedEntryID != poison.EntryID ||
-		!strings.HasPrefix(p.Owner, "w1.") || p.Generation <= 0 || p.LeaseTTLMS <= 0 || p.HeadAgeMS < 0 {
+		!strings.HasPrefix(p.Owner, "w1.") || p.Generation <= 0 || p.LeaseRemainingMS <= 0 || p.HeadAgeMS < 0 {
 		t.Fatalf("halted row = %+v, want order:A halted on %s, owned by w1", p, poison.EntryID)
 	}
 	if diff := cmp.Diff([]string{"0", "1"}, w.log(t, "A")); diff != "" {

@@ -36,7 +36,7 @@ type PublishOptions struct {
 	Priority int
 	// ID is the event id (--id; "" assigns a random one). Single event only.
 	ID string
-	// Output is the global -o: "json", or text for anything else ("", "table", "wide").
+	// Output is the global -o: "json" or "yaml", or text for anything else ("", "table", "wide").
 	Output string
 	// ProgressTTY says stderr is a terminal: a file publish draws a progress bar there.
 	ProgressTTY bool
@@ -222,10 +222,8 @@ func publishRun(ctx context.Context, opts *PublishOptions) error {
 	}
 	out := opts.IO.Out
 	switch {
-	case opts.Output == "json":
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+	case structured(opts.Output):
+		return writeData(out, opts.Output, res)
 	case opts.IO.IsTerminal:
 		_, err = fmt.Fprintf(out, "%s published %s %s to %s as entry %s\n",
 			opts.IO.Green("✓"), res.Type, opts.IO.Gray(res.EventID), opts.IO.Bold(res.Stream), res.EntryID)
@@ -297,7 +295,7 @@ func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error 
 	}
 	// On a pipe, one row per published event (buffered: a big file is many rows).
 	rows := bufio.NewWriter(ios.Out)
-	printRows := opts.Output != "json" && !ios.IsTerminal
+	printRows := !structured(opts.Output) && !ios.IsTerminal
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
 	lineNo := 0
@@ -341,10 +339,8 @@ func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error 
 	if abort != nil {
 		sum.Aborted = abort.Error()
 	}
-	if opts.Output == "json" {
-		enc := json.NewEncoder(ios.Out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(sum); err != nil {
+	if structured(opts.Output) {
+		if err := writeData(ios.Out, opts.Output, sum); err != nil {
 			return err
 		}
 	}

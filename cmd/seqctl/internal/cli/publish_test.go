@@ -46,7 +46,7 @@ func TestPublishParse(t *testing.T) {
 		{name: "data with trailing garbage", argv: []string{"--event", "X", "--data", "{} {}"}, wantErr: "--data is not valid JSON"},
 		{name: "bare @", argv: []string{"--data", "@"}, wantErr: "--data @ needs a file name"},
 		{name: "id with a file", argv: []string{"--data", "@x.jsonl", "--id", "e-1"}, wantErr: "--id names one event"},
-		{name: "bad output", argv: []string{"--event", "X", "--data", "{}", "-o", "yaml"}, wantErr: `invalid value "yaml" for --output`},
+		{name: "bad output", argv: []string{"--event", "X", "--data", "{}", "-o", "csv"}, wantErr: `invalid value "csv" for --output`},
 		{
 			name: "table output is text",
 			argv: []string{"--event", "X", "--data", "{}", "-o", "table"},

@@ -113,7 +113,7 @@ func (s *adminSource) Snapshot(ctx context.Context) (tui.Snapshot, error) {
 		snap.Partitions = append(snap.Partitions, tui.Partition{
 			Category: p.Category, Key: p.Key, Stream: p.Stream, Handler: p.Handler,
 			Owner: inst, Generation: p.Generation,
-			LeaseTTL: time.Duration(p.LeaseTTLMS) * time.Millisecond,
+			LeaseTTL: time.Duration(p.LeaseRemainingMS) * time.Millisecond,
 			Lag:      p.Lag, Pending: p.Pending,
 			HeadAge:       time.Duration(p.HeadAgeMS) * time.Millisecond,
 			State:         string(p.State),

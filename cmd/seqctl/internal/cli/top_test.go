@@ -47,7 +47,7 @@ func TestTopParse(t *testing.T) {
 func TestAdminSourceAdapter(t *testing.T) {
 	fa := &fakeAdmin{
 		partitions: []admin.Partition{
-			{Category: "order", Key: "A", Stream: "order:A", Handler: "P", Owner: "i1.2", Generation: 7, LeaseTTLMS: 900,
+			{Category: "order", Key: "A", Stream: "order:A", Handler: "P", Owner: "i1.2", Generation: 7, LeaseRemainingMS: 900,
 				Lag: 3, Pending: 1, HeadAgeMS: 1500, State: admin.StateHalted, HaltedEntryID: "5-0", Handled: 40},
 			{Category: "order", Key: "B", Stream: "order:B", Handler: "P", State: admin.StateUnowned},
 		},
