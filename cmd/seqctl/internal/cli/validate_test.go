@@ -193,6 +193,35 @@ func TestValidateJSON(t *testing.T) {
 	}
 }
 
+// validate -o json on an invalid file prints the problems as JSON on stdout (exit 2),
+// and the unknown key and the registration problem come in the same run.
+func TestValidateJSONProblems(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	repoRoot(t)
+	file := "testdata/invalid/unknown_key_and_sequential_by.toml"
+	r := runCLI(t, false, "validate", "--config", file, "-o", "json")
+	if r.Code != ExitUsage {
+		t.Errorf("exit code = %d, want 2", r.Code)
+	}
+	golden(t, "testdata/invalid/unknown_key_and_sequential_by.json.golden", r.Stdout)
+	var got validateProblems
+	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, r.Stdout)
+	}
+	if got.Valid || got.File != file || len(got.Problems) != 2 || got.Problems[0].Line != 12 || got.Problems[1].Path != "handlers[0].max_retry" {
+		t.Errorf("problems = %+v, want the sequential_by problem (line 12) and the unknown key (line 17)", got)
+	}
+	if !strings.Contains(r.Stderr, file+":17: handlers[0].max_retry: unknown key") {
+		t.Errorf("stderr lacks the problem lines:\n%s", r.Stderr)
+	}
+	// A file that does not parse at all still gets its JSON.
+	bad := writeConfig(t, "name = \"x\"\n[broker\n")
+	r = runCLI(t, false, "validate", "--config", bad, "-o", "json")
+	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil || r.Code != ExitUsage || len(got.Problems) == 0 {
+		t.Errorf("syntax error: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
+	}
+}
+
 // TestValidateGoldens pins the exact output of 'seqctl validate' for the repository's
 // example and for every testdata/invalid file. Run go test ./cmd/... -update to rewrite
 // them after an intended change.
