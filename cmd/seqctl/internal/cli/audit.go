@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,19 +22,28 @@ type AuditOptions struct {
 	NoHeaders bool
 	// Since keeps the actions of the last Since (0: all of them).
 	Since time.Duration
-	Ctx   context.Context
+	// Limit keeps the newest Limit actions, newest first (0: all, oldest first).
+	Limit int
+	// Stream and Outcome keep the actions on this stream, with this outcome.
+	Stream  string
+	Outcome string
+	Ctx     context.Context
 }
+
+// auditOutcomes are the values of audit --outcome.
+var auditOutcomes = []string{admin.OutcomeOK, admin.OutcomeHeadMoved, admin.OutcomeNotHalted, admin.OutcomeNotPending,
+	admin.OutcomeEntryGone, admin.OutcomeNotFound, admin.OutcomeRefused, admin.OutcomeDeclined, admin.OutcomeFailed}
 
 func newCmdAudit(f *Factory, runF func(*AuditOptions) error) *cobra.Command {
 	opts := &AuditOptions{IO: f.IOStreams, Admin: f.openAdmin}
 	var since string
 	cmd := &cobra.Command{
-		Use:   "audit [--since DURATION]",
+		Use:   "audit [--since DURATION] [--limit N] [--stream S] [--outcome O]",
 		Short: "List every operator action: time, user, host, command, stream, handler, entry, outcome",
 		Long: `List the operator actions recorded in Redis (the __seqctl__:audit stream, capped at
-about 100,000 entries), oldest first: when (Redis time), the user and host, the command
-(head skip, head dlq, head retry, dlq replay), the stream, the handler, the entry id and
-the outcome. Refused and failed attempts are recorded too:
+about 100,000 entries), oldest first, or the newest N first with --limit N: when (Redis
+time), the user and host, the command (head skip, head dlq, head retry, dlq replay, dlq
+purge), the stream, the handler, the entry id and the outcome. Refused and failed attempts are recorded too:
 
   ok           done
   head_moved   the head was not the expected entry; nothing changed
@@ -45,10 +55,14 @@ the outcome. Refused and failed attempts are recorded too:
   declined     the operator answered no; nothing changed
   failed       another error (the detail says which)
 
---since takes a duration such as 90m, 12h or 7d (default: everything). -o wide adds the
-reason and the detail.`,
+--since takes a duration such as 90m, 12h or 7d (default: everything). --stream keeps
+the actions on one partition (its DLQ included), --outcome those with one outcome. -o wide
+adds the reason and the detail.`,
 		Example: `  # the last day
   $ seqctl audit --since 24h
+
+  # the ten newest refusals on one partition
+  $ seqctl audit --limit 10 --stream order:client-123 --outcome head_moved
 
   # everything, as JSON
   $ seqctl audit -o json`,
@@ -65,13 +79,25 @@ reason and the detail.`,
 				}
 				opts.Since = d
 			}
+			if opts.Limit < 0 {
+				return usageErrorf(cmd.CommandPath(), "invalid value %d for --limit: want a positive number of actions (0 for all)", opts.Limit)
+			}
+			if opts.Outcome != "" && !slices.Contains(auditOutcomes, opts.Outcome) {
+				return usageErrorf(cmd.CommandPath(), "invalid value %q for --outcome: want one of %s", opts.Outcome, strings.Join(auditOutcomes, ", "))
+			}
 			if runF != nil {
 				return runF(opts)
 			}
 			return auditRun(opts)
 		},
 	}
-	cmd.Flags().StringVar(&since, "since", "", "only the actions of the last DURATION (e.g. 90m, 12h, 7d)")
+	fl := cmd.Flags()
+	fl.StringVar(&since, "since", "", "only the actions of the last DURATION (e.g. 90m, 12h, 7d)")
+	fl.IntVarP(&opts.Limit, "limit", "n", 0, "only the newest N actions, newest first")
+	fl.StringVar(&opts.Stream, "stream", "", "only the actions on this partition ({category}:{key}) or its DLQ")
+	fl.StringVar(&opts.Outcome, "outcome", "", "only the actions with this outcome: "+strings.Join(auditOutcomes, ", "))
+	_ = cmd.RegisterFlagCompletionFunc("outcome", cobra.FixedCompletions(auditOutcomes, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("stream", completeStreams(f))
 	return cmd
 }
 
@@ -103,7 +129,7 @@ func auditRun(opts *AuditOptions) error {
 		return exitFor(err)
 	}
 	defer closeAdm()
-	entries, err := adm.Audit(ctx, opts.Since)
+	entries, err := adm.AuditEntries(ctx, admin.AuditQuery{Since: opts.Since, Limit: opts.Limit, Stream: opts.Stream, Outcome: opts.Outcome})
 	if err != nil {
 		return exitFor(err)
 	}

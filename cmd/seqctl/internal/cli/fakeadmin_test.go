@@ -43,7 +43,11 @@ type fakeAdmin struct {
 	replayErr  error
 	replays    int
 	audit      []admin.AuditEntry
-	auditSince time.Duration
+	auditQuery admin.AuditQuery
+	dlqs       []admin.DLQSummary
+	purges     []string
+	purgeErr   error
+	replayed   []string
 	streams    []string
 }
 
@@ -93,8 +97,9 @@ func (f *fakeAdmin) PlanReplay(context.Context, string, string) (*admin.ReplayPl
 	return f.plan, f.planErr
 }
 
-func (f *fakeAdmin) Replay(context.Context, string, string, admin.Actor) (*admin.ReplayResult, error) {
+func (f *fakeAdmin) Replay(_ context.Context, _, id string, _ admin.Actor) (*admin.ReplayResult, error) {
 	f.replays++
+	f.replayed = append(f.replayed, id)
 	return f.replay, f.replayErr
 }
 
@@ -103,9 +108,19 @@ func (f *fakeAdmin) Record(_ context.Context, e admin.AuditEntry) error {
 	return nil
 }
 
-func (f *fakeAdmin) Audit(_ context.Context, since time.Duration) ([]admin.AuditEntry, error) {
-	f.auditSince = since
+func (f *fakeAdmin) AuditEntries(_ context.Context, q admin.AuditQuery) ([]admin.AuditEntry, error) {
+	f.auditQuery = q
 	return f.audit, nil
+}
+
+func (f *fakeAdmin) DLQs(context.Context) ([]admin.DLQSummary, error) { return f.dlqs, nil }
+
+func (f *fakeAdmin) PurgeDLQ(_ context.Context, stream, through string, _ admin.Actor) (*admin.PurgeResult, error) {
+	f.purges = append(f.purges, through)
+	if f.purgeErr != nil {
+		return nil, f.purgeErr
+	}
+	return &admin.PurgeResult{Stream: stream, DLQStream: stream + ":dlq", Through: through, Removed: int64(len(f.dlq)), Outcome: admin.OutcomeOK}, nil
 }
 
 func (f *fakeAdmin) Streams(context.Context) ([]string, error) { return f.streams, nil }

@@ -76,7 +76,9 @@ type Admin interface {
 	PlanReplay(ctx context.Context, stream, id string) (*admin.ReplayPlan, error)
 	Replay(ctx context.Context, stream, id string, actor admin.Actor) (*admin.ReplayResult, error)
 	Record(ctx context.Context, e admin.AuditEntry) error
-	Audit(ctx context.Context, since time.Duration) ([]admin.AuditEntry, error)
+	AuditEntries(ctx context.Context, q admin.AuditQuery) ([]admin.AuditEntry, error)
+	DLQs(ctx context.Context) ([]admin.DLQSummary, error)
+	PurgeDLQ(ctx context.Context, stream, through string, actor admin.Actor) (*admin.PurgeResult, error)
 	Streams(ctx context.Context) ([]string, error)
 	Instances(ctx context.Context) ([]admin.Instance, error)
 }
