@@ -49,6 +49,7 @@ type fakeAdmin struct {
 	purgeErr   error
 	replayed   []string
 	streams    []string
+	instances  []admin.Instance
 }
 
 func (f *fakeAdmin) ListPartitions(_ context.Context, flt admin.Filter) ([]admin.Partition, error) {
@@ -125,7 +126,7 @@ func (f *fakeAdmin) PurgeDLQ(_ context.Context, stream, through string, _ admin.
 
 func (f *fakeAdmin) Streams(context.Context) ([]string, error) { return f.streams, nil }
 
-func (f *fakeAdmin) Instances(context.Context) ([]admin.Instance, error) { return nil, nil }
+func (f *fakeAdmin) Instances(context.Context) ([]admin.Instance, error) { return f.instances, nil }
 
 // term describes the test's terminal: stdout and stdin.
 type ttyMode struct{ out, in bool }

@@ -156,6 +156,9 @@ The listing is pipelined: a few round trips to Redis however many partitions the
 	fl.StringVar(&opts.Sort, "sort", "name", "order: name, backlog, lag (largest first), age (oldest head first) or dlq (longest first)")
 	fl.BoolVarP(&opts.Watch, "watch", "w", false, "refresh every --interval until interrupted")
 	fl.DurationVar(&opts.Interval, "interval", 2*time.Second, "refresh period of --watch")
+	_ = cmd.RegisterFlagCompletionFunc("category", completeCategories(f))
+	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
+	_ = cmd.RegisterFlagCompletionFunc("owner", completeOwners(f))
 	_ = cmd.RegisterFlagCompletionFunc("sort", cobra.FixedCompletions(sortOrders, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions([]string{"running", "idle", "halted", "unowned"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
