@@ -211,9 +211,10 @@ type model struct {
 	statusKind statusKind
 	statusAt   time.Time // when the status was set; it expires (statusTTL)
 
-	// selGone: the partition the operator selected (selRef) is no longer listed; the
-	// cursor row is not a selection until the operator moves it.
-	selGone bool
+	// chosen: the operator moved the cursor, so selRef is their choice and sticks to its
+	// partition. selGone: that partition is no longer listed; the cursor row is not a
+	// selection until the operator moves it.
+	chosen, selGone bool
 	// sortDesc reverses the sort key's order.
 	sortDesc bool
 	// filterErr says why a word of the filter was not understood.
@@ -441,24 +442,27 @@ func (m *model) refilter() {
 		}
 	}
 	m.cursor = min(m.cursor, max(len(m.rows)-1, 0))
-	if p, ok := m.cursorPartition(); ok && m.selRef == (PartitionRef{}) {
-		m.selRef = p.Ref() // the first row is selected until the operator moves
-	}
-	if m.selRef != (PartitionRef{}) {
-		m.selGone = true
-		for n, i := range m.rows {
-			if m.snap.Partitions[i].Ref() == m.selRef {
-				m.cursor, m.selGone = n, false
-				break
-			}
+	found := false
+	for n, i := range m.rows {
+		if m.snap.Partitions[i].Ref() == m.selRef {
+			m.cursor, found = n, true
+			break
 		}
+	}
+	wasGone := m.selGone
+	m.selGone = !found && m.chosen
+	if p, ok := m.cursorPartition(); ok && !found && !m.chosen {
+		m.selRef = p.Ref() // nothing chosen yet: the row under the cursor is the selection
+	}
+	if m.selGone && !wasGone {
+		m.setStatus(statusInfo, m.goneText())
 	}
 	m.keepOnScreen()
 }
 
 // choose makes the row under the cursor the selection: the operator moved the cursor.
 func (m *model) choose() {
-	m.selGone = false
+	m.selGone, m.chosen = false, true
 	m.syncSelection()
 }
 
