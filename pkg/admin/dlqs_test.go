@@ -133,3 +133,29 @@ func TestAuditEntries(t *testing.T) {
 		})
 	}
 }
+
+// A partition published before braces were refused in keys is still listed, so an
+// operator sees it (the engine's discovery decides whether it is still read).
+func TestListPartitionsKeepsLegacyKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	rdb.SAdd(ctx, "order:__partitions__", "{legacy}", "client-1")
+	rdb.SAdd(ctx, "order:__groups__", "H")
+	addDLQ(t, rdb, "order:{legacy}", "1-0")
+	addDLQ(t, rdb, "order:client-1", "1-0")
+	ps, err := admin.New(rdb, admin.Options{}).ListPartitions(ctx, admin.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, p := range ps {
+		keys = append(keys, p.Key)
+	}
+	if diff := cmp.Diff([]string{"client-1", "{legacy}"}, keys); diff != "" {
+		t.Errorf("keys (-want +got):\n%s", diff)
+	}
+	if _, err := admin.New(rdb, admin.Options{}).ParseStream("order:{legacy}"); err != nil {
+		t.Errorf("ParseStream of a legacy key: %v", err)
+	}
+}

@@ -391,7 +391,7 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 		keys := members[i].Val()
 		slices.SortFunc(keys, NaturalCompare)
 		for _, k := range keys {
-			if engine.ValidateKey(k, a.opts.BackfillSuffix) != nil {
+			if engine.ValidateStreamKey(k, a.opts.BackfillSuffix) != nil {
 				continue // never written by the publisher; the engine ignores it too
 			}
 			if f.KeyGlob != "" {
@@ -667,7 +667,7 @@ func (a *Admin) Streams(ctx context.Context) ([]string, error) {
 	var out []string
 	for i, c := range cats {
 		for _, k := range members[i].Val() {
-			if engine.ValidateKey(k, a.opts.BackfillSuffix) == nil {
+			if engine.ValidateStreamKey(k, a.opts.BackfillSuffix) == nil {
 				out = append(out, engine.PartitionStream(c, k))
 			}
 		}

@@ -168,6 +168,20 @@ func ValidateKey(key, backfillSuffix string) error {
 	return nil
 }
 
+// ValidateStreamKey applies only the rules a stream name needs (empty, too long, ':',
+// reserved token, sentinel form): the rules of ValidateKey before control characters and
+// braces were refused. Code that reads partitions already in Redis (listing, operator
+// tools) uses it, so a partition published under the earlier rules stays visible and
+// can be resolved; new keys go through ValidateKey.
+func ValidateStreamKey(key, backfillSuffix string) error {
+	err := ValidateKey(key, backfillSuffix)
+	var ike *InvalidKeyError
+	if errors.As(err, &ike) && (ike.Rule == KeyControlChar || ike.Rule == KeyHasBrace) {
+		return nil
+	}
+	return err
+}
+
 // hasControl reports a byte 0x00-0x1F or 0x7F (bytes, not runes: invalid UTF-8 is
 // checked byte by byte too).
 func hasControl(s string) bool {

@@ -244,3 +244,18 @@ func TestClipKeepsHeadAndTail(t *testing.T) {
 		t.Fatal("a short reason must stay whole")
 	}
 }
+
+// ValidateStreamKey keeps partitions published before control characters and braces
+// were refused readable, and refuses everything a stream name cannot hold.
+func TestValidateStreamKey(t *testing.T) {
+	for _, k := range []string{"{legacy}", "a\nb", "client-1"} {
+		if err := ValidateStreamKey(k, ""); err != nil {
+			t.Errorf("ValidateStreamKey(%q) = %v, want nil", k, err)
+		}
+	}
+	for _, k := range []string{"", "a:b", "dlq", "backfill", "__x__", strings.Repeat("k", 256)} {
+		if err := ValidateStreamKey(k, ""); err == nil {
+			t.Errorf("ValidateStreamKey(%q) = nil, want the stream-name rule", k)
+		}
+	}
+}
