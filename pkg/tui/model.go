@@ -64,7 +64,7 @@ func (s sortKey) String() string {
 	case sortHandler:
 		return "handler"
 	}
-	return "lag"
+	return "backlog"
 }
 
 // sortColumn is the column whose title carries the sort mark.
@@ -232,7 +232,7 @@ type model struct {
 type summary struct {
 	streams                                      int
 	total, running, idle, halted, unowned, other int
-	lag, maxLag                                  int64
+	lag, maxLag                                  int64 // backlog: lag + pending
 	alive, stale                                 int
 }
 
@@ -324,8 +324,8 @@ func (m *model) apply(s Snapshot, now time.Time) {
 		default:
 			sum.other++
 		}
-		sum.lag += max(p.Lag, 0) // -1: unknown
-		sum.maxLag = max(sum.maxLag, p.Lag)
+		sum.lag += max(p.Backlog(), 0) // -1: unknown
+		sum.maxLag = max(sum.maxLag, p.Backlog())
 		hay[i] = haystack(p)
 		want[colKey] = max(want[colKey], textWidth(p.Key))
 		want[colCategory] = max(want[colCategory], textWidth(p.Category))
@@ -340,6 +340,7 @@ func (m *model) apply(s Snapshot, now time.Time) {
 	}
 	sum.streams = len(streams)
 	want[colBar] = 1 << 10 // the bar takes whatever is left
+	want[colLag] = 8       // "BACKLOG▼"; 7 on a narrow terminal
 
 	m.rateKnown = false
 	if dt := s.Taken.Sub(prev.Taken); hadPrev && handled > 0 && dt > 0 {
@@ -396,7 +397,7 @@ func (m *model) resort() {
 		var c int
 		switch by {
 		case sortLag:
-			c = cmp.Compare(pb.Lag, pa.Lag)
+			c = cmp.Compare(pb.Backlog(), pa.Backlog())
 		case sortHeadAge:
 			c = cmp.Compare(pb.HeadAge, pa.HeadAge)
 		case sortPending:

@@ -221,3 +221,24 @@ func TestPartitionsCountStreams(t *testing.T) {
 		t.Errorf("header lacks \"partitions 8  rows 9\":\n%s", v)
 	}
 }
+
+// A partition whose entries were read ahead (lag 0, pending 5) shows a backlog of 5, not
+// 0, and sorts by it.
+func TestBacklogCountsReadAhead(t *testing.T) {
+	s := fixture(false)
+	s.Partitions[2] = part("client-3", StateRunning, 0, time.Minute)
+	s.Partitions[2].Pending = 5
+	s.Partitions[4].Lag = -1 // unknown
+	h := newHarness(t, newFake(s), Options{}, 120, 40)
+	p, _ := h.m.lookup(PartitionRef{"order", "client-3", "projector"})
+	if got := h.m.partitionCell(&p, colLag, nil); got != "5" {
+		t.Errorf("backlog cell %q, want 5", got)
+	}
+	u, _ := h.m.lookup(PartitionRef{"order", "client-5", "projector"})
+	if got := h.m.partitionCell(&u, colLag, nil); got != "?" {
+		t.Errorf("unknown backlog cell %q, want ?", got)
+	}
+	if got := h.keys(); got[3] != "eu-west" || got[4] != "client-3" || got[5] != "client-2" {
+		t.Errorf("backlog order %v: client-3 (5) belongs between eu-west (56) and client-2 (4)", got)
+	}
+}

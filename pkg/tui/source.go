@@ -106,6 +106,16 @@ type Partition struct {
 	Handled int64
 }
 
+// Backlog is the number of entries the handler has not handled yet: those not delivered
+// (Lag) and those delivered and not acknowledged (Pending: the one in the handler and
+// those read ahead with it). -1 when Lag is unknown.
+func (p Partition) Backlog() int64 {
+	if p.Lag < 0 {
+		return -1
+	}
+	return p.Lag + p.Pending
+}
+
 // Ref names the partition.
 func (p Partition) Ref() PartitionRef {
 	return PartitionRef{Category: p.Category, Key: p.Key, Handler: p.Handler}

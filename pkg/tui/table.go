@@ -55,7 +55,7 @@ var partitionCols = []column{
 	{id: colOwner, title: "OWNER", min: 8, max: 24, drop: 3},
 	{id: colGen, title: "GEN", min: 5, max: 5, right: true, drop: 1},
 	{id: colLease, title: "LEASE", min: 6, max: 6, right: true, drop: 2},
-	{id: colLag, title: "LAG", min: 7, max: 7, right: true},
+	{id: colLag, title: "BACKLOG", min: 7, max: 8, right: true},
 	{id: colBar, title: "", min: 5, max: 20, drop: 4},
 	{id: colPending, title: "PENDING", min: 7, max: 7, right: true, drop: 5},
 	{id: colHeadAge, title: "HEAD AGE", min: 9, max: 9, right: true},
@@ -203,12 +203,12 @@ func (m *model) partitionCell(p *Partition, id colID, widths []int) string {
 		}
 		return fmtDurOr(p.LeaseTTL)
 	case colLag:
-		if p.Lag < 0 {
+		if p.Backlog() < 0 {
 			return "?"
 		}
-		return fmtCount(p.Lag)
+		return fmtCount(p.Backlog())
 	case colBar:
-		return lagBar(p.Lag, m.sum.maxLag, widths[colBar])
+		return lagBar(p.Backlog(), m.sum.maxLag, widths[colBar])
 	case colPending:
 		return fmtCount(p.Pending)
 	case colHeadAge:

@@ -568,17 +568,17 @@ func TestLayoutColumns(t *testing.T) {
 		}
 		return out
 	}
-	all := []string{"KEY", "CATEGORY", "HANDLER", "OWNER", "GEN", "LEASE", "LAG", "", "PENDING", "HEAD AGE", "STATE"}
+	all := []string{"KEY", "CATEGORY", "HANDLER", "OWNER", "GEN", "LEASE", "BACKLOG", "", "PENDING", "HEAD AGE", "STATE"}
 	for _, tt := range []struct {
 		width int
 		want  []string
 	}{
 		{120, all},
 		{96, all},
-		{90, []string{"KEY", "CATEGORY", "HANDLER", "OWNER", "LEASE", "LAG", "", "PENDING", "HEAD AGE", "STATE"}},
-		{80, []string{"KEY", "CATEGORY", "HANDLER", "LAG", "", "PENDING", "HEAD AGE", "STATE"}},
-		{60, []string{"KEY", "CATEGORY", "HANDLER", "LAG", "HEAD AGE", "STATE"}},
-		{40, []string{"KEY", "LAG", "HEAD AGE", "STATE"}},
+		{90, []string{"KEY", "CATEGORY", "HANDLER", "OWNER", "LEASE", "BACKLOG", "", "PENDING", "HEAD AGE", "STATE"}},
+		{80, []string{"KEY", "CATEGORY", "HANDLER", "BACKLOG", "", "PENDING", "HEAD AGE", "STATE"}},
+		{60, []string{"KEY", "CATEGORY", "HANDLER", "BACKLOG", "HEAD AGE", "STATE"}},
+		{40, []string{"KEY", "BACKLOG", "HEAD AGE", "STATE"}},
 	} {
 		if diff := cmp.Diff(tt.want, titles(tt.width)); diff != "" {
 			t.Errorf("width %d (-want +got):\n%s", tt.width, diff)

@@ -173,7 +173,7 @@ func (m *model) countSegments(compact bool) []segment {
 	if s.other > 0 {
 		segs = append(segs, count("other", int64(s.other), st.value, 30))
 	}
-	return append(segs, segment{m.labelled("lag", lag(s.lag), st.value), 70})
+	return append(segs, segment{m.labelled("backlog", lag(s.lag), st.value), 70})
 }
 
 // viewBanner is the two Redis-unreachable lines: what is shown and when the next attempt
@@ -305,7 +305,8 @@ func (m *model) viewHelpBox(w int) string {
 	h := m.help
 	h.Width = inner
 	legend := wrapLines("! marks a halted partition (always on top, whatever the sort), > the cursor; "+
-		"the bar after LAG is the lag relative to the largest. An action needs a halted head and y "+
+		"BACKLOG counts the entries not handled yet (not delivered, plus delivered and read ahead); "+
+		"the bar after it is the backlog relative to the largest. An action needs a halted head and y "+
 		"to confirm, and does nothing if the head is no longer the entry id the dialog showed.", inner, 5)
 	content := m.st.dialogTitle.Render("Keys") + "\n\n" + h.FullHelpView(m.keys.FullHelp()) + "\n\n" +
 		m.st.dim.Render(strings.Join(legend, "\n"))
