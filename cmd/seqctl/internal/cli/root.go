@@ -146,13 +146,13 @@ func noArgs(cmd *cobra.Command, args []string) error {
 
 // outputFlag registers -o/--output; "" is the human format.
 func outputFlag(cmd *cobra.Command, p *string) {
-	cmd.Flags().StringVarP(p, "output", "o", "", "output format: json")
+	cmd.Flags().StringVarP(p, "output", "o", "", "output format: json or yaml")
 }
 
 // checkOutput validates the -o value.
 func checkOutput(cmd *cobra.Command, v string) error {
-	if v != "" && v != "json" {
-		return usageErrorf(cmd.CommandPath(), "invalid value %q for --output: the only format is json (omit -o for text)", v)
+	if v != "" && !structured(v) {
+		return usageErrorf(cmd.CommandPath(), "invalid value %q for --output: want json or yaml (omit -o for text)", v)
 	}
 	return nil
 }

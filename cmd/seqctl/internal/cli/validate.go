@@ -2,7 +2,6 @@ package cli
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,7 +19,7 @@ type ValidateOptions struct {
 	IO *IOStreams
 	// ConfigPath is the domain.toml to check (--config, default "domain.toml").
 	ConfigPath string
-	// Output is "" for text or "json".
+	// Output is "" for text, "json" or "yaml".
 	Output string
 }
 
@@ -90,10 +89,8 @@ func validateRun(opts *ValidateOptions) error {
 		return validateFailed(opts, err)
 	}
 	s := summarize(cfg, dom)
-	if opts.Output == "json" {
-		enc := json.NewEncoder(opts.IO.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(s)
+	if structured(opts.Output) {
+		return writeData(opts.IO.Out, opts.Output, s)
 	}
 	if opts.IO.IsTerminal {
 		return printSummary(opts.IO, s)
@@ -120,14 +117,14 @@ type problemSummary struct {
 // returns err (printed to stderr, exit status 2).
 func validateFailed(opts *ValidateOptions, err error) error {
 	var ce *engine.ConfigError
-	if opts.Output != "json" || !errors.As(err, &ce) {
+	if !structured(opts.Output) || !errors.As(err, &ce) {
 		return err
 	}
 	out := validateProblems{File: ce.File, Problems: []problemSummary{}}
 	for _, p := range ce.Problems {
 		out.Problems = append(out.Problems, problemSummary{Line: p.Line, Path: p.Path, Message: p.Message})
 	}
-	if werr := writeJSON(opts.IO.Out, out); werr != nil {
+	if werr := writeData(opts.IO.Out, opts.Output, out); werr != nil {
 		return werr
 	}
 	return err

@@ -24,7 +24,7 @@ func TestValidateParse(t *testing.T) {
 		{name: "config", argv: []string{"--config", "deploy/domain.toml"}, want: ValidateOptions{ConfigPath: "deploy/domain.toml"}},
 		{name: "short flags", argv: []string{"-c", "x.toml", "-o", "json"}, want: ValidateOptions{ConfigPath: "x.toml", Output: "json"}},
 		{name: "long output", argv: []string{"--output=json"}, want: ValidateOptions{ConfigPath: "domain.toml", Output: "json"}},
-		{name: "unknown output", argv: []string{"-o", "yaml"}, wantErr: `invalid value "yaml" for --output`},
+		{name: "unknown output", argv: []string{"-o", "csv"}, wantErr: `invalid value "csv" for --output: want json or yaml`},
 		{name: "empty config", argv: []string{"--config", ""}, wantErr: "--config is empty"},
 		{name: "config without value", argv: []string{"--config"}, wantErr: "flag needs an argument"},
 		{name: "positional argument", argv: []string{"domain.toml"}, wantErr: `unexpected argument "domain.toml"`},
@@ -219,6 +219,21 @@ func TestValidateJSONProblems(t *testing.T) {
 	r = runCLI(t, false, "validate", "--config", bad, "-o", "json")
 	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil || r.Code != ExitUsage || len(got.Problems) == 0 {
 		t.Errorf("syntax error: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
+	}
+}
+
+func TestValidateYAML(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(engine.EnvOutboxDSN, "")
+	repoRoot(t)
+	r := runCLI(t, false, "validate", "--config", "testdata/domain.toml", "-o", "yaml")
+	if r.Code != 0 || r.Stderr != "" {
+		t.Fatalf("exit %d, stderr:\n%s", r.Code, r.Stderr)
+	}
+	golden(t, "testdata/domain.validate.yaml.golden", r.Stdout)
+	r = runCLI(t, false, "version", "-o", "yaml")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "version: v1.2.3\n") || !strings.Contains(r.Stdout, "commit: abc1234\n") {
+		t.Errorf("version -o yaml: exit %d\n%s", r.Code, r.Stdout)
 	}
 }
 

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime"
 
@@ -83,10 +82,8 @@ func versionRun(opts *VersionOptions) error {
 	if platform == "" {
 		platform = runtime.GOOS + "/" + runtime.GOARCH
 	}
-	if opts.Output == "json" {
-		enc := json.NewEncoder(opts.IO.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+	if structured(opts.Output) {
+		return writeData(opts.IO.Out, opts.Output, struct {
 			BuildInfo
 			Go       string `json:"go"`
 			Platform string `json:"platform"`
