@@ -108,3 +108,22 @@ func TestPartitionJSONDocumented(t *testing.T) {
 		}
 	}
 }
+
+// Absent times are null in the JSON of a head and a DLQ entry, not missing.
+func TestAbsentTimesAreNull(t *testing.T) {
+	for _, v := range []any{admin.Head{}, admin.DLQEntry{}} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{`"halted_since":null`, `"published_at":null`} {
+			if !strings.Contains(string(b), f) {
+				t.Errorf("%T JSON lacks %s: %s", v, f, b)
+			}
+		}
+	}
+	b, _ := json.Marshal(admin.DLQEntry{})
+	if !strings.Contains(string(b), `"moved_at":null`) {
+		t.Errorf("DLQ entry JSON lacks moved_at null: %s", b)
+	}
+}
