@@ -110,8 +110,8 @@ func (a *Admin) PurgeDLQ(ctx context.Context, stream, through string, actor Acto
 	res, err := a.purge(ctx, stream, through)
 	rec := AuditEntry{User: actor.User, Host: actor.Host, Command: actor.Command, Stream: stream, EntryID: through, Outcome: OutcomeOf(err)}
 	if res != nil {
-		rec.Stream = res.DLQStream
-		rec.Detail = fmt.Sprintf("removed %d entries through %s; %d left", res.Removed, through, res.Left)
+		rec.Stream = res.Stream // the partition, as 'dlq replay' records it
+		rec.Detail = fmt.Sprintf("removed %d entries of %s through %s; %d left", res.Removed, res.DLQStream, through, res.Left)
 	}
 	if err != nil {
 		rec.Detail = err.Error()

@@ -83,8 +83,9 @@ func TestDLQsAndPurge(t *testing.T) {
 	if len(entries) != 3 || entries[0].Command != "dlq purge" || entries[0].Outcome == admin.OutcomeOK && entries[0].EntryID != "1-0" {
 		t.Errorf("audit = %+v", entries)
 	}
-	if entries[1].Detail != "removed 1 entries through 2000; 0 left" || entries[2].Detail != "removed 2 entries through 2000-0; 1 left" {
-		t.Errorf("audit details = %q, %q", entries[1].Detail, entries[2].Detail)
+	if entries[1].Detail != "removed 1 entries of order:client-2:dlq through 2000; 0 left" ||
+		entries[2].Detail != "removed 2 entries of order:client-2:dlq through 2000-0; 1 left" || entries[1].Stream != "order:client-2" {
+		t.Errorf("audit = %+v, %+v", entries[1], entries[2])
 	}
 }
 
