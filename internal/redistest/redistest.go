@@ -141,7 +141,7 @@ func (s *Server) startProc(bin string) {
 			_ = c.SetReadDeadline(time.Now().Add(time.Second))
 			line, _ := bufio.NewReader(c).ReadString('\n')
 			c.Close()
-			if strings.HasPrefix(line, "+PONG") {
+			if strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH") { // up (with --requirepass)
 				return
 			}
 		}

@@ -1,12 +1,14 @@
 // Package admin is the operator's view of a live seqctl deployment: it lists partitions
 // with their owner, generation, lease, lag, pending entries and halt state, inspects a
 // partition and its head entry, resolves a halted head (skip, move to the DLQ, retry),
-// lists and replays DLQ entries, and keeps the audit log of every operator action.
+// lists and replays DLQ entries, lists the consumer groups each category waits for and
+// retires a removed one, and keeps the audit log of every operator action.
 //
 // It reads and writes Redis only, through the key names of pkg/engine/keyspace.go, and
 // returns plain structs with JSON tags. Every write is a compare-and-act done by an engine
-// script (see engine.RedisBroker.Skip, MoveToDLQ and Retry): it names the head entry the
-// operator inspected and changes nothing when the head has moved. Redis errors are
+// script (see engine.RedisBroker.Skip, MoveToDLQ, Retry and RetireGroup): it names what
+// the operator inspected (the head entry, a group's read figure) and changes nothing when
+// that has changed. Redis errors are
 // translated at this boundary: a network failure matches engine.ErrRedisUnavailable.
 //
 // An Admin needs one Redis node (or a primary), as the engine does. It is safe for
@@ -45,9 +47,22 @@ type Options struct {
 	// LanesThreshold is the priority below which an event belongs to the backfill lane;
 	// used to choose the lane a DLQ entry without halt metadata is replayed to.
 	LanesThreshold int
+	// Declared lists, per category, the consumer groups the domain declares
+	// (engine.DeclaredGroups); nil without a config. Groups shows it beside the registry,
+	// and RemoveGroup refuses to retire a group it still holds.
+	Declared map[string][]string
 	// Now returns the local time, for audit records (default time.Now). Ages and TTLs
 	// are computed from Redis TIME, never from the local clock.
 	Now func() time.Time
+	// MinReplicas is how many Redis replicas must acknowledge each action (skip, move to
+	// DLQ, retry, DLQ replay) before it is reported done ([broker] min_replicas; default 0:
+	// no wait). On a shortfall the action is done on the primary, the call returns an
+	// error matching engine.ErrReplicaShortfall (it may be lost on failover), and the
+	// audit outcome is OutcomeNotReplicated.
+	MinReplicas int
+	// ReplicaTimeout bounds that wait ([broker] replica_timeout_ms; default
+	// engine.DefaultReplicaTimeout).
+	ReplicaTimeout time.Duration
 }
 
 // LaneMode says whether backfill lanes are read.
@@ -98,7 +113,7 @@ func New(rdb redis.UniversalClient, opts Options) *Admin {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Admin{rdb: rdb, broker: engine.NewRedisBroker(rdb), opts: opts}
+	return &Admin{rdb: rdb, broker: engine.NewRedisBroker(rdb).WithReplicas(opts.MinReplicas, opts.ReplicaTimeout), opts: opts}
 }
 
 // FromConfig derives Options from a domain.toml: the partitioned event categories with
@@ -115,6 +130,9 @@ func FromConfig(cfg *engine.Config) (Options, error) {
 		Lanes:          LanesOff,
 		LanesThreshold: cfg.Server.PriorityLanes.Threshold,
 		Topology:       &Topology{},
+		Declared:       engine.DeclaredGroups(dom),
+		MinReplicas:    cfg.Broker.MinReplicas,
+		ReplicaTimeout: cfg.Broker.ReplicaTimeout,
 	}
 	if cfg.Server.PriorityLanes.Enabled {
 		opts.Lanes = LanesOn
@@ -341,7 +359,8 @@ func translate(err error) error {
 	}
 	if errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, engine.ErrHeadMoved) ||
 		errors.Is(err, engine.ErrNotHalted) || errors.Is(err, engine.ErrEntryGone) ||
-		errors.Is(err, engine.ErrFenced) || errors.Is(err, engine.ErrInvalidKey) {
+		errors.Is(err, engine.ErrFenced) || errors.Is(err, engine.ErrInvalidKey) ||
+		errors.Is(err, engine.ErrReplicaShortfall) {
 		return err
 	}
 	var re redis.Error

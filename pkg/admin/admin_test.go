@@ -559,3 +559,67 @@ func TestBackfillLane(t *testing.T) {
 		t.Errorf("replay = %+v, %v; want the backfill lane", rr, err)
 	}
 }
+
+// With MinReplicas 1 every action (retry, move to DLQ, DLQ replay, skip) waits for the
+// replica once; with the replica stopped, a skip is done on the primary, returns the
+// shortfall (the action may be lost on failover) and is audited as not_replicated.
+func TestActionsWaitForReplicas(t *testing.T) {
+	w := haltedWorld(t)
+	replica := redistest.StartReplica(t, w.srv)
+	ctx := context.Background()
+	adm := admin.New(w.rdb, admin.Options{MinReplicas: 1, ReplicaTimeout: time.Second})
+	actor := admin.Actor{User: "ops", Host: "laptop", Command: "head"}
+	waits := func() int64 { return redistest.CommandCalls(t, w.rdb, "wait") }
+	act := func(kind admin.ActionKind, id string) error {
+		_, err := adm.Act(ctx, admin.Action{Kind: kind, Stream: "order:A", Handler: "Projector", ExpectID: id, Actor: actor})
+		return err
+	}
+	haltedOn := func(id string, attempts int64) {
+		t.Helper()
+		waitFor(t, 10*time.Second, "halted on "+id, func() bool {
+			h, err := adm.Head(ctx, "order:A", "Projector")
+			return err == nil && h.Status == admin.HeadHalted && h.ID == id && h.Attempts == attempts
+		})
+	}
+	counted := func(name string, fn func() error) {
+		t.Helper()
+		before := waits()
+		if err := fn(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		n := waits() - before
+		t.Logf("%s: %d WAIT call(s)", name, n)
+		if n != 1 {
+			t.Errorf("%s: %d WAIT calls, want 1", name, n)
+		}
+	}
+
+	counted("retry", func() error { return act(admin.ActionRetry, w.poison.EntryID) })
+	haltedOn(w.poison.EntryID, 3)
+	counted("move to DLQ", func() error { return act(admin.ActionDLQ, w.poison.EntryID) })
+	dlq, err := adm.DLQ(ctx, "order:A")
+	if err != nil || len(dlq) != 1 {
+		t.Fatalf("DLQ = %+v, %v", dlq, err)
+	}
+	var rr *admin.ReplayResult
+	counted("DLQ replay", func() (err error) { rr, err = adm.Replay(ctx, "order:A", dlq[0].ID, actor); return err })
+	haltedOn(rr.EntryID, 2)
+
+	replica.Stop()
+	err = act(admin.ActionSkip, rr.EntryID)
+	if !errors.Is(err, engine.ErrReplicaShortfall) || !strings.Contains(err.Error(), "failover may lose it") {
+		t.Fatalf("skip with the replica down: err = %v, want the shortfall saying a failover may lose it", err)
+	}
+	t.Logf("skip with the replica down: %v", err)
+	if h, err := adm.Head(ctx, "order:A", "Projector"); err == nil && h.ID == rr.EntryID {
+		t.Errorf("the skip was not done on the primary: the head is still %s", h.ID)
+	}
+	entries, err := adm.Audit(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := entries[len(entries)-1]
+	if last.Outcome != admin.OutcomeNotReplicated || !strings.Contains(last.Detail, "0 of the 1 required replicas") {
+		t.Errorf("audit of the skip = %+v, want outcome %s with the numbers", last, admin.OutcomeNotReplicated)
+	}
+}

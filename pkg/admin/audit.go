@@ -22,6 +22,9 @@ const (
 	OutcomeDeclined   = "declined"    // the operator answered no at the prompt
 	OutcomeFailed     = "failed"      // any other error (Redis unreachable, ...)
 	OutcomeNotPending = "not_pending" // the head was not delivered yet: nothing in flight to act on
+	// OutcomeNotReplicated: done on the primary, but fewer replicas than min_replicas
+	// acknowledged it; a failover may lose it.
+	OutcomeNotReplicated = "not_replicated"
 )
 
 // OutcomeOf names the outcome of an action's error.
@@ -37,6 +40,8 @@ func OutcomeOf(err error) string {
 		return OutcomeEntryGone
 	case errors.Is(err, ErrNotFound):
 		return OutcomeNotFound
+	case errors.Is(err, engine.ErrReplicaShortfall):
+		return OutcomeNotReplicated
 	}
 	return OutcomeFailed
 }

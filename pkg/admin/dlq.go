@@ -161,7 +161,7 @@ func (a *Admin) Replay(ctx context.Context, stream, id string, actor Actor) (*Re
 		}
 	}
 	if err != nil {
-		rec.Detail = err.Error()
+		rec.Detail = joinDetail(rec.Detail, err.Error())
 	}
 	if aerr := a.Record(ctx, rec); aerr != nil && err == nil {
 		res.Warning = joinDetail(res.Warning, "the audit record was not written: "+aerr.Error())
@@ -198,9 +198,10 @@ func (a *Admin) replay(ctx context.Context, stream, id string) (*ReplayResult, e
 	if errors.Is(err, engine.ErrEntryGone) {
 		return nil, &NotFoundError{What: "DLQ entry", Name: id + " in " + plan.Entry.DLQStream, Hint: "it was replayed or deleted meanwhile"}
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, engine.ErrReplicaShortfall) {
 		return nil, translate(err)
 	}
+	// On a replica shortfall the replay is done on the primary: say where it went.
 	res := &ReplayResult{DLQID: id, DLQStream: plan.Entry.DLQStream, EventID: ev.ID, Stream: plan.Stream, EntryID: pub.EntryID, Removed: true}
-	return res, nil
+	return res, err
 }

@@ -51,3 +51,34 @@ func ExampleAdmin_Act() {
 		log.Fatal(err)
 	}
 }
+
+// Retire a handler removed from the domain, naming the read figure that was inspected, so
+// that trim and reap stop waiting for it.
+func ExampleAdmin_RemoveGroup() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	adm := admin.New(rdb, admin.Options{})
+	ctx := context.Background()
+
+	gs, err := adm.Groups(ctx, "order")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, g := range gs {
+		if g.Name != "Mailer" {
+			continue
+		}
+		res, err := adm.RemoveGroup(ctx, admin.GroupRemoval{
+			Category: g.Category, Group: g.Name, ExpectRead: &g.Read,
+			Reason: "Mailer retired, OPS-7", Actor: admin.Actor{User: "alice", Host: "ops-1", Command: "runbook"},
+		})
+		switch {
+		case errors.Is(err, engine.ErrGroupLive), errors.Is(err, engine.ErrGroupRead):
+			fmt.Println("Mailer is running or has read since:", err)
+		case err != nil:
+			log.Fatal(err)
+		default:
+			fmt.Printf("gave up %d unread entries; consumer group destroyed on %d streams\n", g.Unread, res.Destroyed)
+		}
+	}
+}

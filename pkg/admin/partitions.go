@@ -464,8 +464,10 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	}
 
 	// Round trip 3, only when needed: the groups of backfill lanes that exist, and,
-	// without a config, the process-manager unit of every row that has neither a lease
-	// nor a halt record of its own (see isPM for the rule).
+	// without a config, the process-manager unit of every row that has no halt record of
+	// its own (see isPM for the rule). A lease on the stream does not settle it: a
+	// sequential process manager holds its streams' leases as guards of the correlation
+	// value's lease.
 	pipe = a.rdb.Pipeline()
 	more := false
 	for _, lc := range laneByStream {
@@ -475,7 +477,7 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	}
 	if a.opts.Topology == nil {
 		for _, r := range rows {
-			if r.lease.Err() == redis.Nil && len(r.halt.Val()) == 0 {
+			if len(r.halt.Val()) == 0 {
 				unit := engine.PMUnit(r.group.Name, r.name.Key)
 				r.pmLease, r.pmHalt = get(pipe, engine.LeaseKey(unit, r.group.Name)), hgetall(pipe, engine.HaltKey(unit, r.group.Name))
 				more = true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -34,7 +35,8 @@ type Published struct {
 // events go to {category}:{key} streams, consumed by an Engine under ownership leases.
 // It takes a redis.UniversalClient that the caller owns.
 type RedisBroker struct {
-	rdb redis.UniversalClient
+	rdb  redis.UniversalClient
+	repl replicaPolicy // operator writes wait for replicas; see WithReplicas
 }
 
 // NewRedisBroker returns a broker over the client.
@@ -64,18 +66,29 @@ func (b *RedisBroker) Publish(ctx context.Context, d *Domain, eventType string, 
 	return b.PublishRouted(ctx, r, ev, 0)
 }
 
+// PublishDedupeWindow is how long a direct publish remembers an event id on its stream:
+// within it, a second append of the same event id (go-redis resending the script after a
+// lost reply, or a caller retrying with the same PublishOptions.ID) is skipped and
+// reported as Duplicate. Each remembered id costs a small key for this long.
+const PublishDedupeWindow = time.Minute
+
 // PublishRouted appends an event whose route was already computed with Domain.Route (the
-// outbox relay routes each row at publish time from the key stored on the row). With dedupeSeq > 0 the append is idempotent per
-// stream: it happens only if dedupeSeq is above the last sequence recorded for the stream,
-// and the record advances in the same script. Published.Duplicate reports a skipped
-// append (the entry id is then the one recorded with the mark).
+// outbox relay routes each row at publish time from the key stored on the row).
+//
+// It is idempotent under retries. With dedupeSeq > 0 (the relay) the append happens only
+// if dedupeSeq is above the last sequence recorded for the stream, and the record
+// advances in the same script. Otherwise the event id is remembered on the stream for
+// PublishDedupeWindow. Published.Duplicate reports a skipped append (the entry id is
+// then the one appended before).
 func (b *RedisBroker) PublishRouted(ctx context.Context, r Route, ev Event, dedupeSeq int64) (Published, error) {
-	mark := ""
+	mark, evMark := "", ""
 	if dedupeSeq > 0 {
 		mark = OutboxMarkKey(r.Stream)
+	} else if ev.ID != "" {
+		evMark = EventMarkKey(r.Stream, ev.ID)
 	}
-	args := append([]any{r.Key, r.Category, dedupeSeq}, envelopeArgs(ev)...)
-	res, err := scriptPublish.Run(ctx, b.rdb, []string{r.Stream, r.Index, ControlStream(), mark}, args...).Slice()
+	args := append([]any{r.Key, r.Category, dedupeSeq, PublishDedupeWindow.Milliseconds()}, envelopeArgs(ev)...)
+	res, err := scriptPublish.Run(ctx, b.rdb, []string{r.Stream, r.Index, ControlStream(), mark, evMark}, args...).Slice()
 	if err != nil {
 		return Published{}, translateRedisErr(err)
 	}

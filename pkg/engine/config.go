@@ -62,6 +62,15 @@ type BrokerConfig struct {
 	// URL is the Redis URL (url; default "redis://127.0.0.1:6379/0"; SEQCTL_REDIS_URL
 	// overrides it). Ignored by the inline broker.
 	URL string
+	// MinReplicas is how many Redis replicas must acknowledge a lease grant before its
+	// partition is worked, an operator action before it is reported done, and an outbox
+	// append before the relay marks the row PUBLISHED (min_replicas, default 0: no wait,
+	// no cost). A shortfall is reported as an error, never passed over. Ignored by the
+	// inline broker.
+	MinReplicas int
+	// ReplicaTimeout bounds each wait for replicas (replica_timeout_ms; default 0 means
+	// 1000 ms, or lease_ttl_ms / 4 when that is shorter). It must be below lease_ttl_ms.
+	ReplicaTimeout time.Duration
 }
 
 // ServerConfig is the [server] table.
@@ -393,7 +402,8 @@ func (c *Config) EngineConfig(d *Domain, client redis.UniversalClient) EngineCon
 	if warn == 0 {
 		warn = -1 // max_partitions_warning = 0 turns the warning off
 	}
-	return EngineConfig{Domain: d, Client: client, Timing: c.Timing(), MaxPartitionsWarning: warn}
+	return EngineConfig{Domain: d, Client: client, Timing: c.Timing(), MaxPartitionsWarning: warn,
+		MinReplicas: c.Broker.MinReplicas, ReplicaTimeout: c.Broker.ReplicaTimeout}
 }
 
 // Timing returns the [server.partitioning] timing for EngineConfig.Timing.

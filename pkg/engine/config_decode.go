@@ -82,6 +82,11 @@ func (d *cfgDecoder) config(root map[string]any) *Config {
 	}
 	c.Broker = d.broker(t)
 	c.Server = d.server(t)
+	if rt := c.Broker.ReplicaTimeout; rt > 0 && rt >= c.Server.Partitioning.LeaseTTL {
+		d.problem(cfgPath{}.key("broker").key("replica_timeout_ms"),
+			"%d is not below the lease TTL (lease_ttl_ms = %d): a lease just taken could lapse while its grant waits for replicas; use about 1000, or remove the key for that default",
+			rt.Milliseconds(), c.Server.Partitioning.LeaseTTL.Milliseconds())
+	}
 	c.Outbox = d.outbox(t)
 
 	types := map[string]cfgDeclared{}
@@ -102,7 +107,8 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 	b := BrokerConfig{Kind: BrokerKindRedis, URL: configDefaultRedisURL}
 	t, ok := root.sub("broker")
 	if ok {
-		t.known("kind", "url")
+		t.known("kind", "url", "min_replicas", "replica_timeout_ms")
+		d.replicas(t, &b)
 		if k, ok := t.str("kind"); ok {
 			switch k {
 			case BrokerKindRedis, BrokerKindInline:
@@ -133,6 +139,23 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 		}
 	}
 	return b
+}
+
+// replicas decodes [broker] min_replicas and replica_timeout_ms.
+func (d *cfgDecoder) replicas(t cfgTable, b *BrokerConfig) {
+	if n, ok := t.integer("min_replicas"); ok {
+		switch {
+		case n < 0:
+			d.problem(t.path.key("min_replicas"), "must be 0 (do not wait for replicas, the default) or the number of replicas that must acknowledge each lease grant, operator action and outbox append, got %d", n)
+		case n > math.MaxInt32:
+			d.problem(t.path.key("min_replicas"), "%d is out of range", n)
+		default:
+			b.MinReplicas = int(n)
+		}
+	}
+	if ms, ok := t.integer("replica_timeout_ms"); ok {
+		d.millis(t, "replica_timeout_ms", ms, "1000", &b.ReplicaTimeout)
+	}
 }
 
 func (d *cfgDecoder) server(root cfgTable) ServerConfig {

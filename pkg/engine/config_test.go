@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/redis/go-redis/v9"
 )
 
 // cfgRepoTestdata is the repository's testdata directory, seen from this package.
@@ -58,7 +60,7 @@ func TestParseConfigExample(t *testing.T) {
 	want := &Config{
 		File:   filepath.Join(cfgRepoTestdata, "domain.toml"),
 		Name:   "shop",
-		Broker: BrokerConfig{Kind: "redis", URL: "redis://127.0.0.1:6379/0"},
+		Broker: BrokerConfig{Kind: "redis", URL: "redis://127.0.0.1:6379/0", ReplicaTimeout: time.Second},
 		Server: ServerConfig{
 			Partitioning: PartitioningConfig{
 				LeaseTTL:             15 * time.Second,
@@ -192,6 +194,58 @@ func TestParseConfigPartitioning(t *testing.T) {
 			}
 			if err := cfg.Server.Partitioning.Validate(); err != nil {
 				t.Errorf("Validate() = %v, want nil", err)
+			}
+		})
+	}
+}
+
+// [broker] min_replicas and replica_timeout_ms reach EngineConfig; without them the
+// engine does not wait for replicas at all.
+func TestParseConfigReplicas(t *testing.T) {
+	tests := []struct {
+		name        string
+		toml        string
+		wantMin     int
+		wantTimeout time.Duration // EngineConfig.ReplicaTimeout as configured (0: the default)
+		wantEffect  time.Duration // after defaults
+	}{
+		{"default: no wait", "", 0, 0, time.Second},
+		{"one replica, default timeout", "[broker]\nmin_replicas = 1\n", 1, 0, time.Second},
+		{"default timeout capped by a short lease", "[broker]\nmin_replicas = 1\n[server.partitioning]\nlease_ttl_ms = 2000\n", 1, 0, 500 * time.Millisecond},
+		{"timeout set", "[broker]\nmin_replicas = 2\nreplica_timeout_ms = 2500\n", 2, 2500 * time.Millisecond, 2500 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := cfgMustParse(t, "name = \"x\"\n"+tt.toml)
+			ec := cfg.EngineConfig(nil, nil)
+			if ec.MinReplicas != tt.wantMin || ec.ReplicaTimeout != tt.wantTimeout {
+				t.Errorf("EngineConfig MinReplicas, ReplicaTimeout = %d, %v; want %d, %v", ec.MinReplicas, ec.ReplicaTimeout, tt.wantMin, tt.wantTimeout)
+			}
+			ec.Timing.applyDefaults()
+			if got := ec.replicaTimeout(); got != tt.wantEffect {
+				t.Errorf("effective replica timeout = %v, want %v", got, tt.wantEffect)
+			}
+		})
+	}
+}
+
+func TestEngineConfigValidateReplicas(t *testing.T) {
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	for _, tt := range []struct {
+		name string
+		min  int
+		to   time.Duration
+		want string
+	}{
+		{"negative count", -1, 0, "MinReplicas must be 0"},
+		{"negative timeout", 1, -time.Second, "must not be negative"},
+		{"timeout at the lease TTL", 1, 15 * time.Second, "below the lease TTL"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := EngineConfig{Domain: d, Client: redis.NewClient(&redis.Options{}), MinReplicas: tt.min, ReplicaTimeout: tt.to}
+			defer c.Client.Close()
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate() = %v, want an error containing %q", err, tt.want)
 			}
 		})
 	}
@@ -415,6 +469,11 @@ func TestParseConfigProblems(t *testing.T) {
 		{"unknown broker", "name = \"x\"\n[broker]\nkind = \"kafka\"\n", []cfgWantProblem{{"broker.kind", 3, []string{`unknown broker kind "kafka"`, `"redis"`, `"inline"`}}}},
 		{"broker url scheme", "name = \"x\"\n[broker]\nurl = \"http://127.0.0.1:6379\"\n", []cfgWantProblem{{"broker.url", 3, []string{`scheme "http"`, "redis://"}}}},
 		{"broker url without host", "name = \"x\"\n[broker]\nurl = \"redis://\"\n", []cfgWantProblem{{"broker.url", 3, []string{"no host"}}}},
+		{"negative min_replicas", "name = \"x\"\n[broker]\nmin_replicas = -1\n", []cfgWantProblem{{"broker.min_replicas", 3, []string{"must be 0", "got -1"}}}},
+		{"min_replicas as string", "name = \"x\"\n[broker]\nmin_replicas = \"1\"\n", []cfgWantProblem{{"broker.min_replicas", 3, []string{"must be an integer"}}}},
+		{"zero replica timeout", "name = \"x\"\n[broker]\nreplica_timeout_ms = 0\n", []cfgWantProblem{{"broker.replica_timeout_ms", 3, []string{"positive number of milliseconds", "1000"}}}},
+		{"replica timeout not below the lease TTL", "name = \"x\"\n[broker]\nreplica_timeout_ms = 3000\n[server.partitioning]\nlease_ttl_ms = 3000\n",
+			[]cfgWantProblem{{"broker.replica_timeout_ms", 3, []string{"not below the lease TTL", "lease_ttl_ms = 3000"}}}},
 		{"inline broker ignores url", "name = \"x\"\n[broker]\nkind = \"inline\"\nurl = \"whatever\"\nbogus = 1\n", []cfgWantProblem{{"broker.bogus", 5, []string{"unknown key"}}}},
 		{"backfill suffix dlq", "name = \"x\"\n[server.priority_lanes]\nbackfill_suffix = \"dlq\"\n", []cfgWantProblem{{"server.priority_lanes.backfill_suffix", 3, []string{"dead-letter token"}}}},
 		{"backfill suffix colon", "name = \"x\"\n[server.priority_lanes]\nbackfill_suffix = \"a:b\"\n", []cfgWantProblem{{"server.priority_lanes.backfill_suffix", 3, []string{"':'"}}}},

@@ -19,6 +19,7 @@ type unit struct {
 	name     string   // lease unit: the primary stream, or PMUnit for a process manager
 	lanes    []string // every primary lane first, then backfill lanes
 	laneCats []string // the category of each lane
+	guards   []string // per-stream lease keys also held (a process manager's value), see acquire.lua
 }
 
 func (u unit) id() string { return u.sub.group + "\x00" + u.name }
@@ -34,15 +35,20 @@ func (e *Engine) unitFor(s *subscription, key string) unit {
 		u.lanes = append(u.lanes, PartitionStream(c, key))
 		u.laneCats = append(u.laneCats, c)
 	}
-	if e.dom.LanesEnabled {
-		for _, c := range s.categories {
-			u.lanes = append(u.lanes, LaneStream(c, key, e.dom.backfillSuffix()))
-			u.laneCats = append(u.laneCats, c)
-		}
+	// The backfill lanes belong to the unit whether or not this instance publishes to
+	// them: units and lanes depend only on the domain, so an instance with priority lanes
+	// off still drains (and never reaps around) a lane another publisher wrote. A lane
+	// that does not exist costs nothing until the primary lanes are empty.
+	for _, c := range s.categories {
+		u.lanes = append(u.lanes, LaneStream(c, key, e.dom.backfillSuffix()))
+		u.laneCats = append(u.laneCats, c)
 	}
 	u.name = u.lanes[0]
 	if s.pm {
 		u.name = PMUnit(s.group, key)
+		for _, c := range s.categories {
+			u.guards = append(u.guards, LeaseKey(PartitionStream(c, key), s.group))
+		}
 	}
 	return u
 }
@@ -62,8 +68,12 @@ func (e *Engine) discoveryLoop() {
 		case <-t.C:
 		case <-e.discoverNow:
 		}
-		if err := e.discover(); err != nil && e.hardCtx.Err() == nil && !e.stopping() {
-			e.log.Warn("discovery pass failed", "err", err)
+		switch err := e.discover(); {
+		case err == nil:
+			e.health.clear(healthDiscovery)
+		case e.hardCtx.Err() == nil && !e.stopping():
+			e.health.set(healthDiscovery, "discovery failing: "+err.Error())
+			e.logs.warn("discovery:"+errorCause(err), "discovery pass failed", "err", err)
 		}
 	}
 }
@@ -73,13 +83,14 @@ func (e *Engine) discoveryLoop() {
 // attempts are pipelined; a live owner's units cost nothing but the liveness check of
 // that owner (one EXISTS per distinct owner).
 func (e *Engine) discover() error {
-	owner, sctx := e.sess.current()
+	in := e.sess.live()
+	if in == nil {
+		return nil // no session: the heartbeat loop opens the next one
+	}
+	owner := in.owner
 	e.mu.Lock()
 	passStart := e.releaseSeq // releases noticed after this may postdate what the pass reads
 	e.mu.Unlock()
-	if sctx.Err() != nil {
-		return nil // session being renewed
-	}
 	ctx, cancel := context.WithTimeout(e.hardCtx, e.cfg.Timing.LeaseTTL)
 	defer cancel()
 
@@ -200,34 +211,62 @@ func (e *Engine) discover() error {
 		return nil
 	}
 
-	pipe = e.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(try))
-	for i, u := range try {
-		keys := []string{LeaseKey(u.name, u.sub.group), GenerationKey(u.sub.group), SessionKey(owner)}
-		cmds[i] = scriptAcquire.EvalSha(ctx, pipe, keys, owner, sessionPrefix)
+	cmds, err := runPipelined(ctx, e.rdb, len(try), func(pipe redis.Pipeliner, i int) *redis.Cmd {
+		u := try[i]
+		keys := append([]string{LeaseKey(u.name, u.sub.group), GenerationKey(u.sub.group), SessionKey(owner)}, u.guards...)
+		return scriptAcquire.EvalSha(ctx, pipe, keys, owner, sessionPrefix)
+	})
+	if err != nil {
+		return err
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isScriptErrOnly(cmds) {
-		return translateRedisErr(err)
+	if !e.leasesReplicated(ctx, owner, try, cmds) {
+		return nil
 	}
+	var failed error
+	nFailed := 0
 	for i, u := range try {
 		res, err := cmds[i].Slice()
 		if err != nil || len(res) == 0 {
+			if err != nil && !errors.Is(err, redis.Nil) {
+				failed = translateRedisErr(err)
+				nFailed++
+			}
 			continue
 		}
 		code, _ := res[0].(int64)
 		switch code {
 		case 1, 2:
 			gen, _ := res[1].(int64)
-			e.startWorker(u, owner, gen, sctx)
+			e.startWorker(u, in, gen)
 		case 0:
 			lv, _ := res[1].(string)
 			e.cacheOwner(u.id(), lv, passStart)
 		case -3:
-			go e.sess.lost(owner)
+			e.sess.lose(in, "the session key is gone (seen when taking a lease): Redis restarted or lost data, or this process stalled past the lease TTL")
 			return nil
 		}
 	}
+	if failed != nil {
+		e.health.set(healthLeases, "lease taking fails: "+failed.Error())
+		e.logs.warn("acquire:"+errorCause(failed), "cannot take leases", "failed", nFailed, "of", len(try), "err", failed)
+	} else {
+		e.health.clear(healthLeases)
+	}
 	return nil
+}
+
+// errorCause names the kind of a Redis error for rate-limited logging: the error code of
+// a Redis reply (OOM, NOPERM, ...) or "unreachable".
+func errorCause(err error) string {
+	var re redis.Error
+	if errors.As(err, &re) {
+		msg := re.Error()
+		if i := strings.IndexByte(msg, ' '); i > 0 {
+			return msg[:i]
+		}
+		return msg
+	}
+	return "unreachable"
 }
 
 // dropLiveOwned reads the lease of each unit whose owner is not known yet, caches what
@@ -375,20 +414,6 @@ func (e *Engine) checkCardinality(live map[string]int) {
 		}
 		e.overThreshold[c] = over
 	}
-}
-
-// isScriptErrOnly reports whether every failed command failed with a script error (a
-// Redis reply), as opposed to a connection failure.
-func isScriptErrOnly(cmds []*redis.Cmd) bool {
-	for _, c := range cmds {
-		if err := c.Err(); err != nil {
-			var re redis.Error
-			if !errors.As(err, &re) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // ownerOf returns the owner part of a lease value "{owner}:{generation}".

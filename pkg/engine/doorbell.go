@@ -126,10 +126,10 @@ func (d *doorbell) loop() {
 			if d.e.hardCtx.Err() != nil {
 				return
 			}
-			d.e.log.Warn("doorbell read failed; waking every idle worker", "err", translateRedisErr(err))
+			d.e.logs.warn("doorbell", "doorbell read failed; waking every idle worker", "err", translateRedisErr(err))
 			d.wakeAll()
 			sleepCtx(d.e.hardCtx, backoff)
-			backoff = min(backoff*2, 2*time.Second)
+			backoff = min(backoff*2, time.Second) // Redis may be back soon: notice within a second
 			continue
 		}
 		backoff = 50 * time.Millisecond

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +56,10 @@ type EngineConfig struct {
 	// Domain is the initialized domain whose handlers (with Func set) the engine runs.
 	Domain *Domain
 	// Client is the Redis client; the caller owns it and closes it after the engine stops.
+	// Set ContextTimeoutEnabled on its options: the engine bounds every call by a context
+	// deadline, and without that option go-redis waits for its own socket timeouts, so a
+	// frozen link can hold a call past the local lease deadline (handlers are still
+	// cancelled at the deadline by a timer).
 	Client redis.UniversalClient
 	// InstanceID names this instance in leases and the registry (default host-pid-random).
 	// It must not contain white space.
@@ -80,6 +85,15 @@ type EngineConfig struct {
 	// Handlers restricts the engine to these handler / process manager names (default:
 	// every handler and process manager with a Func).
 	Handlers []string
+	// MinReplicas is how many replicas must acknowledge a lease grant before the new
+	// owner starts working the partition ([broker] min_replicas, default 0: no wait).
+	// On a shortfall the leases of the pass are given back and a warning is logged; see
+	// WaitReplicas and replicas.go.
+	MinReplicas int
+	// ReplicaTimeout bounds each wait for replicas ([broker] replica_timeout_ms; default
+	// DefaultReplicaTimeout or LeaseTTL/4, whichever is shorter). It must be below the
+	// lease TTL.
+	ReplicaTimeout time.Duration
 }
 
 // Validate checks the configuration and fills defaults.
@@ -121,6 +135,14 @@ func (c *EngineConfig) Validate() error {
 	if c.MaxPartitionsWarning == 0 {
 		c.MaxPartitionsWarning = 2000
 	}
+	switch {
+	case c.MinReplicas < 0:
+		return fmt.Errorf("engine: MinReplicas must be 0 (no wait) or a replica count, got %d", c.MinReplicas)
+	case c.ReplicaTimeout < 0:
+		return fmt.Errorf("engine: ReplicaTimeout must not be negative, got %v", c.ReplicaTimeout)
+	case c.ReplicaTimeout >= c.Timing.LeaseTTL:
+		return fmt.Errorf("engine: ReplicaTimeout %v must be below the lease TTL %v", c.ReplicaTimeout, c.Timing.LeaseTTL)
+	}
 	return nil
 }
 
@@ -151,6 +173,8 @@ type Engine struct {
 
 	sess    *session
 	bell    *doorbell
+	health  health        // why the instance cannot take or keep leases
+	logs    *rateLog      // one line per cause per interval, for outages every partition sees
 	stopped chan struct{} // closed by Shutdown: take no more work
 	hardCtx context.Context
 	hard    context.CancelFunc // cancels every handler (shutdown deadline passed)
@@ -189,6 +213,7 @@ func New(cfg EngineConfig) (*Engine, error) {
 		livePartitions: map[string]int{},
 		overThreshold:  map[string]bool{},
 	}
+	e.logs = newRateLog(e.log, logEvery)
 	only := map[string]bool{}
 	for _, n := range cfg.Handlers {
 		only[n] = true
@@ -249,6 +274,25 @@ func New(cfg EngineConfig) (*Engine, error) {
 	return e, nil
 }
 
+// waitWorkers waits until every worker of incarnation in has exited.
+func (e *Engine) waitWorkers(in *incarnation) {
+	if in == nil {
+		return
+	}
+	e.mu.Lock()
+	var ws []*worker
+	for _, w := range e.workers {
+		if w.inc == in {
+			ws = append(ws, w)
+		}
+	}
+	e.mu.Unlock()
+	for _, w := range ws {
+		e.cfg.Observer.LeaseLost(w.sub.group, "session_expired")
+		<-w.done
+	}
+}
+
 func orInt(v, d int) int {
 	if v <= 0 {
 		return d
@@ -263,13 +307,33 @@ func orDur(v, d time.Duration) time.Duration {
 	return v
 }
 
-// Ready reports whether the engine runs with a live session (for readiness probes).
-func (e *Engine) Ready() bool {
-	if e.sess == nil || e.stopping() {
-		return false
+// logEvery is the interval of rate-limited log lines: one line per cause per interval.
+const logEvery = 10 * time.Second
+
+// Ready reports whether the engine can take and keep leases (for readiness probes).
+func (e *Engine) Ready() bool { ok, _ := e.Health(); return ok }
+
+// Health reports whether the engine can take and keep leases, and if not, why: not
+// started, shutting down, no live session (and why it ended), Redis unreachable, lease
+// taking or discovery failing (with the Redis error, e.g. NOSCRIPT, OOM or NOPERM).
+func (e *Engine) Health() (ok bool, reason string) {
+	if e.sess == nil {
+		return false, "not started"
 	}
-	_, ctx := e.sess.current()
-	return ctx != nil && ctx.Err() == nil && e.sess.valid()
+	if e.stopping() {
+		return false, "shutting down"
+	}
+	var reasons []string
+	if st := e.sess.status(); st != "" {
+		reasons = append(reasons, st)
+	}
+	if r := e.health.report(); r != "" {
+		reasons = append(reasons, r)
+	}
+	if len(reasons) == 0 {
+		return true, ""
+	}
+	return false, strings.Join(reasons, "; ")
 }
 
 // InstanceID returns the instance id.
@@ -299,14 +363,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := loadScripts(ctx, e.rdb); err != nil {
 		return err
 	}
-	pipe := e.rdb.Pipeline()
-	for _, s := range e.subs {
-		for _, c := range s.categories {
-			pipe.SAdd(ctx, GroupRegistry(c), s.group)
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return translateRedisErr(err)
+	if err := e.registerGroups(ctx); err != nil {
+		return err
 	}
 	e.sess = newSession(e)
 	if err := e.sess.open(ctx); err != nil {

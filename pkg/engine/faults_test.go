@@ -171,7 +171,7 @@ func TestStallFailoverFenceHolds(t *testing.T) {
 	t.Logf("in-flight events the stale owner finished after waking: %v", late)
 	waitFor(t, 5*time.Second, "the stale owner notices", func() bool {
 		s := p1.stderr.String()
-		return strings.Contains(s, "session expired") || strings.Contains(s, "fenced")
+		return strings.Contains(s, "session over") || strings.Contains(s, "fenced")
 	})
 }
 

@@ -106,8 +106,8 @@ func bulkPublish(tb testing.TB, b *RedisBroker, d *Domain, events []testPayload)
 				tb.Fatal(err)
 			}
 			ev := Event{ID: NewEventID(), Type: "OrderPlaced", Category: r.Category, Key: r.Key, Data: data}
-			args := append([]any{r.Key, r.Category, 0}, envelopeArgs(ev)...)
-			scriptPublish.EvalSha(ctx, pipe, []string{r.Stream, r.Index, ControlStream(), ""}, args...)
+			args := append([]any{r.Key, r.Category, 0, 0}, envelopeArgs(ev)...)
+			scriptPublish.EvalSha(ctx, pipe, []string{r.Stream, r.Index, ControlStream(), "", ""}, args...)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			tb.Fatal(err)

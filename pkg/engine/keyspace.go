@@ -92,3 +92,13 @@ func ControlStream() string { return "__seqctl__:control" }
 // by the publish script in the same step as the XADD, so a relay that crashes before it
 // marks its row never publishes the row twice.
 func OutboxMarkKey(stream string) string { return "{" + stream + "}:__outbox__" }
+
+// EventMarkKey remembers that an event id was appended to a stream (string: the entry id,
+// with a PX expiry of the publish dedupe window), written by the publish script in the
+// same step as the XADD: a publish resent after a lost reply appends nothing.
+func EventMarkKey(stream, eventID string) string { return "{" + stream + "}:__event__:" + eventID }
+
+// ReplicaBarrierKey is written right before a WAIT for replicas (string, PX one minute),
+// so that the WAIT covers every write the primary applied before it, whichever
+// connection made them (see WaitReplicas). Only written with [broker] min_replicas > 0.
+func ReplicaBarrierKey() string { return "__seqctl__:replicas" }

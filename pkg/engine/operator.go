@@ -93,6 +93,10 @@ func (e *HeadMovedError) Unwrap() error { return ErrHeadMoved }
 
 // Skip acknowledges the head entry without handling it, if it is still expectID. The
 // head must be halted unless force. The owner resumes at once.
+//
+// Skip, MoveToDLQ, Retry and ReplayDLQ of a broker made WithReplicas wait for the
+// replicas after the write; a *ReplicaShortfallError then means the action is done on
+// the primary but may be lost on failover.
 func (b *RedisBroker) Skip(ctx context.Context, ref HeadRef, expectID string, force bool) error {
 	return b.resolve(ctx, ref, "skip", expectID, force, nil)
 }
@@ -109,6 +113,9 @@ func (b *RedisBroker) MoveToDLQ(ctx context.Context, ref HeadRef, expectID strin
 func (b *RedisBroker) Retry(ctx context.Context, ref HeadRef, expectID string) error {
 	return b.resolve(ctx, ref, "retry", expectID, false, nil)
 }
+
+// actionNames name resolve's actions in errors.
+var actionNames = map[string]string{"skip": "skip", "dlq": "move to DLQ", "retry": "retry"}
 
 func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID string, force bool, extra []string) error {
 	if ref.Key != "" {
@@ -160,7 +167,7 @@ func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID
 	code, _ := res[0].(int64)
 	switch code {
 	case 1:
-		return nil
+		return b.waitReplicas(ctx, actionNames[action])
 	case -4:
 		head, _ := res[1].(string)
 		return &HeadMovedError{Expected: expectID, Head: head}
@@ -183,7 +190,9 @@ var (
 // id kept, published_at new) and removes it from the DLQ stream, in one script. The
 // event's position changes: it comes after everything published before the replay, and
 // every consumer group of the category receives it again. ErrEntryGone: the DLQ entry is
-// not there (already replayed or deleted); nothing was published.
+// not there (already replayed or deleted); nothing was published. A
+// *ReplicaShortfallError comes with the Published of the replay, which is done on the
+// primary.
 func (b *RedisBroker) ReplayDLQ(ctx context.Context, dlqStream, dlqID string, r Route) (Published, error) {
 	if err := loadScripts(ctx, b.rdb); err != nil {
 		return Published{}, err
@@ -196,5 +205,6 @@ func (b *RedisBroker) ReplayDLQ(ctx context.Context, dlqStream, dlqID string, r 
 		return Published{}, fmt.Errorf("%w: DLQ entry %s of %s", ErrEntryGone, dlqID, dlqStream)
 	}
 	id, _ := res[1].(string)
-	return Published{Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: id}, nil
+	pub := Published{Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: id}
+	return pub, b.waitReplicas(ctx, "DLQ replay")
 }

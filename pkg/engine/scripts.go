@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -12,12 +13,19 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
+// scriptSource is the source of each script, for loading them in one pipeline:
+// redis.Script.Load must not be queued on a pipeline (it records the not-yet-known reply
+// as the script's hash).
+var scriptSource = map[*redis.Script]string{}
+
 func mustScript(name string) *redis.Script {
 	src, err := scriptFS.ReadFile("scripts/" + name)
 	if err != nil {
 		panic(fmt.Sprintf("engine: embedded script %s: %v", name, err))
 	}
-	return redis.NewScript(string(src))
+	s := redis.NewScript(string(src))
+	scriptSource[s] = string(src)
+	return s
 }
 
 // The Lua scripts; each file's header documents KEYS, ARGV and return codes.
@@ -36,15 +44,67 @@ var (
 
 var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim, scriptReplay}
 
-// loadScripts makes sure every script is cached on the server, so that EVALSHA in a
-// pipeline never meets NOSCRIPT.
-func loadScripts(ctx context.Context, c redis.Scripter) error {
+// loadScripts puts every script into the server's script cache. The cache is empty after
+// a restart, a failover to a replica that never saw the scripts, or SCRIPT FLUSH, so no
+// caller may assume a load lasts: Script.Run falls back to EVAL by itself, and pipelined
+// calls go through runPipelined, which reloads and retries on NOSCRIPT.
+func loadScripts(ctx context.Context, c pipeliner) error {
+	pipe := c.Pipeline()
 	for _, s := range allScripts {
-		if err := s.Load(ctx, c).Err(); err != nil {
-			return translateRedisErr(err)
+		pipe.ScriptLoad(ctx, scriptSource[s])
+	}
+	_, err := pipe.Exec(ctx)
+	return translateRedisErr(err)
+}
+
+// pipeliner is the part of a client that loadScripts and runPipelined use.
+type pipeliner interface{ Pipeline() redis.Pipeliner }
+
+// isNoScript reports a NOSCRIPT reply: the script cache lost the script.
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// runPipelined sends n script calls in one pipeline (call(pipe, i) queues the i-th with
+// EvalSha) and returns their replies. Calls answered NOSCRIPT did not run; after
+// reloading the scripts they are sent once more, so an emptied script cache costs one
+// extra round trip, never a lost call. The error is the pipeline's connection-level
+// error, if any; per-call errors are on the returned commands.
+func runPipelined(ctx context.Context, c pipeliner, n int, call func(pipe redis.Pipeliner, i int) *redis.Cmd) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, n)
+	pipe := c.Pipeline()
+	for i := range cmds {
+		cmds[i] = call(pipe, i)
+	}
+	_, err := pipe.Exec(ctx)
+	var again []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
 		}
 	}
-	return nil
+	if len(again) == 0 {
+		return cmds, connErr(err)
+	}
+	if err := loadScripts(ctx, c); err != nil {
+		return cmds, err
+	}
+	pipe = c.Pipeline()
+	for _, i := range again {
+		cmds[i] = call(pipe, i)
+	}
+	_, err = pipe.Exec(ctx)
+	return cmds, connErr(err)
+}
+
+// connErr keeps a pipeline error only when it is not a reply of Redis to one command
+// (those stay on their commands): a connection failure, a timeout, a cancelled context.
+func connErr(err error) error {
+	var re redis.Error
+	if err == nil || errors.Is(err, redis.Nil) || errors.As(err, &re) {
+		return nil
+	}
+	return translateRedisErr(err)
 }
 
 // Sentinel errors of the engine.
@@ -67,6 +127,9 @@ var (
 	ErrNotSupported = errors.New("engine: not supported by this broker")
 	// ErrRedisUnavailable wraps connection-level failures talking to Redis.
 	ErrRedisUnavailable = errors.New("engine: redis unavailable")
+	// ErrRedisOutOfMemory: Redis refused a write at its maxmemory limit (policy
+	// noeviction). Nothing was written; it goes away when memory is freed.
+	ErrRedisOutOfMemory = errors.New("engine: redis is out of memory")
 )
 
 // codeErr maps a script's integer return code to a typed error, in one place.
@@ -96,6 +159,9 @@ func translateRedisErr(err error) error {
 	}
 	var re redis.Error
 	if errors.As(err, &re) {
+		if strings.HasPrefix(re.Error(), "OOM ") {
+			return fmt.Errorf("%w: it reached its maxmemory limit with the noeviction policy, so nothing was written; free memory or raise maxmemory (%w)", ErrRedisOutOfMemory, err)
+		}
 		return fmt.Errorf("engine: redis: %w", err)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -2,100 +2,269 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base32"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // session is the instance's liveness in Redis. Every lease the instance holds is valid
-// only while its session key exists, so one PEXPIRE per heartbeat renews all of them,
-// however many partitions are owned (an idle instance costs a call per heartbeat, not
-// one per partition).
+// only while the session key of its incarnation exists, so one PEXPIRE per heartbeat
+// renews all of them, however many partitions are owned.
 //
-// If the session expires (the process stalled past the TTL, or Redis was unreachable for
-// that long), every lease is void: the instance cancels its workers and opens a new
-// session under a new owner name (instance id plus incarnation), so it can never confuse
-// an old lease with a new one.
+// Lifecycle. The heartbeat goroutine is the only one that opens and closes incarnations,
+// so there is never more than one at a time:
+//
+//   - open: a fresh owner name "{instance id}.{random}" is created with SET NX, so two
+//     processes started with the same --instance-id never share a fence.
+//   - live: each renewal that Redis confirms moves the local lease deadline (the time the
+//     renewal was sent + TTL - margin). A timer cancels the incarnation's context when
+//     the deadline passes, so a handler stops before any other instance may take its
+//     partition, even when the link to Redis is frozen and no call returns.
+//   - over: the session key is gone (Redis restarted or lost data, or this process stalled
+//     past the TTL), the deadline passed, or a fenced script said so. The context is
+//     cancelled at once, synchronously, by whoever noticed; the heartbeat goroutine then
+//     waits for the old workers to exit, deletes the old session key if Redis answers
+//     (so other instances take the partitions at once) and opens the next incarnation,
+//     retrying every heartbeat interval until Redis lets it.
+//
+// A heartbeat error that is not a loss (a timeout, an out-of-memory reply to the
+// registry write) changes nothing while the deadline holds: the leases stay.
 type session struct {
 	e *Engine
 
-	mu          sync.Mutex
-	incarnation int                // guarded by mu
-	owner       string             // instance id "." incarnation; guarded by mu
-	ctx         context.Context    // cancelled when the session is lost; guarded by mu
-	cancel      context.CancelFunc // guarded by mu
+	mu     sync.Mutex
+	cur    *incarnation // the live or last incarnation; nil before the first open; guarded by mu
+	reason string       // why there is no live incarnation ("" when live); guarded by mu
 
-	// deadline is the local lease deadline, in nanoseconds on the monotonic clock since
-	// e.start: the time the last successful renewal was sent, plus the TTL, minus a
-	// safety margin. A worker starts an event only before it.
-	deadline atomic.Int64
-	epoch    time.Time
-	started  time.Time
-	host     string
+	over    chan struct{} // capacity 1: an incarnation ended; wakes the heartbeat loop
+	started time.Time
+	host    string
 }
+
+// incarnation is one life of the session: its owner name, the context every worker of
+// this life derives from, and the local lease deadline.
+type incarnation struct {
+	owner  string
+	ttl    time.Duration
+	margin time.Duration
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time   // monotonic; guarded by mu
+	timer    *time.Timer // fires at deadline; guarded by mu
+	onOver   func(*incarnation, string)
+}
+
+// errDeadline is the cause of an incarnation that outlived its local lease deadline.
+var errDeadline = errors.New("engine: local lease deadline passed without a confirmed renewal")
 
 func newSession(e *Engine) *session {
 	host, _ := os.Hostname()
-	return &session{e: e, epoch: time.Now(), host: host}
+	return &session{e: e, host: host, over: make(chan struct{}, 1)}
 }
 
 // margin is subtracted from the lease TTL for the local deadline: the time it may take
 // the renewal to reach Redis plus clock-rate differences.
-func (s *session) margin() time.Duration {
-	ttl := s.e.cfg.Timing.LeaseTTL
-	m := ttl / 5
-	if m < 20*time.Millisecond {
-		m = 20 * time.Millisecond
-	}
-	return m
+func leaseMargin(ttl time.Duration) time.Duration {
+	return max(ttl/5, 20*time.Millisecond)
 }
 
-func (s *session) setDeadline(sent time.Time) {
-	d := int64(sent.Sub(s.epoch) + s.e.cfg.Timing.LeaseTTL - s.margin())
-	for {
-		cur := s.deadline.Load()
-		if d <= cur || s.deadline.CompareAndSwap(cur, d) {
-			return
-		}
+// extend moves the deadline to sent + TTL - margin (never backwards) and re-arms the
+// timer. sent is when the confirmed renewal (or the creating SET) was sent.
+func (in *incarnation) extend(sent time.Time) {
+	d := sent.Add(in.ttl - in.margin)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.ctx.Err() != nil || !d.After(in.deadline) {
+		return
+	}
+	in.deadline = d
+	if in.timer == nil {
+		in.timer = time.AfterFunc(time.Until(d), in.fire)
+	} else {
+		in.timer.Reset(time.Until(d))
 	}
 }
 
-// valid reports whether an event may be started now.
-func (s *session) valid() bool { return int64(time.Since(s.epoch)) < s.deadline.Load() }
+// fire runs on the timer: past the deadline the incarnation is over; a renewal that
+// raced with the timer re-arms it.
+func (in *incarnation) fire() {
+	in.mu.Lock()
+	left := time.Until(in.deadline)
+	if left > 0 {
+		in.timer.Reset(left)
+		in.mu.Unlock()
+		return
+	}
+	in.mu.Unlock()
+	in.end(errDeadline, "the local lease deadline passed without a confirmed renewal (Redis unreachable or too slow)")
+}
 
-// current returns the owner name and the session context.
+// valid reports whether an event may be started now: before the local deadline.
+func (in *incarnation) valid() bool {
+	in.mu.Lock()
+	ok := time.Now().Before(in.deadline)
+	in.mu.Unlock()
+	if !ok {
+		in.fire()
+	}
+	return ok && in.ctx.Err() == nil
+}
+
+// end cancels the incarnation (idempotent) and tells the session, once.
+func (in *incarnation) end(cause error, reason string) {
+	if in.ctx.Err() != nil {
+		return
+	}
+	in.cancel(cause)
+	in.mu.Lock()
+	if in.timer != nil {
+		in.timer.Stop()
+	}
+	in.mu.Unlock()
+	in.onOver(in, reason)
+}
+
+// live returns the live incarnation, or nil while there is none.
+func (s *session) live() *incarnation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil || s.cur.ctx.Err() != nil {
+		return nil
+	}
+	return s.cur
+}
+
+// current returns the owner name and context of the last incarnation (cancelled when it
+// is over).
 func (s *session) current() (string, context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.owner, s.ctx
+	if s.cur == nil {
+		return "", nil
+	}
+	return s.cur.owner, s.cur.ctx
 }
 
-// open creates a new incarnation of the session.
-func (s *session) open(ctx context.Context) error {
+// status says why the instance has no live session ("" when it has one).
+func (s *session) status() string {
 	s.mu.Lock()
-	s.incarnation++
-	owner := fmt.Sprintf("%s.%d", s.e.cfg.InstanceID, s.incarnation)
+	defer s.mu.Unlock()
+	if s.cur == nil {
+		return "no session opened yet"
+	}
+	if s.cur.ctx.Err() != nil {
+		return "no session: " + s.reason
+	}
+	return ""
+}
+
+// lose ends the incarnation in: called by anyone who learns that its session key is gone
+// (the heartbeat, discovery, a fenced script). Safe to call concurrently and repeatedly:
+// only the first call for a live incarnation has an effect, and only the heartbeat loop
+// opens the next one.
+func (s *session) lose(in *incarnation, reason string) {
+	if in == nil {
+		return
+	}
+	in.end(ErrSessionLost, reason)
+}
+
+// ended is each incarnation's onOver: it records why and wakes the heartbeat loop.
+func (s *session) ended(in *incarnation, reason string) {
+	s.mu.Lock()
+	if s.cur == in {
+		s.reason = reason
+	}
 	s.mu.Unlock()
+	if !s.e.stopping() {
+		s.e.log.Warn("session over: every lease of this incarnation is dropped; a new one opens when Redis allows",
+			"owner", in.owner, "reason", reason)
+	}
+	s.e.health.set(healthSession, "no session: "+reason)
+	select {
+	case s.over <- struct{}{}:
+	default:
+	}
+}
+
+// newOwner returns a fresh owner name: the instance id, a dot, and 8 random characters.
+func (s *session) newOwner() string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return s.e.cfg.InstanceID + "." + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// open creates a new incarnation: a new owner name whose session key is created with NX
+// (a name in use is never adopted), and the instance's registry entry.
+func (s *session) open(ctx context.Context) error {
 	if s.started.IsZero() {
 		s.started = time.Now()
 	}
-	sent := time.Now()
-	pipe := s.e.rdb.TxPipeline()
-	pipe.Set(ctx, SessionKey(owner), s.e.cfg.InstanceID, s.e.cfg.Timing.LeaseTTL)
-	pipe.HSet(ctx, InstancesKey(), s.e.cfg.InstanceID, s.info(owner))
-	if _, err := pipe.Exec(ctx); err != nil {
-		return translateRedisErr(err)
+	ttl := s.e.cfg.Timing.LeaseTTL
+	// Every group the domain declares is registered before the session exists, so no
+	// lease is used while the registry is incomplete (after Redis lost it, say).
+	if err := s.e.registerGroups(ctx); err != nil {
+		return err
 	}
-	sctx, cancel := context.WithCancel(s.e.hardCtx)
-	s.mu.Lock()
-	s.owner, s.ctx, s.cancel = owner, sctx, cancel
-	s.mu.Unlock()
-	s.deadline.Store(0)
-	s.setDeadline(sent)
-	return nil
+	s.warnSameID(ctx)
+	for try := 0; ; try++ {
+		owner := s.newOwner()
+		sent := time.Now()
+		created, err := s.e.rdb.SetNX(ctx, SessionKey(owner), s.e.cfg.InstanceID, ttl).Result()
+		if err != nil {
+			return translateRedisErr(err)
+		}
+		if !created {
+			if try < 3 {
+				continue
+			}
+			return fmt.Errorf("engine: could not create a unique session key for instance %s", s.e.cfg.InstanceID)
+		}
+		sctx, cancel := context.WithCancelCause(s.e.hardCtx)
+		in := &incarnation{owner: owner, ttl: ttl, margin: leaseMargin(ttl), ctx: sctx, cancel: cancel, onOver: s.ended}
+		in.extend(sent)
+		s.mu.Lock()
+		s.cur, s.reason = in, ""
+		s.mu.Unlock()
+		// The registry entry is advisory (fair share, operators): a failure to write it
+		// (out of memory, say) does not stop the session; the next heartbeat writes it.
+		if err := s.e.rdb.HSet(ctx, InstancesKey(), s.e.cfg.InstanceID, s.info(owner)).Err(); err != nil {
+			s.e.logs.warn("registry", "cannot write the instance registry entry", "err", translateRedisErr(err))
+		}
+		s.e.health.clear(healthSession)
+		s.e.log.Info("session opened", "owner", owner)
+		return nil
+	}
+}
+
+// warnSameID logs when a live process already runs under this instance id: both work
+// (each has its own owner name and fence) but operators should give them distinct ids.
+func (s *session) warnSameID(ctx context.Context) {
+	raw, err := s.e.rdb.HGet(ctx, InstancesKey(), s.e.cfg.InstanceID).Result()
+	if err != nil {
+		return
+	}
+	var info InstanceInfo
+	if json.Unmarshal([]byte(raw), &info) != nil || info.Owner == "" {
+		return
+	}
+	if info.PID == os.Getpid() && info.Host == s.host {
+		return // our own previous incarnation
+	}
+	if n, err := s.e.rdb.Exists(ctx, SessionKey(info.Owner)).Result(); err == nil && n == 1 {
+		s.e.log.Warn("another live process uses this instance id; this one works under its own owner name and fence, but give each process a distinct --instance-id",
+			"instance", s.e.cfg.InstanceID, "other_owner", info.Owner, "other_host", info.Host, "other_pid", info.PID)
+	}
 }
 
 // InstanceInfo is an engine instance's registry entry.
@@ -116,7 +285,9 @@ func (s *session) info(owner string) string {
 	return string(b)
 }
 
-// heartbeatLoop renews the session every HeartbeatInterval. It never waits on handlers.
+// heartbeatLoop renews the session every HeartbeatInterval and, when an incarnation is
+// over, opens the next one. It never waits on handlers, except for the old workers'
+// exit before a new incarnation opens.
 func (s *session) heartbeatLoop() {
 	defer s.e.bg.Done()
 	t := time.NewTicker(s.e.cfg.Timing.HeartbeatInterval)
@@ -126,86 +297,90 @@ func (s *session) heartbeatLoop() {
 		case <-s.e.hardCtx.Done():
 			return
 		case <-t.C:
+		case <-s.over:
 		}
-		s.beat()
+		// While stopping, keep renewing: in-flight events still hold their leases until
+		// Shutdown releases them. Never open a new incarnation then.
+		if in := s.live(); in != nil {
+			s.beat(in)
+		} else if !s.e.stopping() {
+			s.reopen()
+		}
 	}
 }
 
-func (s *session) beat() {
-	owner, _ := s.current()
+// beat renews the incarnation's session key.
+func (s *session) beat(in *incarnation) {
 	ttl := s.e.cfg.Timing.LeaseTTL
-	ctx, cancel := context.WithTimeout(s.e.hardCtx, ttl/2)
+	ctx, cancel := context.WithTimeout(in.ctx, ttl/2)
 	defer cancel()
 	sent := time.Now()
 	pipe := s.e.rdb.Pipeline()
-	renewed := pipe.PExpire(ctx, SessionKey(owner), ttl)
+	renewed := pipe.PExpire(ctx, SessionKey(in.owner), ttl)
+	var reg *redis.IntCmd
 	if !s.e.stopping() { // a stopping instance has left the registry already
-		pipe.HSet(ctx, InstancesKey(), s.e.cfg.InstanceID, s.info(owner))
+		reg = pipe.HSet(ctx, InstancesKey(), s.e.cfg.InstanceID, s.info(in.owner))
 	}
-	_, err := pipe.Exec(ctx)
-	switch {
+	_, _ = pipe.Exec(ctx)
+	switch err := renewed.Err(); {
 	case err == nil && renewed.Val():
-		s.setDeadline(sent)
+		in.extend(sent)
+		s.e.health.clear(healthRedis)
+		if reg != nil && reg.Err() != nil {
+			err := reg.Err()
+			s.e.logs.warn("registry", "heartbeat: the instance registry write failed; the session itself was renewed", "err", translateRedisErr(err))
+		}
 	case err == nil:
-		s.e.log.Warn("session expired (the process stalled or Redis was unreachable past the lease TTL): dropping every lease", "owner", owner)
-		s.lost(owner)
+		s.lose(in, "the session key is gone: Redis restarted or lost data, or this process stalled past the lease TTL")
 	default:
-		if s.e.hardCtx.Err() != nil {
+		if in.ctx.Err() != nil {
 			return
 		}
-		s.e.log.Warn("heartbeat failed", "err", translateRedisErr(err))
-		if !s.valid() {
-			// Past the local deadline the leases may be taken: stop the handlers.
-			s.lost(owner)
-		}
+		err = translateRedisErr(err)
+		s.e.health.set(healthRedis, "heartbeat failing (Redis unreachable or too slow): "+err.Error())
+		s.e.logs.warn("heartbeat", "heartbeat failed; the leases stay until the local deadline", "err", err)
 	}
 }
 
-// lost voids the session owner had: cancels every worker, then opens a new incarnation
-// (retried by the next heartbeat if Redis is unreachable).
-func (s *session) lost(owner string) {
+// reopen finishes the incarnation that is over and opens the next one.
+func (s *session) reopen() {
 	s.mu.Lock()
-	if s.owner != owner {
-		s.mu.Unlock()
-		return
-	}
-	cancel := s.cancel
+	old := s.cur
 	s.mu.Unlock()
-	cancel()
-	s.e.mu.Lock()
-	workers := make([]*worker, 0, len(s.e.workers))
-	for _, w := range s.e.workers {
-		workers = append(workers, w)
-	}
-	s.e.mu.Unlock()
-	for _, w := range workers {
-		s.e.cfg.Observer.LeaseLost(w.sub.group, "session_expired")
-		<-w.done
-	}
+	s.e.waitWorkers(old)
 	if s.e.stopping() {
 		return
 	}
-	ctx, c := context.WithTimeout(s.e.hardCtx, s.e.cfg.Timing.LeaseTTL)
-	defer c()
+	ctx, cancel := context.WithTimeout(s.e.hardCtx, s.e.cfg.Timing.LeaseTTL)
+	defer cancel()
+	if old != nil {
+		// Give the old leases up now rather than at the key's expiry.
+		if err := s.e.rdb.Del(ctx, SessionKey(old.owner)).Err(); err != nil {
+			s.e.health.set(healthRedis, "redis unreachable: "+translateRedisErr(err).Error())
+			s.e.logs.warn("reopen", "cannot reach Redis to open a new session yet", "err", translateRedisErr(err))
+			return
+		}
+	}
 	if err := s.open(ctx); err != nil {
-		s.e.log.Warn("cannot open a new session yet", "err", err)
-		// Keep the old (cancelled) context; the next beat finds the key missing and
-		// tries again.
+		s.e.health.set(healthRedis, "cannot open a session: "+err.Error())
+		s.e.logs.warn("reopen", "cannot open a new session yet", "err", err)
 		return
 	}
+	s.e.health.clear(healthRedis)
 	s.e.kickDiscovery()
 }
 
-// close deletes the session and the registry entry. Leases were released by the workers.
+// close ends the session at shutdown: the leases were released by the workers.
 func (s *session) close(ctx context.Context) {
-	owner, _ := s.current()
+	s.mu.Lock()
+	in := s.cur
+	s.mu.Unlock()
+	if in == nil {
+		return
+	}
 	pipe := s.e.rdb.Pipeline()
-	pipe.Del(ctx, SessionKey(owner))
+	pipe.Del(ctx, SessionKey(in.owner))
 	pipe.HDel(ctx, InstancesKey(), s.e.cfg.InstanceID)
 	_, _ = pipe.Exec(ctx)
-	s.mu.Lock()
-	if s.cancel != nil {
-		s.cancel()
-	}
-	s.mu.Unlock()
+	in.end(context.Canceled, "shut down")
 }

@@ -28,6 +28,7 @@ type worker struct {
 	lanes    []string
 	leaseKey string
 	haltKey  string
+	inc      *incarnation // the session life the lease was taken in
 	owner    string
 	token    string
 	gen      int64
@@ -63,10 +64,12 @@ type ackReq struct {
 	id   string
 }
 
-func (e *Engine) startWorker(u unit, owner string, gen int64, sctx context.Context) {
-	ctx, cancel := context.WithCancel(sctx)
+func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
+	owner := in.owner
+	ctx, cancel := context.WithCancel(in.ctx)
 	w := &worker{
-		e: e, sub: u.sub, u: u, lanes: u.lanes,
+		inc: in,
+		e:   e, sub: u.sub, u: u, lanes: u.lanes,
 		leaseKey: LeaseKey(u.name, u.sub.group), haltKey: HaltKey(u.name, u.sub.group),
 		owner: owner, token: owner + ":" + strconv.FormatInt(gen, 10), gen: gen,
 		consumer: owner + ":" + strconv.FormatInt(gen, 10),
@@ -127,7 +130,7 @@ func (w *worker) run() {
 			if w.ctx.Err() != nil {
 				return
 			}
-			w.e.log.Warn("partition read failed; retrying", "group", w.sub.group, "unit", w.u.name, "err", err)
+			w.e.logs.warn("read:"+errorCause(err), "partition read failed; retrying", "group", w.sub.group, "unit", w.u.name, "err", err)
 			w.wait(w.e.cfg.Timing.PollInterval)
 		}
 	}
@@ -141,8 +144,8 @@ func (w *worker) exit() {
 	if w.ctx.Err() == nil && !w.reaped {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if err := w.flushAcks(ctx); err == nil {
-			keys := append([]string{w.leaseKey, ControlStream()}, w.lanes...)
-			args := []any{w.token, w.sub.group, w.u.name, w.consumer}
+			keys := append(append([]string{w.leaseKey, ControlStream()}, w.lanes...), w.u.guards...)
+			args := []any{w.token, w.sub.group, w.u.name, w.consumer, len(w.u.guards)}
 			for _, ent := range w.pending {
 				args = append(args, ent.lane+1, ent.msg.ID, ent.deliveries-1)
 			}
@@ -263,6 +266,7 @@ func (w *worker) reap() {
 	for _, c := range w.u.laneCats {
 		keys = append(keys, GroupRegistry(c))
 	}
+	keys = append(keys, w.u.guards...)
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()
 	res, err := scriptReap.Run(ctx, w.e.rdb, keys, w.token, w.e.cfg.Timing.ReapIdle.Milliseconds(), n, w.u.key).Slice()
@@ -337,16 +341,10 @@ func (w *worker) step(head *entry) error {
 
 // handle runs the handler for one entry, then acks it or schedules its retry / halt.
 func (w *worker) handle(ent entry) error {
-	// Start only within the local lease deadline: an owner that was frozen never starts
-	// another event after it wakes.
-	for !w.e.sess.valid() {
-		if w.ctx.Err() != nil || w.e.stopping() {
-			w.pending = append([]entry{ent}, w.pending...)
-			return nil
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if w.e.stopping() {
+	// Start only within the local lease deadline and while the lease's incarnation
+	// lives: an owner that was frozen never starts another event after it wakes (past
+	// the deadline the incarnation is over and its context cancelled).
+	if !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
 		w.pending = append([]entry{ent}, w.pending...)
 		return nil
 	}

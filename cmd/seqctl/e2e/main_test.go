@@ -72,7 +72,13 @@ type fixture struct {
 // scratch directory, replacing each "@NAME@" by its value.
 func newFixture(t *testing.T, fixtureFile string, subst map[string]string) *fixture {
 	t.Helper()
-	srv := redistest.Start(t)
+	return newFixtureWith(t, fixtureFile, subst, redistest.Options{})
+}
+
+// newFixtureWith is newFixture with a redis-server started with options (AOF, say).
+func newFixtureWith(t *testing.T, fixtureFile string, subst map[string]string, o redistest.Options) *fixture {
+	t.Helper()
+	srv := redistest.StartWith(t, o)
 	f := &fixture{t: t, srv: srv, rdb: srv.Client(t), dir: t.TempDir()}
 	b, err := os.ReadFile(filepath.Join(fixtures, fixtureFile))
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/internal/redistest"
 )
 
 // benchDialects runs fn per dialect; PostgreSQL skips (fails under CI=true) without a server.
@@ -47,28 +49,44 @@ func (e *env) enqueueMany(tb testing.TB, n, keys, rowsPerTx int) {
 // commits 2000 rows over 16 keys (not timed), then drains them (timed). Reported as
 // rows/s.
 func BenchmarkRelayThroughput(b *testing.B) {
-	const rows, keys = 2000, 16
 	benchDialects(b, func(b *testing.B, d Dialect) {
 		e := newEnv(b, d, domainOpts{})
-		r := e.relay(b, nil, func(c *RelayConfig) { c.BatchSize = DefaultBatchSize; c.LeaseTTL = DefaultLeaseTTL })
-		var timed time.Duration
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			b.StopTimer()
-			e.enqueueMany(b, rows, keys, 100)
-			b.StartTimer()
-			start := time.Now()
-			res, err := r.Drain(context.Background())
-			timed += time.Since(start)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if res.Published != rows {
-				b.Fatalf("drained %+v; want %d published", res, rows)
-			}
-		}
-		b.ReportMetric(float64(rows*b.N)/timed.Seconds(), "rows/s")
+		drainBacklog(b, e, e.relay(b, nil, func(c *RelayConfig) { c.BatchSize = DefaultBatchSize; c.LeaseTTL = DefaultLeaseTTL }))
 	})
+}
+
+// BenchmarkRelayThroughputMinReplicas is BenchmarkRelayThroughput with a replica attached
+// and MinReplicas 1 (one WAIT per round before the mark), on SQLite: the cost of
+// [broker] min_replicas = 1 on loopback.
+func BenchmarkRelayThroughputMinReplicas(b *testing.B) {
+	e := newEnv(b, SQLite, domainOpts{})
+	redistest.StartReplica(b, e.srv)
+	drainBacklog(b, e, e.relay(b, nil, func(c *RelayConfig) {
+		c.BatchSize, c.LeaseTTL, c.MinReplicas = DefaultBatchSize, DefaultLeaseTTL, 1
+	}))
+}
+
+// drainBacklog runs the throughput loop: per iteration 2000 rows over 16 keys are
+// committed (not timed) and drained (timed); it reports rows/s.
+func drainBacklog(b *testing.B, e *env, r *Relay) {
+	const rows, keys = 2000, 16
+	var timed time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e.enqueueMany(b, rows, keys, 100)
+		b.StartTimer()
+		start := time.Now()
+		res, err := r.Drain(context.Background())
+		timed += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Published != rows {
+			b.Fatalf("drained %+v; want %d published", res, rows)
+		}
+	}
+	b.ReportMetric(float64(rows*b.N)/timed.Seconds(), "rows/s")
 }
 
 // BenchmarkCommitToStreamLatency measures the time from a transaction's commit returning

@@ -121,6 +121,7 @@ func (r *Relay) relayCategory(ctx context.Context, cat string) (roundResult, err
 	}
 
 	r.publish(ctx, l, p.ready)
+	short := r.confirmReplicated(ctx, cat, p.ready)
 
 	if err := r.mark(ctx, l, p.ready); err != nil {
 		return res, r.lost(l, err)
@@ -145,7 +146,7 @@ func (r *Relay) relayCategory(ctx context.Context, cat string) (roundResult, err
 		s.Failures += uint64(res.failed)
 	})
 	res.more = p.more && res.published+res.duplicates+res.abandoned > 0
-	return res, nil
+	return res, short
 }
 
 // lost handles an error of a leased step: on ErrFenced the lease is dropped (another relay

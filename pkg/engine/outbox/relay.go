@@ -70,6 +70,15 @@ type RelayConfig struct {
 	DiscoverInterval time.Duration
 	// Logger receives warnings about failed rounds and lost leases (default: discard).
 	Logger *slog.Logger
+	// MinReplicas is how many Redis replicas must acknowledge a round's appends before
+	// their rows are marked PUBLISHED ([broker] min_replicas; default 0: no wait). On a
+	// shortfall the rows stay unpublished, are retried with backoff, and the round's
+	// error says why; see confirmReplicated. It needs a Publisher that exposes its Redis
+	// client (*engine.RedisBroker).
+	MinReplicas int
+	// ReplicaTimeout bounds each wait for replicas (default engine.DefaultReplicaTimeout,
+	// or LeaseTTL/4 when that is shorter). It must be below LeaseTTL.
+	ReplicaTimeout time.Duration
 }
 
 // Validate reports the first invalid field.
@@ -85,9 +94,17 @@ func (c RelayConfig) Validate() error {
 		return fmt.Errorf("outbox: RelayConfig.LeaseTTL %v is below the minimum of 100ms", c.LeaseTTL)
 	case c.RetryMin != 0 && c.RetryMax != 0 && c.RetryMax < c.RetryMin:
 		return fmt.Errorf("outbox: RelayConfig.RetryMax %v is below RetryMin %v", c.RetryMax, c.RetryMin)
+	case c.MinReplicas < 0:
+		return fmt.Errorf("outbox: RelayConfig.MinReplicas must be 0 (no wait) or a replica count, got %d", c.MinReplicas)
+	case c.ReplicaTimeout < 0:
+		return errors.New("outbox: RelayConfig durations must not be negative")
+	case c.MinReplicas > 0 && !exposesClient(c.Publisher):
+		return errors.New("outbox: RelayConfig.MinReplicas needs a Publisher that exposes its Redis client (the *engine.RedisBroker)")
 	}
 	return nil
 }
+
+func exposesClient(p Publisher) bool { _, ok := p.(streamClient); return ok }
 
 func (c RelayConfig) withDefaults(d Dialect) RelayConfig {
 	def := func(v *time.Duration, x time.Duration) {
@@ -119,6 +136,7 @@ func (c RelayConfig) withDefaults(d Dialect) RelayConfig {
 		c.RetryMax = c.RetryMin
 	}
 	def(&c.DiscoverInterval, DefaultDiscoverInterval)
+	def(&c.ReplicaTimeout, min(engine.DefaultReplicaTimeout, c.LeaseTTL/4))
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -164,6 +182,9 @@ func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults(o.dialect)
+	if cfg.ReplicaTimeout >= cfg.LeaseTTL {
+		return nil, fmt.Errorf("outbox: RelayConfig.ReplicaTimeout %v must be below the relay's LeaseTTL %v", cfg.ReplicaTimeout, cfg.LeaseTTL)
+	}
 	return &Relay{
 		o: o, cfg: cfg, log: cfg.Logger,
 		wake:         make(chan struct{}, 1),
@@ -198,6 +219,9 @@ type RelayStats struct {
 	Abandoned uint64 `json:"abandoned"`
 	// LeasesLost counts leases found taken over by another relay.
 	LeasesLost uint64 `json:"leases_lost"`
+	// Unreplicated counts rows appended but left unpublished because fewer Redis replicas
+	// than MinReplicas acknowledged the append (each is retried; also in Failures).
+	Unreplicated uint64 `json:"unreplicated"`
 	// Categories lists the categories whose lease this relay holds.
 	Categories []string `json:"categories"`
 	// Listening is true while the PostgreSQL LISTEN connection is up.

@@ -2,11 +2,24 @@
 --
 -- A lease is free when the key is missing or its owner's session key has expired (the
 -- owner died or stalled past the TTL). Taking it increments the group's generation
--- counter, so every change of hands gets a strictly larger fencing token.
+-- counter, so every change of hands gets a strictly larger fencing token. The counter
+-- is never below the Redis server time in microseconds: after Redis lost the counter
+-- (a restart without persistence, a failover to a replica that had not received it) the
+-- next generation is still above every one handed out before, as long as the server
+-- clock did not go back by more than the time since that grant.
+--
+-- A unit that spans several partition streams (a sequential process manager's correlation
+-- value) also takes the per-stream lease key of the same group on each of its streams, as
+-- guards: a unit is free only when its lease and every guard are free, and they are taken
+-- and given back together. So an instance that leases the stream itself (a process
+-- manager declared without sequential_by during a rolling change of the flag) and one
+-- that leases the correlation value never both drain a stream: lease identity depends on
+-- the group and the stream, never on instance-local flags.
 --
 -- KEYS[1]  lease key (string "{owner}:{generation}")
 -- KEYS[2]  generation counter of the group (string, INCR)
 -- KEYS[3]  the caller's session key (string; must exist)
+-- KEYS[4..] guard lease keys (strings, as KEYS[1]); none for a single-stream unit
 -- ARGV[1]  owner (the caller's session owner id)
 -- ARGV[2]  session key prefix (to check the current owner's liveness)
 --
@@ -14,21 +27,45 @@
 -- Returns:
 --   {1, generation}      acquired
 --   {2, generation}      already held by the caller (re-adopted at the same generation)
---   {0, "owner:gen"}     held by a live owner
+--   {0, "owner:gen"}     held by a live owner (the lease or a guard)
 --   {-3}                 the caller's own session is gone (it must start a new one)
 if redis.call('EXISTS', KEYS[3]) == 0 then
   return {-3}
+end
+
+-- held_by_other returns the value of a lease key held by another live owner, or nil.
+local function held_by_other(key)
+  local cur = redis.call('GET', key)
+  if not cur then return nil end
+  local owner = string.match(cur, '^(.*):%d+$')
+  if owner == ARGV[1] then return nil end
+  if owner and redis.call('EXISTS', ARGV[2] .. owner) == 1 then return cur end
+  return nil
+end
+
+for i = 4, #KEYS do
+  local other = held_by_other(KEYS[i])
+  if other then return {0, other} end
 end
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local owner, g = string.match(cur, '^(.*):(%d+)$')
   if owner == ARGV[1] then
+    for i = 4, #KEYS do redis.call('SET', KEYS[i], cur) end
     return {2, tonumber(g)}
   end
   if owner and redis.call('EXISTS', ARGV[2] .. owner) == 1 then
     return {0, cur}
   end
 end
+local t = redis.call('TIME')
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local gen = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. gen)
+if gen < floor then
+  gen = floor
+  redis.call('SET', KEYS[2], string.format('%d', gen))
+end
+local token = ARGV[1] .. ':' .. string.format('%d', gen)
+redis.call('SET', KEYS[1], token)
+for i = 4, #KEYS do redis.call('SET', KEYS[i], token) end
 return {1, gen}

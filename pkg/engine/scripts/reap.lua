@@ -14,6 +14,7 @@
 -- KEYS[4..3+n]     lane streams
 -- KEYS[4+n..3+2n]  discovery index of each lane's category
 -- KEYS[4+2n..3+3n] group registry of each lane's category
+-- KEYS[4+3n..]     guard lease keys of the unit (see acquire.lua), dropped with the lease
 -- ARGV[1]  token "{owner}:{generation}"
 -- ARGV[2]  idle period, ms
 -- ARGV[3]  n, the number of lanes
@@ -82,6 +83,9 @@ end
 for i = 1, n do
   redis.call('DEL', KEYS[3 + i])
   redis.call('SREM', KEYS[3 + n + i], ARGV[4])
+end
+for i = 4 + 3 * n, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
 end
 redis.call('DEL', KEYS[1])
 return {1}

@@ -62,7 +62,7 @@ end
 local lease = redis.call('GET', KEYS[4])
 if lease then
   -- lease "{instance}.{incarnation}:{generation}": the doorbell is per instance.
-  local instance = string.match(lease, '^(.*)%.%d+:%d+$')
+  local instance = string.match(lease, '^(.*)%.%w+:%d+$')
   if instance then
     redis.call('XADD', ARGV[5] .. instance, 'MAXLEN', '~', '100', '*', 'op', 'resume', 'group', group, 'unit', KEYS[2])
   end

@@ -32,7 +32,8 @@ type AuditOptions struct {
 
 // auditOutcomes are the values of audit --outcome.
 var auditOutcomes = []string{admin.OutcomeOK, admin.OutcomeHeadMoved, admin.OutcomeNotHalted, admin.OutcomeNotPending,
-	admin.OutcomeEntryGone, admin.OutcomeNotFound, admin.OutcomeRefused, admin.OutcomeDeclined, admin.OutcomeFailed}
+	admin.OutcomeEntryGone, admin.OutcomeNotFound, admin.OutcomeRefused, admin.OutcomeDeclined, admin.OutcomeFailed,
+	admin.OutcomeNotReplicated, admin.OutcomeNotRegistered, admin.OutcomeDeclared, admin.OutcomeLiveLease, admin.OutcomeReadMoved}
 
 func newCmdAudit(f *Factory, runF func(*AuditOptions) error) *cobra.Command {
 	opts := &AuditOptions{IO: f.IOStreams, Admin: f.openAdmin}
@@ -43,7 +44,8 @@ func newCmdAudit(f *Factory, runF func(*AuditOptions) error) *cobra.Command {
 		Long: `List the operator actions recorded in Redis (the __seqctl__:audit stream, capped at
 about 100,000 entries), oldest first, or the newest N first with --limit N: when (Redis
 time), the user and host, the command (head skip, head dlq, head retry, dlq replay, dlq
-purge), the stream, the handler, the entry id and the outcome. Refused and failed attempts are recorded too:
+purge, groups remove), the stream (the category for groups remove), the handler, the
+entry id and the outcome. Refused and failed attempts are recorded too:
 
   ok           done
   head_moved   the head was not the expected entry; nothing changed
@@ -54,10 +56,19 @@ purge), the stream, the handler, the entry id and the outcome. Refused and faile
   refused      no terminal to confirm on and no --yes; nothing changed
   declined     the operator answered no; nothing changed
   failed       another error (the detail says which)
+  not_replicated  done on the primary, but fewer replicas than min_replicas acknowledged
+               it; a failover may lose it
+
+and for groups remove:
+
+  not_registered  the group was not registered for the category; nothing changed
+  declared        the --config domain still declares the group; nothing changed
+  live_lease      the group held a live lease (it was running); nothing changed
+  read_moved      the group had read entries since; nothing changed
 
 --since takes a duration such as 90m, 12h or 7d (default: everything). --stream keeps
-the actions on one partition (its DLQ included), --outcome those with one outcome. -o wide
-adds the reason and the detail.`,
+the actions on one partition (its DLQ included) or, for groups remove, one category;
+--outcome those with one outcome. -o wide adds the reason and the detail.`,
 		Example: `  # the last day
   $ seqctl audit --since 24h
 

@@ -50,6 +50,11 @@ type fakeAdmin struct {
 	replayed   []string
 	streams    []string
 	instances  []admin.Instance
+
+	groups    []admin.Group
+	groupsErr error
+	removeErr error
+	removals  []admin.GroupRemoval
 }
 
 func (f *fakeAdmin) ListPartitions(_ context.Context, flt admin.Filter) ([]admin.Partition, error) {
@@ -127,6 +132,19 @@ func (f *fakeAdmin) PurgeDLQ(_ context.Context, stream, through string, _ admin.
 func (f *fakeAdmin) Streams(context.Context) ([]string, error) { return f.streams, nil }
 
 func (f *fakeAdmin) Instances(context.Context) ([]admin.Instance, error) { return f.instances, nil }
+
+func (f *fakeAdmin) Groups(context.Context, string) ([]admin.Group, error) {
+	return append([]admin.Group(nil), f.groups...), f.groupsErr
+}
+
+func (f *fakeAdmin) RemoveGroup(_ context.Context, r admin.GroupRemoval) (*admin.GroupRemoved, error) {
+	f.removals = append(f.removals, r)
+	if f.removeErr != nil {
+		return nil, f.removeErr
+	}
+	return &admin.GroupRemoved{Category: r.Category, Group: r.Group, DryRun: r.DryRun, Outcome: admin.OutcomeOK,
+		GroupRetired: engine.GroupRetired{Partitions: 2, Read: *r.ExpectRead, Destroyed: 1, Halts: 1}}, nil
+}
 
 // term describes the test's terminal: stdout and stdin.
 type ttyMode struct{ out, in bool }

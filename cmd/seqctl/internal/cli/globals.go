@@ -81,6 +81,8 @@ type Admin interface {
 	PurgeDLQ(ctx context.Context, stream, through string, actor admin.Actor) (*admin.PurgeResult, error)
 	Streams(ctx context.Context) ([]string, error)
 	Instances(ctx context.Context) ([]admin.Instance, error)
+	Groups(ctx context.Context, category string) ([]admin.Group, error)
+	RemoveGroup(ctx context.Context, r admin.GroupRemoval) (*admin.GroupRemoved, error)
 }
 
 var _ Admin = (*admin.Admin)(nil)

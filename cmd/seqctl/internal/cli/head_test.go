@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -239,6 +240,12 @@ func TestHeadActionRun(t *testing.T) {
 			name: "the connection fails during the script", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: ExitFailure,
 			fa:        &fakeAdmin{head: sampleHead(), actErr: fmt.Errorf("%w: connection reset", engine.ErrRedisUnavailable)},
 			stderrHas: []string{"it may or may not have been applied; check with 'seqctl head show order:client-1 --handler OrderProjector'"},
+			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
+		},
+		{
+			name: "too few replicas acknowledged the skip: exit 1, says it may be lost", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: ExitFailure,
+			fa:        &fakeAdmin{head: sampleHead(), actErr: &engine.ReplicaShortfallError{Write: "skip", Want: 1, Got: 0, Timeout: time.Second}},
+			stderrHas: []string{"the skip is done on the Redis primary, but only 0 of the 1 required replicas acknowledged it within 1s, so a failover may lose it"},
 			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
 		},
 		{

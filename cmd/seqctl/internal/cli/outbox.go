@@ -210,7 +210,8 @@ func newRelay(cfg *engine.Config, rdb redis.UniversalClient, log *slog.Logger) (
 		db.Close()
 		return nil, nil, nil, err
 	}
-	r, err := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: broker, Logger: log})
+	r, err := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: broker, Logger: log,
+		MinReplicas: cfg.Broker.MinReplicas, ReplicaTimeout: cfg.Broker.ReplicaTimeout})
 	if err != nil {
 		db.Close()
 		return nil, nil, nil, err

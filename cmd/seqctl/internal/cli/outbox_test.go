@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -102,5 +103,103 @@ func TestOutboxCommandsNeedTheTable(t *testing.T) {
 	r := runCLI(t, false, "outbox", "status", "--config", "../../../../testdata/demo/domain.toml")
 	if r.Code != ExitUsage || !strings.Contains(r.Stderr, "no [outbox] table") {
 		t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
+	}
+}
+
+// [broker] min_replicas reaches the relay: with the replica stopped, relay --once appends
+// but marks nothing PUBLISHED, exits 1 and says why; with the replica back it marks the rows
+// after one WAIT on the primary, without appending them again.
+func TestRelayOnceMinReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	replica := redistest.StartReplica(t, srv)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "domain.toml")
+	dsn := "sqlite://" + filepath.Join(dir, "outbox.db")
+	if err := os.WriteFile(cfgPath, []byte(`name = "t"
+[broker]
+min_replicas = 1
+replica_timeout_ms = 300
+[outbox]
+dsn = "`+dsn+`"
+[[events]]
+name = "OrderPlaced"
+category = "order"
+fields = ["client_id"]
+[[handlers]]
+name = "P"
+part_of = "order"
+handles = ["OrderPlaced"]
+sequential_by = "client_id"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, false, "outbox", "migrate", "--config", cfgPath); r.Code != 0 {
+		t.Fatalf("migrate: %d %s", r.Code, r.Stderr)
+	}
+	cfg, err := engine.LoadConfig(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, err := cfg.InitDomain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, dialect, err := outbox.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ob, err := outbox.New(db, dialect, dom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"a", "b"} {
+		if _, err := ob.Enqueue(context.Background(), tx, outbox.Event{Type: "OrderPlaced", Data: []byte(`{"client_id":"` + c + `"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	published := func() int {
+		t.Helper()
+		r := runCLI(t, false, "outbox", "status", "--config", cfgPath, "-o", "json")
+		var rep outbox.StatusReport
+		if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+			t.Fatalf("status JSON: %v\n%s%s", err, r.Stdout, r.Stderr)
+		}
+		return int(rep.Counts.Published)
+	}
+	rdb := srv.Client(t)
+
+	replica.Stop()
+	r := runCLI(t, false, "relay", "--once", "--config", cfgPath, "--redis-url", srv.URL)
+	t.Logf("relay --once with the replica down: exit %d\n%s", r.Code, r.Stderr)
+	if r.Code != ExitFailure || !strings.Contains(r.Stderr, "appended but left unpublished") || !strings.Contains(r.Stderr, "0 of the 1 required replicas") {
+		t.Fatalf("relay --once with the replica down: exit %d, stderr:\n%s\nwant exit 1 saying why", r.Code, r.Stderr)
+	}
+	if n := published(); n != 0 {
+		t.Fatalf("%d rows published with the replica down, want 0", n)
+	}
+
+	replica.StartAgain()
+	replica.WaitLinkUp(t)
+	before := redistest.CommandCalls(t, rdb, "wait")
+	time.Sleep(300 * time.Millisecond) // the rows' retry backoff
+	if r := runCLI(t, false, "relay", "--once", "--config", cfgPath, "--redis-url", srv.URL); r.Code != 0 {
+		t.Fatalf("relay --once with the replica back: %d %s", r.Code, r.Stderr)
+	}
+	if n := redistest.CommandCalls(t, rdb, "wait") - before; n != 1 {
+		t.Errorf("WAIT calls = %d, want 1", n)
+	}
+	if n := published(); n != 2 {
+		t.Fatalf("%d rows published with the replica back, want 2", n)
+	}
+	if a, b := rdb.XLen(context.Background(), "order:a").Val(), rdb.XLen(context.Background(), "order:b").Val(); a != 1 || b != 1 {
+		t.Fatalf("streams: order:a=%d order:b=%d, want each row appended once", a, b)
 	}
 }

@@ -87,6 +87,7 @@ func newCmdRoot(f *Factory) *cobra.Command {
 		newCmdHead(f),
 		newCmdDLQ(f),
 		newCmdAudit(f, nil),
+		newCmdGroups(f),
 		newCmdCompletion(f, nil),
 		newCmdTop(f, nil),
 		newCmdDev(f, nil),

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -176,6 +177,7 @@ type runPlan struct {
 	dom      *engine.Domain
 	bindings []deliver.Binding
 	redis    *redis.Options
+	shownURL string // the Redis URL with its password masked
 }
 
 // loadRunPlan loads, checks and binds the config. Every failure is a config problem
@@ -189,13 +191,16 @@ func loadRunPlan(opts *RunOptions, procs *deliver.Procs) (*runPlan, error) {
 		return nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Path: "broker.kind", Message: fmt.Sprintf(
 			"seqctl run needs the redis broker, not %q: set kind = \"redis\" (the inline broker runs in one Go process, for tests)", cfg.Broker.Kind)}}}
 	}
-	ropt, _, err := redisOptions(opts.RedisURL, cfg, os.Getenv)
+	ropt, shown, err := redisOptions(opts.RedisURL, cfg, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
 	// The engine bounds its own waits by the lease timing: keep go-redis's short socket
-	// timeouts rather than the operator commands' long ones.
+	// timeouts rather than the operator commands' long ones, and let every call's context
+	// deadline reach the socket, so a frozen link never holds a call past the local lease
+	// deadline.
 	ropt.ReadTimeout, ropt.WriteTimeout = 0, 0
+	ropt.ContextTimeoutEnabled = true
 	dom, err := cfg.InitDomain()
 	if err != nil {
 		return nil, err
@@ -213,7 +218,7 @@ func loadRunPlan(opts *RunOptions, procs *deliver.Procs) (*runPlan, error) {
 	if runnable == 0 {
 		return nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Message: "nothing to run: declare at least one event handler or process manager with a deliver table (command handlers are inert)"}}}
 	}
-	return &runPlan{cfg: cfg, dom: dom, bindings: bindings, redis: ropt}, nil
+	return &runPlan{cfg: cfg, dom: dom, bindings: bindings, redis: ropt, shownURL: shown}, nil
 }
 
 // loadConfigFile loads a domain.toml, with the CLI's wording for a missing file.
@@ -349,7 +354,7 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 	ecfg.DiscoveryInterval = discoveryInterval(ecfg.Timing.LeaseTTL)
 
 	log.Info("connecting to Redis", "addr", plan.redis.Addr, "db", plan.redis.DB)
-	eng, err := startEngine(ctx, ecfg, plan.redis, log)
+	eng, err := startEngine(ctx, ecfg, plan.redis, plan.shownURL, log)
 	if err != nil || eng == nil {
 		return err // nil: stopped by a signal before Redis was reached
 	}
@@ -411,9 +416,16 @@ func discoveryInterval(leaseTTL time.Duration) time.Duration {
 	return min(max(leaseTTL/2, 250*time.Millisecond), 2*time.Second)
 }
 
-// startEngine starts an engine, retrying with backoff while Redis cannot be reached. It
-// returns nil, nil when ctx ends first.
-func startEngine(ctx context.Context, ecfg engine.EngineConfig, ropt *redis.Options, log *slog.Logger) (*engine.Engine, error) {
+// startEngine starts an engine, retrying with backoff while Redis cannot be reached. A
+// problem that waiting cannot fix (a bad port, a database index Redis does not have,
+// refused credentials, a missing permission) ends it at once with a message saying what
+// to fix. It returns nil, nil when ctx ends first.
+func startEngine(ctx context.Context, ecfg engine.EngineConfig, ropt *redis.Options, shown string, log *slog.Logger) (*engine.Engine, error) {
+	if err := checkRedisAddr(ropt); err != nil {
+		if msg := permanentRedisError(err, ropt, shown); msg != "" {
+			return nil, &ExitError{Code: ExitFailure, Err: errors.New(msg)}
+		}
+	}
 	backoff := startBackoffMin
 	for attempt := 1; ; attempt++ {
 		eng, err := engine.New(ecfg) // an Engine is used once: a new one per attempt
@@ -429,8 +441,8 @@ func startEngine(ctx context.Context, ecfg engine.EngineConfig, ropt *redis.Opti
 		if ctx.Err() != nil {
 			return nil, nil
 		}
-		if !retryableStart(err) {
-			return nil, fmt.Errorf("cannot start the engine against Redis at %s: %w", ropt.Addr, err)
+		if msg := permanentRedisError(err, ropt, shown); msg != "" {
+			return nil, &ExitError{Code: ExitFailure, Err: errors.New(msg)}
 		}
 		log.Warn("redis unreachable: retrying", "addr", ropt.Addr, "db", ropt.DB, "attempt", attempt, "retry_in", backoff, "err", err)
 		t := time.NewTimer(backoff)
@@ -444,19 +456,53 @@ func startEngine(ctx context.Context, ecfg engine.EngineConfig, ropt *redis.Opti
 	}
 }
 
-// retryableStart says whether a start failure may go away by itself: Redis unreachable,
-// slow, loading its data or failing over. Authentication and permission errors do not.
-func retryableStart(err error) bool {
-	if errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-		return true
+// checkRedisAddr refuses a TCP address whose port is not a port, before any dial (which
+// go-redis would retry).
+func checkRedisAddr(ropt *redis.Options) error {
+	if ropt.Network == "unix" {
+		return nil
 	}
+	_, port, err := net.SplitHostPort(ropt.Addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return &net.AddrError{Err: "invalid port", Addr: ropt.Addr}
+	}
+	return nil
+}
+
+// urlSetting names where the Redis URL comes from, for messages that say what to fix.
+const urlSetting = "the Redis URL (--redis-url, $" + engine.EnvRedisURL + ", or [broker] url in domain.toml)"
+
+// permanentRedisError returns what to fix when err cannot go away by waiting, or ""
+// when it may (Redis unreachable, loading its data, failing over, busy, out of memory).
+func permanentRedisError(err error, ropt *redis.Options, shown string) string {
 	msg := err.Error()
-	for _, fatal := range []string{"NOAUTH", "WRONGPASS", "NOPERM", "ERR AUTH", "invalid password", "unknown command"} {
-		if strings.Contains(msg, fatal) {
-			return false
-		}
+	var addrErr *net.AddrError
+	switch {
+	case errors.As(err, &addrErr) || strings.Contains(msg, "invalid port") || strings.Contains(msg, "missing port"):
+		return fmt.Sprintf("cannot start: the Redis address %q is not a valid host:port (%v); fix %s, e.g. redis://127.0.0.1:6379/0", ropt.Addr, err, urlSetting)
+	case strings.Contains(msg, "DB index is out of range") || strings.Contains(msg, "invalid DB index"):
+		return fmt.Sprintf("cannot start: Redis at %s has no database %d (its 'databases' setting is lower); fix the /%d at the end of %s", shown, ropt.DB, ropt.DB, urlSetting)
+	case strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "invalid password") ||
+		strings.Contains(msg, "invalid username-password") || strings.Contains(msg, "ERR AUTH"):
+		return fmt.Sprintf("cannot start: Redis at %s refused the credentials (%v); fix the user and password in %s, or $%s", shown, redisReply(err), urlSetting, EnvRedisPassword)
+	case strings.Contains(msg, "NOPERM"):
+		return fmt.Sprintf("cannot start: the Redis user lacks a permission seqctl needs (%v); grant it with ACL SETUSER (see docs/operator-runbook.md) or use another user in %s", redisReply(err), urlSetting)
+	case strings.Contains(msg, "unknown command"):
+		return fmt.Sprintf("cannot start: Redis at %s lacks a command seqctl needs (%v); seqctl needs Redis 6.2 or later", shown, redisReply(err))
 	}
-	return true
+	return ""
+}
+
+// redisReply strips the engine's wrapping from a Redis error reply.
+func redisReply(err error) string {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return re.Error()
+	}
+	return err.Error()
 }
 
 // serveMetrics listens on addr and serves the metrics endpoints in the background.

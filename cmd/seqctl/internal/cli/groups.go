@@ -1,0 +1,369 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+func newCmdGroups(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "groups <command>",
+		Short: "List the consumer groups each category waits for, and retire a removed handler",
+		Long: `List and retire the consumer groups registered for each category.
+
+Every engine registers every handler and process manager its domain declares in the
+category's group registry ({category}:__groups__), whether or not it runs them, and again
+whenever its session opens. Trim and reap wait for every registered group: a partition
+keeps every entry a registered group has not read, so a handler that is declared but not
+deployed yet loses nothing.
+
+The other side: a handler removed from the domain stays registered, and its partitions
+are then never trimmed past what it read, nor reaped. 'groups list' shows it (declared
+"no" with --config, entries unread, no live lease); 'groups remove' retires it so trim
+and reap resume.`,
+		Example: `  # which groups each category waits for, and how far behind each is
+  $ seqctl groups list --config domain.toml
+
+  # retire a handler removed from the domain
+  $ seqctl groups remove Mailer --category order --expect-read 0 --yes`,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupCommand,
+	}
+	cmd.AddCommand(newCmdGroupsList(f, nil), newCmdGroupsRemove(f, nil))
+	return cmd
+}
+
+// GroupsListOptions are the inputs of 'seqctl groups list'.
+type GroupsListOptions struct {
+	IO     *IOStreams
+	Admin  AdminOpener
+	Output string
+	// Category lists only this category ("" for all).
+	Category string
+	Ctx      context.Context
+}
+
+func newCmdGroupsList(f *Factory, runF func(*GroupsListOptions) error) *cobra.Command {
+	opts := &GroupsListOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	cmd := &cobra.Command{
+		Use:   "list [--category C]",
+		Short: "List each category's consumer groups: registered, declared, leases, unread, read",
+		Long: `List one row per (category, consumer group): every group in the category's
+registry, and every group the --config domain declares on it.
+
+  REGISTERED  in {category}:__groups__: trim and reap wait for it
+  LEASES      its leases in the category held by a live session: it is running
+  PARTITIONS  partitions in the category's discovery index
+  BEHIND      partitions (or the category stream) with entries it has not read or
+              not acknowledged
+  UNREAD      entries not yet delivered to it (? = unknown)
+  PENDING     entries delivered to it and not acknowledged
+  READ        entries delivered to it so far: the figure 'groups remove
+              --expect-read' compares
+  HALTED      its halted partitions
+  DECLARED    the --config domain declares it on the category (- without --config)
+
+A group that is registered, not declared, with no live lease and entries unread holds
+trim and reap back: retire it with 'seqctl groups remove'. -o json prints the fields
+category, name, registered, declared (null without --config), partitions, behind,
+unread, pending, read, live_leases and halted.`,
+		Example: `  $ seqctl groups list --config domain.toml
+  $ seqctl groups list --category order -o json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Output, opts.Ctx = f.Global.Output, cmd.Context()
+			if err := checkFormat(cmd, opts.Output); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return groupsListRun(opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Category, "category", "", "only this category")
+	return cmd
+}
+
+func groupsListRun(opts *GroupsListOptions) error {
+	ctx := orBackground(opts.Ctx)
+	adm, closeAdm, err := opts.Admin(ctx)
+	if err != nil {
+		return exitFor(err)
+	}
+	defer closeAdm()
+	gs, err := adm.Groups(ctx, opts.Category)
+	if err != nil {
+		return exitFor(err)
+	}
+	ios := opts.IO
+	if opts.Output == "json" {
+		if gs == nil {
+			gs = []admin.Group{}
+		}
+		return writeJSON(ios.Out, gs)
+	}
+	if len(gs) == 0 {
+		if ios.IsTerminal {
+			fmt.Fprintln(ios.ErrOut, "No consumer groups registered or declared.")
+		}
+		return nil
+	}
+	// DECLARED is last: its colour codes cannot upset the alignment of a column after it.
+	t := newTablePrinter(ios, "CATEGORY", "GROUP", "REGISTERED", "LEASES", "PARTITIONS", "BEHIND", "UNREAD", "PENDING", "READ", "HALTED", "DECLARED")
+	for _, g := range gs {
+		t.AddRow(g.Category, g.Name, yesNo(g.Registered), strconv.Itoa(g.LiveLeases), strconv.Itoa(g.Partitions), strconv.Itoa(g.Behind),
+			lagCell(g.Unread), strconv.FormatInt(g.Pending, 10), strconv.FormatInt(g.Read, 10), strconv.Itoa(g.Halted), declaredCell(ios, g))
+	}
+	return t.Render(ios.Out)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// declaredCell marks in red a registered group the config no longer declares: it holds
+// trim and reap back until it is retired.
+func declaredCell(ios *IOStreams, g admin.Group) string {
+	switch {
+	case g.Declared == nil:
+		return "-"
+	case *g.Declared:
+		return "yes"
+	case g.Registered:
+		return ios.Red("no")
+	}
+	return "no"
+}
+
+// GroupsRemoveOptions are the inputs of 'seqctl groups remove'.
+type GroupsRemoveOptions struct {
+	IO       *IOStreams
+	Admin    AdminOpener
+	Output   string
+	Group    string
+	Category string
+	// ExpectRead is the READ figure the operator inspected; nil means the current one,
+	// shown first.
+	ExpectRead *int64
+	// Yes skips the confirmation; required when stdin is not a terminal.
+	Yes bool
+	// DryRun checks everything and changes nothing.
+	DryRun bool
+	Reason string
+	Ctx    context.Context
+}
+
+func newCmdGroupsRemove(f *Factory, runF func(*GroupsRemoveOptions) error) *cobra.Command {
+	opts := &GroupsRemoveOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	var expect int64
+	cmd := &cobra.Command{
+		Use:   "remove NAME --category C [--expect-read N] [--yes] [--dry-run] [--reason R]",
+		Short: "Retire a removed handler's consumer group from a category so trim and reap resume",
+		Long: `Retire the consumer group NAME from category C: take it out of the group registry
+({category}:__groups__), destroy its consumer group on every stream of the category
+(trim keeps everything from the slowest group present on a stream, registered or not)
+and delete its halt records there, in one compare-and-act script. Trim and reap then
+stop waiting for it: the entries it has not read are given up.
+
+Remove the handler from the domain of every instance first: an instance whose domain
+still declares it registers it again when its session opens. With --config, a group
+the config declares is refused.
+
+The removal names what you inspected: --expect-read, the READ figure of 'groups list'
+(or, without it, the figure shown before you confirm). It changes nothing, exit status
+4, when the group is not registered, is declared by --config, holds a live lease in the
+category (it is running), or has read a different number of entries since. On a
+terminal you are asked to confirm; without one, --yes is required (otherwise exit
+status 2 and nothing changes). --dry-run runs every check in Redis and changes nothing.
+Every attempt is recorded in the audit log ('seqctl audit').
+
+Exit status: 0 done; 4 refused by a check (nothing changed); 1 declined or failed.`,
+		Example: `  # look first, then remove exactly what you looked at
+  $ seqctl groups list --category order --config domain.toml
+  $ seqctl groups remove Mailer --category order --expect-read 0 --yes --reason "Mailer retired, OPS-7"
+
+  # every check, changing nothing
+  $ seqctl groups remove Mailer --category order --dry-run`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch len(args) {
+			case 1:
+				return nil
+			case 0:
+				return usageErrorf(cmd.CommandPath(), "missing the NAME argument: the consumer group (handler or process manager) to remove")
+			}
+			return usageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one NAME", args[1], cmd.CommandPath())
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Output, opts.Ctx, opts.Group = f.Global.Output, cmd.Context(), args[0]
+			if err := checkFormat(cmd, opts.Output); err != nil {
+				return err
+			}
+			if opts.Category == "" {
+				return usageErrorf(cmd.CommandPath(), "--category is required: name the category to remove %s from", opts.Group)
+			}
+			if cmd.Flags().Changed("expect-read") {
+				if expect < 0 {
+					return usageErrorf(cmd.CommandPath(), "--expect-read must not be negative, got %d", expect)
+				}
+				opts.ExpectRead = &expect
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return groupsRemoveRun(opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Category, "category", "", "the category to remove the group from (required)")
+	fl.Int64Var(&expect, "expect-read", 0, "act only if the group has still read this many entries (the READ of 'groups list'; default: the current figure, shown first)")
+	fl.BoolVarP(&opts.Yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
+	fl.BoolVar(&opts.DryRun, "dry-run", false, "run every check; change nothing")
+	fl.StringVar(&opts.Reason, "reason", "", "why, for the audit log")
+	return cmd
+}
+
+const groupsRemoveCommand = "groups remove"
+
+func groupsRemoveRun(opts *GroupsRemoveOptions) error {
+	ctx := orBackground(opts.Ctx)
+	ios := opts.IO
+	adm, closeAdm, err := opts.Admin(ctx)
+	if err != nil {
+		return exitFor(err)
+	}
+	defer closeAdm()
+	who := actor(groupsRemoveCommand)
+	// refuse records an attempt that stops before the compare-and-act, then returns err.
+	refuse := func(outcome string, detail, err error) error {
+		if opts.DryRun {
+			return err
+		}
+		rec := admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command, Stream: engine.CategoryStream(opts.Category),
+			Handler: opts.Group, Outcome: outcome, Detail: detail.Error(), Reason: opts.Reason}
+		if aerr := adm.Record(ctx, rec); aerr != nil {
+			fmt.Fprintf(ios.ErrOut, "warning: the refused attempt was not recorded in the audit log: %v\n", aerr)
+		}
+		return err
+	}
+	conflict := func(outcome string, err error) error {
+		return refuse(outcome, err, &ExitError{Code: ExitConflict, Err: err})
+	}
+
+	gs, err := adm.Groups(ctx, opts.Category)
+	if err != nil {
+		return refuse(admin.OutcomeOf(err), err, exitFor(err))
+	}
+	var g *admin.Group
+	var registered []string
+	for i := range gs {
+		if gs[i].Registered {
+			registered = append(registered, gs[i].Name)
+		}
+		if gs[i].Name == opts.Group {
+			g = &gs[i]
+		}
+	}
+	switch {
+	case g == nil || !g.Registered:
+		hint := "no group is registered for " + opts.Category
+		if len(registered) > 0 {
+			hint = "the registered groups of " + opts.Category + " are " + strings.Join(registered, ", ")
+		}
+		return conflict(admin.OutcomeNotRegistered, fmt.Errorf("%w: %s is not registered for %s (%s); nothing changed",
+			engine.ErrGroupNotRegistered, opts.Group, opts.Category, hint))
+	case g.Declared != nil && *g.Declared:
+		return conflict(admin.OutcomeDeclared, fmt.Errorf("%w: the config declares %s on %s; remove the handler from the domain (on every instance) first; nothing changed",
+			admin.ErrGroupDeclared, opts.Group, opts.Category))
+	case g.LiveLeases > 0:
+		return conflict(admin.OutcomeLiveLease, fmt.Errorf("%w: %s holds %d live leases in %s: it is running; stop it first; nothing changed",
+			engine.ErrGroupLive, opts.Group, g.LiveLeases, opts.Category))
+	case opts.ExpectRead != nil && *opts.ExpectRead != g.Read:
+		return conflict(admin.OutcomeReadMoved, &engine.GroupReadError{Group: opts.Group, Category: opts.Category, Expected: *opts.ExpectRead, Read: g.Read})
+	}
+	if opts.ExpectRead == nil && opts.Output != "json" {
+		fmt.Fprintf(ios.ErrOut, "Consumer group %s of %s:\n", opts.Group, opts.Category)
+		fmt.Fprintf(ios.ErrOut, "  registered, declared %s, no live lease, %d halted partitions\n", declaredText(g), g.Halted)
+		fmt.Fprintf(ios.ErrOut, "  behind on %d of %d partitions: %s entries unread, %d pending; %d read\n",
+			g.Behind, g.Partitions, lagCell(g.Unread), g.Pending, g.Read)
+	}
+	read := g.Read
+	removal := admin.GroupRemoval{Category: opts.Category, Group: opts.Group, ExpectRead: &read, Reason: opts.Reason, Actor: who}
+
+	if opts.DryRun {
+		removal.DryRun = true
+		res, err := adm.RemoveGroup(ctx, removal)
+		if err != nil {
+			return groupsExit(err)
+		}
+		if opts.Output == "json" {
+			return writeJSON(ios.Out, res)
+		}
+		fmt.Fprintf(ios.Out, "Would remove %s from %s: giving up %s unread and %d pending entries, destroying its consumer group on %d streams, deleting %d halt records. Nothing changed (--dry-run).\n",
+			opts.Group, opts.Category, lagCell(g.Unread), g.Pending, res.Destroyed, res.Halts)
+		return nil
+	}
+	if !opts.Yes {
+		if !ios.InIsTerminal {
+			return refuse(admin.OutcomeRefused, errors.New("no terminal and no --yes"), usageErrorf("seqctl "+groupsRemoveCommand,
+				"refusing to remove %s from %s without confirmation: stdin is not a terminal, pass --yes (and --expect-read %d to be sure of what you inspected); nothing changed",
+				opts.Group, opts.Category, g.Read))
+		}
+		ok, err := confirm(ios, fmt.Sprintf("Remove %s from %s, giving up its %s unread entries?", opts.Group, opts.Category, lagCell(g.Unread)))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return refuse(admin.OutcomeDeclined, errors.New("declined"), errors.New("cancelled; nothing changed"))
+		}
+	}
+	res, err := adm.RemoveGroup(ctx, removal)
+	if errors.Is(err, engine.ErrRedisUnavailable) {
+		return fmt.Errorf("%w\nthe connection failed during the removal: it may or may not have been applied; check with 'seqctl groups list --category %s' and 'seqctl audit'",
+			err, opts.Category)
+	}
+	if err != nil {
+		return groupsExit(err)
+	}
+	if res.AuditWarning != "" {
+		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.AuditWarning)
+	}
+	if opts.Output == "json" {
+		return writeJSON(ios.Out, res)
+	}
+	fmt.Fprintf(ios.Out, "%s Removed %s from %s: its consumer group was destroyed on %d streams and %d halt records deleted. Trim and reap no longer wait for it.\n",
+		ios.Green("✓"), opts.Group, opts.Category, res.Destroyed, res.Halts)
+	return nil
+}
+
+func declaredText(g *admin.Group) string {
+	if g.Declared == nil {
+		return "unknown (no --config)"
+	}
+	return yesNo(*g.Declared)
+}
+
+// groupsExit gives a 'groups remove' error its exit code: every refused check is a
+// conflict (4); others as exitFor says.
+func groupsExit(err error) error {
+	var ee *ExitError
+	switch {
+	case errors.As(err, &ee):
+		return err
+	case errors.Is(err, engine.ErrGroupNotRegistered), errors.Is(err, engine.ErrGroupLive),
+		errors.Is(err, engine.ErrGroupRead), errors.Is(err, admin.ErrGroupDeclared):
+		return &ExitError{Code: ExitConflict, Err: err}
+	}
+	return exitFor(err)
+}

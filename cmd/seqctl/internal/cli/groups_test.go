@@ -1,0 +1,373 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+func TestGroupsListParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		argv    []string
+		want    GroupsListOptions
+		wantErr string
+	}{
+		{name: "everything", want: GroupsListOptions{}},
+		{name: "one category as json", argv: []string{"--category", "order", "-o", "json"}, want: GroupsListOptions{Category: "order", Output: "json"}},
+		{name: "no arguments", argv: []string{"order"}, wantErr: `unexpected argument "order"`},
+		{name: "bad output", argv: []string{"-o", "csv"}, wantErr: `invalid value "csv" for --output`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := testFactory()
+			var got *GroupsListOptions
+			err := parseOps(t, f, "groups", newCmdGroupsList(f, func(o *GroupsListOptions) error { got = o; return nil }), tt.argv...)
+			if tt.wantErr != "" {
+				var ue *UsageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(GroupsListOptions{}, "IO", "Admin", "Ctx")); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestGroupsRemoveParse(t *testing.T) {
+	zero, seven := int64(0), int64(7)
+	tests := []struct {
+		name    string
+		argv    []string
+		want    GroupsRemoveOptions
+		wantErr string
+	}{
+		{name: "minimal", argv: []string{"Mailer", "--category", "order"}, want: GroupsRemoveOptions{Group: "Mailer", Category: "order"}},
+		{name: "expect zero is a comparison", argv: []string{"Mailer", "--category", "order", "--expect-read", "0", "--yes"},
+			want: GroupsRemoveOptions{Group: "Mailer", Category: "order", ExpectRead: &zero, Yes: true}},
+		{name: "everything", argv: []string{"Mailer", "--category", "order", "--expect-read", "7", "-y", "--dry-run", "--reason", "OPS-7", "-o", "json"},
+			want: GroupsRemoveOptions{Group: "Mailer", Category: "order", ExpectRead: &seven, Yes: true, DryRun: true, Reason: "OPS-7", Output: "json"}},
+		{name: "category required", argv: []string{"Mailer"}, wantErr: "--category is required"},
+		{name: "name required", argv: []string{"--category", "order"}, wantErr: "missing the NAME argument"},
+		{name: "one name", argv: []string{"A", "B", "--category", "order"}, wantErr: `unexpected argument "B"`},
+		{name: "negative figure", argv: []string{"Mailer", "--category", "order", "--expect-read", "-1"}, wantErr: "must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := testFactory()
+			var got *GroupsRemoveOptions
+			err := parseOps(t, f, "groups", newCmdGroupsRemove(f, func(o *GroupsRemoveOptions) error { got = o; return nil }), tt.argv...)
+			if tt.wantErr != "" {
+				var ue *UsageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(GroupsRemoveOptions{}, "IO", "Admin", "Ctx")); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func sampleGroups() []admin.Group {
+	yes, no := true, false
+	return []admin.Group{
+		{Category: "order", Name: "Mailer", Registered: true, Declared: &no, Partitions: 20, Behind: 20, Unread: 517, Read: 83},
+		{Category: "order", Name: "Projector", Registered: true, Declared: &yes, Partitions: 20, Read: 600, LiveLeases: 20, Pending: 1, Halted: 1},
+		{Category: "payment", Name: "Ledger", Registered: false, Declared: &yes, Unread: -1},
+	}
+}
+
+func TestGroupsListRun(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		tm        ttyMode
+		fa        *fakeAdmin
+		code      int
+		golden    string
+		stdoutHas []string
+		stderrHas []string
+	}{
+		{name: "terminal", args: []string{"groups", "list"}, tm: onTTY, golden: "testdata/ops/groups-list.tty.golden"},
+		{name: "pipe", args: []string{"groups", "list"}, tm: inPipe, golden: "testdata/ops/groups-list.pipe.golden"},
+		{name: "json", args: []string{"groups", "list", "-o", "json"}, tm: inPipe, golden: "testdata/ops/groups-list.json.golden"},
+		{name: "nothing on a terminal", args: []string{"groups", "list"}, tm: onTTY, fa: &fakeAdmin{}, stderrHas: []string{"No consumer groups registered or declared."}},
+		{name: "nothing as json is an array", args: []string{"groups", "list", "-o", "json"}, tm: inPipe, fa: &fakeAdmin{}, stdoutHas: []string{"[]"}},
+		{name: "redis down", args: []string{"groups", "list"}, tm: inPipe, code: ExitFailure,
+			fa: &fakeAdmin{groupsErr: fmt.Errorf("%w: connection refused", engine.ErrRedisUnavailable)}, stderrHas: []string{"redis unavailable"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := tt.fa
+			if fa == nil {
+				fa = &fakeAdmin{groups: sampleGroups()}
+			}
+			r := runOps(t, fa, tt.tm, "", tt.args...)
+			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
+		})
+	}
+}
+
+func TestGroupsRemoveRun(t *testing.T) {
+	remove := []string{"groups", "remove", "Mailer", "--category", "order"}
+	with := func(more ...string) []string { return append(append([]string(nil), remove...), more...) }
+	running := sampleGroups()
+	running[0].LiveLeases = 1
+	noConfig := sampleGroups()
+	noConfig[0].Declared = nil
+	read83 := int64(83)
+	tests := []struct {
+		name       string
+		args       []string
+		tm         ttyMode
+		stdin      string
+		fa         *fakeAdmin
+		code       int
+		stdoutHas  []string
+		stderrHas  []string
+		wantRemove []admin.GroupRemoval // what reached the admin (Actor ignored)
+		wantRecord string               // outcome of the refused attempt the command records itself
+	}{
+		{
+			name: "remove what was inspected", args: with("--expect-read", "83", "--yes", "--reason", "OPS-7"), tm: inPipe,
+			stdoutHas:  []string{"Removed Mailer from order: its consumer group was destroyed on 1 streams and 1 halt records deleted. Trim and reap no longer wait for it."},
+			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83, Reason: "OPS-7"}},
+		},
+		{
+			name: "without --expect-read the current figure is shown and compared", args: with("--yes"), tm: inPipe, fa: &fakeAdmin{groups: noConfig},
+			stderrHas:  []string{"Consumer group Mailer of order:", "declared unknown (no --config)", "behind on 20 of 20 partitions: 517 entries unread, 0 pending; 83 read"},
+			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
+		},
+		{
+			name: "json result", args: with("--expect-read", "83", "--yes", "-o", "json"), tm: inPipe,
+			stdoutHas:  []string{`"group": "Mailer"`, `"destroyed": 1`, `"outcome": "ok"`},
+			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
+		},
+		{
+			name: "confirmed on a terminal", args: remove, tm: onTTY, stdin: "yes\n",
+			stderrHas:  []string{"Remove Mailer from order, giving up its 517 unread entries? [y/N]"},
+			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
+		},
+		{
+			name: "declined on a terminal", args: remove, tm: onTTY, stdin: "n\n", code: ExitFailure,
+			stderrHas: []string{"cancelled; nothing changed"}, wantRecord: admin.OutcomeDeclined,
+		},
+		{
+			name: "no terminal and no --yes: exit 2", args: remove, tm: inPipe, code: ExitUsage,
+			stderrHas: []string{"refusing to remove Mailer from order without confirmation", "--expect-read 83"}, wantRecord: admin.OutcomeRefused,
+		},
+		{
+			name: "dry run checks in Redis and changes nothing", args: with("--dry-run"), tm: inPipe,
+			stdoutHas:  []string{"Would remove Mailer from order: giving up 517 unread and 0 pending entries, destroying its consumer group on 1 streams, deleting 1 halt records. Nothing changed (--dry-run)."},
+			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83, DryRun: true}},
+		},
+		{
+			name: "stale --expect-read: exit 4", args: with("--expect-read", "80", "--yes"), tm: inPipe, code: ExitConflict,
+			stderrHas: []string{"has read 83 entries of order, expected 80"}, wantRecord: admin.OutcomeReadMoved,
+		},
+		{
+			name: "running: exit 4", args: with("--yes"), tm: inPipe, fa: &fakeAdmin{groups: running}, code: ExitConflict,
+			stderrHas: []string{"Mailer holds 1 live leases in order: it is running"}, wantRecord: admin.OutcomeLiveLease,
+		},
+		{
+			name: "declared by the config: exit 4", args: []string{"groups", "remove", "Projector", "--category", "order", "--yes"}, tm: inPipe, code: ExitConflict,
+			stderrHas: []string{"the config declares Projector on order"}, wantRecord: admin.OutcomeDeclared,
+		},
+		{
+			name: "not registered: exit 4", args: []string{"groups", "remove", "Ledger", "--category", "payment", "--yes"}, tm: inPipe, code: ExitConflict,
+			stderrHas: []string{"Ledger is not registered for payment (the registered groups of payment are"}, wantRecord: admin.OutcomeNotRegistered,
+		},
+		{
+			name: "unknown: exit 4", args: []string{"groups", "remove", "Nobody", "--category", "order", "--yes"}, tm: inPipe, code: ExitConflict,
+			stderrHas: []string{"the registered groups of order are Mailer, Projector"}, wantRecord: admin.OutcomeNotRegistered,
+		},
+		{
+			name: "a lease taken under the script: exit 4", args: with("--expect-read", "83", "--yes"), tm: inPipe, code: ExitConflict,
+			fa:         &fakeAdmin{groups: sampleGroups(), removeErr: &engine.GroupLiveError{Group: "Mailer", Category: "order", LeaseKey: "{order:a}:__lease__:Mailer", Lease: "w1.1:9"}},
+			stderrHas:  []string{"holds a live lease in order"},
+			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
+		},
+		{
+			name: "the connection fails during the script", args: with("--expect-read", "83", "--yes"), tm: inPipe, code: ExitFailure,
+			fa:         &fakeAdmin{groups: sampleGroups(), removeErr: fmt.Errorf("%w: connection reset", engine.ErrRedisUnavailable)},
+			stderrHas:  []string{"it may or may not have been applied; check with 'seqctl groups list --category order'"},
+			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := tt.fa
+			if fa == nil {
+				fa = &fakeAdmin{groups: sampleGroups()}
+			}
+			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
+			checkResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
+			if diff := cmp.Diff(tt.wantRemove, fa.removals, cmpopts.IgnoreFields(admin.GroupRemoval{}, "Actor")); diff != "" {
+				t.Errorf("removals (-want +got):\n%s", diff)
+			}
+			for _, rm := range fa.removals {
+				if rm.Actor.Command != "groups remove" || rm.Actor.User == "" {
+					t.Errorf("actor = %+v, want the command and the user", rm.Actor)
+				}
+			}
+			var outcomes []string
+			for _, rec := range fa.records {
+				outcomes = append(outcomes, rec.Outcome)
+			}
+			var want []string
+			if tt.wantRecord != "" {
+				want = []string{tt.wantRecord}
+			}
+			if diff := cmp.Diff(want, outcomes); diff != "" {
+				t.Errorf("audit records the command wrote itself (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// groupsDomain is opsDomain with a second handler, Mailer, on order; groupsDomainV2 is
+// the domain after Mailer was removed.
+const groupsDomain = opsDomain + `
+[[handlers]]
+name = "Mailer"
+part_of = "order"
+handles = ["OrderPlaced"]
+sequential_by = "client_id"
+`
+
+// Issue 12, acceptance 10, end to end: one engine runs only Projector of a domain that
+// also declares Mailer. Nothing Mailer has not read is trimmed or reaped; 'groups list'
+// shows Mailer behind; after the handler is removed from the domain, 'groups remove'
+// (refused while it is declared, for the running handler and with a stale figure) retires
+// it, and reap and trim resume.
+func TestGroupsRemoveEndToEnd(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	oldConfig, newConfig := writeConfig(t, groupsDomain), writeConfig(t, opsDomain)
+	cfg, err := engine.LoadConfig(oldConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, err := cfg.InitDomain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	for i := range dom.Handlers {
+		dom.Handlers[i].Func = func(context.Context, engine.Event) error { handled.Add(1); return nil }
+	}
+	e, err := engine.New(engine.EngineConfig{
+		Domain: dom, Client: srv.Client(t), InstanceID: "w1", Handlers: []string{"Projector"},
+		Timing: engine.LeaseTiming{LeaseTTL: time.Second, HeartbeatInterval: 200 * time.Millisecond,
+			PollInterval: 50 * time.Millisecond, ReapIdle: time.Second},
+		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	b := engine.NewRedisBroker(rdb)
+	const perKey = 300 // above the trim period of 256 handled events
+	for seq := 0; seq < perKey; seq++ {
+		for _, k := range []string{"A", "B"} {
+			data, _ := json.Marshal(opsPayload{Client: k, Seq: seq})
+			if _, err := b.Publish(ctx, dom, "OrderPlaced", data, engine.PublishOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitUntil(t, 20*time.Second, "Projector handled everything", func() bool { return handled.Load() == 2*perKey })
+	time.Sleep(3 * time.Second) // three reap periods
+	cli := func(config string, args ...string) result {
+		args = append(args, "--redis-url", srv.URL)
+		if config != "" {
+			args = append(args, "--config", config)
+		}
+		return runCLI(t, false, args...)
+	}
+	left := rdb.XLen(ctx, "order:A").Val() + rdb.XLen(ctx, "order:B").Val()
+	t.Logf("after %d events handled by Projector and 3 s idle: %d of %d entries left for Mailer", handled.Load(), left, 2*perKey)
+	if left != 2*perKey || rdb.SCard(ctx, engine.PartitionIndex("order")).Val() != 2 {
+		t.Fatalf("%d of %d entries left, %d partitions indexed: Mailer's entries were trimmed or reaped", left, 2*perKey, rdb.SCard(ctx, engine.PartitionIndex("order")).Val())
+	}
+
+	r := cli(newConfig, "groups", "list", "-o", "json")
+	var gs []admin.Group
+	if err := json.Unmarshal([]byte(r.Stdout), &gs); err != nil || r.Code != 0 {
+		t.Fatalf("groups list -o json: exit %d %v\n%s%s", r.Code, err, r.Stdout, r.Stderr)
+	}
+	if len(gs) != 2 || gs[0].Name != "Mailer" || gs[0].Unread != 2*perKey || gs[0].Behind != 2 || gs[0].Read != 0 || gs[0].LiveLeases != 0 ||
+		*gs[0].Declared || gs[1].Name != "Projector" || gs[1].LiveLeases != 2 || !*gs[1].Declared {
+		t.Fatalf("groups = %+v", gs)
+	}
+	r = cli(newConfig, "groups", "list")
+	if !strings.Contains(r.Stdout, "order\tMailer\tyes\t0\t2\t2\t600\t0\t0\t0\tno") {
+		t.Errorf("groups list rows:\n%s", r.Stdout)
+	}
+
+	r = cli(oldConfig, "groups", "remove", "Mailer", "--category", "order", "--expect-read", "0", "--yes")
+	checkResult(t, r, ExitConflict, "", nil, []string{"the config declares Mailer on order"})
+	r = cli("", "groups", "remove", "Projector", "--category", "order", "--yes")
+	checkResult(t, r, ExitConflict, "", nil, []string{"Projector holds 2 live leases in order"})
+	r = cli(newConfig, "groups", "remove", "Mailer", "--category", "order", "--expect-read", "5", "--yes")
+	checkResult(t, r, ExitConflict, "", nil, []string{"has read 0 entries of order, expected 5"})
+	r = cli(newConfig, "groups", "remove", "Mailer", "--category", "order", "--expect-read", "0", "--dry-run")
+	checkResult(t, r, 0, "", []string{"Nothing changed (--dry-run)"}, nil)
+	if !rdb.SIsMember(ctx, engine.GroupRegistry("order"), "Mailer").Val() {
+		t.Fatal("the refusals or the dry run removed Mailer")
+	}
+	r = cli(newConfig, "groups", "remove", "Mailer", "--category", "order", "--expect-read", "0", "--yes", "--reason", "retired")
+	checkResult(t, r, 0, "", []string{"Removed Mailer from order"}, nil)
+
+	removed := time.Now()
+	waitUntil(t, 10*time.Second, "order:A and order:B reaped", func() bool {
+		return rdb.Exists(ctx, "order:A", "order:B").Val() == 0 && rdb.SCard(ctx, engine.PartitionIndex("order")).Val() == 0
+	})
+	t.Logf("reaped %v after 'groups remove'", time.Since(removed).Round(10*time.Millisecond))
+	for seq := 0; seq < perKey; seq++ {
+		data, _ := json.Marshal(opsPayload{Client: "C", Seq: seq})
+		if _, err := b.Publish(ctx, dom, "OrderPlaced", data, engine.PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, 20*time.Second, "order:C handled", func() bool { return handled.Load() == 3*perKey })
+	waitUntil(t, 5*time.Second, "order:C trimmed", func() bool { return rdb.XLen(ctx, "order:C").Val() < perKey })
+	t.Logf("order:C holds %d of %d entries once handled", rdb.XLen(ctx, "order:C").Val(), perKey)
+
+	var outcomes []string
+	for _, a := range auditOf(t, &opsWorld{srv: srv}) {
+		outcomes = append(outcomes, a.Command+" "+a.Handler+" "+a.Outcome)
+	}
+	want := []string{"groups remove Mailer declared", "groups remove Projector live_lease", "groups remove Mailer read_moved", "groups remove Mailer ok"}
+	if diff := cmp.Diff(want, outcomes); diff != "" {
+		t.Errorf("audit (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,191 @@
+// Package faultproxy is a TCP proxy for fault tests: it sits between a client and a
+// redis-server on loopback and breaks the link for real. Freeze stops every byte in both
+// directions without closing anything (a partition as a client sees it: writes succeed,
+// replies never come); DropReplyAfter lets a chosen command reach the server and then
+// drops its reply and closes the client's connection (a reply lost on the way back).
+package faultproxy
+
+import (
+	"bytes"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy forwards connections from Addr to a target address.
+type Proxy struct {
+	Addr string // host:port clients connect to
+
+	target string
+	ln     net.Listener
+
+	mu       sync.Mutex
+	frozen   bool          // guarded by mu
+	thaw     chan struct{} // closed by Thaw; guarded by mu
+	dropOn   []byte        // command bytes whose reply is dropped, nil for none; guarded by mu
+	dropLeft int           // how many more replies to drop; guarded by mu
+	dropped  int           // replies dropped so far; guarded by mu
+	conns    map[net.Conn]bool
+}
+
+// Start listens on a free loopback port and forwards to target until the test ends.
+func Start(tb testing.TB, target string) *Proxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, thaw: make(chan struct{}), conns: map[net.Conn]bool{}}
+	go p.accept()
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// Close stops listening and closes every connection.
+func (p *Proxy) Close() {
+	_ = p.ln.Close()
+	p.Thaw()
+	p.mu.Lock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+}
+
+// Freeze stops forwarding in both directions; bytes wait in the proxy until Thaw.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.frozen {
+		p.frozen = true
+		p.thaw = make(chan struct{})
+	}
+}
+
+// Thaw resumes forwarding, delivering what waited.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen {
+		p.frozen = false
+		close(p.thaw)
+	}
+}
+
+// DropReplyAfter arms the proxy: the next n client writes that contain marker are
+// forwarded to the server, but the server's reply is discarded and the client's
+// connection closed, as if the reply was lost on the way back.
+func (p *Proxy) DropReplyAfter(marker []byte, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropOn, p.dropLeft = append([]byte(nil), marker...), n
+}
+
+// Dropped returns how many replies were dropped.
+func (p *Proxy) Dropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropped
+}
+
+// gate blocks while the proxy is frozen.
+func (p *Proxy) gate() {
+	p.mu.Lock()
+	frozen, thaw := p.frozen, p.thaw
+	p.mu.Unlock()
+	if frozen {
+		<-thaw
+	}
+}
+
+func (p *Proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[s] = true, true
+		p.mu.Unlock()
+		l := &link{p: p, client: c, server: s}
+		go l.up()
+		go l.down()
+	}
+}
+
+// link is one proxied connection.
+type link struct {
+	p      *Proxy
+	client net.Conn
+	server net.Conn
+
+	mu       sync.Mutex
+	dropNext bool // the reply to the last forwarded write is to be dropped; guarded by mu
+}
+
+func (l *link) close() {
+	_ = l.client.Close()
+	_ = l.server.Close()
+	l.p.mu.Lock()
+	delete(l.p.conns, l.client)
+	delete(l.p.conns, l.server)
+	l.p.mu.Unlock()
+}
+
+// up forwards client -> server.
+func (l *link) up() {
+	defer l.close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := l.client.Read(buf)
+		if n > 0 {
+			l.p.gate()
+			l.p.mu.Lock()
+			if l.p.dropLeft > 0 && bytes.Contains(buf[:n], l.p.dropOn) {
+				l.p.dropLeft--
+				l.mu.Lock()
+				l.dropNext = true
+				l.mu.Unlock()
+			}
+			l.p.mu.Unlock()
+			if _, werr := l.server.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// down forwards server -> client.
+func (l *link) down() {
+	defer l.close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := l.server.Read(buf)
+		if n > 0 {
+			l.p.gate()
+			l.mu.Lock()
+			drop := l.dropNext
+			l.mu.Unlock()
+			if drop {
+				l.p.mu.Lock()
+				l.p.dropped++
+				l.p.mu.Unlock()
+				return // the reply is lost and the client sees its connection close
+			}
+			if _, werr := l.client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

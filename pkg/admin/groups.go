@@ -1,0 +1,363 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// Group is one consumer group of one category, as the group registry and the streams
+// show it: one row of 'seqctl groups list'. Trim and reap wait for every registered
+// group, so a registered group that nothing runs holds every entry it has not read.
+type Group struct {
+	Category string `json:"category"`
+	// Name is the consumer group (handler or process manager name).
+	Name string `json:"name"`
+	// Registered says the group is in the category's registry ({category}:__groups__).
+	Registered bool `json:"registered"`
+	// Declared says whether the domain of --config declares the group on the category;
+	// nil without a config.
+	Declared *bool `json:"declared"`
+	// Partitions is the number of partitions in the category's index.
+	Partitions int `json:"partitions"`
+	// Behind counts the partitions (and the category stream) holding entries the group
+	// has not read or not acknowledged.
+	Behind int `json:"behind"`
+	// Unread is the number of entries not yet delivered to the group over the category's
+	// streams; -1 when Redis cannot tell.
+	Unread int64 `json:"unread"`
+	// Pending is the number of entries delivered to the group and not acknowledged.
+	Pending int64 `json:"pending"`
+	// Read is the number of entries delivered to the group over the category's streams
+	// (XINFO GROUPS entries-read, summed): the figure 'groups remove --expect-read'
+	// compares.
+	Read int64 `json:"read"`
+	// LiveLeases counts the group's leases in the category held by a live session: the
+	// handler is running.
+	LiveLeases int `json:"live_leases"`
+	// Halted counts the group's halted partitions in the category.
+	Halted int `json:"halted"`
+}
+
+// groupLanes is one category's streams and the replies about them.
+type groupLanes struct {
+	category string
+	keys     []string // valid partition keys, sorted
+	registry []string
+	declared []string
+	// units[i] are the lanes of unit i: the category stream first, then each partition's
+	// primary and backfill lanes.
+	units  [][]string
+	infos  map[string]*redis.XInfoGroupsCmd
+	xlens  map[string]*redis.IntCmd
+	groups []*groupRow
+}
+
+type groupRow struct {
+	g      Group
+	leases []*redis.StringCmd
+	halts  []*redis.IntCmd
+}
+
+// Groups lists the consumer groups of one category ("" for all): every group registered
+// for it and every group the config declares on it, sorted by category and name, with
+// how far each has read. Categories come from the registries (SCAN of
+// *:__groups__) and the config. It costs the SCAN (none with a category) and three
+// pipelined round trips however many partitions there are.
+func (a *Admin) Groups(ctx context.Context, category string) ([]Group, error) {
+	cats, err := a.groupCategories(ctx, category)
+	if err != nil {
+		return nil, err
+	}
+	out := []Group{}
+	if len(cats) == 0 {
+		return out, nil
+	}
+
+	// Round trip 1: registries and indexes.
+	pipe := a.rdb.Pipeline()
+	regs := make([]*redis.StringSliceCmd, len(cats))
+	idxs := make([]*redis.StringSliceCmd, len(cats))
+	for i, c := range cats {
+		regs[i] = pipe.SMembers(ctx, engine.GroupRegistry(c))
+		idxs[i] = pipe.SMembers(ctx, engine.PartitionIndex(c))
+	}
+	if err := execTolerant(ctx, pipe); err != nil {
+		return nil, err
+	}
+
+	// Round trip 2: every lane's groups and length, every lease and halt record.
+	pipe = a.rdb.Pipeline()
+	var all []*groupLanes
+	for i, c := range cats {
+		gl := &groupLanes{category: c, registry: regs[i].Val(), declared: a.opts.Declared[c],
+			infos: map[string]*redis.XInfoGroupsCmd{}, xlens: map[string]*redis.IntCmd{}}
+		for _, k := range idxs[i].Val() {
+			if engine.ValidateKey(k, a.opts.BackfillSuffix) == nil {
+				gl.keys = append(gl.keys, k)
+			}
+		}
+		slices.Sort(gl.keys)
+		gl.units = append(gl.units, []string{engine.CategoryStream(c)})
+		for _, k := range gl.keys {
+			gl.units = append(gl.units, []string{engine.PartitionStream(c, k), engine.LaneStream(c, k, a.opts.BackfillSuffix)})
+		}
+		for _, lanes := range gl.units {
+			for _, l := range lanes {
+				gl.infos[l] = pipe.XInfoGroups(ctx, l)
+				gl.xlens[l] = pipe.XLen(ctx, l)
+			}
+		}
+		names := append(slices.Clone(gl.registry), gl.declared...)
+		slices.Sort(names)
+		for _, n := range slices.Compact(names) {
+			r := &groupRow{g: Group{Category: c, Name: n, Registered: slices.Contains(gl.registry, n), Partitions: len(gl.keys)}}
+			if a.opts.Declared != nil {
+				d := slices.Contains(gl.declared, n)
+				r.g.Declared = &d
+			}
+			units := []string{engine.CategoryStream(c)}
+			for _, k := range gl.keys {
+				units = append(units, engine.PartitionStream(c, k), engine.PMUnit(n, k))
+			}
+			for _, u := range units {
+				r.leases = append(r.leases, pipe.Get(ctx, engine.LeaseKey(u, n)))
+				r.halts = append(r.halts, pipe.Exists(ctx, engine.HaltKey(u, n)))
+			}
+			gl.groups = append(gl.groups, r)
+		}
+		all = append(all, gl)
+	}
+	if err := execTolerant(ctx, pipe); err != nil {
+		return nil, err
+	}
+
+	// Round trip 3: the liveness of the lease owners.
+	pipe = a.rdb.Pipeline()
+	sessions := map[string]*redis.IntCmd{}
+	for _, gl := range all {
+		for _, r := range gl.groups {
+			for _, l := range r.leases {
+				if owner, _ := splitLease(l.Val()); l.Err() == nil && owner != "" && sessions[owner] == nil {
+					sessions[owner] = pipe.Exists(ctx, engine.SessionKey(owner))
+				}
+			}
+		}
+	}
+	if len(sessions) > 0 {
+		if err := execTolerant(ctx, pipe); err != nil {
+			return nil, err
+		}
+	}
+
+	for _, gl := range all {
+		for _, r := range gl.groups {
+			g := &r.g
+			for _, l := range r.leases {
+				if owner, _ := splitLease(l.Val()); l.Err() == nil && owner != "" && sessions[owner].Val() == 1 {
+					g.LiveLeases++
+				}
+			}
+			for _, h := range r.halts {
+				g.Halted += int(h.Val())
+			}
+			for _, lanes := range gl.units {
+				behind := false
+				for _, l := range lanes {
+					info := gl.infos[l]
+					if info.Err() != nil {
+						continue // no such stream
+					}
+					var grp *redis.XInfoGroup
+					for i := range info.Val() {
+						if info.Val()[i].Name == g.Name {
+							grp = &info.Val()[i]
+						}
+					}
+					unread := gl.xlens[l].Val() // the group is created lazily: nothing was delivered
+					if grp != nil {
+						unread = grp.Lag
+						g.Read += grp.EntriesRead
+						g.Pending += grp.Pending
+						behind = behind || grp.Pending > 0
+					}
+					behind = behind || unread != 0
+					switch {
+					case g.Unread < 0:
+					case unread < 0:
+						g.Unread = -1
+					default:
+						g.Unread += unread
+					}
+				}
+				if behind {
+					g.Behind++
+				}
+			}
+			out = append(out, *g)
+		}
+	}
+	return out, nil
+}
+
+// groupCategories returns the categories to list: the one asked for, or every category
+// with a group registry, plus the config's.
+func (a *Admin) groupCategories(ctx context.Context, only string) ([]string, error) {
+	if only != "" {
+		if err := engine.ValidateCategory(only); err != nil {
+			return nil, err
+		}
+		return []string{only}, nil
+	}
+	suffix := engine.GroupRegistry("")
+	seen := map[string]bool{}
+	var out []string
+	for c := range a.opts.Declared {
+		seen[c] = true
+		out = append(out, c)
+	}
+	var cursor uint64
+	for {
+		keys, next, err := a.rdb.Scan(ctx, cursor, "*"+suffix, scanCount).Result()
+		if err != nil {
+			return nil, translate(err)
+		}
+		for _, k := range keys {
+			c := strings.TrimSuffix(k, suffix)
+			if c != k && !seen[c] && engine.ValidateCategory(c) == nil {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ErrGroupDeclared: the config still declares the group on the category. Remove the
+// handler from the domain (and deploy that) before retiring its group, or an instance
+// registers it again when its session opens.
+var ErrGroupDeclared = errors.New("admin: the domain still declares the consumer group")
+
+// Outcomes of 'groups remove' in the audit log, beside OutcomeOK, OutcomeRefused,
+// OutcomeDeclined and OutcomeFailed.
+const (
+	OutcomeNotRegistered = "not_registered" // the group is not in the category's registry
+	OutcomeLiveLease     = "live_lease"     // the group holds a live lease: it is running
+	OutcomeReadMoved     = "read_moved"     // the group read entries since the operator looked
+	OutcomeDeclared      = "declared"       // the config still declares the group
+)
+
+// GroupOutcomeOf names the audit outcome of a 'groups remove' error.
+func GroupOutcomeOf(err error) string {
+	switch {
+	case errors.Is(err, engine.ErrGroupNotRegistered):
+		return OutcomeNotRegistered
+	case errors.Is(err, engine.ErrGroupLive):
+		return OutcomeLiveLease
+	case errors.Is(err, engine.ErrGroupRead):
+		return OutcomeReadMoved
+	case errors.Is(err, ErrGroupDeclared):
+		return OutcomeDeclared
+	}
+	return OutcomeOf(err)
+}
+
+// GroupRemoval retires a consumer group from a category.
+type GroupRemoval struct {
+	Category string
+	Group    string
+	// ExpectRead is the Read figure the operator inspected (Group.Read); nothing changes
+	// when the group has read a different number since. nil skips the comparison.
+	ExpectRead *int64
+	// DryRun checks everything, in Redis, and changes nothing (nor records anything).
+	DryRun bool
+	Reason string
+	Actor  Actor
+}
+
+// GroupRemoved says what RemoveGroup did.
+type GroupRemoved struct {
+	Category string `json:"category"`
+	Group    string `json:"group"`
+	engine.GroupRetired
+	DryRun bool `json:"dry_run,omitempty"`
+	// Outcome is OutcomeOK when the group was retired (or would be, for a dry run).
+	Outcome string `json:"outcome"`
+	// AuditWarning is set when the group was retired but the audit record could not be
+	// written.
+	AuditWarning string `json:"audit_warning,omitempty"`
+}
+
+// RemoveGroup retires a consumer group from a category so that trim and reap stop
+// waiting for it: one compare-and-act script (engine.RedisBroker.RetireGroup) takes it out
+// of the registry and destroys its consumer group on every stream of the category, and
+// the attempt is appended to the audit log with its outcome, done or not.
+//
+// Errors, with nothing changed: ErrGroupDeclared when the config still declares it;
+// engine.ErrGroupNotRegistered; engine.ErrGroupLive (a *engine.GroupLiveError) while a
+// lease of the group in the category is held by a live session; engine.ErrGroupRead (a
+// *engine.GroupReadError) when ExpectRead differs.
+func (a *Admin) RemoveGroup(ctx context.Context, r GroupRemoval) (*GroupRemoved, error) {
+	res := &GroupRemoved{Category: r.Category, Group: r.Group, DryRun: r.DryRun}
+	err := a.removeGroup(ctx, r, res)
+	res.Outcome = GroupOutcomeOf(err)
+	if r.DryRun {
+		if err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
+	rec := AuditEntry{
+		User: r.Actor.User, Host: r.Actor.Host, Command: r.Actor.Command,
+		Stream: engine.CategoryStream(r.Category), Handler: r.Group,
+		Outcome: res.Outcome, Reason: r.Reason,
+	}
+	if r.ExpectRead != nil {
+		rec.Detail = fmt.Sprintf("expected read %d", *r.ExpectRead)
+	}
+	if err != nil {
+		rec.Detail = joinDetail(rec.Detail, err.Error())
+	} else {
+		rec.Detail = joinDetail(rec.Detail, fmt.Sprintf("read %d; consumer group destroyed on %d streams; %d halt records deleted; %d partitions",
+			res.Read, res.Destroyed, res.Halts, res.Partitions))
+	}
+	if aerr := a.Record(ctx, rec); aerr != nil {
+		if err != nil {
+			return nil, err
+		}
+		res.AuditWarning = "the group was removed but its audit record was not written: " + aerr.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (a *Admin) removeGroup(ctx context.Context, r GroupRemoval, res *GroupRemoved) error {
+	if err := engine.ValidateCategory(r.Category); err != nil {
+		return err
+	}
+	if slices.Contains(a.opts.Declared[r.Category], r.Group) {
+		return fmt.Errorf("%w: %s on %s; remove the handler from the domain (on every instance) first, or an instance registers it again when its session opens; nothing was changed",
+			ErrGroupDeclared, r.Group, r.Category)
+	}
+	done, err := a.broker.RetireGroup(ctx, engine.GroupRetirement{
+		Category: r.Category, Group: r.Group, BackfillSuffix: a.opts.BackfillSuffix,
+		ExpectRead: r.ExpectRead, DryRun: r.DryRun,
+	})
+	if err != nil {
+		return translate(err)
+	}
+	res.GroupRetired = done
+	return nil
+}

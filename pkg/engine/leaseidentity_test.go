@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+)
+
+// Lease units and lanes depend only on the domain (consumer group + stream), never on
+// instance-local flags. These tests run two instances that disagree on a flag, as during
+// a rolling change of domain.toml.
+
+// sharedPMDomain partitions order and payment by ordinary handlers, and declares the
+// process manager Fulfillment over both, with or without sequential_by: the streams are
+// the same either way, only the process manager's lease unit differs.
+func sharedPMDomain(tb testing.TB, sequential bool, fn HandlerFunc) *Domain {
+	tb.Helper()
+	d := NewDomain("pm").
+		AddEvent(EventType{Name: "OrderPlaced", Category: "order", Fields: []string{"order_id", "seq"}}).
+		AddEvent(EventType{Name: "PaymentConfirmed", Category: "payment", Fields: []string{"order_ref", "seq"}}).
+		AddHandler(Handler{Name: "Projector", Kind: EventHandlerKind, PartOf: "order", Handles: []string{"OrderPlaced"}, SequentialBy: "order_id"}).
+		AddHandler(Handler{Name: "PayProjector", Kind: EventHandlerKind, PartOf: "payment", Handles: []string{"PaymentConfirmed"}, SequentialBy: "order_ref"}).
+		AddProcessManager(ProcessManager{Name: "Fulfillment", SequentialBy: sequential, Func: fn, Handles: []PMHandle{
+			{Event: "OrderPlaced", Correlate: Correlate{PMField: "order_id", EventField: "order_id"}, Start: true},
+			{Event: "PaymentConfirmed", Correlate: Correlate{PMField: "order_id", EventField: "order_ref"}},
+		}})
+	if err := d.Init(NewRedisBroker(nil)); err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+// A process manager whose sequential_by flag differs between two running instances: the
+// one that leases correlation values and the one that leases streams never drain one
+// stream at once, and each stream is handled in publish order.
+func TestProcessManagerFlagChangeNeverSharesAStream(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := NewRedisBroker(rdb)
+	mk := func(id string) HandlerFunc {
+		c := srv.Client(t)
+		return func(ctx context.Context, ev Event) error {
+			var m map[string]any
+			_ = json.Unmarshal(ev.Data, &m)
+			value, _ := m["order_id"].(string)
+			if value == "" {
+				value, _ = m["order_ref"].(string)
+			}
+			stream := ev.Category + ":" + value
+			bg := context.Background()
+			if !c.SetNX(bg, "t:in:"+stream, id, time.Minute).Val() {
+				c.Incr(bg, "t:overlap")
+			}
+			time.Sleep(time.Millisecond)
+			c.RPush(bg, "t:log:"+stream, fmt.Sprint(m["seq"]))
+			c.Del(bg, "t:in:"+stream)
+			return nil
+		}
+	}
+	only := func(c *EngineConfig) { c.Timing, c.Handlers = fastTiming(time.Second), []string{"Fulfillment"} }
+	startEngineWith(t, srv, sharedPMDomain(t, true, mk("seq")), "seq", only)
+	startEngineWith(t, srv, sharedPMDomain(t, false, mk("plain")), "plain", only)
+	d := sharedPMDomain(t, true, nil)
+	values := []string{"o-1", "o-2", "o-3", "o-4"}
+	const n = 60
+	for seq := 0; seq < n; seq++ {
+		for _, v := range values {
+			for _, ev := range []struct{ typ, field string }{{"OrderPlaced", "order_id"}, {"PaymentConfirmed", "order_ref"}} {
+				data := fmt.Sprintf(`{%q:%q,"seq":%d}`, ev.field, v, seq)
+				if _, err := b.Publish(context.Background(), d, ev.typ, []byte(data), PublishOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	var streams []string
+	for _, v := range values {
+		streams = append(streams, "order:"+v, "payment:"+v)
+	}
+	for _, s := range streams {
+		waitFor(t, 20*time.Second, s+" handled", func() bool {
+			got, _ := dedupFirst(intsOf(rdb.LRange(context.Background(), "t:log:"+s, 0, -1).Val()))
+			return len(got) >= n
+		})
+	}
+	if o := rdb.Get(context.Background(), "t:overlap").Val(); o != "" && o != "0" {
+		t.Errorf("%s events of one stream overlapped between the two instances", o)
+	}
+	for _, s := range streams {
+		got, _ := dedupFirst(intsOf(rdb.LRange(context.Background(), "t:log:"+s, 0, -1).Val()))
+		if diff := cmp.Diff(seqs(0, n), got); diff != "" {
+			t.Errorf("%s: order (-want +got):\n%s", s, diff)
+		}
+	}
+}
+
+func intsOf(ss []string) []int {
+	out := make([]int, len(ss))
+	for i, s := range ss {
+		out[i], _ = strconv.Atoi(s)
+	}
+	return out
+}
+
+// A backfill lane written by a publisher with priority lanes on is drained, and reaped
+// with its partition, by an instance that has lanes off: nothing is stranded.
+func TestBackfillLaneDrainedWithLanesOff(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := NewRedisBroker(rdb)
+	var handled []int
+	done := make(chan struct{}, 16)
+	h := func(ctx context.Context, ev Event) error {
+		var p testPayload
+		_ = json.Unmarshal(ev.Data, &p)
+		handled = append(handled, p.Seq)
+		done <- struct{}{}
+		return nil
+	}
+	startEngineWith(t, srv, testDomain(t, h, nil), "off", func(c *EngineConfig) {
+		c.Timing = fastTiming(time.Second)
+		c.Timing.ReapIdle = 300 * time.Millisecond
+	})
+	withLanes := testDomain(t, nil, func(d *Domain) { d.LanesEnabled, d.LanesThreshold = true, 5 })
+	for seq, prio := range []int{9, 1, 1} { // one primary, two backfill
+		data := []byte(fmt.Sprintf(`{"client_id":"K","seq":%d}`, seq))
+		p, err := b.Publish(context.Background(), withLanes, "OrderPlaced", data, PublishOptions{Priority: prio})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prio == 1 && !strings.HasSuffix(p.Stream, ":backfill") {
+			t.Fatalf("low priority went to %s", p.Stream)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("handled %v of 3 events (the backfill lane was not drained)", handled)
+		}
+	}
+	waitFor(t, 10*time.Second, "the partition reaped with both lanes", func() bool {
+		n, _ := rdb.Exists(context.Background(), "order:K", "order:K:backfill").Result()
+		return n == 0 && !rdb.SIsMember(context.Background(), PartitionIndex("order"), "K").Val()
+	})
+}
