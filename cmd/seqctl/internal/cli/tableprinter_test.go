@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -44,3 +46,26 @@ func TestTablePrinterLayouts(t *testing.T) {
 		})
 	}
 }
+
+// A coloured STATE in the middle of -o wide does not move the columns after it: the table
+// in colour, stripped of its escapes, is the table without colour.
+func TestWideTableColourKeepsAlignment(t *testing.T) {
+	render := func(color bool) string {
+		ios, _, out, _ := NewTestIOStreams()
+		ios.IsTerminal, ios.Color = true, color
+		opts := &PartitionsListOptions{IO: ios, Output: "wide", Sort: "name"}
+		if err := printPartitions(opts, samplePartitions()); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	plain, coloured := render(false), render(true)
+	if !strings.Contains(coloured, ansiRed+"halted"+ansiReset) {
+		t.Fatalf("no colour in the coloured table:\n%q", coloured)
+	}
+	if got := ansiEscape.ReplaceAllString(coloured, ""); got != plain {
+		t.Errorf("coloured table, stripped:\n%s\nplain table:\n%s", got, plain)
+	}
+}
+
+var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")
