@@ -134,6 +134,9 @@ The listing is pipelined: a few round trips to Redis however many partitions the
 					return usageErrorf(cmd.CommandPath(), "invalid value for --state: %v", err)
 				}
 			}
+			if opts.Halted && len(opts.States) > 0 && !slices.Contains(opts.States, string(admin.StateHalted)) {
+				return usageErrorf(cmd.CommandPath(), "--halted keeps only halted partitions and --state %s none of them: drop one of the two", strings.Join(opts.States, ","))
+			}
 			if err := admin.CheckKeyGlob(opts.Key); err != nil {
 				return usageErrorf(cmd.CommandPath(), "invalid value for --key: %v", err)
 			}

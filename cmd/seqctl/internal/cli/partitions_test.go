@@ -34,6 +34,7 @@ func TestPartitionsListParse(t *testing.T) {
 		{name: "no headers", argv: []string{"--no-headers"}, want: PartitionsListOptions{NoHeaders: true, Sort: "name", Interval: 2 * time.Second}},
 		{name: "states and key", argv: []string{"--state", "running,idle", "--state", "halted", "--key", "client-1*"},
 			want: PartitionsListOptions{States: []string{"running", "idle", "halted"}, Key: "client-1*", Sort: "name", Interval: 2 * time.Second}},
+		{name: "--halted with another state", argv: []string{"--halted", "--state", "idle"}, wantErr: "--halted keeps only halted partitions and --state idle none of them"},
 		{name: "bad state", argv: []string{"--state", "stuck"}, wantErr: `invalid value for --state: unknown state "stuck": want running, idle, halted or unowned`},
 		{name: "bad key glob", argv: []string{"--key", "client-[1"}, wantErr: `invalid value for --key: invalid key pattern "client-[1"`},
 		{name: "sort by backlog", argv: []string{"--sort", "backlog"}, want: PartitionsListOptions{Sort: "backlog", Interval: 2 * time.Second}},
