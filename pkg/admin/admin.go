@@ -246,7 +246,7 @@ func (a *Admin) ParseStream(s string) (PartitionName, error) {
 		if err := engine.ValidateCategory(parts[0]); err != nil {
 			return PartitionName{}, fmt.Errorf("%w %q: %v", ErrInvalidStream, s, err)
 		}
-		if err := engine.ValidateKey(parts[1], a.opts.BackfillSuffix); err != nil {
+		if err := engine.ValidateStreamKey(parts[1], a.opts.BackfillSuffix); err != nil {
 			return PartitionName{}, fmt.Errorf("%w %q: %v", ErrInvalidStream, s, err)
 		}
 		return PartitionName{Category: parts[0], Key: parts[1]}, nil

@@ -62,6 +62,9 @@ func TestListPartitions(t *testing.T) {
 	w := haltedWorld(t)
 	ctx := context.Background()
 	adm := admin.New(w.rdb, admin.Options{})
+	if err := w.rdb.XAdd(ctx, &redis.XAddArgs{Stream: engine.DLQStream("order", "A"), Values: []any{"k", "v"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
 	var all []admin.Partition
 	waitFor(t, 5*time.Second, "order:B acknowledged", func() bool {
 		var err error
@@ -79,13 +82,16 @@ func TestListPartitions(t *testing.T) {
 	type summary struct {
 		Stream, Handler, State, Halted string
 		Owned                          bool
-		Work                           int64 // lag + pending
+		Backlog, DLQ                   int64
 	}
 	var got []summary
 	for _, p := range all {
-		got = append(got, summary{p.Stream, p.Handler, string(p.State), p.HaltedEntryID, p.Owner != "", p.Lag + p.Pending})
-		if p.Owner != "" && (p.Generation <= 0 || p.LeaseTTLMS <= 0 || !strings.HasPrefix(p.Owner, "i1.")) {
-			t.Errorf("%s/%s: owner %q generation %d lease %d ms, want i1.N, a generation and a lease", p.Stream, p.Handler, p.Owner, p.Generation, p.LeaseTTLMS)
+		got = append(got, summary{p.Stream, p.Handler, string(p.State), p.HaltedEntryID, p.Owner != "", p.Backlog, p.DLQ})
+		if p.Backlog != p.Lag+p.Pending {
+			t.Errorf("%s/%s: backlog %d, want lag %d + pending %d", p.Stream, p.Handler, p.Backlog, p.Lag, p.Pending)
+		}
+		if p.Owner != "" && (p.Generation <= 0 || p.LeaseRemainingMS <= 0 || !strings.HasPrefix(p.Owner, "i1.")) {
+			t.Errorf("%s/%s: owner %q generation %d lease %d ms, want i1.N, a generation and a lease", p.Stream, p.Handler, p.Owner, p.Generation, p.LeaseRemainingMS)
 		}
 		if p.State == admin.StateHalted || p.State == admin.StateUnowned {
 			if p.HeadAgeMS <= 0 && p.State == admin.StateUnowned {
@@ -94,10 +100,10 @@ func TestListPartitions(t *testing.T) {
 		}
 	}
 	want := []summary{
-		{"order:A", "Mailer", "unowned", "", false, 5},
-		{"order:A", "Projector", "halted", w.poison.EntryID, true, 3},
-		{"order:B", "Mailer", "unowned", "", false, 3},
-		{"order:B", "Projector", "idle", "", true, 0},
+		{"order:A", "Mailer", "unowned", "", false, 5, 1},
+		{"order:A", "Projector", "halted", w.poison.EntryID, true, 3, 1},
+		{"order:B", "Mailer", "unowned", "", false, 3, 0},
+		{"order:B", "Projector", "idle", "", true, 0, 0},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("partitions (-want +got):\n%s", diff)
@@ -115,6 +121,11 @@ func TestListPartitions(t *testing.T) {
 		{"unknown owner", admin.Filter{Owner: "i9"}, 0},
 		{"category", admin.Filter{Category: "order"}, 4},
 		{"other category", admin.Filter{Category: "payment"}, 0},
+		{"state unowned", admin.Filter{States: []admin.State{admin.StateUnowned}}, 2},
+		{"states idle or halted", admin.Filter{States: []admin.State{admin.StateIdle, admin.StateHalted}}, 2},
+		{"key glob", admin.Filter{KeyGlob: "[A]"}, 2},
+		{"key glob and handler", admin.Filter{KeyGlob: "B*", Handler: "Projector"}, 1},
+		{"key glob matching nothing", admin.Filter{KeyGlob: "client-*"}, 0},
 	}
 	for _, tt := range filters {
 		t.Run(tt.name, func(t *testing.T) {
@@ -134,6 +145,14 @@ func TestListPartitions(t *testing.T) {
 	}
 	if halted[0].HeadID != w.poison.EntryID || halted[0].HeadAgeMS <= 0 {
 		t.Errorf("halted head = %s (age %d ms), want %s", halted[0].HeadID, halted[0].HeadAgeMS, w.poison.EntryID)
+	}
+}
+
+func TestListPartitionsBadKeyGlob(t *testing.T) {
+	srv := redistest.Start(t)
+	_, err := admin.New(srv.Client(t), admin.Options{}).ListPartitions(context.Background(), admin.Filter{KeyGlob: "client-[1"})
+	if err == nil || !strings.Contains(err.Error(), `invalid key pattern "client-[1"`) {
+		t.Errorf("error = %v, want the bad pattern named", err)
 	}
 }
 

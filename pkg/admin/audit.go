@@ -85,29 +85,17 @@ func (a *Admin) Record(ctx context.Context, e AuditEntry) error {
 }
 
 // Audit lists the recorded actions of the last since (0: all of them), oldest first.
-// since is measured back from Redis TIME.
+// since is measured back from Redis TIME. See AuditEntries for a limit and filters.
 func (a *Admin) Audit(ctx context.Context, since time.Duration) ([]AuditEntry, error) {
-	start := "-"
-	if since > 0 {
-		now, err := a.rdb.Time(ctx).Result()
-		if err != nil {
-			return nil, translate(err)
-		}
-		start = strconv.FormatInt(now.Add(-since).UnixMilli(), 10)
+	return a.AuditEntries(ctx, AuditQuery{Since: since})
+}
+
+func auditEntryOf(m redis.XMessage) AuditEntry {
+	str := func(k string) string { s, _ := m.Values[k].(string); return s }
+	return AuditEntry{
+		ID: m.ID, Time: time.UnixMilli(idMillis(m.ID)).UTC(),
+		User: str("user"), Host: str("host"), Command: str("command"), Stream: str("stream"),
+		Handler: str("handler"), EntryID: str("entry"), Outcome: str("outcome"),
+		Detail: str("detail"), Reason: str("reason"),
 	}
-	msgs, err := a.rdb.XRange(ctx, engine.AuditStream(), start, "+").Result()
-	if err != nil {
-		return nil, translate(err)
-	}
-	out := make([]AuditEntry, 0, len(msgs))
-	for _, m := range msgs {
-		str := func(k string) string { s, _ := m.Values[k].(string); return s }
-		out = append(out, AuditEntry{
-			ID: m.ID, Time: time.UnixMilli(idMillis(m.ID)).UTC(),
-			User: str("user"), Host: str("host"), Command: str("command"), Stream: str("stream"),
-			Handler: str("handler"), EntryID: str("entry"), Outcome: str("outcome"),
-			Detail: str("detail"), Reason: str("reason"),
-		})
-	}
-	return out, nil
 }

@@ -27,9 +27,9 @@ type DLQEntry struct {
 	Lane        string     `json:"lane"`
 	Attempts    int        `json:"attempts"`
 	Error       string     `json:"error"`
-	HaltedSince *time.Time `json:"halted_since,omitempty"`
+	HaltedSince *time.Time `json:"halted_since"`
 	MovedBy     string     `json:"moved_by"`
-	MovedAt     *time.Time `json:"moved_at,omitempty"`
+	MovedAt     *time.Time `json:"moved_at"`
 	Reason      string     `json:"reason"`
 	Envelope    Envelope   `json:"envelope"`
 }

@@ -24,7 +24,7 @@ type Envelope struct {
 	Data     json.RawMessage `json:"data"`
 	Priority int             `json:"priority"`
 	// PublishedAt is the Redis time of the publish, nil when absent.
-	PublishedAt *time.Time `json:"published_at,omitempty"`
+	PublishedAt *time.Time `json:"published_at"`
 	// Fields holds any other fields of the entry.
 	Fields map[string]string `json:"fields,omitempty"`
 	// Problem says why the entry is not a seqctl envelope ("" when it is one); the
@@ -105,7 +105,7 @@ type Head struct {
 	// "" otherwise (failed attempts before the halt are only logged by the owner).
 	LastError string `json:"last_error"`
 	// HaltedSince is when the partition halted, nil when not halted.
-	HaltedSince *time.Time `json:"halted_since,omitempty"`
+	HaltedSince *time.Time `json:"halted_since"`
 	// AgeMS is the entry's age by its id and Redis TIME, in milliseconds.
 	AgeMS int64 `json:"age_ms"`
 	// IdleMS is the time since its last delivery, for a pending entry.

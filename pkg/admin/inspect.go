@@ -56,8 +56,8 @@ type Lease struct {
 	// Live says the owner's session exists; a lease whose session expired is void and
 	// will be taken by the next instance that tries.
 	Live bool `json:"live"`
-	// TTLMS is the time left on the owner's session, in milliseconds (0 when not live).
-	TTLMS int64 `json:"ttl_ms"`
+	// RemainingMS is the time left on the owner's session, in milliseconds (0 when not live).
+	RemainingMS int64 `json:"remaining_ms"`
 }
 
 // PendingEntry is an entry delivered to a handler and not acknowledged.
@@ -250,7 +250,7 @@ func (a *Admin) lease(ctx context.Context, ref engine.HeadRef) (*Lease, error) {
 	}
 	switch {
 	case ttl > 0:
-		l.Live, l.TTLMS = true, ttl.Milliseconds()
+		l.Live, l.RemainingMS = true, ttl.Milliseconds()
 	case ttl == -1:
 		l.Live = true
 	}

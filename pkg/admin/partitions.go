@@ -3,6 +3,9 @@ package admin
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -30,44 +33,138 @@ const (
 func (s State) String() string { return string(s) }
 
 // Partition is one partition as one handler sees it: one row of 'seqctl partitions list'.
+// Its JSON form (see MarshalJSON) carries every field, with null for a value that is
+// absent (no owner, not halted, caught up) or unknown.
 type Partition struct {
-	Category string `json:"category"`
-	Key      string `json:"key"`
+	Category string
+	Key      string
 	// Stream is the primary stream, {category}:{key}.
-	Stream string `json:"stream"`
+	Stream string
 	// Handler is the consumer group (handler or process manager name).
-	Handler string `json:"handler"`
+	Handler string
 	// Owner is the live lease owner "{instance}.{incarnation}", "" when unowned.
-	Owner string `json:"owner"`
+	Owner string
 	// Generation is the fencing generation of the live lease, 0 when unowned.
-	Generation int64 `json:"generation"`
-	// LeaseTTLMS is how long the owner's session (and so the lease) lives without another
-	// heartbeat, in milliseconds; 0 when unowned.
-	LeaseTTLMS int64 `json:"lease_ttl_ms"`
+	Generation int64
+	// LeaseRemainingMS is how long the owner's session (and so the lease) lives without
+	// another heartbeat, in milliseconds; 0 when unowned.
+	LeaseRemainingMS int64
+	// Backlog is the number of entries the handler has not handled yet: those not
+	// delivered (Lag) plus those delivered and not acknowledged (Pending: the entry in
+	// the handler, and the entries read ahead with it, or the halted head and everything
+	// read behind it). -1 when Lag is unknown.
+	Backlog int64
 	// Lag is the number of entries not yet delivered to the handler, over every lane;
 	// -1 when Redis cannot tell (entries were deleted inside the undelivered range).
-	Lag int64 `json:"lag"`
+	Lag int64
 	// Pending is the number of entries delivered but not acknowledged.
-	Pending int64 `json:"pending"`
+	Pending int64
+	// DLQ is the length of the partition's dead-letter stream {category}:{key}:dlq
+	// (shared by every handler of the partition).
+	DLQ int64
 	// HeadAgeMS is the age of the head entry (the halted entry, else the oldest pending,
 	// else the next undelivered) by Redis TIME, in milliseconds; 0 when caught up.
-	HeadAgeMS int64 `json:"head_age_ms"`
+	HeadAgeMS int64
 	// State is halted, unowned, running or idle (see State).
-	State State `json:"state"`
+	State State
 	// HaltedEntryID is the entry the partition halted on, "" when not halted.
-	HaltedEntryID string `json:"halted_entry_id"`
+	HaltedEntryID string
 
 	// ProcessManager is set when Handler is a sequential process manager; its lease
 	// and halt record belong to the correlation value Key across its categories.
-	ProcessManager bool `json:"-"`
+	ProcessManager bool
 	// Halt is the halt record, nil when not halted.
-	Halt *engine.HaltRecord `json:"-"`
+	Halt *engine.HaltRecord
 	// HeadID is the head entry id, "" when caught up.
-	HeadID string `json:"-"`
+	HeadID string
 	// Handled is how many entries the group has read and acknowledged on the current
 	// lanes (entries-read minus pending): a counter for rates, reset when the partition is
 	// reaped and re-created.
-	Handled int64 `json:"-"`
+	Handled int64
+}
+
+// partitionJSON is the JSON form of a Partition. docs/json-output.md documents every
+// field; keep the two in step.
+type partitionJSON struct {
+	Category         string             `json:"category"`
+	Key              string             `json:"key"`
+	Stream           string             `json:"stream"`
+	Handler          string             `json:"handler"`
+	ProcessManager   bool               `json:"process_manager"`
+	State            State              `json:"state"`
+	Owner            *string            `json:"owner"`
+	Generation       *int64             `json:"generation"`
+	LeaseRemainingMS *int64             `json:"lease_remaining_ms"`
+	Backlog          *int64             `json:"backlog"`
+	Lag              *int64             `json:"lag"`
+	Pending          int64              `json:"pending"`
+	DLQ              int64              `json:"dlq"`
+	HeadID           *string            `json:"head_id"`
+	HeadAgeMS        *int64             `json:"head_age_ms"`
+	HaltedEntryID    *string            `json:"halted_entry_id"`
+	Halt             *engine.HaltRecord `json:"halt"`
+	Handled          int64              `json:"handled"`
+}
+
+func strOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func knownOrNil(n int64) *int64 {
+	if n < 0 {
+		return nil
+	}
+	return &n
+}
+
+// MarshalJSON writes the partition with null for absent values: owner, generation and
+// lease_remaining_ms when unowned; backlog and lag when unknown; head_id and head_age_ms
+// when caught up; halted_entry_id and halt when not halted.
+func (p Partition) MarshalJSON() ([]byte, error) {
+	j := partitionJSON{
+		Category: p.Category, Key: p.Key, Stream: p.Stream, Handler: p.Handler, ProcessManager: p.ProcessManager,
+		State: p.State, Owner: strOrNil(p.Owner), Backlog: knownOrNil(p.Backlog), Lag: knownOrNil(p.Lag),
+		Pending: p.Pending, DLQ: p.DLQ, HeadID: strOrNil(p.HeadID), HaltedEntryID: strOrNil(p.HaltedEntryID),
+		Halt: p.Halt, Handled: p.Handled,
+	}
+	if p.Owner != "" {
+		j.Generation, j.LeaseRemainingMS = &p.Generation, &p.LeaseRemainingMS
+	}
+	if p.HeadID != "" {
+		j.HeadAgeMS = &p.HeadAgeMS
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes (null becomes the zero value, an unknown
+// backlog or lag -1).
+func (p *Partition) UnmarshalJSON(b []byte) error {
+	var j partitionJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	deref := func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	num := func(n *int64, none int64) int64 {
+		if n == nil {
+			return none
+		}
+		return *n
+	}
+	*p = Partition{
+		Category: j.Category, Key: j.Key, Stream: j.Stream, Handler: j.Handler, ProcessManager: j.ProcessManager,
+		State: j.State, Owner: deref(j.Owner), Generation: num(j.Generation, 0), LeaseRemainingMS: num(j.LeaseRemainingMS, 0),
+		Backlog: num(j.Backlog, -1), Lag: num(j.Lag, -1), Pending: j.Pending, DLQ: j.DLQ, HeadID: deref(j.HeadID),
+		HeadAgeMS: num(j.HeadAgeMS, 0), HaltedEntryID: deref(j.HaltedEntryID), Halt: j.Halt, Handled: j.Handled,
+	}
+	return nil
 }
 
 // Filter selects partitions. The zero value selects every partition of every handler.
@@ -75,9 +172,31 @@ type Filter struct {
 	Category string // only this category
 	Handler  string // only this handler (consumer group)
 	Halted   bool   // only halted partitions
+	// States keeps partitions in one of these states; empty keeps every state.
+	States []State
+	// KeyGlob keeps partitions whose key matches this path.Match pattern ("client-1*",
+	// "eu-?-*"); "" keeps every key. Checked before anything else is read.
+	KeyGlob string
 	// Owner keeps partitions whose live owner is this session owner
 	// ("{instance}.{incarnation}") or belongs to this instance id.
 	Owner string
+}
+
+// ParseState parses a state name.
+func ParseState(s string) (State, error) {
+	switch st := State(s); st {
+	case StateHalted, StateUnowned, StateRunning, StateIdle:
+		return st, nil
+	}
+	return "", fmt.Errorf("unknown state %q: want running, idle, halted or unowned", s)
+}
+
+// CheckKeyGlob reports a malformed --key pattern.
+func CheckKeyGlob(glob string) error {
+	if _, err := path.Match(glob, ""); err != nil {
+		return fmt.Errorf("invalid key pattern %q: %v (use * for any run of characters, ? for one, [a-z] for a class)", glob, err)
+	}
+	return nil
 }
 
 // SortBy orders partitions.
@@ -85,15 +204,18 @@ type SortBy string
 
 // The orders of SortPartitions.
 const (
-	SortName SortBy = "name" // category, key, handler
-	SortLag  SortBy = "lag"  // largest lag first, then name
-	SortAge  SortBy = "age"  // oldest head first, then name
+	SortName    SortBy = "name"    // category, key, handler (keys in natural order)
+	SortLag     SortBy = "lag"     // largest lag first, then name
+	SortAge     SortBy = "age"     // oldest head first, then name
+	SortBacklog SortBy = "backlog" // largest backlog first, then name
+	SortDLQ     SortBy = "dlq"     // longest DLQ first, then name
 )
 
-// SortPartitions sorts ps in place.
+// SortPartitions sorts ps in place. Names compare in natural order: the digit runs of
+// a key compare as numbers, so client-2 comes before client-10.
 func SortPartitions(ps []Partition, by SortBy) {
 	name := func(a, b Partition) int {
-		return cmp.Or(cmp.Compare(a.Category, b.Category), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Handler, b.Handler))
+		return cmp.Or(NaturalCompare(a.Category, b.Category), NaturalCompare(a.Key, b.Key), NaturalCompare(a.Handler, b.Handler))
 	}
 	slices.SortStableFunc(ps, func(a, b Partition) int {
 		switch by {
@@ -101,9 +223,43 @@ func SortPartitions(ps []Partition, by SortBy) {
 			return cmp.Or(cmp.Compare(b.Lag, a.Lag), name(a, b))
 		case SortAge:
 			return cmp.Or(cmp.Compare(b.HeadAgeMS, a.HeadAgeMS), name(a, b))
+		case SortBacklog:
+			return cmp.Or(cmp.Compare(b.Backlog, a.Backlog), name(a, b))
+		case SortDLQ:
+			return cmp.Or(cmp.Compare(b.DLQ, a.DLQ), name(a, b))
 		}
 		return name(a, b)
 	})
+}
+
+// NaturalCompare compares two strings as people read them: runs of ASCII digits compare
+// by their numeric value (client-9 < client-10), everything else byte by byte. Equal
+// numbers with different leading zeros order the shorter first, so the order is total.
+func NaturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		da, db := digitRun(a), digitRun(b)
+		if da > 0 && db > 0 {
+			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
+			if c := cmp.Or(cmp.Compare(len(na), len(nb)), strings.Compare(na, nb), cmp.Compare(da, db)); c != 0 {
+				return c
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			return cmp.Compare(a[0], b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+func digitRun(s string) int {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 // scanCount is the COUNT hint of the SCAN for index keys: large, so that a keyspace of
@@ -194,6 +350,9 @@ type row struct {
 // lease and halt record, at most one more for backfill lanes and process-manager units
 // when there are any, and one for session TTLs and head entries.
 func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, error) {
+	if err := CheckKeyGlob(f.KeyGlob); err != nil {
+		return nil, err
+	}
 	cats, err := a.categories(ctx, f.Category)
 	if err != nil {
 		return nil, err
@@ -230,10 +389,15 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 			}
 		}
 		keys := members[i].Val()
-		slices.Sort(keys)
+		slices.SortFunc(keys, NaturalCompare)
 		for _, k := range keys {
-			if engine.ValidateKey(k, a.opts.BackfillSuffix) != nil {
+			if engine.ValidateStreamKey(k, a.opts.BackfillSuffix) != nil {
 				continue // never written by the publisher; the engine ignores it too
+			}
+			if f.KeyGlob != "" {
+				if ok, _ := path.Match(f.KeyGlob, k); !ok {
+					continue
+				}
 			}
 			for _, g := range groups {
 				if f.Handler != "" && g.Name != f.Handler {
@@ -300,8 +464,10 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	}
 
 	// Round trip 3, only when needed: the groups of backfill lanes that exist, and,
-	// without a config, the process-manager unit of every row that has neither a lease
-	// nor a halt record of its own (see isPM for the rule).
+	// without a config, the process-manager unit of every row that has no halt record of
+	// its own (see isPM for the rule). A lease on the stream does not settle it: a
+	// sequential process manager holds its streams' leases as guards of the correlation
+	// value's lease.
 	pipe = a.rdb.Pipeline()
 	more := false
 	for _, lc := range laneByStream {
@@ -311,7 +477,7 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	}
 	if a.opts.Topology == nil {
 		for _, r := range rows {
-			if r.lease.Err() == redis.Nil && len(r.halt.Val()) == 0 {
+			if len(r.halt.Val()) == 0 {
 				unit := engine.PMUnit(r.group.Name, r.name.Key)
 				r.pmLease, r.pmHalt = get(pipe, engine.LeaseKey(unit, r.group.Name)), hgetall(pipe, engine.HaltKey(unit, r.group.Name))
 				more = true
@@ -341,7 +507,11 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	// a group has not read yet.
 	pipe = a.rdb.Pipeline()
 	ttls := map[string]*redis.DurationCmd{}
+	dlqs := map[string]*redis.IntCmd{}
 	for _, r := range rows {
+		if dlqs[r.p.Stream] == nil {
+			dlqs[r.p.Stream] = pipe.XLen(ctx, engine.DLQStream(r.name.Category, r.name.Key))
+		}
 		if r.owner != "" && ttls[r.owner] == nil {
 			ttls[r.owner] = pipe.PTTL(ctx, engine.SessionKey(r.owner))
 		}
@@ -390,10 +560,15 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 				p.Lag += l.lane.xlen.Val() // the group is created lazily: nothing was delivered
 			}
 		}
+		p.DLQ = dlqs[p.Stream].Val() // 0 when there is no DLQ
+		p.Backlog = -1
+		if p.Lag >= 0 {
+			p.Backlog = p.Lag + p.Pending
+		}
 		if c := ttls[r.owner]; c != nil {
 			switch ttl := c.Val(); {
 			case c.Err() == nil && ttl > 0:
-				p.Owner, p.Generation, p.LeaseTTLMS = r.owner, r.gen, ttl.Milliseconds()
+				p.Owner, p.Generation, p.LeaseRemainingMS = r.owner, r.gen, ttl.Milliseconds()
 			case c.Err() == nil && ttl == -1: // no expiry: not written by seqctl, but alive
 				p.Owner, p.Generation = r.owner, r.gen
 			}
@@ -420,6 +595,9 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 			p.State = StateIdle
 		}
 		if f.Owner != "" && p.Owner != f.Owner && instanceOf(p.Owner) != f.Owner {
+			continue
+		}
+		if len(f.States) > 0 && !slices.Contains(f.States, p.State) {
 			continue
 		}
 		out = append(out, *p)
@@ -491,11 +669,11 @@ func (a *Admin) Streams(ctx context.Context) ([]string, error) {
 	var out []string
 	for i, c := range cats {
 		for _, k := range members[i].Val() {
-			if engine.ValidateKey(k, a.opts.BackfillSuffix) == nil {
+			if engine.ValidateStreamKey(k, a.opts.BackfillSuffix) == nil {
 				out = append(out, engine.PartitionStream(c, k))
 			}
 		}
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, NaturalCompare)
 	return out, nil
 }

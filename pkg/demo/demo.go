@@ -40,7 +40,7 @@ type Options struct {
 	// Orders is the number of distinct order ids in rotation (default 40).
 	Orders int
 	// PoisonEvery makes every n-th order a poison event that halts its client's partition
-	// (default 400; negative: never).
+	// (default DefaultPoisonEvery; negative: never).
 	PoisonEvery int
 	// Logger receives the engines' logs (default: discarded).
 	Logger *slog.Logger
@@ -60,11 +60,27 @@ func (o *Options) defaults() {
 		o.Orders = 40
 	}
 	if o.PoisonEvery == 0 {
-		o.PoisonEvery = 400
+		o.PoisonEvery = DefaultPoisonEvery
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+}
+
+// DefaultPoisonEvery is the default of Options.PoisonEvery: at the default rate (50
+// events/s, a third of them orders) one poison order a minute, so most partitions stay
+// green for the first minutes and a halt still comes soon enough to try the operator
+// commands on.
+const DefaultPoisonEvery = 1000
+
+// PoisonPeriod is the time between two poison orders with these options (one order in
+// three events); 0 when there is no poison.
+func (o Options) PoisonPeriod() time.Duration {
+	o.defaults()
+	if o.PoisonEvery < 0 {
+		return 0
+	}
+	return time.Duration(float64(o.PoisonEvery*3) / float64(o.Rate) * float64(time.Second))
 }
 
 // Demo is a running demo.

@@ -58,3 +58,20 @@ func TestDemoDomainFileIsTheEmbeddedOne(t *testing.T) {
 		t.Fatal("testdata/demo/domain.toml differs from pkg/demo/domain.toml: copy one onto the other")
 	}
 }
+
+// With the defaults, most partitions stay green for the first minutes: at most a third of
+// the clients can have halted after three minutes.
+func TestDefaultPoisonLeavesMostPartitionsGreen(t *testing.T) {
+	var o Options
+	period := o.PoisonPeriod()
+	o.defaults()
+	if halts := int((3 * time.Minute) / period); period <= 0 || halts > o.Clients/3 {
+		t.Errorf("a poison order every %v: %d halts in 3 minutes of %d clients, want at most %d", period, halts, o.Clients, o.Clients/3)
+	}
+	if (Options{PoisonEvery: -1}).PoisonPeriod() != 0 {
+		t.Error("no poison has a period")
+	}
+	if got := (Options{Rate: 100, PoisonEvery: 100}).PoisonPeriod(); got != 3*time.Second {
+		t.Errorf("100 events/s, every 100th order: %v, want 3s", got)
+	}
+}

@@ -20,8 +20,8 @@ const DefaultBackfillSuffix = "backfill"
 // dlqToken is the reserved last segment of a partition's dead-letter stream.
 const dlqToken = "dlq"
 
-// KeyRule names the rule a rejected partition key broke. Rules are applied in the order
-// of their values, and the first one broken is reported.
+// KeyRule names the rule a rejected partition key broke. ValidateKey applies its rules in
+// the order its doc gives, and the first one broken is reported.
 type KeyRule int
 
 const (
@@ -38,6 +38,14 @@ const (
 	KeySentinel
 	// KeyWrongType: the payload field is not a string or an integer.
 	KeyWrongType
+	// KeyControlChar: the key contains a control character (bytes 0x00-0x1F, NUL
+	// included, or 0x7F). Such a key cannot be delivered: HTTP headers and exec
+	// environments refuse it, so every event of the key would halt.
+	KeyControlChar
+	// KeyHasBrace: the key contains '{' or '}', which would change the Redis Cluster hash
+	// tag of the partition's internal keys ({category:key}:__lease__:...) and split them
+	// from the partition's stream.
+	KeyHasBrace
 )
 
 // String returns a short stable name for the rule, used in logs and JSON.
@@ -55,6 +63,10 @@ func (r KeyRule) String() string {
 		return "reserved_sentinel"
 	case KeyWrongType:
 		return "wrong_type"
+	case KeyControlChar:
+		return "control_character"
+	case KeyHasBrace:
+		return "contains_brace"
 	default:
 		return "unknown"
 	}
@@ -69,6 +81,9 @@ type InvalidKeyError struct {
 	Rule     KeyRule // which rule was broken
 	Token    string  // for KeyReservedToken: the reserved token it equals
 	Detail   string  // for KeyWrongType: the JSON type found
+	// Missing and Null say why a KeyEmpty key from a payload is empty: the field is
+	// absent, or null (both false: the empty string).
+	Missing, Null bool
 }
 
 // ErrInvalidKey is matched by every *InvalidKeyError through errors.Is.
@@ -92,7 +107,14 @@ func (e *InvalidKeyError) Error() string {
 	}
 	switch e.Rule {
 	case KeyEmpty:
-		b.WriteString("the key is null or empty; every partitioned event needs a non-empty key")
+		switch {
+		case e.Missing:
+			fmt.Fprintf(&b, "the payload has no field %q; every partitioned event needs it, as a non-empty string or an integer", e.Field)
+		case e.Null:
+			fmt.Fprintf(&b, "the field %q is null; every partitioned event needs a non-empty string or an integer there", e.Field)
+		default:
+			b.WriteString("the key is null or empty; every partitioned event needs a non-empty key")
+		}
 	case KeyTooLong:
 		fmt.Fprintf(&b, "the key is %d bytes, longer than the limit of %d bytes", len(e.Key), MaxKeyBytes)
 	case KeyHasColon:
@@ -103,14 +125,21 @@ func (e *InvalidKeyError) Error() string {
 		fmt.Fprintf(&b, "%q has the reserved __name__ form used by internal keys such as __partitions__", shown)
 	case KeyWrongType:
 		fmt.Fprintf(&b, "the field holds a JSON %s; a partition key must be a string or an integer", e.Detail)
+	case KeyControlChar:
+		i := strings.IndexFunc(e.Key, func(r rune) bool { return r < 0x20 || r == 0x7f })
+		fmt.Fprintf(&b, "%q contains the control character %U at byte %d; keys travel in HTTP headers and process environments, which refuse control characters", shown, e.Key[i], i)
+	case KeyHasBrace:
+		fmt.Fprintf(&b, "%q contains '{' or '}', which would change the Redis Cluster hash tag of the partition's keys", shown)
 	}
 	return b.String()
 }
 
 // ValidateKey checks a partition key against the rules of the specification, in order:
 // null or empty, longer than MaxKeyBytes, contains ':', equals "dlq" or backfillSuffix
-// (case-sensitive), the __name__ sentinel form. It returns a *InvalidKeyError naming the
-// first rule broken, or nil. An empty backfillSuffix means DefaultBackfillSuffix.
+// (case-sensitive), the __name__ sentinel form; then the rules that keep a key
+// deliverable and in one hash slot: a control character (0x00-0x1F or 0x7F), '{' or '}'.
+// It returns a *InvalidKeyError naming the first rule broken, or nil. An empty
+// backfillSuffix means DefaultBackfillSuffix.
 func ValidateKey(key, backfillSuffix string) error {
 	if backfillSuffix == "" {
 		backfillSuffix = DefaultBackfillSuffix
@@ -131,8 +160,37 @@ func ValidateKey(key, backfillSuffix string) error {
 		return fail(KeyReservedToken, backfillSuffix)
 	case isSentinel(key):
 		return fail(KeySentinel, "")
+	case hasControl(key):
+		return fail(KeyControlChar, "")
+	case strings.ContainsAny(key, "{}"):
+		return fail(KeyHasBrace, "")
 	}
 	return nil
+}
+
+// ValidateStreamKey applies only the rules a stream name needs (empty, too long, ':',
+// reserved token, sentinel form): the rules of ValidateKey before control characters and
+// braces were refused. Code that reads partitions already in Redis (listing, operator
+// tools) uses it, so a partition published under the earlier rules stays visible and
+// can be resolved; new keys go through ValidateKey.
+func ValidateStreamKey(key, backfillSuffix string) error {
+	err := ValidateKey(key, backfillSuffix)
+	var ike *InvalidKeyError
+	if errors.As(err, &ike) && (ike.Rule == KeyControlChar || ike.Rule == KeyHasBrace) {
+		return nil
+	}
+	return err
+}
+
+// hasControl reports a byte 0x00-0x1F or 0x7F (bytes, not runes: invalid UTF-8 is
+// checked byte by byte too).
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // isSentinel reports the reserved __name__ form: at least 4 bytes, starting and ending
@@ -157,7 +215,7 @@ func ExtractKey(payload []byte, field, backfillSuffix string) (string, error) {
 	}
 	raw, ok := obj[field]
 	if !ok {
-		return "", &InvalidKeyError{Field: field, Rule: KeyEmpty}
+		return "", &InvalidKeyError{Field: field, Rule: KeyEmpty, Missing: true}
 	}
 	key, err := keyFromJSON(raw)
 	if err != nil {
@@ -183,7 +241,7 @@ func errOr(err, alt error) error {
 func keyFromJSON(raw json.RawMessage) (string, *InvalidKeyError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return "", &InvalidKeyError{Rule: KeyEmpty}
+		return "", &InvalidKeyError{Rule: KeyEmpty, Null: true}
 	}
 	switch raw[0] {
 	case '"':

@@ -25,6 +25,10 @@ func expectedKeyRule(key, suffix string) KeyRule {
 		return KeyReservedToken
 	case len(key) >= 4 && key[:2] == "__" && key[len(key)-2:] == "__":
 		return KeySentinel
+	case strings.ContainsFunc(key, func(r rune) bool { return r >= 0 && r < 0x20 || r == 0x7f }) || strings.IndexByte(key, 0) >= 0:
+		return KeyControlChar
+	case strings.Contains(key, "{") || strings.Contains(key, "}"):
+		return KeyHasBrace
 	}
 	return 0
 }
@@ -35,7 +39,7 @@ func FuzzValidateKey(f *testing.F) {
 		{"backfill", ""}, {"backfill", "slow"}, {"slow", "slow"}, {"__x__", ""},
 		{"__partitions__", ""}, {"____", ""}, {"___", ""}, {"__lead", ""}, {"trail__", ""},
 		{strings.Repeat("k", 255), ""}, {strings.Repeat("k", 256), ""}, {strings.Repeat("é", 128), ""},
-		{"__a:b__", ""}, {"42", ""}, {"caf\u00e9", ""}, {"\xff\xfe", ""}, {"a b", ""}, {"x", "x"},
+		{"__a:b__", ""}, {"42", ""}, {"a\x00b", ""}, {"tab\there", ""}, {"del\x7f", ""}, {"{order}", ""}, {"a}", ""}, {"\x1f{", ""}, {"caf\u00e9", ""}, {"\xff\xfe", ""}, {"a b", ""}, {"x", "x"},
 	} {
 		f.Add(seed.key, seed.suffix)
 	}
@@ -61,6 +65,13 @@ func FuzzValidateKey(f *testing.F) {
 				t.Fatalf("accepted the reserved token %q", key)
 			case isSentinel(key):
 				t.Fatalf("accepted the sentinel %q", key)
+			case strings.ContainsAny(key, "{}"):
+				t.Fatalf("accepted %q, which contains a brace", key)
+			}
+			for i := 0; i < len(key); i++ {
+				if key[i] < 0x20 || key[i] == 0x7f {
+					t.Fatalf("accepted %q, which contains the control byte %#x", key, key[i])
+				}
 			}
 			const cat = "order"
 			parts := strings.Split(PartitionStream(cat, key), ":")

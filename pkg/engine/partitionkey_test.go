@@ -60,7 +60,7 @@ func TestValidateKey(t *testing.T) {
 		{name: "dlq as a substring", key: "dlq-1", want: keyOutcome{Key: "dlq-1"}},
 
 		// Rejected, one rule each.
-		{name: "empty", key: "", want: keyOutcome{Rule: KeyEmpty}, wantMsg: "null or empty"},
+		{name: "empty", key: "", want: keyOutcome{Rule: KeyEmpty}, wantMsg: "the key is null or empty"},
 		{name: "256 bytes", key: strings.Repeat("k", 256), want: keyOutcome{Rule: KeyTooLong}, wantMsg: "256 bytes, longer than the limit of 255 bytes"},
 		{name: "256 bytes of two-byte runes", key: strings.Repeat("é", 128), want: keyOutcome{Rule: KeyTooLong}, wantMsg: "255"},
 		{name: "colon", key: "a:b", want: keyOutcome{Rule: KeyHasColon}, wantMsg: `"a:b" contains ':'`},
@@ -73,10 +73,20 @@ func TestValidateKey(t *testing.T) {
 		{name: "sentinel __x__", key: "__x__", want: keyOutcome{Rule: KeySentinel}, wantMsg: "reserved __name__ form"},
 		{name: "sentinel __partitions__", key: "__partitions__", want: keyOutcome{Rule: KeySentinel}},
 		{name: "sentinel ____", key: "____", want: keyOutcome{Rule: KeySentinel}},
+		{name: "NUL", key: "a\x00b", want: keyOutcome{Rule: KeyControlChar}, wantMsg: `"a\x00b" contains the control character U+0000 at byte 1; keys travel in HTTP headers`},
+		{name: "newline", key: "client\n1", want: keyOutcome{Rule: KeyControlChar}, wantMsg: "U+000A"},
+		{name: "tab", key: "a\tb", want: keyOutcome{Rule: KeyControlChar}},
+		{name: "DEL", key: "a\x7f", want: keyOutcome{Rule: KeyControlChar}, wantMsg: "U+007F"},
+		{name: "open brace", key: "{order", want: keyOutcome{Rule: KeyHasBrace}, wantMsg: "hash tag"},
+		{name: "close brace", key: "a}", want: keyOutcome{Rule: KeyHasBrace}},
+		{name: "unicode is fine", key: "café-ü", want: keyOutcome{Key: "café-ü"}},
+		{name: "space is fine", key: "a b", want: keyOutcome{Key: "a b"}},
 
 		// Rule order: the first rule broken is reported.
 		{name: "too long beats colon", key: strings.Repeat("a:", 200), want: keyOutcome{Rule: KeyTooLong}},
 		{name: "colon beats sentinel", key: "__a:b__", want: keyOutcome{Rule: KeyHasColon}},
+		{name: "sentinel beats control", key: "__\n__", want: keyOutcome{Rule: KeySentinel}},
+		{name: "control beats brace", key: "{\x01}", want: keyOutcome{Rule: KeyControlChar}},
 		{name: "suffix that is a sentinel is a reserved token", key: "__s__", suffix: "__s__", want: keyOutcome{Rule: KeyReservedToken, Token: "__s__"}},
 	}
 	for _, tt := range tests {
@@ -113,8 +123,10 @@ func TestExtractKey(t *testing.T) {
 		{name: "white space around the value", payload: "{ \"k\" :\n 42 }", field: "k", want: keyOutcome{Key: "42"}},
 		{name: "other fields ignored", payload: `{"a":{"k":"nested"},"k":"top"}`, field: "k", want: keyOutcome{Key: "top"}},
 
-		{name: "null", payload: `{"k":null}`, field: "k", want: keyOutcome{Rule: KeyEmpty, Field: "k"}, wantMsg: `(field "k")`},
-		{name: "missing field", payload: `{"other":"x"}`, field: "k", want: keyOutcome{Rule: KeyEmpty, Field: "k"}, wantMsg: "null or empty"},
+		{name: "null", payload: `{"k":null}`, field: "k", want: keyOutcome{Rule: KeyEmpty, Field: "k"}, wantMsg: `the field "k" is null`},
+		{name: "missing field", payload: `{"other":"x"}`, field: "k", want: keyOutcome{Rule: KeyEmpty, Field: "k"}, wantMsg: `the payload has no field "k"`},
+		{name: "empty string", payload: `{"k":""}`, field: "k", want: keyOutcome{Rule: KeyEmpty, Field: "k"}, wantMsg: "the key is null or empty"},
+		{name: "NUL in a string", payload: `{"k":"a\u0000b"}`, field: "k", want: keyOutcome{Rule: KeyControlChar, Field: "k"}, wantMsg: "control character U+0000 at byte 1"},
 		{name: "empty string", payload: `{"k":""}`, field: "k", want: keyOutcome{Rule: KeyEmpty, Field: "k"}},
 		{name: "float", payload: `{"k":1.5}`, field: "k", want: keyOutcome{Rule: KeyWrongType, Field: "k", Detail: "non-integer number"}, wantMsg: "string or an integer"},
 		{name: "exponent", payload: `{"k":1e3}`, field: "k", want: keyOutcome{Rule: KeyWrongType, Field: "k", Detail: "non-integer number"}},
@@ -208,6 +220,8 @@ func TestKeyRuleString(t *testing.T) {
 		KeyReservedToken: "reserved_token",
 		KeySentinel:      "reserved_sentinel",
 		KeyWrongType:     "wrong_type",
+		KeyControlChar:   "control_character",
+		KeyHasBrace:      "contains_brace",
 		KeyRule(0):       "unknown",
 		KeyRule(99):      "unknown",
 	}
@@ -228,5 +242,20 @@ func TestClipKeepsHeadAndTail(t *testing.T) {
 	}
 	if clip("short", 4096) != "short" {
 		t.Fatal("a short reason must stay whole")
+	}
+}
+
+// ValidateStreamKey keeps partitions published before control characters and braces
+// were refused readable, and refuses everything a stream name cannot hold.
+func TestValidateStreamKey(t *testing.T) {
+	for _, k := range []string{"{legacy}", "a\nb", "client-1"} {
+		if err := ValidateStreamKey(k, ""); err != nil {
+			t.Errorf("ValidateStreamKey(%q) = %v, want nil", k, err)
+		}
+	}
+	for _, k := range []string{"", "a:b", "dlq", "backfill", "__x__", strings.Repeat("k", 256)} {
+		if err := ValidateStreamKey(k, ""); err == nil {
+			t.Errorf("ValidateStreamKey(%q) = nil, want the stream-name rule", k)
+		}
 	}
 }

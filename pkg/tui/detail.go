@@ -21,8 +21,8 @@ func (m *model) viewDetail(w, h int) []string {
 		}
 		title += "  " + stStyle.Render(state)
 		lines = append(lines, title, st.label.Render(fmt.Sprintf(
-			"owner %s · gen %d · lease %s · lag %s · pending %s · head age %s",
-			orDash(p.Owner), p.Generation, fmtDurOr(p.LeaseTTL), fmtLag(p.Lag),
+			"owner %s · gen %d · lease %s · backlog %s · lag %s · pending %s · head age %s",
+			orDash(p.Owner), p.Generation, fmtDurOr(p.LeaseTTL), fmtLag(p.Backlog()), fmtLag(p.Lag),
 			fmtThousands(p.Pending), fmtDurOr(p.HeadAge))))
 	} else {
 		lines = append(lines, title, st.statusWarn.Render("not in the last snapshot (reaped, or filtered out by the source)"))

@@ -38,6 +38,37 @@ type fakeSource struct {
 	headCalls []PartitionRef
 	actErr    error
 	actions   []actionCall
+	dlqs      []DLQInfo
+	audit     []AuditRecord
+	listCalls int
+}
+
+func (f *fakeSource) DLQs(context.Context) ([]DLQInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.listCalls++
+	return append([]DLQInfo(nil), f.dlqs...), nil
+}
+
+func (f *fakeSource) Audit(_ context.Context, limit int) ([]AuditRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.listCalls++
+	return append([]AuditRecord(nil), f.audit[:min(limit, len(f.audit))]...), nil
+}
+
+// sampleLists fills the fake's DLQ and audit answers.
+func sampleLists(f *fakeSource) {
+	f.dlqs = []DLQInfo{
+		{Stream: "order:client-3", Length: 4, OldestID: "1741942000000-0", NewestID: "1741944000000-2", OldestAge: 40 * time.Minute},
+		{Stream: "order:client-12", Length: 1, OldestID: "1741944300000-0", NewestID: "1741944300000-0", OldestAge: 9 * time.Minute},
+	}
+	f.audit = []AuditRecord{
+		{Time: base.Add(-2 * time.Minute), User: "alice", Host: "ops-1", Command: "head dlq", Stream: "order:client-3",
+			Handler: "projector", EntryID: "1741944000000-2", Outcome: "ok", Detail: "from seqctl top"},
+		{Time: base.Add(-5 * time.Minute), User: "bob", Host: "ops-2", Command: "head skip", Stream: "order:client-3",
+			Handler: "projector", EntryID: "1741944000000-1", Outcome: "head_moved", Detail: "engine: head moved: expected 1741944000000-1"},
+	}
 }
 
 type actionCall struct {

@@ -7,7 +7,7 @@ import "github.com/charmbracelet/bubbles/key"
 type keyMap struct {
 	Up, Down, PageUp, PageDown, Top, Bottom key.Binding
 
-	Detail, Back, SwitchView, Sort, Filter key.Binding
+	Detail, Back, SwitchView, Sort, Reverse, Filter key.Binding
 
 	Skip, DLQ, Retry key.Binding
 	Act              key.Binding // footer hints only: s/d/r, and what it says when read-only
@@ -33,6 +33,7 @@ func newKeyMap() keyMap {
 		Back:       key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "back")),
 		SwitchView: key.NewBinding(key.WithKeys("tab"), key.WithHelp("tab", "view")),
 		Sort:       key.NewBinding(key.WithKeys("o"), key.WithHelp("o", "sort")),
+		Reverse:    key.NewBinding(key.WithKeys("O"), key.WithHelp("O", "reverse")),
 		Filter:     key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter")),
 
 		Skip:    key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "skip head")),
@@ -64,7 +65,8 @@ func (k keyMap) FullHelp() [][]key.Binding {
 	return [][]key.Binding{
 		{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom,
 			long(k.Detail, "detail pane"), long(k.Back, "back / clear filter"),
-			long(k.SwitchView, "partitions / instances"), long(k.Sort, "sort: lag, age, name")},
+			long(k.SwitchView, "partitions / instances / DLQ / audit"), long(k.Sort, "sort by the next column"),
+			long(k.Reverse, "reverse the sort")},
 		{long(k.Filter, "filter rows"), long(k.Pause, "pause / resume"),
 			long(k.Skip, "skip the halted head"), long(k.DLQ, "move the head to DLQ"),
 			long(k.Retry, "retry the halted head"), long(k.Confirm, "confirm an action"),

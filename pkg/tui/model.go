@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/charmbracelet/bubbles/cursor"
@@ -20,16 +19,29 @@ type viewMode int
 const (
 	viewPartitions viewMode = iota
 	viewInstances
+	viewDLQ
+	viewAudit
 	viewDetail
 )
 
-// sortKey orders the partitions table; halted partitions always come first.
+// tabOrder is the cycle of the tab key.
+var tabOrder = []viewMode{viewPartitions, viewInstances, viewDLQ, viewAudit}
+
+// sortKey orders the partitions table by one of its columns; halted partitions always
+// come first. The default order of a column is the useful one (largest lag, oldest head,
+// names A to Z); sortDesc reverses it.
 type sortKey int
 
 const (
 	sortLag     sortKey = iota // lag, largest first
 	sortHeadAge                // head age, oldest first
 	sortName                   // category, key, handler
+	sortPending                // pending, largest first
+	sortOwner                  // owner, A to Z
+	sortLease                  // lease time left, shortest first
+	sortGen                    // generation, highest first
+	sortState                  // state, A to Z
+	sortHandler                // handler, then category and key
 	sortKeys                   // number of sort keys, for cycling
 )
 
@@ -39,8 +51,52 @@ func (s sortKey) String() string {
 		return "head age"
 	case sortName:
 		return "name"
+	case sortPending:
+		return "pending"
+	case sortOwner:
+		return "owner"
+	case sortLease:
+		return "lease"
+	case sortGen:
+		return "generation"
+	case sortState:
+		return "state"
+	case sortHandler:
+		return "handler"
 	}
-	return "lag"
+	return "backlog"
+}
+
+// sortColumn is the column whose title carries the sort mark.
+func (s sortKey) column() colID {
+	switch s {
+	case sortHeadAge:
+		return colHeadAge
+	case sortName:
+		return colKey
+	case sortPending:
+		return colPending
+	case sortOwner:
+		return colOwner
+	case sortLease:
+		return colLease
+	case sortGen:
+		return colGen
+	case sortState:
+		return colState
+	case sortHandler:
+		return colHandler
+	}
+	return colLag
+}
+
+// descendingByDefault says the column's useful order is largest first.
+func (s sortKey) descendingByDefault() bool {
+	switch s {
+	case sortLag, sortHeadAge, sortPending, sortGen:
+		return true
+	}
+	return false
 }
 
 // action is an operator action on a halted head.
@@ -153,12 +209,30 @@ type model struct {
 
 	status     string
 	statusKind statusKind
+	statusAt   time.Time // when the status was set; it expires (statusTTL)
+
+	// chosen: the operator moved the cursor, so selRef is their choice and sticks to its
+	// partition. selGone: that partition is no longer listed; the cursor row is not a
+	// selection until the operator moves it.
+	chosen, selGone bool
+	// sortDesc reverses the sort key's order.
+	sortDesc bool
+	// filterErr says why a word of the filter was not understood.
+	filterErr string
+
+	// The DLQ and audit views.
+	dlq, audit listState
+	dlqRows    []DLQInfo
+	auditRows  []AuditRecord
 }
 
-// summary is the header's aggregate of a snapshot.
+// summary is the header's aggregate of a snapshot. A partition is a partition stream
+// ({category}:{key}), as everywhere in seqctl: streams counts them; total counts the
+// table's rows, one per (handler, partition), which is what the states add up to.
 type summary struct {
+	streams                                      int
 	total, running, idle, halted, unowned, other int
-	lag, maxLag                                  int64
+	lag, maxLag                                  int64 // backlog: lag + pending
 	alive, stale                                 int
 }
 
@@ -231,11 +305,13 @@ func (m *model) apply(s Snapshot, now time.Time) {
 	index := make(map[PartitionRef]int, len(s.Partitions))
 	hay := make([]string, len(s.Partitions))
 	sum := summary{total: len(s.Partitions)}
+	streams := map[string]bool{}
 	var want [colCount]int
 	var handled, delta int64
 	for i := range s.Partitions {
 		p := &s.Partitions[i]
 		index[p.Ref()] = i
+		streams[p.Category+"\x00"+p.Key] = true
 		switch p.State {
 		case StateRunning:
 			sum.running++
@@ -248,9 +324,9 @@ func (m *model) apply(s Snapshot, now time.Time) {
 		default:
 			sum.other++
 		}
-		sum.lag += max(p.Lag, 0) // -1: unknown
-		sum.maxLag = max(sum.maxLag, p.Lag)
-		hay[i] = strings.ToLower(p.Category + ":" + p.Key + " " + p.Handler + " " + p.Owner + " " + p.State)
+		sum.lag += max(p.Backlog(), 0) // -1: unknown
+		sum.maxLag = max(sum.maxLag, p.Backlog())
+		hay[i] = haystack(p)
 		want[colKey] = max(want[colKey], textWidth(p.Key))
 		want[colCategory] = max(want[colCategory], textWidth(p.Category))
 		want[colHandler] = max(want[colHandler], textWidth(p.Handler))
@@ -262,7 +338,9 @@ func (m *model) apply(s Snapshot, now time.Time) {
 			}
 		}
 	}
+	sum.streams = len(streams)
 	want[colBar] = 1 << 10 // the bar takes whatever is left
+	want[colLag] = 8       // "BACKLOG▼"; 7 on a narrow terminal
 
 	m.rateKnown = false
 	if dt := s.Taken.Sub(prev.Taken); hadPrev && handled > 0 && dt > 0 {
@@ -304,7 +382,10 @@ func (m *model) resort() {
 	for i := range ps {
 		m.order = append(m.order, i)
 	}
-	by := m.sortBy
+	by, flip := m.sortBy, m.sortDesc
+	name := func(pa, pb *Partition) int {
+		return cmp.Or(naturalCompare(pa.Category, pb.Category), naturalCompare(pa.Key, pb.Key), naturalCompare(pa.Handler, pb.Handler))
+	}
 	slices.SortFunc(m.order, func(a, b int) int {
 		pa, pb := &ps[a], &ps[b]
 		if ha, hb := pa.State == StateHalted, pb.State == StateHalted; ha != hb {
@@ -316,54 +397,87 @@ func (m *model) resort() {
 		var c int
 		switch by {
 		case sortLag:
-			c = cmp.Compare(pb.Lag, pa.Lag)
+			c = cmp.Compare(pb.Backlog(), pa.Backlog())
 		case sortHeadAge:
 			c = cmp.Compare(pb.HeadAge, pa.HeadAge)
+		case sortPending:
+			c = cmp.Compare(pb.Pending, pa.Pending)
+		case sortOwner:
+			c = naturalCompare(pa.Owner, pb.Owner)
+		case sortLease:
+			c = cmp.Compare(pa.LeaseTTL, pb.LeaseTTL)
+		case sortGen:
+			c = cmp.Compare(pb.Generation, pa.Generation)
+		case sortState:
+			c = cmp.Compare(pa.State, pb.State)
+		case sortHandler:
+			c = naturalCompare(pa.Handler, pb.Handler)
+		case sortName:
+			c = name(pa, pb)
+		}
+		if flip {
+			c = -c
 		}
 		if c != 0 {
 			return c
 		}
-		return cmp.Or(cmp.Compare(pa.Category, pb.Category), cmp.Compare(pa.Key, pb.Key),
-			cmp.Compare(pa.Handler, pb.Handler))
+		return name(pa, pb)
 	})
 	m.refilter()
 }
 
-// refilter applies the filter text to order (every word must occur) and puts the cursor
-// back on the partition it was on, if that is still shown.
+// refilter applies the filter to order (see filter.go) and puts the cursor back on the
+// partition the operator selected. When that partition is no longer listed the cursor
+// stays where it was, but selGone makes sure no key acts on the row that took its place.
 func (m *model) refilter() {
-	words := strings.Fields(m.filterTxt)
-	if len(words) == 0 {
+	f := parseFilter(m.filterTxt)
+	m.filterErr = f.err
+	if f.empty() {
 		m.rows = m.order
 	} else {
 		m.rows = make([]int, 0, len(m.order)/4)
-	next:
 		for _, i := range m.order {
-			for _, w := range words {
-				if !strings.Contains(m.hay[i], w) {
-					continue next
-				}
+			if f.match(&m.snap.Partitions[i], m.hay[i]) {
+				m.rows = append(m.rows, i)
 			}
-			m.rows = append(m.rows, i)
 		}
 	}
 	m.cursor = min(m.cursor, max(len(m.rows)-1, 0))
-	if m.selRef != (PartitionRef{}) {
-		for n, i := range m.rows {
-			if m.snap.Partitions[i].Ref() == m.selRef {
-				m.cursor = n
-				break
-			}
+	found := false
+	for n, i := range m.rows {
+		if m.snap.Partitions[i].Ref() == m.selRef {
+			m.cursor, found = n, true
+			break
 		}
 	}
+	wasGone := m.selGone
+	m.selGone = !found && m.chosen
+	if p, ok := m.cursorPartition(); ok && !found && !m.chosen {
+		m.selRef = p.Ref() // nothing chosen yet: the row under the cursor is the selection
+	}
+	if m.selGone && !wasGone {
+		m.setStatus(statusInfo, m.goneText())
+	}
+	m.keepOnScreen()
+}
+
+// choose makes the row under the cursor the selection: the operator moved the cursor.
+func (m *model) choose() {
+	m.selGone, m.chosen = false, true
 	m.syncSelection()
 }
 
-// syncSelection records which partition the cursor is on and keeps it on screen.
+// syncSelection records which partition the cursor is on (unless the selected one is
+// gone, see selGone) and keeps it on screen.
 func (m *model) syncSelection() {
-	if p, ok := m.cursorPartition(); ok {
+	if p, ok := m.cursorPartition(); ok && !m.selGone {
 		m.selRef = p.Ref()
 	}
+	m.keepOnScreen()
+}
+
+// keepOnScreen scrolls the partitions table so the cursor row is visible.
+func (m *model) keepOnScreen() {
 	page := m.tableRows()
 	if m.cursor < m.top {
 		m.top = m.cursor
@@ -423,6 +537,24 @@ func (m *model) tableRows() int {
 	return max(m.bodyHeight()-1, 1)
 }
 
+// How long a status message stays: information a few seconds, a warning or an error
+// long enough to be read after looking away.
+const (
+	statusTTL     = 5 * time.Second
+	statusWarnTTL = 15 * time.Second
+)
+
 func (m *model) setStatus(kind statusKind, s string) {
-	m.status, m.statusKind = s, kind
+	m.status, m.statusKind, m.statusAt = s, kind, m.clock.Now()
+}
+
+// expireStatus clears the status message once it is older than its TTL.
+func (m *model) expireStatus(now time.Time) {
+	ttl := statusTTL
+	if m.statusKind == statusWarn || m.statusKind == statusErr {
+		ttl = statusWarnTTL
+	}
+	if m.status != "" && now.Sub(m.statusAt) >= ttl {
+		m.status = ""
+	}
 }

@@ -29,3 +29,15 @@ type actionMsg struct {
 	expectID string
 	err      error
 }
+
+// dlqMsg is the result of one DLQSource.DLQs call.
+type dlqMsg struct {
+	rows []DLQInfo
+	err  error
+}
+
+// auditMsg is the result of one AuditSource.Audit call.
+type auditMsg struct {
+	rows []AuditRecord
+	err  error
+}

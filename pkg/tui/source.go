@@ -106,6 +106,16 @@ type Partition struct {
 	Handled int64
 }
 
+// Backlog is the number of entries the handler has not handled yet: those not delivered
+// (Lag) and those delivered and not acknowledged (Pending: the one in the handler and
+// those read ahead with it). -1 when Lag is unknown.
+func (p Partition) Backlog() int64 {
+	if p.Lag < 0 {
+		return -1
+	}
+	return p.Lag + p.Pending
+}
+
 // Ref names the partition.
 func (p Partition) Ref() PartitionRef {
 	return PartitionRef{Category: p.Category, Key: p.Key, Handler: p.Handler}
@@ -130,4 +140,41 @@ type LaneInfo struct {
 	Stream  string
 	Length  int64
 	Pending int64
+}
+
+// DLQSource is implemented by a Source that can list dead-letter streams; the dashboard
+// then has a DLQ view. The call gets a context with fetchTimeout.
+type DLQSource interface {
+	// DLQs lists every partition DLQ that has entries.
+	DLQs(ctx context.Context) ([]DLQInfo, error)
+}
+
+// DLQInfo is one partition's dead-letter stream.
+type DLQInfo struct {
+	Stream    string // the partition, {category}:{key}
+	Length    int64
+	OldestID  string
+	NewestID  string
+	OldestAge time.Duration
+}
+
+// AuditSource is implemented by a Source that can read the audit log of operator
+// actions; the dashboard then has an audit view. The call gets a context with
+// fetchTimeout.
+type AuditSource interface {
+	// Audit returns the newest limit actions, newest first.
+	Audit(ctx context.Context, limit int) ([]AuditRecord, error)
+}
+
+// AuditRecord is one operator action.
+type AuditRecord struct {
+	Time    time.Time
+	User    string
+	Host    string
+	Command string
+	Stream  string
+	Handler string
+	EntryID string
+	Outcome string // "ok", or why nothing was done
+	Detail  string
 }

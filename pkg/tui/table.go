@@ -55,7 +55,7 @@ var partitionCols = []column{
 	{id: colOwner, title: "OWNER", min: 8, max: 24, drop: 3},
 	{id: colGen, title: "GEN", min: 5, max: 5, right: true, drop: 1},
 	{id: colLease, title: "LEASE", min: 6, max: 6, right: true, drop: 2},
-	{id: colLag, title: "LAG", min: 7, max: 7, right: true},
+	{id: colLag, title: "BACKLOG", min: 7, max: 8, right: true},
 	{id: colBar, title: "", min: 5, max: 20, drop: 4},
 	{id: colPending, title: "PENDING", min: 7, max: 7, right: true, drop: 5},
 	{id: colHeadAge, title: "HEAD AGE", min: 9, max: 9, right: true},
@@ -134,7 +134,7 @@ func (m *model) viewPartitions(w, h int) []string {
 	lines := make([]string, 0, h)
 	var b strings.Builder
 	tableLine(&b, strings.Repeat(" ", gutterWidth), partitionCols, widths, func(id colID) string {
-		return partitionTitle(id, m.sortBy)
+		return partitionTitle(id, m.sortBy, m.sortDesc)
 	})
 	lines = append(lines, m.st.tableHeader.Render(b.String()))
 
@@ -150,7 +150,7 @@ func (m *model) viewPartitions(w, h int) []string {
 	end := min(top+h-1, len(m.rows))
 	for n := top; n < end; n++ {
 		p := &m.snap.Partitions[m.rows[n]]
-		sel := n == m.cursor
+		sel := n == m.cursor && !m.selGone
 		b.Reset()
 		tableLine(&b, gutter(sel, p.State == StateHalted), partitionCols, widths, func(id colID) string {
 			return m.partitionCell(p, id, widths)
@@ -171,15 +171,15 @@ func gutter(selected, flagged bool) string {
 	return string(g)
 }
 
-func partitionTitle(id colID, by sortKey) string {
+func partitionTitle(id colID, by sortKey, reversed bool) string {
 	t := partitionCols[id].title
-	switch {
-	case id == colLag && by == sortLag, id == colHeadAge && by == sortHeadAge:
-		return t + "▼"
-	case id == colKey && by == sortName:
-		return t + "▲"
+	if id != by.column() {
+		return t
 	}
-	return t
+	if by.descendingByDefault() != reversed {
+		return t + "▼"
+	}
+	return t + "▲"
 }
 
 func (m *model) partitionCell(p *Partition, id colID, widths []int) string {
@@ -203,12 +203,12 @@ func (m *model) partitionCell(p *Partition, id colID, widths []int) string {
 		}
 		return fmtDurOr(p.LeaseTTL)
 	case colLag:
-		if p.Lag < 0 {
+		if p.Backlog() < 0 {
 			return "?"
 		}
-		return fmtCount(p.Lag)
+		return fmtCount(p.Backlog())
 	case colBar:
-		return lagBar(p.Lag, m.sum.maxLag, widths[colBar])
+		return lagBar(p.Backlog(), m.sum.maxLag, widths[colBar])
 	case colPending:
 		return fmtCount(p.Pending)
 	case colHeadAge:

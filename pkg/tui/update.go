@@ -23,9 +23,17 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.clampInstances()
 		return m, nil
 	case tickMsg:
-		return m, tea.Batch(m.clock.Tick(m.tickEvery()), m.startFetch(m.clock.Now()))
+		now := m.clock.Now()
+		m.expireStatus(now)
+		return m, tea.Batch(m.clock.Tick(m.tickEvery()), m.startFetch(now))
 	case snapshotMsg:
 		return m, m.onSnapshot(msg)
+	case dlqMsg:
+		m.onDLQ(msg)
+		return m, nil
+	case auditMsg:
+		m.onAudit(msg)
+		return m, nil
 	case headMsg:
 		m.onHead(msg)
 		return m, nil
@@ -74,7 +82,7 @@ func (m *model) onSnapshot(msg snapshotMsg) tea.Cmd {
 		m.detailLoading = true
 		return fetchHead(m.ctx, m.src, m.detailRef)
 	}
-	return nil
+	return m.fetchList() // the DLQ or audit view refreshes with the snapshot
 }
 
 func (m *model) onHead(msg headMsg) {
@@ -164,22 +172,41 @@ func (m *model) onKey(msg tea.KeyMsg) tea.Cmd {
 		m.setStatus(statusInfo, "resumed")
 		return m.refreshNow()
 	case key.Matches(msg, k.SwitchView):
-		if m.view == viewInstances {
-			m.view = viewPartitions
-		} else {
-			m.view = viewInstances
+		next := viewPartitions
+		for i, v := range tabOrder {
+			if v == m.view {
+				next = tabOrder[(i+1)%len(tabOrder)]
+			}
 		}
-		return nil
+		m.view = next
+		return m.fetchList()
 	}
 
 	switch m.view {
 	case viewInstances:
 		m.onInstancesKey(msg)
 		return nil
+	case viewDLQ:
+		m.onListKey(msg, &m.dlq, len(m.dlqRows))
+		return nil
+	case viewAudit:
+		m.onListKey(msg, &m.audit, len(m.auditRows))
+		return nil
 	case viewDetail:
 		return m.onDetailKey(msg)
 	}
 	return m.onPartitionsKey(msg)
+}
+
+// onListKey moves the cursor of the DLQ or audit view; esc goes back to the partitions.
+func (m *model) onListKey(msg tea.KeyMsg, l *listState, n int) {
+	if m.move(msg, &l.cursor, n, m.tableRows()) {
+		l.clamp(n, m.tableRows())
+		return
+	}
+	if key.Matches(msg, m.keys.Back) {
+		m.view = viewPartitions
+	}
 }
 
 // move applies a navigation key to a cursor over n rows with page rows on screen, and
@@ -209,18 +236,25 @@ func (m *model) move(msg tea.KeyMsg, cur *int, n, page int) bool {
 func (m *model) onPartitionsKey(msg tea.KeyMsg) tea.Cmd {
 	k := m.keys
 	if m.move(msg, &m.cursor, len(m.rows), m.tableRows()) {
-		m.syncSelection()
+		m.choose()
 		return nil
 	}
 	switch {
 	case key.Matches(msg, k.Detail):
-		if p, ok := m.cursorPartition(); ok {
+		if p, ok := m.cursorPartition(); ok && !m.selGone {
 			return m.openDetail(p.Ref())
 		}
+		if m.selGone {
+			m.setStatus(statusWarn, m.goneText())
+		}
 	case key.Matches(msg, k.Sort):
-		m.sortBy = (m.sortBy + 1) % sortKeys
+		m.sortBy, m.sortDesc = (m.sortBy+1)%sortKeys, false
 		m.resort()
-		m.setStatus(statusInfo, "sorted by "+m.sortBy.String()+" (halted partitions stay on top)")
+		m.setStatus(statusInfo, "sorted by "+m.sortText()+" (halted partitions stay on top; O reverses)")
+	case key.Matches(msg, k.Reverse):
+		m.sortDesc = !m.sortDesc
+		m.resort()
+		m.setStatus(statusInfo, "sorted by "+m.sortText()+" (halted partitions stay on top)")
 	case key.Matches(msg, k.Filter):
 		m.filtering = true
 		m.filter.SetValue(m.filterTxt)
@@ -269,7 +303,7 @@ func (m *model) onDetailKey(msg tea.KeyMsg) tea.Cmd {
 		return nil
 	}
 	if m.move(msg, &m.cursor, len(m.rows), m.tableRows()) {
-		m.syncSelection()
+		m.choose()
 		if p, ok := m.cursorPartition(); ok && p.Ref() != m.detailRef {
 			return m.openDetail(p.Ref())
 		}
@@ -323,7 +357,24 @@ func (m *model) actionPartition() (Partition, bool) {
 	if m.view == viewDetail {
 		return m.lookup(m.detailRef)
 	}
+	if m.selGone {
+		return Partition{}, false
+	}
 	return m.cursorPartition()
+}
+
+// goneText says that the selected partition is no longer listed.
+func (m *model) goneText() string {
+	return fmt.Sprintf("%s is no longer listed (gone, or filtered out): move the cursor to choose a partition", m.selRef)
+}
+
+// sortText names the sort order: the column and its direction.
+func (m *model) sortText() string {
+	desc := m.sortBy.descendingByDefault() != m.sortDesc
+	if desc {
+		return m.sortBy.String() + " ▼"
+	}
+	return m.sortBy.String() + " ▲"
 }
 
 // askAction opens the confirmation dialog of act on the selected partition, or says why
@@ -335,6 +386,8 @@ func (m *model) askAction(act action) {
 	}
 	p, ok := m.actionPartition()
 	switch {
+	case !ok && m.selGone && m.view != viewDetail:
+		m.setStatus(statusWarn, fmt.Sprintf("%s: %s", act, m.goneText()))
 	case !ok:
 		m.setStatus(statusWarn, fmt.Sprintf("%s: no partition selected", act))
 	case m.acting:

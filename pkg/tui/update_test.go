@@ -18,7 +18,7 @@ func TestFirstRefresh(t *testing.T) {
 	if !h.m.haveSnap || len(h.m.rows) != 8 {
 		t.Fatalf("after the first refresh: haveSnap=%v rows=%d, want true 8", h.m.haveSnap, len(h.m.rows))
 	}
-	want := summary{total: 8, running: 5, idle: 2, unowned: 1, lag: 120 + 4 + 9800 + 37 + 56 + 1500,
+	want := summary{streams: 8, total: 8, running: 5, idle: 2, unowned: 1, lag: 120 + 4 + 9800 + 37 + 56 + 1500,
 		maxLag: 9800, alive: 2, stale: 1}
 	if diff := cmp.Diff(want, h.m.sum, cmp.AllowUnexported(summary{})); diff != "" {
 		t.Errorf("summary (-want +got):\n%s", diff)
@@ -96,7 +96,7 @@ func TestSortAndHaltedPinnedFirst(t *testing.T) {
 		{"lag", false, 0, []string{"client-4", "globex", "client-1", "eu-west", "client-5", "client-2", "acme-corp", "client-3"}},
 		{"head age", false, 1, []string{"client-4", "globex", "client-5", "eu-west", "client-1", "client-2", "acme-corp", "client-3"}},
 		{"name", false, 2, []string{"eu-west", "acme-corp", "client-1", "client-2", "client-3", "client-4", "client-5", "globex"}},
-		{"back to lag", false, 3, []string{"client-4", "globex", "client-1", "eu-west", "client-5", "client-2", "acme-corp", "client-3"}},
+		{"back to lag", false, int(sortKeys), []string{"client-4", "globex", "client-1", "eu-west", "client-5", "client-2", "acme-corp", "client-3"}},
 		{"halted/lag", true, 0, []string{"client-3", "acme-corp", "client-4", "globex", "client-1", "eu-west", "client-5", "client-2"}},
 		{"halted/head age", true, 1, []string{"acme-corp", "client-3", "client-4", "globex", "client-5", "eu-west", "client-1", "client-2"}},
 		{"halted/name", true, 2, []string{"acme-corp", "client-3", "eu-west", "client-1", "client-2", "client-4", "client-5", "globex"}},
@@ -367,9 +367,11 @@ func TestInstancesView(t *testing.T) {
 	if h.m.icursor != 2 || h.m.cursor != 0 {
 		t.Fatalf("instances cursor %d, partitions cursor %d", h.m.icursor, h.m.cursor)
 	}
-	h.press("tab")
-	if h.m.view != viewPartitions {
-		t.Fatalf("tab again: view %d", h.m.view)
+	for _, want := range []viewMode{viewDLQ, viewAudit, viewPartitions} {
+		h.press("tab")
+		if h.m.view != want {
+			t.Fatalf("tab: view %d, want %d (partitions, instances, DLQ, audit, partitions)", h.m.view, want)
+		}
 	}
 	h.press("tab", "esc")
 	if h.m.view != viewPartitions {
@@ -566,17 +568,17 @@ func TestLayoutColumns(t *testing.T) {
 		}
 		return out
 	}
-	all := []string{"KEY", "CATEGORY", "HANDLER", "OWNER", "GEN", "LEASE", "LAG", "", "PENDING", "HEAD AGE", "STATE"}
+	all := []string{"KEY", "CATEGORY", "HANDLER", "OWNER", "GEN", "LEASE", "BACKLOG", "", "PENDING", "HEAD AGE", "STATE"}
 	for _, tt := range []struct {
 		width int
 		want  []string
 	}{
 		{120, all},
 		{96, all},
-		{90, []string{"KEY", "CATEGORY", "HANDLER", "OWNER", "LEASE", "LAG", "", "PENDING", "HEAD AGE", "STATE"}},
-		{80, []string{"KEY", "CATEGORY", "HANDLER", "LAG", "", "PENDING", "HEAD AGE", "STATE"}},
-		{60, []string{"KEY", "CATEGORY", "HANDLER", "LAG", "HEAD AGE", "STATE"}},
-		{40, []string{"KEY", "LAG", "HEAD AGE", "STATE"}},
+		{90, []string{"KEY", "CATEGORY", "HANDLER", "OWNER", "LEASE", "BACKLOG", "", "PENDING", "HEAD AGE", "STATE"}},
+		{80, []string{"KEY", "CATEGORY", "HANDLER", "BACKLOG", "", "PENDING", "HEAD AGE", "STATE"}},
+		{60, []string{"KEY", "CATEGORY", "HANDLER", "BACKLOG", "HEAD AGE", "STATE"}},
+		{40, []string{"KEY", "BACKLOG", "HEAD AGE", "STATE"}},
 	} {
 		if diff := cmp.Diff(tt.want, titles(tt.width)); diff != "" {
 			t.Errorf("width %d (-want +got):\n%s", tt.width, diff)

@@ -30,6 +30,10 @@ func (m *model) View() string {
 	switch m.view {
 	case viewInstances:
 		body = m.viewInstances(w, bodyH)
+	case viewDLQ:
+		body = m.viewDLQs(w, bodyH)
+	case viewAudit:
+		body = m.viewAuditLog(w, bodyH)
 	case viewDetail:
 		body = m.viewDetail(w, bodyH)
 	default:
@@ -159,7 +163,8 @@ func (m *model) countSegments(compact bool) []segment {
 		return segment{m.labelled(label, num(n), vs), prio}
 	}
 	segs := []segment{
-		count("partitions", int64(s.total), st.value, 100),
+		count("partitions", int64(s.streams), st.value, 100),
+		count("rows", int64(s.total), st.value, 60),
 		count("running", int64(s.running), st.value, 50),
 		count("idle", int64(s.idle), st.value, 40),
 		count("halted", int64(s.halted), st.rowHalted, 90),
@@ -168,7 +173,7 @@ func (m *model) countSegments(compact bool) []segment {
 	if s.other > 0 {
 		segs = append(segs, count("other", int64(s.other), st.value, 30))
 	}
-	return append(segs, segment{m.labelled("lag", lag(s.lag), st.value), 70})
+	return append(segs, segment{m.labelled("backlog", lag(s.lag), st.value), 70})
 }
 
 // viewBanner is the two Redis-unreachable lines: what is shown and when the next attempt
@@ -205,7 +210,7 @@ func (m *model) viewStatus(w int) string {
 	switch m.view {
 	case viewPartitions, viewDetail:
 		if m.haveSnap {
-			info = "sort " + m.sortBy.String()
+			info = "sort " + m.sortText()
 			if m.filterTxt != "" {
 				info += " · filter " + strconv.Quote(m.filterTxt)
 			}
@@ -219,8 +224,20 @@ func (m *model) viewStatus(w int) string {
 		if n := len(m.instOrder); n > 0 {
 			info = fmt.Sprintf("instance %d/%d", m.icursor+1, n)
 		}
+	case viewDLQ:
+		info = listInfo("DLQ", m.dlq, len(m.dlqRows))
+	case viewAudit:
+		info = listInfo("action", m.audit, len(m.auditRows))
 	}
 	var left string
+	switch {
+	case m.status == "" && m.filterErr != "" && (m.view == viewPartitions || m.view == viewDetail):
+		left = m.st.statusWarn.Render("filter: " + m.filterErr + " (taken as text)")
+	case m.status == "" && m.view == viewDLQ && m.dlq.err != nil:
+		left = m.st.statusErr.Render("DLQs: " + oneLine(m.dlq.err.Error()))
+	case m.status == "" && m.view == viewAudit && m.audit.err != nil:
+		left = m.st.statusErr.Render("audit: " + oneLine(m.audit.err.Error()))
+	}
 	if m.status != "" {
 		st := m.st.dim
 		switch m.statusKind {
@@ -252,8 +269,8 @@ func (m *model) viewKeys(w int) string {
 		b = []key.Binding{m.keys.Help, m.keys.Quit}
 	case m.view == viewDetail:
 		b = m.keys.detailHelp()
-	case m.view == viewInstances:
-		b = []key.Binding{m.keys.SwitchView, m.keys.Pause, m.keys.Help, m.keys.Quit}
+	case m.view == viewInstances, m.view == viewDLQ, m.view == viewAudit:
+		b = []key.Binding{m.keys.SwitchView, m.keys.Back, m.keys.Pause, m.keys.Help, m.keys.Quit}
 	default:
 		b = m.keys.ShortHelp()
 	}
@@ -288,7 +305,8 @@ func (m *model) viewHelpBox(w int) string {
 	h := m.help
 	h.Width = inner
 	legend := wrapLines("! marks a halted partition (always on top, whatever the sort), > the cursor; "+
-		"the bar after LAG is the lag relative to the largest. An action needs a halted head and y "+
+		"BACKLOG counts the entries not handled yet (not delivered, plus delivered and read ahead); "+
+		"the bar after it is the backlog relative to the largest. An action needs a halted head and y "+
 		"to confirm, and does nothing if the head is no longer the entry id the dialog showed.", inner, 5)
 	content := m.st.dialogTitle.Render("Keys") + "\n\n" + h.FullHelpView(m.keys.FullHelp()) + "\n\n" +
 		m.st.dim.Render(strings.Join(legend, "\n"))

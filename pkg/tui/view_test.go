@@ -68,6 +68,16 @@ var viewCases = []viewCase{
 		settle(h)
 		h.press("?")
 	}},
+	{name: "dlq", snap: func() Snapshot { return fixture(true) }, setup: func(h *harness) {
+		sampleLists(h.src)
+		settle(h)
+		h.press("tab", "tab", "j")
+	}},
+	{name: "audit", snap: func() Snapshot { return fixture(true) }, setup: func(h *harness) {
+		sampleLists(h.src)
+		settle(h)
+		h.press("tab", "tab", "tab")
+	}},
 }
 
 // Extra states, at 80x24 only.
@@ -93,6 +103,16 @@ var viewCasesSmall = []viewCase{
 	{name: "many", snap: func() Snapshot { return bigSnapshot(10_000) }, setup: func(h *harness) {
 		settle(h)
 		h.press("pgdown", "j")
+	}},
+	{name: "sorted_by_owner_reversed", snap: func() Snapshot { return fixture(false) }, setup: func(h *harness) {
+		settle(h)
+		h.press("o", "o", "o", "o", "O")
+	}},
+	{name: "filter_field_regex", snap: func() Snapshot { return fixture(true) }, setup: func(h *harness) {
+		settle(h)
+		h.press("/")
+		h.typeText("owner:inst-a key:/^client-[1-3]$/")
+		h.press("enter")
 	}},
 	{name: "first_refresh_failed", opts: Options{Addr: "redis.internal:6379"},
 		snap: func() Snapshot { return Snapshot{} }, setup: func(h *harness) {}},

@@ -46,16 +46,27 @@ func nowMs(d Dialect) string {
 // the key for the operator to see.
 func keyRulesCheck(d Dialect, suffix string) string {
 	byteLen, colonPos := "length(CAST(partition_key AS BLOB))", "instr(partition_key, ':')"
+	// Control characters (0x01-0x1F, 0x7F) and braces, as a character class built with
+	// char()/chr() so the DDL holds no raw control bytes. NUL: PostgreSQL text cannot hold
+	// one; SQLite text can, and its string functions stop at it, so the bytes are searched.
+	class := "'[' || char(1) || '-' || char(31) || char(127) || '{}]'"
+	forbidden := "partition_key NOT GLOB ('*' || " + class + " || '*') AND instr(CAST(partition_key AS BLOB), x'00') = 0"
 	if d == Postgres {
 		byteLen, colonPos = "octet_length(partition_key)", "strpos(partition_key, ':')"
+		forbidden = "partition_key !~ ('[' || chr(1) || '-' || chr(31) || chr(127) || '{}]')"
 	}
 	return fmt.Sprintf("status = 'ABANDONED' OR partition_key IS NULL OR ("+
 		"%s BETWEEN 1 AND %d"+ // empty; too long
 		" AND %s = 0"+ // contains ':'
 		" AND partition_key NOT IN ('dlq', %s)"+ // reserved tokens
-		" AND partition_key NOT LIKE '!_!_%%!_!_' ESCAPE '!')", // __name__ sentinel
-		byteLen, engine.MaxKeyBytes, colonPos, sqlString(suffix))
+		" AND partition_key NOT LIKE '!_!_%%!_!_' ESCAPE '!'"+ // __name__ sentinel
+		" AND %s)", // control characters, braces
+		byteLen, engine.MaxKeyBytes, colonPos, sqlString(suffix), forbidden)
 }
+
+// keyRulesVersion is recorded in the meta table with the CHECK it generated; Migrate
+// replaces an older CHECK. 2: control characters and braces are refused.
+const keyRulesVersion = 2
 
 // sqlString quotes s as a SQL string literal.
 func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
@@ -221,7 +232,7 @@ func (o *Outbox) migratePostgres(ctx context.Context, tx *sql.Tx) error {
 	if err != nil {
 		return fmt.Errorf("outbox: migrate %s: %w", t, err)
 	}
-	if !hasRules || recorded.suffix != o.suffix {
+	if !hasRules || recorded.suffix != o.suffix || recorded.keyRules != keyRulesVersion {
 		stmts := []string{
 			fmt.Sprintf("ALTER TABLE %[1]s DROP CONSTRAINT IF EXISTS %[1]s_partition_key_rules", t),
 			fmt.Sprintf("ALTER TABLE %[1]s ADD CONSTRAINT %[1]s_partition_key_rules CHECK (%[2]s)", t, keyRulesCheck(Postgres, o.suffix)),
@@ -247,7 +258,7 @@ func (o *Outbox) migrateSQLite(ctx context.Context, tx *sql.Tx) error {
 	if err != nil {
 		return err
 	}
-	if existed && recorded.suffix != o.suffix {
+	if existed && (recorded.suffix != o.suffix || recorded.keyRules != keyRulesVersion) {
 		if err := rebuildSQLite(ctx, tx, t, keyRulesCheck(SQLite, o.suffix)); err != nil {
 			return o.rulesError(err)
 		}
@@ -283,13 +294,15 @@ func rebuildSQLite(ctx context.Context, tx *sql.Tx, t, check string) error {
 
 func (o *Outbox) rulesError(err error) error {
 	return fmt.Errorf("%w: cannot apply the partition-key rules for backfill suffix %q to %s: existing rows break them "+
-		"(find them with: SELECT id, partition_key FROM %[3]s WHERE partition_key = %[4]s), "+
+		"(find them with: SELECT id, partition_key FROM %[3]s WHERE partition_key = %[4]s; keys with control characters "+
+		"or braces are refused too: mark such rows ABANDONED), "+
 		"or keep the previous backfill_suffix: %v", ErrSchema, o.suffix, o.table, sqlString(o.suffix), err)
 }
 
 type meta struct {
-	version int
-	suffix  string
+	version  int
+	suffix   string
+	keyRules int // keyRulesVersion of the CHECK in place; 0 before it was recorded
 }
 
 func (o *Outbox) readMeta(ctx context.Context, tx *sql.Tx) (meta, error) {
@@ -309,6 +322,8 @@ func (o *Outbox) readMeta(ctx context.Context, tx *sql.Tx) (meta, error) {
 			m.version, _ = strconv.Atoi(value)
 		case "backfill_suffix":
 			m.suffix = value
+		case "key_rules":
+			m.keyRules, _ = strconv.Atoi(value)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -321,7 +336,7 @@ func (o *Outbox) readMeta(ctx context.Context, tx *sql.Tx) (meta, error) {
 }
 
 func (o *Outbox) writeMeta(ctx context.Context, tx *sql.Tx) error {
-	for _, kv := range [][2]string{{"schema_version", strconv.Itoa(schemaVersion)}, {"backfill_suffix", o.suffix}} {
+	for _, kv := range [][2]string{{"schema_version", strconv.Itoa(schemaVersion)}, {"backfill_suffix", o.suffix}, {"key_rules", strconv.Itoa(keyRulesVersion)}} {
 		if _, err := tx.ExecContext(ctx, o.q.writeMeta, kv[0], kv[1]); err != nil {
 			return fmt.Errorf("outbox: migrate %s: write %[1]s_meta: %w", o.table, err)
 		}

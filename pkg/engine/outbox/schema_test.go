@@ -30,6 +30,13 @@ var directKeys = []struct {
 	{name: "configured suffix", key: valid("slow")},
 	{name: "sentinel", key: valid("__partitions__")},
 	{name: "four underscores", key: valid("____")},
+	{name: "newline", key: valid("client\n1")},
+	{name: "unit separator", key: valid("a\x1fb")},
+	{name: "DEL", key: valid("a\x7f")},
+	{name: "open brace", key: valid("{order")},
+	{name: "close brace", key: valid("a}")},
+	{name: "unicode and spaces", key: valid("café ü"), ok: true},
+	{name: "tilde and brackets", key: valid("a~[b]"), ok: true},
 }
 
 func valid(s string) sql.NullString { return sql.NullString{String: s, Valid: true} }
@@ -148,4 +155,57 @@ func TestCustomTableName(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A table migrated before control characters and braces were refused gets the new CHECK
+// on the next Migrate (the meta table records which rules the CHECK holds).
+func TestMigrateUpgradesTheKeyRules(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d Dialect) {
+		ctx := context.Background()
+		e := newEnv(t, d, domainOpts{})
+		// Put the table back in its earlier state: no control-character rule, recorded
+		// as key rules 1.
+		tx, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := "status = 'ABANDONED' OR partition_key IS NULL OR partition_key <> ''"
+		if d == Postgres {
+			_, err = tx.Exec("ALTER TABLE seqctl_outbox DROP CONSTRAINT seqctl_outbox_partition_key_rules")
+			if err == nil {
+				_, err = tx.Exec("ALTER TABLE seqctl_outbox ADD CONSTRAINT seqctl_outbox_partition_key_rules CHECK (" + old + ")")
+			}
+		} else {
+			err = rebuildSQLite(ctx, tx, "seqctl_outbox", old)
+		}
+		if err == nil {
+			_, err = tx.Exec(rebindFor(d, "UPDATE seqctl_outbox_meta SET value = '1' WHERE name = 'key_rules'"))
+		}
+		if err == nil {
+			err = tx.Commit()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ins := rebindFor(d, "INSERT INTO seqctl_outbox (event_id, event_type, category, partition_key, payload) VALUES (?, 'OrderPlaced', 'order', ?, '{}')")
+		if _, err := e.db.Exec(ins, "before", "a\nb"); err != nil {
+			t.Fatalf("the earlier CHECK refused a newline: %v", err)
+		}
+		if _, err := e.db.Exec("DELETE FROM seqctl_outbox"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.ob.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.db.Exec(ins, "after", "a\nb"); err == nil || !strings.Contains(err.Error(), "seqctl_outbox_partition_key_rules") {
+			t.Errorf("after Migrate, a key with a newline: %v; want the CHECK to refuse it", err)
+		}
+	})
+}
+
+func rebindFor(d Dialect, q string) string {
+	if d == Postgres {
+		return rebind(q)
+	}
+	return q
 }

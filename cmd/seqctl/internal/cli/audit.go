@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,22 +18,34 @@ type AuditOptions struct {
 	IO     *IOStreams
 	Admin  AdminOpener
 	Output string
+	// NoHeaders drops the table header (--no-headers).
+	NoHeaders bool
 	// Since keeps the actions of the last Since (0: all of them).
 	Since time.Duration
-	Ctx   context.Context
+	// Limit keeps the newest Limit actions, newest first (0: all, oldest first).
+	Limit int
+	// Stream and Outcome keep the actions on this stream, with this outcome.
+	Stream  string
+	Outcome string
+	Ctx     context.Context
 }
+
+// auditOutcomes are the values of audit --outcome.
+var auditOutcomes = []string{admin.OutcomeOK, admin.OutcomeHeadMoved, admin.OutcomeNotHalted, admin.OutcomeNotPending,
+	admin.OutcomeEntryGone, admin.OutcomeNotFound, admin.OutcomeRefused, admin.OutcomeDeclined, admin.OutcomeFailed,
+	admin.OutcomeNotReplicated, admin.OutcomeNotRegistered, admin.OutcomeDeclared, admin.OutcomeLiveLease, admin.OutcomeReadMoved}
 
 func newCmdAudit(f *Factory, runF func(*AuditOptions) error) *cobra.Command {
 	opts := &AuditOptions{IO: f.IOStreams, Admin: f.openAdmin}
 	var since string
 	cmd := &cobra.Command{
-		Use:   "audit [--since DURATION]",
+		Use:   "audit [--since DURATION] [--limit N] [--stream S] [--outcome O]",
 		Short: "List every operator action: time, user, host, command, stream, handler, entry, outcome",
 		Long: `List the operator actions recorded in Redis (the __seqctl__:audit stream, capped at
-about 100,000 entries), oldest first: when (Redis time), the user and host, the command
-(head skip, head dlq, head retry, dlq replay, groups remove), the stream (the category
-for groups remove), the handler, the entry id and the outcome. Refused and failed
-attempts are recorded too:
+about 100,000 entries), oldest first, or the newest N first with --limit N: when (Redis
+time), the user and host, the command (head skip, head dlq, head retry, dlq replay, dlq
+purge, groups remove), the stream (the category for groups remove), the handler, the
+entry id and the outcome. Refused and failed attempts are recorded too:
 
   ok           done
   head_moved   the head was not the expected entry; nothing changed
@@ -43,6 +56,8 @@ attempts are recorded too:
   refused      no terminal to confirm on and no --yes; nothing changed
   declined     the operator answered no; nothing changed
   failed       another error (the detail says which)
+  not_replicated  done on the primary, but fewer replicas than min_replicas acknowledged
+               it; a failover may lose it
 
 and for groups remove:
 
@@ -51,16 +66,20 @@ and for groups remove:
   live_lease      the group held a live lease (it was running); nothing changed
   read_moved      the group had read entries since; nothing changed
 
---since takes a duration such as 90m, 12h or 7d (default: everything). -o wide adds the
-reason and the detail.`,
+--since takes a duration such as 90m, 12h or 7d (default: everything). --stream keeps
+the actions on one partition (its DLQ included) or, for groups remove, one category;
+--outcome those with one outcome. -o wide adds the reason and the detail.`,
 		Example: `  # the last day
   $ seqctl audit --since 24h
+
+  # the ten newest refusals on one partition
+  $ seqctl audit --limit 10 --stream order:client-123 --outcome head_moved
 
   # everything, as JSON
   $ seqctl audit -o json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx = f.Global.Output, cmd.Context()
+			opts.Output, opts.NoHeaders, opts.Ctx = f.Global.Output, f.Global.NoHeaders, cmd.Context()
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
@@ -71,13 +90,25 @@ reason and the detail.`,
 				}
 				opts.Since = d
 			}
+			if opts.Limit < 0 {
+				return usageErrorf(cmd.CommandPath(), "invalid value %d for --limit: want a positive number of actions (0 for all)", opts.Limit)
+			}
+			if opts.Outcome != "" && !slices.Contains(auditOutcomes, opts.Outcome) {
+				return usageErrorf(cmd.CommandPath(), "invalid value %q for --outcome: want one of %s", opts.Outcome, strings.Join(auditOutcomes, ", "))
+			}
 			if runF != nil {
 				return runF(opts)
 			}
 			return auditRun(opts)
 		},
 	}
-	cmd.Flags().StringVar(&since, "since", "", "only the actions of the last DURATION (e.g. 90m, 12h, 7d)")
+	fl := cmd.Flags()
+	fl.StringVar(&since, "since", "", "only the actions of the last DURATION (e.g. 90m, 12h, 7d)")
+	fl.IntVarP(&opts.Limit, "limit", "n", 0, "only the newest N actions, newest first")
+	fl.StringVar(&opts.Stream, "stream", "", "only the actions on this partition ({category}:{key}) or its DLQ")
+	fl.StringVar(&opts.Outcome, "outcome", "", "only the actions with this outcome: "+strings.Join(auditOutcomes, ", "))
+	_ = cmd.RegisterFlagCompletionFunc("outcome", cobra.FixedCompletions(auditOutcomes, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("stream", completeStreams(f))
 	return cmd
 }
 
@@ -109,16 +140,16 @@ func auditRun(opts *AuditOptions) error {
 		return exitFor(err)
 	}
 	defer closeAdm()
-	entries, err := adm.Audit(ctx, opts.Since)
+	entries, err := adm.AuditEntries(ctx, admin.AuditQuery{Since: opts.Since, Limit: opts.Limit, Stream: opts.Stream, Outcome: opts.Outcome})
 	if err != nil {
 		return exitFor(err)
 	}
 	ios := opts.IO
-	if opts.Output == "json" {
+	if structured(opts.Output) {
 		if entries == nil {
 			entries = []admin.AuditEntry{} // always an array
 		}
-		return writeJSON(ios.Out, entries)
+		return writeData(ios.Out, opts.Output, entries)
 	}
 	if len(entries) == 0 {
 		if ios.IsTerminal {
@@ -131,8 +162,7 @@ func auditRun(opts *AuditOptions) error {
 	if wide {
 		header = append(header, "REASON", "DETAIL")
 	}
-	// OUTCOME is last: its colour codes cannot upset the alignment of a column after it.
-	t := newTablePrinter(ios, append(header, "OUTCOME")...)
+	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, append(header, "OUTCOME")...)
 	for _, e := range entries {
 		row := []string{fmtTime(&e.Time), orDash(e.User), orDash(e.Host), orDash(e.Command), orDash(e.Stream), orDash(e.Handler), orDash(e.EntryID)}
 		if wide {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/seqctl/seqctl/pkg/admin"
 )
 
 func TestAuditParse(t *testing.T) {
@@ -23,6 +25,11 @@ func TestAuditParse(t *testing.T) {
 		{name: "bad duration", argv: []string{"--since", "yesterday"}, wantErr: `invalid value "yesterday" for --since`},
 		{name: "negative", argv: []string{"--since", "-1h"}, wantErr: "must be positive"},
 		{name: "argument", argv: []string{"order:c"}, wantErr: `unexpected argument "order:c"`},
+		{name: "limit, stream, outcome", argv: []string{"--limit", "10", "--stream", "order:c", "--outcome", "head_moved"},
+			want: AuditOptions{Limit: 10, Stream: "order:c", Outcome: "head_moved"}},
+		{name: "-n", argv: []string{"-n", "3"}, want: AuditOptions{Limit: 3}},
+		{name: "negative limit", argv: []string{"--limit", "-1"}, wantErr: `invalid value -1 for --limit`},
+		{name: "unknown outcome", argv: []string{"--outcome", "moved"}, wantErr: `invalid value "moved" for --outcome: want one of ok, head_moved`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,12 +61,14 @@ func TestAuditRun(t *testing.T) {
 		fa        *fakeAdmin
 		golden    string
 		stderrHas []string
-		since     time.Duration
+		query     admin.AuditQuery
 	}{
 		{name: "terminal", args: []string{"audit"}, tm: onTTY, golden: "testdata/ops/audit.tty.golden"},
 		{name: "wide", args: []string{"audit", "-o", "wide"}, tm: onTTY, golden: "testdata/ops/audit.wide.golden"},
 		{name: "pipe", args: []string{"audit"}, tm: inPipe, golden: "testdata/ops/audit.pipe.golden"},
-		{name: "json since", args: []string{"audit", "--since", "90m", "-o", "json"}, tm: inPipe, golden: "testdata/ops/audit.json.golden", since: 90 * time.Minute},
+		{name: "json since", args: []string{"audit", "--since", "90m", "-o", "json"}, tm: inPipe, golden: "testdata/ops/audit.json.golden", query: admin.AuditQuery{Since: 90 * time.Minute}},
+		{name: "filters reach the admin", args: []string{"audit", "--limit", "5", "--stream", "order:client-1", "--outcome", "ok"}, tm: inPipe,
+			query: admin.AuditQuery{Limit: 5, Stream: "order:client-1", Outcome: "ok"}},
 		{name: "nothing", args: []string{"audit"}, tm: onTTY, fa: &fakeAdmin{}, stderrHas: []string{"No operator actions recorded."}},
 	}
 	for _, tt := range tests {
@@ -70,8 +79,8 @@ func TestAuditRun(t *testing.T) {
 			}
 			r := runOps(t, fa, tt.tm, "", tt.args...)
 			checkResult(t, r, 0, tt.golden, nil, tt.stderrHas)
-			if fa.auditSince != tt.since {
-				t.Errorf("since = %v, want %v", fa.auditSince, tt.since)
+			if diff := cmp.Diff(tt.query, fa.auditQuery); diff != "" {
+				t.Errorf("query (-want +got):\n%s", diff)
 			}
 		})
 	}

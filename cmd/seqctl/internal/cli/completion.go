@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 	"strings"
 	"time"
 
@@ -23,8 +24,9 @@ func newCmdCompletion(f *Factory, runF func(*CompletionOptions) error) *cobra.Co
 		Short: "Print the shell completion script for bash, zsh or fish",
 		Long: `Print a completion script for your shell. It completes commands and flags, and
 asks seqctl for the dynamic parts: partition streams (from the discovery indexes in
-Redis, or the categories of --config), handler names for --handler, and DLQ entry ids
-for 'dlq replay --id'. Dynamic completion uses the same --redis-url / --config /
+Redis, or the categories of --config), handler names for --handler, categories for
+--category, live instances and their sessions for --owner, and DLQ entry ids for
+'dlq replay --id'. The bash script works with or without the bash-completion package. Dynamic completion uses the same --redis-url / --config /
 SEQCTL_REDIS_URL as the command line being completed, and completes nothing when Redis
 does not answer within a few seconds.`,
 		Example: `  # bash, for the current shell
@@ -64,6 +66,12 @@ func completionRun(opts *CompletionOptions) error {
 	w := opts.IO.Out
 	switch opts.Shell {
 	case "bash":
+		// cobra's V2 script leans on two helpers of the bash-completion package; without
+		// that package 'source <(seqctl completion bash)' failed on the first TAB. The
+		// preamble defines small stand-ins only where the package has not.
+		if _, err := io.WriteString(w, bashShims); err != nil {
+			return err
+		}
 		return opts.Root.GenBashCompletionV2(w, true)
 	case "zsh":
 		return opts.Root.GenZshCompletion(w)
@@ -71,6 +79,55 @@ func completionRun(opts *CompletionOptions) error {
 		return opts.Root.GenFishCompletion(w, true)
 	}
 }
+
+// bashShims stands in for _get_comp_words_by_ref and _filedir of the bash-completion
+// package when it is not loaded. __seqctl_words_by_ref joins back what bash split at a
+// word-break character named with -n (":" and "=": order:client-1, --handler=X), so the
+// word under the cursor is whole.
+const bashShims = `# Stand-ins for the bash-completion package, defined only when it is not loaded.
+if ! declare -F _get_comp_words_by_ref >/dev/null 2>&1; then
+_get_comp_words_by_ref()
+{
+    local exclude="" i t glue="" n=-1 at=0
+    local -a w=()
+    if [[ $1 == -n ]]; then exclude=$2; shift 2; fi
+    for ((i = 0; i < ${#COMP_WORDS[@]}; i++)); do
+        t=${COMP_WORDS[i]}
+        local sep=""
+        if [[ -n $exclude && -n $t && -z ${t//[$exclude]/} ]]; then sep=1; fi
+        if ((i > 0)) && [[ -n $sep || -n $glue ]]; then
+            w[n]+=$t
+        else
+            n=$((n + 1))
+            w[n]=$t
+        fi
+        glue=$sep
+        if ((i == COMP_CWORD)); then at=$n; fi
+    done
+    while (($# > 0)); do
+        case $1 in
+        cur) cur=${w[at]} ;;
+        prev) prev=${w[at - 1]} ;;
+        words) words=("${w[@]:0:at+1}") ;;
+        cword) cword=$at ;;
+        esac
+        shift
+    done
+}
+fi
+if ! declare -F _filedir >/dev/null 2>&1; then
+_filedir()
+{
+    local IFS=$'\n'
+    if [[ $1 == -d ]]; then
+        COMPREPLY=($(compgen -d -- "$cur"))
+    else
+        COMPREPLY=($(compgen -f -- "$cur"))
+    fi
+}
+fi
+
+`
 
 // completionTimeout bounds a dynamic completion's Redis calls: a shell must not hang.
 const completionTimeout = 3 * time.Second
@@ -116,21 +173,89 @@ func completeStreams(f *Factory) cobra.CompletionFunc {
 }
 
 // completeHandlers completes --handler with the consumer groups of the STREAM's
-// category.
+// category, or of every category when the command has no STREAM (partitions list).
 func completeHandlers(f *Factory) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) == 0 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
 		out := withCompletionAdmin(f, cmd, func(ctx context.Context, adm Admin) []string {
-			hs, err := adm.Handlers(ctx, args[0])
+			streams := args[:min(len(args), 1)]
+			if len(streams) == 0 {
+				streams = oneStreamPerCategory(ctx, adm)
+			}
+			seen := map[string]bool{}
+			var keep []string
+			for _, s := range streams {
+				hs, err := adm.Handlers(ctx, s)
+				if err != nil {
+					continue
+				}
+				for _, h := range hs {
+					if strings.HasPrefix(h, toComplete) && !seen[h] {
+						seen[h] = true
+						keep = append(keep, h)
+					}
+				}
+			}
+			return keep
+		})
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// oneStreamPerCategory returns an indexed stream of every category (Handlers takes a
+// stream and answers for its category).
+func oneStreamPerCategory(ctx context.Context, adm Admin) []string {
+	streams, err := adm.Streams(ctx)
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range streams {
+		c, _, _ := strings.Cut(s, ":")
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// completeCategories completes --category with the categories that have partitions.
+func completeCategories(f *Factory) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		out := withCompletionAdmin(f, cmd, func(ctx context.Context, adm Admin) []string {
+			var keep []string
+			for _, s := range oneStreamPerCategory(ctx, adm) {
+				if c, _, _ := strings.Cut(s, ":"); strings.HasPrefix(c, toComplete) {
+					keep = append(keep, c)
+				}
+			}
+			return keep
+		})
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeOwners completes --owner with the live instances: their ids and their session
+// owners (instance.N), as leases name them.
+func completeOwners(f *Factory) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		out := withCompletionAdmin(f, cmd, func(ctx context.Context, adm Admin) []string {
+			ins, err := adm.Instances(ctx)
 			if err != nil {
 				return nil
 			}
 			var keep []string
-			for _, h := range hs {
-				if strings.HasPrefix(h, toComplete) {
-					keep = append(keep, h)
+			for _, in := range ins {
+				if !in.Live {
+					continue
+				}
+				desc := "instance on " + orDash(in.Host)
+				if strings.HasPrefix(in.ID, toComplete) {
+					keep = append(keep, cobra.CompletionWithDesc(in.ID, desc))
+				}
+				if in.Owner != "" && strings.HasPrefix(in.Owner, toComplete) {
+					keep = append(keep, cobra.CompletionWithDesc(in.Owner, "current session of "+in.ID))
 				}
 			}
 			return keep

@@ -2,10 +2,15 @@ package cli
 
 import (
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/admin"
 )
 
 func TestCompletionParse(t *testing.T) {
@@ -59,6 +64,10 @@ func TestDynamicCompletion(t *testing.T) {
 		streams:  []string{"order:client-1", "order:client-2", "payment:p-9"},
 		handlers: []string{"OrderProjector", "Mailer"},
 		dlq:      sampleDLQ(),
+		instances: []admin.Instance{
+			{ID: "w1", Owner: "w1.3", Host: "h1", Live: true},
+			{ID: "w2", Owner: "w2.1", Host: "h2"}, // its session expired
+		},
 	}
 	tests := []struct {
 		name string
@@ -70,7 +79,15 @@ func TestDynamicCompletion(t *testing.T) {
 		{"only one stream", []string{"dlq", "list", "order:client-1", ""}, nil},
 		{"handlers", []string{"head", "skip", "order:client-1", "--handler", "O"}, []string{"OrderProjector"}},
 		{"dlq ids", []string{"dlq", "replay", "order:client-1", "--id", ""}, []string{"1738318000000-0\tOrderPlaced: projector: total must be positive …"}},
-		{"sort values", []string{"partitions", "list", "--sort", ""}, []string{"name", "lag", "age"}},
+		{"sort values", []string{"partitions", "list", "--sort", ""}, []string{"name", "backlog", "lag", "age", "dlq"}},
+		{"state values", []string{"partitions", "list", "--state", ""}, []string{"running", "idle", "halted", "unowned"}},
+		{"handlers of every category", []string{"partitions", "list", "--handler", ""}, []string{"OrderProjector", "Mailer"}},
+		{"categories", []string{"partitions", "list", "--category", ""}, []string{"order", "payment"}},
+		{"categories by prefix", []string{"partitions", "list", "--category", "p"}, []string{"payment"}},
+		{"owners: live instances and their sessions", []string{"partitions", "list", "--owner", "w"}, []string{"w1\tinstance on h1", "w1.3\tcurrent session of w1"}},
+		{"audit stream", []string{"audit", "--stream", "pay"}, []string{"payment:p-9"}},
+		{"outcomes", []string{"audit", "--outcome", "head"}, []string{"ok", "head_moved", "not_halted", "not_pending", "entry_gone", "not_found", "refused", "declined", "failed",
+			"not_replicated", "not_registered", "declared", "live_lease", "read_moved"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,6 +106,53 @@ func TestDynamicCompletion(t *testing.T) {
 				t.Errorf("directive is not NoFileComp: %q", r.Stdout)
 			}
 		})
+	}
+}
+
+// The bash script works in a shell without the bash-completion package: subcommands,
+// and a stream whose colon bash splits the word at.
+func TestBashCompletionWithoutBashCompletionPackage(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash on the PATH")
+	}
+	r := runOps(t, &fakeAdmin{}, inPipe, "", "completion", "bash")
+	script := filepath.Join(t.TempDir(), "seqctl.bash")
+	if err := os.WriteFile(script, []byte(r.Stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// seqctl is a shell function standing in for the binary's __complete answers.
+	driver := `
+source "$1" || exit 1
+declare -F _init_completion >/dev/null && { echo "bash-completion is loaded"; exit 1; }
+seqctl() {
+    case "$*" in
+    "__complete par") printf 'partitions\n:4\n' ;;
+    "__complete head show order:cl") printf 'order:client-1\norder:client-2\n:4\n' ;;
+    *) printf ':4\n' ;;
+    esac
+}
+complete_line() {
+    COMP_LINE=$1; COMP_POINT=${#COMP_LINE}
+    read -ra COMP_WORDS <<<"$2"; COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+    COMPREPLY=()
+    __start_seqctl seqctl
+    echo "${COMPREPLY[*]}"
+}
+complete_line "seqctl par" "seqctl par"
+complete_line "seqctl head show order:cl" "seqctl head show order : cl"
+`
+	cmd := exec.Command(bash, "--norc", "--noprofile", "-c", driver, "driver", script)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr // compopt complains outside a real completion; that is all
+	out, err := cmd.Output()
+	if err != nil || strings.Contains(stderr.String(), "command not found") {
+		t.Fatalf("bash: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	got := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := []string{"partitions", "client-1 client-2"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("completions = %q, want %q", got, want)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -39,8 +40,8 @@ func newCmdDev(f *Factory, runF func(*DevOptions) error) *cobra.Command {
 (printed, so other seqctl commands can connect with --redis-url), the demo domain
 (testdata/demo/domain.toml: orders partitioned by client_id, payments by order_id, a
 process manager per order), three engine instances with demo handlers (a few ms of work
-each, and now and then a poison order that halts its client's partition), a publisher,
-and the seqctl top dashboard attached.
+each, and a poison order about once a minute that halts its client's partition), a
+publisher, and the seqctl top dashboard attached.
 
 From the dashboard, select a halted partition and skip it (s), move it to its DLQ (d) or
 retry it (r). --headless prints a summary line every few seconds instead, for scripts.
@@ -74,8 +75,18 @@ With --redis-url the demo runs on that Redis instead of the embedded one.`,
 	cmd.Flags().BoolVar(&opts.Headless, "headless", false, "print summaries instead of the dashboard")
 	cmd.Flags().DurationVar(&opts.Duration, "duration", 0, "stop after this long (0: until interrupted)")
 	cmd.Flags().DurationVar(&opts.Every, "every", 3*time.Second, "summary period with --headless")
-	cmd.Flags().IntVar(&opts.Poison, "poison-every", 100, "every n-th order is poison (negative: never)")
+	cmd.Flags().IntVar(&opts.Poison, "poison-every", demo.DefaultPoisonEvery, "every n-th order is poison, about one a minute at the default rate (negative: never)")
 	return cmd
+}
+
+// otherShellHint says how to reach the demo from another shell. Under 'go run' there is
+// usually no seqctl on the PATH, so it says how to get one first.
+func otherShellHint(url string, lookPath func(string) (string, error)) string {
+	cmd := "seqctl partitions list --redis-url " + url
+	if _, err := lookPath("seqctl"); err != nil {
+		return "  other shells: no seqctl on the PATH; install it with 'go install ./cmd/seqctl' (or 'make build' for bin/seqctl), then: " + cmd
+	}
+	return "  other shells: " + cmd
 }
 
 func devRun(ctx context.Context, opts *DevOptions) error {
@@ -102,7 +113,7 @@ func devRun(ctx context.Context, opts *DevOptions) error {
 	if !d.Embedded {
 		where = "Redis"
 	}
-	fmt.Fprintf(opts.IO.ErrOut, "seqctl dev: %s at %s (other shells: seqctl partitions list --redis-url %s)\n", where, d.URL, d.URL)
+	fmt.Fprintf(opts.IO.ErrOut, "seqctl dev: %s at %s\n%s\n", where, d.URL, otherShellHint(d.URL, exec.LookPath))
 
 	if opts.Headless {
 		t := time.NewTicker(opts.Every)

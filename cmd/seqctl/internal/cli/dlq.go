@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,17 +16,19 @@ import (
 func newCmdDLQ(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq <command>",
-		Short: "List and replay a partition's dead-letter entries",
+		Short: "List, replay and purge dead-letter entries",
 		Long: `List and replay the entries of a partition's dead-letter stream,
 {category}:{key}:dlq. Only an operator's 'seqctl head dlq' writes it: each entry is the
 original envelope plus why the partition halted on it (error, attempts, since, lane),
 the handler, who moved it, when and why.`,
-		Example: `  $ seqctl dlq list order:client-123
-  $ seqctl dlq replay order:client-123 --id 1718000000123-0 --yes`,
+		Example: `  $ seqctl dlq list
+  $ seqctl dlq list order:client-123
+  $ seqctl dlq replay order:client-123 --id 1718000000123-0 --yes
+  $ seqctl dlq purge order:client-123 --yes`,
 		Args: cobra.ArbitraryArgs,
 		RunE: groupCommand,
 	}
-	cmd.AddCommand(newCmdDLQList(f, nil), newCmdDLQReplay(f, nil))
+	cmd.AddCommand(newCmdDLQList(f, nil), newCmdDLQReplay(f, nil), newCmdDLQPurge(f, nil))
 	return cmd
 }
 
@@ -34,29 +37,45 @@ type DLQListOptions struct {
 	IO     *IOStreams
 	Admin  AdminOpener
 	Output string
-	Stream string
-	Ctx    context.Context
+	// NoHeaders drops the table header (--no-headers).
+	NoHeaders bool
+	Stream    string
+	Ctx       context.Context
 }
 
 func newCmdDLQList(f *Factory, runF func(*DLQListOptions) error) *cobra.Command {
 	opts := &DLQListOptions{IO: f.IOStreams, Admin: f.openAdmin}
 	cmd := &cobra.Command{
-		Use:   "list STREAM",
-		Short: "List a partition's dead-letter entries with their errors",
-		Long: `List the entries of a partition's dead-letter stream, oldest first: the DLQ entry
-id, the original entry id, the handler that halted on it, the event type and id, the
-attempts, when and by whom it was moved, and the error. -o wide adds the lane and the
-reason; -o json prints everything, the envelope and payload included.
+		Use:   "list [STREAM]",
+		Short: "List every DLQ with its length, or a partition's dead-letter entries with their errors",
+		Long: `Without STREAM, list every partition that has dead-letter entries: the partition,
+the number of entries, the oldest and newest entry ids and the age of the oldest.
+
+With STREAM, list the entries of that partition's dead-letter stream, oldest first: the
+DLQ entry id, the original entry id, the handler that halted on it, the event type and
+id, the attempts, when and by whom it was moved, and the error. -o wide adds the lane
+and the reason; -o json prints everything, the envelope and payload included.
 
 STREAM is the partition ({category}:{key}) or its DLQ ({category}:{key}:dlq).`,
-		Example: `  $ seqctl dlq list order:client-123
+		Example: `  # every DLQ, longest first in a pipe: sort -t$'\t' -k2 -nr
+  $ seqctl dlq list
+
+  $ seqctl dlq list order:client-123
 
   # the payloads, for a script
   $ seqctl dlq list order:client-123 -o json | jq '.[].envelope.data'`,
-		Args:              streamArg,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes at most one STREAM", args[1], cmd.CommandPath())
+			}
+			return nil
+		},
 		ValidArgsFunction: completeStreams(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx, opts.Stream = f.Global.Output, cmd.Context(), args[0]
+			opts.Output, opts.NoHeaders, opts.Ctx = f.Global.Output, f.Global.NoHeaders, cmd.Context()
+			if len(args) == 1 {
+				opts.Stream = args[0]
+			}
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
@@ -76,16 +95,19 @@ func dlqListRun(opts *DLQListOptions) error {
 		return exitFor(err)
 	}
 	defer closeAdm()
+	if opts.Stream == "" {
+		return printDLQs(opts, adm)
+	}
 	entries, err := adm.DLQ(ctx, opts.Stream)
 	if err != nil {
 		return exitFor(err)
 	}
 	ios := opts.IO
-	if opts.Output == "json" {
+	if structured(opts.Output) {
 		if entries == nil {
 			entries = []admin.DLQEntry{} // always an array
 		}
-		return writeJSON(ios.Out, entries)
+		return writeData(ios.Out, opts.Output, entries)
 	}
 	if len(entries) == 0 {
 		if ios.IsTerminal {
@@ -97,7 +119,7 @@ func dlqListRun(opts *DLQListOptions) error {
 	if opts.Output == "wide" {
 		header = append(header, "LANE", "REASON")
 	}
-	t := newTablePrinter(ios, append(header, "ERROR")...)
+	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, append(header, "ERROR")...)
 	for _, e := range entries {
 		row := []string{e.ID, orDash(e.OriginalID), orDash(e.Handler), orDash(e.Envelope.Type), orDash(e.Envelope.ID),
 			strconv.Itoa(e.Attempts), fmtTime(e.MovedAt), orDash(e.MovedBy)}
@@ -109,6 +131,32 @@ func dlqListRun(opts *DLQListOptions) error {
 	return t.Render(ios.Out)
 }
 
+// printDLQs lists every non-empty DLQ.
+func printDLQs(opts *DLQListOptions, adm Admin) error {
+	ios := opts.IO
+	ds, err := adm.DLQs(orBackground(opts.Ctx))
+	if err != nil {
+		return exitFor(err)
+	}
+	if structured(opts.Output) {
+		if ds == nil {
+			ds = []admin.DLQSummary{}
+		}
+		return writeData(ios.Out, opts.Output, ds)
+	}
+	if len(ds) == 0 {
+		if ios.IsTerminal {
+			fmt.Fprintln(ios.ErrOut, "No DLQ has entries.")
+		}
+		return nil
+	}
+	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, "STREAM", "ENTRIES", "OLDEST", "NEWEST", "OLDEST AGE")
+	for _, d := range ds {
+		t.AddRow(d.Stream, strconv.FormatInt(d.Length, 10), orDash(d.OldestID), orDash(d.NewestID), msCell(d.OldestAgeMS, d.OldestID != ""))
+	}
+	return t.Render(ios.Out)
+}
+
 // DLQReplayOptions are the inputs of 'seqctl dlq replay'.
 type DLQReplayOptions struct {
 	IO     *IOStreams
@@ -116,6 +164,8 @@ type DLQReplayOptions struct {
 	Output string
 	Stream string
 	ID     string
+	// All replays every entry of the DLQ, oldest first.
+	All    bool
 	Yes    bool
 	DryRun bool
 	Ctx    context.Context
@@ -124,7 +174,7 @@ type DLQReplayOptions struct {
 func newCmdDLQReplay(f *Factory, runF func(*DLQReplayOptions) error) *cobra.Command {
 	opts := &DLQReplayOptions{IO: f.IOStreams, Admin: f.openAdmin}
 	cmd := &cobra.Command{
-		Use:   "replay STREAM --id ID [--yes] [--dry-run]",
+		Use:   "replay STREAM --id ID|--all [--yes] [--dry-run]",
 		Short: "Re-publish a DLQ entry at the tail of its partition, then remove it from the DLQ",
 		Long: `Re-publish the event of a DLQ entry at the TAIL of its partition, then remove the
 entry from the DLQ.
@@ -139,12 +189,19 @@ one that halted on it.
 The publish and the removal are two steps: when the removal fails, the event was
 re-published and the entry is still in the DLQ (you are told; do not replay it again).
 On a terminal you are asked to confirm; without one, --yes is required (otherwise exit
-status 2 and nothing changes). Exit status 3 when the entry is not in the DLQ.`,
+status 2 and nothing changes). Exit status 3 when the entry is not in the DLQ.
+
+--all replays every entry the DLQ holds when you confirm, oldest first, one at a time
+(each is its own compare-and-act and audit record); an entry added after the listing is
+left alone, and the replay stops at the first failure, saying how many were replayed.`,
 		Example: `  $ seqctl dlq list order:client-123
   $ seqctl dlq replay order:client-123 --id 1718000000123-0 --yes
 
   # where it would go, changing nothing
-  $ seqctl dlq replay order:client-123 --id 1718000000123-0 --dry-run`,
+  $ seqctl dlq replay order:client-123 --id 1718000000123-0 --dry-run
+
+  # everything, after the fix is deployed
+  $ seqctl dlq replay order:client-123 --all --yes`,
 		Args:              streamArg,
 		ValidArgsFunction: completeStreams(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -152,8 +209,14 @@ status 2 and nothing changes). Exit status 3 when the entry is not in the DLQ.`,
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
-			if opts.ID == "" {
-				return usageErrorf(cmd.CommandPath(), "--id is required: the DLQ entry id to replay (see 'seqctl dlq list %s')", opts.Stream)
+			switch {
+			case opts.ID == "" && !opts.All:
+				return usageErrorf(cmd.CommandPath(), "--id is required: the DLQ entry id to replay (see 'seqctl dlq list %s'), or --all for every entry", opts.Stream)
+			case opts.ID != "" && opts.All:
+				return usageErrorf(cmd.CommandPath(), "--id and --all exclude each other: name one entry, or replay them all")
+			}
+			if err := checkEntryID(cmd.CommandPath(), "--id", opts.ID); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)
@@ -162,7 +225,8 @@ status 2 and nothing changes). Exit status 3 when the entry is not in the DLQ.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.ID, "id", "", "the DLQ entry id to replay (required)")
+	fl.StringVar(&opts.ID, "id", "", "the DLQ entry id to replay")
+	fl.BoolVar(&opts.All, "all", false, "replay every entry of the DLQ, oldest first")
 	fl.BoolVarP(&opts.Yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
 	fl.BoolVar(&opts.DryRun, "dry-run", false, "print what would happen; change nothing")
 	_ = cmd.RegisterFlagCompletionFunc("id", completeDLQIDs(f))
@@ -178,6 +242,9 @@ func dlqReplayRun(opts *DLQReplayOptions) error {
 	}
 	defer closeAdm()
 	who := actor("dlq replay")
+	if opts.All {
+		return dlqReplayAll(ctx, opts, adm, who)
+	}
 	refuse := func(outcome string, err error) error {
 		if opts.DryRun {
 			return err
@@ -195,8 +262,8 @@ func dlqReplayRun(opts *DLQReplayOptions) error {
 	}
 	e := plan.Entry
 	if opts.DryRun {
-		if opts.Output == "json" {
-			return writeJSON(ios.Out, struct {
+		if structured(opts.Output) {
+			return writeData(ios.Out, opts.Output, struct {
 				*admin.ReplayPlan
 				DryRun bool `json:"dry_run"`
 			}{plan, true})
@@ -231,8 +298,8 @@ func dlqReplayRun(opts *DLQReplayOptions) error {
 	if res.Warning != "" {
 		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.Warning)
 	}
-	if opts.Output == "json" {
-		return writeJSON(ios.Out, res)
+	if structured(opts.Output) {
+		return writeData(ios.Out, opts.Output, res)
 	}
 	fmt.Fprintf(ios.Out, "%s Replayed %s as %s at the tail of %s (event %s): its position changed, it now follows everything published before the replay.\n",
 		ios.Green("✓"), res.DLQID, res.EntryID, res.Stream, res.EventID)
@@ -242,4 +309,199 @@ func dlqReplayRun(opts *DLQReplayOptions) error {
 		fmt.Fprintf(ios.Out, "  %s is still in %s: do not replay it again.\n", res.DLQID, res.DLQStream)
 	}
 	return nil
+}
+
+// dlqReplayAll replays every entry listed when the operator confirms, oldest first.
+func dlqReplayAll(ctx context.Context, opts *DLQReplayOptions, adm Admin, who admin.Actor) error {
+	ios := opts.IO
+	entries, err := adm.DLQ(ctx, opts.Stream)
+	if err != nil {
+		return exitFor(err)
+	}
+	if len(entries) == 0 {
+		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("the DLQ of %s is empty: nothing to replay", opts.Stream)}
+	}
+	if opts.DryRun {
+		if structured(opts.Output) {
+			return writeData(ios.Out, opts.Output, struct {
+				Entries []admin.DLQEntry `json:"entries"`
+				DryRun  bool             `json:"dry_run"`
+			}{entries, true})
+		}
+		fmt.Fprintf(ios.Out, "Would re-publish %d entries (%s to %s) at the tail of %s, oldest first, and remove them from its DLQ. Nothing changed (--dry-run).\n",
+			len(entries), entries[0].ID, entries[len(entries)-1].ID, opts.Stream)
+		return nil
+	}
+	if !opts.Yes {
+		if !ios.InIsTerminal {
+			rec := admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command, Stream: opts.Stream, Outcome: admin.OutcomeRefused,
+				Detail: fmt.Sprintf("--all: %d entries; no terminal and no --yes", len(entries))}
+			_ = adm.Record(ctx, rec)
+			return usageErrorf("seqctl dlq replay", "refusing to replay %d entries without confirmation: stdin is not a terminal, pass --yes; nothing changed", len(entries))
+		}
+		fmt.Fprintf(ios.ErrOut, "%d entries of %s go to the TAIL of the partition, oldest first: after everything published before now, and every handler of the category receives them again.\n",
+			len(entries), opts.Stream)
+		ok, err := confirm(ios, fmt.Sprintf("Replay all %d?", len(entries)))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			rec := admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command, Stream: opts.Stream, Outcome: admin.OutcomeDeclined,
+				Detail: fmt.Sprintf("--all: %d entries", len(entries))}
+			_ = adm.Record(ctx, rec)
+			return errors.New("cancelled; nothing changed")
+		}
+	}
+	var results []*admin.ReplayResult
+	for i, e := range entries {
+		res, err := adm.Replay(ctx, opts.Stream, e.ID, who)
+		if err != nil {
+			return exitFor(fmt.Errorf("replayed %d of %d entries; %s failed: %w", i, len(entries), e.ID, err))
+		}
+		if res.Warning != "" {
+			fmt.Fprintf(ios.ErrOut, "warning: %s: %s\n", e.ID, res.Warning)
+		}
+		results = append(results, res)
+	}
+	if structured(opts.Output) {
+		return writeData(ios.Out, opts.Output, results)
+	}
+	fmt.Fprintf(ios.Out, "%s Replayed %d entries of %s at the tail of the partition, oldest first, and removed them from its DLQ.\n",
+		ios.Green("✓"), len(results), opts.Stream)
+	return nil
+}
+
+// DLQPurgeOptions are the inputs of 'seqctl dlq purge'.
+type DLQPurgeOptions struct {
+	IO     *IOStreams
+	Admin  AdminOpener
+	Output string
+	Stream string
+	// Through is the newest entry to delete; "" means the newest entry shown.
+	Through string
+	Yes     bool
+	DryRun  bool
+	Ctx     context.Context
+}
+
+func newCmdDLQPurge(f *Factory, runF func(*DLQPurgeOptions) error) *cobra.Command {
+	opts := &DLQPurgeOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	cmd := &cobra.Command{
+		Use:   "purge STREAM [--through ID] [--yes] [--dry-run]",
+		Short: "Delete a partition's dead-letter entries, up to the newest one you saw",
+		Long: `Delete the entries of a partition's DLQ, for good: the events are not published
+again (use 'seqctl dlq replay' for that).
+
+It is a compare-and-act: it deletes the entries up to and including the newest one shown
+when you confirm (or --through ID), and keeps any entry moved to the DLQ after that, so
+nothing is deleted unseen. The purge is recorded in the audit log.
+
+On a terminal you are asked to confirm; without one, --yes is required (otherwise exit
+status 2 and nothing changes). --dry-run prints what would be deleted. Exit status 3
+when the DLQ is empty.`,
+		Example: `  $ seqctl dlq list order:client-123
+  $ seqctl dlq purge order:client-123 --through 1718000000123-0 --yes`,
+		Args:              streamArg,
+		ValidArgsFunction: completeStreams(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Output, opts.Ctx, opts.Stream = f.Global.Output, cmd.Context(), args[0]
+			if err := checkFormat(cmd, opts.Output); err != nil {
+				return err
+			}
+			if err := checkEntryID(cmd.CommandPath(), "--through", opts.Through); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return dlqPurgeRun(opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Through, "through", "", "delete entries up to and including this id (default: the newest entry, shown first)")
+	fl.BoolVarP(&opts.Yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
+	fl.BoolVar(&opts.DryRun, "dry-run", false, "print what would be deleted; change nothing")
+	_ = cmd.RegisterFlagCompletionFunc("through", completeDLQIDs(f))
+	return cmd
+}
+
+func dlqPurgeRun(opts *DLQPurgeOptions) error {
+	ctx := orBackground(opts.Ctx)
+	ios := opts.IO
+	adm, closeAdm, err := opts.Admin(ctx)
+	if err != nil {
+		return exitFor(err)
+	}
+	defer closeAdm()
+	who := actor("dlq purge")
+	record := func(outcome, detail string) {
+		if aerr := adm.Record(ctx, admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command, Stream: opts.Stream,
+			EntryID: opts.Through, Outcome: outcome, Detail: detail}); aerr != nil {
+			fmt.Fprintf(ios.ErrOut, "warning: the refused attempt was not recorded in the audit log: %v\n", aerr)
+		}
+	}
+	entries, err := adm.DLQ(ctx, opts.Stream)
+	if err != nil {
+		return exitFor(err)
+	}
+	through := opts.Through
+	n := 0
+	for _, e := range entries {
+		if through == "" || !idAfter(e.ID, through) {
+			n++
+		}
+	}
+	if through == "" && len(entries) > 0 {
+		through = entries[len(entries)-1].ID
+	}
+	if n == 0 {
+		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("the DLQ of %s has no entry up to %s: nothing to purge", opts.Stream, orDash(opts.Through))}
+	}
+	if opts.DryRun {
+		fmt.Fprintf(ios.Out, "Would delete %d entries of the DLQ of %s, through %s (of %d). Nothing changed (--dry-run).\n", n, opts.Stream, through, len(entries))
+		return nil
+	}
+	if !opts.Yes {
+		if !ios.InIsTerminal {
+			record(admin.OutcomeRefused, "no terminal and no --yes")
+			return usageErrorf("seqctl dlq purge", "refusing to delete %d DLQ entries without confirmation: stdin is not a terminal, pass --yes (and --through %s to be sure of the entries); nothing changed", n, through)
+		}
+		ok, err := confirm(ios, fmt.Sprintf("Delete %d entries of the DLQ of %s, through %s, for good?", n, opts.Stream, through))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			record(admin.OutcomeDeclined, "")
+			return errors.New("cancelled; nothing changed")
+		}
+	}
+	res, err := adm.PurgeDLQ(ctx, opts.Stream, through, who)
+	if err != nil {
+		return exitFor(err)
+	}
+	if res.Warning != "" {
+		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.Warning)
+	}
+	if structured(opts.Output) {
+		return writeData(ios.Out, opts.Output, res)
+	}
+	fmt.Fprintf(ios.Out, "%s Deleted %d entries of %s, through %s; %d left.\n", ios.Green("✓"), res.Removed, res.DLQStream, res.Through, res.Left)
+	return nil
+}
+
+// idAfter reports that stream id a comes after b ("5" is taken as "5-<max>").
+func idAfter(a, b string) bool {
+	am, as := splitStreamID(a)
+	bm, bs := splitStreamID(b)
+	return am > bm || am == bm && as > bs
+}
+
+func splitStreamID(id string) (ms, seq uint64) {
+	m, s, found := strings.Cut(id, "-")
+	ms, _ = strconv.ParseUint(m, 10, 64)
+	if !found {
+		return ms, ^uint64(0)
+	}
+	seq, _ = strconv.ParseUint(s, 10, 64)
+	return ms, seq
 }

@@ -21,7 +21,8 @@ func TestDLQParse(t *testing.T) {
 		}{
 			{name: "stream", argv: []string{"order:c"}, want: DLQListOptions{Stream: "order:c"}},
 			{name: "dlq stream and json", argv: []string{"order:c:dlq", "-o", "json"}, want: DLQListOptions{Stream: "order:c:dlq", Output: "json"}},
-			{name: "no stream", wantErr: "missing the STREAM argument"},
+			{name: "no stream lists every DLQ", want: DLQListOptions{}},
+			{name: "two streams", argv: []string{"a:b", "c:d"}, wantErr: `unexpected argument "c:d"`},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				f := testFactory()
@@ -53,6 +54,7 @@ func TestDLQParse(t *testing.T) {
 			{name: "id and yes", argv: []string{"order:c", "--id", "1-0", "--yes"}, want: DLQReplayOptions{Stream: "order:c", ID: "1-0", Yes: true}},
 			{name: "dry run", argv: []string{"order:c", "--id", "1-0", "--dry-run"}, want: DLQReplayOptions{Stream: "order:c", ID: "1-0", DryRun: true}},
 			{name: "id required", argv: []string{"order:c", "--yes"}, wantErr: "--id is required"},
+			{name: "malformed id", argv: []string{"order:c", "--id", "garbage", "--yes"}, wantErr: `invalid value "garbage" for --id`},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				f := testFactory()
@@ -165,6 +167,163 @@ func TestDLQReplayRun(t *testing.T) {
 			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
 			if fa.replays != tt.replays {
 				t.Errorf("%d replays, want %d", fa.replays, tt.replays)
+			}
+			var outcomes []string
+			for _, rec := range fa.records {
+				outcomes = append(outcomes, rec.Outcome)
+			}
+			var want []string
+			if tt.wantRecord != "" {
+				want = []string{tt.wantRecord}
+			}
+			if diff := cmp.Diff(want, outcomes); diff != "" {
+				t.Errorf("audit records (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func sampleDLQs() []admin.DLQSummary {
+	return []admin.DLQSummary{
+		{Stream: "order:client-1", DLQStream: "order:client-1:dlq", Category: "order", Key: "client-1", Length: 2,
+			OldestID: "1738318000000-0", NewestID: "1738318060000-0", OldestAgeMS: 3600000},
+		{Stream: "order:client-10", DLQStream: "order:client-10:dlq", Category: "order", Key: "client-10", Length: 1,
+			OldestID: "1738318100000-0", NewestID: "1738318100000-0", OldestAgeMS: 60000},
+	}
+}
+
+func TestDLQListAll(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		tm        ttyMode
+		fa        *fakeAdmin
+		code      int
+		golden    string
+		stdoutHas []string
+		stderrHas []string
+	}{
+		{name: "terminal", args: []string{"dlq", "list"}, tm: onTTY, golden: "testdata/ops/dlq-list-all.tty.golden"},
+		{name: "pipe", args: []string{"dlq", "list"}, tm: inPipe, stdoutHas: []string{"order:client-1\t2\t1738318000000-0\t1738318060000-0\t1h00m\n"}},
+		{name: "json", args: []string{"dlq", "list", "-o", "json"}, tm: inPipe, golden: "testdata/ops/dlq-list-all.json.golden"},
+		{name: "yaml", args: []string{"dlq", "list", "-o", "yaml"}, tm: inPipe, golden: "testdata/ops/dlq-list-all.yaml.golden"},
+		{name: "none", args: []string{"dlq", "list"}, tm: onTTY, fa: &fakeAdmin{}, stderrHas: []string{"No DLQ has entries."}},
+		{name: "two streams", args: []string{"dlq", "list", "a:b", "c:d"}, tm: inPipe, code: ExitUsage, stderrHas: []string{`unexpected argument "c:d"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := tt.fa
+			if fa == nil {
+				fa = &fakeAdmin{dlqs: sampleDLQs()}
+			}
+			r := runOps(t, fa, tt.tm, "", tt.args...)
+			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
+		})
+	}
+}
+
+func TestDLQReplayAll(t *testing.T) {
+	two := append(sampleDLQ(), sampleDLQ()[0])
+	two[1].ID = "1738318060000-0"
+	done := &admin.ReplayResult{DLQStream: "order:client-1:dlq", Stream: "order:client-1", Removed: true, Outcome: admin.OutcomeOK}
+	tests := []struct {
+		name       string
+		args       []string
+		tm         ttyMode
+		stdin      string
+		fa         *fakeAdmin
+		code       int
+		stdoutHas  []string
+		stderrHas  []string
+		replayed   []string
+		wantRecord string
+	}{
+		{name: "--all --yes replays every entry, oldest first", args: []string{"dlq", "replay", "order:client-1", "--all", "--yes"}, tm: inPipe,
+			replayed: []string{"1738318000000-0", "1738318060000-0"}, stdoutHas: []string{"Replayed 2 entries of order:client-1"}},
+		{name: "confirmed once on a terminal", args: []string{"dlq", "replay", "order:client-1", "--all"}, tm: onTTY, stdin: "y\n",
+			replayed: []string{"1738318000000-0", "1738318060000-0"}, stderrHas: []string{"2 entries of order:client-1 go to the TAIL", "Replay all 2? [y/N]"}},
+		{name: "declined", args: []string{"dlq", "replay", "order:client-1", "--all"}, tm: onTTY, stdin: "n\n", code: ExitFailure,
+			wantRecord: admin.OutcomeDeclined},
+		{name: "no terminal, no --yes", args: []string{"dlq", "replay", "order:client-1", "--all"}, tm: inPipe, code: ExitUsage,
+			stderrHas: []string{"refusing to replay 2 entries without confirmation"}, wantRecord: admin.OutcomeRefused},
+		{name: "dry run", args: []string{"dlq", "replay", "order:client-1", "--all", "--dry-run"}, tm: inPipe,
+			stdoutHas: []string{"Would re-publish 2 entries (1738318000000-0 to 1738318060000-0)"}},
+		{name: "empty DLQ: exit 3", args: []string{"dlq", "replay", "order:client-1", "--all", "--yes"}, tm: inPipe, fa: &fakeAdmin{},
+			code: ExitNotFound, stderrHas: []string{"the DLQ of order:client-1 is empty"}},
+		{name: "stops at the first failure", args: []string{"dlq", "replay", "order:client-1", "--all", "--yes"}, tm: inPipe,
+			fa:   &fakeAdmin{dlq: two, replayErr: &admin.NotFoundError{What: "DLQ entry", Name: "1738318000000-0"}},
+			code: ExitNotFound, replayed: []string{"1738318000000-0"}, stderrHas: []string{"replayed 0 of 2 entries; 1738318000000-0 failed"}},
+		{name: "--id and --all", args: []string{"dlq", "replay", "order:client-1", "--all", "--id", "1-0"}, tm: inPipe, code: ExitUsage,
+			stderrHas: []string{"--id and --all exclude each other"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := tt.fa
+			if fa == nil {
+				fa = &fakeAdmin{dlq: two, replay: done}
+			}
+			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
+			checkResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
+			if diff := cmp.Diff(tt.replayed, fa.replayed); diff != "" {
+				t.Errorf("replayed (-want +got):\n%s", diff)
+			}
+			var outcomes []string
+			for _, rec := range fa.records {
+				outcomes = append(outcomes, rec.Outcome)
+			}
+			var want []string
+			if tt.wantRecord != "" {
+				want = []string{tt.wantRecord}
+			}
+			if diff := cmp.Diff(want, outcomes); diff != "" {
+				t.Errorf("audit records (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDLQPurge(t *testing.T) {
+	two := append(sampleDLQ(), sampleDLQ()[0])
+	two[1].ID = "1738318060000-0"
+	tests := []struct {
+		name       string
+		args       []string
+		tm         ttyMode
+		stdin      string
+		fa         *fakeAdmin
+		code       int
+		stdoutHas  []string
+		stderrHas  []string
+		purges     []string
+		wantRecord string
+	}{
+		{name: "through the newest entry shown", args: []string{"dlq", "purge", "order:client-1", "--yes"}, tm: inPipe,
+			purges: []string{"1738318060000-0"}, stdoutHas: []string{"Deleted 2 entries of order:client-1:dlq, through 1738318060000-0"}},
+		{name: "through an id", args: []string{"dlq", "purge", "order:client-1", "--through", "1738318000000-0", "--yes"}, tm: inPipe,
+			purges: []string{"1738318000000-0"}},
+		{name: "confirmed on a terminal", args: []string{"dlq", "purge", "order:client-1"}, tm: onTTY, stdin: "y\n",
+			purges: []string{"1738318060000-0"}, stderrHas: []string{"Delete 2 entries of the DLQ of order:client-1, through 1738318060000-0, for good? [y/N]"}},
+		{name: "the count follows --through", args: []string{"dlq", "purge", "order:client-1", "--through", "1738318000000-0"}, tm: onTTY, stdin: "n\n",
+			code: ExitFailure, stderrHas: []string{"Delete 1 entries"}, wantRecord: admin.OutcomeDeclined},
+		{name: "no terminal, no --yes", args: []string{"dlq", "purge", "order:client-1"}, tm: inPipe, code: ExitUsage,
+			stderrHas: []string{"refusing to delete 2 DLQ entries without confirmation"}, wantRecord: admin.OutcomeRefused},
+		{name: "dry run", args: []string{"dlq", "purge", "order:client-1", "--dry-run"}, tm: inPipe,
+			stdoutHas: []string{"Would delete 2 entries of the DLQ of order:client-1, through 1738318060000-0 (of 2)"}},
+		{name: "empty: exit 3", args: []string{"dlq", "purge", "order:client-1", "--yes"}, tm: inPipe, fa: &fakeAdmin{}, code: ExitNotFound,
+			stderrHas: []string{"nothing to purge"}},
+		{name: "malformed --through: exit 2", args: []string{"dlq", "purge", "order:client-1", "--through", "yesterday", "--yes"}, tm: inPipe,
+			code: ExitUsage, stderrHas: []string{`invalid value "yesterday" for --through`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := tt.fa
+			if fa == nil {
+				fa = &fakeAdmin{dlq: two}
+			}
+			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
+			checkResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
+			if diff := cmp.Diff(tt.purges, fa.purges); diff != "" {
+				t.Errorf("purges (-want +got):\n%s", diff)
 			}
 			var outcomes []string
 			for _, rec := range fa.records {

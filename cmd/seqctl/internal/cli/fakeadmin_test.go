@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,8 +43,13 @@ type fakeAdmin struct {
 	replayErr  error
 	replays    int
 	audit      []admin.AuditEntry
-	auditSince time.Duration
+	auditQuery admin.AuditQuery
+	dlqs       []admin.DLQSummary
+	purges     []string
+	purgeErr   error
+	replayed   []string
 	streams    []string
+	instances  []admin.Instance
 
 	groups    []admin.Group
 	groupsErr error
@@ -53,6 +60,15 @@ type fakeAdmin struct {
 func (f *fakeAdmin) ListPartitions(_ context.Context, flt admin.Filter) ([]admin.Partition, error) {
 	f.filter = flt
 	f.listCalls++
+	if len(flt.States) > 0 || flt.KeyGlob != "" {
+		var out []admin.Partition
+		for _, p := range f.partitions {
+			if ok, _ := path.Match(flt.KeyGlob, p.Key); (flt.KeyGlob == "" || ok) && (len(flt.States) == 0 || slices.Contains(flt.States, p.State)) {
+				out = append(out, p)
+			}
+		}
+		return out, f.listErr
+	}
 	if f.onList != nil {
 		defer f.onList(f.listCalls)
 	}
@@ -87,8 +103,9 @@ func (f *fakeAdmin) PlanReplay(context.Context, string, string) (*admin.ReplayPl
 	return f.plan, f.planErr
 }
 
-func (f *fakeAdmin) Replay(context.Context, string, string, admin.Actor) (*admin.ReplayResult, error) {
+func (f *fakeAdmin) Replay(_ context.Context, _, id string, _ admin.Actor) (*admin.ReplayResult, error) {
 	f.replays++
+	f.replayed = append(f.replayed, id)
 	return f.replay, f.replayErr
 }
 
@@ -97,14 +114,24 @@ func (f *fakeAdmin) Record(_ context.Context, e admin.AuditEntry) error {
 	return nil
 }
 
-func (f *fakeAdmin) Audit(_ context.Context, since time.Duration) ([]admin.AuditEntry, error) {
-	f.auditSince = since
+func (f *fakeAdmin) AuditEntries(_ context.Context, q admin.AuditQuery) ([]admin.AuditEntry, error) {
+	f.auditQuery = q
 	return f.audit, nil
+}
+
+func (f *fakeAdmin) DLQs(context.Context) ([]admin.DLQSummary, error) { return f.dlqs, nil }
+
+func (f *fakeAdmin) PurgeDLQ(_ context.Context, stream, through string, _ admin.Actor) (*admin.PurgeResult, error) {
+	f.purges = append(f.purges, through)
+	if f.purgeErr != nil {
+		return nil, f.purgeErr
+	}
+	return &admin.PurgeResult{Stream: stream, DLQStream: stream + ":dlq", Through: through, Removed: int64(len(f.dlq)), Outcome: admin.OutcomeOK}, nil
 }
 
 func (f *fakeAdmin) Streams(context.Context) ([]string, error) { return f.streams, nil }
 
-func (f *fakeAdmin) Instances(context.Context) ([]admin.Instance, error) { return nil, nil }
+func (f *fakeAdmin) Instances(context.Context) ([]admin.Instance, error) { return f.instances, nil }
 
 func (f *fakeAdmin) Groups(context.Context, string) ([]admin.Group, error) {
 	return append([]admin.Group(nil), f.groups...), f.groupsErr
@@ -182,13 +209,15 @@ func sampleHalt() *engine.HaltRecord {
 func samplePartitions() []admin.Partition {
 	return []admin.Partition{
 		{Category: "order", Key: "client-2", Stream: "order:client-2", Handler: "OrderProjector", Owner: "worker-2.1", Generation: 9,
-			LeaseTTLMS: 9000, Lag: 120, Pending: 1, HeadAgeMS: 1500, State: admin.StateRunning, HeadID: "1738317601000-0"},
+			LeaseRemainingMS: 9000, Backlog: 121, Lag: 120, Pending: 1, HeadAgeMS: 1500, State: admin.StateRunning, HeadID: "1738317601000-0"},
 		{Category: "order", Key: "client-1", Stream: "order:client-1", Handler: "OrderProjector", Owner: "worker-1.1", Generation: 7,
-			LeaseTTLMS: 12345, Lag: 0, Pending: 3, HeadAgeMS: 330000, State: admin.StateHalted, HaltedEntryID: poisonID,
+			LeaseRemainingMS: 12345, Backlog: 3, Lag: 0, Pending: 3, DLQ: 2, HeadAgeMS: 330000, State: admin.StateHalted, HaltedEntryID: poisonID,
 			HeadID: poisonID, Halt: sampleHalt()},
 		{Category: "order", Key: "client-3", Stream: "order:client-3", Handler: "OrderProjector", Owner: "worker-1.1", Generation: 8,
-			LeaseTTLMS: 14000, State: admin.StateIdle},
-		{Category: "payment", Key: "p-9", Stream: "payment:p-9", Handler: "Ledger", Lag: -1, HeadAgeMS: 2*86400000 + 3*3600000,
+			LeaseRemainingMS: 14000, State: admin.StateIdle},
+		{Category: "order", Key: "client-10", Stream: "order:client-10", Handler: "OrderProjector", Owner: "worker-2.1", Generation: 4,
+			LeaseRemainingMS: 8000, Backlog: 0, State: admin.StateIdle},
+		{Category: "payment", Key: "p-9", Stream: "payment:p-9", Handler: "Ledger", Backlog: -1, Lag: -1, HeadAgeMS: 2*86400000 + 3*3600000,
 			State: admin.StateUnowned, HeadID: "1738000000000-0"},
 	}
 }
@@ -213,7 +242,7 @@ func sampleInspection() *admin.Inspection {
 		DLQStream: "order:client-1:dlq", DLQLength: 2,
 		Handlers: []admin.HandlerState{{
 			Handler: "OrderProjector", Unit: "order:client-1", State: admin.StateHalted,
-			Lease: &admin.Lease{Owner: "worker-1.1", Instance: "worker-1", Generation: 7, Live: true, TTLMS: 12345},
+			Lease: &admin.Lease{Owner: "worker-1.1", Instance: "worker-1", Generation: 7, Live: true, RemainingMS: 12345},
 			Halt:  sampleHalt(),
 			Pending: []admin.PendingEntry{
 				{ID: poisonID, Lane: "order:client-1", Consumer: "worker-1.1:7", Deliveries: 3, IdleMS: 200000},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -30,8 +31,10 @@ type GlobalOptions struct {
 	// RedisURL is --redis-url; "" means $SEQCTL_REDIS_URL, else the config's broker.url,
 	// else DefaultRedisURL.
 	RedisURL string
-	// Output is -o: "" or "table", "wide", "json".
+	// Output is -o: "" or "table", "wide", "json", "yaml".
 	Output string
+	// NoHeaders drops the header row of tables (--no-headers).
+	NoHeaders bool
 	// NoColor turns colour off (--no-color); NO_COLOR does the same.
 	NoColor bool
 }
@@ -50,7 +53,8 @@ func addGlobalFlags(cmd *cobra.Command, f *Factory) {
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.Global.ConfigPath, "config", "", "domain.toml to take categories and handlers from (default: discover them in Redis)")
 	pf.StringVar(&f.Global.RedisURL, "redis-url", "", "Redis URL, rediss:// for TLS (default: $SEQCTL_REDIS_URL, else the config's broker.url, else "+DefaultRedisURL+")")
-	pf.StringVarP(&f.Global.Output, "output", "o", "", "output format: table, wide or json")
+	pf.StringVarP(&f.Global.Output, "output", "o", "", "output format: table, wide, json or yaml (default: a table on a terminal, tab-separated rows in a pipe)")
+	pf.BoolVar(&f.Global.NoHeaders, "no-headers", false, "print tables without their header row")
 	pf.BoolVar(&f.Global.NoColor, "no-color", false, "never colour the output (NO_COLOR=1 does the same)")
 	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if f.Global.NoColor {
@@ -72,7 +76,9 @@ type Admin interface {
 	PlanReplay(ctx context.Context, stream, id string) (*admin.ReplayPlan, error)
 	Replay(ctx context.Context, stream, id string, actor admin.Actor) (*admin.ReplayResult, error)
 	Record(ctx context.Context, e admin.AuditEntry) error
-	Audit(ctx context.Context, since time.Duration) ([]admin.AuditEntry, error)
+	AuditEntries(ctx context.Context, q admin.AuditQuery) ([]admin.AuditEntry, error)
+	DLQs(ctx context.Context) ([]admin.DLQSummary, error)
+	PurgeDLQ(ctx context.Context, stream, through string, actor admin.Actor) (*admin.PurgeResult, error)
 	Streams(ctx context.Context) ([]string, error)
 	Instances(ctx context.Context) ([]admin.Instance, error)
 	Groups(ctx context.Context, category string) ([]admin.Group, error)
@@ -178,10 +184,10 @@ func actor(command string) admin.Actor {
 // checkFormat validates -o for the operator commands.
 func checkFormat(cmd *cobra.Command, v string) error {
 	switch v {
-	case "", "table", "wide", "json":
+	case "", "table", "wide", "json", "yaml":
 		return nil
 	}
-	return usageErrorf(cmd.CommandPath(), "invalid value %q for --output: want table, wide or json", v)
+	return usageErrorf(cmd.CommandPath(), "invalid value %q for --output: want table, wide, json or yaml", v)
 }
 
 // streamArg checks the single STREAM argument.
@@ -213,6 +219,23 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// structured says the -o value asks for data (json or yaml) rather than text.
+func structured(output string) bool { return output == "json" || output == "yaml" }
+
+// writeData prints v as -o asks: indented JSON, or YAML with the same field names (the
+// YAML is converted from the JSON, so the json tags are the one definition of both).
+func writeData(w io.Writer, output string, v any) error {
+	if output != "yaml" {
+		return writeJSON(w, v)
+	}
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("yaml: %w", err)
+	}
+	_, err = w.Write(b)
+	return err
 }
 
 // exitFor gives an operator error its exit code: not found 3, head moved or fenced 4,

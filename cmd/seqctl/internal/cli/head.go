@@ -103,32 +103,62 @@ func headShowRun(opts *HeadShowOptions) error {
 		return exitFor(err)
 	}
 	defer closeAdm()
-	handler := opts.Handler
-	if handler == "" {
-		hs, err := adm.Handlers(ctx, opts.Stream)
-		if err != nil {
-			return exitFor(err)
-		}
-		switch len(hs) {
-		case 0:
-			return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no handler reads %s (no consumer group is registered for its category)", opts.Stream)}
-		case 1:
-			handler = hs[0]
-		default:
-			return usageErrorf("seqctl head show", "%s has %d handlers (%s): pass --handler", opts.Stream, len(hs), strings.Join(hs, ", "))
-		}
+	handler, err := resolveHandler(ctx, adm, "seqctl head show", opts.Stream, opts.Handler)
+	if err != nil {
+		return err
 	}
 	h, err := adm.Head(ctx, opts.Stream, handler)
 	if err != nil {
 		return exitFor(err)
 	}
-	if opts.Output == "json" {
-		return writeJSON(opts.IO.Out, h)
+	if structured(opts.Output) {
+		return writeData(opts.IO.Out, opts.Output, h)
 	}
 	if !opts.IO.IsTerminal {
 		return printHeadRows(opts.IO, h)
 	}
 	return printHead(opts.IO, h, opts.Full)
+}
+
+// resolveHandler returns handler when it is set, else the category's only handler. A
+// category with several handlers is a usage error listing them; one with none is not
+// found.
+func resolveHandler(ctx context.Context, adm Admin, command, stream, handler string) (string, error) {
+	if handler != "" {
+		return handler, nil
+	}
+	hs, err := adm.Handlers(ctx, stream)
+	if err != nil {
+		return "", exitFor(err)
+	}
+	switch len(hs) {
+	case 0:
+		return "", &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no handler reads %s (no consumer group is registered for its category)", stream)}
+	case 1:
+		return hs[0], nil
+	}
+	return "", usageErrorf(command, "%s has %d handlers (%s): pass --handler", stream, len(hs), strings.Join(hs, ", "))
+}
+
+// checkEntryID rejects a malformed stream entry id given to flag: Redis ids are
+// MILLISECONDS-SEQUENCE (or MILLISECONDS alone), both unsigned decimal numbers.
+func checkEntryID(command, flag, id string) error {
+	if id == "" || validEntryID(id) {
+		return nil
+	}
+	return usageErrorf(command, "invalid value %q for %s: an entry id is MILLISECONDS-SEQUENCE, e.g. 1718000000000-0 (copy it from 'seqctl head show' or 'seqctl dlq list')", id, flag)
+}
+
+func validEntryID(id string) bool {
+	ms, seq, found := strings.Cut(id, "-")
+	if _, err := strconv.ParseUint(ms, 10, 64); err != nil || strings.HasPrefix(ms, "+") {
+		return false
+	}
+	if !found {
+		return true
+	}
+	_, err := strconv.ParseUint(seq, 10, 64)
+	return err == nil && !strings.HasPrefix(seq, "+")
 }
 
 // Cuts of 'head show' without --full.
@@ -273,7 +303,7 @@ type headActionText struct {
 
 var headActions = map[admin.ActionKind]headActionText{
 	admin.ActionSkip: {
-		use:   "skip STREAM --handler H [--expect-id ID] [--yes] [--dry-run] [--force]",
+		use:   "skip STREAM [--handler H] [--expect-id ID] [--yes] [--dry-run] [--force]",
 		short: "Acknowledge the halted head without handling it; the partition resumes",
 		long: `Acknowledge the head entry of a halted partition without handling it. The owner
 resumes with the next entry at once (no restart). The entry is not kept anywhere: use
@@ -290,7 +320,7 @@ resumes with the next entry at once (no restart). The entry is not kept anywhere
 		},
 	},
 	admin.ActionDLQ: {
-		use:   "dlq STREAM --handler H [--expect-id ID] [--yes] [--dry-run] [--force]",
+		use:   "dlq STREAM [--handler H] [--expect-id ID] [--yes] [--dry-run] [--force]",
 		short: "Move the halted head with its error to {category}:{key}:dlq; the partition resumes",
 		long: `Copy the head entry of a halted partition, with its halt metadata (error, attempts,
 since, lane), the original id, the handler, who moved it, when and why (--reason), to the
@@ -305,7 +335,7 @@ replay an entry with 'seqctl dlq replay'.`,
 		},
 	},
 	admin.ActionRetry: {
-		use:   "retry STREAM --handler H [--expect-id ID] [--yes] [--dry-run]",
+		use:   "retry STREAM [--handler H] [--expect-id ID] [--yes] [--dry-run]",
 		short: "Clear the halt so the owner tries the head once more now",
 		long: `Clear the halt record of a partition so that its owner tries the head entry once
 more, now (after you fixed what made it fail). The owner tries it exactly once: if that
@@ -325,7 +355,9 @@ func newCmdHeadAction(f *Factory, kind admin.ActionKind, runF func(*HeadActionOp
 	opts := &HeadActionOptions{IO: f.IOStreams, Admin: f.openAdmin, Kind: kind}
 	common := `
 
-Without --expect-id the current head is shown and acted on. On a terminal you are
+--handler may be left out when the category has one handler; with several, the
+command lists them and exits with status 2. Without --expect-id the current head is
+shown and acted on. On a terminal you are
 asked to confirm; without one, --yes is required (otherwise exit status 2 and nothing
 changes). --dry-run prints what would happen and changes nothing.`
 	if kind != admin.ActionRetry {
@@ -336,8 +368,9 @@ with its owner: the entry may be in its handler right now.`
 	}
 	common += `
 
-Exit status: 0 done; 4 the head is no longer the expected entry (nothing changed);
-3 no such partition, handler or head; 1 refused (not halted, declined) or failed.`
+Exit status: 0 done; 2 a usage error (a malformed --expect-id, a missing --handler);
+4 the head is no longer the expected entry (nothing changed); 3 no such partition,
+handler or head; 1 refused (not halted, declined) or failed.`
 	cmd := &cobra.Command{
 		Use:               text.use,
 		Short:             text.short,
@@ -350,8 +383,8 @@ Exit status: 0 done; 4 the head is no longer the expected entry (nothing changed
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
-			if opts.Handler == "" {
-				return usageErrorf(cmd.CommandPath(), "--handler is required: name the handler (consumer group) whose head to %s", text.verb)
+			if err := checkEntryID(cmd.CommandPath(), "--expect-id", opts.ExpectID); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)
@@ -360,7 +393,7 @@ Exit status: 0 done; 4 the head is no longer the expected entry (nothing changed
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Handler, "handler", "", "the handler (consumer group) (required)")
+	fl.StringVar(&opts.Handler, "handler", "", "the handler (consumer group); required when the category has several")
 	fl.StringVar(&opts.ExpectID, "expect-id", "", "act only if the head is still this entry id (default: the current head, shown first)")
 	fl.BoolVarP(&opts.Yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
 	fl.BoolVar(&opts.DryRun, "dry-run", false, "print what would happen; change nothing")
@@ -384,6 +417,9 @@ func headActionRun(opts *HeadActionOptions) error {
 		return exitFor(err)
 	}
 	defer closeAdm()
+	if opts.Handler, err = resolveHandler(ctx, adm, "seqctl "+opts.auditCommand(), opts.Stream, opts.Handler); err != nil {
+		return err
+	}
 	who := actor(opts.auditCommand())
 	// refuse records an attempt that stops before the compare-and-act, then returns err.
 	refuse := func(entry, outcome string, err error) error {
@@ -415,7 +451,7 @@ func headActionRun(opts *HeadActionOptions) error {
 		moved := &engine.HeadMovedError{Expected: opts.ExpectID, Head: head.ID}
 		return refuse(opts.ExpectID, admin.OutcomeHeadMoved, &ExitError{Code: ExitConflict, Err: moved})
 	}
-	if opts.ExpectID == "" && opts.Output != "json" {
+	if opts.ExpectID == "" && !structured(opts.Output) {
 		fmt.Fprintf(ios.ErrOut, "Current head of %s for %s:\n", opts.Stream, opts.Handler)
 		fmt.Fprintf(ios.ErrOut, "  %s on %s: %s, %d attempts, age %s\n", head.ID, head.Lane, head.Status, head.Attempts, fmtMS(head.AgeMS))
 		fmt.Fprintf(ios.ErrOut, "  event       %s\n", envelopeLine(head.Envelope))
@@ -440,8 +476,8 @@ func headActionRun(opts *HeadActionOptions) error {
 
 	if opts.DryRun {
 		res := &admin.ActionResult{Action: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, EntryID: head.ID, Outcome: "dry_run"}
-		if opts.Output == "json" {
-			return writeJSON(ios.Out, struct {
+		if structured(opts.Output) {
+			return writeData(ios.Out, opts.Output, struct {
 				*admin.ActionResult
 				DryRun bool        `json:"dry_run"`
 				Head   *admin.Head `json:"head"`
@@ -479,8 +515,8 @@ func headActionRun(opts *HeadActionOptions) error {
 	if res.AuditWarning != "" {
 		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.AuditWarning)
 	}
-	if opts.Output == "json" {
-		return writeJSON(ios.Out, res)
+	if structured(opts.Output) {
+		return writeData(ios.Out, opts.Output, res)
 	}
 	fmt.Fprintf(ios.Out, "%s %s\n", ios.Green("✓"), text.done(res))
 	return nil

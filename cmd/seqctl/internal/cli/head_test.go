@@ -116,7 +116,14 @@ func TestHeadActionParse(t *testing.T) {
 		{name: "retry", kind: admin.ActionRetry, argv: []string{"order:c", "--handler", "P", "--expect-id", "1-0"},
 			want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", Handler: "P", ExpectID: "1-0"}},
 		{name: "retry has no --force", kind: admin.ActionRetry, argv: []string{"order:c", "--handler", "P", "--force"}, wantErr: "unknown flag: --force"},
-		{name: "handler required", kind: admin.ActionSkip, argv: []string{"order:c"}, wantErr: "--handler is required"},
+		{name: "handler may be left out", kind: admin.ActionSkip, argv: []string{"order:c", "--yes"},
+			want: HeadActionOptions{Kind: admin.ActionSkip, Stream: "order:c", Yes: true}},
+		{name: "malformed --expect-id", kind: admin.ActionSkip, argv: []string{"order:c", "--expect-id", "garbage"},
+			wantErr: `invalid value "garbage" for --expect-id: an entry id is MILLISECONDS-SEQUENCE`},
+		{name: "--expect-id with a bad sequence", kind: admin.ActionDLQ, argv: []string{"order:c", "--expect-id", "1-x"}, wantErr: `invalid value "1-x" for --expect-id`},
+		{name: "--expect-id with a sign", kind: admin.ActionRetry, argv: []string{"order:c", "--expect-id", "+1-0"}, wantErr: `invalid value "+1-0" for --expect-id`},
+		{name: "--expect-id milliseconds only", kind: admin.ActionRetry, argv: []string{"order:c", "--expect-id", "1718000000000"},
+			want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", ExpectID: "1718000000000"}},
 		{name: "stream required", kind: admin.ActionDLQ, argv: []string{"--handler", "P"}, wantErr: "missing the STREAM argument"},
 	}
 	for _, tt := range tests {
@@ -169,6 +176,25 @@ func TestHeadActionRun(t *testing.T) {
 		{
 			name: "json result", args: with(skip, "--expect-id", poisonID, "--yes", "-o", "json"), tm: inPipe, golden: "testdata/ops/head-skip.json.golden",
 			wantAct: &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
+		},
+		{
+			name: "the only handler is inferred", args: []string{"head", "skip", "order:client-1", "--yes"}, tm: inPipe,
+			fa:        &fakeAdmin{head: sampleHead(), handlers: []string{"OrderProjector"}},
+			stdoutHas: []string{"Skipped 1738317600000-0 on order:client-1 for OrderProjector"},
+			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
+		},
+		{
+			name: "several handlers: exit 2 listing them", args: []string{"head", "dlq", "order:client-1", "--yes"}, tm: inPipe, code: ExitUsage,
+			fa:        &fakeAdmin{head: sampleHead(), handlers: []string{"Billing", "OrderProjector"}},
+			stderrHas: []string{"order:client-1 has 2 handlers (Billing, OrderProjector): pass --handler", "Run 'seqctl head dlq --help'"},
+		},
+		{
+			name: "no handler: exit 3", args: []string{"head", "retry", "order:client-1", "--yes"}, tm: inPipe, code: ExitNotFound,
+			fa: &fakeAdmin{head: sampleHead()}, stderrHas: []string{"no handler reads order:client-1"},
+		},
+		{
+			name: "malformed --expect-id: exit 2, nothing read", args: with(skip, "--expect-id", "garbage", "--yes"), tm: inPipe, code: ExitUsage,
+			stderrHas: []string{`invalid value "garbage" for --expect-id`},
 		},
 		{
 			name: "dlq", args: []string{"head", "dlq", "order:client-1", "--handler", "OrderProjector", "--yes"}, tm: inPipe,

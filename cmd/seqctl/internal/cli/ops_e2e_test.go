@@ -152,7 +152,7 @@ func (w *opsWorld) haltA(t *testing.T, withConfig bool) engine.Published {
 	})
 	p := rows[0]
 	if p.Stream != "order:A" || p.Handler != "Projector" || p.State != admin.StateHalted || p.HaltedEntryID != poison.EntryID ||
-		!strings.HasPrefix(p.Owner, "w1.") || p.Generation <= 0 || p.LeaseTTLMS <= 0 || p.HeadAgeMS < 0 {
+		!strings.HasPrefix(p.Owner, "w1.") || p.Generation <= 0 || p.LeaseRemainingMS <= 0 || p.HeadAgeMS < 0 {
 		t.Fatalf("halted row = %+v, want order:A halted on %s, owned by w1", p, poison.EntryID)
 	}
 	if diff := cmp.Diff([]string{"0", "1"}, w.log(t, "A")); diff != "" {
@@ -389,5 +389,26 @@ func TestPartitionsList10kCLI(t *testing.T) {
 			t.Fatalf("%v: exit %d: %s", args, r.Code, r.Stderr)
 		}
 		t.Logf("seqctl %s over 10,000 partitions: %d lines in %v", strings.Join(args, " "), strings.Count(r.Stdout, "\n"), took)
+	}
+}
+
+// The design card's own command: 'head skip STREAM --yes' with neither --handler nor
+// --expect-id, against a live engine whose category has one handler, resumes the
+// partition; a malformed --expect-id is a usage error (exit 2) that changes nothing.
+func TestOperatorSkipInfersHandlerEndToEnd(t *testing.T) {
+	w := startOpsWorld(t)
+	poison := w.haltA(t, false)
+
+	r := w.cli(t, false, "head", "skip", "order:A", "--expect-id", "garbage", "--yes")
+	checkResult(t, r, ExitUsage, "", nil, []string{`invalid value "garbage" for --expect-id`})
+	if got := w.log(t, "A"); len(got) != 2 {
+		t.Fatalf("a malformed --expect-id changed something: %v", got)
+	}
+
+	r = w.cli(t, false, "head", "skip", "order:A", "--yes")
+	checkResult(t, r, 0, "", []string{"Skipped " + poison.EntryID + " on order:A for Projector"}, []string{"Current head of order:A for Projector"})
+	waitUntil(t, 10*time.Second, "order:A resumed", func() bool { return len(w.log(t, "A")) == 4 })
+	if diff := cmp.Diff([]string{"0", "1", "3", "4"}, w.log(t, "A")); diff != "" {
+		t.Errorf("order:A after the skip (-want +got):\n%s", diff)
 	}
 }

@@ -1,10 +1,14 @@
 package cli
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,34 +46,49 @@ group registry.`,
 type PartitionsListOptions struct {
 	IO    *IOStreams
 	Admin AdminOpener
-	// Output is "", "table", "wide" or "json" (-o).
-	Output   string
-	Category string
-	Handler  string
-	Halted   bool
-	Owner    string
-	// Sort is "name" (default), "lag" or "age".
+	// Output is "", "table", "wide", "json" or "yaml" (-o).
+	Output string
+	// NoHeaders drops the table header (--no-headers).
+	NoHeaders bool
+	Category  string
+	Handler   string
+	Halted    bool
+	// States keeps only these states (--state, repeatable or comma-separated).
+	States []string
+	// Key keeps only keys matching this glob (--key).
+	Key   string
+	Owner string
+	// Sort is "name" (default), "backlog", "lag", "age" or "dlq".
 	Sort string
 	// Watch refreshes the list every Interval until interrupted.
 	Watch    bool
 	Interval time.Duration
 	// Ctx is the command's context (tests cancel it to end a watch).
 	Ctx context.Context
+	// Now stamps each refresh of --watch -o json (default time.Now).
+	Now func() time.Time
 }
+
+// sortOrders are the values of partitions list --sort.
+var sortOrders = []string{"name", "backlog", "lag", "age", "dlq"}
 
 func newCmdPartitionsList(f *Factory, runF func(*PartitionsListOptions) error) *cobra.Command {
 	opts := &PartitionsListOptions{IO: f.IOStreams, Admin: f.openAdmin}
 	cmd := &cobra.Command{
-		Use:   "list [--category C] [--handler H] [--halted] [--owner ID] [--sort lag|age|name] [--watch]",
-		Short: "List partitions with owner, generation, lease, lag, pending, head age and state",
-		Long: `List one row per (handler, partition):
+		Use:   "list [--category C] [--handler H] [--state S] [--key GLOB] [--owner ID] [--sort name|backlog|lag|age|dlq] [--watch]",
+		Short: "List partitions with owner, generation, lease, backlog, DLQ, head age and state",
+		Long: `List one row per (handler, partition), keys in natural order (client-2 before
+client-10):
 
   CATEGORY, KEY  the partition ({category}:{key} is its stream)
   HANDLER        the consumer group (handler or process manager)
   OWNER, GEN     the instance session that holds the lease and its fencing generation
   LEASE          time left on the owner's session; the lease dies with it
+  BACKLOG        entries the handler has not handled yet: LAG + PENDING (? = unknown)
   LAG            entries not yet delivered to the handler (all lanes; ? = unknown)
-  PENDING        entries delivered and not acknowledged
+  PENDING        entries delivered and not acknowledged: the one in the handler and
+                 those read ahead with it (a halted partition keeps them pending)
+  DLQ            entries in the partition's dead-letter stream
   HEAD AGE       age of the head entry: the halted one, else the oldest pending, else
                  the next undelivered
   STATE          halted   the handler halted on a poison head; see 'seqctl head show'
@@ -77,30 +96,49 @@ func newCmdPartitionsList(f *Factory, runF func(*PartitionsListOptions) error) *
                  running  owned, with work to do
                  idle     owned and caught up
 
--o wide adds the stream, the halted entry, its attempts and error; -o json prints the
-fields category, key, stream, handler, owner, generation, lease_ttl_ms, lag, pending,
-head_age_ms, state and halted_entry_id. For a sequential process manager the lease and
-the halt belong to the correlation value, so every category row of a value shows them.
+-o wide adds, after STATE, the stream, the halted entry, its attempts and error.
+-o json and -o yaml print every field, null where a value is absent (see
+docs/json-output.md); with --watch, -o json prints NDJSON: one JSON object per line,
+every partition on the first refresh and then one per change (a partition that is
+gone prints {"removed": true}), each with the time of its refresh. For a sequential
+process manager the lease and the halt belong to the correlation value, so every
+category row of a value shows them.
+
+On a terminal the list is an aligned table; in a pipe it is tab-separated rows
+without a header, unless -o table or -o wide asks for the table. --no-headers drops
+the header.
 
 The listing is pipelined: a few round trips to Redis however many partitions there are.`,
 		Example: `  # everything, as a table on a terminal or tab-separated rows in a pipe
   $ seqctl partitions list
 
   # halted partitions of one handler, as JSON
-  $ seqctl partitions list --handler OrderProjector --halted -o json
+  $ seqctl partitions list --handler OrderProjector --state halted -o json
 
-  # the partitions one instance owns, worst lag first, refreshed every 2s
-  $ seqctl partitions list --owner worker-7 --sort lag --watch`,
+  # keys of one client range that have work, biggest backlog first
+  $ seqctl partitions list --key 'client-1*' --state running,unowned --sort backlog
+
+  # the partitions one instance owns, refreshed every 2s, one JSON object per line
+  $ seqctl partitions list --owner worker-7 --watch -o json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx = f.Global.Output, cmd.Context()
+			opts.Output, opts.NoHeaders, opts.Ctx = f.Global.Output, f.Global.NoHeaders, cmd.Context()
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
-			switch opts.Sort {
-			case "name", "lag", "age":
-			default:
-				return usageErrorf(cmd.CommandPath(), "invalid value %q for --sort: want name, lag or age", opts.Sort)
+			if !slices.Contains(sortOrders, opts.Sort) {
+				return usageErrorf(cmd.CommandPath(), "invalid value %q for --sort: want %s", opts.Sort, strings.Join(sortOrders, ", "))
+			}
+			for _, s := range opts.States {
+				if _, err := admin.ParseState(s); err != nil {
+					return usageErrorf(cmd.CommandPath(), "invalid value for --state: %v", err)
+				}
+			}
+			if opts.Halted && len(opts.States) > 0 && !slices.Contains(opts.States, string(admin.StateHalted)) {
+				return usageErrorf(cmd.CommandPath(), "--halted keeps only halted partitions and --state %s none of them: drop one of the two", strings.Join(opts.States, ","))
+			}
+			if err := admin.CheckKeyGlob(opts.Key); err != nil {
+				return usageErrorf(cmd.CommandPath(), "invalid value for --key: %v", err)
 			}
 			if opts.Interval <= 0 {
 				return usageErrorf(cmd.CommandPath(), "--interval must be positive, got %v", opts.Interval)
@@ -114,12 +152,18 @@ The listing is pipelined: a few round trips to Redis however many partitions the
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Category, "category", "", "only this category")
 	fl.StringVar(&opts.Handler, "handler", "", "only this handler (consumer group)")
-	fl.BoolVar(&opts.Halted, "halted", false, "only halted partitions")
+	fl.BoolVar(&opts.Halted, "halted", false, "only halted partitions (the same as --state halted)")
+	fl.StringSliceVar(&opts.States, "state", nil, "only partitions in these states: running, idle, halted, unowned (repeat or separate with commas)")
+	fl.StringVar(&opts.Key, "key", "", "only keys matching this glob: * any run of characters, ? one, [a-z] a class")
 	fl.StringVar(&opts.Owner, "owner", "", "only partitions owned by this instance id (or session owner instance.N)")
-	fl.StringVar(&opts.Sort, "sort", "name", "order: name, lag (largest first) or age (oldest head first)")
+	fl.StringVar(&opts.Sort, "sort", "name", "order: name, backlog, lag (largest first), age (oldest head first) or dlq (longest first)")
 	fl.BoolVarP(&opts.Watch, "watch", "w", false, "refresh every --interval until interrupted")
 	fl.DurationVar(&opts.Interval, "interval", 2*time.Second, "refresh period of --watch")
-	_ = cmd.RegisterFlagCompletionFunc("sort", cobra.FixedCompletions([]string{"name", "lag", "age"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("category", completeCategories(f))
+	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
+	_ = cmd.RegisterFlagCompletionFunc("owner", completeOwners(f))
+	_ = cmd.RegisterFlagCompletionFunc("sort", cobra.FixedCompletions(sortOrders, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions([]string{"running", "idle", "halted", "unowned"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -133,7 +177,14 @@ func partitionsListRun(opts *PartitionsListOptions) error {
 		return exitFor(err)
 	}
 	defer closeAdm()
-	filter := admin.Filter{Category: opts.Category, Handler: opts.Handler, Halted: opts.Halted, Owner: opts.Owner}
+	filter := admin.Filter{Category: opts.Category, Handler: opts.Handler, Halted: opts.Halted, Owner: opts.Owner, KeyGlob: opts.Key}
+	for _, s := range opts.States {
+		st, err := admin.ParseState(s)
+		if err != nil {
+			return &ExitError{Code: ExitUsage, Err: err}
+		}
+		filter.States = append(filter.States, st)
+	}
 	if !opts.Watch {
 		ps, err := adm.ListPartitions(ctx, filter)
 		if err != nil {
@@ -141,6 +192,11 @@ func partitionsListRun(opts *PartitionsListOptions) error {
 		}
 		return printPartitions(opts, ps)
 	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	var nd ndjsonWatch
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	t := time.NewTicker(opts.Interval)
@@ -153,15 +209,29 @@ func partitionsListRun(opts *PartitionsListOptions) error {
 		if err != nil {
 			return exitFor(err)
 		}
-		if opts.IO.IsTerminal && opts.Output != "json" {
-			fmt.Fprint(opts.IO.Out, "\x1b[H\x1b[2J") // home and clear: redraw in place
-			fmt.Fprintf(opts.IO.Out, "%s\n\n", opts.IO.Gray(fmt.Sprintf("every %v, %d partitions; Ctrl-C to stop", opts.Interval, len(ps))))
-		}
-		if err := printPartitions(opts, ps); err != nil {
-			return err
-		}
-		if !opts.IO.IsTerminal && opts.Output != "json" {
-			fmt.Fprintln(opts.IO.Out) // a blank line ends each refresh in a pipe
+		switch {
+		case opts.Output == "json":
+			// NDJSON: one object per line and per change, never a pretty array, so
+			// 'jq -c' and line-oriented tools can follow the stream.
+			if err := nd.write(opts.IO.Out, opts.Sort, ps, now()); err != nil {
+				return err
+			}
+		case opts.Output == "yaml":
+			fmt.Fprintln(opts.IO.Out, "---") // one YAML document per refresh
+			if err := printPartitions(opts, ps); err != nil {
+				return err
+			}
+		default:
+			if opts.IO.IsTerminal {
+				fmt.Fprint(opts.IO.Out, "\x1b[H\x1b[2J") // home and clear: redraw in place
+				fmt.Fprintf(opts.IO.Out, "%s\n\n", opts.IO.Gray(fmt.Sprintf("every %v, %d partitions; Ctrl-C to stop", opts.Interval, len(ps))))
+			}
+			if err := printPartitions(opts, ps); err != nil {
+				return err
+			}
+			if !opts.IO.IsTerminal {
+				fmt.Fprintln(opts.IO.Out) // a blank line ends each refresh in a pipe
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -171,14 +241,76 @@ func partitionsListRun(opts *PartitionsListOptions) error {
 	}
 }
 
+// ndjsonWatch prints --watch -o json: on the first refresh one compact JSON object per
+// partition, one per line; after that only the partitions that changed (any field but
+// the ever-moving lease_remaining_ms and head_age_ms), and a {"removed": true} object
+// for each that is gone. Every object carries the time of its refresh ("observed_at",
+// RFC 3339 in UTC).
+type ndjsonWatch struct {
+	last map[string]string // handler \x00 stream -> the object's stable fields
+}
+
+func (nw *ndjsonWatch) write(w io.Writer, sortBy string, ps []admin.Partition, at time.Time) error {
+	admin.SortPartitions(ps, admin.SortBy(sortBy))
+	stamp, _ := json.Marshal(at.UTC().Format(time.RFC3339Nano))
+	bw := bufio.NewWriter(w)
+	line := func(obj []byte) {
+		bw.WriteString(`{"observed_at":`)
+		bw.Write(stamp)
+		bw.WriteByte(',')
+		bw.Write(obj[1:])
+		bw.WriteByte('\n')
+	}
+	seen := make(map[string]string, len(ps))
+	for _, p := range ps {
+		id := p.Handler + "\x00" + p.Stream
+		stable := p
+		stable.LeaseRemainingMS, stable.HeadAgeMS = 0, 0
+		sig, err := json.Marshal(stable)
+		if err != nil {
+			return err
+		}
+		seen[id] = string(sig)
+		if nw.last != nil && nw.last[id] == string(sig) {
+			continue
+		}
+		b, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		line(b)
+	}
+	var gone []string
+	for id := range nw.last {
+		if _, ok := seen[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	slices.Sort(gone)
+	for _, id := range gone {
+		var p admin.Partition
+		_ = json.Unmarshal([]byte(nw.last[id]), &p)
+		b, _ := json.Marshal(struct {
+			Category string `json:"category"`
+			Key      string `json:"key"`
+			Stream   string `json:"stream"`
+			Handler  string `json:"handler"`
+			Removed  bool   `json:"removed"`
+		}{p.Category, p.Key, p.Stream, p.Handler, true})
+		line(b)
+	}
+	nw.last = seen
+	return bw.Flush()
+}
+
 func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 	admin.SortPartitions(ps, admin.SortBy(opts.Sort))
 	ios := opts.IO
-	if opts.Output == "json" {
+	if structured(opts.Output) {
 		if ps == nil {
 			ps = []admin.Partition{} // always an array
 		}
-		return writeJSON(ios.Out, ps)
+		return writeData(ios.Out, opts.Output, ps)
 	}
 	if len(ps) == 0 {
 		if ios.IsTerminal {
@@ -187,15 +319,17 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 		return nil
 	}
 	wide := opts.Output == "wide"
-	header := []string{"CATEGORY", "KEY", "HANDLER", "OWNER", "GEN", "LEASE", "LAG", "PENDING", "HEAD AGE"}
+	// STATE comes before the long columns of -o wide, so it stays on screen when an
+	// error message is long.
+	header := []string{"CATEGORY", "KEY", "HANDLER", "OWNER", "GEN", "LEASE", "BACKLOG", "LAG", "PENDING", "DLQ", "HEAD AGE", "STATE"}
 	if wide {
 		header = append(header, "STREAM", "HALTED ENTRY", "ATTEMPTS", "ERROR")
 	}
-	// STATE is last: its colour codes cannot upset the alignment of a column after it.
-	t := newTablePrinter(ios, append(header, "STATE")...)
+	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, header...)
 	for _, p := range ps {
-		row := []string{p.Category, p.Key, p.Handler, orDash(p.Owner), genCell(p.Generation), msCell(p.LeaseTTLMS, p.Owner != ""),
-			lagCell(p.Lag), strconv.FormatInt(p.Pending, 10), msCell(p.HeadAgeMS, p.HeadID != "" || p.HeadAgeMS > 0)}
+		row := []string{p.Category, p.Key, p.Handler, orDash(p.Owner), genCell(p.Generation), msCell(p.LeaseRemainingMS, p.Owner != ""),
+			lagCell(p.Backlog), lagCell(p.Lag), strconv.FormatInt(p.Pending, 10), strconv.FormatInt(p.DLQ, 10),
+			msCell(p.HeadAgeMS, p.HeadID != "" || p.HeadAgeMS > 0), stateCell(ios, p.State)}
 		if wide {
 			attempts, errText := "-", "-"
 			if p.Halt != nil {
@@ -203,7 +337,7 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 			}
 			row = append(row, p.Stream, orDash(p.HaltedEntryID), attempts, errText)
 		}
-		t.AddRow(append(row, stateCell(ios, p.State))...)
+		t.AddRow(row...)
 	}
 	return t.Render(ios.Out)
 }
@@ -295,12 +429,11 @@ func partitionsInspectRun(opts *PartitionsInspectOptions) error {
 	if err != nil {
 		return exitFor(err)
 	}
-	if opts.Output == "json" {
-		return writeJSON(opts.IO.Out, in)
+	if structured(opts.Output) {
+		return writeData(opts.IO.Out, opts.Output, in)
 	}
-	if !opts.IO.IsTerminal {
-		return printInspectionRows(opts.IO, in)
-	}
+	// The labelled view everywhere: a pipe gets it without colour (-o json is for
+	// scripts).
 	return printInspection(opts.IO, in)
 }
 
@@ -312,7 +445,7 @@ func printInspection(ios *IOStreams, in *admin.Inspection) error {
 		where = "indexed"
 	}
 	fmt.Fprintf(w, "%s  (category %s, key %s, %s)\n\n", ios.Bold(in.Stream), in.Category, orDash(in.Key), where)
-	t := newTablePrinter(ios, "LANE", "STREAM", "LENGTH", "FIRST ID", "LAST ID")
+	t := alignedTable(ios, "LANE", "STREAM", "LENGTH", "FIRST ID", "LAST ID")
 	for _, l := range in.Lanes {
 		t.AddRow(l.Kind, l.Stream, strconv.FormatInt(l.Length, 10), orDash(l.FirstID), orDash(l.LastID))
 	}
@@ -320,7 +453,7 @@ func printInspection(ios *IOStreams, in *admin.Inspection) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	t = newTablePrinter(ios, "STREAM", "GROUP", "LAST DELIVERED", "LAG", "PENDING", "CONSUMERS")
+	t = alignedTable(ios, "STREAM", "GROUP", "LAST DELIVERED", "LAG", "PENDING", "CONSUMERS")
 	for _, l := range in.Lanes {
 		for _, g := range l.Groups {
 			t.AddRow(l.Stream, g.Name, g.LastDeliveredID, lagCell(g.Lag), strconv.FormatInt(g.Pending, 10), strconv.FormatInt(g.Consumers, 10))
@@ -345,7 +478,7 @@ func printInspection(ios *IOStreams, in *admin.Inspection) error {
 		case l == nil:
 			fmt.Fprintln(w, "  lease       none")
 		case l.Live:
-			fmt.Fprintf(w, "  lease       %s, generation %d, %s left\n", l.Owner, l.Generation, fmtMS(l.TTLMS))
+			fmt.Fprintf(w, "  lease       %s, generation %d, %s left\n", l.Owner, l.Generation, fmtMS(l.RemainingMS))
 		default:
 			fmt.Fprintf(w, "  lease       %s, generation %d, void (the owner's session expired)\n", l.Owner, l.Generation)
 		}
@@ -355,7 +488,7 @@ func printInspection(ios *IOStreams, in *admin.Inspection) error {
 		}
 		fmt.Fprintf(w, "  pending     %d\n", h.PendingTotal)
 		if len(h.Pending) > 0 {
-			t := newTablePrinter(ios, "    ID", "LANE", "CONSUMER", "DELIVERIES", "IDLE")
+			t := alignedTable(ios, "    ID", "LANE", "CONSUMER", "DELIVERIES", "IDLE")
 			for _, p := range h.Pending {
 				t.AddRow("    "+p.ID, p.Lane, p.Consumer, strconv.FormatInt(p.Deliveries, 10), fmtMS(p.IdleMS))
 			}
@@ -376,54 +509,6 @@ func printInspection(ios *IOStreams, in *admin.Inspection) error {
 		fmt.Fprintf(w, "DLQ %s: %d entries\n", in.DLQStream, in.DLQLength)
 	}
 	return nil
-}
-
-// printInspectionRows prints an inspection for a pipe, one tab-separated row per item,
-// the first cell naming the kind of row:
-//
-//	partition  STREAM  CATEGORY  KEY  indexed|not_indexed
-//	lane       KIND  STREAM  LENGTH  FIRST_ID  LAST_ID
-//	group      STREAM  GROUP  LAST_DELIVERED  LAG  PENDING  CONSUMERS
-//	handler    HANDLER  STATE  OWNER|-  GENERATION  LEASE_TTL_MS
-//	halt       HANDLER  ENTRY  LANE  ATTEMPTS  SINCE  ERROR
-//	pending    HANDLER  ID  LANE  CONSUMER  DELIVERIES  IDLE_MS
-//	head       HANDLER  ID  LANE  STATUS  ATTEMPTS  AGE_MS  TYPE  EVENT_ID
-//	dlq        DLQ_STREAM  LENGTH
-func printInspectionRows(ios *IOStreams, in *admin.Inspection) error {
-	t := newTablePrinter(ios)
-	idx := "not_indexed"
-	if in.Indexed {
-		idx = "indexed"
-	}
-	t.AddRow("partition", in.Stream, in.Category, orDash(in.Key), idx)
-	for _, l := range in.Lanes {
-		t.AddRow("lane", l.Kind, l.Stream, strconv.FormatInt(l.Length, 10), orDash(l.FirstID), orDash(l.LastID))
-	}
-	for _, l := range in.Lanes {
-		for _, g := range l.Groups {
-			t.AddRow("group", l.Stream, g.Name, g.LastDeliveredID, strconv.FormatInt(g.Lag, 10), strconv.FormatInt(g.Pending, 10), strconv.FormatInt(g.Consumers, 10))
-		}
-	}
-	for _, h := range in.Handlers {
-		owner, gen, ttl := "-", "0", "0"
-		if l := h.Lease; l != nil && l.Live {
-			owner, gen, ttl = l.Owner, strconv.FormatInt(l.Generation, 10), strconv.FormatInt(l.TTLMS, 10)
-		}
-		t.AddRow("handler", h.Handler, string(h.State), owner, gen, ttl)
-		if hr := h.Halt; hr != nil {
-			t.AddRow("halt", h.Handler, hr.EntryID, hr.Stream, strconv.Itoa(hr.Attempts), fmtTime(&hr.Since), hr.Error)
-		}
-		for _, p := range h.Pending {
-			t.AddRow("pending", h.Handler, p.ID, p.Lane, p.Consumer, strconv.FormatInt(p.Deliveries, 10), strconv.FormatInt(p.IdleMS, 10))
-		}
-		if hd := h.Head; hd != nil {
-			t.AddRow("head", h.Handler, hd.ID, hd.Lane, string(hd.Status), strconv.FormatInt(hd.Attempts, 10), strconv.FormatInt(hd.AgeMS, 10), orDash(hd.Envelope.Type), orDash(hd.Envelope.ID))
-		}
-	}
-	if in.DLQStream != "" {
-		t.AddRow("dlq", in.DLQStream, strconv.FormatInt(in.DLQLength, 10))
-	}
-	return t.Render(ios.Out)
 }
 
 // indentRest indents every line of s after the first.

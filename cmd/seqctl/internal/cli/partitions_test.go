@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -29,7 +30,15 @@ func TestPartitionsListParse(t *testing.T) {
 			want: PartitionsListOptions{Sort: "lag", Watch: true, Interval: 500 * time.Millisecond}},
 		{name: "json", argv: []string{"-o", "json"}, want: PartitionsListOptions{Output: "json", Sort: "name", Interval: 2 * time.Second}},
 		{name: "wide, long form", argv: []string{"--output=wide"}, want: PartitionsListOptions{Output: "wide", Sort: "name", Interval: 2 * time.Second}},
-		{name: "bad output", argv: []string{"-o", "yaml"}, wantErr: `invalid value "yaml" for --output: want table, wide or json`},
+		{name: "yaml", argv: []string{"-o", "yaml"}, want: PartitionsListOptions{Output: "yaml", Sort: "name", Interval: 2 * time.Second}},
+		{name: "no headers", argv: []string{"--no-headers"}, want: PartitionsListOptions{NoHeaders: true, Sort: "name", Interval: 2 * time.Second}},
+		{name: "states and key", argv: []string{"--state", "running,idle", "--state", "halted", "--key", "client-1*"},
+			want: PartitionsListOptions{States: []string{"running", "idle", "halted"}, Key: "client-1*", Sort: "name", Interval: 2 * time.Second}},
+		{name: "--halted with another state", argv: []string{"--halted", "--state", "idle"}, wantErr: "--halted keeps only halted partitions and --state idle none of them"},
+		{name: "bad state", argv: []string{"--state", "stuck"}, wantErr: `invalid value for --state: unknown state "stuck": want running, idle, halted or unowned`},
+		{name: "bad key glob", argv: []string{"--key", "client-[1"}, wantErr: `invalid value for --key: invalid key pattern "client-[1"`},
+		{name: "sort by backlog", argv: []string{"--sort", "backlog"}, want: PartitionsListOptions{Sort: "backlog", Interval: 2 * time.Second}},
+		{name: "bad output", argv: []string{"-o", "csv"}, wantErr: `invalid value "csv" for --output: want table, wide, json or yaml`},
 		{name: "bad sort", argv: []string{"--sort", "size"}, wantErr: `invalid value "size" for --sort`},
 		{name: "bad interval", argv: []string{"--interval", "0s"}, wantErr: "--interval must be positive"},
 		{name: "argument", argv: []string{"order:a"}, wantErr: `unexpected argument "order:a"`},
@@ -76,6 +85,15 @@ func TestPartitionsListRun(t *testing.T) {
 		{name: "json", args: []string{"partitions", "list", "-o", "json"}, tm: onTTY, golden: "testdata/ops/partitions-list.json.golden"},
 		{name: "sorted by lag", args: []string{"partitions", "list", "--sort", "lag"}, tm: inPipe, golden: "testdata/ops/partitions-list.lag.golden"},
 		{name: "sorted by age", args: []string{"partitions", "list", "--sort", "age"}, tm: inPipe, golden: "testdata/ops/partitions-list.age.golden"},
+		{name: "yaml", args: []string{"partitions", "list", "-o", "yaml"}, tm: inPipe, golden: "testdata/ops/partitions-list.yaml.golden"},
+		{name: "-o table in a pipe keeps its header", args: []string{"partitions", "list", "-o", "table"}, tm: inPipe, golden: "testdata/ops/partitions-list.table-pipe.golden"},
+		{name: "--no-headers on a terminal", args: []string{"partitions", "list", "--no-headers"}, tm: onTTY, golden: "testdata/ops/partitions-list.no-headers.golden"},
+		{name: "-o wide in a pipe is the wide table", args: []string{"partitions", "list", "-o", "wide", "--no-headers"}, tm: inPipe,
+			stdoutHas: []string{"5m30s  halted   order:client-1   1738317600000-0  3  projector: total must be positive …\n"}},
+		{
+			name: "state and key filters reach the admin", args: []string{"partitions", "list", "--state", "idle,halted", "--key", "client-1*"},
+			tm: inPipe, fa: &fakeAdmin{}, wantFilter: admin.Filter{States: []admin.State{admin.StateIdle, admin.StateHalted}, KeyGlob: "client-1*"},
+		},
 		{
 			name: "filters reach the admin", args: []string{"partitions", "list", "--halted", "--handler", "P", "--category", "order", "--owner", "w"},
 			tm: inPipe, fa: &fakeAdmin{}, wantFilter: admin.Filter{Category: "order", Handler: "P", Halted: true, Owner: "w"},
@@ -148,6 +166,45 @@ func TestPartitionsListWatch(t *testing.T) {
 		}
 		if tm.out && !strings.Contains(out.String(), "\x1b[H\x1b[2J") {
 			t.Errorf("a terminal watch does not redraw in place")
+		}
+	}
+}
+
+// --watch -o json prints NDJSON: every partition on the first refresh, then one compact
+// object per change (a lease that only ticks down is no change), and a removed object
+// for a partition that is gone; never a pretty array.
+func TestPartitionsListWatchNDJSON(t *testing.T) {
+	ios, _, out, _ := NewTestIOStreams()
+	ctx, cancel := context.WithCancel(context.Background())
+	fa := &fakeAdmin{partitions: samplePartitions()[:3]}
+	fa.onList = func(n int) {
+		switch n {
+		case 1: // only the lease and head age move: nothing to print
+			fa.partitions[0].LeaseRemainingMS -= 1000
+			fa.partitions[1].HeadAgeMS += 1000
+		case 2: // client-2 catches up, client-3 is reaped
+			fa.partitions[1].Lag, fa.partitions[1].Backlog, fa.partitions[1].Pending, fa.partitions[1].State = 0, 0, 0, admin.StateIdle
+			fa.partitions = fa.partitions[:2]
+		case 4: // the fourth refresh is interrupted: nothing of it is printed
+			cancel()
+		}
+	}
+	n := 0
+	opts := &PartitionsListOptions{IO: ios, Output: "json", Sort: "name", Watch: true, Interval: time.Millisecond, Ctx: ctx,
+		Now:   func() time.Time { n++; return t0.Add(time.Duration(n) * time.Second) },
+		Admin: func(context.Context) (Admin, func(), error) { return fa, func() {}, nil }}
+	if err := partitionsListRun(opts); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "testdata/ops/partitions-list.watch.ndjson.golden", out.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 5 {
+		t.Errorf("%d lines, want 5 (3 partitions, nothing for the second refresh, then a change and a removal)", len(lines))
+	}
+	for i, line := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m["stream"] == nil || m["observed_at"] == nil {
+			t.Errorf("line %d is not one partition object with observed_at: %v\n%s", i+1, err, line)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,7 +37,7 @@ type PublishOptions struct {
 	Priority int
 	// ID is the event id (--id; "" assigns a random one). Single event only.
 	ID string
-	// Output is the global -o: "json", or text for anything else ("", "table", "wide").
+	// Output is the global -o: "json" or "yaml", or text for anything else ("", "table", "wide").
 	Output string
 	// ProgressTTY says stderr is a terminal: a file publish draws a progress bar there.
 	ProgressTTY bool
@@ -155,12 +156,97 @@ type publisher struct {
 	broker *engine.RedisBroker
 }
 
-// route validates an event without touching Redis.
+// route validates an event without touching Redis. Its errors speak of the user's event,
+// payload and fields, never of the engine's types.
 func (p *publisher) route(eventType string, data []byte, priority int) (engine.Route, error) {
 	if !json.Valid(data) {
 		return engine.Route{}, fmt.Errorf("the payload is not valid JSON: %s", jsonError(data))
 	}
-	return p.dom.Route(eventType, data, priority)
+	if kind := jsonKind(data); kind != "object" {
+		return engine.Route{}, fmt.Errorf("the payload is a JSON %s; an event payload is a JSON object, e.g. {\"client_id\": \"c-1\"}", kind)
+	}
+	r, err := p.dom.Route(eventType, data, priority)
+	if err == nil {
+		return r, nil
+	}
+	if errors.Is(err, engine.ErrUnknownEvent) {
+		return r, unknownEventError(p.dom, eventType)
+	}
+	return r, errors.New(strings.TrimPrefix(err.Error(), "engine: "))
+}
+
+// unknownEventError names the declared events, and the closest one when the name looks
+// like a typo.
+func unknownEventError(dom *engine.Domain, name string) error {
+	var names []string
+	for _, e := range dom.Events {
+		names = append(names, e.Name)
+	}
+	slices.Sort(names)
+	msg := fmt.Sprintf("unknown event type %q", name)
+	if s := closest(name, names); s != "" {
+		msg += fmt.Sprintf(": did you mean %q?", s)
+	}
+	if len(names) > 0 {
+		msg += fmt.Sprintf(" (declared events: %s)", strings.Join(names, ", "))
+	} else {
+		msg += " (the domain declares no events)"
+	}
+	return errors.New(msg)
+}
+
+// closest returns the candidate nearest to s by edit distance (letters compared without
+// case), "" when none is near enough to be a typo: at most a third of its length away.
+func closest(s string, candidates []string) string {
+	best, bestD := "", len(s)/3+1
+	for _, c := range candidates {
+		if d := editDistance(strings.ToLower(s), strings.ToLower(c)); d < bestD || (d == 0 && c != s) {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// jsonKind names the kind of a valid JSON value: object, array, string, number, boolean
+// or null.
+func jsonKind(data []byte) string {
+	t := bytes.TrimSpace(data)
+	switch {
+	case len(t) == 0:
+		return "nothing"
+	case t[0] == '{':
+		return "object"
+	case t[0] == '[':
+		return "array"
+	case t[0] == '"':
+		return "string"
+	case t[0] == 't', t[0] == 'f':
+		return "boolean"
+	case t[0] == 'n':
+		return "null"
+	}
+	return "number"
 }
 
 func (p *publisher) publish(ctx context.Context, r engine.Route, eventType, id string, data []byte, priority int) (publishResult, error) {
@@ -222,10 +308,8 @@ func publishRun(ctx context.Context, opts *PublishOptions) error {
 	}
 	out := opts.IO.Out
 	switch {
-	case opts.Output == "json":
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+	case structured(opts.Output):
+		return writeData(out, opts.Output, res)
 	case opts.IO.IsTerminal:
 		_, err = fmt.Fprintf(out, "%s published %s %s to %s as entry %s\n",
 			opts.IO.Green("✓"), res.Type, opts.IO.Gray(res.EventID), opts.IO.Bold(res.Stream), res.EntryID)
@@ -297,7 +381,7 @@ func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error 
 	}
 	// On a pipe, one row per published event (buffered: a big file is many rows).
 	rows := bufio.NewWriter(ios.Out)
-	printRows := opts.Output != "json" && !ios.IsTerminal
+	printRows := !structured(opts.Output) && !ios.IsTerminal
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
 	lineNo := 0
@@ -341,10 +425,8 @@ func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error 
 	if abort != nil {
 		sum.Aborted = abort.Error()
 	}
-	if opts.Output == "json" {
-		enc := json.NewEncoder(ios.Out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(sum); err != nil {
+	if structured(opts.Output) {
+		if err := writeData(ios.Out, opts.Output, sum); err != nil {
 			return err
 		}
 	}
@@ -377,7 +459,7 @@ func parseLine(opts *PublishOptions, raw []byte) (eventType, id string, data []b
 	dec.DisallowUnknownFields()
 	var fl fileLine
 	if err := dec.Decode(&fl); err != nil {
-		return "", "", nil, 0, fmt.Errorf(`not an event line {"event": NAME, "data": {...}, "priority": N} (or pass --event when the lines are payloads): %v`, err)
+		return "", "", nil, 0, fmt.Errorf(`%s; an event line is {"event": NAME, "data": {...}, "priority": N, "id": ID} (or pass --event when the lines are payloads)`, lineJSONError(raw, err))
 	}
 	if dec.More() {
 		return "", "", nil, 0, errors.New("more than one JSON document on the line")
@@ -393,6 +475,33 @@ func parseLine(opts *PublishOptions, raw []byte) (eventType, id string, data []b
 		priority = *fl.Priority
 	}
 	return fl.Event, fl.ID, fl.Data, priority, nil
+}
+
+// lineJSONError says in the user's terms why a line is not an event line: which field
+// has the wrong type, which field is unknown, or where the JSON breaks.
+func lineJSONError(raw []byte, err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te) && te.Field == "":
+		return fmt.Sprintf("the line is a JSON %s, not an object", jsonKind(raw))
+	case errors.As(err, &te):
+		want := map[string]string{"event": "a string", "id": "a string", "priority": "an integer", "data": "a JSON object"}[te.Field]
+		if want == "" {
+			want = "another type"
+		}
+		return fmt.Sprintf("%q is a JSON %s; it must be %s", te.Field, te.Value, want)
+	case errors.As(err, &se):
+		return fmt.Sprintf("the line is not valid JSON (at byte %d): %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	}
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if f, ok := strings.CutPrefix(msg, "unknown field "); ok {
+		return "unknown field " + f
+	}
+	if !json.Valid(raw) {
+		return "the line is not valid JSON: " + jsonError(raw)
+	}
+	return msg
 }
 
 // countLines counts the lines of a regular file and rewinds it; 0 (unknown) for anything

@@ -46,7 +46,7 @@ func TestPublishParse(t *testing.T) {
 		{name: "data with trailing garbage", argv: []string{"--event", "X", "--data", "{} {}"}, wantErr: "--data is not valid JSON"},
 		{name: "bare @", argv: []string{"--data", "@"}, wantErr: "--data @ needs a file name"},
 		{name: "id with a file", argv: []string{"--data", "@x.jsonl", "--id", "e-1"}, wantErr: "--id names one event"},
-		{name: "bad output", argv: []string{"--event", "X", "--data", "{}", "-o", "yaml"}, wantErr: `invalid value "yaml" for --output`},
+		{name: "bad output", argv: []string{"--event", "X", "--data", "{}", "-o", "csv"}, wantErr: `invalid value "csv" for --output`},
 		{
 			name: "table output is text",
 			argv: []string{"--event", "X", "--data", "{}", "-o", "table"},
@@ -173,10 +173,23 @@ func TestPublishOne(t *testing.T) {
 	})
 	t.Run("unknown event", func(t *testing.T) {
 		res := runCLI(t, false, append(base, "--event", "Nope", "--data", `{}`)...)
-		if res.Code != ExitUsage || !strings.Contains(res.Stderr, `unknown event type "Nope"`) {
+		if res.Code != ExitUsage || !strings.Contains(res.Stderr, `unknown event type "Nope" (declared events: Audited, OrderPlaced)`) {
 			t.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
 		}
 	})
+	for _, tt := range []struct{ name, event, data, want string }{
+		{"a typo gets a suggestion", "OrderPlcaed", `{"client_id":"c-1"}`, `unknown event type "OrderPlcaed": did you mean "OrderPlaced"? (declared events: Audited, OrderPlaced)`},
+		{"case is forgiven in the suggestion", "orderplaced", `{"client_id":"c-1"}`, `did you mean "OrderPlaced"?`},
+		{"an array payload", "OrderPlaced", `[{"client_id":"c-1"}]`, `the payload is a JSON array; an event payload is a JSON object`},
+		{"a string payload", "OrderPlaced", `"c-1"`, `the payload is a JSON string; an event payload is a JSON object`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			res := runCLI(t, false, append(base, "--event", tt.event, "--data", tt.data)...)
+			if res.Code != ExitUsage || !strings.Contains(res.Stderr, tt.want) || strings.Contains(res.Stderr, "engine:") || strings.Contains(res.Stderr, "Go value") {
+				t.Errorf("exit %d, stderr %q; want exit 2 and %q in the user's terms", res.Code, res.Stderr, tt.want)
+			}
+		})
+	}
 }
 
 // TestPublishInvalidKeys is acceptance 5: every kind of invalid key exits 2 with the
@@ -193,8 +206,8 @@ func TestPublishInvalidKeys(t *testing.T) {
 	tests := []struct {
 		name, data, reason string
 	}{
-		{"null", `{"client_id":null}`, "the key is null or empty"},
-		{"missing", `{"order_id":"o-1"}`, "the key is null or empty"},
+		{"null", `{"client_id":null}`, `the field "client_id" is null`},
+		{"missing", `{"order_id":"o-1"}`, `the payload has no field "client_id"`},
 		{"empty", `{"client_id":""}`, "the key is null or empty"},
 		{"too long", `{"client_id":"` + strings.Repeat("k", 256) + `"}`, "the key is 256 bytes, longer than the limit of 255 bytes"},
 		{"colon", `{"client_id":"a:b"}`, `"a:b" contains ':'`},
@@ -202,6 +215,9 @@ func TestPublishInvalidKeys(t *testing.T) {
 		{"backfill", `{"client_id":"backfill"}`, `"backfill" equals the reserved lane token "backfill"`},
 		{"sentinel", `{"client_id":"__sentinel__"}`, `"__sentinel__" has the reserved __name__ form`},
 		{"wrong type", `{"client_id":{"id":1}}`, "the field holds a JSON object; a partition key must be a string or an integer"},
+		{"NUL", `{"client_id":"a\u0000b"}`, `"a\x00b" contains the control character U+0000 at byte 1`},
+		{"newline", `{"client_id":"a\nb"}`, `"a\nb" contains the control character U+000A at byte 1`},
+		{"brace", `{"client_id":"{x}"}`, `"{x}" contains '{' or '}'`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -246,7 +262,7 @@ func TestPublishFile(t *testing.T) {
 			t.Errorf("exit %d, want 2", res.Code)
 		}
 		for _, w := range []string{
-			payloads + `:4: engine: invalid partition key for category "order" (field "client_id"): "a:b" contains ':'`,
+			payloads + `:4: invalid partition key for category "order" (field "client_id"): "a:b" contains ':'`,
 			payloads + ":5: the payload is not valid JSON",
 			payloads + ": published 3 of 5 events, 2 failed",
 		} {
@@ -283,6 +299,9 @@ func TestPublishFile(t *testing.T) {
 {"event":"Nope","data":{}}
 {"data":{"client_id":"c-9"}}
 {"event":"OrderPlaced","data":{"client_id":"c-9"},"extra":1}
+{"event":"OrderPlaced","data":{"client_id":"c-9"},"priority":"high"}
+[1,2]
+{"event":"OrderPlaced","data":[1]}
 `)
 		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--data", "@"+events, "-o", "json")
 		if res.Code != ExitUsage {
@@ -292,12 +311,19 @@ func TestPublishFile(t *testing.T) {
 		if err := json.Unmarshal([]byte(res.Stdout), &sum); err != nil {
 			t.Fatalf("stdout %q: %v", res.Stdout, err)
 		}
-		if sum.Lines != 5 || sum.Published != 2 || sum.Failed != 3 || len(sum.Failures) != 3 {
+		if sum.Lines != 8 || sum.Published != 2 || sum.Failed != 6 || len(sum.Failures) != 6 {
 			t.Fatalf("summary = %+v", sum)
 		}
-		for i, w := range []string{`unknown event type "Nope"`, `the line has no "event"`, `unknown field "extra"`} {
-			if !strings.Contains(sum.Failures[i].Error, w) {
-				t.Errorf("failure %d = %+v, want %q", i, sum.Failures[i], w)
+		for i, w := range []struct {
+			line int
+			msg  string
+		}{
+			{3, `unknown event type "Nope"`}, {4, `the line has no "event"`}, {5, `unknown field "extra"; an event line is {"event": NAME`},
+			{6, `"priority" is a JSON string; it must be an integer`}, {7, `the line is a JSON array, not an object`},
+			{8, `the payload is a JSON array; an event payload is a JSON object`},
+		} {
+			if f := sum.Failures[i]; f.Line != w.line || !strings.Contains(f.Error, w.msg) || strings.Contains(f.Error, "Go ") {
+				t.Errorf("failure %d = %+v, want line %d and %q in the user's terms", i, f, w.line, w.msg)
 			}
 		}
 		if n, _ := rdb.XLen(ctx, "order:c-9:backfill").Result(); n != 1 {

@@ -8,12 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/seqctl/seqctl/internal/buildinfo"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -97,6 +95,7 @@ func newCmdRoot(f *Factory) *cobra.Command {
 		newCmdRelay(f),
 	)
 	addGlobalFlags(cmd, f)
+	addVersionFlag(cmd, f)
 	return cmd
 }
 
@@ -148,45 +147,13 @@ func noArgs(cmd *cobra.Command, args []string) error {
 
 // outputFlag registers -o/--output; "" is the human format.
 func outputFlag(cmd *cobra.Command, p *string) {
-	cmd.Flags().StringVarP(p, "output", "o", "", "output format: json")
+	cmd.Flags().StringVarP(p, "output", "o", "", "output format: json or yaml")
 }
 
 // checkOutput validates the -o value.
 func checkOutput(cmd *cobra.Command, v string) error {
-	if v != "" && v != "json" {
-		return usageErrorf(cmd.CommandPath(), "invalid value %q for --output: the only format is json (omit -o for text)", v)
+	if v != "" && !structured(v) {
+		return usageErrorf(cmd.CommandPath(), "invalid value %q for --output: want json or yaml (omit -o for text)", v)
 	}
 	return nil
-}
-
-// linkedBuildInfo returns the version stamped with -ldflags -X, falling back to the module
-// version and VCS stamp of a 'go install' build.
-func linkedBuildInfo() BuildInfo {
-	b := BuildInfo{Version: buildinfo.Version, Commit: buildinfo.Commit, Date: buildinfo.Date}
-	if b.Version != "dev" && b.Commit != "none" && b.Commit != "" {
-		return b
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return b
-	}
-	if v := bi.Main.Version; b.Version == "dev" && v != "" && v != "(devel)" {
-		b.Version = v
-	}
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			if b.Commit == "none" || b.Commit == "" {
-				b.Commit = s.Value
-				if len(b.Commit) > 7 {
-					b.Commit = b.Commit[:7]
-				}
-			}
-		case "vcs.time":
-			if b.Date == "unknown" {
-				b.Date = s.Value
-			}
-		}
-	}
-	return b
 }

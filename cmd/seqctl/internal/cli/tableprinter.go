@@ -1,75 +1,152 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
 )
 
-// tablePrinter prints rows the way the streams want them: on a terminal, an aligned
-// table under a bold header; to a pipe, one tab-separated row per line and no header,
-// for cut and awk. Cells must not contain tabs or newlines; they are replaced by spaces.
+// tablePrinter prints rows in one of two layouts:
+//
+//   - aligned: columns padded by github.com/olekukonko/tablewriter under a header (bold
+//     when colour is on), without borders, the way kubectl and gh print. This is what a
+//     terminal gets, and what -o table and -o wide ask for anywhere (a pipe included).
+//   - rows: one tab-separated row per line, for cut and awk: what a pipe gets by default.
+//     No header unless asked for.
+//
+// --no-headers drops the header of either layout. Cells must not contain tabs or
+// newlines; they are replaced by spaces.
 type tablePrinter struct {
-	ios    *IOStreams
-	header []string
-	rows   [][]string
+	ios     *IOStreams
+	header  []string
+	rows    [][]string
+	aligned bool
+	// showHeader prints the header row.
+	showHeader bool
 }
 
-func newTablePrinter(ios *IOStreams, header ...string) *tablePrinter {
-	return &tablePrinter{ios: ios, header: header}
+// tableLayout is what the command line says about tables: the -o value and
+// --no-headers.
+type tableLayout struct {
+	Output    string
+	NoHeaders bool
 }
+
+// newTablePrinter returns a printer that follows the streams only: aligned with a header
+// on a terminal, tab-separated rows without a header in a pipe.
+func newTablePrinter(ios *IOStreams, header ...string) *tablePrinter {
+	return &tablePrinter{ios: ios, header: header, aligned: ios.IsTerminal, showHeader: ios.IsTerminal}
+}
+
+// newTable returns a printer that follows the streams and the command line: -o table or
+// -o wide align the columns under a header even in a pipe; --no-headers drops it.
+func newTable(ios *IOStreams, l tableLayout, header ...string) *tablePrinter {
+	t := newTablePrinter(ios, header...)
+	if l.Output == "table" || l.Output == "wide" {
+		t.aligned, t.showHeader = true, true
+	}
+	if l.NoHeaders {
+		t.showHeader = false
+	}
+	return t
+}
+
+// alignedTable returns a printer that always aligns its columns under a header: for
+// labelled views (inspect) that must read the same in a pipe.
+func alignedTable(ios *IOStreams, header ...string) *tablePrinter {
+	return &tablePrinter{ios: ios, header: header, aligned: true, showHeader: true}
+}
+
+var cellCleaner = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
 
 func (t *tablePrinter) AddRow(cells ...string) {
 	clean := make([]string, len(cells))
 	for i, c := range cells {
-		clean[i] = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(c)
+		clean[i] = cellCleaner.Replace(c)
 	}
 	t.rows = append(t.rows, clean)
 }
 
 // Render writes the table to w.
 func (t *tablePrinter) Render(w io.Writer) error {
-	if !t.ios.IsTerminal {
-		for _, r := range t.rows {
-			if _, err := fmt.Fprintln(w, strings.Join(r, "\t")); err != nil {
-				return err
-			}
+	if !t.aligned {
+		var b strings.Builder
+		if t.showHeader && len(t.header) > 0 {
+			b.WriteString(strings.Join(t.header, "\t") + "\n")
 		}
-		return nil
+		for _, r := range t.rows {
+			b.WriteString(strings.Join(r, "\t") + "\n")
+		}
+		_, err := io.WriteString(w, b.String())
+		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if len(t.header) > 0 {
-		// Bold escapes would upset the column widths: pad first, then style the line.
-		var hb strings.Builder
-		htw := tabwriter.NewWriter(&hb, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(htw, strings.Join(t.header, "\t"))
-		for _, r := range t.rows {
-			fmt.Fprintln(htw, strings.Join(r, "\t"))
-		}
-		if err := htw.Flush(); err != nil {
-			return err
-		}
-		lines := strings.SplitAfter(hb.String(), "\n")
-		if _, err := io.WriteString(w, t.ios.Bold(strings.TrimRight(lines[0], " \n"))+"\n"); err != nil {
-			return err
-		}
-		for _, l := range lines[1:] {
-			if _, err := io.WriteString(w, strings.TrimRight(l, " \n")+trailingNewline(l)); err != nil {
-				return err
-			}
-		}
-		return nil
+	var buf bytes.Buffer
+	pad := tw.CellPadding{Global: tw.Padding{Left: "", Right: "  ", Overwrite: true}}
+	tbl := tablewriter.NewTable(&buf,
+		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
+			Borders: tw.BorderNone,
+			Symbols: tw.NewSymbols(tw.StyleNone),
+			Settings: tw.Settings{
+				Separators: tw.Separators{BetweenColumns: tw.Off, BetweenRows: tw.Off, ShowHeader: tw.Off},
+				Lines:      tw.Lines{ShowHeaderLine: tw.Off, ShowTop: tw.Off, ShowBottom: tw.Off, ShowFooterLine: tw.Off},
+			},
+		})),
+		tablewriter.WithConfig(tablewriter.Config{
+			Header: tw.CellConfig{
+				Formatting: tw.CellFormatting{AutoFormat: tw.Off, AutoWrap: tw.WrapNone},
+				Alignment:  tw.CellAlignment{Global: tw.AlignLeft},
+				Padding:    pad,
+			},
+			Row: tw.CellConfig{
+				Formatting: tw.CellFormatting{AutoWrap: tw.WrapNone},
+				Alignment:  tw.CellAlignment{Global: tw.AlignLeft},
+				Padding:    pad,
+			},
+		}),
+		tablewriter.WithTrimSpace(tw.Off),
+	)
+	headed := t.showHeader && len(t.header) > 0
+	if headed {
+		tbl.Header(t.header)
 	}
 	for _, r := range t.rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		if err := tbl.Append(r); err != nil {
+			return fmt.Errorf("table: %w", err)
+		}
 	}
-	return tw.Flush()
+	if err := tbl.Render(); err != nil {
+		return fmt.Errorf("table: %w", err)
+	}
+	lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+	var b strings.Builder
+	for i, l := range lines {
+		l = trimCell(l)
+		if i == 0 && headed {
+			l = t.ios.Bold(l)
+		}
+		b.WriteString(l + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
-func trailingNewline(l string) string {
-	if strings.HasSuffix(l, "\n") {
-		return "\n"
+// trimCell removes the padding after the last cell, and the colour reset tablewriter
+// writes after the padding of a coloured last cell (one reset is put back when the line
+// still holds a colour).
+func trimCell(l string) string {
+	const reset = "\x1b[0m"
+	l = strings.TrimRight(l, " ")
+	stripped := false
+	for strings.HasSuffix(l, reset) {
+		l, stripped = strings.TrimRight(strings.TrimSuffix(l, reset), " "), true
 	}
-	return ""
+	if stripped && strings.Contains(l, "\x1b[") {
+		l += reset
+	}
+	return l
 }

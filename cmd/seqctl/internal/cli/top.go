@@ -31,13 +31,24 @@ func newCmdTop(f *Factory, runF func(*TopOptions) error) *cobra.Command {
 		Short: "Live dashboard of partitions, owners, generations, lag and halts",
 		Long: `top shows a live deployment: every (handler, partition) with its owner, lease
 generation, lease time left, lag, pending entries, head age and state, halted partitions
-pinned first; the instances; and the head of the selected partition.
+pinned first; the instances; every DLQ with its length; the newest operator actions of
+the audit log; and the head of the selected partition. The header counts partitions as
+the CLI does (partition streams) and the table's rows (one per handler and partition).
+Owners are session owners (instance.N), as 'seqctl partitions list' prints them.
 
 A halted head can be skipped (s), moved to its DLQ (d) or retried (r) from the dashboard,
 each after a confirmation that names the head entry id, and as a compare-and-act on it:
 if the head moved meanwhile, nothing is done. --readonly turns the actions off.
 
-Keys: arrows/j/k move, enter detail, tab instances, o sort, / filter, p pause, ? help, q quit.`,
+The selection stays on the partition you chose while the rows re-sort; if it leaves
+the list, no key acts until you move the cursor. Messages fade after a few seconds.
+
+Filter (/): every word must match; text matches the key, category, handler, owner or
+state; field:text one field (key, category, handler, owner, state, stream); /regexp/
+and field:/regexp/ a regular expression, e.g. owner:w1 key:/^client-1[0-9]$/.
+
+Keys: arrows/j/k move, enter detail, tab partitions/instances/DLQ/audit, o sort by the
+next column, O reverse, / filter, p pause, ? help, q quit.`,
 		Example: `  # watch the local deployment
   $ seqctl top --redis-url redis://127.0.0.1:6379/0
 
@@ -112,8 +123,8 @@ func (s *adminSource) Snapshot(ctx context.Context) (tui.Snapshot, error) {
 		}
 		snap.Partitions = append(snap.Partitions, tui.Partition{
 			Category: p.Category, Key: p.Key, Stream: p.Stream, Handler: p.Handler,
-			Owner: inst, Generation: p.Generation,
-			LeaseTTL: time.Duration(p.LeaseTTLMS) * time.Millisecond,
+			Owner: p.Owner, Generation: p.Generation, // the session owner, as 'partitions list' prints it
+			LeaseTTL: time.Duration(p.LeaseRemainingMS) * time.Millisecond,
 			Lag:      p.Lag, Pending: p.Pending,
 			HeadAge:       time.Duration(p.HeadAgeMS) * time.Millisecond,
 			State:         string(p.State),
@@ -173,6 +184,34 @@ func (s *adminSource) Head(ctx context.Context, p tui.PartitionRef) (tui.HeadDet
 		d.Since = *h.HaltedSince
 	}
 	return d, nil
+}
+
+// DLQs feeds the dashboard's DLQ view.
+func (s *adminSource) DLQs(ctx context.Context) ([]tui.DLQInfo, error) {
+	ds, err := s.a.DLQs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tui.DLQInfo, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, tui.DLQInfo{Stream: d.Stream, Length: d.Length, OldestID: d.OldestID, NewestID: d.NewestID,
+			OldestAge: time.Duration(d.OldestAgeMS) * time.Millisecond})
+	}
+	return out, nil
+}
+
+// Audit feeds the dashboard's audit view: the newest limit actions, newest first.
+func (s *adminSource) Audit(ctx context.Context, limit int) ([]tui.AuditRecord, error) {
+	es, err := s.a.AuditEntries(ctx, admin.AuditQuery{Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tui.AuditRecord, 0, len(es))
+	for _, e := range es {
+		out = append(out, tui.AuditRecord{Time: e.Time, User: e.User, Host: e.Host, Command: e.Command, Stream: e.Stream,
+			Handler: e.Handler, EntryID: e.EntryID, Outcome: e.Outcome, Detail: e.Detail})
+	}
+	return out, nil
 }
 
 func streamOf(p tui.PartitionRef) string {

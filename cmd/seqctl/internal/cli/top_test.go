@@ -47,7 +47,7 @@ func TestTopParse(t *testing.T) {
 func TestAdminSourceAdapter(t *testing.T) {
 	fa := &fakeAdmin{
 		partitions: []admin.Partition{
-			{Category: "order", Key: "A", Stream: "order:A", Handler: "P", Owner: "i1.2", Generation: 7, LeaseTTLMS: 900,
+			{Category: "order", Key: "A", Stream: "order:A", Handler: "P", Owner: "i1.2", Generation: 7, LeaseRemainingMS: 900,
 				Lag: 3, Pending: 1, HeadAgeMS: 1500, State: admin.StateHalted, HaltedEntryID: "5-0", Handled: 40},
 			{Category: "order", Key: "B", Stream: "order:B", Handler: "P", State: admin.StateUnowned},
 		},
@@ -60,7 +60,7 @@ func TestAdminSourceAdapter(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []tui.Partition{
-		{Category: "order", Key: "A", Stream: "order:A", Handler: "P", Owner: "i1", Generation: 7, LeaseTTL: 900 * time.Millisecond,
+		{Category: "order", Key: "A", Stream: "order:A", Handler: "P", Owner: "i1.2", Generation: 7, LeaseTTL: 900 * time.Millisecond,
 			Lag: 3, Pending: 1, HeadAge: 1500 * time.Millisecond, State: "halted", HaltedEntryID: "5-0", Handled: 40},
 		{Category: "order", Key: "B", Stream: "order:B", Handler: "P", State: "unowned"},
 	}
@@ -77,5 +77,17 @@ func TestAdminSourceAdapter(t *testing.T) {
 	}
 	if len(fa.actions) != 1 || fa.actions[0].ExpectID != "5-0" || fa.actions[0].Stream != "order:A" {
 		t.Errorf("actions = %+v", fa.actions)
+	}
+
+	// The DLQ and audit views.
+	fa.dlqs = []admin.DLQSummary{{Stream: "order:A", DLQStream: "order:A:dlq", Length: 2, OldestID: "1-0", NewestID: "2-0", OldestAgeMS: 1500}}
+	ds, err := src.DLQs(context.Background())
+	if diff := cmp.Diff([]tui.DLQInfo{{Stream: "order:A", Length: 2, OldestID: "1-0", NewestID: "2-0", OldestAge: 1500 * time.Millisecond}}, ds); err != nil || diff != "" {
+		t.Errorf("DLQs (-want +got): %v\n%s", err, diff)
+	}
+	fa.audit = sampleAudit()
+	as, err := src.Audit(context.Background(), 50)
+	if err != nil || len(as) != 2 || as[1].Outcome != admin.OutcomeOK || fa.auditQuery.Limit != 50 {
+		t.Errorf("audit = %+v, query %+v, %v", as, fa.auditQuery, err)
 	}
 }

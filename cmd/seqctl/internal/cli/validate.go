@@ -1,10 +1,12 @@
 package cli
 
 import (
-	"encoding/json"
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,7 +19,7 @@ type ValidateOptions struct {
 	IO *IOStreams
 	// ConfigPath is the domain.toml to check (--config, default "domain.toml").
 	ConfigPath string
-	// Output is "" for text or "json".
+	// Output is "" for text, "json" or "yaml".
 	Output string
 }
 
@@ -38,8 +40,13 @@ When the file is well formed, the domain is registered against the configured br
 kind, which checks the sequential_by rules: every handled event declares the key field,
 all handlers on a category agree on one key, and the broker supports partitioning.
 
+An unknown key does not hide the other problems: the rest of the file is checked as if
+the key were absent, so a misspelt key and a sequential_by mistake show in one run.
+
 On success it prints the domain: each category with its partition key, each handler and
-process manager. Exit status 0 when valid, 2 when not.`,
+process manager. With -o json an invalid file prints {"file", "valid": false,
+"problems": [{"line", "path", "message"}]} on stdout as well. Exit status 0 when valid,
+2 when not.`,
 		Example: `  # check ./domain.toml
   $ seqctl validate
 
@@ -75,22 +82,100 @@ func validateRun(opts *ValidateOptions) error {
 		if errors.Is(err, fs.ErrNotExist) && errors.As(err, &ce) && len(ce.Problems) == 1 {
 			ce.Problems[0].Message = "the config file does not exist; pass --config with the path of your domain.toml"
 		}
-		return err
+		return validateFailed(opts, withSemanticProblems(opts.ConfigPath, err))
 	}
 	dom, err := cfg.InitDomain()
 	if err != nil {
-		return err
+		return validateFailed(opts, err)
 	}
 	s := summarize(cfg, dom)
-	if opts.Output == "json" {
-		enc := json.NewEncoder(opts.IO.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(s)
+	if structured(opts.Output) {
+		return writeData(opts.IO.Out, opts.Output, s)
 	}
 	if opts.IO.IsTerminal {
 		return printSummary(opts.IO, s)
 	}
 	return printSummaryRows(opts.IO, s)
+}
+
+// validateProblems is what 'seqctl validate -o json' prints for an invalid file (exit
+// status 2); the problems are also printed to stderr, one per line.
+type validateProblems struct {
+	File     string           `json:"file"`
+	Valid    bool             `json:"valid"`
+	Problems []problemSummary `json:"problems"`
+}
+
+type problemSummary struct {
+	// Line is the 1-based line, 0 when unknown; Path the key path, "" for the file.
+	Line    int    `json:"line"`
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// validateFailed prints a config error as JSON on stdout when -o json asks for it, and
+// returns err (printed to stderr, exit status 2).
+func validateFailed(opts *ValidateOptions, err error) error {
+	var ce *engine.ConfigError
+	if !structured(opts.Output) || !errors.As(err, &ce) {
+		return err
+	}
+	out := validateProblems{File: ce.File, Problems: []problemSummary{}}
+	for _, p := range ce.Problems {
+		out.Problems = append(out.Problems, problemSummary{Line: p.Line, Path: p.Path, Message: p.Message})
+	}
+	if werr := writeData(opts.IO.Out, opts.Output, out); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// withSemanticProblems adds, to a parse error made of unknown keys, the problems the
+// rest of the file has: the file is parsed again with the lines of the unknown keys
+// blanked out, and registered (sequential_by and the other domain rules), so that one
+// run reports a misspelt key and a sequential_by mistake together. Any other error, and
+// an unknown key that is a table header or spans lines, is returned as it is.
+func withSemanticProblems(path string, err error) error {
+	var ce *engine.ConfigError
+	if !errors.As(err, &ce) || len(ce.Problems) == 0 {
+		return err
+	}
+	data, rerr := os.ReadFile(path)
+	if rerr != nil {
+		return err
+	}
+	lines := strings.Split(string(data), "\n")
+	multiline := []string{strings.Repeat(`"`, 3), strings.Repeat("'", 3)}
+	for _, p := range ce.Problems {
+		if !strings.HasPrefix(p.Message, "unknown key") || p.Line < 1 || p.Line > len(lines) {
+			return err
+		}
+		l := strings.TrimSpace(lines[p.Line-1])
+		if strings.HasPrefix(l, "[") || !strings.Contains(l, "=") || strings.HasSuffix(l, "[") ||
+			strings.Count(l, multiline[0])%2 == 1 || strings.Count(l, multiline[1])%2 == 1 {
+			return err
+		}
+		lines[p.Line-1] = "" // the line stays: every other line keeps its number
+	}
+	cfg, perr := engine.ParseConfig(path, []byte(strings.Join(lines, "\n")))
+	if perr == nil {
+		_, perr = cfg.InitDomain()
+	}
+	var more *engine.ConfigError
+	if perr == nil || !errors.As(perr, &more) {
+		return err
+	}
+	seen := map[engine.ConfigProblem]bool{}
+	for _, p := range ce.Problems {
+		seen[p] = true
+	}
+	for _, p := range more.Problems {
+		if !seen[p] {
+			ce.Problems = append(ce.Problems, p)
+		}
+	}
+	slices.SortStableFunc(ce.Problems, func(a, b engine.ConfigProblem) int { return cmp.Compare(a.Line, b.Line) })
+	return err
 }
 
 // validateSummary is what 'seqctl validate -o json' prints.

@@ -24,7 +24,7 @@ func TestValidateParse(t *testing.T) {
 		{name: "config", argv: []string{"--config", "deploy/domain.toml"}, want: ValidateOptions{ConfigPath: "deploy/domain.toml"}},
 		{name: "short flags", argv: []string{"-c", "x.toml", "-o", "json"}, want: ValidateOptions{ConfigPath: "x.toml", Output: "json"}},
 		{name: "long output", argv: []string{"--output=json"}, want: ValidateOptions{ConfigPath: "domain.toml", Output: "json"}},
-		{name: "unknown output", argv: []string{"-o", "yaml"}, wantErr: `invalid value "yaml" for --output`},
+		{name: "unknown output", argv: []string{"-o", "csv"}, wantErr: `invalid value "csv" for --output: want json or yaml`},
 		{name: "empty config", argv: []string{"--config", ""}, wantErr: "--config is empty"},
 		{name: "config without value", argv: []string{"--config"}, wantErr: "flag needs an argument"},
 		{name: "positional argument", argv: []string{"domain.toml"}, wantErr: `unexpected argument "domain.toml"`},
@@ -190,6 +190,50 @@ func TestValidateJSON(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("JSON summary mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// validate -o json on an invalid file prints the problems as JSON on stdout (exit 2),
+// and the unknown key and the registration problem come in the same run.
+func TestValidateJSONProblems(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	repoRoot(t)
+	file := "testdata/invalid/unknown_key_and_sequential_by.toml"
+	r := runCLI(t, false, "validate", "--config", file, "-o", "json")
+	if r.Code != ExitUsage {
+		t.Errorf("exit code = %d, want 2", r.Code)
+	}
+	golden(t, "testdata/invalid/unknown_key_and_sequential_by.json.golden", r.Stdout)
+	var got validateProblems
+	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, r.Stdout)
+	}
+	if got.Valid || got.File != file || len(got.Problems) != 2 || got.Problems[0].Line != 12 || got.Problems[1].Path != "handlers[0].max_retry" {
+		t.Errorf("problems = %+v, want the sequential_by problem (line 12) and the unknown key (line 17)", got)
+	}
+	if !strings.Contains(r.Stderr, file+":17: handlers[0].max_retry: unknown key") {
+		t.Errorf("stderr lacks the problem lines:\n%s", r.Stderr)
+	}
+	// A file that does not parse at all still gets its JSON.
+	bad := writeConfig(t, "name = \"x\"\n[broker\n")
+	r = runCLI(t, false, "validate", "--config", bad, "-o", "json")
+	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil || r.Code != ExitUsage || len(got.Problems) == 0 {
+		t.Errorf("syntax error: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
+	}
+}
+
+func TestValidateYAML(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(engine.EnvOutboxDSN, "")
+	repoRoot(t)
+	r := runCLI(t, false, "validate", "--config", "testdata/domain.toml", "-o", "yaml")
+	if r.Code != 0 || r.Stderr != "" {
+		t.Fatalf("exit %d, stderr:\n%s", r.Code, r.Stderr)
+	}
+	golden(t, "testdata/domain.validate.yaml.golden", r.Stdout)
+	r = runCLI(t, false, "version", "-o", "yaml")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "version: v1.2.3\n") || !strings.Contains(r.Stdout, "commit: abc1234\n") {
+		t.Errorf("version -o yaml: exit %d\n%s", r.Code, r.Stdout)
 	}
 }
 

@@ -1,11 +1,12 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime"
 
 	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/internal/buildinfo"
 )
 
 // BuildInfo is the version stamped into the binary (see internal/buildinfo and the
@@ -52,6 +53,27 @@ version and platform it was built for. Include it in bug reports.`,
 	return cmd
 }
 
+// linkedBuildInfo returns the version stamped with -ldflags -X, else what the Go
+// toolchain recorded: the module version of 'go install module@version', the VCS
+// revision and time of a build from a clone (see internal/buildinfo).
+func linkedBuildInfo() BuildInfo {
+	b := buildinfo.Get()
+	return BuildInfo{Version: b.Version, Commit: b.Commit, Date: b.Date}
+}
+
+// addVersionFlag gives the root command --version, printing what 'seqctl version'
+// prints.
+func addVersionFlag(cmd *cobra.Command, f *Factory) {
+	cmd.Version = versionLine(f.Build, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH)
+	cmd.SetVersionTemplate("seqctl {{.Version}}\n")
+	cmd.Flags().Bool("version", false, "print the version (as 'seqctl version' does) and exit")
+}
+
+// versionLine is the version as one line: "v0.3.0 (commit 1a2b3c4, built ..., go1.26 linux/amd64)".
+func versionLine(b BuildInfo, goVersion, platform string) string {
+	return fmt.Sprintf("%s (commit %s, built %s, %s %s)", b.Version, b.Commit, b.Date, goVersion, platform)
+}
+
 func versionRun(opts *VersionOptions) error {
 	goVersion, platform := opts.GoVersion, opts.Platform
 	if goVersion == "" {
@@ -60,16 +82,13 @@ func versionRun(opts *VersionOptions) error {
 	if platform == "" {
 		platform = runtime.GOOS + "/" + runtime.GOARCH
 	}
-	if opts.Output == "json" {
-		enc := json.NewEncoder(opts.IO.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+	if structured(opts.Output) {
+		return writeData(opts.IO.Out, opts.Output, struct {
 			BuildInfo
 			Go       string `json:"go"`
 			Platform string `json:"platform"`
 		}{opts.Build, goVersion, platform})
 	}
-	_, err := fmt.Fprintf(opts.IO.Out, "seqctl %s (commit %s, built %s, %s %s)\n",
-		opts.Build.Version, opts.Build.Commit, opts.Build.Date, goVersion, platform)
+	_, err := fmt.Fprintf(opts.IO.Out, "seqctl %s\n", versionLine(opts.Build, goVersion, platform))
 	return err
 }

@@ -93,6 +93,14 @@ func TestVersionCommand(t *testing.T) {
 	}
 }
 
+func TestVersionFlag(t *testing.T) {
+	r := runCLI(t, false, "--version")
+	want := runCLI(t, false, "version")
+	if r.Code != 0 || r.Stdout != want.Stdout || r.Stderr != "" {
+		t.Errorf("seqctl --version: code %d, stdout %q, stderr %q; want exit 0 and %q", r.Code, r.Stdout, r.Stderr, want.Stdout)
+	}
+}
+
 func TestLinkedBuildInfo(t *testing.T) {
 	saved := [3]string{buildinfo.Version, buildinfo.Commit, buildinfo.Date}
 	t.Cleanup(func() { buildinfo.Version, buildinfo.Commit, buildinfo.Date = saved[0], saved[1], saved[2] })
@@ -102,7 +110,7 @@ func TestLinkedBuildInfo(t *testing.T) {
 		t.Errorf("-ldflags values mismatch (-want +got):\n%s", diff)
 	}
 	buildinfo.Version, buildinfo.Commit, buildinfo.Date = "dev", "none", "unknown"
-	if got := linkedBuildInfo(); got.Version == "" || got.Commit == "" || got.Date == "" {
-		t.Errorf("development build info has an empty field: %+v", got)
+	if got := linkedBuildInfo(); got.Version == "" || got.Commit == "" || got.Date == "" || got.Commit == "none" {
+		t.Errorf("development build info has an empty field or the linker's placeholder: %+v", got)
 	}
 }

@@ -1,0 +1,241 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// DLQSummary is one partition's dead-letter stream: a row of 'seqctl dlq list' without a
+// stream.
+type DLQSummary struct {
+	// Stream is the partition, {category}:{key}; DLQStream its DLQ, {category}:{key}:dlq.
+	Stream    string `json:"stream"`
+	DLQStream string `json:"dlq_stream"`
+	Category  string `json:"category"`
+	Key       string `json:"key"`
+	// Length is the number of entries.
+	Length int64 `json:"length"`
+	// OldestID and NewestID are the first and last entry ids; OldestAgeMS the age of the
+	// oldest entry by Redis TIME.
+	OldestID    string `json:"oldest_id"`
+	NewestID    string `json:"newest_id"`
+	OldestAgeMS int64  `json:"oldest_age_ms"`
+}
+
+// DLQs lists every non-empty partition DLQ, found with SCAN (a DLQ outlives its
+// partition's index entry when the partition is reaped), sorted by stream in natural
+// order. It costs the SCAN and one pipelined round trip.
+func (a *Admin) DLQs(ctx context.Context) ([]DLQSummary, error) {
+	var names []string
+	var cursor uint64
+	for {
+		keys, next, err := a.rdb.ScanType(ctx, cursor, "*:dlq", scanCount, "stream").Result()
+		if err != nil {
+			return nil, translate(err)
+		}
+		for _, k := range keys {
+			if p, err := a.ParseStream(k); err == nil && p.Key != "" && engine.DLQStream(p.Category, p.Key) == k {
+				names = append(names, k)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	out := []DLQSummary{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	pipe := a.rdb.Pipeline()
+	type cmds struct {
+		n           *redis.IntCmd
+		first, last *redis.XMessageSliceCmd
+	}
+	cs := make([]cmds, len(names))
+	for i, n := range names {
+		cs[i] = cmds{pipe.XLen(ctx, n), pipe.XRangeN(ctx, n, "-", "+", 1), pipe.XRevRangeN(ctx, n, "+", "-", 1)}
+	}
+	now := pipe.Time(ctx)
+	if err := execTolerant(ctx, pipe); err != nil {
+		return nil, err
+	}
+	for i, n := range names {
+		c := cs[i]
+		if c.n.Val() == 0 {
+			continue
+		}
+		p, _ := a.ParseStream(n)
+		s := DLQSummary{Stream: p.Stream(), DLQStream: n, Category: p.Category, Key: p.Key, Length: c.n.Val()}
+		if f := c.first.Val(); len(f) > 0 {
+			s.OldestID = f[0].ID
+			s.OldestAgeMS = max(now.Val().UnixMilli()-idMillis(s.OldestID), 0)
+		}
+		if l := c.last.Val(); len(l) > 0 {
+			s.NewestID = l[0].ID
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(x, y DLQSummary) int { return NaturalCompare(x.Stream, y.Stream) })
+	return out, nil
+}
+
+// PurgeResult says what a purge did.
+type PurgeResult struct {
+	Stream    string `json:"stream"`
+	DLQStream string `json:"dlq_stream"`
+	// Through is the last entry id the purge was allowed to remove.
+	Through string `json:"through"`
+	// Removed is the number of entries deleted; Left the entries still in the DLQ (added
+	// after the operator looked).
+	Removed int64  `json:"removed"`
+	Left    int64  `json:"left"`
+	Outcome string `json:"outcome"`
+	// Warning says the audit record was not written.
+	Warning string `json:"warning,omitempty"`
+}
+
+// PurgeDLQ deletes the entries of a partition's DLQ up to and including through (the
+// newest entry the operator saw), and keeps any entry added after it: a compare-and-act
+// done by Redis (XTRIM MINID, exact), so an entry moved to the DLQ while the operator was
+// deciding is never lost unseen. The attempt is recorded in the audit log.
+func (a *Admin) PurgeDLQ(ctx context.Context, stream, through string, actor Actor) (*PurgeResult, error) {
+	res, err := a.purge(ctx, stream, through)
+	rec := AuditEntry{User: actor.User, Host: actor.Host, Command: actor.Command, Stream: stream, EntryID: through, Outcome: OutcomeOf(err)}
+	if res != nil {
+		rec.Stream = res.Stream // the partition, as 'dlq replay' records it
+		rec.Detail = fmt.Sprintf("removed %d entries of %s through %s; %d left", res.Removed, res.DLQStream, through, res.Left)
+	}
+	if err != nil {
+		rec.Detail = err.Error()
+	}
+	if aerr := a.Record(ctx, rec); aerr != nil && err == nil {
+		res.Warning = "the audit record was not written: " + aerr.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Outcome = OutcomeOK
+	return res, nil
+}
+
+func (a *Admin) purge(ctx context.Context, stream, through string) (*PurgeResult, error) {
+	p, err := a.ParseStream(stream)
+	if err != nil {
+		return nil, err
+	}
+	if p.Key == "" {
+		return nil, fmt.Errorf("%w %q: only partitions ({category}:{key}) have a DLQ", ErrInvalidStream, stream)
+	}
+	minID, err := nextID(through)
+	if err != nil {
+		return nil, err
+	}
+	dlq := engine.DLQStream(p.Category, p.Key)
+	pipe := a.rdb.TxPipeline()
+	removed := pipe.XTrimMinID(ctx, dlq, minID)
+	left := pipe.XLen(ctx, dlq)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, translate(err)
+	}
+	return &PurgeResult{Stream: p.Stream(), DLQStream: dlq, Through: through, Removed: removed.Val(), Left: left.Val()}, nil
+}
+
+// nextID returns the smallest stream id after id ("5-3" -> "5-4").
+func nextID(id string) (string, error) {
+	ms, seq, found := strings.Cut(id, "-")
+	m, err1 := strconv.ParseUint(ms, 10, 64)
+	var s uint64
+	var err2 error
+	if found {
+		s, err2 = strconv.ParseUint(seq, 10, 64)
+	}
+	if err1 != nil || err2 != nil {
+		return "", fmt.Errorf("admin: invalid entry id %q: want MILLISECONDS-SEQUENCE", id)
+	}
+	if !found {
+		s = ^uint64(0) // "5" names every entry of millisecond 5
+	}
+	if s == ^uint64(0) {
+		return strconv.FormatUint(m+1, 10) + "-0", nil
+	}
+	return strconv.FormatUint(m, 10) + "-" + strconv.FormatUint(s+1, 10), nil
+}
+
+// AuditQuery selects audit entries. The zero value selects all of them, oldest first.
+type AuditQuery struct {
+	// Since keeps the actions of the last Since, measured back from Redis TIME (0: all).
+	Since time.Duration
+	// Limit keeps the newest Limit matching actions, listed newest first (0: no limit,
+	// oldest first).
+	Limit int
+	// Stream keeps actions on this stream (the partition, or its DLQ for dlq commands).
+	Stream string
+	// Outcome keeps actions with this outcome (one of the Outcome constants).
+	Outcome string
+}
+
+// auditPage is how many audit entries one XREVRANGE reads.
+const auditPage = 500
+
+// AuditEntries lists the recorded actions the query selects. With a Limit it reads the
+// audit stream backwards, a page at a time, and stops once Limit entries matched; without
+// one it reads the whole range (the stream is capped at MaxAuditEntries).
+func (a *Admin) AuditEntries(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
+	start := "-"
+	if q.Since > 0 {
+		now, err := a.rdb.Time(ctx).Result()
+		if err != nil {
+			return nil, translate(err)
+		}
+		start = strconv.FormatInt(now.Add(-q.Since).UnixMilli(), 10)
+	}
+	match := func(e AuditEntry) bool {
+		if q.Outcome != "" && e.Outcome != q.Outcome {
+			return false
+		}
+		if q.Stream != "" && e.Stream != q.Stream && strings.TrimSuffix(e.Stream, ":dlq") != q.Stream {
+			return false
+		}
+		return true
+	}
+	out := []AuditEntry{}
+	if q.Limit <= 0 {
+		msgs, err := a.rdb.XRange(ctx, engine.AuditStream(), start, "+").Result()
+		if err != nil {
+			return nil, translate(err)
+		}
+		for _, m := range msgs {
+			if e := auditEntryOf(m); match(e) {
+				out = append(out, e)
+			}
+		}
+		return out, nil
+	}
+	end := "+"
+	for {
+		msgs, err := a.rdb.XRevRangeN(ctx, engine.AuditStream(), end, start, auditPage).Result()
+		if err != nil {
+			return nil, translate(err)
+		}
+		for _, m := range msgs {
+			if e := auditEntryOf(m); match(e) {
+				out = append(out, e)
+				if len(out) == q.Limit {
+					return out, nil
+				}
+			}
+		}
+		if len(msgs) < auditPage {
+			return out, nil
+		}
+		end = "(" + msgs[len(msgs)-1].ID
+	}
+}
