@@ -99,7 +99,7 @@ func (a *Admin) Groups(ctx context.Context, category string) ([]Group, error) {
 		gl := &groupLanes{category: c, registry: regs[i].Val(), declared: a.opts.Declared[c],
 			infos: map[string]*redis.XInfoGroupsCmd{}, xlens: map[string]*redis.IntCmd{}}
 		for _, k := range idxs[i].Val() {
-			if engine.ValidateKey(k, a.opts.BackfillSuffix) == nil {
+			if engine.ValidateStreamKey(k, a.opts.BackfillSuffix) == nil {
 				gl.keys = append(gl.keys, k)
 			}
 		}

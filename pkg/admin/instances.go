@@ -40,6 +40,9 @@ func (a *Admin) Instances(ctx context.Context) ([]Instance, error) {
 			out = append(out, Instance{ID: id})
 			continue
 		}
+		if info.ID != "" {
+			id = info.ID // the field is "{id}#{random}", one per process
+		}
 		out = append(out, Instance{
 			ID: id, Owner: info.Owner, Host: info.Host, PID: info.PID,
 			StartedAt: time.UnixMilli(info.StartedMS).UTC(), HeartbeatAt: time.UnixMilli(info.HeartbeatMS).UTC(),

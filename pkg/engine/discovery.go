@@ -123,7 +123,7 @@ func (e *Engine) discover() error {
 		seen := map[string]bool{}
 		for _, c := range s.categories {
 			for _, k := range members[c].Val() {
-				if seen[k] || ValidateKey(k, e.dom.backfillSuffix()) != nil {
+				if seen[k] || ValidateStreamKey(k, e.dom.backfillSuffix()) != nil {
 					continue // a value the publisher never writes; never route to it
 				}
 				seen[k] = true
@@ -144,7 +144,7 @@ func (e *Engine) discover() error {
 		}
 	}
 	e.mu.Unlock()
-	registered := map[string]string{} // instance id -> session owner
+	registered := map[string]string{} // registry field -> session owner
 	for id, raw := range instances.Val() {
 		var info InstanceInfo
 		if json.Unmarshal([]byte(raw), &info) == nil && info.Owner != "" {
@@ -170,7 +170,7 @@ func (e *Engine) discover() error {
 	}
 	instancesAlive := 0
 	for id, o := range registered {
-		if alive[o] || id == e.cfg.InstanceID {
+		if alive[o] || id == e.regID {
 			instancesAlive++
 		}
 	}
@@ -360,7 +360,7 @@ func (e *Engine) handOverLocked(n int) {
 func (e *Engine) pruneInstances(ctx context.Context, registered map[string]string, alive map[string]bool) {
 	// Only the stale entries' heartbeat needs reading; they are rare.
 	for id, o := range registered {
-		if alive[o] || id == e.cfg.InstanceID {
+		if alive[o] || id == e.regID {
 			continue
 		}
 		raw, err := e.rdb.HGet(ctx, InstancesKey(), id).Result()

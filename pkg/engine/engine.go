@@ -171,6 +171,7 @@ type Engine struct {
 	log  *slog.Logger
 	subs []*subscription
 
+	regID   string // this process's field in the instance registry: "{instance id}#{random}"
 	sess    *session
 	bell    *doorbell
 	health  health        // why the instance cannot take or keep leases
@@ -214,6 +215,7 @@ func New(cfg EngineConfig) (*Engine, error) {
 		overThreshold:  map[string]bool{},
 	}
 	e.logs = newRateLog(e.log, logEvery)
+	e.regID = cfg.InstanceID + "#" + randomToken()
 	only := map[string]bool{}
 	for _, n := range cfg.Handlers {
 		only[n] = true
@@ -415,7 +417,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	// (The session key stays until the end: the leases are still ours until released.)
 	if e.sess != nil {
 		dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
-		_ = e.rdb.HDel(dctx, InstancesKey(), e.cfg.InstanceID).Err()
+		_ = e.rdb.HDel(dctx, InstancesKey(), e.regID).Err()
 		dcancel()
 	}
 	if _, ok := ctx.Deadline(); !ok {

@@ -191,7 +191,7 @@ func (b *RedisBroker) RetireGroup(ctx context.Context, r GroupRetirement) (Group
 		leases := []string{LeaseKey(CategoryStream(r.Category), r.Group)}
 		halts := []string{HaltKey(CategoryStream(r.Category), r.Group)}
 		for _, k := range members {
-			if ValidateKey(k, suffix) != nil {
+			if ValidateStreamKey(k, suffix) != nil {
 				continue // never written by the publisher
 			}
 			s := PartitionStream(r.Category, k)

@@ -56,8 +56,10 @@ func HaltKey(stream, group string) string { return "{" + stream + "}:__halt__:" 
 // across a reap and re-creation of the partition, without a key per partition.
 func GenerationKey(group string) string { return "__seqctl__:generation:" + group }
 
-// InstancesKey is the registry of live engine instances (hash: instance id -> JSON with
-// host, pid, started, last heartbeat).
+// InstancesKey is the registry of live engine instances (hash: "{instance id}#{random}",
+// one field per process, -> JSON with id, owner, host, pid, started, last heartbeat). A
+// field per process keeps two processes started with one --instance-id apart, so fair
+// share counts both.
 func InstancesKey() string { return "__seqctl__:instances" }
 
 // AuditStream is the append-only log of operator actions (stream).

@@ -119,7 +119,7 @@ var actionNames = map[string]string{"skip": "skip", "dlq": "move to DLQ", "retry
 
 func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID string, force bool, extra []string) error {
 	if ref.Key != "" {
-		if err := ValidateKey(ref.Key, ref.BackfillSuffix); err != nil {
+		if err := ValidateStreamKey(ref.Key, ref.BackfillSuffix); err != nil {
 			return err
 		}
 	}

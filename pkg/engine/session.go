@@ -198,10 +198,13 @@ func (s *session) ended(in *incarnation, reason string) {
 }
 
 // newOwner returns a fresh owner name: the instance id, a dot, and 8 random characters.
-func (s *session) newOwner() string {
+func (s *session) newOwner() string { return s.e.cfg.InstanceID + "." + randomToken() }
+
+// randomToken returns 8 random characters of [a-z2-7].
+func randomToken() string {
 	var b [5]byte
 	_, _ = rand.Read(b[:])
-	return s.e.cfg.InstanceID + "." + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
 }
 
 // open creates a new incarnation: a new owner name whose session key is created with NX
@@ -238,7 +241,7 @@ func (s *session) open(ctx context.Context) error {
 		s.mu.Unlock()
 		// The registry entry is advisory (fair share, operators): a failure to write it
 		// (out of memory, say) does not stop the session; the next heartbeat writes it.
-		if err := s.e.rdb.HSet(ctx, InstancesKey(), s.e.cfg.InstanceID, s.info(owner)).Err(); err != nil {
+		if err := s.e.rdb.HSet(ctx, InstancesKey(), s.e.regID, s.info(owner)).Err(); err != nil {
 			s.e.logs.warn("registry", "cannot write the instance registry entry", "err", translateRedisErr(err))
 		}
 		s.e.health.clear(healthSession)
@@ -248,22 +251,23 @@ func (s *session) open(ctx context.Context) error {
 }
 
 // warnSameID logs when a live process already runs under this instance id: both work
-// (each has its own owner name and fence) but operators should give them distinct ids.
+// (each has its own owner name, fence and registry entry) but operators should give
+// them distinct ids.
 func (s *session) warnSameID(ctx context.Context) {
-	raw, err := s.e.rdb.HGet(ctx, InstancesKey(), s.e.cfg.InstanceID).Result()
+	all, err := s.e.rdb.HGetAll(ctx, InstancesKey()).Result()
 	if err != nil {
 		return
 	}
-	var info InstanceInfo
-	if json.Unmarshal([]byte(raw), &info) != nil || info.Owner == "" {
-		return
-	}
-	if info.PID == os.Getpid() && info.Host == s.host {
-		return // our own previous incarnation
-	}
-	if n, err := s.e.rdb.Exists(ctx, SessionKey(info.Owner)).Result(); err == nil && n == 1 {
-		s.e.log.Warn("another live process uses this instance id; this one works under its own owner name and fence, but give each process a distinct --instance-id",
-			"instance", s.e.cfg.InstanceID, "other_owner", info.Owner, "other_host", info.Host, "other_pid", info.PID)
+	for field, raw := range all {
+		var info InstanceInfo
+		if field == s.e.regID || json.Unmarshal([]byte(raw), &info) != nil || info.ID != s.e.cfg.InstanceID || info.Owner == "" {
+			continue
+		}
+		if n, err := s.e.rdb.Exists(ctx, SessionKey(info.Owner)).Result(); err == nil && n == 1 {
+			s.e.log.Warn("another live process uses this instance id; this one works under its own owner name and fence, but give each process a distinct --instance-id",
+				"instance", s.e.cfg.InstanceID, "other_owner", info.Owner, "other_host", info.Host, "other_pid", info.PID)
+			return
+		}
 	}
 }
 
@@ -319,7 +323,7 @@ func (s *session) beat(in *incarnation) {
 	renewed := pipe.PExpire(ctx, SessionKey(in.owner), ttl)
 	var reg *redis.IntCmd
 	if !s.e.stopping() { // a stopping instance has left the registry already
-		reg = pipe.HSet(ctx, InstancesKey(), s.e.cfg.InstanceID, s.info(in.owner))
+		reg = pipe.HSet(ctx, InstancesKey(), s.e.regID, s.info(in.owner))
 	}
 	_, _ = pipe.Exec(ctx)
 	switch err := renewed.Err(); {
@@ -380,7 +384,7 @@ func (s *session) close(ctx context.Context) {
 	}
 	pipe := s.e.rdb.Pipeline()
 	pipe.Del(ctx, SessionKey(in.owner))
-	pipe.HDel(ctx, InstancesKey(), s.e.cfg.InstanceID)
+	pipe.HDel(ctx, InstancesKey(), s.e.regID)
 	_, _ = pipe.Exec(ctx)
 	in.end(context.Canceled, "shut down")
 }
