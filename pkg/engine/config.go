@@ -100,6 +100,10 @@ type PartitioningConfig struct {
 	// is logged (max_partitions_warning, default 2000; 0 turns the warning off).
 	// Partition-per-key is a bounded-cardinality design.
 	MaxPartitionsWarning int
+	// MaxUnacked is how many handled events of one partition may lack a confirmed
+	// acknowledgement (max_unacked, default 1): after a failure at most that many handled
+	// events run again, in order, plus none started (EngineConfig.MaxUnacked).
+	MaxUnacked int
 }
 
 // DefaultPartitioningConfig returns the [server.partitioning] defaults of the
@@ -111,6 +115,7 @@ func DefaultPartitioningConfig() PartitioningConfig {
 		PollInterval:         250 * time.Millisecond,
 		ReapIdle:             time.Hour,
 		MaxPartitionsWarning: 2000,
+		MaxUnacked:           DefaultMaxUnacked,
 	}
 }
 
@@ -403,6 +408,7 @@ func (c *Config) EngineConfig(d *Domain, client redis.UniversalClient) EngineCon
 		warn = -1 // max_partitions_warning = 0 turns the warning off
 	}
 	return EngineConfig{Domain: d, Client: client, Timing: c.Timing(), MaxPartitionsWarning: warn,
+		MaxUnacked:  c.Server.Partitioning.MaxUnacked,
 		MinReplicas: c.Broker.MinReplicas, ReplicaTimeout: c.Broker.ReplicaTimeout}
 }
 
