@@ -61,8 +61,9 @@ func benchEngine(b *testing.B, srv *redistest.Server, d *Domain, id string, rt *
 	b.Helper()
 	c := srv.Client(b)
 	c.AddHook(rtHook{rt})
+	maxUnacked, _ := strconv.Atoi(os.Getenv("SEQCTL_BENCH_MAX_UNACKED")) // 0: the default, 1
 	e, err := New(EngineConfig{
-		Domain: d, Client: c, InstanceID: id, ShutdownTimeout: 10 * time.Second,
+		Domain: d, Client: c, InstanceID: id, ShutdownTimeout: 10 * time.Second, MaxUnacked: maxUnacked,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
