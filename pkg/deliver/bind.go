@@ -3,12 +3,12 @@ package deliver
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"strings"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/redact"
 )
 
 // BindOptions are the outside world Bind reads. Zero values use the process's own.
@@ -31,7 +31,7 @@ type Binding struct {
 	Kind string
 	// Mode is "http" or "exec"; "" for an inert command handler.
 	Mode string
-	// Target is the URL or the command line.
+	// Target is the URL or the command line, with secrets masked (redact.URL), for logs.
 	Target string
 	// Signed says the HTTP requests carry X-Seq-Signature.
 	Signed bool
@@ -122,7 +122,7 @@ func buildOne(path string, dc *engine.DeliverConfig, opt BindOptions) (engine.Ha
 		if err != nil {
 			return nil, Binding{}, append(problems, engine.ConfigProblem{Path: path + ".deliver.http", Message: err.Error()})
 		}
-		return fn, Binding{Mode: "http", Target: redactURL(dc.HTTP), Signed: secret != nil}, nil
+		return fn, Binding{Mode: "http", Target: redact.URL(dc.HTTP), Signed: secret != nil}, nil
 	}
 	if len(dc.Exec) == 0 || dc.Exec[0] == "" {
 		return nil, Binding{}, append(problems, engine.ConfigProblem{Path: path + ".deliver.exec", Message: "needs a program to run"})
@@ -139,16 +139,11 @@ func buildOne(path string, dc *engine.DeliverConfig, opt BindOptions) (engine.Ha
 	if err != nil {
 		return nil, Binding{}, []engine.ConfigProblem{{Path: path + ".deliver.exec", Message: err.Error()}}
 	}
-	return fn, Binding{Mode: "exec", Target: strings.Join(dc.Exec, " ")}, nil
-}
-
-// redactURL hides a password in a URL, for logs.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
+	shown := make([]string, len(dc.Exec))
+	for i, a := range dc.Exec {
+		shown[i] = redact.URL(a) // an argument may be a DSN or --token=...
 	}
-	return u.Redacted()
+	return fn, Binding{Mode: "exec", Target: strings.Join(shown, " ")}, nil
 }
 
 // unwrapExecErr drops exec.Error's repetition of the program name.

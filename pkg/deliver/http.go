@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/redact"
 )
 
 // HTTPConfig configures the delivery of one handler to an HTTP endpoint.
@@ -92,7 +93,7 @@ func Verify(secret, body []byte, signature string) bool {
 
 type httpDeliverer struct {
 	url     string
-	shown   string // url with its password masked, for failure reasons
+	shown   string // url with its secrets masked, for failure reasons (halt records)
 	timeout time.Duration
 	secret  []byte
 	client  *http.Client
@@ -106,9 +107,9 @@ type httpDeliverer struct {
 func HTTP(cfg HTTPConfig) (engine.HandlerFunc, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("deliver: %q is not an http:// or https:// URL with a host", cfg.URL)
+		return nil, fmt.Errorf("deliver: %q is not an http:// or https:// URL with a host", redact.URL(cfg.URL))
 	}
-	h := &httpDeliverer{url: cfg.URL, shown: u.Redacted(), timeout: cfg.Timeout, client: cfg.Client}
+	h := &httpDeliverer{url: cfg.URL, shown: redact.URL(cfg.URL), timeout: cfg.Timeout, client: cfg.Client}
 	if h.timeout <= 0 {
 		h.timeout = DefaultTimeout
 	}
@@ -131,7 +132,7 @@ func (h *httpDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("http POST %s: %w", h.shown, err)
+		return fmt.Errorf("http POST %s: %w", h.shown, redact.Error(err, h.url))
 	}
 	hd := req.Header
 	hd.Set("Content-Type", "application/json")
@@ -173,7 +174,7 @@ func (h *httpDeliverer) transportError(ctx, actx context.Context, err error) err
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	return fmt.Errorf("http POST %s: %w", h.shown, err)
+	return fmt.Errorf("http POST %s: %w", h.shown, redact.Error(err, h.url))
 }
 
 // cleanExcerpt makes a body excerpt fit a one-line reason: valid UTF-8 (a multi-byte

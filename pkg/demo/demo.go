@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/redact"
 )
 
 // DomainTOML is the demo domain (testdata/demo/domain.toml is a copy kept equal by a test).
@@ -128,7 +129,7 @@ func Start(ctx context.Context, opts Options) (*Demo, error) {
 	}()
 	ropt, err := redis.ParseURL(d.URL)
 	if err != nil {
-		return nil, fmt.Errorf("demo: --redis-url %q: %w", d.URL, err)
+		return nil, fmt.Errorf("demo: --redis-url %q: %w", redact.URL(d.URL), redact.Error(err, d.URL))
 	}
 	d.rdb = redis.NewClient(ropt)
 	if err := d.rdb.Ping(ctx).Err(); err != nil {

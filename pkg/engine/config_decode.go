@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/seqctl/seqctl/pkg/redact"
 )
 
 // parseConfig is ParseConfig with the environment injected.
@@ -510,7 +512,7 @@ func (d *cfgDecoder) deliver(t cfgTable) *DeliverConfig {
 		case u == "":
 			d.problem(t.path.key("http"), `is empty; write the endpoint URL, e.g. http = "http://127.0.0.1:8080/orders"`)
 		case err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "":
-			d.problem(t.path.key("http"), `%q is not an http:// or https:// URL with a host, e.g. "http://127.0.0.1:8080/orders"`, u)
+			d.problem(t.path.key("http"), `%q is not an http:// or https:// URL with a host, e.g. "http://127.0.0.1:8080/orders"`, redact.URL(u))
 		}
 	}
 	if argv, ok := t.strs("exec"); ok {

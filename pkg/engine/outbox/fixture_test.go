@@ -19,6 +19,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/redact"
 )
 
 func TestMain(m *testing.M) {
@@ -72,7 +73,7 @@ func requirePostgres(tb testing.TB) {
 	msg := fmt.Sprintf("PostgreSQL is not reachable at %s (%v). Run these tests against a server where the user may CREATE SCHEMA: "+
 		"set %s=postgres://USER@HOST:5432/DB?sslmode=disable (default %s); on Debian: "+
 		"apt-get install postgresql && pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
-		redact(postgresURL()), pgErr, envPostgresURL, defaultPostgresURL)
+		redact.URL(postgresURL()), pgErr, envPostgresURL, defaultPostgresURL)
 	if os.Getenv("CI") == "true" {
 		tb.Fatal(msg + " [CI=true: PostgreSQL is required]")
 	}

@@ -9,6 +9,8 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver (no cgo)
+
+	"github.com/seqctl/seqctl/pkg/redact"
 )
 
 // Dialect is the SQL database the outbox lives in. The outbox shares the application's
@@ -97,7 +99,7 @@ func parseDSN(dsn string) (Dialect, string, error) {
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		if _, err := url.Parse(dsn); err != nil {
-			return 0, "", fmt.Errorf("%w: %v", ErrBadDSN, err)
+			return 0, "", fmt.Errorf("%w: %v", ErrBadDSN, redact.Error(err, dsn))
 		}
 		return Postgres, dsn, nil
 	case dsn == "sqlite::memory:", dsn == "sqlite://:memory:":
@@ -106,11 +108,11 @@ func parseDSN(dsn string) (Dialect, string, error) {
 		rest := strings.TrimPrefix(dsn, "sqlite://")
 		path, query, _ := strings.Cut(rest, "?")
 		if path == "" {
-			return 0, "", fmt.Errorf("%w: %q names no file: use sqlite://path/to/file.db, sqlite:///absolute/path.db or sqlite::memory:", ErrBadDSN, dsn)
+			return 0, "", fmt.Errorf("%w: %q names no file: use sqlite://path/to/file.db, sqlite:///absolute/path.db or sqlite::memory:", ErrBadDSN, redact.URL(dsn))
 		}
 		q, err := url.ParseQuery(query)
 		if err != nil {
-			return 0, "", fmt.Errorf("%w: query string of %q: %v", ErrBadDSN, dsn, err)
+			return 0, "", fmt.Errorf("%w: query string of %q: %v", ErrBadDSN, redact.URL(dsn), redact.Error(err, dsn))
 		}
 	defaults:
 		for _, def := range sqliteDefaults {
@@ -128,7 +130,7 @@ func parseDSN(dsn string) (Dialect, string, error) {
 		}
 		return SQLite, "file:" + path + "?" + q.Encode(), nil
 	}
-	return 0, "", fmt.Errorf("%w: %q: want postgres://..., sqlite://path/to/file.db or sqlite::memory:", ErrBadDSN, redact(dsn))
+	return 0, "", fmt.Errorf("%w: %q: want postgres://..., sqlite://path/to/file.db or sqlite::memory:", ErrBadDSN, redact.URL(dsn))
 }
 
 // hasPragma reports whether the caller's _pragma list already sets the pragma that def
@@ -147,16 +149,4 @@ func hasPragma(list []string, def string) bool {
 
 func isMemory(driverDSN string) bool {
 	return driverDSN == ":memory:" || strings.Contains(driverDSN, "mode=memory")
-}
-
-// redact hides a password in a DSN before it goes into an error message.
-func redact(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil {
-		return dsn
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
 }

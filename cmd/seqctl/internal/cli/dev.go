@@ -113,7 +113,8 @@ func devRun(ctx context.Context, opts *DevOptions) error {
 	if !d.Embedded {
 		where = "Redis"
 	}
-	fmt.Fprintf(opts.IO.ErrOut, "seqctl dev: %s at %s\n%s\n", where, d.URL, otherShellHint(d.URL, exec.LookPath))
+	shown := maskURL(d.URL) // a password is masked in the hint too: the operator knows it
+	fmt.Fprintf(opts.IO.ErrOut, "seqctl dev: %s at %s\n%s\n", where, shown, otherShellHint(shown, exec.LookPath))
 
 	if opts.Headless {
 		t := time.NewTicker(opts.Every)
@@ -145,5 +146,5 @@ func devRun(ctx context.Context, opts *DevOptions) error {
 	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
 	src := &adminSource{a: admin.New(rdb, aopts), actor: actor("dev")}
-	return tui.Run(ctx, tui.Options{Source: src, Refresh: time.Second, NoColor: !opts.IO.Color, Addr: d.URL}, opts.IO.In, opts.IO.Out)
+	return tui.Run(ctx, tui.Options{Source: src, Refresh: time.Second, NoColor: !opts.IO.Color, Addr: shown}, opts.IO.In, opts.IO.Out)
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/user"
 	"strings"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/redact"
 )
 
 // GlobalOptions are the flags every command accepts (bound on the root command). A
@@ -148,7 +148,7 @@ func redisOptions(flag string, cfg *engine.Config, getenv func(string) string) (
 	shown = maskURL(raw)
 	opt, err = redis.ParseURL(raw)
 	if err != nil {
-		return nil, shown, &ExitError{Code: ExitUsage, Err: fmt.Errorf("invalid Redis URL %s (from %s): %v; want redis://[user:password@]host:port/db or rediss:// for TLS", shown, from, err)}
+		return nil, shown, &ExitError{Code: ExitUsage, Err: fmt.Errorf("invalid Redis URL %s (from %s): %v; want redis://[user:password@]host:port/db or rediss:// for TLS", shown, from, redact.Error(err, raw))}
 	}
 	if opt.Password == "" {
 		opt.Password = getenv(EnvRedisPassword)
@@ -159,16 +159,10 @@ func redisOptions(flag string, cfg *engine.Config, getenv func(string) string) (
 	return opt, shown, nil
 }
 
-// maskURL hides the password of a URL.
+// maskURL hides the secrets of a URL (its password, even when it does not parse, and
+// secret-looking query values), for messages and the dashboard.
 func maskURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
+	return redact.URL(raw)
 }
 
 // actor says who runs a command, for the audit log: the operating-system user and host.

@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/deliver"
+	"github.com/seqctl/seqctl/pkg/demo"
+	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/engine/outbox"
+)
+
+// TestSecretsNeverPrinted is acceptance 3 of the security work: passwords holding %, @
+// and : (some of which make the URL unparsable) and secret query values go through every
+// path that shows a URL or DSN: the Redis URL of operator commands and of seqctl run
+// (parse errors, connection errors against a real Redis, the dashboard header), the
+// config loader's problems, the outbox DSN errors, the HTTP delivery target in its
+// startup log line, its errors and the failure reasons that become halt records, and the
+// demo. None of the outputs may contain the secret.
+func TestSecretsNeverPrinted(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(engine.EnvOutboxDSN, "")
+	srv := redistest.Start(t)
+	if err := srv.Client(t).ConfigSet(context.Background(), "requirepass", "the-real-one").Err(); err != nil {
+		t.Fatal(err)
+	}
+	hostPort := strings.TrimSuffix(strings.TrimPrefix(srv.URL, "redis://"), "/0")
+
+	secrets := []string{
+		"50%off",      // not a valid escape: the URL does not parse
+		"p@ss:w0rd",   // parses: the userinfo runs to the last @
+		"a:b@c%d",     // all three, unparsable
+		"12/34#x?y",   // parses with host ":12": the password ends the authority early
+		"%zz@@::pass", // unparsable
+	}
+	for i, secret := range secrets {
+		t.Run(fmt.Sprint(i), func(t *testing.T) { // not the secret: it would be in TempDir's path
+			redisURL := "redis://app:" + secret + "@" + hostPort + "/0"
+			deadURL := "redis://:" + secret + "@127.0.0.1:1/0"
+			hookURL := "http://hook:" + secret + "@127.0.0.1:1/orders"
+			tokenURL := "http://127.0.0.1:1/orders?token=" + strings.NewReplacer("%", "", "#", "", "?", "", "&", "").Replace(secret) + "-tok"
+			dsn := "postgres://app:" + secret + "@db:5432/app?sslmode=disable"
+			check := func(what, out string, hidden ...string) {
+				t.Helper()
+				for _, h := range append(hidden, secret) {
+					if strings.Contains(out, h) {
+						t.Errorf("%s shows %q:\n%s", what, h, out)
+					}
+				}
+			}
+			tokenSecret := tokenURL[strings.Index(tokenURL, "token=")+len("token="):]
+
+			// Operator commands: --redis-url, a wrong password against a real Redis and an
+			// unreachable one.
+			for _, u := range []string{redisURL, deadURL} {
+				res := runCLI(t, false, "partitions", "list", "--redis-url", u)
+				if res.Code == 0 {
+					t.Errorf("partitions list %s succeeded", u)
+				}
+				check("partitions list --redis-url", res.Stdout+res.Stderr)
+			}
+			check("top header", maskURL(redisURL))
+			_, shown, _ := redisOptions(redisURL, nil, func(string) string { return "" })
+			check("redisOptions shown", shown)
+
+			// seqctl run: a config whose broker URL and HTTP target hold the secret (the
+			// run logs its delivery targets, then fails to connect or to parse).
+			for _, broker := range []string{redisURL, deadURL} {
+				runFor := func(args ...string) result {
+					// An unreachable Redis is waited for: stop the run after a while.
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					defer cancel()
+					ios, _, out, errOut := NewTestIOStreams()
+					code := run(ctx, &Factory{IOStreams: ios, Build: testBuild}, args)
+					return result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
+				}
+				path := writeConfig(t, strings.Replace(runDomain, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("url = %q", broker), 1)+fmt.Sprintf(`
+[[handlers]]
+name = "A"
+handles = ["OrderPlaced"]
+[handlers.deliver]
+http = %q
+
+[[handlers]]
+name = "B"
+handles = ["OrderPlaced"]
+[handlers.deliver]
+http = %q
+`, hookURL, tokenURL))
+				res := runFor("run", "--config", path, "--log-format", "json")
+				if !strings.Contains(res.Stderr, `"target"`) && !strings.Contains(res.Stderr, "is not a valid URL") {
+					t.Errorf("run logged no delivery target:\n%s", res.Stderr)
+				}
+				check("seqctl run", res.Stdout+res.Stderr, tokenSecret)
+				res = runFor("run", "--config", path, "--redis-url", redisURL)
+				check("seqctl run --redis-url", res.Stdout+res.Stderr, tokenSecret)
+			}
+
+			// The config loader: a deliver URL that does not parse, and the broker URL.
+			_, err := engine.ParseConfig("domain.toml", []byte(strings.Replace(runDomain, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("url = %q", redisURL), 1)+fmt.Sprintf(`
+[[handlers]]
+name = "A"
+handles = ["OrderPlaced"]
+[handlers.deliver]
+http = "http://hook:%s@127.0.0.1:1/%%zz"
+
+[outbox]
+dsn = %q
+`, secret, "mysql://app:"+secret+"@db/app")))
+			if err == nil {
+				t.Error("config with a bad deliver URL and DSN loaded")
+			}
+			check("config problems", fmt.Sprint(err))
+
+			// The outbox DSN.
+			for _, d := range []string{dsn, "sqlite://?password=" + secret, "mysql://app:" + secret + "@db/app", "host=db password=" + strings.ReplaceAll(secret, " ", "") + " dbname=app"} {
+				if db, _, err := outbox.Open(d); err == nil {
+					_ = db.Close()
+				} else {
+					check("outbox.Open("+d+")", err.Error())
+				}
+			}
+
+			// HTTP delivery: the constructor's error, the startup binding (logged), and
+			// the failure reason (kept in the halt record).
+			for _, u := range []string{hookURL, tokenURL, "http://hook:" + secret + "@[::1/x"} {
+				fn, err := deliver.HTTP(deliver.HTTPConfig{URL: u})
+				if err != nil {
+					check("deliver.HTTP error", err.Error(), tokenSecret)
+					continue
+				}
+				herr := fn(context.Background(), engine.Event{ID: "e1", Type: "OrderPlaced", Category: "order", Key: "k", Data: []byte(`{}`)})
+				if herr == nil {
+					t.Fatalf("delivery to %s succeeded", u)
+				}
+				check("halt reason", herr.Error(), tokenSecret)
+			}
+
+			// seqctl dev against a URL that does not parse.
+			if _, err := demo.Start(context.Background(), demo.Options{RedisURL: "redis://:" + secret + "@h:%zz/0"}); err != nil {
+				check("demo.Start", err.Error())
+			}
+		})
+	}
+}
