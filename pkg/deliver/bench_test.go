@@ -70,7 +70,7 @@ func BenchmarkHTTP(b *testing.B) {
 	defer srv.Close()
 	client := NewHTTPClient()
 	defer client.CloseIdleConnections()
-	fn, err := HTTP(HTTPConfig{URL: srv.URL, Client: client, Secret: []byte("s3cret")})
+	fn, err := HTTP(HTTPConfig{URL: srv.URL, Client: client, Keys: [][]byte{[]byte("s3cret")}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package deliver
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,8 +15,10 @@ import (
 
 // BindOptions are the outside world Bind reads. Zero values use the process's own.
 type BindOptions struct {
-	// LookupEnv reads the signing secrets (default os.LookupEnv).
+	// LookupEnv reads signing_key_env and signing_previous_key_env (default os.LookupEnv).
 	LookupEnv func(string) (string, bool)
+	// ReadFile reads signing_key_file and signing_previous_key_file (default os.ReadFile).
+	ReadFile func(string) ([]byte, error)
 	// LookPath checks that exec programs exist (default exec.LookPath).
 	LookPath func(string) (string, error)
 	// HTTPClient is shared by every HTTP delivery (default NewHTTPClient()).
@@ -44,11 +48,14 @@ type Binding struct {
 //
 // Every problem is reported at once, as a *engine.ConfigError for cfg.File: an event
 // handler or process manager without a deliver table (only Go code can run it), a
-// signing_secret_env whose variable is unset or empty, an exec program that cannot be
+// signing key whose variable is unset or empty or whose file cannot be read, an exec program that cannot be
 // found. Nothing is bound when there is a problem.
 func Bind(cfg *engine.Config, dom *engine.Domain, opt BindOptions) ([]Binding, error) {
 	if opt.LookupEnv == nil {
 		opt.LookupEnv = os.LookupEnv
+	}
+	if opt.ReadFile == nil {
+		opt.ReadFile = os.ReadFile
 	}
 	if opt.LookPath == nil {
 		opt.LookPath = exec.LookPath
@@ -104,25 +111,27 @@ func Bind(cfg *engine.Config, dom *engine.Domain, opt BindOptions) ([]Binding, e
 // buildOne builds the HandlerFunc of one deliver table.
 func buildOne(path string, dc *engine.DeliverConfig, opt BindOptions) (engine.HandlerFunc, Binding, []engine.ConfigProblem) {
 	var problems []engine.ConfigProblem
-	var secret []byte
-	if dc.SigningSecretEnv != "" {
-		v, ok := opt.LookupEnv(dc.SigningSecretEnv)
-		if !ok || v == "" {
-			problems = append(problems, engine.ConfigProblem{Path: path + ".deliver.signing_secret_env", Message: fmt.Sprintf(
-				"the environment variable %s is not set (or empty): export the signing secret in it before starting seqctl run, or remove signing_secret_env to send unsigned requests",
-				dc.SigningSecretEnv)})
+	var keys [][]byte
+	for _, src := range []struct{ env, file, key string }{
+		{dc.SigningKeyEnv, dc.SigningKeyFile, "signing_key"},
+		{dc.SigningPreviousKeyEnv, dc.SigningPreviousKeyFile, "signing_previous_key"},
+	} {
+		k, p := readKey(path, src.env, src.file, src.key, opt)
+		if p != nil {
+			problems = append(problems, *p)
+		} else if k != nil {
+			keys = append(keys, k)
 		}
-		secret = []byte(v)
 	}
 	if dc.HTTP != "" {
 		if len(problems) > 0 {
 			return nil, Binding{}, problems
 		}
-		fn, err := HTTP(HTTPConfig{URL: dc.HTTP, Timeout: dc.Timeout, Secret: secret, Client: opt.HTTPClient})
+		fn, err := HTTP(HTTPConfig{URL: dc.HTTP, Timeout: dc.Timeout, Keys: keys, Client: opt.HTTPClient})
 		if err != nil {
 			return nil, Binding{}, append(problems, engine.ConfigProblem{Path: path + ".deliver.http", Message: err.Error()})
 		}
-		return fn, Binding{Mode: "http", Target: redact.URL(dc.HTTP), Signed: secret != nil}, nil
+		return fn, Binding{Mode: "http", Target: redact.URL(dc.HTTP), Signed: len(keys) > 0}, nil
 	}
 	if len(dc.Exec) == 0 || dc.Exec[0] == "" {
 		return nil, Binding{}, append(problems, engine.ConfigProblem{Path: path + ".deliver.exec", Message: "needs a program to run"})
@@ -144,6 +153,36 @@ func buildOne(path string, dc *engine.DeliverConfig, opt BindOptions) (engine.Ha
 		shown[i] = redact.URL(a) // an argument may be a DSN or --token=...
 	}
 	return fn, Binding{Mode: "exec", Target: strings.Join(shown, " ")}, nil
+}
+
+// readKey reads one signing key from the environment variable env or the file file
+// (one of them set, or neither: no key). A file's trailing newline is dropped.
+func readKey(path, env, file, key string, opt BindOptions) ([]byte, *engine.ConfigProblem) {
+	switch {
+	case env != "":
+		v, ok := opt.LookupEnv(env)
+		if !ok || v == "" {
+			return nil, &engine.ConfigProblem{Path: path + ".deliver." + key + "_env", Message: fmt.Sprintf(
+				"the environment variable %s is not set (or empty): export the signing key in it before starting seqctl run, or remove %s_env to send unsigned requests",
+				env, key)}
+		}
+		return []byte(v), nil
+	case file != "":
+		b, err := opt.ReadFile(file)
+		if err == nil {
+			b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
+		}
+		if err == nil && len(b) == 0 {
+			err = errors.New("the file is empty")
+		}
+		if err != nil {
+			// The error names the file, never its content.
+			return nil, &engine.ConfigProblem{Path: path + ".deliver." + key + "_file", Message: fmt.Sprintf(
+				"cannot read the signing key: %v", err)}
+		}
+		return b, nil
+	}
+	return nil, nil
 }
 
 // unwrapExecErr drops exec.Error's repetition of the program name.

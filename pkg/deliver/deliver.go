@@ -96,8 +96,10 @@ const (
 	HeaderEventID    = "X-Seq-Event-Id"
 	HeaderGeneration = "X-Seq-Generation"
 	HeaderAttempt    = "X-Seq-Attempt"
-	// HeaderSignature is "sha256=" + hex(HMAC-SHA256(secret, body)), sent when the
-	// handler has signing_secret_env.
+	// HeaderTimestamp is when the attempt was sent, in Unix seconds; signed.
+	HeaderTimestamp = "X-Seq-Timestamp"
+	// HeaderSignature is "v1=<hex HMAC-SHA256>", one per signing key, comma separated
+	// (see CanonicalString), sent when the handler has a signing key.
 	HeaderSignature = "X-Seq-Signature"
 
 	EnvHandler    = "SEQ_HANDLER"

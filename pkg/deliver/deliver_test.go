@@ -145,7 +145,7 @@ handles = ["OrderPlaced"]
 sequential_by = "client_id"
 [handlers.deliver]
 http = "http://hook:pa55@127.0.0.1:1/orders"
-signing_secret_env = "PROJECTOR_SECRET"
+signing_key_env = "PROJECTOR_SECRET"
 [[process_managers]]
 name = "Fulfillment"
 sequential_by = true
@@ -173,7 +173,7 @@ name = "Signed"
 handles = ["OrderPlaced"]
 [handlers.deliver]
 http = "http://127.0.0.1:1/x"
-signing_secret_env = "MISSING_SECRET"
+signing_key_env = "MISSING_SECRET"
 [[handlers]]
 name = "Missing"
 handles = ["OrderPlaced"]
@@ -188,7 +188,7 @@ correlate = "order_id"
 			env: map[string]string{"MISSING_SECRET": ""},
 			problems: []string{
 				`handlers[1]: handler "GoOnly" has no [handlers.deliver] table`,
-				"handlers[2].deliver.signing_secret_env: the environment variable MISSING_SECRET is not set (or empty)",
+				"handlers[2].deliver.signing_key_env: the environment variable MISSING_SECRET is not set (or empty)",
 				`handlers[3].deliver.exec: cannot run "./no/such/program"`,
 				`process_managers[0]: process manager "Fulfillment" has no [process_managers.deliver] table`,
 			},

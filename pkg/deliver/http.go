@@ -3,9 +3,6 @@ package deliver
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -28,9 +25,10 @@ type HTTPConfig struct {
 	// Timeout bounds one attempt, from sending the request to reading the answer's
 	// status (default DefaultTimeout).
 	Timeout time.Duration
-	// Secret signs each request body (X-Seq-Signature: sha256=<hex HMAC-SHA256>); nil or
-	// empty sends unsigned requests.
-	Secret []byte
+	// Keys sign each request (X-Seq-Timestamp and X-Seq-Signature, see CanonicalString):
+	// one signature per key, so while a key is rotated a receiver holding either key
+	// accepts the request. None sends unsigned requests (X-Seq-Timestamp is sent anyway).
+	Keys [][]byte
 	// Client sends the requests. Share one across handlers so connections are kept alive
 	// and reused (default: a NewHTTPClient of its own).
 	Client *http.Client
@@ -77,25 +75,11 @@ func (e *StatusError) Error() string {
 	return "http " + e.Status + ": " + e.Body
 }
 
-// Sign returns the X-Seq-Signature value of body: "sha256=" and the hex HMAC-SHA256 of
-// body under secret.
-func Sign(secret, body []byte) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
-}
-
-// Verify reports whether signature is the X-Seq-Signature of body under secret, in
-// constant time. Receivers in Go can use it as is.
-func Verify(secret, body []byte, signature string) bool {
-	return hmac.Equal([]byte(Sign(secret, body)), []byte(signature))
-}
-
 type httpDeliverer struct {
 	url     string
 	shown   string // url with its secrets masked, for failure reasons (halt records)
 	timeout time.Duration
-	secret  []byte
+	keys    [][]byte
 	client  *http.Client
 }
 
@@ -116,8 +100,10 @@ func HTTP(cfg HTTPConfig) (engine.HandlerFunc, error) {
 	if h.client == nil {
 		h.client = NewHTTPClient()
 	}
-	if len(cfg.Secret) > 0 {
-		h.secret = append([]byte(nil), cfg.Secret...)
+	for _, k := range cfg.Keys {
+		if len(k) > 0 {
+			h.keys = append(h.keys, append([]byte(nil), k...))
+		}
 	}
 	return h.deliver, nil
 }
@@ -143,8 +129,10 @@ func (h *httpDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	hd.Set(HeaderEventID, ev.ID)
 	hd.Set(HeaderGeneration, strconv.FormatInt(d.Generation, 10))
 	hd.Set(HeaderAttempt, strconv.Itoa(d.Attempt))
-	if h.secret != nil {
-		hd.Set(HeaderSignature, Sign(h.secret, body))
+	if len(h.keys) > 0 {
+		signRequest(req, body, time.Now(), h.keys)
+	} else {
+		hd.Set(HeaderTimestamp, strconv.FormatInt(time.Now().Unix(), 10))
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {

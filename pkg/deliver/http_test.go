@@ -56,7 +56,7 @@ func newTestClient(t *testing.T) *http.Client {
 func TestHTTPDelivers(t *testing.T) {
 	srv, reqs, conns := testServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	secret := []byte("s3cret")
-	fn, err := HTTP(HTTPConfig{URL: srv.URL + "/orders", Secret: secret, Client: newTestClient(t)})
+	fn, err := HTTP(HTTPConfig{URL: srv.URL + "/orders", Keys: [][]byte{secret}, Client: newTestClient(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,6 @@ func TestHTTPDelivers(t *testing.T) {
 		"X-Seq-Event-Id":   ev.ID,
 		"X-Seq-Generation": "42",
 		"X-Seq-Attempt":    "3",
-		"X-Seq-Signature":  Sign(secret, wantBody),
 	}
 	gotHeaders := map[string]string{}
 	for k := range wantHeaders {
@@ -93,11 +92,13 @@ func TestHTTPDelivers(t *testing.T) {
 	if diff := cmp.Diff(wantHeaders, gotHeaders); diff != "" {
 		t.Errorf("headers (-want +got):\n%s", diff)
 	}
-	if !Verify(secret, r.body, r.header.Get(HeaderSignature)) {
-		t.Error("signature does not verify over the exact body")
+	req := httptest.NewRequest(http.MethodPost, "/orders", nil)
+	req.Header = r.header
+	if err := Verify(req, r.body, secret); err != nil {
+		t.Errorf("signature does not verify: %v", err)
 	}
-	if Verify([]byte("other"), r.body, r.header.Get(HeaderSignature)) {
-		t.Error("signature verifies under another secret")
+	if err := Verify(req, r.body, []byte("other")); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("verify under another key = %v, want ErrBadSignature", err)
 	}
 	if n := conns.Load(); n != 1 {
 		t.Errorf("%d connections for 5 sequential requests, want 1 (keep-alive)", n)

@@ -194,9 +194,20 @@ type DeliverConfig struct {
 	Exec []string
 	// Timeout bounds one attempt (timeout, default "10s").
 	Timeout time.Duration
-	// SigningSecretEnv names the environment variable holding the request-signing secret
-	// (signing_secret_env); "" for unsigned requests.
-	SigningSecretEnv string
+	// SigningKeyEnv names the environment variable holding the HTTP request-signing key
+	// (signing_key_env); SigningKeyFile names a file holding it instead (signing_key_file,
+	// relative to the working directory; a trailing newline is not part of the key). Both
+	// "" sends unsigned requests.
+	SigningKeyEnv, SigningKeyFile string
+	// SigningPreviousKeyEnv and SigningPreviousKeyFile (signing_previous_key_env,
+	// signing_previous_key_file) name a second key while keys are rotated: each request is
+	// then signed with both, so receivers can move to the new key at their own pace.
+	SigningPreviousKeyEnv, SigningPreviousKeyFile string
+}
+
+// Signed reports whether the deliver table names a signing key.
+func (d *DeliverConfig) Signed() bool {
+	return d.SigningKeyEnv != "" || d.SigningKeyFile != ""
 }
 
 // Mode returns "http" or "exec".

@@ -496,7 +496,7 @@ func (d *cfgDecoder) checkHandled(p cfgPath, name, want string, types map[string
 }
 
 func (d *cfgDecoder) deliver(t cfgTable) *DeliverConfig {
-	t.known("http", "exec", "timeout", "signing_secret_env")
+	t.known("http", "exec", "timeout", "signing_secret_env", "signing_key_env", "signing_key_file", "signing_previous_key_env", "signing_previous_key_file")
 	dc := &DeliverConfig{Timeout: configDefaultDeliverTimeout}
 	hasHTTP, hasExec := t.has("http"), t.has("exec")
 	switch {
@@ -524,11 +524,35 @@ func (d *cfgDecoder) deliver(t cfgTable) *DeliverConfig {
 	if dur, ok := t.duration("timeout"); ok {
 		dc.Timeout = dur
 	}
-	if env, ok := t.str("signing_secret_env"); ok {
-		if !cfgIsEnvName(env) {
-			d.problem(t.path.key("signing_secret_env"), "%q is not an environment variable name (letters, digits and _, not starting with a digit); name the variable that holds the secret, not the secret", env)
+	if _, ok := t.str("signing_secret_env"); ok {
+		d.problem(t.path.key("signing_secret_env"), "was replaced by signing_key_env (the same environment variable name works): requests are now signed over the method, path, X-Seq-* headers, X-Seq-Timestamp and the body, in a new X-Seq-Signature format; update the receivers' verification (docs/delivery.md, Signing), then rename the key")
+	}
+	envKey := func(key string) string {
+		env, ok := t.str(key)
+		if ok && !cfgIsEnvName(env) {
+			d.problem(t.path.key(key), "%q is not an environment variable name (letters, digits and _, not starting with a digit); name the variable that holds the key, not the key", env)
 		}
-		dc.SigningSecretEnv = env
+		return env
+	}
+	fileKey := func(key string) string {
+		f, ok := t.str(key)
+		if ok && f == "" {
+			d.problem(t.path.key(key), "is empty; name the file that holds the signing key")
+		}
+		return f
+	}
+	dc.SigningKeyEnv, dc.SigningKeyFile = envKey("signing_key_env"), fileKey("signing_key_file")
+	dc.SigningPreviousKeyEnv, dc.SigningPreviousKeyFile = envKey("signing_previous_key_env"), fileKey("signing_previous_key_file")
+	switch {
+	case dc.SigningKeyEnv != "" && dc.SigningKeyFile != "":
+		d.problem(t.path.key("signing_key_file"), "sets the signing key twice (signing_key_env and signing_key_file); keep one of them")
+	case dc.SigningPreviousKeyEnv != "" && dc.SigningPreviousKeyFile != "":
+		d.problem(t.path.key("signing_previous_key_file"), "sets the previous signing key twice (signing_previous_key_env and signing_previous_key_file); keep one of them")
+	case (dc.SigningPreviousKeyEnv != "" || dc.SigningPreviousKeyFile != "") && !dc.Signed():
+		d.problem(t.path, "sets a previous signing key but no signing key; during a rotation the new key goes in signing_key_env or signing_key_file and the old one in signing_previous_key_*")
+	}
+	if dc.Signed() && hasExec {
+		d.problem(t.path, "signs requests, but exec handlers are not signed; remove the signing_* keys")
 	}
 	return dc
 }

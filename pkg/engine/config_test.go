@@ -89,7 +89,7 @@ func TestParseConfigExample(t *testing.T) {
 				MaxRetries: 3, RetryDelay: time.Second,
 				Deliver: &DeliverConfig{
 					HTTP: "http://127.0.0.1:8080/order-projector", Timeout: 10 * time.Second,
-					SigningSecretEnv: "ORDER_PROJECTOR_SECRET",
+					SigningKeyEnv: "ORDER_PROJECTOR_KEY",
 				},
 			},
 			{
@@ -444,8 +444,16 @@ func TestParseConfigProblems(t *testing.T) {
 		{"deliver neither", cfgBase + cfgHandlerAt18 + "[handlers.deliver]\ntimeout = \"5s\"\n", []cfgWantProblem{{"handlers[0].deliver", 21, []string{"neither http nor exec", "remove the deliver table"}}}},
 		{"deliver bad url", cfgBase + cfgHandlerAt18 + "[handlers.deliver]\nhttp = \"ftp://h/x\"\n", []cfgWantProblem{{"handlers[0].deliver.http", 22, []string{"not an http:// or https:// URL"}}}},
 		{"deliver empty exec", cfgBase + cfgHandlerAt18 + "[handlers.deliver]\nexec = []\n", []cfgWantProblem{{"handlers[0].deliver.exec", 22, []string{"needs a program"}}}},
-		{"deliver secret value instead of name", cfgBase + cfgHandlerAt18 + "[handlers.deliver]\nhttp = \"http://h/x\"\nsigning_secret_env = \"hunter 2\"\n",
-			[]cfgWantProblem{{"handlers[0].deliver.signing_secret_env", 23, []string{"not an environment variable name"}}}},
+		{"deliver secret value instead of name", cfgBase + cfgHandlerAt18 + "[handlers.deliver]\nhttp = \"http://h/x\"\nsigning_key_env = \"hunter 2\"\n",
+			[]cfgWantProblem{{"handlers[0].deliver.signing_key_env", 23, []string{"not an environment variable name"}}}},
+		{"deliver old signing key name", cfgBase + cfgHandlerAt18 + "[handlers.deliver]\nhttp = \"http://h/x\"\nsigning_secret_env = \"K\"\n",
+			[]cfgWantProblem{{"handlers[0].deliver.signing_secret_env", 23, []string{"replaced by signing_key_env", "update the receivers"}}}},
+		{"deliver key from env and file", cfgBase + cfgHandlerAt18 + "[handlers.deliver]\nhttp = \"http://h/x\"\nsigning_key_env = \"K\"\nsigning_key_file = \"k.key\"\n",
+			[]cfgWantProblem{{"handlers[0].deliver.signing_key_file", 24, []string{"signing key twice"}}}},
+		{"deliver previous key alone", cfgBase + cfgHandlerAt18 + "[handlers.deliver]\nhttp = \"http://h/x\"\nsigning_previous_key_env = \"K\"\n",
+			[]cfgWantProblem{{"handlers[0].deliver", 21, []string{"previous signing key but no signing key"}}}},
+		{"deliver signed exec", cfgBase + cfgHandlerAt18 + "[handlers.deliver]\nexec = [\"./x\"]\nsigning_key_file = \"k.key\"\n",
+			[]cfgWantProblem{{"handlers[0].deliver", 21, []string{"exec handlers are not signed"}}}},
 		{"pm deliver both", cfgBase + "[[process_managers]]\nname = \"P\"\n[process_managers.deliver]\nhttp = \"http://h/x\"\nexec = [\"./x\"]\n[[process_managers.handles]]\nevent = \"OrderPlaced\"\ncorrelate = \"order_id\"\n",
 			[]cfgWantProblem{{"process_managers[0].deliver", 19, []string{"both http and exec"}}}},
 		// Process managers and correlate.

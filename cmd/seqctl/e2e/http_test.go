@@ -45,7 +45,7 @@ func newSink(t *testing.T, secret string, latency time.Duration) *sink {
 func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 	body, _ := io.ReadAll(r.Body)
-	if !deliver.Verify(s.secret, body, r.Header.Get(deliver.HeaderSignature)) {
+	if err := deliver.Verify(r, body, s.secret); err != nil {
 		s.badSignatures.Add(1)
 		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return

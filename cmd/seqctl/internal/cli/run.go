@@ -79,7 +79,7 @@ until an operator resolves its head.
 
 Every event handler and process manager needs a deliver table; command handlers are
 validated and stay inert (commands never reach a stream). Problems in the file, a
-missing deliver table or an unset signing_secret_env variable exit with status 2,
+missing deliver table or a signing key that cannot be read exit with status 2,
 every problem listed.
 
 While Redis is unreachable at startup, seqctl run keeps trying with backoff and says so

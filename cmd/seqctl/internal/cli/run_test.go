@@ -121,7 +121,7 @@ name = "A"
 handles = ["OrderPlaced"]
 [handlers.deliver]
 http = "http://127.0.0.1:1/a"
-signing_secret_env = "RUN_TEST_SECRET"
+signing_key_env = "RUN_TEST_SECRET"
 
 [[handlers]]
 name = "B"
@@ -130,7 +130,7 @@ handles = ["OrderPlaced"]
 exec = ["/nonexistent/handler"]
 `,
 			wantStderr: []string{
-				"handlers[1].deliver.signing_secret_env: the environment variable RUN_TEST_SECRET is not set (or empty)",
+				"handlers[1].deliver.signing_key_env: the environment variable RUN_TEST_SECRET is not set (or empty)",
 				`handlers[2].deliver.exec: cannot run "/nonexistent/handler"`,
 			},
 		},
