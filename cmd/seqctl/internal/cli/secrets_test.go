@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,5 +147,65 @@ dsn = %q
 				check("demo.Start", err.Error())
 			}
 		})
+	}
+}
+
+// TestSecretsNotInHaltRecords runs seqctl run for real against an HTTP target whose
+// password and token are secrets: the attempts fail (nothing listens), the partition
+// halts, and neither the halt record shown by 'seqctl head show -o json' nor the run's
+// log holds the secrets, while both name the masked target.
+func TestSecretsNotInHaltRecords(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	srv := redistest.Start(t)
+	const token = "tok-3f9a-secret"
+	cfg := writeConfig(t, fmt.Sprintf(`name = "shop"
+[[events]]
+name = "OrderPlaced"
+category = "order"
+fields = ["client_id"]
+[[handlers]]
+name = "Projector"
+handles = ["OrderPlaced"]
+sequential_by = "client_id"
+max_retries = 1
+[handlers.deliver]
+http = "http://hook:p@ss:w0rd%%25@127.0.0.1:1/orders?token=%s"
+timeout = "2s"
+`, token))
+	errc := make(chan error, 1)
+	logs := &lockedBuffer{}
+	ios, _, _, _ := NewTestIOStreams()
+	ios.ErrOut = logs
+	sigs := make(chan os.Signal, 2)
+	opts := &RunOptions{IO: ios, ConfigPath: cfg, RedisURL: srv.URL, InstanceID: "secrets",
+		LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second, signals: sigs}
+	go func() { errc <- runRun(context.Background(), opts) }()
+	defer func() {
+		sigs <- syscall.SIGTERM
+		select {
+		case <-errc:
+		case <-time.After(10 * time.Second):
+			t.Error("runRun did not return after SIGTERM")
+		}
+	}()
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "seqctl run: ready") })
+	if res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.URL, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`); res.Code != 0 {
+		t.Fatalf("publish: %s", res.Stderr)
+	}
+	var shown result
+	waitFor(t, 20*time.Second, func() bool {
+		shown = runCLI(t, false, "head", "show", "order:c-1", "--handler", "Projector", "--config", cfg, "--redis-url", srv.URL, "-o", "json")
+		return strings.Contains(shown.Stdout, "connection refused")
+	})
+	t.Logf("head show:\n%s", shown.Stdout)
+	for what, out := range map[string]string{"head show": shown.Stdout + shown.Stderr, "run log": logs.String()} {
+		for _, s := range []string{"w0rd", token} {
+			if strings.Contains(out, s) {
+				t.Errorf("%s shows %q:\n%s", what, s, out)
+			}
+		}
+		if !strings.Contains(out, "http://hook:xxxxx@127.0.0.1:1/orders?token=xxxxx") {
+			t.Errorf("%s does not name the masked target:\n%s", what, out)
+		}
 	}
 }
