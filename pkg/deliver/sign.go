@@ -14,25 +14,6 @@ import (
 	"time"
 )
 
-// Signing (HMAC-SHA256) of HTTP deliveries.
-//
-// Each signed request carries X-Seq-Timestamp (Unix seconds when the attempt was sent)
-// and X-Seq-Signature: "v1=" and the hex HMAC-SHA256 of the canonical string below, one
-// "v1=<hex>" per signing key, comma separated (two while a key is rotated). The canonical
-// string is, with "\n" after each line:
-//
-//	seqctl-v1
-//	METHOD                                (POST)
-//	REQUEST-URI                           (path and query as sent: /orders?tenant=7)
-//	name:value                            (every X-Seq-* header but X-Seq-Signature,
-//	...                                    name in lower case, sorted by name, one line per value,
-//	                                       value without surrounding white space)
-//	                                      (an empty line)
-//
-// followed by the raw body. X-Seq-Timestamp, the generation and the attempt are X-Seq-*
-// headers, so they are signed; a header added, removed or changed on the way fails the
-// check, and so does a stale timestamp (Verifier.Tolerance).
-
 // SignatureVersion prefixes each signature in X-Seq-Signature.
 const SignatureVersion = "v1"
 
@@ -47,8 +28,23 @@ var (
 	ErrStaleTimestamp = errors.New("deliver: X-Seq-Timestamp is outside the tolerance (a replayed request, or clocks apart)")
 )
 
-// CanonicalString returns what a request is signed over: see the package's signing
-// comment. header must hold the X-Seq-* headers as sent (X-Seq-Signature is left out).
+// CanonicalString returns what a request is signed over (HMAC-SHA256, see Sign). Each
+// signed request carries X-Seq-Timestamp (Unix seconds when the attempt was sent) and
+// X-Seq-Signature: "v1=" and the hex HMAC-SHA256 of this string, one "v1=<hex>" per
+// signing key, comma separated (two while a key is rotated). The string is, with "\n"
+// after each line:
+//
+//	seqctl-v1
+//	METHOD                                (POST)
+//	REQUEST-URI                           (path and query as sent: /orders?tenant=7)
+//	name:value                            (every X-Seq-* header but X-Seq-Signature,
+//	...                                    name in lower case, sorted by name, one line per
+//	                                       value in the order received, value trimmed)
+//	                                      (an empty line)
+//
+// followed by the raw body. X-Seq-Timestamp, the generation and the attempt are X-Seq-*
+// headers, so they are signed; a header added, removed or changed on the way fails the
+// check, and so does a stale timestamp (Verifier.Tolerance).
 func CanonicalString(method, requestURI string, header http.Header, body []byte) []byte {
 	var names []string
 	for name := range header {
@@ -115,8 +111,9 @@ type Verifier struct {
 // X-Seq-* headers and body. It returns nil, or an error matching ErrNoSignature,
 // ErrStaleTimestamp or ErrBadSignature. The comparison is constant-time.
 //
-// Behind a proxy that rewrites the path, set r.URL.RawPath / r.URL.Path (or a copy of r)
-// back to the path seqctl sent before calling Verify.
+// The request URI is r.RequestURI as received (r.URL.RequestURI() for a request built
+// by hand). Behind a proxy that rewrites the path, give Verify a copy of r whose
+// RequestURI is the one seqctl sent.
 func (v *Verifier) Verify(r *http.Request, body []byte) error {
 	sigHeader, ts := r.Header.Get(HeaderSignature), r.Header.Get(HeaderTimestamp)
 	if sigHeader == "" || ts == "" {
@@ -137,7 +134,13 @@ func (v *Verifier) Verify(r *http.Request, body []byte) error {
 	if d := now().Sub(time.Unix(sec, 0)); d > tol || d < -tol {
 		return fmt.Errorf("%w: sent %v ago, tolerance %v", ErrStaleTimestamp, d.Round(time.Second), tol)
 	}
-	canonical := CanonicalString(r.Method, r.URL.RequestURI(), r.Header, body)
+	// The request URI as received (what the sender wrote on the request line), unless
+	// r was built by hand or came through a proxy in absolute form.
+	uri := r.RequestURI
+	if !strings.HasPrefix(uri, "/") {
+		uri = r.URL.RequestURI()
+	}
+	canonical := CanonicalString(r.Method, uri, r.Header, body)
 	ok := false
 	for _, key := range v.Keys {
 		if len(key) == 0 {
