@@ -19,8 +19,12 @@ package redact
 
 import (
 	"net/url"
+	"regexp"
 	"strings"
 )
+
+// spacedEquals is an = with white space around it, in key = value text.
+var spacedEquals = regexp.MustCompile(`[ \t]*=[ \t]*`)
 
 // Mask replaces every hidden value.
 const Mask = "xxxxx"
@@ -59,9 +63,12 @@ func scan(raw string) (string, []string) {
 			}
 		}
 	}
-	// Parameters: in a URL, after the first ? or #; in other text, everywhere.
+	// Parameters: in a URL, after the first ? or #; in other text, everywhere (libpq
+	// allows "password = p": the spaces around = are dropped first).
 	from := start
-	if start > 0 {
+	if start == 0 {
+		s = spacedEquals.ReplaceAllString(s, "=")
+	} else {
 		q := strings.IndexAny(s[start:], "?#")
 		if q < 0 {
 			return s, found

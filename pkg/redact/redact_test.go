@@ -25,6 +25,7 @@ func TestURL(t *testing.T) {
 		{"postgres://app@db/app?password=hunter22&sslmode=require", "postgres://app@db/app?password=xxxxx&sslmode=require"},
 		{"host=db user=app password='a b\\'c' dbname=x", "host=db user=app password=xxxxx dbname=x"},
 		{"host=db password=hunter22", "host=db password=xxxxx"},
+		{"host = db password = hunter22", "host=db password=xxxxx"},
 		{"app:hunter22@db:5432", "app:xxxxx@db:5432"},
 		{"https://hooks.example/x?token=abc&kind=order", "https://hooks.example/x?token=xxxxx&kind=order"},
 		{"https://h/x?api_key=1&Access_Token=2&X-Amz-Signature=3&sig=4&auth=5&pwd=6", "https://h/x?api_key=xxxxx&Access_Token=xxxxx&X-Amz-Signature=xxxxx&sig=xxxxx&auth=xxxxx&pwd=xxxxx"},
