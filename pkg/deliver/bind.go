@@ -48,8 +48,8 @@ type Binding struct {
 //
 // Every problem is reported at once, as a *engine.ConfigError for cfg.File: an event
 // handler or process manager without a deliver table (only Go code can run it), a
-// signing key whose variable is unset or empty or whose file cannot be read, an exec program that cannot be
-// found. Nothing is bound when there is a problem.
+// signing key whose variable is unset or empty or whose file cannot be read or is empty,
+// an exec program that cannot be found. Nothing is bound when there is a problem.
 func Bind(cfg *engine.Config, dom *engine.Domain, opt BindOptions) ([]Binding, error) {
 	if opt.LookupEnv == nil {
 		opt.LookupEnv = os.LookupEnv
@@ -173,7 +173,7 @@ func readKey(path, env, file, key string, opt BindOptions) ([]byte, *engine.Conf
 			b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
 		}
 		if err == nil && len(b) == 0 {
-			err = errors.New("the file is empty")
+			err = errors.New(file + " is empty")
 		}
 		if err != nil {
 			// The error names the file, never its content.

@@ -283,3 +283,50 @@ except Exception as e:
 		t.Errorf("python accepted a changed body: %s", got)
 	}
 }
+
+// TestBindSigningKeyProblems: a key file that is missing or empty, or a variable that is
+// unset, stops seqctl run at startup, naming the key and never a key's content.
+func TestBindSigningKeyProblems(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.key")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		deliver, want string
+	}{
+		{fmt.Sprintf("signing_key_file = %q", filepath.Join(dir, "absent.key")), "handlers[0].deliver.signing_key_file: cannot read the signing key: open " + filepath.Join(dir, "absent.key")},
+		{fmt.Sprintf("signing_key_file = %q", empty), "handlers[0].deliver.signing_key_file: cannot read the signing key: " + empty + " is empty"},
+		{"signing_key_env = \"SET_KEY\"\nsigning_previous_key_env = \"UNSET_KEY\"", "handlers[0].deliver.signing_previous_key_env: the environment variable UNSET_KEY is not set"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			cfg, err := engine.ParseConfig("domain.toml", []byte(`name = "shop"
+[[events]]
+name = "OrderPlaced"
+category = "order"
+fields = ["client_id"]
+[[handlers]]
+name = "OrderProjector"
+handles = ["OrderPlaced"]
+[handlers.deliver]
+http = "http://127.0.0.1:1/x"
+`+tt.deliver+"\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dom, err := cfg.InitDomain()
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := map[string]string{"SET_KEY": "a key that must not be shown"}
+			_, err = Bind(cfg, dom, BindOptions{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Bind = %v, want a problem containing %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), env["SET_KEY"]) {
+				t.Errorf("the problem shows a key: %v", err)
+			}
+		})
+	}
+}
