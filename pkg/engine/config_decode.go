@@ -167,7 +167,10 @@ func (d *cfgDecoder) server(root cfgTable) ServerConfig {
 	if !ok {
 		return s
 	}
-	t.known("partitioning", "priority_lanes")
+	t.known("partitioning", "priority_lanes", "max_concurrent_handlers")
+	if n, ok := t.integer("max_concurrent_handlers"); ok {
+		d.concurrency(t, "max_concurrent_handlers", n, "no cap beyond each handler's max_concurrent", &s.MaxConcurrentHandlers)
+	}
 	if pt, ok := t.sub("partitioning"); ok {
 		d.partitioning(pt, &s.Partitioning)
 	}
@@ -233,6 +236,18 @@ func (d *cfgDecoder) partitioning(t cfgTable, p *PartitioningConfig) {
 		default:
 			p.MaxPartitionsWarning = int(n)
 		}
+	}
+}
+
+// concurrency decodes a positive count of handler calls running at once.
+func (d *cfgDecoder) concurrency(t cfgTable, key string, n int64, def string, out *int) {
+	switch {
+	case n < 1:
+		d.problem(t.path.key(key), "must be a positive number of handler calls running at once, got %d; remove the key for the default (%s)", n, def)
+	case n > math.MaxInt32:
+		d.problem(t.path.key(key), "%d is out of range", n)
+	default:
+		*out = int(n)
 	}
 }
 
@@ -484,7 +499,7 @@ func (d *cfgDecoder) checkHandled(p cfgPath, name, want string, types map[string
 }
 
 func (d *cfgDecoder) deliver(t cfgTable) *DeliverConfig {
-	t.known("http", "exec", "timeout", "signing_secret_env")
+	t.known("http", "exec", "timeout", "signing_secret_env", "max_concurrent")
 	dc := &DeliverConfig{Timeout: configDefaultDeliverTimeout}
 	hasHTTP, hasExec := t.has("http"), t.has("exec")
 	switch {
@@ -511,6 +526,9 @@ func (d *cfgDecoder) deliver(t cfgTable) *DeliverConfig {
 	}
 	if dur, ok := t.duration("timeout"); ok {
 		dc.Timeout = dur
+	}
+	if n, ok := t.integer("max_concurrent"); ok {
+		d.concurrency(t, "max_concurrent", n, fmt.Sprintf("%d for exec (twice the cores), %d for http", DefaultExecConcurrency, DefaultHTTPConcurrency), &dc.MaxConcurrent)
 	}
 	if env, ok := t.str("signing_secret_env"); ok {
 		if !cfgIsEnvName(env) {
