@@ -279,12 +279,19 @@ type InstanceInfo struct {
 	PID         int    `json:"pid"`
 	StartedMS   int64  `json:"started_ms"`
 	HeartbeatMS int64  `json:"heartbeat_ms"`
+	// Handler slots at the heartbeat (see EngineConfig.MaxConcurrentHandlers): calls
+	// running, the instance's limit (0: unbounded) and the partitions waiting for a slot.
+	SlotsInUse   int `json:"slots_in_use"`
+	SlotsLimit   int `json:"slots_limit"`
+	SlotsWaiting int `json:"slots_waiting"`
 }
 
 func (s *session) info(owner string) string {
+	slots, _ := s.e.slots.stats()
 	b, _ := json.Marshal(InstanceInfo{
 		ID: s.e.cfg.InstanceID, Owner: owner, Host: s.host, PID: os.Getpid(),
 		StartedMS: s.started.UnixMilli(), HeartbeatMS: time.Now().UnixMilli(),
+		SlotsInUse: slots.InUse, SlotsLimit: slots.Limit, SlotsWaiting: slots.Waiting,
 	})
 	return string(b)
 }

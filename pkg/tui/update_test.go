@@ -19,7 +19,8 @@ func TestFirstRefresh(t *testing.T) {
 		t.Fatalf("after the first refresh: haveSnap=%v rows=%d, want true 8", h.m.haveSnap, len(h.m.rows))
 	}
 	want := summary{streams: 8, total: 8, running: 5, idle: 2, unowned: 1, lag: 120 + 4 + 9800 + 37 + 56 + 1500,
-		maxLag: 9800, alive: 2, stale: 1}
+		maxLag: 9800, alive: 2, stale: 1,
+		slotsInUse: 6, slotsLimit: 8, slotsWaiting: 37} // the stale instance's slots are left out
 	if diff := cmp.Diff(want, h.m.sum, cmp.AllowUnexported(summary{})); diff != "" {
 		t.Errorf("summary (-want +got):\n%s", diff)
 	}

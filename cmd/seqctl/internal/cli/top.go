@@ -138,6 +138,7 @@ func (s *adminSource) Snapshot(ctx context.Context) (tui.Snapshot, error) {
 		}
 		snap.Instances = append(snap.Instances, tui.Instance{
 			ID: in.ID, Host: in.Host, PID: in.PID, Owned: owned[in.ID], LastHeartbeat: in.HeartbeatAt,
+			SlotsInUse: in.SlotsInUse, SlotsLimit: in.SlotsLimit, SlotsWaiting: in.SlotsWaiting,
 		})
 	}
 	return snap, nil
