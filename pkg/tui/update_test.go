@@ -628,3 +628,31 @@ func TestUnknownLag(t *testing.T) {
 		t.Fatalf("lag cell %q, want ?", got)
 	}
 }
+
+// The header sums the handler slots of the live instances; one unbounded instance makes
+// the total unbounded, shown without a limit.
+func TestHeaderSlotQueue(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		instances []Instance
+		want      string
+	}{
+		{"bounded", []Instance{
+			{ID: "a", LastHeartbeat: base, SlotsInUse: 4, SlotsLimit: 4, SlotsWaiting: 4996},
+			{ID: "b", LastHeartbeat: base, SlotsInUse: 3, SlotsLimit: 4, SlotsWaiting: 1},
+		}, "slots 7/8  waiting 4,997"},
+		{"one unbounded", []Instance{
+			{ID: "a", LastHeartbeat: base, SlotsInUse: 4, SlotsLimit: 4},
+			{ID: "go", LastHeartbeat: base, SlotsInUse: 12},
+		}, "slots 16  waiting 0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fixture(false)
+			s.Instances = tt.instances
+			h := newHarness(t, newFake(s), Options{}, 160, 30)
+			if v := h.m.View(); !strings.Contains(v, tt.want) {
+				t.Errorf("header lacks %q:\n%s", tt.want, strings.Join(strings.SplitN(v, "\n", 3)[:2], "\n"))
+			}
+		})
+	}
+}
