@@ -355,10 +355,10 @@ func (w *worker) handle(ent entry) error {
 			EntryID: ent.msg.ID, Generation: w.gen, Attempt: ent.deliveries,
 		}
 		// Back-pressure: wait in line for a handler slot (slots.go). The wait is not an
-		// attempt; when it ends without a slot, or the lease lapsed meanwhile, the entry
-		// goes back unstarted.
+		// attempt; when it ends without a slot, or the lease lapsed or the engine began
+		// stopping meanwhile, the entry goes back unstarted.
 		release, ok := w.waitSlot()
-		if !ok || !w.inc.valid() || w.ctx.Err() != nil {
+		if !ok || !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
 			release()
 			w.pending = append([]entry{ent}, w.pending...)
 			return nil
