@@ -20,6 +20,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -60,8 +61,9 @@ func benchEngine(b *testing.B, srv *redistest.Server, d *Domain, id string, rt *
 	b.Helper()
 	c := srv.Client(b)
 	c.AddHook(rtHook{rt})
+	maxUnacked, _ := strconv.Atoi(os.Getenv("SEQCTL_BENCH_MAX_UNACKED")) // 0: the default, 1
 	e, err := New(EngineConfig{
-		Domain: d, Client: c, InstanceID: id, ShutdownTimeout: 10 * time.Second,
+		Domain: d, Client: c, InstanceID: id, ShutdownTimeout: 10 * time.Second, MaxUnacked: maxUnacked,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
@@ -514,6 +516,43 @@ func BenchmarkIdleCost(b *testing.B) {
 	if handled.Load() != parts {
 		b.Logf("handled %d events, want %d", handled.Load(), parts)
 	}
+}
+
+// ---------------------------------------------------------------------------
+// BenchmarkHaltedIdleCost: Redis calls per second of 1,000 halted partitions owned by two
+// instances, waiting for an operator. Goal: at most 20 calls/s in total.
+
+func BenchmarkHaltedIdleCost(b *testing.B) {
+	const parts = 1000
+	srv := redistest.Start(b)
+	admin := srv.Client(b)
+	d := testDomain(b, func(context.Context, Event) error { return errors.New("poison: refused") }, nil)
+	publishAll(b, admin, d, parts, parts, 0)
+
+	var rt atomic.Int64
+	e1 := benchEngine(b, srv, d, "bench-a", &rt)
+	e2 := benchEngine(b, srv, d, "bench-b", &rt)
+	deadline := time.Now().Add(3 * time.Minute)
+	for e1.Stats().Halted+e2.Stats().Halted < parts {
+		if time.Now().After(deadline) {
+			b.Fatalf("halted %d+%d of %d partitions within 3 minutes", e1.Stats().Halted, e2.Stats().Halted, parts)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(doorbellBlock + 2*time.Second) // warm-up, as in BenchmarkIdleCost
+
+	s0, rt0 := snapRedis(b, admin), rt.Load()
+	c0 := readCPU(s0)
+	time.Sleep(10 * time.Second)
+	s1, rt1 := snapRedis(b, admin), rt.Load()
+	c1 := readCPU(s1)
+	win := s1.at.Sub(s0.at).Seconds()
+	bd, total := callsBetween(s0, s1)
+	b.Logf("halted partitions %d+%d; redis calls/s by command over %.1fs: %s", e1.Stats().Halted, e2.Stats().Halted, win, breakdown(bd, win, "calls/s"))
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(total)/win, "calls/s")
+	b.ReportMetric(float64(rt1-rt0)/win, "rt/s")
+	c0.report(b, c1)
 }
 
 // ---------------------------------------------------------------------------

@@ -105,6 +105,10 @@ type PartitioningConfig struct {
 	// is logged (max_partitions_warning, default 2000; 0 turns the warning off).
 	// Partition-per-key is a bounded-cardinality design.
 	MaxPartitionsWarning int
+	// MaxUnacked is how many handled events of one partition may lack a confirmed
+	// acknowledgement (max_unacked, default 1): after a failure at most that many handled
+	// events run again, in order, plus none started (EngineConfig.MaxUnacked).
+	MaxUnacked int
 }
 
 // DefaultPartitioningConfig returns the [server.partitioning] defaults of the
@@ -116,6 +120,7 @@ func DefaultPartitioningConfig() PartitioningConfig {
 		PollInterval:         250 * time.Millisecond,
 		ReapIdle:             time.Hour,
 		MaxPartitionsWarning: 2000,
+		MaxUnacked:           DefaultMaxUnacked,
 	}
 }
 
@@ -452,6 +457,7 @@ func (c *Config) EngineConfig(d *Domain, client redis.UniversalClient) EngineCon
 		}
 	}
 	return EngineConfig{Domain: d, Client: client, Timing: c.Timing(), MaxPartitionsWarning: warn,
+		MaxUnacked:  c.Server.Partitioning.MaxUnacked,
 		MinReplicas: c.Broker.MinReplicas, ReplicaTimeout: c.Broker.ReplicaTimeout,
 		MaxConcurrentHandlers: c.Server.MaxConcurrentHandlers, HandlerLimits: limits}
 }

@@ -201,7 +201,7 @@ func (d *cfgDecoder) server(root cfgTable) ServerConfig {
 const cfgMaxMillis = math.MaxInt64 / int64(time.Millisecond)
 
 func (d *cfgDecoder) partitioning(t cfgTable, p *PartitioningConfig) {
-	t.known("lease_ttl_ms", "heartbeat_interval_seconds", "poll_interval_seconds", "reap_idle_ms", "max_partitions_warning")
+	t.known("lease_ttl_ms", "heartbeat_interval_seconds", "poll_interval_seconds", "reap_idle_ms", "max_partitions_warning", "max_unacked")
 	ttlOK := true
 	if ms, ok := t.integer("lease_ttl_ms"); ok {
 		ttlOK = d.millis(t, "lease_ttl_ms", ms, "15000", &p.LeaseTTL)
@@ -226,6 +226,16 @@ func (d *cfgDecoder) partitioning(t cfgTable, p *PartitioningConfig) {
 	}
 	if ms, ok := t.integer("reap_idle_ms"); ok {
 		d.millis(t, "reap_idle_ms", ms, "3600000", &p.ReapIdle)
+	}
+	if n, ok := t.integer("max_unacked"); ok {
+		switch {
+		case n < 1:
+			d.problem(t.path.key("max_unacked"), "must be 1 or more, got %d; 1 (the default) re-runs at most the event in flight after a failure, N lets up to N handled events run again", n)
+		case n > 1<<16:
+			d.problem(t.path.key("max_unacked"), "%d is out of range (at most 65536)", n)
+		default:
+			p.MaxUnacked = int(n)
+		}
 	}
 	if n, ok := t.integer("max_partitions_warning"); ok {
 		switch {

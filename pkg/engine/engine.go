@@ -31,6 +31,9 @@ type LeaseTiming struct {
 
 // Defaults of the specification.
 const (
+	// DefaultMaxUnacked is the strict acknowledgement mode: at most the event in flight
+	// runs again after a failure.
+	DefaultMaxUnacked   = 1
 	DefaultLeaseTTL     = 15 * time.Second
 	DefaultPollInterval = 250 * time.Millisecond
 	DefaultReapIdle     = time.Hour
@@ -69,6 +72,13 @@ type EngineConfig struct {
 	// BatchSize is how many new entries one fenced read may return (default 16). Each is
 	// started only while the local lease deadline holds.
 	BatchSize int
+	// MaxUnacked is how many handled events of one partition may lack an acknowledgement
+	// that Redis confirmed (default 1): with 1, an event starts only after the previous
+	// one's ack was confirmed, so after any failure (a crash, a Redis pause or restart) at
+	// most the event in flight runs again. With N, up to N handled events may run again
+	// after a failure, always in order. Acks of all partitions of the instance share one
+	// call per flush, so the strict default pays a round trip per flush, not per event.
+	MaxUnacked int
 	// DiscoveryInterval is how often the partition index and the liveness of other owners
 	// are checked (default 2s). New partitions and released leases are also announced on
 	// the control stream, so this is the fallback and the crash-detection period.
@@ -132,6 +142,12 @@ func (c *EngineConfig) Validate() error {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 16
 	}
+	if c.MaxUnacked < 0 {
+		return fmt.Errorf("engine: MaxUnacked %d is negative; use 1 (the default) or more", c.MaxUnacked)
+	}
+	if c.MaxUnacked == 0 {
+		c.MaxUnacked = DefaultMaxUnacked
+	}
 	if c.DiscoveryInterval <= 0 {
 		c.DiscoveryInterval = 2 * time.Second
 	}
@@ -193,7 +209,8 @@ type Engine struct {
 	regID   string // this process's field in the instance registry: "{instance id}#{random}"
 	sess    *session
 	bell    *doorbell
-	slots   *slots        // handler slots: back-pressure on handler calls
+	slots   *slots // handler slots: back-pressure on handler calls
+	acker   *acker
 	health  health        // why the instance cannot take or keep leases
 	logs    *rateLog      // one line per cause per interval, for outages every partition sees
 	stopped chan struct{} // closed by Shutdown: take no more work
@@ -397,11 +414,13 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.sess.open(ctx); err != nil {
 		return err
 	}
+	e.acker = newAcker(e)
 	e.bell = newDoorbell(e)
 	if err := e.bell.init(ctx); err != nil {
 		return err
 	}
-	e.bg.Add(3)
+	e.bg.Add(4)
+	go e.acker.loop()
 	go e.sess.heartbeatLoop()
 	go e.bell.loop()
 	go e.discoveryLoop()

@@ -23,19 +23,10 @@ import (
 // the same either way, only the process manager's lease unit differs.
 func sharedPMDomain(tb testing.TB, sequential bool, fn HandlerFunc) *Domain {
 	tb.Helper()
-	d := NewDomain("pm").
-		AddEvent(EventType{Name: "OrderPlaced", Category: "order", Fields: []string{"order_id", "seq"}}).
-		AddEvent(EventType{Name: "PaymentConfirmed", Category: "payment", Fields: []string{"order_ref", "seq"}}).
-		AddHandler(Handler{Name: "Projector", Kind: EventHandlerKind, PartOf: "order", Handles: []string{"OrderPlaced"}, SequentialBy: "order_id"}).
-		AddHandler(Handler{Name: "PayProjector", Kind: EventHandlerKind, PartOf: "payment", Handles: []string{"PaymentConfirmed"}, SequentialBy: "order_ref"}).
-		AddProcessManager(ProcessManager{Name: "Fulfillment", SequentialBy: sequential, Func: fn, Handles: []PMHandle{
-			{Event: "OrderPlaced", Correlate: Correlate{PMField: "order_id", EventField: "order_id"}, Start: true},
-			{Event: "PaymentConfirmed", Correlate: Correlate{PMField: "order_id", EventField: "order_ref"}},
-		}})
-	if err := d.Init(NewRedisBroker(nil)); err != nil {
-		tb.Fatal(err)
-	}
-	return d
+	return pmDomainWith(tb, sequential, fn, func(d *Domain) {
+		d.AddHandler(Handler{Name: "Projector", Kind: EventHandlerKind, PartOf: "order", Handles: []string{"OrderPlaced"}, SequentialBy: "order_id"}).
+			AddHandler(Handler{Name: "PayProjector", Kind: EventHandlerKind, PartOf: "payment", Handles: []string{"PaymentConfirmed"}, SequentialBy: "order_ref"})
+	})
 }
 
 // A process manager whose sequential_by flag differs between two running instances (a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -493,4 +495,62 @@ func TestHealthFollowsRedis(t *testing.T) {
 	back := time.Now()
 	waitFor(t, 2*ttl, "ready again after Redis is back", func() bool { ok, _ := e.Health(); return ok })
 	t.Logf("ready %v after Redis was back", time.Since(back).Round(time.Millisecond))
+}
+
+// countingHandler counts log records by level and message.
+type countingHandler struct {
+	mu     sync.Mutex
+	counts map[string]int // "LEVEL message" -> records
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.counts[r.Level.String()+" "+r.Message]++
+	h.mu.Unlock()
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// During an outage every cause is logged once per interval, not once per partition or
+// per attempt: 12 owned partitions and 3 s without Redis (TTL 1 s) give a few lines.
+func TestOutageLogsOncePerCause(t *testing.T) {
+	skipShort(t)
+	srv := redistest.StartWith(t, redistest.Options{AOF: true})
+	b := NewRedisBroker(srv.Client(t))
+	logs := &countingHandler{counts: map[string]int{}}
+	keys := keysOf(12)
+	e := startEngineWith(t, srv, testDomain(t, func(context.Context, Event) error { return nil }, nil), "i1", func(c *EngineConfig) {
+		c.Timing, c.Logger = fastTiming(time.Second), slog.New(logs)
+	})
+	d := testDomain(t, nil, nil)
+	for _, k := range keys {
+		publish(t, b, d, k, 0, false)
+	}
+	waitFor(t, 5*time.Second, "every key owned", func() bool { return len(e.Owned()) == len(keys) })
+	logs.mu.Lock()
+	clear(logs.counts)
+	logs.mu.Unlock()
+	srv.Stop()
+	time.Sleep(3 * time.Second)
+	srv.StartAgain()
+	waitFor(t, 5*time.Second, "every key owned again", func() bool { return len(e.Owned()) == len(keys) && allOwned(srv.Client(t), keys) })
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	warn := 0
+	var lines []string
+	for m, n := range logs.counts {
+		if strings.HasPrefix(m, "WARN") || strings.HasPrefix(m, "ERROR") {
+			warn += n
+			lines = append(lines, fmt.Sprintf("%dx %s", n, m))
+		}
+	}
+	sort.Strings(lines)
+	t.Logf("%d warning lines during a 3 s outage with %d partitions:\n%s", warn, len(keys), strings.Join(lines, "\n"))
+	for m, n := range logs.counts {
+		if strings.HasPrefix(m, "WARN") && n > 2 {
+			t.Errorf("%q logged %d times in one outage, want once per cause per interval", m, n)
+		}
+	}
 }

@@ -33,6 +33,7 @@ var (
 	scriptAcquire = mustScript("acquire.lua")
 	scriptRelease = mustScript("release.lua")
 	scriptAck     = mustScript("ack.lua")
+	scriptAckMany = mustScript("ackmany.lua")
 	scriptPublish = mustScript("publish.lua")
 	scriptDrain   = mustScript("drain.lua")
 	scriptHalt    = mustScript("halt.lua")
@@ -42,7 +43,7 @@ var (
 	scriptReplay  = mustScript("replay.lua")
 )
 
-var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim, scriptReplay}
+var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptAckMany, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim, scriptReplay}
 
 // loadScripts puts every script into the server's script cache. The cache is empty after
 // a restart, a failover to a replica that never saw the scripts, or SCRIPT FLUSH, so no

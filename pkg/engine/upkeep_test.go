@@ -81,13 +81,23 @@ func TestPriorityLanes(t *testing.T) {
 // correlates both on the order id.
 func pmDomain(tb testing.TB, fn HandlerFunc) *Domain {
 	tb.Helper()
+	return pmDomainWith(tb, true, fn, nil)
+}
+
+// pmDomainWith declares the process manager Fulfillment over order and payment, with
+// sequential_by as given; mod adds to the domain before Init.
+func pmDomainWith(tb testing.TB, sequential bool, fn HandlerFunc, mod func(*Domain)) *Domain {
+	tb.Helper()
 	d := NewDomain("pm").
 		AddEvent(EventType{Name: "OrderPlaced", Category: "order", Fields: []string{"order_id", "seq"}}).
 		AddEvent(EventType{Name: "PaymentConfirmed", Category: "payment", Fields: []string{"order_ref", "seq"}}).
-		AddProcessManager(ProcessManager{Name: "Fulfillment", SequentialBy: true, Func: fn, Handles: []PMHandle{
+		AddProcessManager(ProcessManager{Name: "Fulfillment", SequentialBy: sequential, Func: fn, Handles: []PMHandle{
 			{Event: "OrderPlaced", Correlate: Correlate{PMField: "order_id", EventField: "order_id"}, Start: true},
 			{Event: "PaymentConfirmed", Correlate: Correlate{PMField: "order_id", EventField: "order_ref"}},
 		}})
+	if mod != nil {
+		mod(d)
+	}
 	if err := d.Init(NewRedisBroker(nil)); err != nil {
 		tb.Fatal(err)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,7 +40,12 @@ type worker struct {
 	cancel context.CancelFunc
 	wake   chan struct{} // capacity 1
 	done   chan struct{}
-	acks   chan ackReq
+
+	// Acknowledgements confirmed by the acker, not yet applied by the worker goroutine.
+	ackMu     sync.Mutex
+	ackIn     []ackItem     // guarded by ackMu
+	ackFenced bool          // the acker found the lease gone; guarded by ackMu
+	ackNote   chan struct{} // capacity 1: ackIn or ackFenced changed
 
 	handoff atomic.Bool // set by fair share: finish the in-flight event, release, exit
 	idle    atomic.Bool // the partition was empty at the last read
@@ -47,6 +54,7 @@ type worker struct {
 	// Owned by the worker goroutine.
 	handled   [][]string // ids handled since the last drain, per lane
 	pending   []entry    // read but not started
+	unacked   []ackItem  // handled, acknowledgement not confirmed by Redis yet
 	retry     *entry     // head waiting for another attempt or an operator
 	sinceTrim int        // events handled since the last trim
 	trimmed   bool       // trimmed (and old consumers cleaned) since the lease was taken
@@ -58,11 +66,6 @@ type worker struct {
 // trimEvery is how many handled events separate two trims of a busy partition. The
 // stream then holds at most about this many acknowledged entries.
 const trimEvery = 256
-
-type ackReq struct {
-	lane int
-	id   string
-}
 
 func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 	owner := in.owner
@@ -76,7 +79,7 @@ func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 		ctx:      ctx, cancel: cancel,
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
-		acks:    make(chan ackReq, 256),
+		ackNote: make(chan struct{}, 1),
 		handled: make([][]string, len(u.lanes)),
 	}
 	e.mu.Lock()
@@ -94,7 +97,6 @@ func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 	e.mu.Unlock()
 	e.cfg.Observer.LeaseAcquired(w.sub.group)
 	e.log.Debug("lease acquired", "group", w.sub.group, "unit", u.name, "generation", gen)
-	go w.ackLoop()
 	go w.run()
 }
 
@@ -139,7 +141,7 @@ func (w *worker) run() {
 // exit acknowledges what was handled, releases the lease when stopping gracefully, and
 // unregisters the worker.
 func (w *worker) exit() {
-	close(w.acks)
+	w.e.acker.forget(w)
 	w.e.bell.unwatch(w)
 	if w.ctx.Err() == nil && !w.reaped {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -187,9 +189,17 @@ func (w *worker) wait(d time.Duration) (timedOut bool) {
 	return false
 }
 
-// haltRecheck is how often a halted worker re-reads its halt record in case an operator's
-// notice was missed (it is normally woken by the notice).
-const haltRecheck = 5 * time.Second
+// haltRecheck is how often, on average, a halted worker re-reads its halt record in case
+// an operator's notice was missed. It is normally woken by the notice (the resolve
+// script writes to the owner's wake stream, which the doorbell reads), so a halted
+// partition costs nothing while it waits: 1,000 halted partitions re-check about 3 times
+// a second in all. The period is spread by +/-20% so re-checks do not come in waves.
+const haltRecheck = 5 * time.Minute
+
+// haltWait returns the next re-check period of a halted worker.
+func haltWait() time.Duration {
+	return haltRecheck*4/5 + rand.N(haltRecheck*2/5)
+}
 
 // fetch reads the next batch (fenced, acking what was handled).
 func (w *worker) fetch() error {
@@ -200,7 +210,7 @@ func (w *worker) fetch() error {
 	switch r.code {
 	case drainHalted:
 		w.halted.Store(true) // halted before this owner took over
-		w.wait(haltRecheck)
+		w.wait(haltWait())
 	case drainEmpty:
 		if !w.trimmed {
 			w.trim() // after a takeover: drop the previous owners' consumers
@@ -325,7 +335,7 @@ func (w *worker) step(head *entry) error {
 	}
 	switch r.code {
 	case drainHalted:
-		w.wait(haltRecheck)
+		w.wait(haltWait())
 	case drainResolved:
 		w.retry = nil // an operator skipped it or moved it to the DLQ
 		w.halted.Store(false)
@@ -341,9 +351,14 @@ func (w *worker) step(head *entry) error {
 
 // handle runs the handler for one entry, then acks it or schedules its retry / halt.
 func (w *worker) handle(ent entry) error {
-	// Start only within the local lease deadline and while the lease's incarnation
-	// lives: an owner that was frozen never starts another event after it wakes (past
-	// the deadline the incarnation is over and its context cancelled).
+	// Start only when Redis confirmed enough earlier acknowledgements (max_unacked), and
+	// only within the local lease deadline and while the lease's incarnation lives: an
+	// owner that was frozen never starts another event after it wakes (past the deadline
+	// the incarnation is over and its context cancelled).
+	if err := w.awaitAcks(w.e.cfg.MaxUnacked - 1); err != nil {
+		w.pending = append([]entry{ent}, w.pending...)
+		return err
+	}
 	if !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
 		w.pending = append([]entry{ent}, w.pending...)
 		return nil
@@ -375,10 +390,9 @@ func (w *worker) handle(ent entry) error {
 	}
 	if err == nil {
 		w.handled[ent.lane] = append(w.handled[ent.lane], ent.msg.ID)
-		select {
-		case w.acks <- ackReq{lane: ent.lane, id: ent.msg.ID}:
-		default: // the sender is behind; the next drain acks it
-		}
+		it := ackItem{lane: ent.lane, id: ent.msg.ID}
+		w.unacked = append(w.unacked, it)
+		w.e.acker.submit(w, it)
 		if w.sinceTrim++; w.sinceTrim >= trimEvery && len(w.pending) == 0 {
 			// Between batches. Entries whose ack is still in flight are pending, and the
 			// trim keeps everything from the oldest pending entry on.
@@ -469,6 +483,7 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	for i := range w.handled {
 		w.handled[i] = w.handled[i][:0]
 	}
+	w.unacked = w.unacked[:0] // the script acknowledged them all, fenced
 	code, _ := res[0].(int64)
 	if err := codeErr(code); err != nil && code != drainHalted {
 		return drainResult{}, err
@@ -525,32 +540,58 @@ func parseMessages(v any) ([]redis.XMessage, error) {
 	return out, nil
 }
 
-// ackLoop sends the fenced ack of each handled entry as soon as the worker hands it over,
-// coalescing entries that arrive while a call is in flight. A lost ack is harmless: the
-// next drain acks everything handled since the previous one.
-func (w *worker) ackLoop() {
-	for req := range w.acks {
-		batch := make([][]string, len(w.lanes))
-		batch[req.lane] = append(batch[req.lane], req.id)
-	more:
-		for {
-			select {
-			case r, ok := <-w.acks:
-				if !ok {
-					break more
-				}
-				batch[r.lane] = append(batch[r.lane], r.id)
-			default:
-				break more
+// acked is called by the acker with the outcome of a flush that carried this worker's
+// acknowledgements.
+func (w *worker) acked(r ackResult) {
+	w.ackMu.Lock()
+	w.ackIn = append(w.ackIn, r.ids...)
+	w.ackFenced = w.ackFenced || r.fenced
+	w.ackMu.Unlock()
+	select {
+	case w.ackNote <- struct{}{}:
+	default:
+	}
+}
+
+// applyAcks removes the confirmed acknowledgements from w.unacked. It reports whether the
+// acker found the lease gone.
+func (w *worker) applyAcks() (fenced bool) {
+	w.ackMu.Lock()
+	in, fenced := w.ackIn, w.ackFenced
+	w.ackIn = nil
+	w.ackMu.Unlock()
+	if len(in) > 0 {
+		done := make(map[ackItem]bool, len(in))
+		for _, it := range in {
+			done[it] = true
+		}
+		kept := w.unacked[:0]
+		for _, it := range w.unacked {
+			if !done[it] {
+				kept = append(kept, it)
 			}
 		}
-		for lane, ids := range batch {
-			if len(ids) == 0 {
-				continue
-			}
-			if err := w.ack(w.ctx, lane, ids); errors.Is(err, ErrFenced) {
-				w.cancel()
-			}
+		w.unacked = kept
+	}
+	return fenced
+}
+
+// awaitAcks waits until at most limit handled events of the partition lack a confirmed
+// acknowledgement (max_unacked - 1 before an event starts): with max_unacked = 1 an
+// event starts only after Redis confirmed the previous one's ack, so a failure of any
+// kind re-runs at most the event in flight. It returns ErrFenced when the lease is gone,
+// and nil when the worker must stop (its context ended).
+func (w *worker) awaitAcks(limit int) error {
+	for {
+		if w.applyAcks() {
+			return ErrFenced
+		}
+		if len(w.unacked) <= limit || w.ctx.Err() != nil {
+			return nil
+		}
+		select {
+		case <-w.ackNote:
+		case <-w.ctx.Done():
 		}
 	}
 }

@@ -1,0 +1,153 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// acker sends the fenced acknowledgements of every worker of the instance, batched: one
+// ackmany.lua call per flush carries the acks of all partitions handled since the last
+// flush, so a strict instance (max_unacked = 1, every event waits for its ack) pays a
+// round trip per flush, not per event. A flush that fails for a reason other than the
+// fence is retried with the acks that arrived meanwhile, until Redis answers or the
+// worker's lease ends; each worker hears about its acks on its ackDone channel.
+//
+// The loop shape is the engine's background-loop shape: start, one goroutine, one tick
+// (flush) function; it stops with the engine's hard context.
+type acker struct {
+	e *Engine
+
+	mu      sync.Mutex
+	pending map[*worker][]ackItem // guarded by mu
+	kick    chan struct{}         // capacity 1
+}
+
+// ackItem is one handled entry whose acknowledgement Redis has not confirmed yet.
+type ackItem struct {
+	lane int
+	id   string
+}
+
+// ackResult tells a worker which of its entries are acknowledged, or that it is fenced.
+type ackResult struct {
+	ids    []ackItem
+	fenced bool
+}
+
+func newAcker(e *Engine) *acker {
+	return &acker{e: e, pending: map[*worker][]ackItem{}, kick: make(chan struct{}, 1)}
+}
+
+// submit queues a handled entry's ack; it never blocks.
+func (a *acker) submit(w *worker, it ackItem) {
+	a.mu.Lock()
+	a.pending[w] = append(a.pending[w], it)
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// forget drops a worker's queued acks (it exits; exit flushes what it still holds).
+func (a *acker) forget(w *worker) {
+	a.mu.Lock()
+	delete(a.pending, w)
+	a.mu.Unlock()
+}
+
+func (a *acker) loop() {
+	defer a.e.bg.Done()
+	backoff := 10 * time.Millisecond
+	for {
+		select {
+		case <-a.e.hardCtx.Done():
+			return
+		case <-a.kick:
+		}
+		for a.flush() {
+			// Redis did not answer: retry what is queued after a pause.
+			if !sleepCtx(a.e.hardCtx, backoff) {
+				return
+			}
+			backoff = min(backoff*2, 500*time.Millisecond)
+		}
+		backoff = 10 * time.Millisecond
+	}
+}
+
+// flush sends every queued ack, one call per session owner (normally one). It reports
+// whether a call failed without an answer (the acks stay queued for a retry).
+func (a *acker) flush() (retry bool) {
+	a.mu.Lock()
+	batch := a.pending
+	a.pending = map[*worker][]ackItem{}
+	a.mu.Unlock()
+	byOwner := map[string][]*worker{}
+	for w := range batch {
+		if w.ctx.Err() != nil {
+			continue // its lease is over: the next owner re-runs what was not acked
+		}
+		byOwner[w.owner] = append(byOwner[w.owner], w)
+	}
+	for owner, ws := range byOwner {
+		if err := a.send(owner, ws, batch); err != nil {
+			a.e.logs.warn("ack:"+errorCause(err), "acknowledgements not confirmed yet; retrying", "partitions", len(ws), "err", err)
+			a.mu.Lock()
+			for _, w := range ws {
+				a.pending[w] = append(batch[w], a.pending[w]...)
+			}
+			a.mu.Unlock()
+			retry = true
+		}
+	}
+	return retry
+}
+
+type ackPair struct {
+	w     *worker
+	lane  int
+	items []ackItem
+}
+
+// send makes one ackmany.lua call for the workers of one session owner.
+func (a *acker) send(owner string, ws []*worker, batch map[*worker][]ackItem) error {
+	var pairs []ackPair
+	keys := []string{SessionKey(owner)}
+	var args []any
+	for _, w := range ws {
+		byLane := map[int][]ackItem{}
+		for _, it := range batch[w] {
+			byLane[it.lane] = append(byLane[it.lane], it)
+		}
+		for lane, items := range byLane {
+			pairs = append(pairs, ackPair{w: w, lane: lane, items: items})
+			keys = append(keys, w.leaseKey, w.lanes[lane])
+			args = append(args, w.token, w.sub.group, len(items))
+			for _, it := range items {
+				args = append(args, it.id)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(a.e.hardCtx, a.e.cfg.Timing.LeaseTTL/2)
+	defer cancel()
+	res, err := scriptAckMany.Run(ctx, a.e.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return translateRedisErr(err)
+	}
+	if len(res) == 1 && res[0] == -3 {
+		for _, p := range pairs {
+			p.w.acked(ackResult{fenced: true})
+		}
+		return nil
+	}
+	for i, p := range pairs {
+		if i < len(res) && res[i] >= 0 {
+			p.w.acked(ackResult{ids: p.items})
+		} else {
+			p.w.acked(ackResult{fenced: true})
+		}
+	}
+	return nil
+}
