@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -103,6 +104,9 @@ type Admin struct {
 	rdb    redis.UniversalClient
 	broker *engine.RedisBroker
 	opts   Options
+
+	whoMu  sync.Mutex
+	whoami string // the ACL user, once known; guarded by whoMu
 }
 
 // New returns an Admin over rdb. The caller owns rdb and closes it.
