@@ -37,7 +37,7 @@ func TestRedisOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opt, _, err := redisOptions(tt.flag, tt.cfg, func(k string) string { return tt.env[k] })
+			opt, _, err := redisOptions(tt.flag, engine.TLSConfig{}, tt.cfg, func(k string) string { return tt.env[k] })
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || ExitCode(err) != ExitUsage {
 					t.Fatalf("err = %v (exit %d), want a usage error containing %q", err, ExitCode(err), tt.wantErr)

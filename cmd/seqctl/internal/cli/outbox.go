@@ -161,7 +161,7 @@ func relayRun(ctx context.Context, opts *OutboxOptions) error {
 	if err != nil {
 		return err
 	}
-	ropt, _, err := redisOptions(opts.Global.RedisURL, cfg, os.Getenv)
+	ropt, _, err := redisOptions(opts.Global.RedisURL, opts.Global.RedisTLS, cfg, os.Getenv)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,8 @@ type PublishOptions struct {
 	ConfigPath string
 	// RedisURL is the global --redis-url: "" means $SEQCTL_REDIS_URL, else [broker] url.
 	RedisURL string
+	// RedisTLS are the global --redis-tls-* flags.
+	RedisTLS engine.TLSConfig
 	// Event is the event type (--event). With a file, it says every line is a payload of
 	// this type; without it, every line is an object {"event", "data", "priority"}.
 	Event string
@@ -89,7 +91,7 @@ fails mid-file, publishing stops there (exit status 1): the summary says how far
   $ seqctl publish --data @events.jsonl`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.ConfigPath, opts.RedisURL, opts.Output = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.Output
+			opts.ConfigPath, opts.RedisURL, opts.RedisTLS, opts.Output = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.RedisTLS, f.Global.Output
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
@@ -272,7 +274,7 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 		return nil, nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Path: "broker.kind", Message: fmt.Sprintf(
 			"seqctl publish needs the redis broker, not %q: the inline broker lives inside one Go process", cfg.Broker.Kind)}}}
 	}
-	ropt, _, err := redisOptions(opts.RedisURL, cfg, os.Getenv)
+	ropt, _, err := redisOptions(opts.RedisURL, opts.RedisTLS, cfg, os.Getenv)
 	if err != nil {
 		return nil, nil, err
 	}
