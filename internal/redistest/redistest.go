@@ -154,9 +154,16 @@ func (s *Server) startProc(bin string) {
 	s.mu.Lock()
 	s.cmd = cmd
 	s.mu.Unlock()
-	go func() { _ = cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
+		select {
+		case <-exited: // a bad argument or ACL file: say so now, not in 10 s
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			s.tb.Fatalf("redis-server on %s exited at start; log:\n%s", s.Addr, log)
+		default:
+		}
 		c, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond)
 		if err == nil && s.TLS != nil {
 			tc := tls.Client(c, s.TLS.ClientConfig(s.tb))
