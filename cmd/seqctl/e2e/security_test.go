@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -205,9 +208,47 @@ func TestACLUsersGuarantees(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("head skip as the operator: exit %d\n%s", code, out)
 		}
+		var next *engine.HaltRecord
 		eventually(t, 15*time.Second, "the worker to resume past the skipped entry", func() bool {
+			next = f.waitHalt("poison-1")
+			return next.EntryID != halt.EntryID
+		})
+
+		// What 'top --readonly' reads, as the viewer.
+		viewer := admin.New(redisClient(t, url("seqctl-viewer")), admin.Options{})
+		ctx := context.Background()
+		if _, err := viewer.ListPartitions(ctx, admin.Filter{}); err != nil {
+			t.Errorf("ListPartitions as the viewer: %v", err)
+		}
+		if _, err := viewer.Instances(ctx); err != nil {
+			t.Errorf("Instances as the viewer: %v", err)
+		}
+		if _, err := viewer.Inspect(ctx, "step:poison-1", "Stepper"); err != nil {
+			t.Errorf("Inspect as the viewer: %v", err)
+		}
+		if _, err := viewer.DLQs(ctx); err != nil {
+			t.Errorf("DLQs as the viewer: %v", err)
+		}
+
+		// The operator moves the next head to the DLQ and replays it; the worker takes
+		// the replayed entry (and halts on it again).
+		out, code, _ = seqctlCmd(t, nil, "head", "dlq", "step:poison-1", "--handler", "Stepper", "--expect-id", next.EntryID, "--yes",
+			"--config", f.config, "--redis-url", url("seqctl-operator"))
+		if code != 0 {
+			t.Fatalf("head dlq as the operator: exit %d\n%s", code, out)
+		}
+		out, code, _ = seqctlCmd(t, nil, "dlq", "list", "step:poison-1", "--redis-url", url("seqctl-viewer"), "-o", "json")
+		var dlq []struct{ ID string }
+		if err := json.Unmarshal([]byte(out), &dlq); code != 0 || err != nil || len(dlq) != 1 {
+			t.Fatalf("dlq list as the viewer: exit %d, %v, want one entry\n%s", code, err, out)
+		}
+		out, code, _ = seqctlCmd(t, nil, "dlq", "replay", "step:poison-1", "--id", dlq[0].ID, "--yes", "--config", f.config, "--redis-url", url("seqctl-operator"))
+		if code != 0 {
+			t.Fatalf("dlq replay as the operator: exit %d\n%s", code, out)
+		}
+		eventually(t, 15*time.Second, "the worker to take the replayed entry", func() bool {
 			h := f.waitHalt("poison-1")
-			return h.EntryID != halt.EntryID
+			return h.EntryID != next.EntryID
 		})
 
 		out, code, _ = seqctlCmd(t, nil, "audit", "--redis-url", url("seqctl-viewer"), "-o", "json")
@@ -218,9 +259,19 @@ func TestACLUsersGuarantees(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &entries); code != 0 || err != nil {
 			t.Fatalf("audit as the viewer: exit %d, %v\n%s", code, err, out)
 		}
-		last := entries[len(entries)-1]
-		if last.Command != "head skip" || last.Outcome != "ok" || last.RedisUser != "seqctl-operator" || last.User == "" {
-			t.Errorf("last audit entry %+v, want an ok head skip by seqctl-operator with the OS user", last)
+		var users []string
+		for _, e := range entries {
+			users = append(users, e.Command+" "+e.Outcome+" by "+e.User+" as "+e.RedisUser)
+		}
+		want := []string{"head skip ok by OS as seqctl-operator", "head dlq ok by OS as seqctl-operator", "dlq replay ok by OS as seqctl-operator"}
+		for _, w := range want {
+			found := false
+			for _, e := range entries {
+				found = found || (e.Command+" "+e.Outcome+" by OS as "+e.RedisUser == w && e.User != "")
+			}
+			if !found {
+				t.Errorf("the audit log has no %q (OS user set): %q", w, users)
+			}
 		}
 	})
 
@@ -255,3 +306,15 @@ func TestACLUsersGuarantees(t *testing.T) {
 }
 
 func sprintf(format string, a ...any) string { return fmt.Sprintf(format, a...) }
+
+// redisClient connects to url, closed at cleanup.
+func redisClient(t *testing.T, url string) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
