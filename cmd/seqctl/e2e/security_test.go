@@ -106,19 +106,22 @@ func TestTLSClientCertificates(t *testing.T) {
 		{"partitions list", []string{"partitions", "list"}},
 		{"head skip", []string{"head", "skip", "step:poison-1", "--handler", "Stepper", "--expect-id", "1-0", "--yes"}},
 	}
+	plain := "redis://" + f.srv.Addr + "/0"
 	cases := []struct {
 		name string
+		url  string
 		tls  []string
 		want []string
 	}{
-		{"no CA", nil, []string{"not signed by a CA seqctl trusts", "--redis-tls-ca"}},
-		{"wrong CA", []string{"--redis-tls-ca", tf.OtherCA, "--redis-tls-cert", tf.ClientCert, "--redis-tls-key", tf.ClientKey}, []string{"not signed by a CA seqctl trusts", "--redis-tls-ca"}},
-		{"no client certificate", []string{"--redis-tls-ca", tf.CA}, []string{"requires a client certificate", "--redis-tls-cert", "--redis-tls-key"}},
+		{"plain URL", plain, nil, []string{"speaks TLS", "rediss://", "--redis-tls-ca"}},
+		{"no CA", f.srv.URL, nil, []string{"not signed by a CA seqctl trusts", "--redis-tls-ca"}},
+		{"wrong CA", f.srv.URL, []string{"--redis-tls-ca", tf.OtherCA, "--redis-tls-cert", tf.ClientCert, "--redis-tls-key", tf.ClientKey}, []string{"not signed by a CA seqctl trusts", "--redis-tls-ca"}},
+		{"no client certificate", f.srv.URL, []string{"--redis-tls-ca", tf.CA}, []string{"requires a client certificate", "--redis-tls-cert", "--redis-tls-key"}},
 	}
 	for _, c := range cases {
 		for _, cmd := range commands {
 			t.Run(c.name+"/"+cmd.name, func(t *testing.T) {
-				args := append(append(append([]string{}, cmd.args...), "--config", f.config, "--redis-url", f.srv.URL), c.tls...)
+				args := append(append(append([]string{}, cmd.args...), "--config", f.config, "--redis-url", c.url), c.tls...)
 				out, code, took := seqctlCmd(t, nil, args...)
 				if code != 1 {
 					t.Fatalf("exit %d, want 1; output:\n%s", code, out)

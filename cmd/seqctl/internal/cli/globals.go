@@ -113,12 +113,12 @@ func (f *Factory) openAdmin(ctx context.Context) (Admin, func(), error) {
 	if f.OpenAdmin != nil {
 		return f.OpenAdmin(ctx)
 	}
-	return connectAdmin(ctx, f.Global, os.Getenv)
+	return connectAdmin(ctx, f.Global, os.Getenv, f.IOStreams.ErrOut)
 }
 
-// connectAdmin loads the config (when given), resolves the Redis URL and password,
-// connects and checks the connection with a PING.
-func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string) (Admin, func(), error) {
+// connectAdmin loads the config (when given), resolves the Redis URL, password and TLS
+// settings, connects and checks the connection with a PING. Warnings go to errOut.
+func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string, errOut io.Writer) (Admin, func(), error) {
 	var cfg *engine.Config
 	opts := admin.Options{}
 	if g.ConfigPath != "" {
@@ -134,7 +134,7 @@ func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) stri
 	if err != nil {
 		return nil, nil, err
 	}
-	warnInsecureTLS(ropt, func(msg string) { fmt.Fprintln(os.Stderr, "seqctl: warning: "+msg) })
+	warnInsecureTLS(ropt, func(msg string) { fmt.Fprintln(errOut, "seqctl: warning: "+msg) })
 	// No automatic retries: a compare-and-act whose reply was lost would run again and
 	// report "head moved" for the operator's own success. Fail fast and say so instead.
 	ropt.MaxRetries = -1
@@ -145,6 +145,9 @@ func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) stri
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
 		if msg := tlsProblem(err, shown); msg != "" {
+			return nil, nil, errors.New(msg)
+		}
+		if msg := plainToTLSProblem(err, ropt, shown); msg != "" {
 			return nil, nil, errors.New(msg)
 		}
 		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %v (set --redis-url or %s)", shown, err, engine.EnvRedisURL)

@@ -168,6 +168,7 @@ func relayRun(ctx context.Context, opts *OutboxOptions) error {
 	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
 	log := newLogger(opts.IO.ErrOut, opts.LogFmt, "info")
+	warnInsecureTLS(ropt, func(msg string) { log.Warn(msg) })
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r, _, closeDB, err := newRelay(cfg, rdb, log)

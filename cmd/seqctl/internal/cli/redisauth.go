@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -168,4 +172,30 @@ func permissionProblem(err error) string {
 		missing = "a channel pattern (&pattern)"
 	}
 	return fmt.Sprintf("the Redis ACL user lacks %s (%s); grant the ACL of this role as %s shows, or use a user that has it", missing, reply, securityDoc)
+}
+
+// plainToTLSProblem explains a connection Redis closed at once while the URL asks for
+// plain TCP: when the port answers a TLS handshake (Redis's tls-port), it says to use
+// TLS, else it returns "". The probe only recognises the protocol: it sends a TLS hello
+// and nothing over the connection, so it does not verify the certificate. A proxy
+// without a backend also closes at once; it fails the probe and stays "unreachable".
+func plainToTLSProblem(err error, ropt *redis.Options, shown string) string {
+	if err == nil || ropt == nil || ropt.TLSConfig != nil || ropt.Network == "unix" {
+		return ""
+	}
+	msg := err.Error()
+	if !errors.Is(err, io.EOF) && !strings.HasSuffix(msg, "EOF") && !strings.Contains(msg, "connection reset by peer") {
+		return ""
+	}
+	conn, derr := net.DialTimeout("tcp", ropt.Addr, 2*time.Second)
+	if derr != nil {
+		return ""
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	herr := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}).Handshake() //nolint:gosec // recognises the protocol only; no data is sent
+	if herr != nil && !strings.Contains(herr.Error(), "remote error: tls:") {
+		return ""
+	}
+	return fmt.Sprintf("Redis at %s closed the connection (%v): that port speaks TLS; use a rediss:// URL (or TLS settings) and give the CA that signed its certificate with %s", shown, err, tlsSettingNames(engine.TLSSettingCA))
 }

@@ -495,6 +495,8 @@ func permanentRedisError(err error, ropt *redis.Options, shown string) string {
 		return "cannot start: " + permissionProblem(err) + " (the user comes from " + urlSetting + ")"
 	case tlsProblem(err, shown) != "":
 		return "cannot start: " + tlsProblem(err, shown)
+	case plainToTLSProblem(err, ropt, shown) != "":
+		return "cannot start: " + plainToTLSProblem(err, ropt, shown)
 	case strings.Contains(msg, "unknown command"):
 		return fmt.Sprintf("cannot start: Redis at %s lacks a command seqctl needs (%v); seqctl needs Redis 6.2 or later", shown, redisReply(err))
 	}
