@@ -367,6 +367,12 @@ func translate(err error) error {
 		errors.Is(err, engine.ErrReplicaShortfall) {
 		return err
 	}
+	if errors.Is(err, engine.ErrNoPermission) {
+		return err
+	}
+	if missing, _ := engine.MissingPermission(err); missing != "" {
+		return fmt.Errorf("%w: %s; grant the ACL of its role as %s shows (%w)", engine.ErrNoPermission, missing, engine.SecurityDoc, err)
+	}
 	var re redis.Error
 	if errors.As(err, &re) {
 		return fmt.Errorf("admin: redis: %w", err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"regexp"
 	"strings"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 // what to tell an operator when the handshake or a permission check fails.
 
 // securityDoc is where the TLS settings and the ACL users of each role are documented.
-const securityDoc = "docs/security.md"
+const securityDoc = engine.SecurityDoc
 
 // resolveTLS merges the TLS settings, each on its own: a --redis-tls-* flag, else its
 // SEQCTL_REDIS_TLS_* variable, else the config's [broker.tls] key. Any setting turns TLS
@@ -144,32 +143,12 @@ func tlsProblem(err error, shown string) string {
 	return ""
 }
 
-// noPermCommand and noPermKey pick the missing permission out of a NOPERM reply.
-var (
-	noPermCommand = regexp.MustCompile(`no permissions to run the '([^']+)' command`)
-	noPermKey     = regexp.MustCompile(`no permissions to access (?:one of the keys|a key)`)
-	noPermChannel = regexp.MustCompile(`no permissions to access (?:one of the channels|a channel)`)
-)
-
 // permissionProblem explains a NOPERM reply: which permission the Redis ACL user lacks
-// and where the ACL of each role is documented; "" when err is no NOPERM.
+// and where the ACL of each role is documented; "" when err holds no NOPERM reply.
 func permissionProblem(err error) string {
-	if err == nil || !strings.Contains(err.Error(), "NOPERM") || strings.Contains(err.Error(), securityDoc) {
+	missing, reply := engine.MissingPermission(err)
+	if missing == "" {
 		return ""
-	}
-	reply := err.Error()
-	var re redis.Error
-	if errors.As(err, &re) {
-		reply = re.Error()
-	}
-	missing := "a permission"
-	switch {
-	case noPermCommand.MatchString(reply):
-		missing = "the command +" + strings.ReplaceAll(strings.ToLower(noPermCommand.FindStringSubmatch(reply)[1]), " ", "|")
-	case noPermKey.MatchString(reply):
-		missing = "a key pattern (~pattern) covering the keys it touched"
-	case noPermChannel.MatchString(reply):
-		missing = "a channel pattern (&pattern)"
 	}
 	return fmt.Sprintf("the Redis ACL user lacks %s (%s); grant the ACL of this role as %s shows, or use a user that has it", missing, reply, securityDoc)
 }

@@ -74,7 +74,7 @@ func printError(w io.Writer, err error) {
 		return
 	}
 	switch {
-	case permissionProblem(err) != "":
+	case permissionProblem(err) != "" && !strings.Contains(err.Error(), securityDoc): // else explained already
 		fmt.Fprintf(w, "seqctl: %s\n", permissionProblem(err))
 	case tlsProblem(err, "") != "":
 		fmt.Fprintf(w, "seqctl: %s\n", tlsProblem(err, ""))
