@@ -96,6 +96,13 @@ func TestTLSClientCertificates(t *testing.T) {
 		t.Fatalf("head skip over TLS: exit %d\n%s", code, out)
 	}
 
+	// Verification off: it works, and says how unsafe that is on every start.
+	out, code, _ = seqctlCmd(t, []string{"SEQCTL_REDIS_TLS_INSECURE_SKIP_VERIFY=true"}, "partitions", "list", "--config", f.config, "--redis-url", f.srv.URL,
+		"--redis-tls-cert", tf.ClientCert, "--redis-tls-key", tf.ClientKey)
+	if code != 0 || !strings.Contains(out, "verification is OFF") {
+		t.Errorf("partitions list without verification: exit %d, want 0 with a warning:\n%s", code, out)
+	}
+
 	// Each command, without the settings it needs.
 	commands := []struct {
 		name string
