@@ -71,7 +71,7 @@ func TestTLSClientCertificates(t *testing.T) {
 	}
 	tlsConfig := filepath.Join(f.dir, "tls.domain.toml")
 	section := "\n[broker.tls]\nca_file = %q\ncert_file = %q\nkey_file = %q\n"
-	if err := os.WriteFile(tlsConfig, []byte(string(base)+sprintf(section, tf.CA, tf.ClientCert, tf.ClientKey)), 0o644); err != nil {
+	if err := os.WriteFile(tlsConfig, []byte(string(base)+fmt.Sprintf(section, tf.CA, tf.ClientCert, tf.ClientKey)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	a := f.run("a", []string{"E2E_SECRET=" + e2eSecret}, "--config", tlsConfig)
@@ -95,6 +95,10 @@ func TestTLSClientCertificates(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("head skip over TLS: exit %d\n%s", code, out)
 	}
+	eventually(t, 10*time.Second, "the skipped partition to resume", func() bool {
+		h, err := engine.NewRedisBroker(f.rdb).Halt(context.Background(), engine.HeadRef{Group: "Stepper", Category: "step", Key: "poison-1"})
+		return err == nil && h == nil
+	})
 
 	// Verification off: it works, and says how unsafe that is on every start.
 	out, code, _ = seqctlCmd(t, []string{"SEQCTL_REDIS_TLS_INSECURE_SKIP_VERIFY=true"}, "partitions", "list", "--config", f.config, "--redis-url", f.srv.URL,
@@ -317,8 +321,6 @@ func TestACLUsersGuarantees(t *testing.T) {
 		t.Error("ACL LOG has no refusal for the viewer's head skip")
 	}
 }
-
-func sprintf(format string, a ...any) string { return fmt.Sprintf(format, a...) }
 
 // redisClient connects to url, closed at cleanup.
 func redisClient(t *testing.T, url string) *redis.Client {
