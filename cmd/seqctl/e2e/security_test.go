@@ -129,26 +129,31 @@ func TestTLSClientCertificates(t *testing.T) {
 		{"wrong CA", f.srv.URL, []string{"--redis-tls-ca", tf.OtherCA, "--redis-tls-cert", tf.ClientCert, "--redis-tls-key", tf.ClientKey}, []string{"not signed by a CA seqctl trusts", "--redis-tls-ca"}},
 		{"no client certificate", f.srv.URL, []string{"--redis-tls-ca", tf.CA}, []string{"requires a client certificate", "--redis-tls-cert", "--redis-tls-key"}},
 	}
-	for _, c := range cases {
-		for _, cmd := range commands {
-			t.Run(c.name+"/"+cmd.name, func(t *testing.T) {
-				args := append(append(append([]string{}, cmd.args...), "--config", f.config, "--redis-url", c.url), c.tls...)
-				out, code, took := seqctlCmd(t, nil, args...)
-				if code != 1 {
-					t.Fatalf("exit %d, want 1; output:\n%s", code, out)
-				}
-				if took > 5*time.Second {
-					t.Errorf("took %v to fail, want at most 5s", took)
-				}
-				for _, w := range c.want {
-					if !strings.Contains(out, w) {
-						t.Errorf("output does not mention %q:\n%s", w, out)
+	// The cases mostly wait on go-redis's dial backoff: run them side by side (the group
+	// returns when all are done).
+	t.Run("failures", func(t *testing.T) {
+		for _, c := range cases {
+			for _, cmd := range commands {
+				t.Run(c.name+"/"+cmd.name, func(t *testing.T) {
+					t.Parallel()
+					args := append(append(append([]string{}, cmd.args...), "--config", f.config, "--redis-url", c.url), c.tls...)
+					out, code, took := seqctlCmd(t, nil, args...)
+					if code != 1 {
+						t.Fatalf("exit %d, want 1; output:\n%s", code, out)
 					}
-				}
-				t.Logf("exit 1 after %v: %s", took.Round(time.Millisecond), lastLine(out))
-			})
+					if took > 5*time.Second {
+						t.Errorf("took %v to fail, want at most 5s", took)
+					}
+					for _, w := range c.want {
+						if !strings.Contains(out, w) {
+							t.Errorf("output does not mention %q:\n%s", w, out)
+						}
+					}
+					t.Logf("exit 1 after %v: %s", took.Round(time.Millisecond), lastLine(out))
+				})
+			}
 		}
-	}
+	})
 
 	a.signal(syscall.SIGTERM)
 	if code := a.wait(10 * time.Second); code != 0 {
