@@ -72,6 +72,11 @@ type BrokerConfig struct {
 	// ReplicaTimeout bounds each wait for replicas (replica_timeout_ms; default 0 means
 	// 1000 ms, or lease_ttl_ms / 4 when that is shorter). It must be below lease_ttl_ms.
 	ReplicaTimeout time.Duration
+	// TLS is the [broker.tls] table: a private CA, a client certificate, the server name
+	// and the lowest TLS version. Any setting turns TLS on, as a rediss:// URL does. The
+	// files are read (and checked) when the config is parsed; relative paths are relative
+	// to the working directory.
+	TLS TLSConfig
 }
 
 // ServerConfig is the [server] table.

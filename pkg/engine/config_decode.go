@@ -107,8 +107,11 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 	b := BrokerConfig{Kind: BrokerKindRedis, URL: configDefaultRedisURL}
 	t, ok := root.sub("broker")
 	if ok {
-		t.known("kind", "url", "min_replicas", "replica_timeout_ms")
+		t.known("kind", "url", "min_replicas", "replica_timeout_ms", "tls")
 		d.replicas(t, &b)
+		if tt, ok := t.sub("tls"); ok {
+			b.TLS = d.brokerTLS(tt)
+		}
 		if k, ok := t.str("kind"); ok {
 			switch k {
 			case BrokerKindRedis, BrokerKindInline:
@@ -139,6 +142,37 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 		}
 	}
 	return b
+}
+
+// brokerTLS decodes [broker.tls] and reads its files, so a missing CA or a key that
+// does not fit its certificate is reported with the config, naming the key and the path.
+func (d *cfgDecoder) brokerTLS(t cfgTable) TLSConfig {
+	t.known("ca_file", "cert_file", "key_file", "server_name", "min_version", "insecure_skip_verify")
+	var c TLSConfig
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{TLSSettingCA, &c.CAFile}, {TLSSettingCert, &c.CertFile}, {TLSSettingKey, &c.KeyFile}, {TLSSettingServerName, &c.ServerName}, {TLSSettingMinVersion, &c.MinVersion}} {
+		if v, ok := t.nonEmpty(f.key, "remove the key for the default"); ok {
+			*f.dst = v
+		}
+	}
+	if v, ok := t.boolean("insecure_skip_verify"); ok {
+		c.InsecureSkipVerify = v
+	}
+	if _, err := c.ClientConfig(""); err != nil {
+		var te *TLSError
+		if errors.As(err, &te) {
+			msg := te.Message
+			if te.Path != "" {
+				msg = fmt.Sprintf("%q %s", te.Path, te.Message)
+			}
+			d.problem(t.path.key(te.Setting), "%s", msg)
+		} else {
+			d.problem(t.path, "%v", err)
+		}
+	}
+	return c
 }
 
 // replicas decodes [broker] min_replicas and replica_timeout_ms.

@@ -92,7 +92,7 @@ func topRun(ctx context.Context, opts *TopOptions) error {
 
 // redisAddrShown names the Redis the dashboard reads, password masked.
 func redisAddrShown(g *GlobalOptions) string {
-	_, shown, err := redisOptions(g.RedisURL, nil, os.Getenv)
+	_, shown, err := redisOptions(g.RedisURL, g.RedisTLS, nil, os.Getenv)
 	if err != nil {
 		return ""
 	}
