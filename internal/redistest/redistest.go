@@ -10,8 +10,10 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +33,9 @@ const EnvURL = "SEQCTL_TEST_REDIS_URL"
 // Server is one redis-server a test owns (or the external one from EnvURL).
 type Server struct {
 	Addr string // host:port
-	URL  string // redis://host:port/db
+	URL  string // redis://host:port/db, rediss:// with Options.TLS
+	// TLS holds the certificate files of a server started with Options.TLS; nil otherwise.
+	TLS *TLSFiles
 
 	tb       testing.TB
 	external bool
@@ -64,6 +68,14 @@ type Options struct {
 	// Args are extra redis-server arguments, e.g. "--maxmemory", "2mb" or "--replicaof",
 	// "127.0.0.1", "6379".
 	Args []string
+	// TLS serves TLS only (--port 0, --tls-port), with a CA, server and client
+	// certificates generated for the test (Server.TLS) and client certificates required
+	// (--tls-auth-clients yes).
+	TLS bool
+	// Users are ACL users, each an "ACL SETUSER" line or its rules alone
+	// ("worker on >pw ~order:* +@all"), loaded from an ACL file at every start. The
+	// default user keeps every permission.
+	Users []string
 }
 
 // Start starts a private redis-server for the test and stops it at cleanup.
@@ -74,7 +86,7 @@ func Start(tb testing.TB) *Server { tb.Helper(); return StartWith(tb, Options{})
 func StartWith(tb testing.TB, o Options) *Server {
 	tb.Helper()
 	if u := os.Getenv(EnvURL); u != "" {
-		if o.AOF || len(o.Args) > 0 {
+		if o.AOF || len(o.Args) > 0 || o.TLS || len(o.Users) > 0 {
 			tb.Skipf("this test needs a private redis-server with options; unset %s to run it", EnvURL)
 		}
 		opt, err := redis.ParseURL(u)
@@ -97,6 +109,10 @@ func StartWith(tb testing.TB, o Options) *Server {
 	s.port = freePort(tb)
 	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
 	s.URL = "redis://" + s.Addr + "/0"
+	if o.TLS {
+		s.TLS = WriteTLSFiles(tb, s.dir)
+		s.URL = "rediss://" + s.Addr + "/0"
+	}
 	s.startProc(bin)
 	tb.Cleanup(s.Kill)
 	return s
@@ -124,6 +140,12 @@ func (s *Server) startProc(bin string) {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
+	if s.TLS != nil {
+		args = append(args, s.tlsArgs()...) // the later --port 0 wins
+	}
+	if len(s.opts.Users) > 0 {
+		args = append(args, "--aclfile", s.writeACLFile())
+	}
 	cmd := exec.Command(bin, append(args, s.opts.Args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -132,10 +154,26 @@ func (s *Server) startProc(bin string) {
 	s.mu.Lock()
 	s.cmd = cmd
 	s.mu.Unlock()
-	go func() { _ = cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
+		select {
+		case <-exited: // a bad argument or ACL file: say so now, not in 10 s
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			s.tb.Fatalf("redis-server on %s exited at start; log:\n%s", s.Addr, log)
+		default:
+		}
 		c, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond)
+		if err == nil && s.TLS != nil {
+			tc := tls.Client(c, s.TLS.ClientConfig(s.tb))
+			_ = tc.SetDeadline(time.Now().Add(time.Second))
+			if err = tc.Handshake(); err != nil {
+				c.Close()
+			} else {
+				c = tc
+			}
+		}
 		if err == nil {
 			_, _ = c.Write([]byte("PING\r\n"))
 			_ = c.SetReadDeadline(time.Now().Add(time.Second))
@@ -157,6 +195,9 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	opt, err := redis.ParseURL(s.URL)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if s.TLS != nil {
+		opt.TLSConfig = s.TLS.ClientConfig(tb)
 	}
 	c := redis.NewClient(opt)
 	tb.Cleanup(func() { _ = c.Close() })
@@ -229,4 +270,11 @@ func (s *Server) Restart() {
 	}
 	time.Sleep(50 * time.Millisecond)
 	s.startProc(bin)
+}
+
+// UserURL is the server's URL with a user name and password, for an ACL user of
+// Options.Users.
+func (s *Server) UserURL(user, password string) string {
+	scheme, rest, _ := strings.Cut(s.URL, "://")
+	return scheme + "://" + url.UserPassword(user, password).String() + "@" + rest
 }

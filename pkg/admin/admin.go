@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -103,6 +104,9 @@ type Admin struct {
 	rdb    redis.UniversalClient
 	broker *engine.RedisBroker
 	opts   Options
+
+	whoMu  sync.Mutex
+	whoami string // the ACL user, once known; guarded by whoMu
 }
 
 // New returns an Admin over rdb. The caller owns rdb and closes it.
@@ -362,6 +366,12 @@ func translate(err error) error {
 		errors.Is(err, engine.ErrFenced) || errors.Is(err, engine.ErrInvalidKey) ||
 		errors.Is(err, engine.ErrReplicaShortfall) {
 		return err
+	}
+	if errors.Is(err, engine.ErrNoPermission) {
+		return err
+	}
+	if missing, _ := engine.MissingPermission(err); missing != "" {
+		return fmt.Errorf("%w: %s; grant the ACL of its role as %s shows (%w)", engine.ErrNoPermission, missing, engine.SecurityDoc, err)
 	}
 	var re redis.Error
 	if errors.As(err, &re) {

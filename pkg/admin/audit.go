@@ -51,12 +51,16 @@ type AuditEntry struct {
 	// ID is the audit stream entry id; Time its Redis time.
 	ID   string    `json:"id"`
 	Time time.Time `json:"time"`
-	// User and Host say who acted, from where; Command what they ran ("head skip").
-	User    string `json:"user"`
-	Host    string `json:"host"`
-	Command string `json:"command"`
-	Stream  string `json:"stream"`
-	Handler string `json:"handler"`
+	// User and Host say who acted, from where (the operating-system user); Command what
+	// they ran ("head skip").
+	User string `json:"user"`
+	// RedisUser is the Redis ACL user the action ran as (ACL WHOAMI), "?" when Redis
+	// would not say. Record fills it in when empty.
+	RedisUser string `json:"redis_user"`
+	Host      string `json:"host"`
+	Command   string `json:"command"`
+	Stream    string `json:"stream"`
+	Handler   string `json:"handler"`
 	// EntryID is the head entry (or DLQ entry) acted on.
 	EntryID string `json:"entry_id"`
 	// Outcome is one of the Outcome constants.
@@ -71,11 +75,15 @@ type AuditEntry struct {
 const MaxAuditEntries = 100000
 
 // Record appends an operator action to the audit log. ID and Time are set by Redis.
+// An empty RedisUser is filled in with RedisUser.
 func (a *Admin) Record(ctx context.Context, e AuditEntry) error {
+	if e.RedisUser == "" {
+		e.RedisUser = a.RedisUser(ctx)
+	}
 	err := a.rdb.XAdd(ctx, &redis.XAddArgs{
 		Stream: engine.AuditStream(), MaxLen: MaxAuditEntries, Approx: true,
 		Values: []any{
-			"user", e.User, "host", e.Host, "command", e.Command, "stream", e.Stream,
+			"user", e.User, "redis_user", e.RedisUser, "host", e.Host, "command", e.Command, "stream", e.Stream,
 			"handler", e.Handler, "entry", e.EntryID, "outcome", e.Outcome,
 			"detail", e.Detail, "reason", e.Reason,
 			"client_time_ms", strconv.FormatInt(a.opts.Now().UnixMilli(), 10),
@@ -94,8 +102,26 @@ func auditEntryOf(m redis.XMessage) AuditEntry {
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
 	return AuditEntry{
 		ID: m.ID, Time: time.UnixMilli(idMillis(m.ID)).UTC(),
-		User: str("user"), Host: str("host"), Command: str("command"), Stream: str("stream"),
+		User: str("user"), RedisUser: str("redis_user"), Host: str("host"), Command: str("command"), Stream: str("stream"),
 		Handler: str("handler"), EntryID: str("entry"), Outcome: str("outcome"),
 		Detail: str("detail"), Reason: str("reason"),
 	}
+}
+
+// RedisUser returns the Redis ACL user this Admin's connections authenticate as (ACL
+// WHOAMI), asked once per Admin: every connection of one client authenticates alike.
+// It returns "?" when Redis does not say (a user without +acl|whoami, an old Redis), and
+// does not cache that, so a later call may still learn it.
+func (a *Admin) RedisUser(ctx context.Context) string {
+	a.whoMu.Lock()
+	defer a.whoMu.Unlock()
+	if a.whoami != "" {
+		return a.whoami
+	}
+	name, err := a.rdb.Do(ctx, "ACL", "WHOAMI").Text()
+	if err != nil || name == "" {
+		return "?"
+	}
+	a.whoami = name
+	return name
 }

@@ -24,6 +24,11 @@ type Instance struct {
 	// Live says the session key exists; SessionTTLMS is its time left (0 when not live).
 	Live         bool  `json:"live"`
 	SessionTTLMS int64 `json:"session_ttl_ms"`
+	// Handler slots as of the last heartbeat: calls running, the instance's limit (0:
+	// unbounded) and the partitions waiting for a slot (waiting is not failing).
+	SlotsInUse   int `json:"slots_in_use"`
+	SlotsLimit   int `json:"slots_limit"`
+	SlotsWaiting int `json:"slots_waiting"`
 }
 
 // Instances lists the registered engine instances, sorted by id, with the liveness of
@@ -46,6 +51,7 @@ func (a *Admin) Instances(ctx context.Context) ([]Instance, error) {
 		out = append(out, Instance{
 			ID: id, Owner: info.Owner, Host: info.Host, PID: info.PID,
 			StartedAt: time.UnixMilli(info.StartedMS).UTC(), HeartbeatAt: time.UnixMilli(info.HeartbeatMS).UTC(),
+			SlotsInUse: info.SlotsInUse, SlotsLimit: info.SlotsLimit, SlotsWaiting: info.SlotsWaiting,
 		})
 	}
 	slices.SortFunc(out, func(x, y Instance) int { return strings.Compare(x.ID, y.ID) })

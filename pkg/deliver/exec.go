@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -20,8 +21,10 @@ type ExecConfig struct {
 	// Argv is the program and its arguments; the program is found on PATH unless it
 	// contains a slash (then it is relative to Dir).
 	Argv []string
-	// Timeout bounds one attempt (default DefaultTimeout). At the timeout the process and
-	// its process group are killed (SIGKILL) and the attempt fails.
+	// Timeout bounds one attempt (default DefaultTimeout), from the moment the process has
+	// started: time spent waiting for a handler slot or for the process to be started
+	// never counts. At the timeout the process and its process group are killed (SIGKILL)
+	// and the attempt fails.
 	Timeout time.Duration
 	// Dir is the working directory ("" = the current one).
 	Dir string
@@ -84,6 +87,8 @@ type execDeliverer struct {
 	dir     string
 	env     []string
 	procs   *Procs
+	// start starts a command (default startCmd); tests delay it.
+	start func(context.Context, *exec.Cmd) error
 }
 
 // Exec returns a HandlerFunc that runs cfg.Argv once per attempt, with the envelope (see
@@ -93,6 +98,14 @@ type execDeliverer struct {
 // process group of its own, killed as a whole at the timeout or when the engine cancels
 // the handler's context (lease lost, shutdown deadline).
 func Exec(cfg ExecConfig) (engine.HandlerFunc, error) {
+	x, err := newExec(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return x.deliver, nil
+}
+
+func newExec(cfg ExecConfig) (*execDeliverer, error) {
 	if len(cfg.Argv) == 0 || cfg.Argv[0] == "" {
 		return nil, errors.New("deliver: exec needs a program to run")
 	}
@@ -105,7 +118,7 @@ func Exec(cfg ExecConfig) (engine.HandlerFunc, error) {
 		x.env = os.Environ()
 	}
 	x.env = x.env[:len(x.env):len(x.env)] // appends below never share the backing array
-	return x.deliver, nil
+	return x, nil
 }
 
 func (x *execDeliverer) deliver(ctx context.Context, ev engine.Event) error {
@@ -114,7 +127,9 @@ func (x *execDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	if err != nil {
 		return err
 	}
-	actx, cancel := context.WithTimeout(ctx, x.timeout)
+	// The timeout bounds the process, not the wait for the process starter: it is armed
+	// once the process runs (below), so a queue of starts never fails a healthy event.
+	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cmd := exec.CommandContext(actx, x.argv[0], x.argv[1:]...)
 	cmd.Dir = x.dir
@@ -133,9 +148,19 @@ func (x *execDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	ownProcessGroup(cmd)
 	cmd.Cancel = func() error { return killProcessGroup(cmd) }
 	cmd.WaitDelay = waitDelay
-	if err := startCmd(cmd); err != nil {
+	start := x.start
+	if start == nil {
+		start = startCmd
+	}
+	if err := start(ctx, cmd); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("exec %s: attempt cancelled before the process started (lease lost or shutdown): %w", x.argv[0], ctx.Err())
+		}
 		return fmt.Errorf("exec %s: %w", x.argv[0], err)
 	}
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(x.timeout, func() { timedOut.Store(true); cancel() })
+	defer timer.Stop()
 	x.procs.add(cmd)
 	err = cmd.Wait()
 	x.procs.remove(cmd)
@@ -151,7 +176,7 @@ func (x *execDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	} else {
 		xe.State = err.Error()
 	}
-	if errors.Is(actx.Err(), context.DeadlineExceeded) {
+	if timedOut.Load() {
 		xe.TimedOut, xe.Timeout = true, x.timeout
 	}
 	return xe

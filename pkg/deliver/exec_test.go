@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -152,6 +153,64 @@ wait
 		t.Errorf("attempt took %v; the child kept it waiting", d)
 	}
 	assertDead(t, filepath.Join(dir, "child"))
+}
+
+// TestExecTimeoutStartsWithTheProcess checks that the timeout bounds the process, not the
+// wait for the process starter: a start delayed past the timeout still lets a quick
+// command finish, and a slow command is still killed at its timeout.
+func TestExecTimeoutStartsWithTheProcess(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	delayed := func(ctx context.Context, c *exec.Cmd) error {
+		time.Sleep(2 * timeout) // a queue of starts ahead of this one
+		return startCmd(ctx, c)
+	}
+	for _, tc := range []struct {
+		name    string
+		body    string
+		wantErr string
+	}{
+		{"quick command after a slow start", "sleep 0.1\n", ""},
+		{"slow command after a slow start", "sleep 30\n", "killed at the 300ms timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newTestExec(t, ExecConfig{Argv: []string{script(t, tc.body)}, Timeout: timeout})
+			x.start = delayed
+			ctx, ev := testEvent(t, `{}`)
+			err := x.deliver(ctx, ev)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("err = %v: the wait for the starter counted against the timeout", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestExecCancelledWhileQueuedForStart checks that a start still waiting for the starter
+// is abandoned when the engine cancels the attempt.
+func TestExecCancelledWhileQueuedForStart(t *testing.T) {
+	x := newTestExec(t, ExecConfig{Argv: []string{script(t, "exit 0\n")}})
+	x.start = func(ctx context.Context, c *exec.Cmd) error {
+		<-ctx.Done() // the starter never gets to it
+		return ctx.Err()
+	}
+	ctx, ev := testEvent(t, `{}`)
+	ctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	err := x.deliver(ctx, ev)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "before the process started") {
+		t.Errorf("err = %v, want a cancellation before the start", err)
+	}
+}
+
+func newTestExec(t *testing.T, cfg ExecConfig) *execDeliverer {
+	t.Helper()
+	x, err := newExec(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
 }
 
 func TestExecCancelledByEngine(t *testing.T) {

@@ -3,6 +3,7 @@
 package deliver
 
 import (
+	"context"
 	"os/exec"
 	"runtime"
 	"sync"
@@ -22,13 +23,18 @@ func ownProcessGroup(c *exec.Cmd) {
 
 // startCmd starts c on a dedicated OS thread that never exits, since Linux delivers the
 // parent-death signal when the thread that forked the child exits, not the process.
-func startCmd(c *exec.Cmd) error {
+// Starts queue for that thread; a start still in the queue is abandoned when ctx ends.
+func startCmd(ctx context.Context, c *exec.Cmd) error {
 	starterOnce.Do(func() {
 		starter = make(chan startReq)
 		go starterLoop(starter)
 	})
 	req := startReq{c: c, done: make(chan error, 1)}
-	starter <- req
+	select {
+	case starter <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	return <-req.done
 }
 

@@ -2,7 +2,10 @@
 
 package deliver
 
-import "os/exec"
+import (
+	"context"
+	"os/exec"
+)
 
 // ownProcessGroup does nothing where process groups are not available.
 func ownProcessGroup(*exec.Cmd) {}
@@ -16,4 +19,4 @@ func killProcessGroup(c *exec.Cmd) error {
 }
 
 // startCmd starts the command.
-func startCmd(c *exec.Cmd) error { return c.Start() }
+func startCmd(_ context.Context, c *exec.Cmd) error { return c.Start() }

@@ -3,6 +3,7 @@
 package deliver
 
 import (
+	"context"
 	"os/exec"
 	"syscall"
 )
@@ -25,4 +26,4 @@ func killProcessGroup(c *exec.Cmd) error {
 }
 
 // startCmd starts the command.
-func startCmd(c *exec.Cmd) error { return c.Start() }
+func startCmd(_ context.Context, c *exec.Cmd) error { return c.Start() }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -71,12 +72,21 @@ type BrokerConfig struct {
 	// ReplicaTimeout bounds each wait for replicas (replica_timeout_ms; default 0 means
 	// 1000 ms, or lease_ttl_ms / 4 when that is shorter). It must be below lease_ttl_ms.
 	ReplicaTimeout time.Duration
+	// TLS is the [broker.tls] table: a private CA, a client certificate, the server name
+	// and the lowest TLS version. Any setting turns TLS on, as a rediss:// URL does. The
+	// files are read (and checked) when the config is parsed; relative paths are relative
+	// to the working directory.
+	TLS TLSConfig
 }
 
 // ServerConfig is the [server] table.
 type ServerConfig struct {
 	Partitioning  PartitioningConfig
 	PriorityLanes PriorityLanes
+	// MaxConcurrentHandlers caps the handler calls running at once in one instance,
+	// across all its handlers (max_concurrent_handlers, default 0: no cap beyond each
+	// handler's own max_concurrent). See EngineConfig.MaxConcurrentHandlers.
+	MaxConcurrentHandlers int
 }
 
 // PartitioningConfig is the [server.partitioning] table: the partitioned consumer's
@@ -203,6 +213,39 @@ type DeliverConfig struct {
 	// signing_previous_key_file) name a second key while keys are rotated: each request is
 	// then signed with both, so receivers can move to the new key at their own pace.
 	SigningPreviousKeyEnv, SigningPreviousKeyFile string
+	// MaxConcurrent caps how many events of this handler run at once in one instance
+	// (max_concurrent; 0 for the default of the delivery kind, see Limit).
+	MaxConcurrent int
+}
+
+// Default per-instance concurrency of a handler, by delivery kind, when its deliver
+// table sets no max_concurrent. Partitions beyond it wait for a slot; the wait is not an
+// attempt and its timeout has not started.
+var (
+	// DefaultExecConcurrency is twice the usable cores: an exec handler costs a fork, a
+	// process start and the process's own CPU, all on this machine, so more processes than
+	// the cores can run only queue in the kernel's run queue, where the handler's timeout
+	// would measure the queue rather than the handler. Twice the cores keeps every core
+	// busy while some processes wait on I/O.
+	DefaultExecConcurrency = 2 * runtime.GOMAXPROCS(0)
+	// DefaultHTTPConcurrency is 128 requests in flight: a request costs this instance a
+	// goroutine and a pooled connection only (the work runs in the endpoint's service),
+	// so the bound is the endpoint's capacity; 128 keeps a 100 ms endpoint at about
+	// 1,280 events/s per instance per handler and stays within the shared client's 512
+	// idle connections per host.
+	DefaultHTTPConcurrency = 128
+)
+
+// Limit returns the handler's concurrency limit: MaxConcurrent, or the default of its
+// delivery kind.
+func (d *DeliverConfig) Limit() int {
+	switch {
+	case d.MaxConcurrent > 0:
+		return d.MaxConcurrent
+	case d.HTTP != "":
+		return DefaultHTTPConcurrency
+	}
+	return DefaultExecConcurrency
 }
 
 // Signed reports whether the deliver table names a signing key.
@@ -418,9 +461,21 @@ func (c *Config) EngineConfig(d *Domain, client redis.UniversalClient) EngineCon
 	if warn == 0 {
 		warn = -1 // max_partitions_warning = 0 turns the warning off
 	}
+	limits := map[string]int{}
+	for _, h := range c.Handlers {
+		if h.Deliver != nil {
+			limits[h.Name] = h.Deliver.Limit()
+		}
+	}
+	for _, p := range c.ProcessManagers {
+		if p.Deliver != nil {
+			limits[p.Name] = p.Deliver.Limit()
+		}
+	}
 	return EngineConfig{Domain: d, Client: client, Timing: c.Timing(), MaxPartitionsWarning: warn,
 		MaxUnacked:  c.Server.Partitioning.MaxUnacked,
-		MinReplicas: c.Broker.MinReplicas, ReplicaTimeout: c.Broker.ReplicaTimeout}
+		MinReplicas: c.Broker.MinReplicas, ReplicaTimeout: c.Broker.ReplicaTimeout,
+		MaxConcurrentHandlers: c.Server.MaxConcurrentHandlers, HandlerLimits: limits}
 }
 
 // Timing returns the [server.partitioning] timing for EngineConfig.Timing.

@@ -109,8 +109,11 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 	b := BrokerConfig{Kind: BrokerKindRedis, URL: configDefaultRedisURL}
 	t, ok := root.sub("broker")
 	if ok {
-		t.known("kind", "url", "min_replicas", "replica_timeout_ms")
+		t.known("kind", "url", "min_replicas", "replica_timeout_ms", "tls")
 		d.replicas(t, &b)
+		if tt, ok := t.sub("tls"); ok {
+			b.TLS = d.brokerTLS(tt)
+		}
 		if k, ok := t.str("kind"); ok {
 			switch k {
 			case BrokerKindRedis, BrokerKindInline:
@@ -143,6 +146,37 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 	return b
 }
 
+// brokerTLS decodes [broker.tls] and reads its files, so a missing CA or a key that
+// does not fit its certificate is reported with the config, naming the key and the path.
+func (d *cfgDecoder) brokerTLS(t cfgTable) TLSConfig {
+	t.known("ca_file", "cert_file", "key_file", "server_name", "min_version", "insecure_skip_verify")
+	var c TLSConfig
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{TLSSettingCA, &c.CAFile}, {TLSSettingCert, &c.CertFile}, {TLSSettingKey, &c.KeyFile}, {TLSSettingServerName, &c.ServerName}, {TLSSettingMinVersion, &c.MinVersion}} {
+		if v, ok := t.nonEmpty(f.key, "remove the key for the default"); ok {
+			*f.dst = v
+		}
+	}
+	if v, ok := t.boolean("insecure_skip_verify"); ok {
+		c.InsecureSkipVerify = v
+	}
+	if _, err := c.ClientConfig(""); err != nil {
+		var te *TLSError
+		if errors.As(err, &te) {
+			msg := te.Message
+			if te.Path != "" {
+				msg = fmt.Sprintf("%q %s", te.Path, te.Message)
+			}
+			d.problem(t.path.key(te.Setting), "%s", msg)
+		} else {
+			d.problem(t.path, "%v", err)
+		}
+	}
+	return c
+}
+
 // replicas decodes [broker] min_replicas and replica_timeout_ms.
 func (d *cfgDecoder) replicas(t cfgTable, b *BrokerConfig) {
 	if n, ok := t.integer("min_replicas"); ok {
@@ -169,7 +203,10 @@ func (d *cfgDecoder) server(root cfgTable) ServerConfig {
 	if !ok {
 		return s
 	}
-	t.known("partitioning", "priority_lanes")
+	t.known("partitioning", "priority_lanes", "max_concurrent_handlers")
+	if n, ok := t.integer("max_concurrent_handlers"); ok {
+		d.concurrency(t, "max_concurrent_handlers", n, "no cap beyond each handler's max_concurrent", &s.MaxConcurrentHandlers)
+	}
 	if pt, ok := t.sub("partitioning"); ok {
 		d.partitioning(pt, &s.Partitioning)
 	}
@@ -245,6 +282,18 @@ func (d *cfgDecoder) partitioning(t cfgTable, p *PartitioningConfig) {
 		default:
 			p.MaxPartitionsWarning = int(n)
 		}
+	}
+}
+
+// concurrency decodes a positive count of handler calls running at once.
+func (d *cfgDecoder) concurrency(t cfgTable, key string, n int64, def string, out *int) {
+	switch {
+	case n < 1:
+		d.problem(t.path.key(key), "must be a positive number of handler calls running at once, got %d; remove the key for the default (%s)", n, def)
+	case n > math.MaxInt32:
+		d.problem(t.path.key(key), "%d is out of range", n)
+	default:
+		*out = int(n)
 	}
 }
 
@@ -496,7 +545,7 @@ func (d *cfgDecoder) checkHandled(p cfgPath, name, want string, types map[string
 }
 
 func (d *cfgDecoder) deliver(t cfgTable) *DeliverConfig {
-	t.known("http", "exec", "timeout", "signing_secret_env", "signing_key_env", "signing_key_file", "signing_previous_key_env", "signing_previous_key_file")
+	t.known("http", "exec", "timeout", "max_concurrent", "signing_secret_env", "signing_key_env", "signing_key_file", "signing_previous_key_env", "signing_previous_key_file")
 	dc := &DeliverConfig{Timeout: configDefaultDeliverTimeout}
 	hasHTTP, hasExec := t.has("http"), t.has("exec")
 	switch {
@@ -523,6 +572,9 @@ func (d *cfgDecoder) deliver(t cfgTable) *DeliverConfig {
 	}
 	if dur, ok := t.duration("timeout"); ok {
 		dc.Timeout = dur
+	}
+	if n, ok := t.integer("max_concurrent"); ok {
+		d.concurrency(t, "max_concurrent", n, fmt.Sprintf("%d for exec (twice the cores), %d for http", DefaultExecConcurrency, DefaultHTTPConcurrency), &dc.MaxConcurrent)
 	}
 	if _, ok := t.str("signing_secret_env"); ok {
 		d.problem(t.path.key("signing_secret_env"), "was replaced by signing_key_env (the same environment variable name works): requests are now signed over the method, path, X-Seq-* headers, X-Seq-Timestamp and the body, in a new X-Seq-Signature format; update the receivers' verification (docs/delivery.md, Signing), then rename the key")

@@ -70,7 +70,8 @@ func TestParseConfigExample(t *testing.T) {
 				MaxPartitionsWarning: 2000,
 				MaxUnacked:           1,
 			},
-			PriorityLanes: PriorityLanes{Enabled: false, Threshold: 0, BackfillSuffix: "backfill"},
+			PriorityLanes:         PriorityLanes{Enabled: false, Threshold: 0, BackfillSuffix: "backfill"},
+			MaxConcurrentHandlers: 64,
 		},
 		Outbox: &OutboxConfig{DSN: "sqlite://outbox.db"},
 		Events: []TypeConfig{
@@ -90,6 +91,7 @@ func TestParseConfigExample(t *testing.T) {
 				Deliver: &DeliverConfig{
 					HTTP: "http://127.0.0.1:8080/order-projector", Timeout: 10 * time.Second,
 					SigningKeyEnv: "ORDER_PROJECTOR_KEY",
+					MaxConcurrent: 128,
 				},
 			},
 			{
@@ -225,6 +227,75 @@ func TestParseConfigReplicas(t *testing.T) {
 			ec.Timing.applyDefaults()
 			if got := ec.replicaTimeout(); got != tt.wantEffect {
 				t.Errorf("effective replica timeout = %v, want %v", got, tt.wantEffect)
+			}
+		})
+	}
+}
+
+func TestParseConfigConcurrency(t *testing.T) {
+	const handlers = `
+[[events]]
+name = "E"
+category = "c"
+fields = ["k"]
+
+[[handlers]]
+name = "ByExec"
+handles = ["E"]
+[handlers.deliver]
+exec = ["./x"]
+
+[[handlers]]
+name = "ByHTTP"
+handles = ["E"]
+[handlers.deliver]
+http = "http://127.0.0.1:1/x"
+@HTTP@
+[[handlers]]
+name = "InGo"
+handles = ["E"]
+`
+	tests := []struct {
+		name         string
+		server, http string
+		wantInstance int
+		wantLimits   map[string]int
+	}{
+		{"defaults per delivery kind", "", "", 0,
+			map[string]int{"ByExec": DefaultExecConcurrency, "ByHTTP": DefaultHTTPConcurrency}},
+		{"set", "[server]\nmax_concurrent_handlers = 40\n", "max_concurrent = 7\n", 40,
+			map[string]int{"ByExec": DefaultExecConcurrency, "ByHTTP": 7}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := cfgMustParse(t, "name = \"x\"\n"+tt.server+strings.Replace(handlers, "@HTTP@", tt.http, 1))
+			ec := cfg.EngineConfig(nil, nil)
+			if ec.MaxConcurrentHandlers != tt.wantInstance {
+				t.Errorf("MaxConcurrentHandlers = %d, want %d", ec.MaxConcurrentHandlers, tt.wantInstance)
+			}
+			if diff := cmp.Diff(tt.wantLimits, ec.HandlerLimits); diff != "" {
+				t.Errorf("HandlerLimits (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestEngineConfigValidateConcurrency(t *testing.T) {
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	for _, tt := range []struct {
+		name     string
+		instance int
+		limits   map[string]int
+		want     string
+	}{
+		{"negative instance cap", -1, nil, "MaxConcurrentHandlers must be 0"},
+		{"negative handler limit", 0, map[string]int{"Projector": -2}, `HandlerLimits["Projector"] must be 0`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := EngineConfig{Domain: d, Client: redis.NewClient(&redis.Options{}), MaxConcurrentHandlers: tt.instance, HandlerLimits: tt.limits}
+			defer c.Client.Close()
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate() = %v, want an error containing %q", err, tt.want)
 			}
 		})
 	}
@@ -396,6 +467,12 @@ func TestParseConfigProblems(t *testing.T) {
 		{"bad retry delay", cfgBase + cfgHandlerAt18 + "retry_delay = \"1 second\"\n", []cfgWantProblem{{"handlers[0].retry_delay", 21, []string{`"1 second" is not a duration`, `"500ms"`}}}},
 		{"zero retry delay", cfgBase + cfgHandlerAt18 + "retry_delay = \"0s\"\n", []cfgWantProblem{{"handlers[0].retry_delay", 21, []string{"must be positive"}}}},
 		{"negative deliver timeout", cfgBase + cfgHandlerAt18 + "[handlers.deliver]\nexec = [\"./x\"]\ntimeout = \"-1s\"\n", []cfgWantProblem{{"handlers[0].deliver.timeout", 23, []string{"must be positive"}}}},
+		// Concurrency.
+		{"zero instance cap", "name = \"x\"\n[server]\nmax_concurrent_handlers = 0\n", []cfgWantProblem{{"server.max_concurrent_handlers", 3, []string{"positive", "remove the key"}}}},
+		{"instance cap of the wrong type", "name = \"x\"\n[server]\nmax_concurrent_handlers = \"8\"\n", []cfgWantProblem{{"server.max_concurrent_handlers", 3, nil}}},
+		{"negative handler limit", cfgBase + cfgHandlerAt18 + "[handlers.deliver]\nexec = [\"./x\"]\nmax_concurrent = -1\n", []cfgWantProblem{{"handlers[0].deliver.max_concurrent", 23, []string{"positive", "twice the cores"}}}},
+		{"pm handler limit out of range", cfgBase + "[[process_managers]]\nname = \"P\"\n[process_managers.deliver]\nhttp = \"http://h/x\"\nmax_concurrent = 99999999999\n[[process_managers.handles]]\nevent = \"OrderPlaced\"\ncorrelate = \"order_id\"\n",
+			[]cfgWantProblem{{"process_managers[0].deliver.max_concurrent", 21, []string{"out of range"}}}},
 		// Retries.
 		{"max_retries zero", cfgBase + cfgHandlerAt18 + "max_retries = 0\n", []cfgWantProblem{{"handlers[0].max_retries", 21, []string{"at least 1", "got 0"}}}},
 		{"max_retries negative on a pm", cfgBase + "[[process_managers]]\nname = \"P\"\nmax_retries = -2\n[[process_managers.handles]]\nevent = \"OrderPlaced\"\ncorrelate = \"order_id\"\n",

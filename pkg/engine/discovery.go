@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -181,15 +182,15 @@ func (e *Engine) discover() error {
 	target := (len(all) + instancesAlive - 1) / instancesAlive
 	e.mu.Lock()
 	owned := len(e.workers)
-	var try []unit
-	for _, u := range all {
-		if _, mine := e.workers[u.id()]; mine {
-			continue
-		}
-		if lv, ok := e.knownOwner[u.id()]; ok && alive[ownerOf(lv)] {
-			continue
-		}
-		try = append(try, u)
+	try := e.candidatesLocked(all, alive)
+	if floor := len(all) / instancesAlive; owned+len(try) < floor {
+		// Below even the rounded-down share with too few candidates: some cached owners
+		// must be stale (their release notices were trimmed from the capped control
+		// stream before this instance read them, in a mass hand-over say). Forget a
+		// bounded batch of them so this pass reads their leases again. In balance this
+		// never runs, so it costs an idle deployment nothing.
+		e.forgetCachedLocked(all, staleRecheckBatch)
+		try = e.candidatesLocked(all, alive)
 	}
 	if owned > target+fairShareSlack {
 		e.handOverLocked(owned - target)
@@ -267,6 +268,42 @@ func errorCause(err error) string {
 		return msg
 	}
 	return "unreachable"
+}
+
+// staleRecheckBatch bounds how many cached owners one discovery pass forgets when the
+// instance is short of its share.
+const staleRecheckBatch = 512
+
+// candidatesLocked returns the units this instance may try: not its own, and not held by
+// an owner it knows to be alive. e.mu is held.
+func (e *Engine) candidatesLocked(all []unit, alive map[string]bool) []unit {
+	var try []unit
+	for _, u := range all {
+		if _, mine := e.workers[u.id()]; mine {
+			continue
+		}
+		if lv, ok := e.knownOwner[u.id()]; ok && alive[ownerOf(lv)] {
+			continue
+		}
+		try = append(try, u)
+	}
+	return try
+}
+
+// forgetCachedLocked drops up to n cached owners among units, starting at a random
+// place so that successive passes cover different units. e.mu is held.
+func (e *Engine) forgetCachedLocked(units []unit, n int) {
+	if len(units) == 0 {
+		return
+	}
+	start := rand.IntN(len(units))
+	for i := 0; i < len(units) && n > 0; i++ {
+		id := units[(start+i)%len(units)].id()
+		if _, ok := e.knownOwner[id]; ok {
+			delete(e.knownOwner, id)
+			n--
+		}
+	}
 }
 
 // dropLiveOwned reads the lease of each unit whose owner is not known yet, caches what

@@ -104,6 +104,18 @@ type EngineConfig struct {
 	// DefaultReplicaTimeout or LeaseTTL/4, whichever is shorter). It must be below the
 	// lease TTL.
 	ReplicaTimeout time.Duration
+	// MaxConcurrentHandlers caps the handler calls running at once in this instance,
+	// across every handler ([server] max_concurrent_handlers). Default 0: no cap of the
+	// instance's own, only each handler's (HandlerLimits). A partition whose event waits
+	// for a slot is not failing: its handler's timeout has not started and the wait is
+	// not an attempt (see slots.go). Slots are handed out first come, first served.
+	MaxConcurrentHandlers int
+	// HandlerLimits caps the calls running at once per handler or process manager, by
+	// name ([handlers.deliver] max_concurrent; Config.EngineConfig fills the defaults per
+	// delivery kind: exec DefaultExecConcurrency, http DefaultHTTPConcurrency). A name
+	// that is missing or mapped to 0 has no limit of its own, which is the default for Go
+	// handlers: their goroutines are cheap and what they call is theirs to bound.
+	HandlerLimits map[string]int
 }
 
 // Validate checks the configuration and fills defaults.
@@ -158,6 +170,13 @@ func (c *EngineConfig) Validate() error {
 		return fmt.Errorf("engine: ReplicaTimeout must not be negative, got %v", c.ReplicaTimeout)
 	case c.ReplicaTimeout >= c.Timing.LeaseTTL:
 		return fmt.Errorf("engine: ReplicaTimeout %v must be below the lease TTL %v", c.ReplicaTimeout, c.Timing.LeaseTTL)
+	case c.MaxConcurrentHandlers < 0:
+		return fmt.Errorf("engine: MaxConcurrentHandlers must be 0 (no instance-wide cap) or positive, got %d", c.MaxConcurrentHandlers)
+	}
+	for name, n := range c.HandlerLimits {
+		if n < 0 {
+			return fmt.Errorf("engine: HandlerLimits[%q] must be 0 (no limit) or positive, got %d", name, n)
+		}
 	}
 	return nil
 }
@@ -190,6 +209,7 @@ type Engine struct {
 	regID   string // this process's field in the instance registry: "{instance id}#{random}"
 	sess    *session
 	bell    *doorbell
+	slots   *slots // handler slots: back-pressure on handler calls
 	acker   *acker
 	health  health        // why the instance cannot take or keep leases
 	logs    *rateLog      // one line per cause per interval, for outages every partition sees
@@ -289,6 +309,11 @@ func New(cfg EngineConfig) (*Engine, error) {
 	if len(e.subs) == 0 {
 		return nil, errors.New("engine: no handler to run: give each event handler or process manager a Func")
 	}
+	groups := make([]string, len(e.subs))
+	for i, s := range e.subs {
+		groups[i] = s.group
+	}
+	e.slots = newSlots(cfg.MaxConcurrentHandlers, cfg.HandlerLimits, groups)
 	e.hardCtx, e.hard = context.WithCancel(context.Background())
 	return e, nil
 }
@@ -504,6 +529,11 @@ type Stats struct {
 	Owned          int            // units owned by this instance
 	Halted         int            // owned units halted on a poison head
 	LivePartitions map[string]int // category -> partitions in its discovery index
+	// Slots is the instance's handler-slot use: calls running, the cap (0: unbounded) and
+	// the partitions waiting for a slot.
+	Slots SlotStats
+	// HandlerSlots is the same per handler or process manager, sorted by name.
+	HandlerSlots []HandlerSlotStats
 }
 
 // Stats returns a snapshot.
@@ -519,5 +549,6 @@ func (e *Engine) Stats() Stats {
 	for c, n := range e.livePartitions {
 		st.LivePartitions[c] = n
 	}
+	st.Slots, st.HandlerSlots = e.slots.stats()
 	return st
 }

@@ -160,6 +160,9 @@ func translateRedisErr(err error) error {
 	}
 	var re redis.Error
 	if errors.As(err, &re) {
+		if perr := noPermissionError(err); perr != nil {
+			return perr
+		}
 		if strings.HasPrefix(re.Error(), "OOM ") {
 			return fmt.Errorf("%w: it reached its maxmemory limit with the noeviction policy, so nothing was written; free memory or raise maxmemory (%w)", ErrRedisOutOfMemory, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,6 +63,7 @@ type incarnation struct {
 	deadline time.Time   // monotonic; guarded by mu
 	timer    *time.Timer // fires at deadline; guarded by mu
 	onOver   func(*incarnation, string)
+	ended    atomic.Bool // end ran
 }
 
 // errDeadline is the cause of an incarnation that outlived its local lease deadline.
@@ -120,9 +122,10 @@ func (in *incarnation) valid() bool {
 	return ok && in.ctx.Err() == nil
 }
 
-// end cancels the incarnation (idempotent) and tells the session, once.
+// end cancels the incarnation and tells the session, once: later and concurrent calls
+// do nothing.
 func (in *incarnation) end(cause error, reason string) {
-	if in.ctx.Err() != nil {
+	if !in.ended.CompareAndSwap(false, true) {
 		return
 	}
 	in.cancel(cause)
@@ -279,12 +282,19 @@ type InstanceInfo struct {
 	PID         int    `json:"pid"`
 	StartedMS   int64  `json:"started_ms"`
 	HeartbeatMS int64  `json:"heartbeat_ms"`
+	// Handler slots at the heartbeat (see EngineConfig.MaxConcurrentHandlers): calls
+	// running, the instance's limit (0: unbounded) and the partitions waiting for a slot.
+	SlotsInUse   int `json:"slots_in_use"`
+	SlotsLimit   int `json:"slots_limit"`
+	SlotsWaiting int `json:"slots_waiting"`
 }
 
 func (s *session) info(owner string) string {
+	slots, _ := s.e.slots.stats()
 	b, _ := json.Marshal(InstanceInfo{
 		ID: s.e.cfg.InstanceID, Owner: owner, Host: s.host, PID: os.Getpid(),
 		StartedMS: s.started.UnixMilli(), HeartbeatMS: time.Now().UnixMilli(),
+		SlotsInUse: slots.InUse, SlotsLimit: slots.Limit, SlotsWaiting: slots.Waiting,
 	})
 	return string(b)
 }

@@ -369,8 +369,18 @@ func (w *worker) handle(ent entry) error {
 			Handler: w.sub.group, Category: w.u.laneCats[ent.lane], Key: w.u.key, Stream: w.lanes[ent.lane],
 			EntryID: ent.msg.ID, Generation: w.gen, Attempt: ent.deliveries,
 		}
+		// Back-pressure: wait in line for a handler slot (slots.go). The wait is not an
+		// attempt; when it ends without a slot, or the lease lapsed or the engine began
+		// stopping meanwhile, the entry goes back unstarted.
+		release, ok := w.waitSlot()
+		if !ok || !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
+			release()
+			w.pending = append([]entry{ent}, w.pending...)
+			return nil
+		}
 		started := time.Now()
 		err = w.call(WithDelivery(w.ctx, d), ev)
+		release()
 		info := AttemptInfo{Group: w.sub.group, Category: d.Category, Attempt: ent.deliveries, Duration: time.Since(started), Err: err}
 		if ent.deliveries == 1 && !ev.PublishedAt.IsZero() {
 			info.Latency = max(started.Sub(ev.PublishedAt), 0)

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -44,6 +45,7 @@ type Metrics struct {
 	acquired  *prometheus.CounterVec
 	lost      *prometheus.CounterVec
 	fenced    *prometheus.CounterVec
+	slotWait  *prometheus.HistogramVec
 	backlog   prometheus.Gauge
 
 	source atomic.Pointer[sourceBox]
@@ -106,6 +108,11 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "fenced_rejections_total",
 			Help: "Fenced Redis calls refused because this instance no longer held the lease at its generation (one per lost lease: the engine stops at the first).",
 		}, []string{"handler"}),
+		slotWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "handler_slot_wait_seconds",
+			Help:    "Time a partition with an event ready waited for a handler slot before the call (not part of the attempt or its timeout).",
+			Buckets: LatencyBuckets,
+		}, []string{"handler"}),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "relay_backlog",
 			Help: "Outbox rows waiting to be published by the relay; 0 when no outbox relay runs in this process.",
@@ -113,7 +120,7 @@ func New() *Metrics {
 	}
 	m.reg.MustRegister(
 		m.processed, m.failed, m.retried, m.halts, m.duration, m.latency,
-		m.acquired, m.lost, m.fenced, m.backlog,
+		m.acquired, m.lost, m.fenced, m.slotWait, m.backlog,
 		&statsCollector{m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -182,7 +189,15 @@ func (m *Metrics) LeaseLost(group, reason string) {
 // Halted implements engine.Observer.
 func (m *Metrics) Halted(group, category string) { m.halts.WithLabelValues(group, category).Inc() }
 
-var _ engine.Observer = (*Metrics)(nil)
+// SlotWait implements engine.SlotObserver.
+func (m *Metrics) SlotWait(group string, wait time.Duration) {
+	m.slotWait.WithLabelValues(group).Observe(wait.Seconds())
+}
+
+var (
+	_ engine.Observer     = (*Metrics)(nil)
+	_ engine.SlotObserver = (*Metrics)(nil)
+)
 
 // statsCollector reads the engine at scrape time, so the gauges are never stale and cost
 // nothing between scrapes.
@@ -199,6 +214,14 @@ var (
 		"Owned partitions that are halted on a poison head, waiting for an operator.", nil, nil)
 	descLive = prometheus.NewDesc(Namespace+"_live_partitions",
 		"Partitions in a category's discovery index (all instances), as of the last discovery pass.", []string{"category"}, nil)
+	descSlotsInUse = prometheus.NewDesc(Namespace+"_handler_slots_in_use",
+		"Handler calls running now, per handler (each holds a handler slot).", []string{"handler"}, nil)
+	descSlotsLimit = prometheus.NewDesc(Namespace+"_handler_slots_limit",
+		"Handler calls a handler may run at once in this instance (max_concurrent); 0 when unbounded.", []string{"handler"}, nil)
+	descWaiting = prometheus.NewDesc(Namespace+"_partitions_waiting_for_slot",
+		"Partitions with an event ready that wait for a handler slot, per handler. Waiting is not failing: the attempt and its timeout start with the slot.", []string{"handler"}, nil)
+	descInstanceLimit = prometheus.NewDesc(Namespace+"_instance_handler_slots_limit",
+		"Handler calls this instance may run at once across all handlers (max_concurrent_handlers, or the sum of the handlers' limits when lower); 0 when unbounded.", nil, nil)
 	descReady = prometheus.NewDesc(Namespace+"_ready",
 		"1 when the engine runs with a live session (what /readyz reports), else 0.", nil, nil)
 )
@@ -207,6 +230,10 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descOwned
 	ch <- descHalted
 	ch <- descLive
+	ch <- descSlotsInUse
+	ch <- descSlotsLimit
+	ch <- descWaiting
+	ch <- descInstanceLimit
 	ch <- descReady
 }
 
@@ -236,6 +263,18 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	for cat, n := range st.LivePartitions {
 		ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(n), cat)
 	}
+	slots := map[string]engine.SlotStats{}
+	for _, h := range st.HandlerSlots {
+		slots[h.Handler] = h.SlotStats
+		c.m.addGroup(h.Handler)
+	}
+	for _, g := range c.m.knownGroups() {
+		s := slots[g]
+		ch <- prometheus.MustNewConstMetric(descSlotsInUse, prometheus.GaugeValue, float64(s.InUse), g)
+		ch <- prometheus.MustNewConstMetric(descSlotsLimit, prometheus.GaugeValue, float64(s.Limit), g)
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(s.Waiting), g)
+	}
+	ch <- prometheus.MustNewConstMetric(descInstanceLimit, prometheus.GaugeValue, float64(st.Slots.Limit))
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
 }
 
@@ -248,6 +287,7 @@ func (m *Metrics) Declare(handler string, categories ...string) {
 	m.lost.WithLabelValues(handler, "fenced")
 	m.lost.WithLabelValues(handler, "session_expired")
 	m.fenced.WithLabelValues(handler)
+	m.slotWait.WithLabelValues(handler)
 	for _, c := range categories {
 		m.processed.WithLabelValues(handler, c)
 		m.failed.WithLabelValues(handler, c)

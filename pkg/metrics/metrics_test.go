@@ -102,6 +102,27 @@ seqctl_publish_to_handle_latency_seconds_count{category="order",handler="Project
 	}
 }
 
+func TestSlotWaitHistogram(t *testing.T) {
+	m := New()
+	var o engine.Observer = m
+	so, ok := o.(engine.SlotObserver)
+	if !ok {
+		t.Fatal("Metrics does not implement engine.SlotObserver")
+	}
+	so.SlotWait("Projector", 3*time.Second)
+	so.SlotWait("Projector", time.Millisecond)
+	body := scrape(t, m)
+	for _, line := range []string{
+		`seqctl_handler_slot_wait_seconds_count{handler="Projector"} 2`,
+		`seqctl_handler_slot_wait_seconds_bucket{handler="Projector",le="0.001"} 1`,
+		`seqctl_handler_slot_wait_seconds_bucket{handler="Projector",le="5"} 2`,
+	} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("scrape lacks %q", line)
+		}
+	}
+}
+
 func TestDeclareCreatesZeroSeries(t *testing.T) {
 	m := New()
 	m.Declare("Projector", "order")
@@ -116,6 +137,9 @@ func TestDeclareCreatesZeroSeries(t *testing.T) {
 		`seqctl_lease_losses_total{handler="Fulfillment",reason="fenced"} 0`,
 		`seqctl_ready 0`,
 		`seqctl_relay_backlog 0`,
+		`seqctl_handler_slots_in_use{handler="Projector"} 0`,
+		`seqctl_partitions_waiting_for_slot{handler="Fulfillment"} 0`,
+		`seqctl_handler_slot_wait_seconds_count{handler="Projector"} 0`,
 	} {
 		if !strings.Contains(body, line+"\n") {
 			t.Errorf("scrape lacks %q", line)
@@ -127,7 +151,12 @@ func TestGaugesReadTheSourceAtScrape(t *testing.T) {
 	m := New()
 	m.Declare("Idle", "audit")
 	src := &fakeSource{
-		stats: engine.Stats{Owned: 3, Halted: 1, LivePartitions: map[string]int{"order": 12, "payment": 4}},
+		stats: engine.Stats{Owned: 3, Halted: 1, LivePartitions: map[string]int{"order": 12, "payment": 4},
+			Slots: engine.SlotStats{InUse: 5, Limit: 4 + 128, Waiting: 7},
+			HandlerSlots: []engine.HandlerSlotStats{
+				{Handler: "Fulfillment", SlotStats: engine.SlotStats{InUse: 1, Limit: 128}},
+				{Handler: "Projector", SlotStats: engine.SlotStats{InUse: 4, Limit: 4, Waiting: 7}},
+			}},
 		owned: []engine.OwnedPartition{
 			{Group: "Projector", Stream: "order:c-1", Generation: 3},
 			{Group: "Projector", Stream: "order:c-2", Generation: 4},
@@ -145,6 +174,13 @@ func TestGaugesReadTheSourceAtScrape(t *testing.T) {
 		`seqctl_live_partitions{category="order"} 12`,
 		`seqctl_live_partitions{category="payment"} 4`,
 		`seqctl_ready 1`,
+		`seqctl_handler_slots_in_use{handler="Projector"} 4`,
+		`seqctl_handler_slots_limit{handler="Projector"} 4`,
+		`seqctl_partitions_waiting_for_slot{handler="Projector"} 7`,
+		`seqctl_handler_slots_in_use{handler="Fulfillment"} 1`,
+		`seqctl_partitions_waiting_for_slot{handler="Fulfillment"} 0`,
+		`seqctl_handler_slots_limit{handler="Idle"} 0`,
+		`seqctl_instance_handler_slots_limit 132`,
 	} {
 		if !strings.Contains(body, line+"\n") {
 			t.Errorf("scrape lacks %q", line)

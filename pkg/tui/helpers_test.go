@@ -301,9 +301,9 @@ func fixture(halted bool) Snapshot {
 	return Snapshot{
 		Addr: "127.0.0.1:6379",
 		Instances: []Instance{
-			{ID: "inst-b", Host: "worker-2", PID: 4242, Owned: 2, LastHeartbeat: base.Add(-2 * time.Second)},
-			{ID: "inst-a", Host: "worker-1", PID: 1717, Owned: 6, LastHeartbeat: base.Add(-800 * time.Millisecond)},
-			{ID: "inst-c", Host: "worker-3", PID: 99, Owned: 0, LastHeartbeat: base.Add(-2 * time.Minute)},
+			{ID: "inst-b", Host: "worker-2", PID: 4242, Owned: 2, LastHeartbeat: base.Add(-2 * time.Second), SlotsInUse: 2, SlotsLimit: 4},
+			{ID: "inst-a", Host: "worker-1", PID: 1717, Owned: 6, LastHeartbeat: base.Add(-800 * time.Millisecond), SlotsInUse: 4, SlotsLimit: 4, SlotsWaiting: 37},
+			{ID: "inst-c", Host: "worker-3", PID: 99, Owned: 0, LastHeartbeat: base.Add(-2 * time.Minute), SlotsInUse: 1, SlotsLimit: 4, SlotsWaiting: 5},
 		},
 		Partitions: ps,
 		Taken:      base,

@@ -234,6 +234,10 @@ type summary struct {
 	total, running, idle, halted, unowned, other int
 	lag, maxLag                                  int64 // backlog: lag + pending
 	alive, stale                                 int
+	// handler slots of the live instances: in use, limit (unbounded when any live
+	// instance has none) and partitions waiting for a slot
+	slotsInUse, slotsLimit, slotsWaiting int
+	slotsUnbounded                       bool
 }
 
 func newModel(ctx context.Context, opts Options, r *lipgloss.Renderer) *model {
@@ -357,6 +361,10 @@ func (m *model) apply(s Snapshot, now time.Time) {
 			sum.stale++
 		} else {
 			sum.alive++
+			sum.slotsInUse += in.SlotsInUse
+			sum.slotsLimit += in.SlotsLimit
+			sum.slotsWaiting += in.SlotsWaiting
+			sum.slotsUnbounded = sum.slotsUnbounded || in.SlotsLimit == 0
 		}
 	}
 	slices.SortFunc(m.instOrder, func(a, b int) int { return cmp.Compare(s.Instances[a].ID, s.Instances[b].ID) })

@@ -64,6 +64,9 @@ type Instance struct {
 	PID           int
 	Owned         int       // partitions whose lease it holds
 	LastHeartbeat time.Time // same clock as Snapshot.Taken; see instanceStaleAfter
+	// Handler slots as of the last heartbeat: calls running, the instance's limit (0:
+	// unbounded) and the partitions waiting for a slot (waiting is not failing).
+	SlotsInUse, SlotsLimit, SlotsWaiting int
 }
 
 // PartitionRef names a partition for one handler (consumer group): leases and halts are

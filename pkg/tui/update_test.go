@@ -19,7 +19,8 @@ func TestFirstRefresh(t *testing.T) {
 		t.Fatalf("after the first refresh: haveSnap=%v rows=%d, want true 8", h.m.haveSnap, len(h.m.rows))
 	}
 	want := summary{streams: 8, total: 8, running: 5, idle: 2, unowned: 1, lag: 120 + 4 + 9800 + 37 + 56 + 1500,
-		maxLag: 9800, alive: 2, stale: 1}
+		maxLag: 9800, alive: 2, stale: 1,
+		slotsInUse: 6, slotsLimit: 8, slotsWaiting: 37} // the stale instance's slots are left out
 	if diff := cmp.Diff(want, h.m.sum, cmp.AllowUnexported(summary{})); diff != "" {
 		t.Errorf("summary (-want +got):\n%s", diff)
 	}
@@ -625,5 +626,33 @@ func TestUnknownLag(t *testing.T) {
 	}
 	if got := h.m.partitionCell(&h.m.snap.Partitions[0], colLag, nil); got != "?" {
 		t.Fatalf("lag cell %q, want ?", got)
+	}
+}
+
+// The header sums the handler slots of the live instances; one unbounded instance makes
+// the total unbounded, shown without a limit.
+func TestHeaderSlotQueue(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		instances []Instance
+		want      string
+	}{
+		{"bounded", []Instance{
+			{ID: "a", LastHeartbeat: base, SlotsInUse: 4, SlotsLimit: 4, SlotsWaiting: 4996},
+			{ID: "b", LastHeartbeat: base, SlotsInUse: 3, SlotsLimit: 4, SlotsWaiting: 1},
+		}, "slots 7/8  waiting 4,997"},
+		{"one unbounded", []Instance{
+			{ID: "a", LastHeartbeat: base, SlotsInUse: 4, SlotsLimit: 4},
+			{ID: "go", LastHeartbeat: base, SlotsInUse: 12},
+		}, "slots 16  waiting 0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fixture(false)
+			s.Instances = tt.instances
+			h := newHarness(t, newFake(s), Options{}, 160, 30)
+			if v := h.m.View(); !strings.Contains(v, tt.want) {
+				t.Errorf("header lacks %q:\n%s", tt.want, strings.Join(strings.SplitN(v, "\n", 3)[:2], "\n"))
+			}
+		})
 	}
 }

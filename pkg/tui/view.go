@@ -173,7 +173,16 @@ func (m *model) countSegments(compact bool) []segment {
 	if s.other > 0 {
 		segs = append(segs, count("other", int64(s.other), st.value, 30))
 	}
-	return append(segs, segment{m.labelled("backlog", lag(s.lag), st.value), 70})
+	segs = append(segs, segment{m.labelled("backlog", lag(s.lag), st.value), 70})
+	// The handler-slot queue of the live instances: calls running out of the limit, and
+	// partitions waiting for a slot (not failing: their attempt has not started).
+	slots := num(int64(s.slotsInUse))
+	if !s.slotsUnbounded {
+		slots += "/" + num(int64(s.slotsLimit))
+	}
+	return append(segs,
+		segment{m.labelled("slots", slots, st.value), 45},
+		segment{m.labelled("waiting", num(int64(s.slotsWaiting)), st.value), 85})
 }
 
 // viewBanner is the two Redis-unreachable lines: what is shown and when the next attempt

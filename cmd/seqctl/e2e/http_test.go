@@ -111,17 +111,35 @@ func (s *sink) snapshot() (map[string][]int, []string, int) {
 // 500 halts after its retries with the status and a body excerpt as the reason, while
 // the other keys keep flowing.
 func TestRunHTTPTwoInstancesOrderCrashAndHalt(t *testing.T) {
-	const secret = "e2e-signing-secret"
-	s := newSink(t, secret, 5*time.Millisecond)
+	s, sinkURL := startSink(t)
+	f := newFixture(t, "http.domain.toml", map[string]string{"URL": sinkURL})
+	orderCrashAndHalt(t, f, s, nil, nil)
+}
+
+// e2eSecret signs the requests of the HTTP tests.
+const e2eSecret = "e2e-signing-secret"
+
+// startSink serves a sink for the HTTP tests and returns its URL.
+func startSink(t *testing.T) (*sink, string) {
+	t.Helper()
+	s := newSink(t, e2eSecret, 5*time.Millisecond)
 	srv := httptest.NewServer(s)
-	defer srv.Close()
-	f := newFixture(t, "http.domain.toml", map[string]string{"URL": srv.URL + "/steps"})
-	env := []string{"E2E_SECRET=" + secret}
+	t.Cleanup(srv.Close)
+	return s, srv.URL + "/steps"
+}
+
+// orderCrashAndHalt runs two 'seqctl run' instances (with workerArgs) on f, publishes,
+// SIGKILLs one and checks per-key order, no overlap, parallelism across keys and that
+// the poison key halts with its reason. afterHalt, when set, runs while the surviving
+// instance still works, with the halt record.
+func orderCrashAndHalt(t *testing.T, f *fixture, s *sink, workerArgs []string, afterHalt func(*engine.HaltRecord)) {
+	t.Helper()
+	env := []string{"E2E_SECRET=" + e2eSecret}
 	const perKey = 30
 	keys := keyNames("h", 8)
 
-	a := f.run("a", env)
-	b := f.run("b", env)
+	a := f.run("a", env, workerArgs...)
+	b := f.run("b", env, workerArgs...)
 	a.waitLog("seqctl run: ready", 10*time.Second)
 	b.waitLog("seqctl run: ready", 10*time.Second)
 
@@ -169,6 +187,9 @@ func TestRunHTTPTwoInstancesOrderCrashAndHalt(t *testing.T) {
 		t.Errorf("halted after %d attempts, want 3 (max_retries)", halt.Attempts)
 	}
 	t.Logf("%d requests for %d events; halt: %+v", s.requests.Load(), len(keys)*perKey+2, *halt)
+	if afterHalt != nil {
+		afterHalt(halt)
+	}
 
 	a.signal(syscall.SIGTERM)
 	if code := a.wait(10 * time.Second); code != 0 {

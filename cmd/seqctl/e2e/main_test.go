@@ -66,6 +66,10 @@ type fixture struct {
 	rdb    *redis.Client
 	dir    string
 	config string
+	// global are arguments every seqctl command gets after --config and --redis-url
+	// (TLS flags, say); publishURL, when set, is the --redis-url of publish.
+	global     []string
+	publishURL string
 }
 
 // newFixture starts Redis and writes the domain file named by fixtureFile into the
@@ -116,7 +120,7 @@ func (f *fixture) start(name string, env []string, args ...string) *proc {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	argv := append([]string{"--config", f.config, "--redis-url", f.srv.URL}, args...)
+	argv := append(append([]string{"--config", f.config, "--redis-url", f.srv.URL}, f.global...), args...)
 	p.cmd = exec.Command(seqctlBin, argv...)
 	p.cmd.Env = append(append(os.Environ(), "SEQTEST_DIR="+f.dir, engine.EnvRedisURL+"="), env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
@@ -212,8 +216,12 @@ func (f *fixture) publish(steps []step) {
 	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
 		f.t.Fatal(err)
 	}
-	out, err := exec.Command(seqctlBin, "publish", "--config", f.config, "--redis-url", f.srv.URL,
-		"--event", "Step", "--data", "@"+file).CombinedOutput()
+	url := f.srv.URL
+	if f.publishURL != "" {
+		url = f.publishURL
+	}
+	out, err := exec.Command(seqctlBin, append(append([]string{"publish", "--config", f.config, "--redis-url", url}, f.global...),
+		"--event", "Step", "--data", "@"+file)...).CombinedOutput()
 	if err != nil {
 		f.t.Fatalf("seqctl publish: %v\n%s", err, tail(out, 2000))
 	}

@@ -157,14 +157,14 @@ func auditRun(opts *AuditOptions) error {
 		}
 		return nil
 	}
-	header := []string{"TIME", "USER", "HOST", "COMMAND", "STREAM", "HANDLER", "ENTRY"}
+	header := []string{"TIME", "OS USER", "REDIS USER", "HOST", "COMMAND", "STREAM", "HANDLER", "ENTRY"}
 	wide := opts.Output == "wide"
 	if wide {
 		header = append(header, "REASON", "DETAIL")
 	}
 	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, append(header, "OUTCOME")...)
 	for _, e := range entries {
-		row := []string{fmtTime(&e.Time), orDash(e.User), orDash(e.Host), orDash(e.Command), orDash(e.Stream), orDash(e.Handler), orDash(e.EntryID)}
+		row := []string{fmtTime(&e.Time), orDash(e.User), orDash(e.RedisUser), orDash(e.Host), orDash(e.Command), orDash(e.Stream), orDash(e.Handler), orDash(e.EntryID)}
 		if wide {
 			row = append(row, orDash(e.Reason), firstLine(orDash(e.Detail), 80))
 		}

@@ -264,9 +264,9 @@ func sampleDLQ() []admin.DLQEntry {
 
 func sampleAudit() []admin.AuditEntry {
 	return []admin.AuditEntry{
-		{ID: "1738317900000-0", Time: t1, User: "alice", Host: "ops-1", Command: "head skip", Stream: "order:client-1",
+		{ID: "1738317900000-0", Time: t1, User: "alice", RedisUser: "ops-acting", Host: "ops-1", Command: "head skip", Stream: "order:client-1",
 			Handler: "OrderProjector", EntryID: "1-1", Outcome: admin.OutcomeHeadMoved, Detail: "engine: head moved: expected 1-1"},
-		{ID: "1738318000000-0", Time: t1.Add(time.Minute), User: "alice", Host: "ops-1", Command: "head dlq", Stream: "order:client-1",
+		{ID: "1738318000000-0", Time: t1.Add(time.Minute), User: "alice", RedisUser: "ops-acting", Host: "ops-1", Command: "head dlq", Stream: "order:client-1",
 			Handler: "OrderProjector", EntryID: poisonID, Outcome: admin.OutcomeOK, Reason: "OPS-42"},
 	}
 }

@@ -31,6 +31,9 @@ type GlobalOptions struct {
 	// RedisURL is --redis-url; "" means $SEQCTL_REDIS_URL, else the config's broker.url,
 	// else DefaultRedisURL.
 	RedisURL string
+	// RedisTLS are the --redis-tls-* flags; each empty one falls back to its
+	// SEQCTL_REDIS_TLS_* variable, then to the config's [broker.tls].
+	RedisTLS engine.TLSConfig
 	// Output is -o: "" or "table", "wide", "json", "yaml".
 	Output string
 	// NoHeaders drops the header row of tables (--no-headers).
@@ -43,6 +46,15 @@ type GlobalOptions struct {
 const (
 	// EnvRedisPassword is the Redis password when the URL carries none.
 	EnvRedisPassword = "SEQCTL_REDIS_PASSWORD"
+	// EnvRedisTLSCA and the other SEQCTL_REDIS_TLS_* variables stand in for the
+	// --redis-tls-* flags; EnvRedisTLSInsecure ("true") accepts any server certificate,
+	// with a warning at every start.
+	EnvRedisTLSCA         = "SEQCTL_REDIS_TLS_CA"
+	EnvRedisTLSCert       = "SEQCTL_REDIS_TLS_CERT"
+	EnvRedisTLSKey        = "SEQCTL_REDIS_TLS_KEY"
+	EnvRedisTLSServerName = "SEQCTL_REDIS_TLS_SERVER_NAME"
+	EnvRedisTLSMinVersion = "SEQCTL_REDIS_TLS_MIN_VERSION"
+	EnvRedisTLSInsecure   = "SEQCTL_REDIS_TLS_INSECURE_SKIP_VERIFY"
 	// DefaultRedisURL is used when neither the flag, the environment nor a config names one.
 	DefaultRedisURL = "redis://127.0.0.1:6379/0"
 )
@@ -53,6 +65,11 @@ func addGlobalFlags(cmd *cobra.Command, f *Factory) {
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.Global.ConfigPath, "config", "", "domain.toml to take categories and handlers from (default: discover them in Redis)")
 	pf.StringVar(&f.Global.RedisURL, "redis-url", "", "Redis URL, rediss:// for TLS (default: $SEQCTL_REDIS_URL, else the config's broker.url, else "+DefaultRedisURL+")")
+	pf.StringVar(&f.Global.RedisTLS.CAFile, "redis-tls-ca", "", "PEM file of the CA that signed Redis's certificate; turns TLS on (default: $"+EnvRedisTLSCA+", else [broker.tls] ca_file, else the system roots)")
+	pf.StringVar(&f.Global.RedisTLS.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis's tls-auth-clients, with --redis-tls-key (default: $"+EnvRedisTLSCert+", else [broker.tls] cert_file)")
+	pf.StringVar(&f.Global.RedisTLS.KeyFile, "redis-tls-key", "", "PEM private key of --redis-tls-cert (default: $"+EnvRedisTLSKey+", else [broker.tls] key_file)")
+	pf.StringVar(&f.Global.RedisTLS.ServerName, "redis-tls-server-name", "", "name Redis's certificate must carry (default: $"+EnvRedisTLSServerName+", else [broker.tls] server_name, else the URL's host)")
+	pf.StringVar(&f.Global.RedisTLS.MinVersion, "redis-tls-min-version", "", "lowest TLS version, 1.2 or 1.3 (default: $"+EnvRedisTLSMinVersion+", else [broker.tls] min_version, else 1.2)")
 	pf.StringVarP(&f.Global.Output, "output", "o", "", "output format: table, wide, json or yaml (default: a table on a terminal, tab-separated rows in a pipe)")
 	pf.BoolVar(&f.Global.NoHeaders, "no-headers", false, "print tables without their header row")
 	pf.BoolVar(&f.Global.NoColor, "no-color", false, "never colour the output (NO_COLOR=1 does the same)")
@@ -96,12 +113,12 @@ func (f *Factory) openAdmin(ctx context.Context) (Admin, func(), error) {
 	if f.OpenAdmin != nil {
 		return f.OpenAdmin(ctx)
 	}
-	return connectAdmin(ctx, f.Global, os.Getenv)
+	return connectAdmin(ctx, f.Global, os.Getenv, f.IOStreams.ErrOut)
 }
 
-// connectAdmin loads the config (when given), resolves the Redis URL and password,
-// connects and checks the connection with a PING.
-func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string) (Admin, func(), error) {
+// connectAdmin loads the config (when given), resolves the Redis URL, password and TLS
+// settings, connects and checks the connection with a PING. Warnings go to errOut.
+func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string, errOut io.Writer) (Admin, func(), error) {
 	var cfg *engine.Config
 	opts := admin.Options{}
 	if g.ConfigPath != "" {
@@ -113,10 +130,11 @@ func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) stri
 			return nil, nil, err
 		}
 	}
-	ropt, shown, err := redisOptions(g.RedisURL, cfg, getenv)
+	ropt, shown, err := redisOptions(g.RedisURL, g.RedisTLS, cfg, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
+	warnInsecureTLS(ropt, func(msg string) { fmt.Fprintln(errOut, "seqctl: warning: "+msg) })
 	// No automatic retries: a compare-and-act whose reply was lost would run again and
 	// report "head moved" for the operator's own success. Fail fast and say so instead.
 	ropt.MaxRetries = -1
@@ -126,15 +144,22 @@ func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) stri
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
+		if msg := tlsProblem(err, shown); msg != "" {
+			return nil, nil, errors.New(msg)
+		}
+		if msg := plainToTLSProblem(err, ropt, shown); msg != "" {
+			return nil, nil, errors.New(msg)
+		}
 		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %v (set --redis-url or %s)", shown, err, engine.EnvRedisURL)
 	}
 	return admin.New(rdb, opts), func() { _ = rdb.Close() }, nil
 }
 
 // redisOptions resolves the Redis URL (--redis-url, else $SEQCTL_REDIS_URL, else the
-// config's broker.url, else DefaultRedisURL) and the password (the URL's, else
-// $SEQCTL_REDIS_PASSWORD). shown is the URL with its password masked, for messages.
-func redisOptions(flag string, cfg *engine.Config, getenv func(string) string) (opt *redis.Options, shown string, err error) {
+// config's broker.url, else DefaultRedisURL), the password (the URL's, else
+// $SEQCTL_REDIS_PASSWORD) and the TLS settings (see resolveTLS). shown is the URL with
+// its password masked, for messages.
+func redisOptions(flag string, tlsFlags engine.TLSConfig, cfg *engine.Config, getenv func(string) string) (opt *redis.Options, shown string, err error) {
 	raw, from := flag, "--redis-url"
 	switch {
 	case raw != "":
@@ -152,6 +177,9 @@ func redisOptions(flag string, cfg *engine.Config, getenv func(string) string) (
 	}
 	if opt.Password == "" {
 		opt.Password = getenv(EnvRedisPassword)
+	}
+	if err := resolveTLS(tlsFlags, cfg, getenv).ApplyTLS(opt); err != nil {
+		return nil, shown, &ExitError{Code: ExitUsage, Err: tlsSettingError(err, tlsFlags, cfg, getenv)}
 	}
 	opt.DialTimeout = 5 * time.Second
 	opt.ReadTimeout = 30 * time.Second

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -37,7 +38,7 @@ func TestRedisOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opt, _, err := redisOptions(tt.flag, tt.cfg, func(k string) string { return tt.env[k] })
+			opt, _, err := redisOptions(tt.flag, engine.TLSConfig{}, tt.cfg, func(k string) string { return tt.env[k] })
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || ExitCode(err) != ExitUsage {
 					t.Fatalf("err = %v (exit %d), want a usage error containing %q", err, ExitCode(err), tt.wantErr)
@@ -106,7 +107,7 @@ func TestConnectAdmin(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"SEQCTL_REDIS_PASSWORD": "s3cret"}
-	adm, closeAdm, err := connectAdmin(context.Background(), GlobalOptions{RedisURL: srv.URL}, func(k string) string { return env[k] })
+	adm, closeAdm, err := connectAdmin(context.Background(), GlobalOptions{RedisURL: srv.URL}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +116,13 @@ func TestConnectAdmin(t *testing.T) {
 	}
 	closeAdm()
 
-	_, _, err = connectAdmin(context.Background(), GlobalOptions{RedisURL: strings.Replace(srv.URL, "redis://", "redis://:wrong@", 1)}, func(string) string { return "" })
+	_, _, err = connectAdmin(context.Background(), GlobalOptions{RedisURL: strings.Replace(srv.URL, "redis://", "redis://:wrong@", 1)}, func(string) string { return "" }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "cannot reach Redis at redis://:xxxxx@") {
 		t.Errorf("wrong password: err = %v, want a masked URL", err)
 	}
 
 	path := writeConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
-	_, _, err = connectAdmin(context.Background(), GlobalOptions{ConfigPath: path, RedisURL: srv.URL}, func(k string) string { return env[k] })
+	_, _, err = connectAdmin(context.Background(), GlobalOptions{ConfigPath: path, RedisURL: srv.URL}, func(k string) string { return env[k] }, io.Discard)
 	if ExitCode(err) != ExitUsage {
 		t.Errorf("invalid config: err = %v, want exit 2", err)
 	}

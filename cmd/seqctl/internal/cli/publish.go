@@ -28,6 +28,8 @@ type PublishOptions struct {
 	ConfigPath string
 	// RedisURL is the global --redis-url: "" means $SEQCTL_REDIS_URL, else [broker] url.
 	RedisURL string
+	// RedisTLS are the global --redis-tls-* flags.
+	RedisTLS engine.TLSConfig
 	// Event is the event type (--event). With a file, it says every line is a payload of
 	// this type; without it, every line is an object {"event", "data", "priority"}.
 	Event string
@@ -89,7 +91,7 @@ fails mid-file, publishing stops there (exit status 1): the summary says how far
   $ seqctl publish --data @events.jsonl`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.ConfigPath, opts.RedisURL, opts.Output = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.Output
+			opts.ConfigPath, opts.RedisURL, opts.RedisTLS, opts.Output = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.RedisTLS, f.Global.Output
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
@@ -154,6 +156,8 @@ type publishResult struct {
 type publisher struct {
 	dom    *engine.Domain
 	broker *engine.RedisBroker
+	redis  *redis.Options // to explain a connection failure; nil in tests
+	shown  string         // the Redis URL, password masked
 }
 
 // route validates an event without touching Redis. Its errors speak of the user's event,
@@ -272,17 +276,18 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 		return nil, nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Path: "broker.kind", Message: fmt.Sprintf(
 			"seqctl publish needs the redis broker, not %q: the inline broker lives inside one Go process", cfg.Broker.Kind)}}}
 	}
-	ropt, _, err := redisOptions(opts.RedisURL, cfg, os.Getenv)
+	ropt, shown, err := redisOptions(opts.RedisURL, opts.RedisTLS, cfg, os.Getenv)
 	if err != nil {
 		return nil, nil, err
 	}
+	warnInsecureTLS(ropt, func(msg string) { fmt.Fprintln(opts.IO.ErrOut, "seqctl: warning: "+msg) })
 	dom, err := cfg.InitDomain()
 	if err != nil {
 		return nil, nil, err
 	}
 	routeRedisLogs(nil)
 	rdb := redis.NewClient(ropt)
-	return &publisher{dom: dom, broker: engine.NewRedisBroker(rdb)}, func() { _ = rdb.Close() }, nil
+	return &publisher{dom: dom, broker: engine.NewRedisBroker(rdb), redis: ropt, shown: shown}, func() { _ = rdb.Close() }, nil
 }
 
 func publishRun(ctx context.Context, opts *PublishOptions) error {
@@ -294,6 +299,20 @@ func publishRun(ctx context.Context, opts *PublishOptions) error {
 		return err
 	}
 	defer closeFn()
+	err = publishWith(ctx, opts, p)
+	if p.redis != nil {
+		if msg := tlsProblem(err, p.shown); msg != "" {
+			return errors.New(msg)
+		}
+		if msg := plainToTLSProblem(err, p.redis, p.shown); msg != "" {
+			return errors.New(msg)
+		}
+	}
+	return err
+}
+
+// publishWith publishes what opts say through p.
+func publishWith(ctx context.Context, opts *PublishOptions, p *publisher) error {
 	if opts.fileMode() {
 		return publishFile(ctx, opts, p)
 	}

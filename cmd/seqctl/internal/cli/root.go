@@ -73,7 +73,14 @@ func printError(w io.Writer, err error) {
 		fmt.Fprintf(w, "seqctl: %s\nRun '%s --help' for usage.\n", strings.TrimRight(ue.Error(), "\n"), ue.Command)
 		return
 	}
-	fmt.Fprintf(w, "seqctl: %s\n", err)
+	switch {
+	case permissionProblem(err) != "" && !strings.Contains(err.Error(), securityDoc): // else explained already
+		fmt.Fprintf(w, "seqctl: %s\n", permissionProblem(err))
+	case tlsProblem(err, "") != "":
+		fmt.Fprintf(w, "seqctl: %s\n", tlsProblem(err, ""))
+	default:
+		fmt.Fprintf(w, "seqctl: %s\n", err)
+	}
 }
 
 func newCmdRoot(f *Factory) *cobra.Command {

@@ -32,6 +32,8 @@ type RunOptions struct {
 	ConfigPath string
 	// RedisURL is the global --redis-url: "" means $SEQCTL_REDIS_URL, else [broker] url.
 	RedisURL string
+	// RedisTLS are the global --redis-tls-* flags.
+	RedisTLS engine.TLSConfig
 	// InstanceID names this instance in leases and the registry (--instance-id; "" lets
 	// the engine pick host-pid-random).
 	InstanceID string
@@ -107,7 +109,7 @@ shutdown).`,
   $ kill -TERM <pid>`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.ConfigPath, opts.RedisURL = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL
+			opts.ConfigPath, opts.RedisURL, opts.RedisTLS = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.RedisTLS
 			if err := opts.check(cmd.CommandPath()); err != nil {
 				return err
 			}
@@ -191,7 +193,7 @@ func loadRunPlan(opts *RunOptions, procs *deliver.Procs) (*runPlan, error) {
 		return nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Path: "broker.kind", Message: fmt.Sprintf(
 			"seqctl run needs the redis broker, not %q: set kind = \"redis\" (the inline broker runs in one Go process, for tests)", cfg.Broker.Kind)}}}
 	}
-	ropt, shown, err := redisOptions(opts.RedisURL, cfg, os.Getenv)
+	ropt, shown, err := redisOptions(opts.RedisURL, opts.RedisTLS, cfg, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -343,6 +345,7 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 		}()
 	}
 
+	warnInsecureTLS(plan.redis, func(msg string) { log.Warn(msg) })
 	routeRedisLogs(log)
 	rdb := redis.NewClient(plan.redis)
 	defer rdb.Close()
@@ -489,7 +492,11 @@ func permanentRedisError(err error, ropt *redis.Options, shown string) string {
 		strings.Contains(msg, "invalid username-password") || strings.Contains(msg, "ERR AUTH"):
 		return fmt.Sprintf("cannot start: Redis at %s refused the credentials (%v); fix the user and password in %s, or $%s", shown, redisReply(err), urlSetting, EnvRedisPassword)
 	case strings.Contains(msg, "NOPERM"):
-		return fmt.Sprintf("cannot start: the Redis user lacks a permission seqctl needs (%v); grant it with ACL SETUSER (see docs/operator-runbook.md) or use another user in %s", redisReply(err), urlSetting)
+		return "cannot start: " + permissionProblem(err) + " (the user comes from " + urlSetting + ")"
+	case tlsProblem(err, shown) != "":
+		return "cannot start: " + tlsProblem(err, shown)
+	case plainToTLSProblem(err, ropt, shown) != "":
+		return "cannot start: " + plainToTLSProblem(err, ropt, shown)
 	case strings.Contains(msg, "unknown command"):
 		return fmt.Sprintf("cannot start: Redis at %s lacks a command seqctl needs (%v); seqctl needs Redis 6.2 or later", shown, redisReply(err))
 	}

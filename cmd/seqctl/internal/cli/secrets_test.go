@@ -66,7 +66,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 				check("partitions list --redis-url", res.Stdout+res.Stderr)
 			}
 			check("top header", maskURL(redisURL))
-			_, shown, _ := redisOptions(redisURL, nil, func(string) string { return "" })
+			_, shown, _ := redisOptions(redisURL, engine.TLSConfig{}, nil, func(string) string { return "" })
 			check("redisOptions shown", shown)
 
 			// seqctl run: a config whose broker URL and HTTP target hold the secret (the

@@ -92,7 +92,7 @@ func topRun(ctx context.Context, opts *TopOptions) error {
 
 // redisAddrShown names the Redis the dashboard reads, password masked.
 func redisAddrShown(g *GlobalOptions) string {
-	_, shown, err := redisOptions(g.RedisURL, nil, os.Getenv)
+	_, shown, err := redisOptions(g.RedisURL, g.RedisTLS, nil, os.Getenv)
 	if err != nil {
 		return ""
 	}
@@ -138,6 +138,7 @@ func (s *adminSource) Snapshot(ctx context.Context) (tui.Snapshot, error) {
 		}
 		snap.Instances = append(snap.Instances, tui.Instance{
 			ID: in.ID, Host: in.Host, PID: in.PID, Owned: owned[in.ID], LastHeartbeat: in.HeartbeatAt,
+			SlotsInUse: in.SlotsInUse, SlotsLimit: in.SlotsLimit, SlotsWaiting: in.SlotsWaiting,
 		})
 	}
 	return snap, nil

@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// The Redis TLS settings and the ACL permissions: where each TLS setting comes from, and
+// what to tell an operator when the handshake or a permission check fails.
+
+// securityDoc is where the TLS settings and the ACL users of each role are documented.
+const securityDoc = engine.SecurityDoc
+
+// resolveTLS merges the TLS settings, each on its own: a --redis-tls-* flag, else its
+// SEQCTL_REDIS_TLS_* variable, else the config's [broker.tls] key. Any setting turns TLS
+// on, even with a redis:// URL; a rediss:// URL without settings verifies against the
+// system roots.
+func resolveTLS(flags engine.TLSConfig, cfg *engine.Config, getenv func(string) string) engine.TLSConfig {
+	var c engine.TLSConfig
+	if cfg != nil {
+		c = cfg.Broker.TLS
+	}
+	for _, s := range tlsSources(flags) {
+		if v := s.flag; v != "" {
+			*s.field(&c) = v
+		} else if v := getenv(s.env); v != "" {
+			*s.field(&c) = v
+		}
+	}
+	switch strings.ToLower(getenv(EnvRedisTLSInsecure)) {
+	case "1", "true", "yes":
+		c.InsecureSkipVerify = true
+	}
+	return c
+}
+
+// tlsSource is one TLS setting's flag value, variable and config key.
+type tlsSource struct {
+	setting       string // the [broker.tls] key, an engine.TLSSetting* name
+	flag          string // the flag's value
+	flagName, env string
+	field         func(*engine.TLSConfig) *string
+}
+
+func tlsSources(flags engine.TLSConfig) []tlsSource {
+	return []tlsSource{
+		{engine.TLSSettingCA, flags.CAFile, "--redis-tls-ca", EnvRedisTLSCA, func(c *engine.TLSConfig) *string { return &c.CAFile }},
+		{engine.TLSSettingCert, flags.CertFile, "--redis-tls-cert", EnvRedisTLSCert, func(c *engine.TLSConfig) *string { return &c.CertFile }},
+		{engine.TLSSettingKey, flags.KeyFile, "--redis-tls-key", EnvRedisTLSKey, func(c *engine.TLSConfig) *string { return &c.KeyFile }},
+		{engine.TLSSettingServerName, flags.ServerName, "--redis-tls-server-name", EnvRedisTLSServerName, func(c *engine.TLSConfig) *string { return &c.ServerName }},
+		{engine.TLSSettingMinVersion, flags.MinVersion, "--redis-tls-min-version", EnvRedisTLSMinVersion, func(c *engine.TLSConfig) *string { return &c.MinVersion }},
+	}
+}
+
+// tlsSettingNames names every place a TLS setting can be given, for messages.
+func tlsSettingNames(setting string) string {
+	for _, s := range tlsSources(engine.TLSConfig{}) {
+		if s.setting == setting {
+			return fmt.Sprintf("%s, $%s or [broker.tls] %s", s.flagName, s.env, s.setting)
+		}
+	}
+	return "[broker.tls] " + setting
+}
+
+// tlsSettingError rewrites an *engine.TLSError with the name of the flag, variable or
+// config key the bad value came from.
+func tlsSettingError(err error, flags engine.TLSConfig, cfg *engine.Config, getenv func(string) string) error {
+	var te *engine.TLSError
+	if !errors.As(err, &te) {
+		return err
+	}
+	from := tlsSettingNames(te.Setting)
+	for _, s := range tlsSources(flags) {
+		if s.setting != te.Setting {
+			continue
+		}
+		switch {
+		case s.flag != "":
+			from = s.flagName
+		case getenv(s.env) != "":
+			from = "$" + s.env
+		case cfg != nil && *s.field(&cfg.Broker.TLS) != "":
+			from = cfg.File + ": broker.tls." + s.setting
+		}
+	}
+	if te.Path != "" {
+		return fmt.Errorf("Redis TLS: %s %q %s", from, te.Path, te.Message)
+	}
+	return fmt.Errorf("Redis TLS: %s: %s", from, te.Message)
+}
+
+// warnInsecureTLS calls warn when the connection would accept any server certificate.
+func warnInsecureTLS(opt *redis.Options, warn func(string)) {
+	if opt.TLSConfig != nil && opt.TLSConfig.InsecureSkipVerify {
+		warn("Redis TLS certificate verification is OFF (insecure_skip_verify / " + EnvRedisTLSInsecure + "): anyone on the network path can read and change the traffic, credentials included; set the CA with " + tlsSettingNames(engine.TLSSettingCA) + " instead")
+	}
+}
+
+// tlsProblem says what to fix when err is a TLS handshake failure that waiting cannot
+// cure, or returns "".
+func tlsProblem(err error, shown string) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "TLS handshake with Redis") {
+		return "" // explained already
+	}
+	at := " at " + shown
+	if shown == "" {
+		at = ""
+	}
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &unknown) || strings.Contains(msg, "certificate signed by unknown authority"):
+		return fmt.Sprintf("TLS handshake with Redis%s failed: its certificate is not signed by a CA seqctl trusts (%v); give the CA that signed it with %s", at, err, tlsSettingNames(engine.TLSSettingCA))
+	case errors.As(err, &host) || strings.Contains(msg, "x509: certificate is valid for"):
+		return fmt.Sprintf("TLS handshake with Redis%s failed: its certificate does not carry the host name (%v); connect by a name it carries, or set %s", at, err, tlsSettingNames(engine.TLSSettingServerName))
+	case errors.As(err, &invalid) || strings.Contains(msg, "x509: certificate has expired"):
+		return fmt.Sprintf("TLS handshake with Redis%s failed: its certificate is not valid (%v); renew the server certificate, or check the clock", at, err)
+	case strings.Contains(msg, "tls: certificate required"):
+		return fmt.Sprintf("TLS handshake with Redis%s failed: Redis requires a client certificate (%v); give one with %s and %s", at, err, tlsSettingNames(engine.TLSSettingCert), tlsSettingNames(engine.TLSSettingKey))
+	case strings.Contains(msg, "remote error: tls: unknown certificate authority") || strings.Contains(msg, "remote error: tls: bad certificate") ||
+		strings.Contains(msg, "remote error: tls: certificate expired") || strings.Contains(msg, "remote error: tls: unsupported certificate"):
+		return fmt.Sprintf("TLS handshake with Redis%s failed: Redis refused the client certificate (%v); give one signed by the CA of Redis's tls-ca-cert-file with %s and %s", at, err, tlsSettingNames(engine.TLSSettingCert), tlsSettingNames(engine.TLSSettingKey))
+	case strings.Contains(msg, "remote error: tls: protocol version not supported") || strings.Contains(msg, "tls: server selected unsupported protocol version"):
+		return fmt.Sprintf("TLS handshake with Redis%s failed: no TLS version both sides accept (%v); check %s and Redis's tls-protocols", at, err, tlsSettingNames(engine.TLSSettingMinVersion))
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return fmt.Sprintf("TLS handshake with Redis%s failed: that port does not speak TLS (%v); use a redis:// URL without TLS settings, or the port of Redis's tls-port", at, err)
+	}
+	return ""
+}
+
+// permissionProblem explains a NOPERM reply: which permission the Redis ACL user lacks
+// and where the ACL of each role is documented; "" when err holds no NOPERM reply.
+func permissionProblem(err error) string {
+	missing, reply := engine.MissingPermission(err)
+	if missing == "" {
+		return ""
+	}
+	return fmt.Sprintf("the Redis ACL user lacks %s (%s); grant the ACL of this role as %s shows, or use a user that has it", missing, reply, securityDoc)
+}
+
+// plainToTLSProblem explains a connection Redis closed at once while the URL asks for
+// plain TCP: when the port answers a TLS handshake (Redis's tls-port), it says to use
+// TLS, else it returns "". The probe only recognises the protocol: it sends a TLS hello
+// and nothing over the connection, so it does not verify the certificate. A proxy
+// without a backend also closes at once; it fails the probe and stays "unreachable".
+func plainToTLSProblem(err error, ropt *redis.Options, shown string) string {
+	if err == nil || ropt == nil || ropt.TLSConfig != nil || ropt.Network == "unix" {
+		return ""
+	}
+	msg := err.Error()
+	if !errors.Is(err, io.EOF) && !strings.HasSuffix(msg, "EOF") && !strings.Contains(msg, "connection reset by peer") {
+		return ""
+	}
+	conn, derr := net.DialTimeout("tcp", ropt.Addr, 2*time.Second)
+	if derr != nil {
+		return ""
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	herr := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}).Handshake() //nolint:gosec // recognises the protocol only; no data is sent
+	if herr != nil && !strings.Contains(herr.Error(), "remote error: tls:") {
+		return ""
+	}
+	return fmt.Sprintf("Redis at %s closed the connection (%v): that port speaks TLS; use a rediss:// URL (or TLS settings) and give the CA that signed its certificate with %s", shown, err, tlsSettingNames(engine.TLSSettingCA))
+}
