@@ -176,8 +176,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	before := rdb.XInfoGroups(context.Background(), "order:A").Val()
 
 	stale := &worker{e: e1, sub: w.sub, u: w.u, lanes: w.lanes, leaseKey: w.leaseKey, haltKey: w.haltKey,
-		owner: w.owner, token: w.token, gen: w.gen, consumer: w.consumer, ctx: context.Background(),
-		handled: make([][]string, len(w.lanes))}
+		owner: w.owner, token: w.token, gen: w.gen, consumer: w.consumer, ctx: context.Background()}
 	if _, err := stale.drain(""); !errors.Is(err, ErrFenced) {
 		t.Errorf("stale read: err = %v, want ErrFenced", err)
 	}

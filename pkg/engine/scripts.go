@@ -62,9 +62,7 @@ func loadScripts(ctx context.Context, c pipeliner) error {
 type pipeliner interface{ Pipeline() redis.Pipeliner }
 
 // isNoScript reports a NOSCRIPT reply: the script cache lost the script.
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
+func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // runPipelined sends n script calls in one pipeline (call(pipe, i) queues the i-th with
 // EvalSha) and returns their replies. Calls answered NOSCRIPT did not run; after

@@ -52,15 +52,14 @@ type worker struct {
 	halted  atomic.Bool // parked on a halt record
 
 	// Owned by the worker goroutine.
-	handled   [][]string // ids handled since the last drain, per lane
-	pending   []entry    // read but not started
-	unacked   []ackItem  // handled, acknowledgement not confirmed by Redis yet
-	retry     *entry     // head waiting for another attempt or an operator
-	sinceTrim int        // events handled since the last trim
-	trimmed   bool       // trimmed (and old consumers cleaned) since the lease was taken
-	idleSince time.Time  // local time the partition was first seen empty with no entries
-	reapAt    time.Time  // when to try reaping next; zero: from the last entry's time
-	reaped    bool       // the unit was reaped: its lease is gone
+	pending   []entry   // read but not started
+	unacked   []ackItem // handled, acknowledgement not confirmed by Redis yet (the next drain acks them too)
+	retry     *entry    // head waiting for another attempt or an operator
+	sinceTrim int       // events handled since the last trim
+	trimmed   bool      // trimmed (and old consumers cleaned) since the lease was taken
+	idleSince time.Time // local time the partition was first seen empty with no entries
+	reapAt    time.Time // when to try reaping next; zero: from the last entry's time
+	reaped    bool      // the unit was reaped: its lease is gone
 }
 
 // trimEvery is how many handled events separate two trims of a busy partition. The
@@ -80,7 +79,6 @@ func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		ackNote: make(chan struct{}, 1),
-		handled: make([][]string, len(u.lanes)),
 	}
 	e.mu.Lock()
 	if _, dup := e.workers[u.id()]; dup || e.stopping() {
@@ -389,7 +387,6 @@ func (w *worker) handle(ent entry) error {
 		w.e.cfg.Observer.Attempt(info)
 	}
 	if err == nil {
-		w.handled[ent.lane] = append(w.handled[ent.lane], ent.msg.ID)
 		it := ackItem{lane: ent.lane, id: ent.msg.ID}
 		w.unacked = append(w.unacked, it)
 		w.e.acker.submit(w, it)
@@ -462,15 +459,15 @@ type drainResult struct {
 	entries []entry
 }
 
-// drain calls drain.lua: ack w.handled, then read (expect: "" or "{lane}|{id}").
+// drain calls drain.lua: ack w.unacked, then read (expect: "" or "{lane}|{id}").
 func (w *worker) drain(expect string) (drainResult, error) {
 	keys := make([]string, 0, 3+len(w.lanes))
 	keys = append(keys, w.leaseKey, SessionKey(w.owner), w.haltKey)
 	keys = append(keys, w.lanes...)
 	args := []any{w.token, w.sub.group, w.consumer, w.e.cfg.BatchSize, expect}
-	for i := range w.lanes {
-		args = append(args, len(w.handled[i]))
-		for _, id := range w.handled[i] {
+	for _, ids := range w.unackedByLane() {
+		args = append(args, len(ids))
+		for _, id := range ids {
 			args = append(args, id)
 		}
 	}
@@ -479,9 +476,6 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	res, err := scriptDrain.Run(ctx, w.e.rdb, keys, args...).Slice()
 	if err != nil {
 		return drainResult{}, translateRedisErr(err)
-	}
-	for i := range w.handled {
-		w.handled[i] = w.handled[i][:0]
 	}
 	w.unacked = w.unacked[:0] // the script acknowledged them all, fenced
 	code, _ := res[0].(int64)
@@ -609,18 +603,28 @@ func (w *worker) ack(ctx context.Context, lane int, ids []string) error {
 	return codeErr(n)
 }
 
-// flushAcks synchronously acks everything handled since the last drain.
+// flushAcks synchronously acks every handled entry whose ack Redis has not confirmed.
 func (w *worker) flushAcks(ctx context.Context) error {
-	for lane, ids := range w.handled {
+	w.applyAcks()
+	for lane, ids := range w.unackedByLane() {
 		if len(ids) == 0 {
 			continue
 		}
 		if err := w.ack(ctx, lane, ids); err != nil {
 			return err
 		}
-		w.handled[lane] = w.handled[lane][:0]
 	}
+	w.unacked = w.unacked[:0]
 	return nil
+}
+
+// unackedByLane returns the ids of w.unacked per lane, in handling order.
+func (w *worker) unackedByLane() [][]string {
+	out := make([][]string, len(w.lanes))
+	for _, it := range w.unacked {
+		out[it.lane] = append(out[it.lane], it.id)
+	}
+	return out
 }
 
 // clip shortens s to at most n bytes keeping its head and its tail (an error's cause is
