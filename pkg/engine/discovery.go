@@ -214,8 +214,10 @@ func (e *Engine) discover() error {
 
 	cmds, err := runPipelined(ctx, e.rdb, len(try), func(pipe redis.Pipeliner, i int) *redis.Cmd {
 		u := try[i]
-		keys := append([]string{LeaseKey(u.name, u.sub.group), GenerationKey(u.sub.group), SessionKey(owner)}, u.guards...)
-		return scriptAcquire.EvalSha(ctx, pipe, keys, owner, sessionPrefix)
+		keys := make([]string, 0, 3+len(u.guards)+len(u.lanes))
+		keys = append(keys, LeaseKey(u.name, u.sub.group), GenerationKey(u.sub.group), SessionKey(owner))
+		keys = append(append(keys, u.guards...), u.lanes...)
+		return scriptAcquire.EvalSha(ctx, pipe, keys, owner, sessionPrefix, len(u.guards))
 	})
 	if err != nil {
 		return err
@@ -245,6 +247,9 @@ func (e *Engine) discover() error {
 		case -3:
 			e.sess.lose(in, "the session key is gone (seen when taking a lease): Redis restarted or lost data, or this process stalled past the lease TTL")
 			return nil
+		case -4:
+			// Reaped since the index was read: nothing to own until a publish
+			// re-creates it (and announces it on the control stream).
 		}
 	}
 	if failed != nil {

@@ -19,9 +19,14 @@
 -- KEYS[1]  lease key (string "{owner}:{generation}")
 -- KEYS[2]  generation counter of the group (string, INCR)
 -- KEYS[3]  the caller's session key (string; must exist)
--- KEYS[4..] guard lease keys (strings, as KEYS[1]); none for a single-stream unit
+-- KEYS[4..3+g]  guard lease keys (strings, as KEYS[1]); none for a single-stream unit
+-- KEYS[4+g..]   the unit's lane streams: a new lease is granted only when one of them
+--               exists, so a discovery pass that read the index just before a reap never
+--               takes a lease on a partition that is gone (a publish re-creates the
+--               stream, re-adds the key to the index and announces it, in one script)
 -- ARGV[1]  owner (the caller's session owner id)
 -- ARGV[2]  session key prefix (to check the current owner's liveness)
+-- ARGV[3]  g, the number of guard keys
 --
 -- Consumer groups are created by drain.lua when the owner first reads a lane.
 -- Returns:
@@ -29,6 +34,7 @@
 --   {2, generation}      already held by the caller (re-adopted at the same generation)
 --   {0, "owner:gen"}     held by a live owner (the lease or a guard)
 --   {-3}                 the caller's own session is gone (it must start a new one)
+--   {-4}                 none of the unit's lanes exists (reaped, or never published)
 if redis.call('EXISTS', KEYS[3]) == 0 then
   return {-3}
 end
@@ -43,7 +49,8 @@ local function held_by_other(key)
   return nil
 end
 
-for i = 4, #KEYS do
+local last_guard = 3 + tonumber(ARGV[3])
+for i = 4, last_guard do
   local other = held_by_other(KEYS[i])
   if other then return {0, other} end
 end
@@ -51,12 +58,19 @@ local cur = redis.call('GET', KEYS[1])
 if cur then
   local owner, g = string.match(cur, '^(.*):(%d+)$')
   if owner == ARGV[1] then
-    for i = 4, #KEYS do redis.call('SET', KEYS[i], cur) end
+    for i = 4, last_guard do redis.call('SET', KEYS[i], cur) end
     return {2, tonumber(g)}
   end
   if owner and redis.call('EXISTS', ARGV[2] .. owner) == 1 then
     return {0, cur}
   end
+end
+if #KEYS > last_guard then
+  local any = false
+  for i = last_guard + 1, #KEYS do
+    if redis.call('EXISTS', KEYS[i]) == 1 then any = true break end
+  end
+  if not any then return {-4} end
 end
 local t = redis.call('TIME')
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -67,5 +81,5 @@ if gen < floor then
 end
 local token = ARGV[1] .. ':' .. string.format('%d', gen)
 redis.call('SET', KEYS[1], token)
-for i = 4, #KEYS do redis.call('SET', KEYS[i], token) end
+for i = 4, last_guard do redis.call('SET', KEYS[i], token) end
 return {1, gen}
