@@ -6,12 +6,14 @@ import (
 	"time"
 )
 
-// acker sends the fenced acknowledgements of every worker of the instance, batched: one
-// ackmany.lua call per flush carries the acks of all partitions handled since the last
+// acker sends the fenced acknowledgements of the instance's workers, batched: one
+// ackmany.lua call per flush carries the acks of all partitions submitted since the last
 // flush, so a strict instance (max_unacked = 1, every event waits for its ack) pays a
-// round trip per flush, not per event. A flush that fails for a reason other than the
-// fence is retried with the acks that arrived meanwhile, until Redis answers or the
-// worker's lease ends; each worker hears about its acks on its ackDone channel.
+// round trip per flush, not per event. A worker submits only the acks it must see
+// confirmed before its next event may start; the others ride on its next drain call,
+// which acknowledges and reads in one round trip. A flush that fails for a reason other
+// than the fence is retried with the acks that arrived meanwhile, until Redis answers or
+// the worker's lease ends; each worker hears about its acks through worker.acked.
 //
 // The loop shape is the engine's background-loop shape: start, one goroutine, one tick
 // (flush) function; it stops with the engine's hard context.
@@ -39,10 +41,10 @@ func newAcker(e *Engine) *acker {
 	return &acker{e: e, pending: map[*worker][]ackItem{}, kick: make(chan struct{}, 1)}
 }
 
-// submit queues a handled entry's ack; it never blocks.
-func (a *acker) submit(w *worker, it ackItem) {
+// submit queues handled entries' acks; it never blocks.
+func (a *acker) submit(w *worker, its ...ackItem) {
 	a.mu.Lock()
-	a.pending[w] = append(a.pending[w], it)
+	a.pending[w] = append(a.pending[w], its...)
 	a.mu.Unlock()
 	select {
 	case a.kick <- struct{}{}:

@@ -54,6 +54,7 @@ type worker struct {
 	// Owned by the worker goroutine.
 	pending   []entry   // read but not started
 	unacked   []ackItem // handled, acknowledgement not confirmed by Redis yet (the next drain acks them too)
+	sent      int       // unacked[:sent] were given to the acker; the rest wait for the next drain
 	retry     *entry    // head waiting for another attempt or an operator
 	sinceTrim int       // events handled since the last trim
 	trimmed   bool      // trimmed (and old consumers cleaned) since the lease was taken
@@ -387,9 +388,10 @@ func (w *worker) handle(ent entry) error {
 		w.e.cfg.Observer.Attempt(info)
 	}
 	if err == nil {
-		it := ackItem{lane: ent.lane, id: ent.msg.ID}
-		w.unacked = append(w.unacked, it)
-		w.e.acker.submit(w, it)
+		// The ack waits for the next drain call (which acks and reads in one round trip)
+		// unless the next event cannot start before it is confirmed: awaitAcks then
+		// hands it to the instance's acker, whose flush carries many partitions' acks.
+		w.unacked = append(w.unacked, ackItem{lane: ent.lane, id: ent.msg.ID})
 		if w.sinceTrim++; w.sinceTrim >= trimEvery && len(w.pending) == 0 {
 			// Between batches. Entries whose ack is still in flight are pending, and the
 			// trim keeps everything from the oldest pending entry on.
@@ -477,7 +479,7 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	if err != nil {
 		return drainResult{}, translateRedisErr(err)
 	}
-	w.unacked = w.unacked[:0] // the script acknowledged them all, fenced
+	w.unacked, w.sent = w.unacked[:0], 0 // the script acknowledged them all, fenced
 	code, _ := res[0].(int64)
 	if err := codeErr(code); err != nil && code != drainHalted {
 		return drainResult{}, err
@@ -559,13 +561,16 @@ func (w *worker) applyAcks() (fenced bool) {
 		for _, it := range in {
 			done[it] = true
 		}
-		kept := w.unacked[:0]
-		for _, it := range w.unacked {
-			if !done[it] {
+		kept, sent := w.unacked[:0], w.sent
+		for i, it := range w.unacked {
+			switch {
+			case !done[it]:
 				kept = append(kept, it)
+			case i < w.sent:
+				sent--
 			}
 		}
-		w.unacked = kept
+		w.unacked, w.sent = kept, sent
 	}
 	return fenced
 }
@@ -582,6 +587,10 @@ func (w *worker) awaitAcks(limit int) error {
 		}
 		if len(w.unacked) <= limit || w.ctx.Err() != nil {
 			return nil
+		}
+		if w.sent < len(w.unacked) {
+			w.e.acker.submit(w, w.unacked[w.sent:]...)
+			w.sent = len(w.unacked)
 		}
 		select {
 		case <-w.ackNote:
@@ -614,7 +623,7 @@ func (w *worker) flushAcks(ctx context.Context) error {
 			return err
 		}
 	}
-	w.unacked = w.unacked[:0]
+	w.unacked, w.sent = w.unacked[:0], 0
 	return nil
 }
 
