@@ -491,7 +491,7 @@ func permanentRedisError(err error, ropt *redis.Options, shown string) string {
 	case strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "invalid password") ||
 		strings.Contains(msg, "invalid username-password") || strings.Contains(msg, "ERR AUTH"):
 		return fmt.Sprintf("cannot start: Redis at %s refused the credentials (%v); fix the user and password in %s, or $%s", shown, redisReply(err), urlSetting, EnvRedisPassword)
-	case strings.Contains(msg, "NOPERM"):
+	case permissionProblem(err) != "":
 		return "cannot start: " + permissionProblem(err) + " (the user comes from " + urlSetting + ")"
 	case tlsProblem(err, shown) != "":
 		return "cannot start: " + tlsProblem(err, shown)
