@@ -1,0 +1,215 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster is a Redis Cluster of private redis-server processes on loopback, one master
+// per node and no replicas, for tests that must run against a cluster. Each node is a
+// Server, so a test can stop, pause or restart one of them.
+type Cluster struct {
+	Nodes []*Server
+	// URL is the cluster in go-redis's cluster URL form:
+	// redis://127.0.0.1:p1?addr=127.0.0.1:p2&addr=127.0.0.1:p3
+	URL string
+
+	tb testing.TB
+}
+
+// StartCluster starts n (at least 3) cluster-enabled redis-servers, joins them with
+// `redis-cli --cluster create` (the slots split evenly, no replicas) and waits until
+// every node reports cluster_state:ok. A cluster needs servers the test owns: with
+// SEQCTL_TEST_REDIS_URL set, the test skips.
+func StartCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	if n < 3 {
+		tb.Fatalf("a Redis Cluster needs at least 3 masters, got %d", n)
+	}
+	cli, err := cliBinary()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := &Cluster{tb: tb}
+	var addrs []string
+	for range n {
+		// The cluster bus port defaults to port+10000, which may be taken or out of
+		// range for an ephemeral port: give each node a free one.
+		bus := freePort(tb)
+		s := StartWith(tb, Options{Args: []string{
+			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+			"--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf",
+		}}) // skips with SEQCTL_TEST_REDIS_URL set: a cluster needs servers the test owns
+		c.Nodes = append(c.Nodes, s)
+		addrs = append(addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	c.URL = "redis://" + addrs[0]
+	for i, a := range addrs[1:] {
+		sep := "?"
+		if i > 0 {
+			sep = "&"
+		}
+		c.URL += sep + "addr=" + a
+	}
+	c.waitOK()
+	return c
+}
+
+// cliBinary finds redis-cli next to the redis-server in use, or on PATH.
+func cliBinary() (string, error) {
+	if srv, err := Binary(); err == nil {
+		p := filepath.Join(filepath.Dir(srv), "redis-cli")
+		if _, err := exec.LookPath(p); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return "", fmt.Errorf("redis-cli not found on PATH (it comes with redis-server: Debian: apt-get install redis-server)")
+	}
+	return p, nil
+}
+
+// waitOK waits until every node sees the whole cluster as ok (slots assigned, gossip
+// converged), at most 20 s.
+func (c *Cluster) waitOK() {
+	c.tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range c.Nodes {
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr})
+		for {
+			info, err := cl.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.Nodes))) {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				c.tb.Fatalf("cluster node %s not ok within 20s: %v\n%s", s.Addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		cl.Close()
+	}
+}
+
+// Client returns a new cluster client, closed at cleanup.
+func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
+	tb.Helper()
+	opt, err := redis.ParseClusterURL(c.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cl := redis.NewClusterClient(opt)
+	tb.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// NodeOf returns the index in Nodes of the master serving key's slot.
+func (c *Cluster) NodeOf(tb testing.TB, key string) int {
+	tb.Helper()
+	slot := Slot(key)
+	for i, s := range c.Nodes {
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr})
+		slots, err := cl.ClusterSlots(context.Background()).Result()
+		cl.Close()
+		if err != nil {
+			tb.Fatalf("CLUSTER SLOTS on %s: %v", s.Addr, err)
+		}
+		for _, r := range slots {
+			if slot >= r.Start && slot <= r.End && len(r.Nodes) > 0 && r.Nodes[0].Addr == s.Addr {
+				return i
+			}
+		}
+	}
+	tb.Fatalf("no node serves slot %d of %q", slot, key)
+	return -1
+}
+
+// MoveSlot migrates one slot, with its keys, from node from to node to while the
+// cluster serves traffic (redis-cli --cluster reshard of a single slot is not
+// addressable, so this drives CLUSTER SETSLOT / MIGRATE as redis-cli does). Clients see
+// ASK and then MOVED redirections.
+func (c *Cluster) MoveSlot(tb testing.TB, slot, from, to int) {
+	tb.Helper()
+	ctx := context.Background()
+	src := redis.NewClient(&redis.Options{Addr: c.Nodes[from].Addr})
+	dst := redis.NewClient(&redis.Options{Addr: c.Nodes[to].Addr})
+	defer src.Close()
+	defer dst.Close()
+	srcID, err := src.ClusterMyID(ctx).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dstID, err := dst.ClusterMyID(ctx).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	must := func(err error) {
+		tb.Helper()
+		if err != nil {
+			tb.Fatalf("moving slot %d: %v", slot, err)
+		}
+	}
+	must(dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must(src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	host, port, _ := strings.Cut(c.Nodes[to].Addr, ":")
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		must(err)
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		must(src.Do(ctx, args...).Err())
+	}
+	for _, s := range c.Nodes {
+		n := redis.NewClient(&redis.Options{Addr: s.Addr})
+		err := n.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+		n.Close()
+		must(err)
+	}
+	c.waitOK()
+}
+
+// Slot is the Redis Cluster hash slot of key (CRC16 of the key, or of its hash tag: the
+// part between the first '{' and the next '}', when not empty, mod 16384).
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16(key)) % 16384
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), the one Redis Cluster uses.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
