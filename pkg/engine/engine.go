@@ -79,9 +79,11 @@ type EngineConfig struct {
 	// after a failure, always in order. Acks of all partitions of the instance share one
 	// call per flush, so the strict default pays a round trip per flush, not per event.
 	MaxUnacked int
-	// DiscoveryInterval is how often the partition index and the liveness of other owners
-	// are checked (default 2s). New partitions and released leases are also announced on
-	// the control stream, so this is the fallback and the crash-detection period.
+	// DiscoveryInterval is how often the liveness of other owners and the fair share are
+	// checked (default 2s): the crash-detection period. New partitions and released
+	// leases are announced on the control stream and handled at once; the whole
+	// partition indexes are read only every 15 intervals as a backstop, and when notices
+	// may have been lost (see indexView).
 	DiscoveryInterval time.Duration
 	// ShutdownTimeout bounds how long Shutdown waits for in-flight handlers (default 30s).
 	ShutdownTimeout time.Duration
@@ -220,6 +222,7 @@ type Engine struct {
 	wg      sync.WaitGroup     // workers
 
 	discoverNow chan struct{}
+	view        *indexView // the instance's view of the partition indexes (discovery)
 
 	mu         sync.Mutex
 	workers    map[string]*worker // unit id -> worker; guarded by mu
@@ -309,6 +312,17 @@ func New(cfg EngineConfig) (*Engine, error) {
 	if len(e.subs) == 0 {
 		return nil, errors.New("engine: no handler to run: give each event handler or process manager a Func")
 	}
+	var indexed []string
+	for _, s := range e.subs {
+		if s.partitioned {
+			for _, c := range s.categories {
+				if !contains(indexed, c) {
+					indexed = append(indexed, c)
+				}
+			}
+		}
+	}
+	e.view = newIndexView(indexed)
 	groups := make([]string, len(e.subs))
 	for i, s := range e.subs {
 		groups[i] = s.group
