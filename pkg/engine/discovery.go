@@ -55,19 +55,25 @@ func (e *Engine) unitFor(s *subscription, key string) unit {
 }
 
 // discoveryLoop runs a discovery pass every DiscoveryInterval, and at once when the
-// control stream announces a new partition or a released lease.
+// control stream announces a new partition or a released lease. The first pass waits
+// for the start-up settle (see startSettle).
 func (e *Engine) discoveryLoop() {
 	defer e.bg.Done()
+	if !e.settleStart() {
+		return
+	}
 	t := time.NewTicker(e.cfg.DiscoveryInterval)
 	defer t.Stop()
-	for {
-		select {
-		case <-e.stopped:
-			return
-		case <-e.hardCtx.Done():
-			return
-		case <-t.C:
-		case <-e.discoverNow:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-e.stopped:
+				return
+			case <-e.hardCtx.Done():
+				return
+			case <-t.C:
+			case <-e.discoverNow:
+			}
 		}
 		switch err := e.discover(); {
 		case err == nil:
@@ -77,6 +83,43 @@ func (e *Engine) discoveryLoop() {
 			e.logs.warn("discovery:"+errorCause(err), "discovery pass failed", "err", err)
 		}
 	}
+}
+
+// startSettle bounds the wait before an instance's first discovery pass: an eighth of
+// the discovery interval, at most maxStartSettle, spread down to half of that at random.
+//
+// Instances started together (a deployment, a restart of every replica) register in the
+// instance registry as they open their sessions, before their loops run. Without the
+// wait, the first of them to run a pass finds itself alone in the registry, takes every
+// partition and hands half of them over a discovery interval later; with it, each first
+// pass counts the instances that registered meanwhile and takes its share only. A lone
+// instance owns everything at most startSettle later than without the wait (250 ms at
+// the default interval; 12.5 ms at a 100 ms interval).
+func startSettle(interval time.Duration) time.Duration {
+	d := min(interval/8, maxStartSettle)
+	return d/2 + rand.N(d/2+1)
+}
+
+// maxStartSettle caps startSettle.
+const maxStartSettle = 250 * time.Millisecond
+
+// settleStart waits for the start-up settle; false when the engine stopped meanwhile.
+// Notices that arrive meanwhile are left for the first pass.
+func (e *Engine) settleStart() bool {
+	t := time.NewTimer(startSettle(e.cfg.DiscoveryInterval))
+	defer t.Stop()
+	select {
+	case <-e.stopped:
+		return false
+	case <-e.hardCtx.Done():
+		return false
+	case <-t.C:
+	}
+	select {
+	case <-e.discoverNow: // the first pass covers it
+	default:
+	}
+	return true
 }
 
 // discover runs one discovery pass: it takes the units of the instance's view of the
@@ -147,13 +190,16 @@ func (e *Engine) discover() (err error) {
 			return err
 		}
 		if len(try) > room {
+			// A random choice, so that instances whose passes overlap (started
+			// together) mostly try different units.
+			rand.Shuffle(len(try), func(i, j int) { try[i], try[j] = try[j], try[i] })
 			try = try[:max(room, 0)]
 		}
 	}
 	if len(try) == 0 || e.stopping() {
 		return nil
 	}
-	return e.acquire(ctx, in, try, passStart)
+	return e.acquire(ctx, in, try, passStart, room)
 }
 
 // readPass reads what a pass needs besides liveness: the instance registry (registry
@@ -255,8 +301,8 @@ func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]
 }
 
 // acquire runs acquire.lua for each unit of try (pipelined) and starts a worker for each
-// lease taken.
-func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passStart uint64) error {
+// lease taken. room is the instance's room below its fair share before the pass.
+func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passStart uint64, room int) error {
 	owner := in.owner
 	seq := e.view.noticeSeq() // a -4 drops a key only when no notice re-announced it after this
 	cmds, err := runPipelined(ctx, e.rdb, len(try), func(pipe redis.Pipeliner, i int) *redis.Cmd {
@@ -273,7 +319,7 @@ func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passS
 		return nil
 	}
 	var failed error
-	nFailed := 0
+	nFailed, taken, lost := 0, 0, 0
 	for i, u := range try {
 		res, err := cmds[i].Slice()
 		if err != nil || len(res) == 0 {
@@ -288,9 +334,11 @@ func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passS
 		case 1, 2:
 			gen, _ := res[1].(int64)
 			e.startWorker(u, in, gen)
+			taken++
 		case 0:
 			lv, _ := res[1].(string)
 			e.cacheOwner(u.id(), lv, passStart)
+			lost++
 		case -3:
 			e.sess.lose(in, "the session key is gone (seen when taking a lease): Redis restarted or lost data, or this process stalled past the lease TTL")
 			return nil
@@ -305,6 +353,14 @@ func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passS
 		e.logs.warn("acquire:"+errorCause(failed), "cannot take leases", "failed", nFailed, "of", len(try), "err", failed)
 	} else {
 		e.health.clear(healthLeases)
+	}
+	if lost > 0 && taken < room && e.view.raceKicks < maxRaceKicks {
+		// Another instance took some of these meanwhile (passes of instances started
+		// together overlap): their owners are cached now, so run again for the rest of
+		// the share rather than a discovery interval later. Bounded per incarnation: an
+		// instance kept short of its share by the slack must not spin.
+		e.view.raceKicks++
+		e.kickDiscovery()
 	}
 	return nil
 }

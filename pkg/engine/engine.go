@@ -83,7 +83,9 @@ type EngineConfig struct {
 	// checked (default 2s): the crash-detection period. New partitions and released
 	// leases are announced on the control stream and handled at once; the whole
 	// partition indexes are read only every 15 intervals as a backstop, and when notices
-	// may have been lost (see indexView).
+	// may have been lost (see indexView). The first pass after Start waits an eighth of
+	// an interval (at most 250 ms) so that instances started together share the
+	// partitions from the start (see startSettle).
 	DiscoveryInterval time.Duration
 	// ShutdownTimeout bounds how long Shutdown waits for in-flight handlers (default 30s).
 	ShutdownTimeout time.Duration
@@ -399,7 +401,9 @@ func (e *Engine) InstanceID() string { return e.cfg.InstanceID }
 
 // Start registers the instance, opens its session and starts discovery, heartbeats and
 // the doorbell. It returns once the session exists; partitions are taken in the
-// background. ctx bounds only the start-up calls. After an error (Redis unreachable, say)
+// background, from the first discovery pass, which waits a short settle (at most 250 ms,
+// see startSettle) so that instances started together count each other and each takes
+// its share. ctx bounds only the start-up calls. After an error (Redis unreachable, say)
 // Start may be called again.
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()

@@ -61,7 +61,13 @@ type indexView struct {
 	inc      *incarnation // incarnation of the last full read
 	lastFull time.Time
 	next     time.Time // the backstop full read is due
+	// raceKicks counts the passes of this incarnation that re-ran at once after losing
+	// units to another instance's overlapping pass.
+	raceKicks int
 }
+
+// maxRaceKicks bounds raceKicks.
+const maxRaceKicks = 3
 
 // fullReadEvery is the backstop period of a full read of the partition indexes, in
 // discovery intervals (30 s at the default 2 s). Each period is shortened by up to a
@@ -209,6 +215,9 @@ func (v *indexView) install(r *indexRead, in *incarnation, now time.Time, interv
 		v.checkFrom = tail
 	}
 	v.due = false
+	if v.inc != in {
+		v.raceKicks = 0
+	}
 	v.inc, v.lastFull = in, now
 	every := fullReadEvery * interval
 	v.next = now.Add(every - rand.N(every/5+1))
