@@ -55,19 +55,25 @@ func (e *Engine) unitFor(s *subscription, key string) unit {
 }
 
 // discoveryLoop runs a discovery pass every DiscoveryInterval, and at once when the
-// control stream announces a new partition or a released lease.
+// control stream announces a new partition or a released lease. The first pass waits
+// for the start-up settle (see startSettle).
 func (e *Engine) discoveryLoop() {
 	defer e.bg.Done()
+	if !e.settleStart() {
+		return
+	}
 	t := time.NewTicker(e.cfg.DiscoveryInterval)
 	defer t.Stop()
-	for {
-		select {
-		case <-e.stopped:
-			return
-		case <-e.hardCtx.Done():
-			return
-		case <-t.C:
-		case <-e.discoverNow:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-e.stopped:
+				return
+			case <-e.hardCtx.Done():
+				return
+			case <-t.C:
+			case <-e.discoverNow:
+			}
 		}
 		switch err := e.discover(); {
 		case err == nil:
@@ -79,15 +85,61 @@ func (e *Engine) discoveryLoop() {
 	}
 }
 
-// discover reads the partition index of every subscribed category and tries to acquire
-// each unit that is not owned here and whose last known owner is not alive. Acquire
-// attempts are pipelined; a live owner's units cost nothing but the liveness check of
-// that owner (one EXISTS per distinct owner).
-func (e *Engine) discover() error {
+// startSettle bounds the wait before an instance's first discovery pass: an eighth of
+// the discovery interval, at most maxStartSettle, spread down to half of that at random.
+//
+// Instances started together (a deployment, a restart of every replica) register in the
+// instance registry as they open their sessions, before their loops run. Without the
+// wait, the first of them to run a pass finds itself alone in the registry, takes every
+// partition and hands half of them over a discovery interval later; with it, each first
+// pass counts the instances that registered meanwhile and takes its share only. A lone
+// instance owns everything at most startSettle later than without the wait (250 ms at
+// the default interval; 12.5 ms at a 100 ms interval).
+func startSettle(interval time.Duration) time.Duration {
+	d := min(interval/8, maxStartSettle)
+	return d/2 + rand.N(d/2+1)
+}
+
+// maxStartSettle caps startSettle.
+const maxStartSettle = 250 * time.Millisecond
+
+// settleStart waits for the start-up settle; false when the engine stopped meanwhile.
+// Notices that arrive meanwhile are left for the first pass.
+func (e *Engine) settleStart() bool {
+	t := time.NewTimer(startSettle(e.cfg.DiscoveryInterval))
+	defer t.Stop()
+	select {
+	case <-e.stopped:
+		return false
+	case <-e.hardCtx.Done():
+		return false
+	case <-t.C:
+	}
+	select {
+	case <-e.discoverNow: // the first pass covers it
+	default:
+	}
+	return true
+}
+
+// discover runs one discovery pass: it takes the units of the instance's view of the
+// partition indexes (see indexView; the whole indexes are read only when due), checks
+// the liveness of the registered instances and of the known foreign owners, and tries to
+// acquire the units that are not owned here and whose last known owner is not alive, up
+// to the instance's fair share. Acquire attempts are pipelined; a live owner's units
+// cost nothing but the liveness check of that owner (one EXISTS per distinct owner).
+func (e *Engine) discover() (err error) {
 	in := e.sess.live()
 	if in == nil {
 		return nil // no session: the heartbeat loop opens the next one
 	}
+	defer func() {
+		if err != nil {
+			// Notices read while Redis failed may be lost with a failover; read the
+			// indexes again at the next pass.
+			e.view.markDue()
+		}
+	}()
 	owner := in.owner
 	e.mu.Lock()
 	passStart := e.releaseSeq // releases noticed after this may postdate what the pass reads
@@ -95,46 +147,115 @@ func (e *Engine) discover() error {
 	ctx, cancel := context.WithTimeout(e.hardCtx, e.cfg.Timing.LeaseTTL)
 	defer cancel()
 
-	pipe := e.rdb.Pipeline()
-	members := map[string]*redis.StringSliceCmd{}
-	for _, s := range e.subs {
-		if s.partitioned {
-			for _, c := range s.categories {
-				if members[c] == nil {
-					members[c] = pipe.SMembers(ctx, PartitionIndex(c))
-				}
-			}
-		}
+	all, instances, err := e.readPass(ctx, in)
+	if err != nil {
+		return err
 	}
-	instances := pipe.HGetAll(ctx, InstancesKey())
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return translateRedisErr(err)
-	}
-	live := map[string]int{}
-	for c, m := range members {
-		live[c] = len(m.Val())
-	}
-	e.checkCardinality(live)
-	var all []unit
-	for _, s := range e.subs {
-		if !s.partitioned {
-			all = append(all, e.unitFor(s, ""))
-			continue
-		}
-		seen := map[string]bool{}
-		for _, c := range s.categories {
-			for _, k := range members[c].Val() {
-				if seen[k] || ValidateStreamKey(k, e.dom.backfillSuffix()) != nil {
-					continue // a value the publisher never writes; never route to it
-				}
-				seen[k] = true
-				all = append(all, e.unitFor(s, k))
-			}
-		}
+	e.checkCardinality(e.view.sizes())
+	alive, instancesAlive, err := e.liveness(ctx, all, instances, owner)
+	if err != nil {
+		return err
 	}
 
-	// Liveness of the registered instances and of the known foreign owners: one EXISTS
-	// per distinct owner, never one per partition.
+	// Fair share: aim at ceil(units / live instances); hand over what is clearly above it.
+	target := (len(all) + instancesAlive - 1) / instancesAlive
+	e.mu.Lock()
+	owned := len(e.workers)
+	try := e.candidatesLocked(all, alive)
+	short := false
+	if floor := len(all) / instancesAlive; owned+len(try) < floor {
+		// Below even the rounded-down share with too few candidates: some cached owners
+		// must be stale (their release notices were trimmed from the capped control
+		// stream before this instance read them, in a mass hand-over say). Forget a
+		// bounded batch of them so this pass reads their leases again, and read the
+		// indexes again soon in case partition notices were lost too. In balance this
+		// never runs, so it costs an idle deployment nothing.
+		e.forgetCachedLocked(all, staleRecheckBatch)
+		try = e.candidatesLocked(all, alive)
+		short = true
+	}
+	if owned > target+fairShareSlack {
+		e.handOverLocked(owned - target)
+	}
+	e.mu.Unlock()
+	if short {
+		e.view.wantFull(time.Now(), fullReadMinGap*e.cfg.DiscoveryInterval)
+	}
+	room := target - owned
+	if len(try) > room {
+		// Only free units may use the room: learn the owners of units never seen before
+		// (one pipelined GET each, cached), so the room is not spent on attempts that
+		// would fail against a live owner while a free unit waits for a later pass.
+		if try, err = e.dropLiveOwned(ctx, try, alive, passStart); err != nil {
+			return err
+		}
+		if len(try) > room {
+			// A random choice, so that instances whose passes overlap (started
+			// together) mostly try different units.
+			rand.Shuffle(len(try), func(i, j int) { try[i], try[j] = try[j], try[i] })
+			try = try[:max(room, 0)]
+		}
+	}
+	if len(try) == 0 || e.stopping() {
+		return nil
+	}
+	return e.acquire(ctx, in, try, passStart, room)
+}
+
+// readPass reads what a pass needs besides liveness: the instance registry (registry
+// field -> JSON entry) and, when due, the whole partition indexes; with a pending gap
+// check, the control stream's state, and the whole indexes at once when notices were
+// trimmed before the doorbell read them. It returns the units of the view.
+func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[string]string, error) {
+	v := e.view
+	now := time.Now()
+	full := v.fullDue(in, now)
+	from, check := v.gapPending()
+	check = check && !full
+	pipe := e.rdb.Pipeline()
+	instances := pipe.HGetAll(ctx, InstancesKey())
+	var ctrlLen *redis.IntCmd
+	var ctrlFirst *redis.XMessageSliceCmd
+	if check {
+		ctrlLen = pipe.XLen(ctx, ControlStream())
+		ctrlFirst = pipe.XRangeN(ctx, ControlStream(), "-", "+", 1)
+	}
+	var idx *indexRead
+	if full {
+		idx = v.queueIndexRead(ctx, pipe)
+	}
+	_, _ = pipe.Exec(ctx) // each reply is checked below
+	if err := instances.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, translateRedisErr(err)
+	}
+	if check && v.gapChecked(from, ctrlLen.Val(), firstID(ctrlFirst.Val()), errors.Join(ctrlLen.Err(), ctrlFirst.Err())) {
+		e.logs.warn("control-gap", "partition notices were trimmed from the control stream before this instance read them: reading the partition indexes again")
+		pipe = e.rdb.Pipeline()
+		idx = v.queueIndexRead(ctx, pipe)
+		_, _ = pipe.Exec(ctx)
+	}
+	if idx != nil {
+		if err := idx.err(); err != nil {
+			return nil, nil, translateRedisErr(err)
+		}
+		v.install(idx, in, now, e.cfg.DiscoveryInterval, e.dom.backfillSuffix())
+	}
+	return e.viewUnits(), instances.Val(), nil
+}
+
+// firstID returns the id of the first of msgs, "" for none.
+func firstID(msgs []redis.XMessage) string {
+	if len(msgs) == 0 {
+		return ""
+	}
+	return msgs[0].ID
+}
+
+// liveness checks the sessions of the registered instances and of the known foreign
+// owners of units (one EXISTS per distinct owner, never one per partition), prunes
+// long-dead registry entries, and returns which owners are alive and how many
+// instances are (at least 1: this one).
+func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]string, owner string) (map[string]bool, int, error) {
 	e.mu.Lock()
 	owners := map[string]bool{}
 	for _, u := range all {
@@ -146,7 +267,7 @@ func (e *Engine) discover() error {
 	}
 	e.mu.Unlock()
 	registered := map[string]string{} // registry field -> session owner
-	for id, raw := range instances.Val() {
+	for id, raw := range instances {
 		var info InstanceInfo
 		if json.Unmarshal([]byte(raw), &info) == nil && info.Owner != "" {
 			registered[id] = info.Owner
@@ -157,13 +278,13 @@ func (e *Engine) discover() error {
 	}
 	alive := map[string]bool{owner: true}
 	if len(owners) > 0 {
-		pipe = e.rdb.Pipeline()
+		pipe := e.rdb.Pipeline()
 		checks := map[string]*redis.IntCmd{}
 		for o := range owners {
 			checks[o] = pipe.Exists(ctx, SessionKey(o))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			return translateRedisErr(err)
+			return nil, 0, translateRedisErr(err)
 		}
 		for o, c := range checks {
 			alive[o] = c.Val() == 1
@@ -175,43 +296,15 @@ func (e *Engine) discover() error {
 			instancesAlive++
 		}
 	}
-	instancesAlive = max(instancesAlive, 1)
 	e.pruneInstances(ctx, registered, alive)
+	return alive, max(instancesAlive, 1), nil
+}
 
-	// Fair share: aim at ceil(units / live instances); hand over what is clearly above it.
-	target := (len(all) + instancesAlive - 1) / instancesAlive
-	e.mu.Lock()
-	owned := len(e.workers)
-	try := e.candidatesLocked(all, alive)
-	if floor := len(all) / instancesAlive; owned+len(try) < floor {
-		// Below even the rounded-down share with too few candidates: some cached owners
-		// must be stale (their release notices were trimmed from the capped control
-		// stream before this instance read them, in a mass hand-over say). Forget a
-		// bounded batch of them so this pass reads their leases again. In balance this
-		// never runs, so it costs an idle deployment nothing.
-		e.forgetCachedLocked(all, staleRecheckBatch)
-		try = e.candidatesLocked(all, alive)
-	}
-	if owned > target+fairShareSlack {
-		e.handOverLocked(owned - target)
-	}
-	e.mu.Unlock()
-	if room := target - owned; len(try) > room {
-		// Only free units may use the room: learn the owners of units never seen before
-		// (one pipelined GET each, cached), so the room is not spent on attempts that
-		// would fail against a live owner while a free unit waits for a later pass.
-		var err error
-		if try, err = e.dropLiveOwned(ctx, try, alive, passStart); err != nil {
-			return err
-		}
-		if len(try) > room {
-			try = try[:max(room, 0)]
-		}
-	}
-	if len(try) == 0 || e.stopping() {
-		return nil
-	}
-
+// acquire runs acquire.lua for each unit of try (pipelined) and starts a worker for each
+// lease taken. room is the instance's room below its fair share before the pass.
+func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passStart uint64, room int) error {
+	owner := in.owner
+	seq := e.view.noticeSeq() // a -4 drops a key only when no notice re-announced it after this
 	cmds, err := runPipelined(ctx, e.rdb, len(try), func(pipe redis.Pipeliner, i int) *redis.Cmd {
 		u := try[i]
 		keys := make([]string, 0, 3+len(u.guards)+len(u.lanes))
@@ -226,7 +319,7 @@ func (e *Engine) discover() error {
 		return nil
 	}
 	var failed error
-	nFailed := 0
+	nFailed, taken, lost := 0, 0, 0
 	for i, u := range try {
 		res, err := cmds[i].Slice()
 		if err != nil || len(res) == 0 {
@@ -241,15 +334,18 @@ func (e *Engine) discover() error {
 		case 1, 2:
 			gen, _ := res[1].(int64)
 			e.startWorker(u, in, gen)
+			taken++
 		case 0:
 			lv, _ := res[1].(string)
 			e.cacheOwner(u.id(), lv, passStart)
+			lost++
 		case -3:
 			e.sess.lose(in, "the session key is gone (seen when taking a lease): Redis restarted or lost data, or this process stalled past the lease TTL")
 			return nil
 		case -4:
-			// Reaped since the index was read: nothing to own until a publish
+			// Reaped since the view learnt of it: nothing to own until a publish
 			// re-creates it (and announces it on the control stream).
+			e.view.drop(u, seq)
 		}
 	}
 	if failed != nil {
@@ -258,7 +354,51 @@ func (e *Engine) discover() error {
 	} else {
 		e.health.clear(healthLeases)
 	}
+	if lost > 0 && taken < room && e.view.raceKicks < maxRaceKicks {
+		// Another instance took some of these meanwhile (passes of instances started
+		// together overlap): their owners are cached now, so run again for the rest of
+		// the share rather than a discovery interval later. Bounded per incarnation: an
+		// instance kept short of its share by the slack must not spin.
+		e.view.raceKicks++
+		e.kickDiscovery()
+	}
 	return nil
+}
+
+// controlRead takes the control-stream entries the doorbell read, in stream order: each
+// partition notice of a subscribed category adds its key to the view. The next pass
+// checks that no notice was trimmed from the stream before the doorbell read it.
+func (e *Engine) controlRead(msgs []redis.XMessage) {
+	if len(msgs) == 0 || e.view == nil {
+		return
+	}
+	suffix := e.dom.backfillSuffix()
+	v := e.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.batches++
+	if !v.checkGap && v.cursor != "" {
+		v.checkGap, v.checkFrom = true, v.cursor
+	}
+	for _, m := range msgs {
+		if op, _ := m.Values["op"].(string); op != "partition" {
+			continue
+		}
+		c, _ := m.Values["category"].(string)
+		k, _ := m.Values["key"].(string)
+		keys, ok := v.cats[c]
+		if !ok || ValidateStreamKey(k, suffix) != nil {
+			continue
+		}
+		v.seq++
+		if _, had := keys[k]; !had {
+			v.units = nil
+		}
+		keys[k] = v.seq // a re-announced key must survive a -4 seen before the notice
+	}
+	if last := msgs[len(msgs)-1].ID; v.cursor == "" || idLess(v.cursor, last) {
+		v.cursor = last
+	}
 }
 
 // errorCause names the kind of a Redis error for rate-limited logging: the error code of

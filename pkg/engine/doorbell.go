@@ -150,6 +150,7 @@ func (d *doorbell) loop() {
 				d.mu.Lock()
 				d.ctrlLast = lastID
 				d.mu.Unlock()
+				d.e.controlRead(s.Messages)
 				for _, m := range s.Messages {
 					if op, _ := m.Values["op"].(string); op == "released" {
 						g, _ := m.Values["group"].(string)

@@ -79,9 +79,13 @@ type EngineConfig struct {
 	// after a failure, always in order. Acks of all partitions of the instance share one
 	// call per flush, so the strict default pays a round trip per flush, not per event.
 	MaxUnacked int
-	// DiscoveryInterval is how often the partition index and the liveness of other owners
-	// are checked (default 2s). New partitions and released leases are also announced on
-	// the control stream, so this is the fallback and the crash-detection period.
+	// DiscoveryInterval is how often the liveness of other owners and the fair share are
+	// checked (default 2s): the crash-detection period. New partitions and released
+	// leases are announced on the control stream and handled at once; the whole
+	// partition indexes are read only every 15 intervals as a backstop, and when notices
+	// may have been lost (see indexView). The first pass after Start waits an eighth of
+	// an interval (at most 250 ms) so that instances started together share the
+	// partitions from the start (see startSettle).
 	DiscoveryInterval time.Duration
 	// ShutdownTimeout bounds how long Shutdown waits for in-flight handlers (default 30s).
 	ShutdownTimeout time.Duration
@@ -220,6 +224,7 @@ type Engine struct {
 	wg      sync.WaitGroup     // workers
 
 	discoverNow chan struct{}
+	view        *indexView // the instance's view of the partition indexes (discovery)
 
 	mu         sync.Mutex
 	workers    map[string]*worker // unit id -> worker; guarded by mu
@@ -309,6 +314,17 @@ func New(cfg EngineConfig) (*Engine, error) {
 	if len(e.subs) == 0 {
 		return nil, errors.New("engine: no handler to run: give each event handler or process manager a Func")
 	}
+	var indexed []string
+	for _, s := range e.subs {
+		if s.partitioned {
+			for _, c := range s.categories {
+				if !contains(indexed, c) {
+					indexed = append(indexed, c)
+				}
+			}
+		}
+	}
+	e.view = newIndexView(indexed)
 	groups := make([]string, len(e.subs))
 	for i, s := range e.subs {
 		groups[i] = s.group
@@ -385,7 +401,9 @@ func (e *Engine) InstanceID() string { return e.cfg.InstanceID }
 
 // Start registers the instance, opens its session and starts discovery, heartbeats and
 // the doorbell. It returns once the session exists; partitions are taken in the
-// background. ctx bounds only the start-up calls. After an error (Redis unreachable, say)
+// background, from the first discovery pass, which waits a short settle (at most 250 ms,
+// see startSettle) so that instances started together count each other and each takes
+// its share. ctx bounds only the start-up calls. After an error (Redis unreachable, say)
 // Start may be called again.
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()

@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+)
+
+// cmdCounter counts the commands of one name a client sends, alone or in pipelines
+// (script calls count as themselves, not as the commands they run).
+type cmdCounter struct {
+	name string
+	n    *atomic.Int64
+}
+
+func (h cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == h.name {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == h.name {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// publishPayloads publishes one event for each of keys.
+func publishPayloads(tb testing.TB, rdb *redis.Client, d *Domain, keys []string) {
+	tb.Helper()
+	ps := make([]testPayload, len(keys))
+	for i, k := range keys {
+		ps[i] = testPayload{Client: k}
+	}
+	bulkPublish(tb, NewRedisBroker(rdb), d, ps)
+}
+
+// A settled instance does not read the partition index on every discovery pass: over
+// ten intervals it reads it at most once (the backstop), where it used to read it ten
+// times, while passes keep running (one HGETALL of the registry each).
+func TestDiscoveryDoesNotReadIndexEveryPass(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	const parts = 500
+	publishPayloads(t, rdb, d, keysOf(parts))
+	var smembers, hgetall atomic.Int64
+	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
+		c.Client = srv.Client(t)
+		c.Client.(*redis.Client).AddHook(cmdCounter{"smembers", &smembers})
+		c.Client.(*redis.Client).AddHook(cmdCounter{"hgetall", &hgetall})
+	})
+	waitFor(t, 10*time.Second, "every partition owned", func() bool { return len(e.Owned()) == parts })
+	s0, h0 := smembers.Load(), hgetall.Load()
+	time.Sleep(10 * e.cfg.DiscoveryInterval)
+	reads, passes := smembers.Load()-s0, hgetall.Load()-h0
+	t.Logf("over 10 discovery intervals with %d partitions: %d index reads (SMEMBERS), %d passes (HGETALL)", parts, reads, passes)
+	if passes < 5 {
+		t.Errorf("%d discovery passes in 10 intervals; want about 10", passes)
+	}
+	if reads > 1 { // the backstop comes every 12 to 15 intervals
+		t.Errorf("%d index reads in 10 intervals; want at most 1 (the backstop)", reads)
+	}
+}
+
+// A partition whose control-stream notice was lost is still owned, by the backstop full
+// read of the index: within fullReadEvery+1 discovery intervals.
+func TestLostPartitionNoticeOwnedByBackstop(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	publishPayloads(t, rdb, d, keysOf(20))
+	e := startEngine(t, srv, d, "i1", time.Second)
+	waitFor(t, 5*time.Second, "every partition owned", func() bool { return len(e.Owned()) == 20 })
+
+	// What publish.lua does, without the notice.
+	ev := Event{ID: NewEventID(), Type: "OrderPlaced", Category: "order", Key: "lost", Data: []byte(`{"client_id":"lost"}`)}
+	values := append([]any{"published_at", strconv.FormatInt(time.Now().UnixMilli(), 10)}, envelopeArgs(ev)...)
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: PartitionStream("order", "lost"), Values: values})
+	rdb.SAdd(ctx, PartitionIndex("order"), "lost")
+	start := time.Now()
+	bound := (fullReadEvery + 1) * e.cfg.DiscoveryInterval
+	waitFor(t, bound+time.Second, "the partition without a notice owned", func() bool { return len(e.Owned()) == 21 })
+	t.Logf("owned %v after the publish without a notice (bound %v)", time.Since(start).Round(time.Millisecond), bound)
+}
+
+// Notices trimmed from the capped control stream before the doorbell read them are
+// noticed (a gap after its last-read id), and the index is read again at once rather
+// than at the backstop.
+func TestTrimmedPartitionNoticeOwnedAfterGap(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	publishPayloads(t, rdb, d, keysOf(5))
+	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
+		c.Timing = fastTiming(time.Second)
+		c.DiscoveryInterval = time.Second // backstop 12-15 s
+	})
+	waitFor(t, 5*time.Second, "every partition owned", func() bool { return len(e.Owned()) == 5 })
+
+	// In one step (the doorbell cannot read in between): index "gap" and announce it,
+	// then append enough other notices that the capped stream trims the announcement.
+	ev := Event{ID: NewEventID(), Type: "OrderPlaced", Category: "order", Key: "gap", Data: []byte(`{"client_id":"gap"}`)}
+	args := append([]any{strconv.FormatInt(time.Now().UnixMilli(), 10)}, envelopeArgs(ev)...)
+	const flood = `
+redis.call('XADD', KEYS[1], '*', 'published_at', unpack(ARGV))
+redis.call('SADD', KEYS[2], 'gap')
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', '1000', '*', 'op', 'partition', 'category', 'order', 'key', 'gap')
+for i = 1, 1500 do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', '1000', '*', 'op', 'noise')
+end
+return 1`
+	if err := rdb.Eval(ctx, flood, []string{PartitionStream("order", "gap"), PartitionIndex("order"), ControlStream()}, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitFor(t, 5*time.Second, "the partition whose notice was trimmed owned", func() bool { return len(e.Owned()) == 6 })
+	t.Logf("owned %v after its notice was trimmed (backstop at %d-%d intervals of %v)",
+		time.Since(start).Round(time.Millisecond), fullReadEvery*4/5, fullReadEvery, e.cfg.DiscoveryInterval)
+}
+
+// The view keeps a key that a notice re-announced after the acquire that found it
+// reaped (-4) was sent, and drops one that was not re-announced.
+func TestIndexViewDropKeepsReannouncedKey(t *testing.T) {
+	e := &Engine{dom: testDomain(t, nil, nil), view: newIndexView([]string{"order"})}
+	e.subs = []*subscription{{group: "Projector", categories: []string{"order"}, partitioned: true}}
+	notice := func(key string, id int) {
+		e.controlRead([]redis.XMessage{{ID: fmt.Sprintf("%d-0", id), Values: map[string]any{"op": "partition", "category": "order", "key": key}}})
+	}
+	notice("a", 1)
+	notice("b", 2)
+	notice("bad:key", 3) // never a valid partition key
+	notice("x", 4)
+	if n := len(e.viewUnits()); n != 3 {
+		t.Fatalf("%d units, want 3", n)
+	}
+	seq := e.view.noticeSeq() // an acquire pass is sent
+	notice("a", 5)            // "a" is published again meanwhile
+	for _, k := range []string{"a", "b"} {
+		e.view.drop(e.unitFor(e.subs[0], k), seq)
+	}
+	var got []string
+	for _, u := range e.viewUnits() {
+		got = append(got, u.key)
+	}
+	if len(got) != 2 || (got[0] != "a" && got[1] != "a") {
+		t.Fatalf("units after the drops: %v, want a and x", got)
+	}
+	if e.view.cursor != "5-0" {
+		t.Errorf("cursor %q, want 5-0", e.view.cursor)
+	}
+}
+
+// A full read replaces the view, except for keys announced while it was in flight: a
+// key published after the index was read survives, a key gone from the index does not.
+func TestIndexViewFullReadKeepsKeysAnnouncedMeanwhile(t *testing.T) {
+	e := &Engine{dom: testDomain(t, nil, nil), view: newIndexView([]string{"order"})}
+	e.subs = []*subscription{{group: "Projector", categories: []string{"order"}, partitioned: true}}
+	notice := func(key string, id int) {
+		e.controlRead([]redis.XMessage{{ID: fmt.Sprintf("%d-0", id), Values: map[string]any{"op": "partition", "category": "order", "key": key}}})
+	}
+	notice("gone", 1)
+	r := &indexRead{seq: e.view.noticeSeq(), // queued now, answered below
+		tail:    redis.NewXMessageSliceCmdResult([]redis.XMessage{{ID: "1-0"}}, nil),
+		members: map[string]*redis.StringSliceCmd{"order": redis.NewStringSliceResult([]string{"a", "b"}, nil)}}
+	notice("late", 2) // published after the index was read
+	e.view.install(r, nil, time.Now(), time.Second, e.dom.backfillSuffix())
+	got := map[string]bool{}
+	for _, u := range e.viewUnits() {
+		got[u.key] = true
+	}
+	if want := map[string]bool{"a": true, "b": true, "late": true}; len(got) != len(want) || !got["a"] || !got["b"] || !got["late"] {
+		t.Fatalf("view after the full read: %v, want %v", got, want)
+	}
+	if e.view.cursor != "2-0" {
+		t.Errorf("cursor %q, want 2-0 (the last notice read)", e.view.cursor)
+	}
+}
+
+// The gap check: notices after the cursor were trimmed when the stream is at its cap and
+// its first entry is past the cursor.
+func TestControlGapCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		from   string
+		length int64
+		first  string
+		err    error
+		want   bool
+	}{
+		{"below the cap", "5-0", 10, "9-0", nil, false},
+		{"at the cap, first entry past the cursor", "5-0", 1000, "9-0", nil, true},
+		{"at the cap, first entry at the cursor", "5-0", 1000, "5-0", nil, false},
+		{"at the cap, first entry before the cursor", "5-0", 1200, "4-2", nil, false},
+		{"empty stream at the full read", "0-0", 1000, "9-0", nil, true},
+		{"no reply", "5-0", 0, "", errors.New("i/o timeout"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newIndexView(nil)
+			if got := v.gapChecked(tc.from, tc.length, tc.first, tc.err); got != tc.want {
+				t.Errorf("gap = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,280 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// indexView is the instance's copy of the discovery index ({category}:__partitions__) of
+// every partitioned category it subscribes to. A whole index is a reply of every member
+// (10,000 and more in a large deployment), so a discovery pass does not read it; the view
+// changes instead:
+//
+//   - it grows by the control stream's partition notices (op=partition, category, key),
+//     which publish.lua and replay.lua append in the same step as they add a key to an
+//     index, and which the doorbell hands to controlRead as it reads them;
+//   - it shrinks when an acquire finds none of a unit's lanes (acquire.lua returns -4:
+//     the partition was reaped), unless a notice re-announced the key meanwhile;
+//   - it is replaced by a full read of the indexes (SMEMBERS), only: on the first pass
+//     of each session incarnation (start-up, and after a session loss, when Redis may
+//     have restarted without its data); as a backstop every fullReadEvery discovery
+//     intervals, spread by jitter; when notices may have been lost (the doorbell's
+//     position in the capped control stream fell behind its trimmed head, or a pass
+//     failed); and when the instance is short of its fair share with too few candidates,
+//     at most once per fullReadMinGap intervals.
+//
+// How long a new partition waits to be owned: its notice reaches the doorbell's next
+// read of the control stream (it blocks at most doorbellBlock, and an entry ends the
+// block at once) and kicks a pass, so normally one pass. When the notice is lost, the
+// gap check finds it on the doorbell's next read, or else the backstop: the next full
+// read comes at most fullReadEvery discovery intervals after the previous one and runs
+// on the first pass after that, so within fullReadEvery+1 intervals (32 s at the
+// default 2 s interval).
+type indexView struct {
+	mu sync.Mutex
+	// cats: category -> key -> the notice sequence number that last announced the key
+	// (0: read by a full read). Guarded by mu.
+	cats  map[string]map[string]uint64
+	seq   uint64 // partition notices applied; guarded by mu
+	units []unit // derived from cats, nil when stale; guarded by mu
+	// cursor is the control stream id up to which every notice is accounted for: read by
+	// a full read, or handed over by the doorbell ("" before the first full read).
+	// Guarded by mu.
+	cursor string
+	// checkFrom is the cursor before the first notices read since the last gap check;
+	// checkGap says a check is pending. Guarded by mu.
+	checkFrom string
+	checkGap  bool
+	batches   uint64 // calls of controlRead with entries; guarded by mu
+	// pendCursor and pendBatches are cursor and batches when the pending check was
+	// sent. Guarded by mu.
+	pendCursor  string
+	pendBatches uint64
+	due         bool // a full read is due at the next pass; guarded by mu
+
+	// Owned by the discovery goroutine.
+	inc      *incarnation // incarnation of the last full read
+	lastFull time.Time
+	next     time.Time // the backstop full read is due
+	// raceKicks counts the passes of this incarnation that re-ran at once after losing
+	// units to another instance's overlapping pass.
+	raceKicks int
+}
+
+// maxRaceKicks bounds raceKicks.
+const maxRaceKicks = 3
+
+// fullReadEvery is the backstop period of a full read of the partition indexes, in
+// discovery intervals (30 s at the default 2 s). Each period is shortened by up to a
+// fifth at random so that instances started together do not read in step.
+const fullReadEvery = 15
+
+// fullReadMinGap is the shortest time between two full reads asked for by an instance
+// short of its share, in discovery intervals: one that stays short (its peers keep one
+// unit above the share, within the slack) must not read the indexes every pass.
+const fullReadMinGap = 5
+
+func newIndexView(categories []string) *indexView {
+	v := &indexView{cats: map[string]map[string]uint64{}}
+	for _, c := range categories {
+		v.cats[c] = map[string]uint64{}
+	}
+	return v
+}
+
+// noticeSeq returns the number of partition notices applied so far.
+func (v *indexView) noticeSeq() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.seq
+}
+
+// fullDue reports whether this pass of incarnation in must read the whole indexes.
+func (v *indexView) fullDue(in *incarnation, now time.Time) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.inc != in || v.due || !now.Before(v.next)
+}
+
+// markDue asks for a full read at the next pass.
+func (v *indexView) markDue() {
+	v.mu.Lock()
+	v.due = true
+	v.mu.Unlock()
+}
+
+// wantFull asks for a full read at the next pass unless one ran within minGap.
+func (v *indexView) wantFull(now time.Time, minGap time.Duration) {
+	if now.Sub(v.lastFull) >= minGap {
+		v.markDue()
+	}
+}
+
+// gapPending returns the cursor to check the control stream against, if a check is due.
+func (v *indexView) gapPending() (from string, ok bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.pendCursor, v.pendBatches = v.cursor, v.batches
+	return v.checkFrom, v.checkGap
+}
+
+// gapChecked ends the pending check with the control stream's length and first entry id
+// ("" when empty), and reports whether notices after from were trimmed before the
+// doorbell read them. Scripts trim the stream from its head and keep at least
+// controlStreamCap entries, so a stream that was trimmed is at the cap, and when its
+// first entry is past from, from and what followed it up to that entry are gone: a gap,
+// unless from was the last entry of a trimmed node (then one needless full read).
+// XRANGE and XLEN, unlike XINFO STREAM, are in the worker's ACL (docs/security.md).
+func (v *indexView) gapChecked(from string, length int64, first string, err error) bool {
+	v.mu.Lock()
+	if v.batches == v.pendBatches {
+		v.checkGap = false
+	} else {
+		// Notices read after the check was sent may follow a trim the reply predates:
+		// check them at the next pass, from what had been read when this one was sent.
+		v.checkFrom = v.pendCursor
+	}
+	v.mu.Unlock()
+	if err != nil {
+		return false
+	}
+	return length >= controlStreamCap && first != "" && idLess(from, first)
+}
+
+// controlStreamCap is the smallest approximate MAXLEN the scripts that append to the
+// control stream trim it to.
+const controlStreamCap = 1000
+
+// indexRead is a full read of the indexes queued on a pipeline.
+type indexRead struct {
+	seq     uint64                  // notices applied when it was queued
+	tail    *redis.XMessageSliceCmd // the control stream's last entry, read before the indexes
+	members map[string]*redis.StringSliceCmd
+}
+
+// queueIndexRead queues a full read on pipe: the control stream's tail first, so every
+// notice up to it is reflected in the members read after it (a key is indexed and
+// announced in one script).
+func (v *indexView) queueIndexRead(ctx context.Context, pipe redis.Pipeliner) *indexRead {
+	r := &indexRead{seq: v.noticeSeq(), members: map[string]*redis.StringSliceCmd{}}
+	r.tail = pipe.XRevRangeN(ctx, ControlStream(), "+", "-", 1)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for c := range v.cats {
+		r.members[c] = pipe.SMembers(ctx, PartitionIndex(c))
+	}
+	return r
+}
+
+// err returns the first error of the read's commands.
+func (r *indexRead) err() error {
+	if err := r.tail.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for _, m := range r.members {
+		if err := m.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+	}
+	return nil
+}
+
+// install replaces the view by a full read done in incarnation in. Keys announced
+// while the read was in flight are kept even when the read missed them.
+func (v *indexView) install(r *indexRead, in *incarnation, now time.Time, interval time.Duration, suffix string) {
+	tail := "0-0"
+	if m := r.tail.Val(); len(m) > 0 {
+		tail = m[0].ID
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for c, old := range v.cats {
+		next := make(map[string]uint64, len(r.members[c].Val()))
+		for _, k := range r.members[c].Val() {
+			if ValidateStreamKey(k, suffix) == nil { // a value the publisher never writes; never route to it
+				next[k] = 0
+			}
+		}
+		for k, s := range old {
+			if s > r.seq {
+				next[k] = s
+			}
+		}
+		v.cats[c] = next
+	}
+	v.units = nil
+	if v.cursor == "" || idLess(v.cursor, tail) {
+		v.cursor = tail
+	}
+	if v.checkGap && idLess(v.checkFrom, tail) {
+		v.checkFrom = tail
+	}
+	v.due = false
+	if v.inc != in {
+		v.raceKicks = 0
+	}
+	v.inc, v.lastFull = in, now
+	every := fullReadEvery * interval
+	v.next = now.Add(every - rand.N(every/5+1))
+}
+
+// drop removes a unit's key from the view after acquire.lua found none of its lanes,
+// unless a notice announced the key after seq (a publish re-created it since).
+func (v *indexView) drop(u unit, seq uint64) {
+	if u.key == "" {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, c := range u.laneCats {
+		if s, ok := v.cats[c][u.key]; ok && s <= seq {
+			delete(v.cats[c], u.key)
+			v.units = nil
+		}
+	}
+}
+
+// sizes returns the number of keys in the view per category.
+func (v *indexView) sizes() map[string]int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make(map[string]int, len(v.cats))
+	for c, keys := range v.cats {
+		out[c] = len(keys)
+	}
+	return out
+}
+
+// viewUnits returns every unit of the subscriptions over the keys in the view. The
+// slice is shared until the view changes: callers must not modify it.
+func (e *Engine) viewUnits() []unit {
+	v := e.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.units != nil {
+		return v.units
+	}
+	all := []unit{}
+	for _, s := range e.subs {
+		if !s.partitioned {
+			all = append(all, e.unitFor(s, ""))
+			continue
+		}
+		seen := map[string]bool{}
+		for _, c := range s.categories {
+			for k := range v.cats[c] {
+				if !seen[k] {
+					seen[k] = true
+					all = append(all, e.unitFor(s, k))
+				}
+			}
+		}
+	}
+	v.units = all
+	return all
+}
