@@ -161,7 +161,7 @@ func (e *Engine) discover() (err error) {
 	target := (len(all) + instancesAlive - 1) / instancesAlive
 	e.mu.Lock()
 	owned := len(e.workers)
-	try := e.candidatesLocked(all, alive)
+	try := e.candidatesLocked(all, alive, owner)
 	short := false
 	if floor := len(all) / instancesAlive; owned+len(try) < floor {
 		// Below even the rounded-down share with too few candidates: some cached owners
@@ -171,7 +171,7 @@ func (e *Engine) discover() (err error) {
 		// indexes again soon in case partition notices were lost too. In balance this
 		// never runs, so it costs an idle deployment nothing.
 		e.forgetCachedLocked(all, staleRecheckBatch)
-		try = e.candidatesLocked(all, alive)
+		try = e.candidatesLocked(all, alive, owner)
 		short = true
 	}
 	if owned > target+fairShareSlack {
@@ -186,15 +186,22 @@ func (e *Engine) discover() (err error) {
 		// Only free units may use the room: learn the owners of units never seen before
 		// (one pipelined GET each, cached), so the room is not spent on attempts that
 		// would fail against a live owner while a free unit waits for a later pass.
-		if try, err = e.dropLiveOwned(ctx, try, alive, passStart); err != nil {
+		if try, err = e.dropLiveOwned(ctx, try, alive, passStart, owner); err != nil {
 			return err
 		}
-		if len(try) > room {
+		// A lease this session still holds without a worker (its worker exited and
+		// could not give it back: a release that timed out under load) is re-adopted
+		// whatever the room: no other instance can take it while this one lives, so
+		// leaving it would strand the partition. Fair share hands it over later if
+		// this instance is above its share.
+		own, free := e.splitSelfHeld(try, owner)
+		if len(free) > room {
 			// A random choice, so that instances whose passes overlap (started
 			// together) mostly try different units.
-			rand.Shuffle(len(try), func(i, j int) { try[i], try[j] = try[j], try[i] })
-			try = try[:max(room, 0)]
+			rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+			free = free[:max(room, 0)]
 		}
+		try = append(own, free...)
 	}
 	if len(try) == 0 || e.stopping() {
 		return nil
@@ -420,19 +427,35 @@ func errorCause(err error) string {
 const staleRecheckBatch = 512
 
 // candidatesLocked returns the units this instance may try: not its own, and not held by
-// an owner it knows to be alive. e.mu is held.
-func (e *Engine) candidatesLocked(all []unit, alive map[string]bool) []unit {
+// an owner it knows to be alive other than self (a lease self holds without a worker is
+// a candidate: acquire.lua re-adopts it). e.mu is held.
+func (e *Engine) candidatesLocked(all []unit, alive map[string]bool, self string) []unit {
 	var try []unit
 	for _, u := range all {
 		if _, mine := e.workers[u.id()]; mine {
 			continue
 		}
-		if lv, ok := e.knownOwner[u.id()]; ok && alive[ownerOf(lv)] {
+		if lv, ok := e.knownOwner[u.id()]; ok && ownerOf(lv) != self && alive[ownerOf(lv)] {
 			continue
 		}
 		try = append(try, u)
 	}
 	return try
+}
+
+// splitSelfHeld separates the units whose cached lease is held by self (without a worker
+// here) from the others, keeping the order of each.
+func (e *Engine) splitSelfHeld(units []unit, self string) (own, other []unit) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, u := range units {
+		if lv, ok := e.knownOwner[u.id()]; ok && ownerOf(lv) == self {
+			own = append(own, u)
+		} else {
+			other = append(other, u)
+		}
+	}
+	return own, other
 }
 
 // forgetCachedLocked drops up to n cached owners among units, starting at a random
@@ -454,7 +477,7 @@ func (e *Engine) forgetCachedLocked(units []unit, n int) {
 // dropLiveOwned reads the lease of each unit whose owner is not known yet, caches what
 // it finds, and returns the units that are free or held by an owner whose session is gone.
 // alive gains the liveness of the owners it had to check.
-func (e *Engine) dropLiveOwned(ctx context.Context, units []unit, alive map[string]bool, passStart uint64) ([]unit, error) {
+func (e *Engine) dropLiveOwned(ctx context.Context, units []unit, alive map[string]bool, passStart uint64, self string) ([]unit, error) {
 	pipe := e.rdb.Pipeline()
 	gets := map[string]*redis.StringCmd{}
 	e.mu.Lock()
@@ -499,7 +522,7 @@ func (e *Engine) dropLiveOwned(ctx context.Context, units []unit, alive map[stri
 	out := units[:0]
 	e.mu.Lock()
 	for _, u := range units {
-		if lv, ok := e.knownOwner[u.id()]; ok && alive[ownerOf(lv)] {
+		if lv, ok := e.knownOwner[u.id()]; ok && ownerOf(lv) != self && alive[ownerOf(lv)] {
 			continue
 		}
 		out = append(out, u)

@@ -63,3 +63,53 @@ func TestLoneInstanceOwnsAllOnFirstPass(t *testing.T) {
 	waitFor(t, 2*time.Second, "every partition owned before a second pass", func() bool { return len(e.Owned()) == 64 })
 	t.Logf("owned all 64 %v after Start", time.Since(start).Round(time.Millisecond))
 }
+
+// A lease this instance still holds after its worker exited without giving it back (a
+// release that timed out under load) is taken up again, even when the instance has
+// no room below its share and learns that lease's owner while sorting candidates: no
+// other instance can take it while this session lives, so leaving it strands the
+// partition for good.
+func TestLeaseLeftBySelfIsReadopted(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	const parts = 40
+	publishPayloads(t, rdb, d, keysOf(parts))
+	var es []*Engine
+	for _, id := range []string{"a", "b"} {
+		es = append(es, startEngineWith(t, srv, d, id, func(c *EngineConfig) {
+			c.Timing = fastTiming(time.Second)
+			c.DiscoveryInterval = 100 * time.Millisecond
+		}))
+	}
+	waitFor(t, 10*time.Second, "shares settled", func() bool {
+		return len(es[0].Owned())+len(es[1].Owned()) == parts && len(es[0].Owned()) == parts/2
+	})
+	a := es[0]
+	// Five of a's workers end without releasing their leases; a forgets what it knew of
+	// the other owner, so its next pass has more candidates than room and reads every
+	// candidate's lease (caching its own among them).
+	a.mu.Lock()
+	var left []*worker
+	for _, w := range a.workers {
+		if len(left) < 5 {
+			left = append(left, w)
+		}
+	}
+	a.mu.Unlock()
+	for _, w := range left {
+		w.cancel()
+		<-w.done
+	}
+	a.mu.Lock()
+	clear(a.knownOwner)
+	a.mu.Unlock()
+	waitFor(t, 5*time.Second, "the leases left behind taken up again", func() bool {
+		return len(a.Owned())+len(es[1].Owned()) == parts
+	})
+	for _, w := range left {
+		if lv := rdb.Get(context.Background(), w.leaseKey).Val(); ownerOf(lv) == "" {
+			t.Errorf("lease %s is gone: %q", w.leaseKey, lv)
+		}
+	}
+}
