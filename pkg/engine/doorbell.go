@@ -25,6 +25,10 @@ const bellPing = 5 * time.Second
 // bellBatch is the most channels one SSUBSCRIBE or SUNSUBSCRIBE names.
 const bellBatch = 128
 
+// bellCheckBatch is the most lanes whose last entry id one pipeline reads after their
+// subscriptions were confirmed.
+const bellCheckBatch = 512
+
 // doorbell wakes idle workers when data arrives, without polling, at a cost that does
 // not grow with the partitions an instance owns.
 //
@@ -40,10 +44,10 @@ const bellBatch = 128
 // subscription to it is confirmed and when the pub/sub connection fails; a worker notes
 // the counts before its read (mark) and reads again instead of waiting when one moved
 // before it was registered as waiting (watch). So an entry published between an empty
-// read and the subscription that covers it (the subscription is confirmed later, which
-// bumps the count and wakes the waiting worker) or during a reconnection (the failure
-// wakes every waiting worker, and the client's resubscription confirms every channel
-// again) is always read. Without a working subscription (a reply error such as NOPERM
+// read and the subscription that covers it (once the subscription is confirmed, the
+// doorbell reads the lane's last entry id and wakes the waiting worker that has not seen
+// it) or during a reconnection (the failure wakes every waiting worker, and the client's
+// resubscription confirms every channel again) is always read. Without a working subscription (a reply error such as NOPERM
 // on SSUBSCRIBE) idle workers fall back to reading every poll interval.
 //
 // seqctl uses a single Redis node (see SessionKey); on Redis Cluster sharded channels
@@ -67,6 +71,7 @@ type doorbell struct {
 	lanes     map[string]*bellLane   // lane stream -> state; guarded by mu
 	byChannel map[string]*bellLane   // bell channel -> state; guarded by mu
 	dirty     map[*bellLane]struct{} // lanes whose subscription may have to change; guarded by mu
+	checks    map[*bellLane]struct{} // lanes confirmed with workers waiting, to check; guarded by mu
 	seq       uint64                 // source of ring counts; guarded by mu
 	wakeLast  string                 // owned by loop
 	ctrlLast  string                 // owned by loop
@@ -95,7 +100,8 @@ func newDoorbell(e *Engine) *doorbell {
 	return &doorbell{
 		e: e, wake: WakeStream(e.cfg.InstanceID), ctrl: ControlStream(),
 		kick:  make(chan struct{}, 1),
-		lanes: map[string]*bellLane{}, byChannel: map[string]*bellLane{}, dirty: map[*bellLane]struct{}{},
+		lanes: map[string]*bellLane{}, byChannel: map[string]*bellLane{},
+		dirty: map[*bellLane]struct{}{}, checks: map[*bellLane]struct{}{},
 	}
 }
 
@@ -387,22 +393,66 @@ func (d *doorbell) rang(channel, id string) {
 	}
 }
 
-// confirmed handles a subscription confirmation: the lane's waiting workers read again,
-// since what was appended before the subscription took effect rang nobody.
+// confirmed handles a subscription confirmation. What was appended to the lane before
+// the subscription took effect rang nobody, so the lane's last entry id is read once
+// (check) and the waiting workers that have not seen it are woken to read it. Checking
+// in the doorbell, pipelined, instead of waking every waiting worker to read, keeps the
+// confirmation of thousands of new subscriptions (an instance taking its share) from
+// becoming as many fenced reads at once.
 func (d *doorbell) confirmed(channel string) {
 	d.mu.Lock()
-	var wake []*worker
 	if b := d.byChannel[channel]; b != nil {
 		d.seq++
 		b.seq = d.seq
-		for w := range b.waiting {
-			wake = append(wake, w)
+		if len(b.waiting) > 0 {
+			d.checks[b] = struct{}{}
+			d.kickSync()
 		}
-		clear(b.waiting)
 	}
 	d.mu.Unlock()
-	for _, w := range wake {
-		w.poke()
+}
+
+// check reads the last entry id of lanes whose subscription was just confirmed (one
+// pipeline per bellCheckBatch lanes) and wakes each waiting worker that has not seen it.
+// A failed read wakes them all.
+func (d *doorbell) check() {
+	d.mu.Lock()
+	lanes := make([]*bellLane, 0, len(d.checks))
+	for b := range d.checks {
+		lanes = append(lanes, b)
+	}
+	clear(d.checks)
+	d.mu.Unlock()
+	for len(lanes) > 0 && d.e.hardCtx.Err() == nil {
+		batch := lanes[:min(len(lanes), bellCheckBatch)]
+		lanes = lanes[len(batch):]
+		ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
+		pipe := d.e.rdb.Pipeline()
+		cmds := make([]*redis.XMessageSliceCmd, len(batch))
+		for i, b := range batch {
+			cmds[i] = pipe.XRevRangeN(ctx, b.stream, "+", "-", 1)
+		}
+		_, err := pipe.Exec(ctx)
+		cancel()
+		var wake []*worker
+		d.mu.Lock()
+		for i, b := range batch {
+			last := "0-0"
+			if m := cmds[i].Val(); len(m) > 0 {
+				last = m[0].ID
+			}
+			failed := err != nil && !errors.Is(err, redis.Nil)
+			for w, seen := range b.waiting {
+				if failed || idLess(seen, last) {
+					wake = append(wake, w)
+					delete(b.waiting, w)
+				}
+			}
+		}
+		d.mu.Unlock()
+		for _, w := range wake {
+			w.poke()
+		}
 	}
 }
 
@@ -453,10 +503,12 @@ func (d *doorbell) drop(b *bellLane) {
 		delete(d.lanes, b.stream)
 		delete(d.byChannel, b.channel)
 		delete(d.dirty, b)
+		delete(d.checks, b)
 	}
 }
 
-// manage sends the subscriptions the lanes need until the hard stop.
+// manage sends the subscriptions the lanes need, and checks the lanes whose
+// subscription was confirmed, until the hard stop.
 func (d *doorbell) manage() {
 	for {
 		select {
@@ -504,6 +556,7 @@ func (d *doorbell) sync() {
 	}
 	send(sub, d.ps.SSubscribe)
 	send(unsub, d.ps.SUnsubscribe)
+	d.check()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
