@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -118,6 +119,10 @@ func Start(ctx context.Context, opts Options) (*Demo, error) {
 			return nil, fmt.Errorf("demo: start the embedded Redis: %w", err)
 		}
 		d.URL, d.Embedded = "redis://"+d.mr.Addr()+"/0", true
+		if err := shardedPubSub(d.mr); err != nil {
+			d.mr.Close()
+			return nil, fmt.Errorf("demo: start the embedded Redis: %w", err)
+		}
 	} else {
 		d.URL = opts.RedisURL
 	}
@@ -300,4 +305,22 @@ func (d *Demo) Close() {
 	if d.mr != nil {
 		d.mr.Close()
 	}
+}
+
+// shardedPubSub gives the embedded Redis the sharded pub/sub commands the engine's
+// doorbell uses (SPUBLISH in the publish scripts, SSUBSCRIBE and SUNSUBSCRIBE on the
+// engine's pub/sub connection), which it lacks, as aliases of the plain ones: a single
+// node has one shard, so they mean the same. Replies name the plain kinds ("message",
+// "subscribe"), which the client reads alike.
+func shardedPubSub(mr *miniredis.Miniredis) error {
+	srv := mr.Server()
+	for sharded, plain := range map[string]string{"SPUBLISH": "PUBLISH", "SSUBSCRIBE": "SUBSCRIBE", "SUNSUBSCRIBE": "UNSUBSCRIBE"} {
+		err := srv.Register(sharded, func(c *server.Peer, _ string, args []string) {
+			srv.Dispatch(c, append([]string{plain}, args...))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -88,7 +88,7 @@ func (b *RedisBroker) PublishRouted(ctx context.Context, r Route, ev Event, dedu
 		evMark = EventMarkKey(r.Stream, ev.ID)
 	}
 	args := append([]any{r.Key, r.Category, dedupeSeq, PublishDedupeWindow.Milliseconds()}, envelopeArgs(ev)...)
-	res, err := scriptPublish.Run(ctx, b.rdb, []string{r.Stream, r.Index, ControlStream(), mark, evMark}, args...).Slice()
+	res, err := scriptPublish.Run(ctx, b.rdb, []string{r.Stream, r.Index, ControlStream(), mark, evMark, BellChannel(r.Stream)}, args...).Slice()
 	if err != nil {
 		return Published{}, translateRedisErr(err)
 	}

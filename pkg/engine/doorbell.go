@@ -6,40 +6,103 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// doorbellBlock is how long one multiplexed XREAD blocks. An idle instance costs about
-// one Redis call per doorbellBlock, however many partitions it owns.
+// doorbellBlock is how long one blocking XREAD of the wake and control streams blocks.
+// An instance costs about one Redis call per doorbellBlock for them, however many
+// partitions it owns.
 const doorbellBlock = time.Second
 
-// doorbell wakes idle workers when data arrives, without polling. Each idle lane is
-// watched from the last entry id its worker saw; one blocking, non-group XREAD per
-// instance covers every watched lane plus the instance's wake stream (operator notices,
-// interrupts) and the shared control stream (new partitions, released leases).
+// bellPing is how long the pub/sub connection may stay silent before the doorbell pings
+// it. A ping left unanswered for another bellPing means the link is dead: the client
+// drops the connection, dials again and subscribes every channel again.
+const bellPing = 5 * time.Second
+
+// bellBatch is the most channels one SSUBSCRIBE or SUNSUBSCRIBE names.
+const bellBatch = 128
+
+// bellCheckBatch is the most lanes whose last entry id one pipeline reads after their
+// subscriptions were confirmed.
+const bellCheckBatch = 512
+
+// doorbell wakes idle workers when data arrives, without polling, at a cost that does
+// not grow with the partitions an instance owns.
 //
-// A lane registered while the XREAD is blocking interrupts it with an XADD to the wake
-// stream, so no wake-up is late. After a Redis error every watcher is woken, so workers
-// re-read and nothing waits on a notice that was lost.
+// Lanes ring through Redis sharded pub/sub: every script that appends to a lane stream
+// SPUBLISHes the new entry id on the lane's BellChannel in the same step. The instance
+// holds one pub/sub connection; a lane's channel is subscribed when its worker first
+// goes idle and stays subscribed until the worker exits, so a busy partition costs no
+// SSUBSCRIBE per event and an idle one costs nothing at all. Operator notices (the
+// instance's wake stream) and partition notices (the shared control stream) come through
+// one blocking XREAD of those two streams.
+//
+// No wake-up is lost. Each lane has a ring count, bumped when its channel rings, when a
+// subscription to it is confirmed and when the pub/sub connection fails; a worker notes
+// the counts before its read (mark) and reads again instead of waiting when one moved
+// before it was registered as waiting (watch). So an entry published between an empty
+// read and the subscription that covers it (once the subscription is confirmed, the
+// doorbell reads the lane's last entry id and wakes the waiting worker that has not seen
+// it) or during a reconnection (the failure wakes every waiting worker, and the client's
+// resubscription confirms every channel again) is always read. Without a working subscription (a reply error such as NOPERM
+// on SSUBSCRIBE) idle workers fall back to reading every poll interval.
+//
+// seqctl uses a single Redis node (see SessionKey); on Redis Cluster sharded channels
+// would need one pub/sub connection per shard.
 type doorbell struct {
 	e    *Engine
 	wake string // this instance's wake stream
 	ctrl string // the shared control stream
 
-	mu sync.Mutex
-	// watches: lane stream -> the workers waiting on it, each from its last-seen id.
-	// Several consumer groups of one instance may wait on the same stream. Guarded by mu.
-	watches     map[string]map[*worker]string
-	wakeLast    string // guarded by mu
-	ctrlLast    string // guarded by mu
-	blocking    bool   // an XREAD is in flight; guarded by mu
-	interrupted bool   // an interrupt was sent for this XREAD; guarded by mu
+	ps   *redis.PubSub // the one pub/sub connection; set by loop before listen and manage start
+	kick chan struct{} // capacity 1: subscriptions to send or end (dirty lanes)
+
+	// polling is set while subscriptions fail with a reply error: idle workers then
+	// re-read every poll interval instead of waiting for a ring.
+	polling atomic.Bool
+	// onIdle, when set (tests), runs after a worker's empty read, before it is
+	// registered as waiting.
+	onIdle atomic.Pointer[func(w *worker)]
+
+	mu        sync.Mutex
+	lanes     map[string]*bellLane   // lane stream -> state; guarded by mu
+	byChannel map[string]*bellLane   // bell channel -> state; guarded by mu
+	dirty     map[*bellLane]struct{} // lanes whose subscription may have to change; guarded by mu
+	checks    map[*bellLane]struct{} // lanes confirmed with workers waiting, to check; guarded by mu
+	seq       uint64                 // source of ring counts; guarded by mu
+	wakeLast  string                 // owned by loop
+	ctrlLast  string                 // owned by loop
+}
+
+// bellLane is the doorbell's state of one lane stream. Guarded by doorbell.mu.
+type bellLane struct {
+	stream, channel string
+	// seq is the lane's ring count: bumped (from doorbell.seq, so it never repeats) when
+	// the channel rings, when a subscription to it is confirmed and when the connection
+	// failed.
+	seq uint64
+	// owners are the workers holding the lane that went idle on it at least once; the
+	// channel is subscribed while there is one.
+	owners map[*worker]struct{}
+	// waiting are the owners waiting for an entry after the id given (the last entry
+	// id of the lane their read saw).
+	waiting map[*worker]string
+	// subscribed: an SSUBSCRIBE was sent (or is kept by the client for resubscription)
+	// and no SUNSUBSCRIBE since.
+	subscribed bool
+	unsubs     int // SUNSUBSCRIBEs sent whose reply has not come
 }
 
 func newDoorbell(e *Engine) *doorbell {
-	return &doorbell{e: e, wake: WakeStream(e.cfg.InstanceID), ctrl: ControlStream(), watches: map[string]map[*worker]string{}}
+	return &doorbell{
+		e: e, wake: WakeStream(e.cfg.InstanceID), ctrl: ControlStream(),
+		kick:  make(chan struct{}, 1),
+		lanes: map[string]*bellLane{}, byChannel: map[string]*bellLane{},
+		dirty: map[*bellLane]struct{}{}, checks: map[*bellLane]struct{}{},
+	}
 }
 
 // init positions the doorbell at the current tails of the wake and control streams.
@@ -62,72 +125,147 @@ func (d *doorbell) init(ctx context.Context) error {
 	return err
 }
 
-// watchLane asks to be woken when lane gets an entry after lastID.
-func (d *doorbell) watchLane(lane, lastID string, w *worker) {
+// mark returns the ring counts of w's lanes (0 for a lane the doorbell does not know),
+// to be taken before a read and given to watch after it.
+func (d *doorbell) mark(w *worker) []uint64 {
+	m := make([]uint64, len(w.lanes))
 	d.mu.Lock()
-	if d.watches[lane] == nil {
-		d.watches[lane] = map[*worker]string{}
-	}
-	d.watches[lane][w] = lastID
-	interrupt := d.blocking && !d.interrupted
-	if interrupt {
-		d.interrupted = true
+	for i, l := range w.lanes {
+		if b := d.lanes[l]; b != nil {
+			m[i] = b.seq
+		}
 	}
 	d.mu.Unlock()
-	if interrupt {
-		go d.interrupt()
-	}
+	return m
 }
 
-// unwatch removes a worker's lanes (it is exiting or was woken another way).
+// watch registers an idle worker as waiting for an entry after lastIDs on its lanes (the
+// last ids its read saw; mark was taken before that read). It reports false when a lane
+// rang since mark: the worker must read again instead of waiting. A lane the worker
+// watches for the first time is subscribed; the confirmation wakes the worker to read
+// once more, since an entry published before the subscription took effect rang nobody.
+func (d *doorbell) watch(w *worker, mark []uint64, lastIDs []string) bool {
+	if f := d.onIdle.Load(); f != nil {
+		(*f)(w)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, l := range w.lanes {
+		if b := d.lanes[l]; b != nil && b.seq != mark[i] {
+			return false
+		}
+	}
+	kick := false
+	for i, l := range w.lanes {
+		b := d.lanes[l]
+		if b == nil {
+			d.seq++
+			b = &bellLane{stream: l, channel: BellChannel(l), seq: d.seq, owners: map[*worker]struct{}{}, waiting: map[*worker]string{}}
+			d.lanes[l], d.byChannel[b.channel] = b, b
+		}
+		if _, ok := b.owners[w]; !ok {
+			b.owners[w] = struct{}{}
+			if !b.subscribed {
+				d.dirty[b] = struct{}{}
+				kick = true
+			}
+		}
+		b.waiting[w] = lastIDs[i]
+	}
+	if kick {
+		d.kickSync()
+	}
+	return true
+}
+
+// unwatch ends a worker's wait (it was woken, or its timer fired); its lanes stay
+// subscribed.
 func (d *doorbell) unwatch(w *worker) {
 	d.mu.Lock()
 	for _, l := range w.lanes {
-		if ws, ok := d.watches[l]; ok {
-			delete(ws, w)
-			if len(ws) == 0 {
-				delete(d.watches, l)
-			}
+		if b := d.lanes[l]; b != nil {
+			delete(b.waiting, w)
 		}
 	}
 	d.mu.Unlock()
 }
 
+// forget drops an exiting worker; a lane no other worker of the instance holds is
+// unsubscribed.
+func (d *doorbell) forget(w *worker) {
+	d.mu.Lock()
+	kick := false
+	for _, l := range w.lanes {
+		b := d.lanes[l]
+		if b == nil {
+			continue
+		}
+		delete(b.waiting, w)
+		if _, ok := b.owners[w]; ok {
+			delete(b.owners, w)
+			if len(b.owners) == 0 {
+				d.dirty[b] = struct{}{}
+				kick = true
+			}
+		}
+	}
+	d.mu.Unlock()
+	if kick {
+		d.kickSync()
+	}
+}
+
+// fallback returns how long an idle worker may wait before it reads again although no
+// ring came: the poll interval while subscriptions fail, else 0 (no limit).
+func (d *doorbell) fallback() time.Duration {
+	if d.polling.Load() {
+		return d.e.cfg.Timing.PollInterval
+	}
+	return 0
+}
+
+func (d *doorbell) kickSync() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// interrupt ends the blocking XREAD at once (at shutdown) by appending to the wake stream.
 func (d *doorbell) interrupt() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = d.e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: d.wake, MaxLen: 100, Approx: true, Values: []any{"op", "interrupt"}}).Err()
 }
 
+// loop runs the doorbell: the pub/sub listener and the subscription manager on their own
+// goroutines, the blocking read of the wake and control streams on this one. It returns
+// at the hard stop, once the other two have ended.
 func (d *doorbell) loop() {
 	defer d.e.bg.Done()
+	d.ps = d.e.rdb.SSubscribe(d.e.hardCtx) // no channel yet: connects on first use
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); d.listen() }()
+	go func() { defer wg.Done(); d.manage() }()
+	d.readNotices()
+	_ = d.ps.Close() // ends the listener's receive
+	wg.Wait()
+}
+
+// readNotices reads the wake and control streams until the hard stop.
+func (d *doorbell) readNotices() {
 	backoff := 50 * time.Millisecond
 	for d.e.hardCtx.Err() == nil {
-		d.mu.Lock()
-		streams := make([]string, 0, 2+2*len(d.watches))
-		ids := make([]string, 0, cap(streams)/2)
-		streams = append(streams, d.wake, d.ctrl)
-		ids = append(ids, d.wakeLast, d.ctrlLast)
-		for lane, ws := range d.watches {
-			streams = append(streams, lane)
-			ids = append(ids, lowestID(ws)) // wakes when any watcher has something new
-		}
-		d.blocking, d.interrupted = true, false
-		d.mu.Unlock()
-
 		res, err := d.e.rdb.XRead(d.e.hardCtx, &redis.XReadArgs{
-			Streams: append(streams, ids...), Count: 64, Block: doorbellBlock,
+			Streams: []string{d.wake, d.ctrl, d.wakeLast, d.ctrlLast}, Count: 64, Block: doorbellBlock,
 		}).Result()
-
-		d.mu.Lock()
-		d.blocking = false
-		d.mu.Unlock()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if d.e.hardCtx.Err() != nil {
 				return
 			}
 			d.e.logs.warn("doorbell", "doorbell read failed; waking every idle worker", "err", translateRedisErr(err))
-			d.wakeAll()
+			d.lost()
 			sleepCtx(d.e.hardCtx, backoff)
 			backoff = min(backoff*2, time.Second) // Redis may be back soon: notice within a second
 			continue
@@ -140,16 +278,12 @@ func (d *doorbell) loop() {
 			lastID := s.Messages[len(s.Messages)-1].ID
 			switch s.Stream {
 			case d.wake:
-				d.mu.Lock()
 				d.wakeLast = lastID
-				d.mu.Unlock()
 				for _, m := range s.Messages {
 					d.onWake(m)
 				}
 			case d.ctrl:
-				d.mu.Lock()
 				d.ctrlLast = lastID
-				d.mu.Unlock()
 				d.e.controlRead(s.Messages)
 				for _, m := range s.Messages {
 					if op, _ := m.Values["op"].(string); op == "released" {
@@ -159,14 +293,6 @@ func (d *doorbell) loop() {
 					}
 				}
 				d.e.kickDiscovery()
-			default:
-				d.mu.Lock()
-				ws := d.watches[s.Stream]
-				delete(d.watches, s.Stream)
-				d.mu.Unlock()
-				for w := range ws {
-					w.poke()
-				}
 			}
 		}
 	}
@@ -188,19 +314,250 @@ func (d *doorbell) onWake(m redis.XMessage) {
 	}
 }
 
-func (d *doorbell) wakeAll() {
-	d.mu.Lock()
-	var all []*worker
-	for l, ws := range d.watches {
-		for w := range ws {
-			all = append(all, w)
+// listen receives from the pub/sub connection until it is closed. Rings and
+// subscription confirmations wake waiting workers; any failure wakes all of them.
+func (d *doorbell) listen() {
+	backoff := 50 * time.Millisecond
+	pinged := false
+	for d.e.hardCtx.Err() == nil {
+		var msg any
+		var err error
+		if pinged {
+			// A timeout here is not allowed: the client then drops the connection and
+			// reconnects, subscribing every channel again.
+			ctx, cancel := context.WithTimeout(d.e.hardCtx, bellPing)
+			msg, err = d.ps.Receive(ctx)
+			cancel()
+		} else {
+			msg, err = d.ps.ReceiveTimeout(d.e.hardCtx, bellPing)
 		}
-		delete(d.watches, l)
+		if err != nil {
+			if d.e.hardCtx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			var ne interface{ Timeout() bool }
+			if !pinged && errors.As(err, &ne) && ne.Timeout() {
+				pinged = true
+				ctx, cancel := context.WithTimeout(d.e.hardCtx, bellPing)
+				err = d.ps.Ping(ctx)
+				cancel()
+				if err == nil {
+					continue
+				}
+			}
+			pinged = false
+			var re redis.Error
+			if errors.As(err, &re) {
+				// A refused SSUBSCRIBE (NOPERM, an unknown command): poll until a
+				// subscription is confirmed.
+				d.polling.Store(true)
+			}
+			d.e.logs.warn("doorbell-pubsub", "doorbell subscription failed; waking every idle worker", "err", translateRedisErr(err))
+			d.lost()
+			sleepCtx(d.e.hardCtx, backoff)
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		backoff, pinged = 50*time.Millisecond, false
+		switch m := msg.(type) {
+		case *redis.Message:
+			d.rang(m.Channel, m.Payload)
+		case *redis.Subscription:
+			switch m.Kind {
+			case "ssubscribe", "subscribe": // the plain kind: an embedded Redis's aliases (seqctl dev)
+				d.polling.Store(false)
+				d.confirmed(m.Channel)
+			case "sunsubscribe", "unsubscribe":
+				d.unsubscribed(m.Channel)
+			}
+		}
+	}
+}
+
+// rang handles a ring: id was appended to the channel's lane.
+func (d *doorbell) rang(channel, id string) {
+	d.mu.Lock()
+	var wake []*worker
+	if b := d.byChannel[channel]; b != nil {
+		d.seq++
+		b.seq = d.seq
+		for w, last := range b.waiting {
+			if id == "" || idLess(last, id) {
+				wake = append(wake, w)
+				delete(b.waiting, w)
+			}
+		}
 	}
 	d.mu.Unlock()
-	for _, w := range all {
+	for _, w := range wake {
 		w.poke()
 	}
+}
+
+// confirmed handles a subscription confirmation. What was appended to the lane before
+// the subscription took effect rang nobody, so the lane's last entry id is read once
+// (check) and the waiting workers that have not seen it are woken to read it. Checking
+// in the doorbell, pipelined, instead of waking every waiting worker to read, keeps the
+// confirmation of thousands of new subscriptions (an instance taking its share) from
+// becoming as many fenced reads at once.
+func (d *doorbell) confirmed(channel string) {
+	d.mu.Lock()
+	if b := d.byChannel[channel]; b != nil {
+		d.seq++
+		b.seq = d.seq
+		if len(b.waiting) > 0 {
+			d.checks[b] = struct{}{}
+			d.kickSync()
+		}
+	}
+	d.mu.Unlock()
+}
+
+// check reads the last entry id of lanes whose subscription was just confirmed (one
+// pipeline per bellCheckBatch lanes) and wakes each waiting worker that has not seen it.
+// A failed read wakes them all.
+func (d *doorbell) check() {
+	d.mu.Lock()
+	lanes := make([]*bellLane, 0, len(d.checks))
+	for b := range d.checks {
+		lanes = append(lanes, b)
+	}
+	clear(d.checks)
+	d.mu.Unlock()
+	for len(lanes) > 0 && d.e.hardCtx.Err() == nil {
+		batch := lanes[:min(len(lanes), bellCheckBatch)]
+		lanes = lanes[len(batch):]
+		ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
+		pipe := d.e.rdb.Pipeline()
+		cmds := make([]*redis.XMessageSliceCmd, len(batch))
+		for i, b := range batch {
+			cmds[i] = pipe.XRevRangeN(ctx, b.stream, "+", "-", 1)
+		}
+		_, err := pipe.Exec(ctx)
+		cancel()
+		var wake []*worker
+		d.mu.Lock()
+		for i, b := range batch {
+			last := "0-0"
+			if m := cmds[i].Val(); len(m) > 0 {
+				last = m[0].ID
+			}
+			failed := err != nil && !errors.Is(err, redis.Nil)
+			for w, seen := range b.waiting {
+				if failed || idLess(seen, last) {
+					wake = append(wake, w)
+					delete(b.waiting, w)
+				}
+			}
+		}
+		d.mu.Unlock()
+		for _, w := range wake {
+			w.poke()
+		}
+	}
+}
+
+// unsubscribed handles an SUNSUBSCRIBE reply, or a channel Redis dropped by itself (a
+// Redis Cluster slot that moved): a lane still held is subscribed again.
+func (d *doorbell) unsubscribed(channel string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b := d.byChannel[channel]
+	if b == nil {
+		return
+	}
+	if b.unsubs > 0 {
+		b.unsubs--
+	} else if b.subscribed {
+		b.subscribed = false
+		d.dirty[b] = struct{}{}
+		d.kickSync()
+	}
+	d.drop(b)
+}
+
+// lost handles a failure of the connection (or of Redis): every lane's ring count moves
+// and every waiting worker is woken to read again. SUNSUBSCRIBE replies still due will
+// not come; the client subscribes its channels again when it reconnects.
+func (d *doorbell) lost() {
+	d.mu.Lock()
+	var wake []*worker
+	for _, b := range d.lanes {
+		d.seq++
+		b.seq = d.seq
+		b.unsubs = 0
+		for w := range b.waiting {
+			wake = append(wake, w)
+		}
+		clear(b.waiting)
+		d.drop(b)
+	}
+	d.mu.Unlock()
+	for _, w := range wake {
+		w.poke()
+	}
+}
+
+// drop forgets a lane nobody holds, once its channel is unsubscribed. Called with mu held.
+func (d *doorbell) drop(b *bellLane) {
+	if len(b.owners) == 0 && !b.subscribed && b.unsubs == 0 {
+		delete(d.lanes, b.stream)
+		delete(d.byChannel, b.channel)
+		delete(d.dirty, b)
+		delete(d.checks, b)
+	}
+}
+
+// manage sends the subscriptions the lanes need, and checks the lanes whose
+// subscription was confirmed, until the hard stop.
+func (d *doorbell) manage() {
+	for {
+		select {
+		case <-d.e.hardCtx.Done():
+			return
+		case <-d.kick:
+		}
+		d.sync()
+	}
+}
+
+// sync subscribes the channels of held lanes and unsubscribes those nobody holds. While
+// the engine stops, channels stay subscribed: the connection closes at the end anyway.
+func (d *doorbell) sync() {
+	stopping := d.e.stopping()
+	var sub, unsub []string
+	d.mu.Lock()
+	for b := range d.dirty {
+		delete(d.dirty, b)
+		switch {
+		case len(b.owners) > 0 && !b.subscribed:
+			b.subscribed = true
+			sub = append(sub, b.channel)
+		case len(b.owners) == 0 && b.subscribed && !stopping:
+			b.subscribed = false
+			b.unsubs++
+			unsub = append(unsub, b.channel)
+		}
+	}
+	d.mu.Unlock()
+	send := func(chs []string, f func(context.Context, ...string) error) {
+		for len(chs) > 0 && d.e.hardCtx.Err() == nil {
+			n := min(len(chs), bellBatch)
+			ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
+			err := f(ctx, chs[:n]...)
+			cancel()
+			if err != nil && d.e.hardCtx.Err() == nil {
+				// The client keeps the channels and subscribes them again when it
+				// reconnects; until then every idle worker reads again.
+				d.e.logs.warn("doorbell-pubsub", "doorbell subscription failed; waking every idle worker", "err", translateRedisErr(err))
+				d.lost()
+			}
+			chs = chs[n:]
+		}
+	}
+	send(sub, d.ps.SSubscribe)
+	send(unsub, d.ps.SUnsubscribe)
+	d.check()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -217,17 +574,6 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // laneKey joins a group and a lane stream for the byLane index.
 func laneKey(group, lane string) string {
 	return strings.Join([]string{group, lane}, "\x00")
-}
-
-// lowestID returns the smallest stream id among the watchers' last-seen ids.
-func lowestID(ws map[*worker]string) string {
-	low := ""
-	for _, id := range ws {
-		if low == "" || idLess(id, low) {
-			low = id
-		}
-	}
-	return low
 }
 
 // idLess compares two stream ids "ms-seq".

@@ -107,7 +107,7 @@ func bulkPublish(tb testing.TB, b *RedisBroker, d *Domain, events []testPayload)
 			}
 			ev := Event{ID: NewEventID(), Type: "OrderPlaced", Category: r.Category, Key: r.Key, Data: data}
 			args := append([]any{r.Key, r.Category, 0, 0}, envelopeArgs(ev)...)
-			scriptPublish.EvalSha(ctx, pipe, []string{r.Stream, r.Index, ControlStream(), "", ""}, args...)
+			scriptPublish.EvalSha(ctx, pipe, []string{r.Stream, r.Index, ControlStream(), "", "", BellChannel(r.Stream)}, args...)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			tb.Fatal(err)

@@ -65,10 +65,18 @@ func InstancesKey() string { return "__seqctl__:instances" }
 // AuditStream is the append-only log of operator actions (stream).
 func AuditStream() string { return "__seqctl__:audit" }
 
-// WakeStream is an instance's private doorbell control stream (stream, capped). Appending
-// to it interrupts the instance's multiplexed blocking read so a newly idle partition is
-// watched at once.
+// WakeStream is an instance's private notice stream (stream, capped): an operator's
+// resolve of a halted head asks the owner to resume there (op=resume), and a shutting
+// down instance appends to it to end its own blocking read at once (op=interrupt).
 func WakeStream(instance string) string { return "__seqctl__:wake:" + instance }
+
+// BellChannel is the doorbell of one lane stream (sharded pub/sub channel, not a key):
+// "{stream}:__bell__". Every script that appends to a lane SPUBLISHes the new entry id
+// here in the same step, and the owner's doorbell SSUBSCRIBEs while the owner holds the
+// lane, so an idle partition costs no Redis call until an entry arrives. The hash tag
+// puts the channel in the slot of the stream "stream" itself, as Redis Cluster requires
+// of sharded channels touched by a script.
+func BellChannel(stream string) string { return "{" + stream + "}:__bell__" }
 
 // PMUnit names the lease unit of a process manager's correlation value. It is not a
 // stream; it only appears inside LeaseKey.

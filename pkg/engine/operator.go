@@ -197,7 +197,7 @@ func (b *RedisBroker) ReplayDLQ(ctx context.Context, dlqStream, dlqID string, r 
 	if err := loadScripts(ctx, b.rdb); err != nil {
 		return Published{}, err
 	}
-	res, err := scriptReplay.Run(ctx, b.rdb, []string{dlqStream, r.Stream, r.Index, ControlStream()}, dlqID, r.Key, r.Category).Slice()
+	res, err := scriptReplay.Run(ctx, b.rdb, []string{dlqStream, r.Stream, r.Index, ControlStream(), BellChannel(r.Stream)}, dlqID, r.Key, r.Category).Slice()
 	if err != nil {
 		return Published{}, translateRedisErr(err)
 	}

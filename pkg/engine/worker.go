@@ -141,7 +141,7 @@ func (w *worker) run() {
 // unregisters the worker.
 func (w *worker) exit() {
 	w.e.acker.forget(w)
-	w.e.bell.unwatch(w)
+	w.e.bell.forget(w)
 	if w.ctx.Err() == nil && !w.reaped {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if err := w.flushAcks(ctx); err == nil {
@@ -202,6 +202,7 @@ func haltWait() time.Duration {
 
 // fetch reads the next batch (fenced, acking what was handled).
 func (w *worker) fetch() error {
+	mark := w.e.bell.mark(w) // the lanes' ring counts before the read
 	r, err := w.drain("")
 	if err != nil {
 		return err
@@ -215,12 +216,16 @@ func (w *worker) fetch() error {
 			w.trim() // after a takeover: drop the previous owners' consumers
 		}
 		w.idle.Store(true)
-		for i, l := range w.lanes {
-			w.e.bell.watchLane(l, r.lastIDs[i], w)
+		if !w.e.bell.watch(w, mark, r.lastIDs) {
+			return nil // a lane rang since the read: read again
 		}
-		timedOut := w.wait(w.untilReap(r.lastIDs))
+		d, reapDue := w.untilReap(r.lastIDs), true
+		if p := w.e.bell.fallback(); p > 0 && (d <= 0 || p < d) {
+			d, reapDue = p, false // the doorbell cannot ring: read again after p
+		}
+		timedOut := w.wait(d)
 		w.e.bell.unwatch(w)
-		if timedOut {
+		if timedOut && reapDue {
 			w.reap()
 		}
 	case drainEntries:

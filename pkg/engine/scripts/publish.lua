@@ -10,12 +10,17 @@
 -- instead: a second call with the same event id within the window (a client library
 -- that resends the script after a lost reply, a caller that retries) appends nothing.
 --
+-- An appended entry rings the stream's doorbell: its id is SPUBLISHed on the stream's
+-- sharded channel, which wakes the owner if it waits on the stream (nothing is sent for
+-- an event that was not appended).
+--
 -- KEYS[1]  target stream (category, partition lane)
 -- KEYS[2]  discovery index of the category (set), or "" when not partitioned
 -- KEYS[3]  control stream
 -- KEYS[4]  dedupe mark of the stream (hash: seq, id), or "" for none
 -- KEYS[5]  event mark of this event id on this stream (string: entry id, PX window), or
 --          "" for none
+-- KEYS[6]  doorbell channel of the target stream (sharded pub/sub channel, not a key)
 -- ARGV[1]  partition key ("" when not partitioned)
 -- ARGV[2]  category
 -- ARGV[3]  dedupe sequence (integer as text; ignored without KEYS[4])
@@ -51,4 +56,5 @@ end
 if KEYS[5] ~= '' then
   redis.call('SET', KEYS[5], id, 'PX', ARGV[4])
 end
+redis.call('SPUBLISH', KEYS[6], id)
 return {1, id}

@@ -4,11 +4,14 @@
 --
 -- Only the envelope fields are copied (id, type, category, key, data, priority; the event
 -- id is kept so idempotent handlers recognise the event); published_at is the replay time.
+-- The new entry rings the lane's doorbell (its id SPUBLISHed on the lane's channel), as a
+-- publish does, so an owner waiting on the lane takes it at once.
 --
 -- KEYS[1]  DLQ stream
 -- KEYS[2]  target lane stream
 -- KEYS[3]  discovery index of the category, or "" for an unpartitioned stream
 -- KEYS[4]  control stream
+-- KEYS[5]  doorbell channel of the target lane (sharded pub/sub channel, not a key)
 -- ARGV[1]  DLQ entry id
 -- ARGV[2]  partition key (index member)
 -- ARGV[3]  category
@@ -35,4 +38,5 @@ if KEYS[3] ~= '' then
   end
 end
 redis.call('XDEL', KEYS[1], ARGV[1])
+redis.call('SPUBLISH', KEYS[5], id)
 return {1, id}
