@@ -484,18 +484,8 @@ func settle(b *testing.B, start time.Time, limit time.Duration, handled func() i
 
 func BenchmarkIdleCost(b *testing.B) {
 	const parts = 1000
-	srv := redistest.Start(b)
-	admin := srv.Client(b)
-	var handled atomic.Int64
-	d := testDomain(b, func(context.Context, Event) error { handled.Add(1); return nil }, nil)
-	publishAll(b, admin, d, parts, parts, 0)
-
-	var rt atomic.Int64
-	started := time.Now()
-	e1 := benchEngine(b, srv, d, "bench-a", &rt)
-	e2 := benchEngine(b, srv, d, "bench-b", &rt)
-	settled := settle(b, started, 90*time.Second, handled.Load, parts, parts, e1, e2)
-	time.Sleep(doorbellBlock + 2*time.Second) // warm-up, as in the peers harness
+	ip := startIdlePair(b, parts, 90*time.Second)
+	admin, rt, e1, e2, settled, handled := ip.admin, &ip.rt, ip.e1, ip.e2, ip.settled, &ip.handled
 
 	stop := startProfile(b)
 	s0, rt0 := snapRedis(b, admin), rt.Load()
@@ -516,6 +506,34 @@ func BenchmarkIdleCost(b *testing.B) {
 	if handled.Load() != parts {
 		b.Logf("handled %d events, want %d", handled.Load(), parts)
 	}
+}
+
+// idlePair is two engines that own parts idle partitions (one event each, handled), in
+// fair shares, after a warm-up, on a private redis-server.
+type idlePair struct {
+	admin   *redis.Client
+	rt      atomic.Int64 // the engines' client round trips
+	handled atomic.Int64
+	e1, e2  *Engine
+	settled float64 // seconds from start until the shares and the events settled
+}
+
+// startIdlePair publishes one event to each of parts partitions, starts two engines with
+// the default timing, waits (at most limit) until the events are handled and the shares
+// settle, then lets the doorbell's first blocking reads time out (the warm-up the peers
+// harness also makes).
+func startIdlePair(b *testing.B, parts int, limit time.Duration) *idlePair {
+	b.Helper()
+	srv := redistest.Start(b)
+	ip := &idlePair{admin: srv.Client(b)}
+	d := testDomain(b, func(context.Context, Event) error { ip.handled.Add(1); return nil }, nil)
+	publishAll(b, ip.admin, d, parts, parts, 0)
+	started := time.Now()
+	ip.e1 = benchEngine(b, srv, d, "bench-a", &ip.rt)
+	ip.e2 = benchEngine(b, srv, d, "bench-b", &ip.rt)
+	ip.settled = settle(b, started, limit, ip.handled.Load, int64(parts), parts, ip.e1, ip.e2)
+	time.Sleep(doorbellBlock + 2*time.Second)
+	return ip
 }
 
 // ---------------------------------------------------------------------------

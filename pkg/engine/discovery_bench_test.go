@@ -1,14 +1,10 @@
 package engine
 
 import (
-	"context"
 	"os"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/seqctl/seqctl/internal/redistest"
 )
 
 // ---------------------------------------------------------------------------
@@ -28,18 +24,8 @@ func BenchmarkDiscoveryCost(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("SEQCTL_BENCH_WINDOW")); err == nil && n > 0 {
 		window = time.Duration(n) * time.Second
 	}
-	srv := redistest.Start(b)
-	admin := srv.Client(b)
-	var handled atomic.Int64
-	d := testDomain(b, func(context.Context, Event) error { handled.Add(1); return nil }, nil)
-	publishAll(b, admin, d, parts, parts, 0)
-
-	var rt atomic.Int64
-	started := time.Now()
-	e1 := benchEngine(b, srv, d, "bench-a", &rt)
-	e2 := benchEngine(b, srv, d, "bench-b", &rt)
-	settled := settle(b, started, 3*time.Minute, handled.Load, int64(parts), parts, e1, e2)
-	time.Sleep(doorbellBlock + 2*time.Second) // warm-up, as in BenchmarkIdleCost
+	ip := startIdlePair(b, parts, 3*time.Minute)
+	admin, settled := ip.admin, ip.settled
 
 	s0 := snapRedis(b, admin)
 	time.Sleep(window)

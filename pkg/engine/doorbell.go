@@ -374,6 +374,19 @@ func (d *doorbell) listen() {
 	}
 }
 
+// takeWaiting ends the wait of the lane's waiting workers whose last-seen entry id
+// passes behind, and returns them to be woken. doorbell.mu is held.
+func (b *bellLane) takeWaiting(behind func(lastSeen string) bool) []*worker {
+	var out []*worker
+	for w, last := range b.waiting {
+		if behind(last) {
+			out = append(out, w)
+			delete(b.waiting, w)
+		}
+	}
+	return out
+}
+
 // rang handles a ring: id was appended to the channel's lane.
 func (d *doorbell) rang(channel, id string) {
 	d.mu.Lock()
@@ -381,12 +394,7 @@ func (d *doorbell) rang(channel, id string) {
 	if b := d.byChannel[channel]; b != nil {
 		d.seq++
 		b.seq = d.seq
-		for w, last := range b.waiting {
-			if id == "" || idLess(last, id) {
-				wake = append(wake, w)
-				delete(b.waiting, w)
-			}
-		}
+		wake = b.takeWaiting(func(last string) bool { return id == "" || idLess(last, id) })
 	}
 	d.mu.Unlock()
 	for _, w := range wake {
@@ -443,12 +451,7 @@ func (d *doorbell) check() {
 				last = m[0].ID
 			}
 			failed := err != nil && !errors.Is(err, redis.Nil)
-			for w, seen := range b.waiting {
-				if failed || idLess(seen, last) {
-					wake = append(wake, w)
-					delete(b.waiting, w)
-				}
-			}
+			wake = append(wake, b.takeWaiting(func(seen string) bool { return failed || idLess(seen, last) })...)
 		}
 		d.mu.Unlock()
 		for _, w := range wake {
