@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -173,6 +174,16 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	if got := e2.Owned()[0].Generation; got <= w.gen {
 		t.Fatalf("takeover generation %d is not above the stale %d", got, w.gen)
 	}
+	// The new owner's first read creates its consumer (claiming the in-flight head, whose
+	// handler then blocks): wait for it, so the group holds still from here on.
+	waitFor(t, 5*time.Second, "fresh's first read", func() bool {
+		for _, c := range rdb.XInfoConsumers(context.Background(), "order:A", "Projector").Val() {
+			if strings.HasPrefix(c.Name, "fresh.") && c.Pending > 0 {
+				return true
+			}
+		}
+		return false
+	})
 	before := rdb.XInfoGroups(context.Background(), "order:A").Val()
 
 	stale := &worker{e: e1, sub: w.sub, u: w.u, lanes: w.lanes, leaseKey: w.leaseKey, haltKey: w.haltKey,
