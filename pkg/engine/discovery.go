@@ -235,7 +235,7 @@ func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[str
 	if err := instances.Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, nil, translateRedisErr(err)
 	}
-	if check && v.gapChecked(from, ctrlLen.Val(), firstID(ctrlFirst.Val()), errors.Join(ctrlLen.Err(), ctrlFirst.Err())) {
+	if check && v.gapChecked(from, ctrlLen.Val(), firstID(ctrlFirst.Val(), ""), errors.Join(ctrlLen.Err(), ctrlFirst.Err())) {
 		e.logs.warn("control-gap", "partition notices were trimmed from the control stream before this instance read them: reading the partition indexes again")
 		pipe = e.rdb.Pipeline()
 		idx = v.queueIndexRead(ctx, pipe)
@@ -250,10 +250,11 @@ func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[str
 	return e.viewUnits(), instances.Val(), nil
 }
 
-// firstID returns the id of the first of msgs, "" for none.
-func firstID(msgs []redis.XMessage) string {
+// firstID returns the id of the first of msgs, or none when there is none (a one-entry
+// XRANGE or XREVRANGE: the head or the tail of a stream).
+func firstID(msgs []redis.XMessage, none string) string {
 	if len(msgs) == 0 {
-		return ""
+		return none
 	}
 	return msgs[0].ID
 }

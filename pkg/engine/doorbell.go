@@ -112,10 +112,7 @@ func (d *doorbell) init(ctx context.Context) error {
 		if err != nil {
 			return "", translateRedisErr(err)
 		}
-		if len(m) == 0 {
-			return "0-0", nil
-		}
-		return m[0].ID, nil
+		return firstID(m, "0-0"), nil
 	}
 	var err error
 	if d.wakeLast, err = last(d.wake); err != nil {
@@ -446,10 +443,7 @@ func (d *doorbell) check() {
 		var wake []*worker
 		d.mu.Lock()
 		for i, b := range batch {
-			last := "0-0"
-			if m := cmds[i].Val(); len(m) > 0 {
-				last = m[0].ID
-			}
+			last := firstID(cmds[i].Val(), "0-0")
 			failed := err != nil && !errors.Is(err, redis.Nil)
 			wake = append(wake, b.takeWaiting(func(seen string) bool { return failed || idLess(seen, last) })...)
 		}

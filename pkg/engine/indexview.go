@@ -187,10 +187,7 @@ func (r *indexRead) err() error {
 // install replaces the view by a full read done in incarnation in. Keys announced
 // while the read was in flight are kept even when the read missed them.
 func (v *indexView) install(r *indexRead, in *incarnation, now time.Time, interval time.Duration, suffix string) {
-	tail := "0-0"
-	if m := r.tail.Val(); len(m) > 0 {
-		tail = m[0].ID
-	}
+	tail := firstID(r.tail.Val(), "0-0")
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for c, old := range v.cats {

@@ -481,7 +481,7 @@ const urlSetting = "the Redis URL (--redis-url, $" + engine.EnvRedisURL + ", or 
 // permanentRedisError returns what to fix when err cannot go away by waiting, or ""
 // when it may (Redis unreachable, loading its data, failing over, busy, out of memory).
 func permanentRedisError(err error, ropt *redis.Options, shown string) string {
-	msg := err.Error()
+	msg, perm := err.Error(), permissionProblem(err)
 	var addrErr *net.AddrError
 	switch {
 	case errors.As(err, &addrErr) || strings.Contains(msg, "invalid port") || strings.Contains(msg, "missing port"):
@@ -491,8 +491,8 @@ func permanentRedisError(err error, ropt *redis.Options, shown string) string {
 	case strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "invalid password") ||
 		strings.Contains(msg, "invalid username-password") || strings.Contains(msg, "ERR AUTH"):
 		return fmt.Sprintf("cannot start: Redis at %s refused the credentials (%v); fix the user and password in %s, or $%s", shown, redisReply(err), urlSetting, EnvRedisPassword)
-	case permissionProblem(err) != "":
-		return "cannot start: " + permissionProblem(err) + " (the user comes from " + urlSetting + ")"
+	case perm != "":
+		return "cannot start: " + perm + " (the user comes from " + urlSetting + ")"
 	case tlsProblem(err, shown) != "":
 		return "cannot start: " + tlsProblem(err, shown)
 	case plainToTLSProblem(err, ropt, shown) != "":
