@@ -91,10 +91,16 @@ func (a *acker) flush() (retry bool) {
 		if w.ctx.Err() != nil {
 			continue // its lease is over: the next owner re-runs what was not acked
 		}
-		byOwner[w.owner] = append(byOwner[w.owner], w)
+		// One call per session owner; on Redis Cluster one per owner and slot tag, since
+		// a script touches one slot there.
+		g := w.owner
+		if a.e.keys.cluster {
+			g += "\x00" + slotTag(w.leaseKey)
+		}
+		byOwner[g] = append(byOwner[g], w)
 	}
-	for owner, ws := range byOwner {
-		if err := a.send(owner, ws, batch); err != nil {
+	for _, ws := range byOwner {
+		if err := a.send(ws[0].owner, ws, batch); err != nil {
 			a.e.logs.warn("ack:"+errorCause(err), "acknowledgements not confirmed yet; retrying", "partitions", len(ws), "err", err)
 			a.mu.Lock()
 			for _, w := range ws {
@@ -113,10 +119,11 @@ type ackPair struct {
 	items []ackItem
 }
 
-// send makes one ackmany.lua call for the workers of one session owner.
+// send makes one ackmany.lua call for the workers of one session owner (of one slot tag,
+// on Redis Cluster: the first lease is then the liveness key, see liveKey).
 func (a *acker) send(owner string, ws []*worker, batch map[*worker][]ackItem) error {
 	var pairs []ackPair
-	keys := []string{SessionKey(owner)}
+	keys := []string{ws[0].liveKey}
 	var args []any
 	for _, w := range ws {
 		byLane := map[int][]ackItem{}

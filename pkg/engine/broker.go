@@ -36,11 +36,21 @@ type Published struct {
 // It takes a redis.UniversalClient that the caller owns.
 type RedisBroker struct {
 	rdb  redis.UniversalClient
+	keys Keys          // the key layout: Redis Cluster for a cluster client
 	repl replicaPolicy // operator writes wait for replicas; see WithReplicas
+	// stepHook, when set (tests), runs between the steps of a publish on Redis Cluster
+	// ("appended", "indexed"); false stops the publish there, as a crash would.
+	stepHook func(step string) bool
 }
 
-// NewRedisBroker returns a broker over the client.
-func NewRedisBroker(c redis.UniversalClient) *RedisBroker { return &RedisBroker{rdb: c} }
+// NewRedisBroker returns a broker over the client; a *redis.ClusterClient selects the
+// Redis Cluster key layout (see Keys).
+func NewRedisBroker(c redis.UniversalClient) *RedisBroker {
+	return &RedisBroker{rdb: c, keys: KeysFor(c)}
+}
+
+// Keys returns the key layout the broker writes.
+func (b *RedisBroker) Keys() Keys { return b.keys }
 
 // Kind returns "redis".
 func (b *RedisBroker) Kind() string { return BrokerKindRedis }
@@ -81,20 +91,92 @@ const PublishDedupeWindow = time.Minute
 // PublishDedupeWindow. Published.Duplicate reports a skipped append (the entry id is
 // then the one appended before).
 func (b *RedisBroker) PublishRouted(ctx context.Context, r Route, ev Event, dedupeSeq int64) (Published, error) {
-	mark, evMark := "", ""
-	if dedupeSeq > 0 {
-		mark = OutboxMarkKey(r.Stream)
-	} else if ev.ID != "" {
-		evMark = EventMarkKey(r.Stream, ev.ID)
-	}
-	args := append([]any{r.Key, r.Category, dedupeSeq, PublishDedupeWindow.Milliseconds()}, envelopeArgs(ev)...)
-	res, err := scriptPublish.Run(ctx, b.rdb, []string{r.Stream, r.Index, ControlStream(), mark, evMark, BellChannel(r.Stream)}, args...).Slice()
+	r = b.keys.Place(r)
+	keys, args := b.publishCall(r, ev, dedupeSeq)
+	res, err := scriptPublish.Run(ctx, b.rdb, keys, args...).Slice()
 	if err != nil {
 		return Published{}, translateRedisErr(err)
 	}
+	return b.published(ctx, r, ev, res)
+}
+
+// published reads publish.lua's reply and, on Redis Cluster, writes the index when the
+// script asks for it (see indexAfterAppend).
+func (b *RedisBroker) published(ctx context.Context, r Route, ev Event, res []any) (Published, error) {
 	code, _ := res[0].(int64)
 	id, _ := res[1].(string)
-	return Published{EventID: ev.ID, Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: id, Duplicate: code == 0}, nil
+	pub := Published{EventID: ev.ID, Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: id, Duplicate: code == 0}
+	if x, _ := res[2].(int64); x == 1 {
+		if b.stepHook != nil && !b.stepHook("appended") {
+			return pub, nil
+		}
+		if err := b.indexAfterAppend(ctx, r, id); err != nil {
+			return pub, err
+		}
+	}
+	return pub, nil
+}
+
+// publishCall returns the KEYS and ARGV of publish.lua for a placed route.
+func (b *RedisBroker) publishCall(r Route, ev Event, dedupeSeq int64) ([]string, []any) {
+	k := b.keys
+	keys := []string{r.Stream, r.Stream, r.Stream, r.Stream, r.Stream, k.BellChannel(r.Stream), r.Stream}
+	flags := ""
+	if r.Key != "" {
+		if k.cluster {
+			flags += "c"
+			keys[6] = k.IndexedMarkKey(k.PartitionStream(r.Category, r.Key))
+		} else {
+			flags += "i"
+			keys[1], keys[2] = r.Index, k.ControlStream()
+		}
+	}
+	if dedupeSeq > 0 {
+		flags += "m"
+		keys[3] = k.OutboxMarkKey(r.Stream)
+	} else if ev.ID != "" {
+		flags += "e"
+		keys[4] = k.EventMarkKey(r.Stream, ev.ID)
+	}
+	args := append([]any{r.Key, r.Category, dedupeSeq, PublishDedupeWindow.Milliseconds(), flags}, envelopeArgs(ev)...)
+	return keys, args
+}
+
+// indexAfterAppend is the second step of a publish on Redis Cluster, when the script
+// reported the partition's indexed mark missing (a new partition, or one reaped): write
+// the key into the category index with the appended entry id (a reap that read an older
+// value then leaves it, see unindex.lua), announce a new partition on the control stream,
+// and set the indexed mark, in that order. A publisher that stops before the mark is set
+// leaves it missing, so the next publish of the key (a retry after the error, the
+// relay's next attempt) writes the index again.
+func (b *RedisBroker) indexAfterAppend(ctx context.Context, r Route, id string) error {
+	return indexPartition(ctx, b.rdb, b.keys, r.Category, r.Key, id, b.stepHook)
+}
+
+// indexPartition writes a partition key into its category's index on Redis Cluster (see
+// indexAfterAppend). The reaper uses it too, to heal a partition whose publisher stopped
+// between the append and the index.
+func indexPartition(ctx context.Context, c redis.UniversalClient, k Keys, category, key, id string, hook func(string) bool) error {
+	added, err := c.HSet(ctx, k.PartitionIndex(category), key, id).Result()
+	if err != nil {
+		return fmt.Errorf("engine: appended %s to %s but could not index it yet (the next publish of the key does): %w",
+			id, k.PartitionStream(category, key), translateRedisErr(err))
+	}
+	if added == 1 {
+		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: k.ControlStream(), MaxLen: 1000, Approx: true,
+			Values: []any{"op", "partition", "category", category, "key", key}}).Err(); err != nil {
+			return fmt.Errorf("engine: indexed %s but could not announce it (discovery finds it on its next full read): %w",
+				k.PartitionStream(category, key), translateRedisErr(err))
+		}
+	}
+	if hook != nil && !hook("indexed") {
+		return nil
+	}
+	if err := c.Set(ctx, k.IndexedMarkKey(k.PartitionStream(category, key)), "1", 0).Err(); err != nil {
+		return fmt.Errorf("engine: indexed %s but could not mark it (the next publish indexes it again): %w",
+			k.PartitionStream(category, key), translateRedisErr(err))
+	}
+	return nil
 }
 
 // InlineBroker runs handlers in-process, in strict submission order, one event at a time.

@@ -33,7 +33,7 @@ func (e *Engine) unitFor(s *subscription, key string) unit {
 		return u
 	}
 	for _, c := range s.categories {
-		u.lanes = append(u.lanes, PartitionStream(c, key))
+		u.lanes = append(u.lanes, e.keys.PartitionStream(c, key))
 		u.laneCats = append(u.laneCats, c)
 	}
 	// The backfill lanes belong to the unit whether or not this instance publishes to
@@ -41,14 +41,14 @@ func (e *Engine) unitFor(s *subscription, key string) unit {
 	// off still drains (and never reaps around) a lane another publisher wrote. A lane
 	// that does not exist costs nothing until the primary lanes are empty.
 	for _, c := range s.categories {
-		u.lanes = append(u.lanes, LaneStream(c, key, e.dom.backfillSuffix()))
+		u.lanes = append(u.lanes, e.keys.LaneStream(c, key, e.dom.backfillSuffix()))
 		u.laneCats = append(u.laneCats, c)
 	}
 	u.name = u.lanes[0]
 	if s.pm {
-		u.name = PMUnit(s.group, key)
+		u.name = e.keys.PMUnit(s.group, key)
 		for _, c := range s.categories {
-			u.guards = append(u.guards, LeaseKey(PartitionStream(c, key), s.group))
+			u.guards = append(u.guards, e.keys.LeaseKey(e.keys.PartitionStream(c, key), s.group))
 		}
 	}
 	return u
@@ -220,12 +220,12 @@ func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[str
 	from, check := v.gapPending()
 	check = check && !full
 	pipe := e.rdb.Pipeline()
-	instances := pipe.HGetAll(ctx, InstancesKey())
+	instances := pipe.HGetAll(ctx, e.keys.InstancesKey())
 	var ctrlLen *redis.IntCmd
 	var ctrlFirst *redis.XMessageSliceCmd
 	if check {
-		ctrlLen = pipe.XLen(ctx, ControlStream())
-		ctrlFirst = pipe.XRangeN(ctx, ControlStream(), "-", "+", 1)
+		ctrlLen = pipe.XLen(ctx, e.keys.ControlStream())
+		ctrlFirst = pipe.XRangeN(ctx, e.keys.ControlStream(), "-", "+", 1)
 	}
 	var idx *indexRead
 	if full {
@@ -289,7 +289,7 @@ func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]
 		pipe := e.rdb.Pipeline()
 		checks := map[string]*redis.IntCmd{}
 		for o := range owners {
-			checks[o] = pipe.Exists(ctx, SessionKey(o))
+			checks[o] = pipe.Exists(ctx, e.keys.SessionKey(o))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, 0, translateRedisErr(err)
@@ -316,9 +316,14 @@ func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passS
 	cmds, err := runPipelined(ctx, e.rdb, len(try), func(pipe redis.Pipeliner, i int) *redis.Cmd {
 		u := try[i]
 		keys := make([]string, 0, 3+len(u.guards)+len(u.lanes))
-		keys = append(keys, LeaseKey(u.name, u.sub.group), GenerationKey(u.sub.group), SessionKey(owner))
+		lease := e.keys.LeaseKey(u.name, u.sub.group)
+		live := e.keys.SessionKey(owner)
+		if e.keys.cluster {
+			live = lease
+		}
+		keys = append(keys, lease, e.keys.GenerationKey(u.name, u.sub.group), live)
 		keys = append(append(keys, u.guards...), u.lanes...)
-		return scriptAcquire.EvalSha(ctx, pipe, keys, owner, sessionPrefix, len(u.guards))
+		return scriptAcquire.EvalSha(ctx, pipe, keys, owner, e.keys.SessionPrefix(), len(u.guards), e.leasePX())
 	})
 	if err != nil {
 		return err
@@ -484,7 +489,7 @@ func (e *Engine) dropLiveOwned(ctx context.Context, units []unit, alive map[stri
 	e.mu.Lock()
 	for _, u := range units {
 		if _, known := e.knownOwner[u.id()]; !known {
-			gets[u.id()] = pipe.Get(ctx, LeaseKey(u.name, u.sub.group))
+			gets[u.id()] = pipe.Get(ctx, e.keys.LeaseKey(u.name, u.sub.group))
 		}
 	}
 	e.mu.Unlock()
@@ -511,7 +516,7 @@ func (e *Engine) dropLiveOwned(ctx context.Context, units []unit, alive map[stri
 		pipe = e.rdb.Pipeline()
 		checks := map[string]*redis.IntCmd{}
 		for o := range fresh {
-			checks[o] = pipe.Exists(ctx, SessionKey(o))
+			checks[o] = pipe.Exists(ctx, e.keys.SessionKey(o))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, translateRedisErr(err)
@@ -569,7 +574,7 @@ func (e *Engine) pruneInstances(ctx context.Context, registered map[string]strin
 		if alive[o] || id == e.regID {
 			continue
 		}
-		raw, err := e.rdb.HGet(ctx, InstancesKey(), id).Result()
+		raw, err := e.rdb.HGet(ctx, e.keys.InstancesKey(), id).Result()
 		if err != nil {
 			continue
 		}
@@ -578,7 +583,7 @@ func (e *Engine) pruneInstances(ctx context.Context, registered map[string]strin
 			continue
 		}
 		if time.Since(time.UnixMilli(info.HeartbeatMS)) > 10*e.cfg.Timing.LeaseTTL {
-			e.rdb.HDel(ctx, InstancesKey(), id)
+			e.rdb.HDel(ctx, e.keys.InstancesKey(), id)
 		}
 	}
 }

@@ -50,15 +50,23 @@ const bellCheckBatch = 512
 // resubscription confirms every channel again) is always read. Without a working subscription (a reply error such as NOPERM
 // on SSUBSCRIBE) idle workers fall back to reading every poll interval.
 //
-// seqctl uses a single Redis node (see SessionKey); on Redis Cluster sharded channels
-// would need one pub/sub connection per shard.
+// On Redis Cluster a sharded channel is served by the master of its slot, so there is
+// one pub/sub connection per master (a shard), opened when a lane of that master is
+// first watched. A shard whose connection fails with a reply error (a slot that moved:
+// MOVED) is closed, its lanes are subscribed again through a fresh view of the slots,
+// and idle workers read on the poll interval until that is confirmed.
 type doorbell struct {
 	e    *Engine
 	wake string // this instance's wake stream
 	ctrl string // the shared control stream
 
-	ps   *redis.PubSub // the one pub/sub connection; set by loop before listen and manage start
 	kick chan struct{} // capacity 1: subscriptions to send or end (dirty lanes)
+
+	// shards are the pub/sub connections: one ("") on a single node, one per master
+	// address on Redis Cluster. Opened by manage, closed by loop; guarded by shardMu.
+	shardMu sync.Mutex
+	shards  map[string]*redis.PubSub
+	lwg     sync.WaitGroup // the listeners of the shards
 
 	// polling is set while subscriptions fail with a reply error: idle workers then
 	// re-read every poll interval instead of waiting for a ring.
@@ -93,12 +101,13 @@ type bellLane struct {
 	// subscribed: an SSUBSCRIBE was sent (or is kept by the client for resubscription)
 	// and no SUNSUBSCRIBE since.
 	subscribed bool
-	unsubs     int // SUNSUBSCRIBEs sent whose reply has not come
+	unsubs     int           // SUNSUBSCRIBEs sent whose reply has not come
+	shard      *redis.PubSub // the connection the channel was subscribed on
 }
 
 func newDoorbell(e *Engine) *doorbell {
 	return &doorbell{
-		e: e, wake: WakeStream(e.cfg.InstanceID), ctrl: ControlStream(),
+		e: e, wake: e.keys.WakeStream(e.cfg.InstanceID), ctrl: e.keys.ControlStream(),
 		kick:  make(chan struct{}, 1),
 		lanes: map[string]*bellLane{}, byChannel: map[string]*bellLane{},
 		dirty: map[*bellLane]struct{}{}, checks: map[*bellLane]struct{}{},
@@ -157,7 +166,7 @@ func (d *doorbell) watch(w *worker, mark []uint64, lastIDs []string) bool {
 		b := d.lanes[l]
 		if b == nil {
 			d.seq++
-			b = &bellLane{stream: l, channel: BellChannel(l), seq: d.seq, owners: map[*worker]struct{}{}, waiting: map[*worker]string{}}
+			b = &bellLane{stream: l, channel: d.e.keys.BellChannel(l), seq: d.seq, owners: map[*worker]struct{}{}, waiting: map[*worker]string{}}
 			d.lanes[l], d.byChannel[b.channel] = b, b
 		}
 		if _, ok := b.owners[w]; !ok {
@@ -240,14 +249,73 @@ func (d *doorbell) interrupt() {
 // at the hard stop, once the other two have ended.
 func (d *doorbell) loop() {
 	defer d.e.bg.Done()
-	d.ps = d.e.rdb.SSubscribe(d.e.hardCtx) // no channel yet: connects on first use
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); d.listen() }()
+	wg.Add(1)
 	go func() { defer wg.Done(); d.manage() }()
 	d.readNotices()
-	_ = d.ps.Close() // ends the listener's receive
 	wg.Wait()
+	d.shardMu.Lock()
+	for _, ps := range d.shards {
+		_ = ps.Close() // ends the listener's receive
+	}
+	d.shardMu.Unlock()
+	d.lwg.Wait()
+}
+
+// shardFor returns the pub/sub connection for a channel: the only one on a single node,
+// the one of the channel's master on Redis Cluster (opened on first use, with its
+// listener). It returns nil when the cluster's slot map cannot be read now.
+func (d *doorbell) shardFor(ctx context.Context, channel string) (*redis.PubSub, string) {
+	addr := ""
+	if cc, ok := d.e.rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, channel)
+		if err != nil {
+			return nil, ""
+		}
+		addr = node.Options().Addr
+	}
+	d.shardMu.Lock()
+	defer d.shardMu.Unlock()
+	if d.shards == nil {
+		d.shards = map[string]*redis.PubSub{}
+	}
+	ps := d.shards[addr]
+	if ps == nil {
+		ps = d.e.rdb.SSubscribe(d.e.hardCtx) // no channel yet: connects on first use
+		d.shards[addr] = ps
+		d.lwg.Add(1)
+		go func() { defer d.lwg.Done(); d.listen(ps, addr) }()
+	}
+	return ps, addr
+}
+
+// resetShard closes a cluster shard whose subscriptions failed (a slot moved) and marks
+// its lanes to be subscribed again through a fresh slot map.
+func (d *doorbell) resetShard(ps *redis.PubSub, addr string) {
+	cc, ok := d.e.rdb.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	d.shardMu.Lock()
+	if d.shards[addr] == ps {
+		delete(d.shards, addr)
+	}
+	d.shardMu.Unlock()
+	_ = ps.Close()
+	cc.ReloadState(d.e.hardCtx)
+	d.mu.Lock()
+	for _, b := range d.lanes {
+		if b.shard == ps {
+			b.subscribed, b.shard, b.unsubs = false, nil, 0
+			d.dirty[b] = struct{}{}
+		}
+	}
+	d.mu.Unlock()
+	go func() {
+		if sleepCtx(d.e.hardCtx, 200*time.Millisecond) {
+			d.kickSync()
+		}
+	}()
 }
 
 // readNotices reads the wake and control streams until the hard stop.
@@ -313,7 +381,7 @@ func (d *doorbell) onWake(m redis.XMessage) {
 
 // listen receives from the pub/sub connection until it is closed. Rings and
 // subscription confirmations wake waiting workers; any failure wakes all of them.
-func (d *doorbell) listen() {
+func (d *doorbell) listen(ps *redis.PubSub, addr string) {
 	backoff := 50 * time.Millisecond
 	pinged := false
 	for d.e.hardCtx.Err() == nil {
@@ -323,10 +391,10 @@ func (d *doorbell) listen() {
 			// A timeout here is not allowed: the client then drops the connection and
 			// reconnects, subscribing every channel again.
 			ctx, cancel := context.WithTimeout(d.e.hardCtx, bellPing)
-			msg, err = d.ps.Receive(ctx)
+			msg, err = ps.Receive(ctx)
 			cancel()
 		} else {
-			msg, err = d.ps.ReceiveTimeout(d.e.hardCtx, bellPing)
+			msg, err = ps.ReceiveTimeout(d.e.hardCtx, bellPing)
 		}
 		if err != nil {
 			if d.e.hardCtx.Err() != nil || errors.Is(err, redis.ErrClosed) {
@@ -336,7 +404,7 @@ func (d *doorbell) listen() {
 			if !pinged && errors.As(err, &ne) && ne.Timeout() {
 				pinged = true
 				ctx, cancel := context.WithTimeout(d.e.hardCtx, bellPing)
-				err = d.ps.Ping(ctx)
+				err = ps.Ping(ctx)
 				cancel()
 				if err == nil {
 					continue
@@ -345,9 +413,15 @@ func (d *doorbell) listen() {
 			pinged = false
 			var re redis.Error
 			if errors.As(err, &re) {
-				// A refused SSUBSCRIBE (NOPERM, an unknown command): poll until a
-				// subscription is confirmed.
+				// A refused SSUBSCRIBE (NOPERM, an unknown command, a slot that moved):
+				// poll until a subscription is confirmed.
 				d.polling.Store(true)
+				if d.e.keys.cluster {
+					d.e.logs.warn("doorbell-pubsub", "doorbell subscription refused; subscribing again through a fresh slot map, waking every idle worker meanwhile", "node", addr, "err", translateRedisErr(err))
+					d.lost()
+					d.resetShard(ps, addr)
+					return
+				}
 			}
 			d.e.logs.warn("doorbell-pubsub", "doorbell subscription failed; waking every idle worker", "err", translateRedisErr(err))
 			d.lost()
@@ -466,7 +540,7 @@ func (d *doorbell) unsubscribed(channel string) {
 	if b.unsubs > 0 {
 		b.unsubs--
 	} else if b.subscribed {
-		b.subscribed = false
+		b.subscribed, b.shard = false, nil
 		d.dirty[b] = struct{}{}
 		d.kickSync()
 	}
@@ -522,24 +596,65 @@ func (d *doorbell) manage() {
 // the engine stops, channels stay subscribed: the connection closes at the end anyway.
 func (d *doorbell) sync() {
 	stopping := d.e.stopping()
-	var sub, unsub []string
+	type change struct {
+		b     *bellLane
+		unsub *redis.PubSub // the connection to unsubscribe on; nil to subscribe
+	}
+	var changes []change
 	d.mu.Lock()
 	for b := range d.dirty {
 		delete(d.dirty, b)
 		switch {
 		case len(b.owners) > 0 && !b.subscribed:
 			b.subscribed = true
-			sub = append(sub, b.channel)
+			changes = append(changes, change{b: b})
 		case len(b.owners) == 0 && b.subscribed && !stopping:
 			b.subscribed = false
-			b.unsubs++
-			unsub = append(unsub, b.channel)
+			if b.shard != nil {
+				b.unsubs++
+				changes = append(changes, change{b: b, unsub: b.shard})
+			}
 		}
 	}
 	d.mu.Unlock()
+	// Channels go in batches per connection; on Redis Cluster one command may name the
+	// channels of one slot only, so each goes on its own there.
+	batch := bellBatch
+	if d.e.keys.cluster {
+		batch = 1
+	}
+	subs := map[*redis.PubSub][]string{}
+	unsubs := map[*redis.PubSub][]string{}
+	ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
+	for _, c := range changes {
+		if c.unsub != nil {
+			unsubs[c.unsub] = append(unsubs[c.unsub], c.b.channel)
+			continue
+		}
+		ps, _ := d.shardFor(ctx, c.b.channel)
+		d.mu.Lock()
+		if ps == nil { // no slot map now: try again shortly, idle workers poll meanwhile
+			c.b.subscribed = false
+			d.dirty[c.b] = struct{}{}
+			if !d.polling.Swap(true) {
+				go func() {
+					if sleepCtx(d.e.hardCtx, 200*time.Millisecond) {
+						d.kickSync()
+					}
+				}()
+			}
+		} else {
+			c.b.shard = ps
+		}
+		d.mu.Unlock()
+		if ps != nil {
+			subs[ps] = append(subs[ps], c.b.channel)
+		}
+	}
+	cancel()
 	send := func(chs []string, f func(context.Context, ...string) error) {
 		for len(chs) > 0 && d.e.hardCtx.Err() == nil {
-			n := min(len(chs), bellBatch)
+			n := min(len(chs), batch)
 			ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
 			err := f(ctx, chs[:n]...)
 			cancel()
@@ -552,8 +667,12 @@ func (d *doorbell) sync() {
 			chs = chs[n:]
 		}
 	}
-	send(sub, d.ps.SSubscribe)
-	send(unsub, d.ps.SUnsubscribe)
+	for ps, chs := range subs {
+		send(chs, ps.SSubscribe)
+	}
+	for ps, chs := range unsubs {
+		send(chs, ps.SUnsubscribe)
+	}
 	d.check()
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -206,6 +207,9 @@ type subscription struct {
 type Engine struct {
 	cfg  EngineConfig
 	rdb  redis.UniversalClient
+	keys Keys // the key layout: Redis Cluster for a cluster client
+	// reapHook, when set (tests), runs between the steps of a reap on Redis Cluster.
+	reapHook atomic.Pointer[func(step, unit string) bool]
 	dom  *Domain
 	log  *slog.Logger
 	subs []*subscription
@@ -244,7 +248,7 @@ func New(cfg EngineConfig) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{
-		cfg: cfg, rdb: cfg.Client, dom: cfg.Domain,
+		cfg: cfg, rdb: cfg.Client, keys: KeysFor(cfg.Client), dom: cfg.Domain,
 		log:         cfg.Logger.With("instance", cfg.InstanceID),
 		stopped:     make(chan struct{}),
 		discoverNow: make(chan struct{}, 1),
@@ -325,6 +329,7 @@ func New(cfg EngineConfig) (*Engine, error) {
 		}
 	}
 	e.view = newIndexView(indexed)
+	e.view.keys = e.keys
 	groups := make([]string, len(e.subs))
 	for i, s := range e.subs {
 		groups[i] = s.group
@@ -479,7 +484,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	// (The session key stays until the end: the leases are still ours until released.)
 	if e.sess != nil {
 		dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
-		_ = e.rdb.HDel(dctx, InstancesKey(), e.regID).Err()
+		_ = e.rdb.HDel(dctx, e.keys.InstancesKey(), e.regID).Err()
 		dcancel()
 	}
 	if _, ok := ctx.Deadline(); !ok {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seqctl/seqctl/internal/redistest"
 )
 
@@ -34,7 +36,11 @@ func backgroundPublish(t *testing.T, b *RedisBroker, d *Domain, keys []string, p
 
 func checkLogs(t *testing.T, srv *redistest.Server, keys []string, perKey int) (dups int) {
 	t.Helper()
-	rdb := srv.Client(t)
+	return checkLogsOn(t, srv.Client(t), keys, perKey)
+}
+
+func checkLogsOn(t *testing.T, rdb redis.UniversalClient, keys []string, perKey int) (dups int) {
+	t.Helper()
 	for _, k := range keys {
 		waitFor(t, 30*time.Second, "key "+k+" complete", func() bool {
 			got, _ := dedupFirst(logOf(t, rdb, k))
@@ -49,8 +55,9 @@ func checkLogs(t *testing.T, srv *redistest.Server, keys []string, perKey int) (
 	return dups
 }
 
-func leaseGen(t *testing.T, srv *redistest.Server, key string) int64 {
-	v := srv.Client(t).Get(context.Background(), LeaseKey(PartitionStream("order", key), "Projector")).Val()
+func leaseGen(t *testing.T, rdb redis.UniversalClient, key string) int64 {
+	k := KeysFor(rdb)
+	v := rdb.Get(context.Background(), k.LeaseKey(k.PartitionStream("order", key), "Projector")).Val()
 	g, err := strconv.ParseInt(v[strings.LastIndexByte(v, ':')+1:], 10, 64)
 	if err != nil {
 		t.Fatalf("lease value %q: %v", v, err)
@@ -69,26 +76,29 @@ func skipShort(t *testing.T) {
 // entries and resumes: no event lost, per-key order kept (an event may run twice).
 func TestCrashFailoverLosesNothing(t *testing.T) {
 	skipShort(t)
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	onBoth(t, testCrashFailoverLosesNothing)
+}
+
+func testCrashFailoverLosesNothing(t *testing.T, tg redisTarget) {
+	rdb := tg.client(t)
 	b := NewRedisBroker(rdb)
 	keys := keysOf(4)
 	const perKey = 200
 	const ttl = time.Second
 	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
 
-	p1 := startProc(t, srv.URL, "p1", ttl, 2*time.Millisecond)
+	p1 := startProcOn(t, tg, "p1", ttl, 2*time.Millisecond)
 	done := backgroundPublish(t, b, d, keys, perKey, time.Millisecond)
 	waitFor(t, 20*time.Second, "p1 handling", func() bool { return rdb.LLen(context.Background(), "t:starts:p1").Val() > 150 })
-	genBefore := leaseGen(t, srv, keys[0])
+	genBefore := leaseGen(t, rdb, keys[0])
 	p1.signal(syscall.SIGKILL)
 	<-p1.exited
 
-	s2 := &sink{rdb: srv.Client(t), instance: "p2", work: 2 * time.Millisecond, fenced: true}
-	startEngine(t, srv, testDomain(t, s2.handle, nil), "p2", ttl)
+	s2 := &sink{rdb: tg.client(t), instance: "p2", work: 2 * time.Millisecond, fenced: true}
+	startEngineOn(t, tg, testDomain(t, s2.handle, nil), "p2", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
 	done()
-	dups := checkLogs(t, srv, keys, perKey)
-	if genAfter := leaseGen(t, srv, keys[0]); genAfter <= genBefore {
+	dups := checkLogsOn(t, rdb, keys, perKey)
+	if genAfter := leaseGen(t, rdb, keys[0]); genAfter <= genBefore {
 		t.Errorf("generation after takeover %d is not above %d", genAfter, genBefore)
 	}
 	if rdb.LLen(context.Background(), "t:starts:p2").Val() == 0 {
@@ -105,19 +115,22 @@ func TestCrashFailoverLosesNothing(t *testing.T) {
 // order stays intact (its late write, if any, is rejected by the generation-fenced sink).
 func TestStallFailoverFenceHolds(t *testing.T) {
 	skipShort(t)
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	onBoth(t, testStallFailoverFenceHolds)
+}
+
+func testStallFailoverFenceHolds(t *testing.T, tg redisTarget) {
+	rdb := tg.client(t)
 	b := NewRedisBroker(rdb)
 	keys := keysOf(4)
 	const perKey = 150
 	const ttl = time.Second
 	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
 
-	p1 := startProc(t, srv.URL, "p1", ttl, 5*time.Millisecond)
+	p1 := startProcOn(t, tg, "p1", ttl, 5*time.Millisecond)
 	done := backgroundPublish(t, b, d, keys, perKey, 2*time.Millisecond)
 	waitFor(t, 20*time.Second, "p1 owns every key", func() bool {
 		for _, k := range keys {
-			if rdb.LLen(context.Background(), "t:log:"+k).Val() < 5 {
+			if rdb.LLen(context.Background(), sinkKey("log", k)).Val() < 5 {
 				return false
 			}
 		}
@@ -125,8 +138,8 @@ func TestStallFailoverFenceHolds(t *testing.T) {
 	})
 	p1.signal(syscall.SIGSTOP)
 	frozenAt := time.Now()
-	s2 := &sink{rdb: srv.Client(t), instance: "p2", work: time.Millisecond, fenced: true}
-	e2 := startEngine(t, srv, testDomain(t, s2.handle, nil), "p2", ttl)
+	s2 := &sink{rdb: tg.client(t), instance: "p2", work: time.Millisecond, fenced: true}
+	e2 := startEngineOn(t, tg, testDomain(t, s2.handle, nil), "p2", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
 	waitFor(t, 20*time.Second, "p2 owns every key", func() bool { return len(e2.Owned()) == len(keys) })
 	// The session expires one TTL after the last heartbeat before the freeze, which came
 	// at most one heartbeat interval (TTL/5) before it.
@@ -141,7 +154,7 @@ func TestStallFailoverFenceHolds(t *testing.T) {
 	}
 	p1.signal(syscall.SIGCONT)
 	done()
-	checkLogs(t, srv, keys, perKey)
+	checkLogsOn(t, rdb, keys, perKey)
 	time.Sleep(500 * time.Millisecond)
 	// Under its stale generation, the woken owner may finish the one event per key it was
 	// running when frozen (its commit is then refused by the generation-fenced sink, or
@@ -179,26 +192,29 @@ func TestStallFailoverFenceHolds(t *testing.T) {
 // and another instance owns its partitions within 2 s, with nothing lost.
 func TestGracefulShutdownHandsOver(t *testing.T) {
 	skipShort(t)
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	onBoth(t, testGracefulShutdownHandsOver)
+}
+
+func testGracefulShutdownHandsOver(t *testing.T, tg redisTarget) {
+	rdb := tg.client(t)
 	b := NewRedisBroker(rdb)
 	keys := keysOf(4)
 	const perKey = 150
 	const ttl = 15 * time.Second // a crash would take 15 s to fail over; a release must not
 	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
 
-	p1 := startProc(t, srv.URL, "p1", ttl, 2*time.Millisecond)
+	p1 := startProcOn(t, tg, "p1", ttl, 2*time.Millisecond)
 	done := backgroundPublish(t, b, d, keys, perKey, time.Millisecond)
 	waitFor(t, 20*time.Second, "p1 owns every key", func() bool {
 		for _, k := range keys {
-			if rdb.LLen(context.Background(), "t:log:"+k).Val() < 5 {
+			if rdb.LLen(context.Background(), sinkKey("log", k)).Val() < 5 {
 				return false
 			}
 		}
 		return true
 	})
-	s2 := &sink{rdb: srv.Client(t), instance: "p2", work: time.Millisecond}
-	e2 := startEngine(t, srv, testDomain(t, s2.handle, nil), "p2", ttl)
+	s2 := &sink{rdb: tg.client(t), instance: "p2", work: time.Millisecond}
+	e2 := startEngineOn(t, tg, testDomain(t, s2.handle, nil), "p2", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
 	waitFor(t, 10*time.Second, "p2 takes its fair share", func() bool { return len(e2.Owned()) == len(keys)/2 })
 	term := time.Now()
 	p1.signal(syscall.SIGTERM)
@@ -217,7 +233,7 @@ func TestGracefulShutdownHandsOver(t *testing.T) {
 		t.Error("p1 did not exit after SIGTERM")
 	}
 	done()
-	if dups := checkLogs(t, srv, keys, perKey); dups != 0 {
+	if dups := checkLogsOn(t, rdb, keys, perKey); dups != 0 {
 		t.Errorf("%d events ran twice across a graceful hand-over", dups)
 	}
 	if n := rdb.Get(context.Background(), "t:overlap").Val(); n != "" && n != "0" {

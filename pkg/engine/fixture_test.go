@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,8 +66,35 @@ func startEngine(tb testing.TB, srv *redistest.Server, d *Domain, id string, ttl
 // startEngineWith starts an engine with test defaults changed by mod.
 func startEngineWith(tb testing.TB, srv *redistest.Server, d *Domain, id string, mod func(*EngineConfig)) *Engine {
 	tb.Helper()
+	return startEngineOn(tb, redisTarget{srv: srv}, d, id, mod)
+}
+
+// redisTarget is the Redis deployment a test runs against: one node (srv) or a
+// 3-master Redis Cluster (cl).
+type redisTarget struct {
+	srv *redistest.Server
+	cl  *redistest.Cluster
+}
+
+// client returns a new client of the target, closed at cleanup.
+func (tg redisTarget) client(tb testing.TB) redis.UniversalClient {
+	if tg.cl != nil {
+		return tg.cl.Client(tb)
+	}
+	return tg.srv.Client(tb)
+}
+
+// onBoth runs a guarantee test against one node and against a 3-master Redis Cluster.
+func onBoth(t *testing.T, fn func(t *testing.T, tg redisTarget)) {
+	t.Run("node", func(t *testing.T) { fn(t, redisTarget{srv: redistest.Start(t)}) })
+	t.Run("cluster", func(t *testing.T) { fn(t, redisTarget{cl: redistest.StartCluster(t, 3)}) })
+}
+
+// startEngineOn starts an engine on a target with test defaults changed by mod.
+func startEngineOn(tb testing.TB, tg redisTarget, d *Domain, id string, mod func(*EngineConfig)) *Engine {
+	tb.Helper()
 	cfg := EngineConfig{
-		Domain: d, Client: srv.Client(tb), InstanceID: id, Timing: fastTiming(2 * time.Second),
+		Domain: d, Client: tg.client(tb), InstanceID: id, Timing: fastTiming(2 * time.Second),
 		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 	}
 	if mod != nil {
@@ -98,19 +126,29 @@ func bulkPublish(tb testing.TB, b *RedisBroker, d *Domain, events []testPayload)
 		tb.Fatal(err)
 	}
 	for start := 0; start < len(events); start += 1000 {
+		batch := events[start:min(start+1000, len(events))]
+		routes := make([]Route, len(batch))
+		evs := make([]Event, len(batch))
+		cmds := make([]*redis.Cmd, len(batch))
 		pipe := b.rdb.Pipeline()
-		for _, p := range events[start:min(start+1000, len(events))] {
+		for i, p := range batch {
 			data, _ := json.Marshal(p)
 			r, err := d.Route("OrderPlaced", data, 0)
 			if err != nil {
 				tb.Fatal(err)
 			}
-			ev := Event{ID: NewEventID(), Type: "OrderPlaced", Category: r.Category, Key: r.Key, Data: data}
-			args := append([]any{r.Key, r.Category, 0, 0}, envelopeArgs(ev)...)
-			scriptPublish.EvalSha(ctx, pipe, []string{r.Stream, r.Index, ControlStream(), "", "", BellChannel(r.Stream)}, args...)
+			routes[i] = b.keys.Place(r)
+			evs[i] = Event{ID: NewEventID(), Type: "OrderPlaced", Category: r.Category, Key: r.Key, Data: data}
+			keys, args := b.publishCall(routes[i], evs[i], 0)
+			cmds[i] = scriptPublish.EvalSha(ctx, pipe, keys, args...)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			tb.Fatal(err)
+		}
+		for i, c := range cmds {
+			if _, err := b.published(ctx, routes[i], evs[i], c.Val().([]any)); err != nil {
+				tb.Fatal(err)
+			}
 		}
 	}
 }
@@ -130,6 +168,9 @@ func publish(tb testing.TB, b *RedisBroker, d *Domain, key string, seq int, pois
 //
 //	t:log:{key}      list of seq, in the order effects were committed
 //	t:marker:{key}   the cross-instance "inside the handler" marker
+//
+// (the braces are literal: a Redis Cluster hash tag, so one script touches one slot)
+//
 //	t:overlap        count of entries that found another holder's marker
 //	t:starts:{inst}  list of "key/seq/generation" started by an instance
 //	t:win:{key}      hash first/last start time (ns) per key, for cross-key overlap
@@ -193,7 +234,7 @@ func (s *sink) handle(ctx context.Context, ev Event) error {
 	if err := s.rdb.RPush(bg, "t:starts:"+s.instance, start).Err(); err != nil {
 		return err
 	}
-	ok, err := sinkEnter.Run(bg, s.rdb, []string{"t:marker:" + ev.Key}, holder, d.Generation, fenced).Int()
+	ok, err := sinkEnter.Run(bg, s.rdb, []string{sinkKey("marker", ev.Key)}, holder, d.Generation, fenced).Int()
 	if err != nil {
 		return err
 	}
@@ -202,22 +243,36 @@ func (s *sink) handle(ctx context.Context, ev Event) error {
 	}
 	now := strconv.FormatInt(time.Now().UnixNano(), 10)
 	pipe := s.rdb.Pipeline()
-	pipe.HSetNX(bg, "t:win:"+ev.Key, "first", now)
-	pipe.HSet(bg, "t:win:"+ev.Key, "last", now)
+	pipe.HSetNX(bg, sinkKey("win", ev.Key), "first", now)
+	pipe.HSet(bg, sinkKey("win", ev.Key), "last", now)
 	if _, err := pipe.Exec(bg); err != nil {
 		return err
 	}
 	if s.work > 0 {
 		time.Sleep(s.work)
 	}
-	return sinkCommit.Run(bg, s.rdb, []string{"t:log:" + ev.Key, "t:gen:" + ev.Key, "t:marker:" + ev.Key},
+	return sinkCommit.Run(bg, s.rdb, []string{sinkKey("log", ev.Key), sinkKey("gen", ev.Key), sinkKey("marker", ev.Key)},
 		p.Seq, d.Generation, holder, fenced).Err()
 }
+
+// isIndexed reports whether a partition key is in its category's index (a set on one
+// node, a hash on Redis Cluster).
+func isIndexed(tb testing.TB, rdb redis.UniversalClient, category, key string) bool {
+	tb.Helper()
+	members, err := KeysFor(rdb).IndexMembers(context.Background(), rdb, category).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return slices.Contains(members, key)
+}
+
+// sinkKey names a sink key of a partition key: "t:{kind}:{key}", the key as a hash tag.
+func sinkKey(kind, key string) string { return "t:" + kind + ":{" + key + "}" }
 
 // logOf returns the committed sequence of a key.
 func logOf(tb testing.TB, rdb redis.UniversalClient, key string) []int {
 	tb.Helper()
-	vals, err := rdb.LRange(context.Background(), "t:log:"+key, 0, -1).Result()
+	vals, err := rdb.LRange(context.Background(), sinkKey("log", key), 0, -1).Result()
 	if err != nil {
 		tb.Fatal(err)
 	}

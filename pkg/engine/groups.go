@@ -70,7 +70,7 @@ func (e *Engine) registerGroups(ctx context.Context) error {
 		for i, g := range groups {
 			members[i] = g
 		}
-		pipe.SAdd(ctx, GroupRegistry(cat), members...)
+		pipe.SAdd(ctx, e.keys.GroupRegistry(cat), members...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("engine: registering the consumer groups: %w", translateRedisErr(err))
@@ -181,6 +181,9 @@ func (b *RedisBroker) RetireGroup(ctx context.Context, r GroupRetirement) (Group
 	expect := ""
 	if r.ExpectRead != nil {
 		expect = strconv.FormatInt(*r.ExpectRead, 10)
+	}
+	if b.keys.cluster {
+		return GroupRetired{}, fmt.Errorf("%w: retiring a consumer group checks and deletes every partition of the category in one script, which Redis Cluster cannot run across slots; on Redis Cluster, stop the handler and delete the group from each stream with XGROUP DESTROY, then remove it from %s with SREM", ErrNotSupported, GroupRegistry(r.Category))
 	}
 	for attempt := 0; attempt < retireAttempts; attempt++ {
 		members, err := b.rdb.SMembers(ctx, PartitionIndex(r.Category)).Result()

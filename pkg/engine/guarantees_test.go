@@ -21,24 +21,28 @@ import (
 // the handler at once (cross-instance marker), and different keys do run concurrently.
 // Half-way the first instance shuts down, so ownership changes hands mid-stream.
 func TestPerKeyOrderAndNoOverlapAcrossInstances(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	onBoth(t, testPerKeyOrderAndNoOverlap)
+}
+
+func testPerKeyOrderAndNoOverlap(t *testing.T, tg redisTarget) {
+	rdb := tg.client(t)
 	b := NewRedisBroker(rdb)
 	keys := keysOf(6)
 	const perKey = 120
 
 	mk := func(id string) (*Domain, *sink) {
-		s := &sink{rdb: srv.Client(t), instance: id, work: 300 * time.Microsecond}
+		s := &sink{rdb: tg.client(t), instance: id, work: 300 * time.Microsecond}
 		return testDomain(t, s.handle, nil), s
 	}
 	d1, _ := mk("i1")
 	d2, _ := mk("i2")
-	e1 := startEngine(t, srv, d1, "i1", 2*time.Second)
+	timing := func(c *EngineConfig) { c.Timing = fastTiming(2 * time.Second) }
+	e1 := startEngineOn(t, tg, d1, "i1", timing)
 	for _, k := range keys {
 		publish(t, b, d1, k, 0, false)
 	}
 	waitFor(t, 10*time.Second, "i1 owns every key", func() bool { return len(e1.Owned()) == len(keys) })
-	startEngine(t, srv, d2, "i2", 2*time.Second)
+	startEngineOn(t, tg, d2, "i2", timing)
 
 	for seq := 1; seq < perKey; seq++ {
 		for _, k := range keys {
@@ -65,7 +69,7 @@ func TestPerKeyOrderAndNoOverlapAcrossInstances(t *testing.T) {
 	type win struct{ first, last int64 }
 	wins := map[string]win{}
 	for _, k := range keys {
-		m := rdb.HGetAll(context.Background(), "t:win:"+k).Val()
+		m := rdb.HGetAll(context.Background(), sinkKey("win", k)).Val()
 		f, _ := strconv.ParseInt(m["first"], 10, 64)
 		l, _ := strconv.ParseInt(m["last"], 10, 64)
 		wins[k] = win{f, l}
@@ -84,15 +88,17 @@ func TestPerKeyOrderAndNoOverlapAcrossInstances(t *testing.T) {
 // Acceptance 3: a poison event at A's head halts A only; B drains; the halt record is
 // readable; nothing goes to a DLQ; a stale Skip changes nothing; the right Skip resumes A
 // without a restart.
-func TestHaltIsScopedAndSkipResumes(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+func TestHaltIsScopedAndSkipResumes(t *testing.T) { onBoth(t, testHaltIsScopedAndSkipResumes) }
+
+func testHaltIsScopedAndSkipResumes(t *testing.T, tg redisTarget) {
+	rdb := tg.client(t)
 	b := NewRedisBroker(rdb)
-	s := &sink{rdb: srv.Client(t), instance: "i1"}
+	s := &sink{rdb: tg.client(t), instance: "i1"}
 	d := testDomain(t, s.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 2 })
-	startEngine(t, srv, d, "i1", 2*time.Second)
-	s2 := &sink{rdb: srv.Client(t), instance: "i2"}
-	startEngine(t, srv, testDomain(t, s2.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 2 }), "i2", 2*time.Second)
+	timing := func(c *EngineConfig) { c.Timing = fastTiming(2 * time.Second) }
+	startEngineOn(t, tg, d, "i1", timing)
+	s2 := &sink{rdb: tg.client(t), instance: "i2"}
+	startEngineOn(t, tg, testDomain(t, s2.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 2 }), "i2", timing)
 
 	var first Published
 	for seq := 0; seq < 20; seq++ {
@@ -111,14 +117,14 @@ func TestHaltIsScopedAndSkipResumes(t *testing.T) {
 		h, err = b.Halt(context.Background(), ref)
 		return err == nil && h != nil
 	})
-	if h.EntryID != first.EntryID || h.Attempts != 2 || h.Stream != "order:A" || h.Error == "" {
-		t.Fatalf("halt record = %+v, want entry %s after 2 attempts on order:A with an error", h, first.EntryID)
+	if h.EntryID != first.EntryID || h.Attempts != 2 || h.Stream != b.Keys().PartitionStream("order", "A") || h.Error == "" {
+		t.Fatalf("halt record = %+v, want entry %s after 2 attempts on %s with an error", h, first.EntryID, b.Keys().PartitionStream("order", "A"))
 	}
 	time.Sleep(300 * time.Millisecond) // give a broken engine the chance to advance A
 	if diff := cmp.Diff(seqs(0, 5), logOf(t, rdb, "A")); diff != "" {
 		t.Fatalf("A advanced past its poison head (-want +got):\n%s", diff)
 	}
-	if n := rdb.Exists(context.Background(), DLQStream("order", "A")).Val(); n != 0 {
+	if n := rdb.Exists(context.Background(), b.Keys().DLQStream("order", "A")).Val(); n != 0 {
 		t.Fatal("the poison head was moved to a DLQ automatically")
 	}
 

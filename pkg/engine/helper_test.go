@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/internal/redistest"
 )
 
 // The fault tests run engine instances as separate OS processes: the test binary itself,
@@ -27,12 +29,22 @@ func helperMain() int {
 	id := os.Getenv("SEQCTL_HELPER_ID")
 	ttl, _ := strconv.Atoi(os.Getenv("SEQCTL_HELPER_TTL_MS"))
 	work, _ := strconv.Atoi(os.Getenv("SEQCTL_HELPER_WORK_MS"))
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	var rdb redis.UniversalClient
+	if os.Getenv("SEQCTL_HELPER_CLUSTER") == "1" {
+		opt, err := redis.ParseClusterURL(url)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		rdb = redis.NewClusterClient(opt)
+	} else {
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		rdb = redis.NewClient(opt)
 	}
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	s := &sink{rdb: rdb, instance: id, work: time.Duration(work) * time.Millisecond, fenced: true}
 	d := testDomain(nopTB{}, s.handle, nil)
@@ -81,8 +93,20 @@ type proc struct {
 
 func startProc(tb testing.TB, url, id string, ttl time.Duration, work time.Duration) *proc {
 	tb.Helper()
+	return startProcOn(tb, redisTarget{srv: &redistest.Server{URL: url}}, id, ttl, work)
+}
+
+// startProcOn starts an engine process on a target (one node or a Redis Cluster).
+func startProcOn(tb testing.TB, tg redisTarget, id string, ttl time.Duration, work time.Duration) *proc {
+	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=1",
+	url, cluster := "", "0"
+	if tg.cl != nil {
+		url, cluster = tg.cl.URL, "1"
+	} else {
+		url = tg.srv.URL
+	}
+	cmd.Env = append(os.Environ(), helperEnv+"=1", "SEQCTL_HELPER_CLUSTER="+cluster,
 		"SEQCTL_HELPER_URL="+url, "SEQCTL_HELPER_ID="+id,
 		"SEQCTL_HELPER_TTL_MS="+strconv.FormatInt(ttl.Milliseconds(), 10),
 		"SEQCTL_HELPER_WORK_MS="+strconv.FormatInt(work.Milliseconds(), 10))

@@ -36,7 +36,8 @@ import (
 // on the first pass after that, so within fullReadEvery+1 intervals (32 s at the
 // default 2 s interval).
 type indexView struct {
-	mu sync.Mutex
+	mu   sync.Mutex
+	keys Keys // the key layout, set before use
 	// cats: category -> key -> the notice sequence number that last announced the key
 	// (0: read by a full read). Guarded by mu.
 	cats  map[string]map[string]uint64
@@ -162,11 +163,11 @@ type indexRead struct {
 // announced in one script).
 func (v *indexView) queueIndexRead(ctx context.Context, pipe redis.Pipeliner) *indexRead {
 	r := &indexRead{seq: v.noticeSeq(), members: map[string]*redis.StringSliceCmd{}}
-	r.tail = pipe.XRevRangeN(ctx, ControlStream(), "+", "-", 1)
+	r.tail = pipe.XRevRangeN(ctx, v.keys.ControlStream(), "+", "-", 1)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for c := range v.cats {
-		r.members[c] = pipe.SMembers(ctx, PartitionIndex(c))
+		r.members[c] = v.keys.IndexMembers(ctx, pipe, c)
 	}
 	return r
 }

@@ -32,7 +32,23 @@ func (r HeadRef) Unit() string {
 	return r.Stream()
 }
 
-// Stream is the primary stream of the partition.
+// unitIn and streamIn name the unit and the primary stream in the layout k.
+func (r HeadRef) unitIn(k Keys) string {
+	if r.ProcessManager {
+		return k.PMUnit(r.Group, r.Key)
+	}
+	return r.streamIn(k)
+}
+
+func (r HeadRef) streamIn(k Keys) string {
+	if r.Key == "" {
+		return k.CategoryStream(r.Category)
+	}
+	return k.PartitionStream(r.Category, r.Key)
+}
+
+// Stream is the primary stream of the partition (single-node layout; the broker uses
+// its own layout).
 func (r HeadRef) Stream() string {
 	if r.Key == "" {
 		return CategoryStream(r.Category)
@@ -54,7 +70,7 @@ type HaltRecord struct {
 
 // Halt reads the halt record of a partition, or nil when it is not halted.
 func (b *RedisBroker) Halt(ctx context.Context, ref HeadRef) (*HaltRecord, error) {
-	m, err := b.rdb.HGetAll(ctx, HaltKey(ref.Unit(), ref.Group)).Result()
+	m, err := b.rdb.HGetAll(ctx, b.keys.HaltKey(ref.unitIn(b.keys), ref.Group)).Result()
 	if err != nil {
 		return nil, translateRedisErr(err)
 	}
@@ -125,13 +141,14 @@ func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID
 	}
 	// The lane the head is on: the halt record's; else the lane where the expected entry
 	// is pending (primary first, then the backfill lane when one is known).
-	lane := ref.Stream()
+	k := b.keys
+	lane := ref.streamIn(k)
 	if h, err := b.Halt(ctx, ref); err != nil {
 		return err
 	} else if h != nil && h.Stream != "" {
 		lane = h.Stream
 	} else if ref.Key != "" && ref.BackfillSuffix != "" {
-		back := LaneStream(ref.Category, ref.Key, ref.BackfillSuffix)
+		back := k.LaneStream(ref.Category, ref.Key, ref.BackfillSuffix)
 		onPrimary, _ := b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: lane, Group: ref.Group, Start: expectID, End: expectID, Count: 1}).Result()
 		if len(onPrimary) == 0 {
 			if p, _ := b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: back, Group: ref.Group, Start: expectID, End: expectID, Count: 1}).Result(); len(p) > 0 {
@@ -141,16 +158,21 @@ func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID
 	}
 	// The DLQ of the partition the head is on ({category}:{key}:dlq): for a process
 	// manager the halted lane may belong to another of its categories.
-	dlq := CategoryDLQStream(ref.Category)
+	dlq := k.CategoryDLQStream(ref.Category)
 	if parts := strings.Split(lane, ":"); len(parts) >= 2 {
-		dlq = DLQStream(parts[0], parts[1])
+		dlq = k.DLQStream(parts[0], strings.Trim(parts[1], "{}"))
 	}
-	keys := []string{HaltKey(ref.Unit(), ref.Group), lane, dlq, LeaseKey(ref.Unit(), ref.Group)}
+	unit := ref.unitIn(k)
+	keys := []string{k.HaltKey(unit, ref.Group), lane, dlq, k.LeaseKey(unit, ref.Group)}
 	f := ""
 	if force {
 		f = "force"
 	}
-	args := []any{action, ref.Group, expectID, f, WakeStream("")}
+	wake := k.WakeStream("")
+	if k.cluster {
+		wake = "" // in another slot: woken below
+	}
+	args := []any{action, ref.Group, expectID, f, wake}
 	for _, x := range extra {
 		args = append(args, x)
 	}
@@ -167,17 +189,33 @@ func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID
 	code, _ := res[0].(int64)
 	switch code {
 	case 1:
+		if lease, _ := res[2].(string); k.cluster && lease != "" {
+			b.wakeOwner(ctx, lease, ref.Group, lane)
+		}
 		return b.waitReplicas(ctx, actionNames[action])
 	case -4:
 		head, _ := res[1].(string)
 		return &HeadMovedError{Expected: expectID, Head: head}
 	case -5:
-		return fmt.Errorf("%w: the head %s of %s is not halted; pass force to act on a running partition", ErrNotHalted, expectID, ref.Stream())
+		return fmt.Errorf("%w: the head %s of %s is not halted; pass force to act on a running partition", ErrNotHalted, expectID, ref.streamIn(k))
 	}
 	if err := codeErr(code); err != nil {
 		return err
 	}
 	return fmt.Errorf("engine: unexpected resolve reply %v", res)
+}
+
+// wakeOwner asks the owner of a lease to resume at once (op=resume on its wake stream),
+// on Redis Cluster where resolve.lua cannot write the wake stream itself. Best effort:
+// without it the owner re-checks the halt record on its backstop.
+func (b *RedisBroker) wakeOwner(ctx context.Context, lease, group, lane string) {
+	owner := ownerOf(lease)
+	dot := strings.LastIndexByte(owner, '.')
+	if dot <= 0 {
+		return
+	}
+	_ = b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.keys.WakeStream(owner[:dot]), MaxLen: 100, Approx: true,
+		Values: []any{"op", "resume", "group", group, "unit", lane}}).Err()
 }
 
 // Compile-time checks that both brokers satisfy BrokerInfo.
@@ -197,7 +235,16 @@ func (b *RedisBroker) ReplayDLQ(ctx context.Context, dlqStream, dlqID string, r 
 	if err := loadScripts(ctx, b.rdb); err != nil {
 		return Published{}, err
 	}
-	res, err := scriptReplay.Run(ctx, b.rdb, []string{dlqStream, r.Stream, r.Index, ControlStream(), BellChannel(r.Stream)}, dlqID, r.Key, r.Category).Slice()
+	k := b.keys
+	r = k.Place(r)
+	keys := []string{dlqStream, r.Stream, r.Stream, r.Stream, k.BellChannel(r.Stream), r.Stream}
+	flags := ""
+	if r.Key != "" && k.cluster {
+		flags, keys[5] = "c", k.IndexedMarkKey(k.PartitionStream(r.Category, r.Key))
+	} else if r.Key != "" {
+		flags, keys[2], keys[3] = "i", r.Index, k.ControlStream()
+	}
+	res, err := scriptReplay.Run(ctx, b.rdb, keys, dlqID, r.Key, r.Category, flags).Slice()
 	if err != nil {
 		return Published{}, translateRedisErr(err)
 	}
@@ -206,5 +253,10 @@ func (b *RedisBroker) ReplayDLQ(ctx context.Context, dlqStream, dlqID string, r 
 	}
 	id, _ := res[1].(string)
 	pub := Published{Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: id}
+	if x, _ := res[2].(int64); x == 1 {
+		if err := b.indexAfterAppend(ctx, r, id); err != nil {
+			return pub, err
+		}
+	}
 	return pub, b.waitReplicas(ctx, "DLQ replay")
 }

@@ -96,13 +96,13 @@ func WaitReplicas(ctx context.Context, c redis.UniversalClient, write string, n 
 	if pc, ok := c.(interface{ Conn() *redis.Conn }); ok {
 		conn := pc.Conn()
 		defer conn.Close()
-		if err = conn.Set(ctx, ReplicaBarrierKey(), "1", barrierTTL).Err(); err == nil {
+		if err = conn.Set(ctx, KeysFor(c).ReplicaBarrierKey(), "1", barrierTTL).Err(); err == nil {
 			got, err = conn.Wait(ctx, n, timeout).Result()
 		}
 	} else {
 		var wait *redis.Cmd
 		_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.Set(ctx, ReplicaBarrierKey(), "1", barrierTTL)
+			p.Set(ctx, KeysFor(c).ReplicaBarrierKey(), "1", barrierTTL)
 			wait = p.Do(ctx, "wait", n, timeout.Milliseconds())
 			return nil
 		})
@@ -192,9 +192,8 @@ func (e *Engine) leasesReplicated(ctx context.Context, owner string, units []uni
 	}
 	released := 0
 	for _, t := range got {
-		keys := append(append([]string{LeaseKey(t.u.name, t.u.sub.group), ControlStream()}, t.u.lanes...), t.u.guards...)
 		token := fmt.Sprintf("%s:%d", owner, t.gen)
-		if scriptRelease.Run(ctx, e.rdb, keys, token, t.u.sub.group, t.u.name, owner, len(t.u.guards)).Err() == nil {
+		if e.releaseLease(ctx, t.u, token, owner) == nil {
 			released++
 		}
 	}

@@ -18,6 +18,21 @@ type Route struct {
 	Stream   string // the target stream
 	Index    string // the discovery index to add Key to, "" when not partitioned
 	Backfill bool   // routed to the backfill lane
+	Suffix   string // the backfill suffix when Backfill
+}
+
+// Place names a route's streams in the layout k: Domain.Route and the outbox give
+// single-node names, and the Redis broker places them for the server it writes to.
+func (k Keys) Place(r Route) Route {
+	if r.Key == "" {
+		return r
+	}
+	r.Index = k.PartitionIndex(r.Category)
+	r.Stream = k.PartitionStream(r.Category, r.Key)
+	if r.Backfill {
+		r.Stream = k.LaneStream(r.Category, r.Key, r.Suffix)
+	}
+	return r
 }
 
 // ErrUnknownEvent is returned when routing an event type the domain does not declare.
@@ -53,7 +68,7 @@ func (d *Domain) Route(eventType string, data []byte, priority int) (Route, erro
 	r.Index = PartitionIndex(et.Category)
 	r.Stream = PartitionStream(et.Category, key)
 	if d.LanesEnabled && priority < d.LanesThreshold {
-		r.Backfill = true
+		r.Backfill, r.Suffix = true, d.backfillSuffix()
 		r.Stream = LaneStream(et.Category, key, d.backfillSuffix())
 	}
 	return r, nil

@@ -41,15 +41,30 @@ var (
 	scriptReap    = mustScript("reap.lua")
 	scriptTrim    = mustScript("trim.lua")
 	scriptReplay  = mustScript("replay.lua")
+	scriptUnindex = mustScript("unindex.lua")
+	// scriptRenew runs on Redis Cluster only (its flags line is not understood by the
+	// embedded server of seqctl dev), so it is not in allScripts.
+	scriptRenew = mustScript("renew.lua")
 )
 
-var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptAckMany, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim, scriptReplay}
+var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptAckMany, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim, scriptReplay, scriptUnindex}
 
 // loadScripts puts every script into the server's script cache. The cache is empty after
 // a restart, a failover to a replica that never saw the scripts, or SCRIPT FLUSH, so no
 // caller may assume a load lasts: Script.Run falls back to EVAL by itself, and pipelined
 // calls go through runPipelined, which reloads and retries on NOSCRIPT.
+//
+// On Redis Cluster each script is loaded on every master (a pipelined SCRIPT LOAD would
+// reach one node only), the renewal script included.
 func loadScripts(ctx context.Context, c pipeliner) error {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		for _, s := range append(allScripts, scriptRenew) {
+			if err := cc.ScriptLoad(ctx, scriptSource[s]).Err(); err != nil {
+				return translateRedisErr(err)
+			}
+		}
+		return nil
+	}
 	pipe := c.Pipeline()
 	for _, s := range allScripts {
 		pipe.ScriptLoad(ctx, scriptSource[s])

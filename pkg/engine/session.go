@@ -226,7 +226,7 @@ func (s *session) open(ctx context.Context) error {
 	for try := 0; ; try++ {
 		owner := s.newOwner()
 		sent := time.Now()
-		created, err := s.e.rdb.SetNX(ctx, SessionKey(owner), s.e.cfg.InstanceID, ttl).Result()
+		created, err := s.e.rdb.SetNX(ctx, s.e.keys.SessionKey(owner), s.e.cfg.InstanceID, ttl).Result()
 		if err != nil {
 			return translateRedisErr(err)
 		}
@@ -244,7 +244,7 @@ func (s *session) open(ctx context.Context) error {
 		s.mu.Unlock()
 		// The registry entry is advisory (fair share, operators): a failure to write it
 		// (out of memory, say) does not stop the session; the next heartbeat writes it.
-		if err := s.e.rdb.HSet(ctx, InstancesKey(), s.e.regID, s.info(owner)).Err(); err != nil {
+		if err := s.e.rdb.HSet(ctx, s.e.keys.InstancesKey(), s.e.regID, s.info(owner)).Err(); err != nil {
 			s.e.logs.warn("registry", "cannot write the instance registry entry", "err", translateRedisErr(err))
 		}
 		s.e.health.clear(healthSession)
@@ -257,7 +257,7 @@ func (s *session) open(ctx context.Context) error {
 // (each has its own owner name, fence and registry entry) but operators should give
 // them distinct ids.
 func (s *session) warnSameID(ctx context.Context) {
-	all, err := s.e.rdb.HGetAll(ctx, InstancesKey()).Result()
+	all, err := s.e.rdb.HGetAll(ctx, s.e.keys.InstancesKey()).Result()
 	if err != nil {
 		return
 	}
@@ -266,7 +266,7 @@ func (s *session) warnSameID(ctx context.Context) {
 		if field == s.e.regID || json.Unmarshal([]byte(raw), &info) != nil || info.ID != s.e.cfg.InstanceID || info.Owner == "" {
 			continue
 		}
-		if n, err := s.e.rdb.Exists(ctx, SessionKey(info.Owner)).Result(); err == nil && n == 1 {
+		if n, err := s.e.rdb.Exists(ctx, s.e.keys.SessionKey(info.Owner)).Result(); err == nil && n == 1 {
 			s.e.log.Warn("another live process uses this instance id; this one works under its own owner name and fence, but give each process a distinct --instance-id",
 				"instance", s.e.cfg.InstanceID, "other_owner", info.Owner, "other_host", info.Host, "other_pid", info.PID)
 			return
@@ -330,15 +330,19 @@ func (s *session) beat(in *incarnation) {
 	defer cancel()
 	sent := time.Now()
 	pipe := s.e.rdb.Pipeline()
-	renewed := pipe.PExpire(ctx, SessionKey(in.owner), ttl)
+	renewed := pipe.PExpire(ctx, s.e.keys.SessionKey(in.owner), ttl)
 	var reg *redis.IntCmd
 	if !s.e.stopping() { // a stopping instance has left the registry already
-		reg = pipe.HSet(ctx, InstancesKey(), s.e.regID, s.info(in.owner))
+		reg = pipe.HSet(ctx, s.e.keys.InstancesKey(), s.e.regID, s.info(in.owner))
 	}
 	_, _ = pipe.Exec(ctx)
 	switch err := renewed.Err(); {
 	case err == nil && renewed.Val():
-		in.extend(sent)
+		// On Redis Cluster each lease carries its own expiry: the deadline moves only
+		// when every lease got its renewal answered.
+		if s.e.renewLeases(ctx, in) {
+			in.extend(sent)
+		}
 		s.e.health.clear(healthRedis)
 		if reg != nil && reg.Err() != nil {
 			err := reg.Err()
@@ -369,7 +373,7 @@ func (s *session) reopen() {
 	defer cancel()
 	if old != nil {
 		// Give the old leases up now rather than at the key's expiry.
-		if err := s.e.rdb.Del(ctx, SessionKey(old.owner)).Err(); err != nil {
+		if err := s.e.rdb.Del(ctx, s.e.keys.SessionKey(old.owner)).Err(); err != nil {
 			s.e.health.set(healthRedis, "redis unreachable: "+translateRedisErr(err).Error())
 			s.e.logs.warn("reopen", "cannot reach Redis to open a new session yet", "err", translateRedisErr(err))
 			return
@@ -393,8 +397,8 @@ func (s *session) close(ctx context.Context) {
 		return
 	}
 	pipe := s.e.rdb.Pipeline()
-	pipe.Del(ctx, SessionKey(in.owner))
-	pipe.HDel(ctx, InstancesKey(), s.e.regID)
+	pipe.Del(ctx, s.e.keys.SessionKey(in.owner))
+	pipe.HDel(ctx, s.e.keys.InstancesKey(), s.e.regID)
 	_, _ = pipe.Exec(ctx)
 	in.end(context.Canceled, "shut down")
 }

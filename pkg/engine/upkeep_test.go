@@ -21,9 +21,11 @@ import (
 // Issue 4, acceptance 1: low-priority events land on the backfill lane; a key with events
 // on both lanes has its primary events handled first; order within each lane equals
 // publish order; reaping removes both lanes.
-func TestPriorityLanes(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+func TestPriorityLanes(t *testing.T) { onBoth(t, testPriorityLanes) }
+
+func testPriorityLanes(t *testing.T, tg redisTarget) {
+	rdb := tg.client(t)
+	ks := KeysFor(rdb)
 	b := NewRedisBroker(rdb)
 	var mu sync.Mutex
 	var got []string // "lane/seq"
@@ -48,9 +50,9 @@ func TestPriorityLanes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "order:A"
+		want := ks.PartitionStream("order", "A")
 		if prio < 5 {
-			want = "order:A:backfill"
+			want = ks.LaneStream("order", "A", "backfill")
 		}
 		if p.Stream != want {
 			t.Fatalf("priority %d routed to %s, want %s", prio, p.Stream, want)
@@ -61,7 +63,7 @@ func TestPriorityLanes(t *testing.T) {
 			wantPrimary = append(wantPrimary, want+"/"+strconv.Itoa(seq))
 		}
 	}
-	startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
+	startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
 		c.Timing = fastTiming(time.Second)
 		c.Timing.ReapIdle = 500 * time.Millisecond
 	})
@@ -72,8 +74,8 @@ func TestPriorityLanes(t *testing.T) {
 	}
 	mu.Unlock()
 	waitFor(t, 10*time.Second, "both lanes reaped", func() bool {
-		return rdb.Exists(context.Background(), "order:A", "order:A:backfill").Val() == 0 &&
-			rdb.SCard(context.Background(), PartitionIndex("order")).Val() == 0
+		return rdb.Exists(context.Background(), ks.PartitionStream("order", "A"), ks.LaneStream("order", "A", "backfill")).Val() == 0 &&
+			len(ks.IndexMembers(context.Background(), rdb, "order").Val()) == 0
 	})
 }
 
@@ -109,11 +111,14 @@ func pmDomainWith(tb testing.TB, sequential bool, fn HandlerFunc, mod func(*Doma
 // value in the handler at once (cross-instance marker), the two values progress in
 // parallel, and a category partition that appears after the lease joins the unit.
 func TestProcessManagerOwnsCorrelationValue(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	onBoth(t, testProcessManagerOwnsCorrelationValue)
+}
+
+func testProcessManagerOwnsCorrelationValue(t *testing.T, tg redisTarget) {
+	rdb := tg.client(t)
 	b := NewRedisBroker(rdb)
 	mk := func(id string) HandlerFunc {
-		c := srv.Client(t)
+		c := tg.client(t)
 		return func(ctx context.Context, ev Event) error {
 			var m map[string]any
 			_ = json.Unmarshal(ev.Data, &m)
@@ -135,8 +140,8 @@ func TestProcessManagerOwnsCorrelationValue(t *testing.T) {
 		}
 	}
 	d1 := pmDomain(t, mk("i1"))
-	e1 := startEngine(t, srv, d1, "i1", time.Second)
-	startEngine(t, srv, pmDomain(t, mk("i2")), "i2", time.Second)
+	e1 := startEngineOn(t, tg, d1, "i1", func(c *EngineConfig) { c.Timing = fastTiming(time.Second) })
+	startEngineOn(t, tg, pmDomain(t, mk("i2")), "i2", func(c *EngineConfig) { c.Timing = fastTiming(time.Second) })
 
 	pub := func(event, field, value string, seq int) {
 		data := fmt.Sprintf(`{%q:%q,"seq":%d}`, field, value, seq)
@@ -200,15 +205,17 @@ func TestProcessManagerOwnsCorrelationValue(t *testing.T) {
 // a partition with a pending (halted) head, with a group that is behind, or with a
 // registered group that has never read it, is not reaped; a publish to a just-reaped key
 // is handled, under a higher generation than before.
-func TestReaping(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+func TestReaping(t *testing.T) { onBoth(t, testReaping) }
+
+func testReaping(t *testing.T, tg redisTarget) {
+	rdb := tg.client(t)
+	ks := KeysFor(rdb)
 	ctx := context.Background()
 	b := NewRedisBroker(rdb)
-	s := &sink{rdb: srv.Client(t), instance: "i1"}
+	s := &sink{rdb: tg.client(t), instance: "i1"}
 	d := testDomain(t, s.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
 	const idle = time.Second
-	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
+	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
 		c.Timing = fastTiming(time.Second)
 		c.Timing.ReapIdle = idle
 	})
@@ -226,23 +233,23 @@ func TestReaping(t *testing.T) {
 		for _, g := range []string{"Lagging", "Ghost"} {
 			switch {
 			case k == "behind" && g == "Lagging":
-				rdb.XGroupCreate(ctx, "order:"+k, g, "0")
+				rdb.XGroupCreate(ctx, ks.PartitionStream("order", k), g, "0")
 			case k == "ghost" && g == "Ghost":
 			default:
-				rdb.XGroupCreate(ctx, "order:"+k, g, "$")
+				rdb.XGroupCreate(ctx, ks.PartitionStream("order", k), g, "$")
 			}
 		}
 	}
 	rdb.SAdd(ctx, GroupRegistry("order"), "Lagging", "Ghost")
 	waitFor(t, 10*time.Second, "cold reaped", func() bool {
-		return rdb.Exists(ctx, "order:cold").Val() == 0 && !rdb.SIsMember(ctx, PartitionIndex("order"), "cold").Val()
+		return rdb.Exists(ctx, ks.PartitionStream("order", "cold")).Val() == 0 && !isIndexed(t, rdb, "order", "cold")
 	})
-	if rdb.Exists(ctx, LeaseKey("order:cold", "Projector")).Val() != 0 {
+	if rdb.Exists(ctx, ks.LeaseKey(ks.PartitionStream("order", "cold"), "Projector")).Val() != 0 {
 		t.Error("the reaped partition's lease is still there")
 	}
 	time.Sleep(3 * idle)
 	for _, k := range []string{"halted", "behind", "ghost"} {
-		if !rdb.SIsMember(ctx, PartitionIndex("order"), k).Val() || rdb.Exists(ctx, "order:"+k).Val() == 0 {
+		if !isIndexed(t, rdb, "order", k) || rdb.Exists(ctx, ks.PartitionStream("order", k)).Val() == 0 {
 			t.Errorf("partition %s was reaped", k)
 		}
 	}
@@ -258,7 +265,8 @@ func TestReaping(t *testing.T) {
 
 func leaseGenOf(t *testing.T, rdb redis.UniversalClient, key string) int64 {
 	t.Helper()
-	v := rdb.Get(context.Background(), LeaseKey(PartitionStream("order", key), "Projector")).Val()
+	ks := KeysFor(rdb)
+	v := rdb.Get(context.Background(), ks.LeaseKey(ks.PartitionStream("order", key), "Projector")).Val()
 	g, err := strconv.ParseInt(v[strings.LastIndexByte(v, ':')+1:], 10, 64)
 	if err != nil {
 		t.Fatalf("lease of %s = %q", key, v)

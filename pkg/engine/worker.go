@@ -29,6 +29,7 @@ type worker struct {
 	u        unit
 	lanes    []string
 	leaseKey string
+	liveKey  string // what the fenced scripts check for liveness: the session key, or the lease itself on Redis Cluster
 	haltKey  string
 	inc      *incarnation // the session life the lease was taken in
 	owner    string
@@ -73,8 +74,9 @@ func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 	w := &worker{
 		inc: in,
 		e:   e, sub: u.sub, u: u, lanes: u.lanes,
-		leaseKey: LeaseKey(u.name, u.sub.group), haltKey: HaltKey(u.name, u.sub.group),
-		owner: owner, token: owner + ":" + strconv.FormatInt(gen, 10), gen: gen,
+		leaseKey: e.keys.LeaseKey(u.name, u.sub.group), haltKey: e.keys.HaltKey(u.name, u.sub.group),
+		liveKey: e.liveKey(owner, u),
+		owner:   owner, token: owner + ":" + strconv.FormatInt(gen, 10), gen: gen,
 		consumer: owner + ":" + strconv.FormatInt(gen, 10),
 		ctx:      ctx, cancel: cancel,
 		wake:    make(chan struct{}, 1),
@@ -145,12 +147,11 @@ func (w *worker) exit() {
 	if w.ctx.Err() == nil && !w.reaped {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if err := w.flushAcks(ctx); err == nil {
-			keys := append(append([]string{w.leaseKey, ControlStream()}, w.lanes...), w.u.guards...)
-			args := []any{w.token, w.sub.group, w.u.name, w.consumer, len(w.u.guards)}
+			var unstarted []any
 			for _, ent := range w.pending {
-				args = append(args, ent.lane+1, ent.msg.ID, ent.deliveries-1)
+				unstarted = append(unstarted, ent.lane+1, ent.msg.ID, ent.deliveries-1)
 			}
-			_ = scriptRelease.Run(ctx, w.e.rdb, keys, args...).Err()
+			_ = w.e.releaseLease(ctx, w.u, w.token, w.consumer, unstarted...)
 		}
 		cancel()
 	}
@@ -270,20 +271,47 @@ func idMillis(id string) int64 {
 
 // reap tries to retire the idle unit (reap.lua); on success the worker exits.
 func (w *worker) reap() {
+	if w.e.keys.cluster {
+		defer w.e.reapStep("done", w.u.name)
+	}
 	n := len(w.lanes)
+	k := w.e.keys
 	keys := make([]string, 0, 3+3*n)
-	keys = append(keys, w.leaseKey, SessionKey(w.owner), w.haltKey)
+	keys = append(keys, w.leaseKey, w.liveKey, w.haltKey)
 	keys = append(keys, w.lanes...)
 	for _, c := range w.u.laneCats {
-		keys = append(keys, PartitionIndex(c))
+		if k.cluster {
+			keys = append(keys, k.IndexedMarkKey(k.PartitionStream(c, w.u.key)))
+		} else {
+			keys = append(keys, k.PartitionIndex(c))
+		}
 	}
 	for _, c := range w.u.laneCats {
-		keys = append(keys, GroupRegistry(c))
+		if k.cluster {
+			keys = append(keys, w.leaseKey)
+		} else {
+			keys = append(keys, k.GroupRegistry(c))
+		}
 	}
 	keys = append(keys, w.u.guards...)
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()
-	res, err := scriptReap.Run(ctx, w.e.rdb, keys, w.token, w.e.cfg.Timing.ReapIdle.Milliseconds(), n, w.u.key).Slice()
+	args := []any{w.token, w.e.cfg.Timing.ReapIdle.Milliseconds(), n, w.u.key, ""}
+	var vers map[string]string
+	regs, err := w.e.registryArgs(ctx, w.u.laneCats)
+	if err == nil && k.cluster {
+		args[4] = "cluster"
+		args = append(args, regs...)
+		vers, err = w.e.indexVersions(ctx, w.u.laneCats, w.u.key)
+		if err == nil && !w.e.reapStep("read-index", w.u.name) {
+			w.reapAt = time.Now().Add(w.e.cfg.Timing.ReapIdle)
+			return
+		}
+	}
+	var res []any
+	if err == nil {
+		res, err = scriptReap.Run(ctx, w.e.rdb, keys, args...).Slice()
+	}
 	if err != nil {
 		w.reapAt = time.Now().Add(w.e.cfg.Timing.PollInterval * 4)
 		w.e.log.Warn("reap failed", "group", w.sub.group, "unit", w.u.name, "err", translateRedisErr(err))
@@ -293,7 +321,22 @@ func (w *worker) reap() {
 	switch code {
 	case 1:
 		w.reaped = true
+		if k.cluster && w.e.reapStep("reaped", w.u.name) {
+			w.e.unindex(ctx, vers, w.u.key)
+		}
 		w.e.log.Info("cold partition reaped", "group", w.sub.group, "unit", w.u.name)
+	case -9:
+		// A publisher stopped between its append and the index write: index the
+		// partition on its behalf, then try again.
+		lane, _ := res[1].(string)
+		for i, l := range w.lanes {
+			if l == lane {
+				if err := indexPartition(ctx, w.e.rdb, k, w.u.laneCats[i], w.u.key, "reaper:"+randomToken(), nil); err != nil {
+					w.e.log.Warn("cannot index a partition whose publisher stopped early", "unit", w.u.name, "err", err)
+				}
+			}
+		}
+		w.reapAt = time.Now().Add(w.e.cfg.Timing.PollInterval)
 	case 0:
 		s, _ := res[1].(string)
 		ms, _ := strconv.ParseInt(s, 10, 64)
@@ -311,14 +354,27 @@ func (w *worker) reap() {
 func (w *worker) trim() {
 	n := len(w.lanes)
 	keys := make([]string, 0, 2+2*n)
-	keys = append(keys, w.leaseKey, SessionKey(w.owner))
+	keys = append(keys, w.leaseKey, w.liveKey)
 	keys = append(keys, w.lanes...)
 	for _, c := range w.u.laneCats {
-		keys = append(keys, GroupRegistry(c))
+		if w.e.keys.cluster {
+			keys = append(keys, w.leaseKey)
+		} else {
+			keys = append(keys, w.e.keys.GroupRegistry(c))
+		}
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()
-	res, err := scriptTrim.Run(ctx, w.e.rdb, keys, w.token, w.sub.group, w.consumer, n).Slice()
+	args := []any{w.token, w.sub.group, w.consumer, n, ""}
+	regs, err := w.e.registryArgs(ctx, w.u.laneCats)
+	var res []any
+	if err == nil {
+		if w.e.keys.cluster {
+			args[4] = "cluster"
+			args = append(args, regs...)
+		}
+		res, err = scriptTrim.Run(ctx, w.e.rdb, keys, args...).Slice()
+	}
 	w.sinceTrim = 0
 	if err != nil {
 		w.e.log.Warn("trim failed", "group", w.sub.group, "unit", w.u.name, "err", translateRedisErr(err))
@@ -436,7 +492,7 @@ func (w *worker) halt(ent entry, cause error) error {
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()
-	code, err := scriptHalt.Run(ctx, w.e.rdb, []string{w.leaseKey, SessionKey(w.owner), w.haltKey}, args...).Int64()
+	code, err := scriptHalt.Run(ctx, w.e.rdb, []string{w.leaseKey, w.liveKey, w.haltKey}, args...).Int64()
 	if err != nil {
 		w.retry = &ent
 		return translateRedisErr(err)
@@ -469,7 +525,7 @@ type drainResult struct {
 // drain calls drain.lua: ack w.unacked, then read (expect: "" or "{lane}|{id}").
 func (w *worker) drain(expect string) (drainResult, error) {
 	keys := make([]string, 0, 3+len(w.lanes))
-	keys = append(keys, w.leaseKey, SessionKey(w.owner), w.haltKey)
+	keys = append(keys, w.leaseKey, w.liveKey, w.haltKey)
 	keys = append(keys, w.lanes...)
 	args := []any{w.token, w.sub.group, w.consumer, w.e.cfg.BatchSize, expect}
 	for _, ids := range w.unackedByLane() {
@@ -610,7 +666,7 @@ func (w *worker) ack(ctx context.Context, lane int, ids []string) error {
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	n, err := scriptAck.Run(ctx, w.e.rdb, []string{w.leaseKey, SessionKey(w.owner), w.lanes[lane]}, args...).Int64()
+	n, err := scriptAck.Run(ctx, w.e.rdb, []string{w.leaseKey, w.liveKey, w.lanes[lane]}, args...).Int64()
 	if err != nil {
 		return translateRedisErr(err)
 	}

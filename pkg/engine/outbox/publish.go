@@ -296,9 +296,12 @@ func (r *Relay) routeRow(rw *row) error {
 			key := rw.key.String
 			rt.Key, rt.Index, rt.Stream = key, engine.PartitionIndex(rw.category), engine.PartitionStream(rw.category, key)
 			if d.LanesEnabled && rw.priority < d.LanesThreshold {
-				rt.Backfill, rt.Stream = true, engine.LaneStream(rw.category, key, r.o.suffix)
+				rt.Backfill, rt.Suffix, rt.Stream = true, r.o.suffix, engine.LaneStream(rw.category, key, r.o.suffix)
 			}
 		}
+	}
+	if kp, ok := r.cfg.Publisher.(interface{ Keys() engine.Keys }); ok {
+		rt = kp.Keys().Place(rt) // the stream names of the server it writes to
 	}
 	rw.route = rt
 	rw.event = engine.Event{ID: rw.eventID, Type: rw.typ, Category: rt.Category, Key: rt.Key, Data: []byte(rw.payload), Priority: rw.priority}

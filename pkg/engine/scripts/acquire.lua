@@ -18,7 +18,8 @@
 --
 -- KEYS[1]  lease key (string "{owner}:{generation}")
 -- KEYS[2]  generation counter of the group (string, INCR)
--- KEYS[3]  the caller's session key (string; must exist)
+-- KEYS[3]  the caller's session key (string; must exist); with a lease TTL (cluster
+--          mode) the lease key again, unread
 -- KEYS[4..3+g]  guard lease keys (strings, as KEYS[1]); none for a single-stream unit
 -- KEYS[4+g..]   the unit's lane streams: a new lease is granted only when one of them
 --               exists, so a discovery pass that read the index just before a reap never
@@ -27,6 +28,9 @@
 -- ARGV[1]  owner (the caller's session owner id)
 -- ARGV[2]  session key prefix (to check the current owner's liveness)
 -- ARGV[3]  g, the number of guard keys
+-- ARGV[4]  lease TTL in ms for Redis Cluster, where no script can read a session key in
+--          another slot: the lease and guards then carry this PX expiry and a lease is
+--          live while its key exists; "0" on a single node (session keys decide)
 --
 -- Consumer groups are created by drain.lua when the owner first reads a lane.
 -- Returns:
@@ -35,8 +39,25 @@
 --   {0, "owner:gen"}     held by a live owner (the lease or a guard)
 --   {-3}                 the caller's own session is gone (it must start a new one)
 --   {-4}                 none of the unit's lanes exists (reaped, or never published)
-if redis.call('EXISTS', KEYS[3]) == 0 then
+local px = tonumber(ARGV[4])
+if px == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
   return {-3}
+end
+
+-- alive reports whether a lease's owner is live: its session key exists, or with a lease
+-- TTL, the lease key exists at all.
+local function alive(owner)
+  if px > 0 then return true end
+  return redis.call('EXISTS', ARGV[2] .. owner) == 1
+end
+
+-- set writes a lease or guard value, with the lease TTL when there is one.
+local function set(key, v)
+  if px > 0 then
+    redis.call('SET', key, v, 'PX', px)
+  else
+    redis.call('SET', key, v)
+  end
 end
 
 -- held_by_other returns the value of a lease key held by another live owner, or nil.
@@ -45,7 +66,7 @@ local function held_by_other(key)
   if not cur then return nil end
   local owner = string.match(cur, '^(.*):%d+$')
   if owner == ARGV[1] then return nil end
-  if owner and redis.call('EXISTS', ARGV[2] .. owner) == 1 then return cur end
+  if owner and alive(owner) then return cur end
   return nil
 end
 
@@ -58,10 +79,11 @@ local cur = redis.call('GET', KEYS[1])
 if cur then
   local owner, g = string.match(cur, '^(.*):(%d+)$')
   if owner == ARGV[1] then
-    for i = 4, last_guard do redis.call('SET', KEYS[i], cur) end
+    set(KEYS[1], cur)
+    for i = 4, last_guard do set(KEYS[i], cur) end
     return {2, tonumber(g)}
   end
-  if owner and redis.call('EXISTS', ARGV[2] .. owner) == 1 then
+  if owner and alive(owner) then
     return {0, cur}
   end
 end
@@ -80,6 +102,6 @@ if gen < floor then
   redis.call('SET', KEYS[2], string.format('%d', gen))
 end
 local token = ARGV[1] .. ':' .. string.format('%d', gen)
-redis.call('SET', KEYS[1], token)
-for i = 4, last_guard do redis.call('SET', KEYS[i], token) end
+set(KEYS[1], token)
+for i = 4, last_guard do set(KEYS[i], token) end
 return {1, gen}

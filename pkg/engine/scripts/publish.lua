@@ -14,47 +14,63 @@
 -- sharded channel, which wakes the owner if it waits on the stream (nothing is sent for
 -- an event that was not appended).
 --
+-- On Redis Cluster the index and the control stream are in other slots: the script then
+-- only reports whether the partition's indexed mark is missing, and the publisher writes
+-- the index (and announces a new partition) after the append, then sets the mark (see
+-- Keys.IndexedMarkKey and the protocol in docs/concepts.md).
+--
 -- KEYS[1]  target stream (category, partition lane)
--- KEYS[2]  discovery index of the category (set), or "" when not partitioned
--- KEYS[3]  control stream
--- KEYS[4]  dedupe mark of the stream (hash: seq, id), or "" for none
--- KEYS[5]  event mark of this event id on this stream (string: entry id, PX window), or
---          "" for none
+-- KEYS[2]  discovery index of the category (set), written with flag "i"; else KEYS[1]
+-- KEYS[3]  control stream, written with flag "i"; else KEYS[1]
+-- KEYS[4]  dedupe mark of the stream (hash: seq, id), with flag "m"; else KEYS[1]
+-- KEYS[5]  event mark of this event id on this stream (string: entry id, PX window), with
+--          flag "e"; else KEYS[1]
 -- KEYS[6]  doorbell channel of the target stream (sharded pub/sub channel, not a key)
+-- KEYS[7]  indexed mark of the partition (string), read with flag "c"; else KEYS[1]
 -- ARGV[1]  partition key ("" when not partitioned)
 -- ARGV[2]  category
--- ARGV[3]  dedupe sequence (integer as text; ignored without KEYS[4])
--- ARGV[4]  event mark window in milliseconds (ignored without KEYS[5])
--- ARGV[5..] envelope field/value pairs (published_at is added here, Redis TIME in ms)
+-- ARGV[3]  dedupe sequence (integer as text; used with flag "m")
+-- ARGV[4]  event mark window in milliseconds (used with flag "e")
+-- ARGV[5]  flags: "i" index in this script (one node), "c" report the indexed mark
+--          (cluster), "m" dedupe mark, "e" event mark
+-- ARGV[6..] envelope field/value pairs (published_at is added here, Redis TIME in ms)
 -- Returns:
---   {1, id}   appended as entry id
---   {0, id}   not appended: the mark is already at or past this sequence, or the event
---             id was appended within the window; id is the entry appended before
-if KEYS[4] ~= '' then
+--   {1, id, x}  appended as entry id
+--   {0, id, x}  not appended: the mark is already at or past this sequence, or the event
+--               id was appended within the window; id is the entry appended before
+--   x is 1 when flag "c" is given and the indexed mark is missing (the publisher must
+--   write the index), else 0
+local flags = ARGV[5]
+local function has(f) return string.find(flags, f, 1, true) ~= nil end
+local x = 0
+if has('c') and redis.call('EXISTS', KEYS[7]) == 0 then
+  x = 1
+end
+if has('m') then
   local last = redis.call('HGET', KEYS[4], 'seq')
   if last and tonumber(last) >= tonumber(ARGV[3]) then
-    return {0, redis.call('HGET', KEYS[4], 'id') or ''}
+    return {0, redis.call('HGET', KEYS[4], 'id') or '', x}
   end
 end
-if KEYS[5] ~= '' then
+if has('e') then
   local prev = redis.call('GET', KEYS[5])
   if prev then
-    return {0, prev}
+    return {0, prev, x}
   end
 end
 local t = redis.call('TIME')
 local ms = tostring(t[1] * 1000 + math.floor(t[2] / 1000))
-local id = redis.call('XADD', KEYS[1], '*', 'published_at', ms, unpack(ARGV, 5))
-if KEYS[2] ~= '' then
+local id = redis.call('XADD', KEYS[1], '*', 'published_at', ms, unpack(ARGV, 6))
+if has('i') then
   if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', '1000', '*', 'op', 'partition', 'category', ARGV[2], 'key', ARGV[1])
   end
 end
-if KEYS[4] ~= '' then
+if has('m') then
   redis.call('HSET', KEYS[4], 'seq', ARGV[3], 'id', id)
 end
-if KEYS[5] ~= '' then
+if has('e') then
   redis.call('SET', KEYS[5], id, 'PX', ARGV[4])
 end
 redis.call('SPUBLISH', KEYS[6], id)
-return {1, id}
+return {1, id, x}

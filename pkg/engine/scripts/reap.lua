@@ -32,6 +32,24 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 local idle = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
+local cluster = ARGV[5] == 'cluster'
+
+-- registry returns the groups registered for lane i's category.
+local registries = {}
+if cluster then
+  local a = 6
+  for i = 1, n do
+    local m = tonumber(ARGV[a])
+    local names = {}
+    for j = 1, m do names[j] = ARGV[a + j] end
+    registries[i] = names
+    a = a + m + 1
+  end
+end
+local function registry(i)
+  if cluster then return registries[i] end
+  return redis.call('SMEMBERS', KEYS[3 + 2 * n + i])
+end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
@@ -53,6 +71,9 @@ end
 for i = 1, n do
   local lane = KEYS[3 + i]
   if redis.call('EXISTS', lane) == 1 then
+    if cluster and redis.call('EXISTS', KEYS[3 + n + i]) == 0 then
+      return {-9, lane}
+    end
     local last = redis.call('XREVRANGE', lane, '+', '-', 'COUNT', 1)
     if last[1] then
       local ms = parse(last[1][1])
@@ -66,7 +87,7 @@ for i = 1, n do
       for j = 1, #g, 2 do info[g[j]] = g[j + 1] end
       groups[info['name']] = info
     end
-    for _, name in ipairs(redis.call('SMEMBERS', KEYS[3 + 2 * n + i])) do
+    for _, name in ipairs(registry(i)) do
       local g = groups[name]
       if not g then
         return {-7, 'group ' .. name .. ' has never read ' .. lane}
@@ -82,7 +103,11 @@ for i = 1, n do
 end
 for i = 1, n do
   redis.call('DEL', KEYS[3 + i])
-  redis.call('SREM', KEYS[3 + n + i], ARGV[4])
+  if cluster then
+    redis.call('DEL', KEYS[3 + n + i])
+  else
+    redis.call('SREM', KEYS[3 + n + i], ARGV[4])
+  end
 end
 for i = 4 + 3 * n, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end

@@ -13,10 +13,12 @@
 -- ARGV[2]  consumer group
 -- ARGV[3]  expected head entry id
 -- ARGV[4]  "force" to act on a head that is not halted, else ""
--- ARGV[5]  wake-stream prefix (the owner's doorbell is prefix .. instance id)
+-- ARGV[5]  wake-stream prefix (the owner's doorbell is prefix .. instance id); "" on
+--          Redis Cluster, where the wake stream is in another slot: the caller wakes
+--          the owner from the lease value returned
 -- ARGV[6..] extra DLQ fields (field/value pairs: moved_by, reason ...)
 -- Returns:
---   {1, id}        done
+--   {1, id, lease} done; lease is the lease value of the unit ("" when none)
 --   {-4, head}     the head is not the expected entry (head is "" when there is none)
 --   {-5, head}     the head is not halted and force was not given
 --   {-6}           entry no longer in the stream (trimmed or deleted); nothing done
@@ -60,11 +62,11 @@ else
   redis.call('DEL', KEYS[1])
 end
 local lease = redis.call('GET', KEYS[4])
-if lease then
+if lease and ARGV[5] ~= '' then
   -- lease "{instance}.{incarnation}:{generation}": the doorbell is per instance.
   local instance = string.match(lease, '^(.*)%.%w+:%d+$')
   if instance then
     redis.call('XADD', ARGV[5] .. instance, 'MAXLEN', '~', '100', '*', 'op', 'resume', 'group', group, 'unit', KEYS[2])
   end
 end
-return {1, expect}
+return {1, expect, lease or ''}

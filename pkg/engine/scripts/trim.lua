@@ -8,16 +8,35 @@
 -- KEYS[1]        lease key
 -- KEYS[2]        the caller's session key
 -- KEYS[3..2+n]   lane streams
--- KEYS[3+n..2+2n] group registry of each lane's category
+-- KEYS[3+n..2+2n] group registry of each lane's category; on Redis Cluster, where the
+--                 registries are in other slots, the lease key again, unread
 -- ARGV[1]  token "{owner}:{generation}"
 -- ARGV[2]  consumer group
 -- ARGV[3]  the caller's consumer name
 -- ARGV[4]  n, the number of lanes
+-- ARGV[5]  "cluster" on Redis Cluster, else ""
+-- ARGV[6..] on Redis Cluster, for each lane: m, then the m groups of its category's
+--          registry as the caller read it
 -- Returns: {entries trimmed, consumers deleted}, or {-1} fenced
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 0 then
   return {-1}
 end
 local group, me, n = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local registries = {}
+if ARGV[5] == 'cluster' then
+  local a = 6
+  for i = 1, n do
+    local m = tonumber(ARGV[a])
+    local names = {}
+    for j = 1, m do names[j] = ARGV[a + j] end
+    registries[i] = names
+    a = a + m + 1
+  end
+end
+local function registry(i)
+  if registries[i] then return registries[i] end
+  return redis.call('SMEMBERS', KEYS[2 + n + i])
+end
 -- parse splits a stream id "ms-seq"; a bare "ms" (or anything else) is read leniently so
 -- that servers that report ids differently never break the comparison.
 local function parse(id)
@@ -49,7 +68,7 @@ for i = 1, n do
       if bound == nil or less(b, bound) then bound = b end
     end
     local complete = true
-    for _, name in ipairs(redis.call('SMEMBERS', KEYS[2 + n + i])) do
+    for _, name in ipairs(registry(i)) do
       if not present[name] then complete = false end
     end
     if complete and bound and bound ~= '0-0' then

@@ -1,0 +1,207 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis Cluster support of the engine. On a single node one session key per instance
+// carries every lease, and the fenced scripts read it; on Redis Cluster no script may read
+// a key in another slot, so each lease carries its own PX expiry (the lease TTL), the
+// scripts take the lease itself as the liveness key, the heartbeat renews the leases of
+// each node in one call (renew.lua), and what a single-node script writes in other slots
+// (the category index, the control and wake streams) is written by the caller after the
+// script, in the order docs/concepts.md states.
+
+// liveKey returns the key the fenced scripts check for the owner's liveness: its session
+// key on a single node, the unit's lease on Redis Cluster.
+func (e *Engine) liveKey(owner string, u unit) string {
+	if e.keys.cluster {
+		return e.keys.LeaseKey(u.name, u.sub.group)
+	}
+	return e.keys.SessionKey(owner)
+}
+
+// leasePX is acquire.lua's ARGV[4]: the lease TTL in ms on Redis Cluster, 0 on one node.
+func (e *Engine) leasePX() int64 {
+	if e.keys.cluster {
+		return e.cfg.Timing.LeaseTTL.Milliseconds()
+	}
+	return 0
+}
+
+// releaseLease gives a unit's lease back (release.lua), handing back the unstarted
+// entries given as (lane index, entry id, delivery count) triples, and announces the
+// release on the control stream (in the script on one node, after it on Redis Cluster).
+func (e *Engine) releaseLease(ctx context.Context, u unit, token, consumer string, unstarted ...any) error {
+	k := e.keys
+	lease := k.LeaseKey(u.name, u.sub.group)
+	ctrl, announce := k.ControlStream(), "1"
+	if k.cluster {
+		ctrl, announce = lease, "0"
+	}
+	keys := append(append([]string{lease, ctrl}, u.lanes...), u.guards...)
+	args := append([]any{token, u.sub.group, u.name, consumer, len(u.guards), announce}, unstarted...)
+	n, err := scriptRelease.Run(ctx, e.rdb, keys, args...).Int64()
+	if err != nil {
+		return translateRedisErr(err)
+	}
+	if n == 1 && k.cluster {
+		_ = e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.ControlStream(), MaxLen: 1000, Approx: true,
+			Values: []any{"op", "released", "group", u.sub.group, "unit", u.name}}).Err()
+	}
+	return codeErr(n)
+}
+
+// reapStep runs the test hook between the steps of a reap of unit on Redis Cluster
+// ("read-index", "reaped", and "done" at the end of every attempt); false stops the reap
+// there, as a crash would.
+func (e *Engine) reapStep(step, unit string) bool {
+	if f := e.reapHook.Load(); f != nil {
+		return (*f)(step, unit)
+	}
+	return true
+}
+
+// registryArgs reads, on Redis Cluster, the group registry of each lane's category and
+// returns the ARGV tail reap.lua and trim.lua take there: for each lane, m then m names.
+// On one node the scripts read the registries themselves: nil.
+func (e *Engine) registryArgs(ctx context.Context, cats []string) ([]any, error) {
+	if !e.keys.cluster {
+		return nil, nil
+	}
+	pipe := e.rdb.Pipeline()
+	cmds := map[string]*redis.StringSliceCmd{}
+	for _, c := range cats {
+		if cmds[c] == nil {
+			cmds[c] = pipe.SMembers(ctx, e.keys.GroupRegistry(c))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, translateRedisErr(err)
+	}
+	var args []any
+	for _, c := range cats {
+		names := cmds[c].Val()
+		args = append(args, len(names))
+		for _, n := range names {
+			args = append(args, n)
+		}
+	}
+	return args, nil
+}
+
+// indexVersions reads, on Redis Cluster, the index value of a partition key in each
+// category, before a reap: unindex.lua removes the key only if it is unchanged.
+func (e *Engine) indexVersions(ctx context.Context, cats []string, key string) (map[string]string, error) {
+	pipe := e.rdb.Pipeline()
+	cmds := map[string]*redis.StringCmd{}
+	for _, c := range cats {
+		if cmds[c] == nil {
+			cmds[c] = pipe.HGet(ctx, e.keys.PartitionIndex(c), key)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, translateRedisErr(err)
+	}
+	out := map[string]string{}
+	for c, cmd := range cmds {
+		out[c] = cmd.Val()
+	}
+	return out, nil
+}
+
+// unindex removes a reaped partition key from each category's index when the value is
+// still the one read before the reap (unindex.lua). A failure leaves the key indexed:
+// discovery finds no lane to lease (acquire.lua returns -4) and drops it from its view,
+// and the next reap of the key, if it comes back, removes it.
+func (e *Engine) unindex(ctx context.Context, vers map[string]string, key string) {
+	for c, v := range vers {
+		if v == "" {
+			continue
+		}
+		if err := scriptUnindex.Run(ctx, e.rdb, []string{e.keys.PartitionIndex(c)}, key, v).Err(); err != nil {
+			e.logs.warn("unindex", "reaped partition left in the index; it costs nothing but a failed lease attempt", "category", c, "key", key, "err", translateRedisErr(err))
+		}
+	}
+}
+
+// renewLeases renews, on Redis Cluster, every lease the instance's workers hold: one
+// renew.lua call per node, each lease renewed only while it holds the worker's token. A
+// lease found lost ends its worker at once. It reports whether every lease got an answer
+// (the caller extends the local lease deadline only then).
+func (e *Engine) renewLeases(ctx context.Context, in *incarnation) bool {
+	cc, ok := e.rdb.(*redis.ClusterClient)
+	if !ok {
+		return true
+	}
+	type held struct {
+		w   *worker
+		key string
+	}
+	var all []held
+	e.mu.Lock()
+	for _, w := range e.workers {
+		if w.inc != in {
+			continue
+		}
+		all = append(all, held{w, w.leaseKey})
+		for _, g := range w.u.guards {
+			all = append(all, held{w, g})
+		}
+	}
+	e.mu.Unlock()
+	byNode := map[string][]held{}
+	for _, h := range all {
+		addr := ""
+		if node, err := cc.MasterForKey(ctx, h.key); err == nil {
+			addr = node.Options().Addr
+		}
+		byNode[addr] = append(byNode[addr], h)
+	}
+	ttl := strconv.FormatInt(e.cfg.Timing.LeaseTTL.Milliseconds(), 10)
+	answered := true
+	run := func(hs []held) []int64 {
+		args := []any{ttl}
+		for _, h := range hs {
+			args = append(args, h.key, h.w.token)
+		}
+		res, err := scriptRenew.Run(ctx, e.rdb, []string{hs[0].key}, args...).Int64Slice()
+		if err != nil {
+			answered = false
+			e.logs.warn("renew:"+errorCause(translateRedisErr(err)), "lease renewal failed; the leases stay until the local deadline", "leases", len(hs), "err", translateRedisErr(err))
+			return nil
+		}
+		return res
+	}
+	for _, hs := range byNode {
+		res := run(hs)
+		for i, h := range hs {
+			if i >= len(res) {
+				break
+			}
+			switch res[i] {
+			case 0:
+				h.w.cancel() // the lease is not ours any more: stop touching the partition
+			case -1: // its slot moved: renew it where it is now
+				if one := run([]held{h}); len(one) == 1 && one[0] == 0 {
+					h.w.cancel()
+				} else if len(one) == 1 && one[0] == -1 {
+					answered = false
+				}
+			}
+		}
+	}
+	return answered
+}
+
+// IndexMembers queues the read of a category's indexed partition keys: SMEMBERS of the
+// set on one node, HKEYS of the hash on Redis Cluster (see Keys.PartitionIndex).
+func (k Keys) IndexMembers(ctx context.Context, c redis.Cmdable, category string) *redis.StringSliceCmd {
+	if k.cluster {
+		return c.HKeys(ctx, k.PartitionIndex(category))
+	}
+	return c.SMembers(ctx, k.PartitionIndex(category))
+}

@@ -1,0 +1,164 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+)
+
+// Issue 14, point 4: on Redis Cluster a publish (append; index write; indexed mark) and a
+// reap (read the index value; delete the idle partition; compare-and-remove it from the
+// index) are separate calls on different nodes. Every interleaving of the two is forced,
+// step by step, through the steps' hooks, along with a publisher that stops after its
+// append and a reaper that stops after its delete (as crashes would). In every case the
+// racing event is handled, and once everything settles a partition stream that exists is
+// in the index and marked.
+func TestReapNeverStrandsAPublishOnCluster(t *testing.T) {
+	tg := redisTarget{cl: redistest.StartCluster(t, 3)}
+	rdb := tg.client(t)
+	ks := KeysFor(rdb)
+	s := &sink{rdb: tg.client(t), instance: "i1"}
+	d := testDomain(t, s.handle, nil)
+	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
+		c.Timing = fastTiming(time.Second)
+		c.Timing.ReapIdle = 300 * time.Millisecond
+	})
+	ctx := context.Background()
+
+	// Points of the reap the publisher's steps are placed at: after the reaper read the
+	// index value (0), after it deleted the partition (1), after it unindexed it (2).
+	type tcase struct {
+		at        [3]int // where append, index write and mark happen
+		pubStops  bool   // the publisher stops after its append (then retries)
+		reapStops bool   // the reaper stops after its delete
+	}
+	var cases []tcase
+	for x := 0; x < 3; x++ {
+		for a := x; a < 3; a++ {
+			for m := a; m < 3; m++ {
+				cases = append(cases, tcase{at: [3]int{x, a, m}})
+			}
+		}
+		cases = append(cases, tcase{at: [3]int{x, 3, 3}, pubStops: true})
+		cases = append(cases, tcase{at: [3]int{x, x, x}, reapStops: true})
+	}
+	reapedCases := 0
+	for i, tc := range cases {
+		key := fmt.Sprintf("c%d", i)
+		name := fmt.Sprintf("%s append@%d index@%d mark@%d pubStops=%v reapStops=%v", key, tc.at[0], tc.at[1], tc.at[2], tc.pubStops, tc.reapStops)
+		stream := ks.PartitionStream("order", key)
+		publish(t, NewRedisBroker(rdb), d, key, 0, false)
+		waitFor(t, 5*time.Second, name+": first event handled", func() bool { return len(logOf(t, rdb, key)) == 1 })
+
+		// The reaper of this partition stops at each of its points until told to go on.
+		point := map[string]int{"read-index": 0, "reaped": 1, "done": 2}
+		reached := make(chan int)
+		resume := make(chan bool)
+		hook := func(step, unit string) bool {
+			if unit != stream {
+				return true // another partition's reap
+			}
+			reached <- point[step]
+			return <-resume
+		}
+		e.reapHook.Store(&hook)
+		wait := func(what string) int {
+			select {
+			case p := <-reached:
+				return p
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: the reap never reached %s", name, what)
+				return 0
+			}
+		}
+
+		// The publisher stops after each of its steps until told to go on; a publish
+		// that finds the partition marked has no step after its append.
+		pub := NewRedisBroker(rdb)
+		stepDone := make(chan struct{})
+		stepGo := make(chan bool)
+		pub.stepHook = func(string) bool {
+			stepDone <- struct{}{}
+			return <-stepGo
+		}
+		data, _ := json.Marshal(testPayload{Client: key, Seq: 1})
+		finished := make(chan error, 1)
+		over := false // the publish returned
+		next := 0     // its next step: 0 append, 1 index write, 2 mark
+		step := func() {
+			switch {
+			case over:
+			case next == 0:
+				go func() {
+					_, err := pub.Publish(ctx, d, "OrderPlaced", data, PublishOptions{ID: "race-" + key})
+					finished <- err
+				}()
+			default:
+				stepGo <- !(tc.pubStops && next == 1)
+			}
+			if !over {
+				select {
+				case <-stepDone:
+				case err := <-finished:
+					if err != nil {
+						t.Fatalf("%s: publish: %v", name, err)
+					}
+					over = true
+				}
+			}
+			next++
+		}
+		stepsAt := func(p int) {
+			for next < 3 && tc.at[next] == p {
+				step()
+			}
+		}
+
+		if wait("its index read") != 0 {
+			t.Fatalf("%s: the reap did not start by reading the index", name)
+		}
+		stepsAt(0)
+		resume <- true
+		if wait("its delete") == 1 { // it deleted the partition
+			reapedCases++
+			stepsAt(1)
+			resume <- !tc.reapStops
+			wait("its end")
+		}
+		stepsAt(1)
+		stepsAt(2)
+		e.reapHook.Store(nil)
+		resume <- true
+		for !over {
+			step()
+		}
+		if tc.pubStops {
+			// The caller got no answer and publishes again with the same event id: a
+			// duplicate append, but one that writes the index.
+			if _, err := NewRedisBroker(rdb).Publish(ctx, d, "OrderPlaced", data, PublishOptions{ID: "race-" + key}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Both are over, and no other reap of the partition may start: a stream that
+		// exists must be in the index (else only this instance's memory of the key
+		// would find it again) and marked.
+		hold := func(step, unit string) bool { return unit != stream }
+		e.reapHook.Store(&hold)
+		exists := rdb.Exists(ctx, stream).Val() == 1
+		marked := rdb.Exists(ctx, ks.IndexedMarkKey(stream)).Val() == 1
+		if exists && !(isIndexed(t, rdb, "order", key) && marked) {
+			t.Errorf("%s: the stream exists but indexed=%v marked=%v", name, isIndexed(t, rdb, "order", key), marked)
+		}
+		waitFor(t, 10*time.Second, name+": racing event handled", func() bool { return len(logOf(t, rdb, key)) >= 2 })
+		e.reapHook.Store(nil)
+		t.Logf("%s: stream exists=%v, handled %v", name, exists, logOf(t, rdb, key))
+	}
+	// The cases where the append comes after the delete must have raced a real reap.
+	if reapedCases < len(cases)/2 {
+		t.Errorf("only %d of %d cases deleted the partition: the interleavings were not forced", reapedCases, len(cases))
+	}
+}
