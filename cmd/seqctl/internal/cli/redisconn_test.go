@@ -136,22 +136,35 @@ func TestResolveRedisCluster(t *testing.T) {
 	}
 }
 
-// The global --cluster flag reaches every command's options, and its help teaches the
-// URL form.
+// The global --cluster flag reaches the commands' options (seqctl dev, which runs on
+// one Redis, refuses it), and its help teaches the URL form.
 func TestClusterFlag(t *testing.T) {
-	var got *RunOptions
-	f := &Factory{IOStreams: mustTestIOStreams()}
-	root := newRootCommand()
-	addGlobalFlags(root, f)
-	root.AddCommand(newCmdRun(f, func(o *RunOptions) error { got = o; return nil }))
-	root.SetArgs([]string{"run", "--cluster", "--redis-url", "redis://h:7000?addr=h:7001"})
-	root.SetOut(io.Discard)
-	root.SetErr(io.Discard)
-	if err := root.Execute(); err != nil {
+	const url = "redis://h:7000?addr=h:7001"
+	f := testFactory()
+	var run *RunOptions
+	if err := parseOps(t, f, "", newCmdRun(f, func(o *RunOptions) error { run = o; return nil }), "--cluster", "--redis-url", url); err != nil {
 		t.Fatal(err)
 	}
-	if got == nil || !got.RedisCluster || got.RedisURL != "redis://h:7000?addr=h:7001" {
-		t.Fatalf("run options %+v, want --cluster and the URL", got)
+	if run == nil || !run.RedisCluster || run.RedisURL != url {
+		t.Errorf("run options %+v, want --cluster and the URL", run)
+	}
+	f = testFactory()
+	var pub *PublishOptions
+	if err := parseOps(t, f, "", newCmdPublish(f, func(o *PublishOptions) error { pub = o; return nil }), "--cluster", "--event", "E", "--data", "{}"); err != nil {
+		t.Fatal(err)
+	}
+	if pub == nil || !pub.RedisCluster {
+		t.Errorf("publish options %+v, want --cluster", pub)
+	}
+	f = testFactory()
+	_ = parseOps(t, f, "", newCmdRelay(f), "--cluster", "--redis-url", url, "--config", "/nonexistent/domain.toml") // fails to load the config
+	if got := f.Global.redisFlags(); got != (redisFlags{URL: url, Cluster: true}) {
+		t.Errorf("relay: connection flags %+v", got)
+	}
+	f = testFactory()
+	err := parseOps(t, f, "", newCmdDev(f, func(*DevOptions) error { return nil }), "--cluster")
+	if ExitCode(err) != ExitUsage || !strings.Contains(err.Error(), "drop --cluster") {
+		t.Errorf("dev --cluster: %v (exit %d), want a usage error", err, ExitCode(err))
 	}
 
 	res := runCLI(t, false, "partitions", "list", "--help")
@@ -166,11 +179,6 @@ func TestClusterFlag(t *testing.T) {
 	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "$"+EnvRedisCluster) {
 		t.Errorf("bad %s: exit %d, stderr %q; want exit 2 naming the variable", EnvRedisCluster, res.Code, res.Stderr)
 	}
-}
-
-func mustTestIOStreams() *IOStreams {
-	ios, _, _, _ := NewTestIOStreams()
-	return ios
 }
 
 // The operator commands never have go-redis resend a request: one node gets
