@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -57,11 +59,15 @@ type Config struct {
 
 // BrokerConfig is the [broker] table.
 type BrokerConfig struct {
-	// Kind is "redis" (default; advertises STREAM_PARTITIONING) or "inline" (in process,
-	// for tests; sequential_by is an accepted no-op there).
+	// Kind is "redis" (default; advertises STREAM_PARTITIONING), "redis-cluster" (the
+	// same broker on a Redis Cluster) or "inline" (in process, for tests; sequential_by
+	// is an accepted no-op there).
 	Kind string
 	// URL is the Redis URL (url; default "redis://127.0.0.1:6379/0"; SEQCTL_REDIS_URL
-	// overrides it). Ignored by the inline broker.
+	// overrides it). For "redis-cluster" it is go-redis's cluster form, one seed address
+	// in the authority and more as addr parameters:
+	// redis://[user:password@]host:port?addr=host:port&addr=host:port (rediss:// for
+	// TLS). Ignored by the inline broker.
 	URL string
 	// MinReplicas is how many Redis replicas must acknowledge a lease grant before its
 	// partition is worked, an operator action before it is reported done, and an outbox
@@ -77,6 +83,51 @@ type BrokerConfig struct {
 	// files are read (and checked) when the config is parsed; relative paths are relative
 	// to the working directory.
 	TLS TLSConfig
+}
+
+// IsRedis reports whether the broker is Redis, one node or a cluster: the kinds that
+// need a URL and a Redis connection.
+func (b BrokerConfig) IsRedis() bool {
+	return b.Kind == BrokerKindRedis || b.Kind == BrokerKindRedisCluster
+}
+
+// IsCluster reports whether the broker is a Redis Cluster.
+func (b BrokerConfig) IsCluster() bool { return b.Kind == BrokerKindRedisCluster }
+
+// ClusterURLForm is the form of a Redis Cluster URL, for messages.
+const ClusterURLForm = "redis://[user:password@]HOST:PORT?addr=HOST:PORT&addr=HOST:PORT (rediss:// for TLS)"
+
+// ParseClusterURL parses a Redis Cluster URL (see BrokerConfig.URL) with go-redis's
+// redis.ParseClusterURL, and also refuses a database other than 0, which go-redis
+// would ignore: a cluster has only database 0. A rediss:// URL gets TLS 1.2 at least,
+// as redis.ParseURL gives one node. Its errors may quote the URL, password included:
+// redact them before showing them.
+func ParseClusterURL(raw string) (*redis.ClusterOptions, error) {
+	opt, err := redis.ParseClusterURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	if db := clusterURLDB(raw); db != "" {
+		return nil, fmt.Errorf("database %s selected, but a Redis Cluster has only database 0: remove /%s", db, db)
+	}
+	if opt.TLSConfig != nil && opt.TLSConfig.MinVersion == 0 {
+		opt.TLSConfig.MinVersion = tls.VersionTLS12
+	}
+	return opt, nil
+}
+
+// clusterURLDB returns the database a URL's path selects when it is not 0 ("" for
+// none, "/", "/0").
+func clusterURLDB(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	db := strings.Trim(u.Path, "/")
+	if db == "" || db == "0" {
+		return ""
+	}
+	return db
 }
 
 // ServerConfig is the [server] table.
@@ -564,11 +615,11 @@ func (c *Config) initProblemPath(msg string) cfgPath {
 }
 
 // ConfiguredBroker describes a broker by its configured kind, for Domain.Init before a
-// real broker is connected: "redis" advertises StreamPartitioning, every other kind
-// advertises nothing (Init accepts "inline" as a no-op and rejects the rest when a
-// handler asks for sequential_by).
+// real broker is connected: "redis" and "redis-cluster" advertise StreamPartitioning,
+// every other kind advertises nothing (Init accepts "inline" as a no-op and rejects the
+// rest when a handler asks for sequential_by).
 func ConfiguredBroker(kind string) BrokerInfo {
-	if kind == BrokerKindRedis {
+	if (BrokerConfig{Kind: kind}).IsRedis() {
 		return staticBroker{kind: kind, caps: []Capability{StreamPartitioning}}
 	}
 	return staticBroker{kind: kind}

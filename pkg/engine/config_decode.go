@@ -116,7 +116,7 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 		}
 		if k, ok := t.str("kind"); ok {
 			switch k {
-			case BrokerKindRedis, BrokerKindInline:
+			case BrokerKindRedis, BrokerKindRedisCluster, BrokerKindInline:
 				b.Kind = k
 			default:
 				d.problem(t.path.key("kind"), "unknown broker kind %q; use \"redis\" (partitioned, production) or \"inline\" (in process, for tests)", k)
@@ -131,7 +131,10 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 	if env := d.getenv(EnvRedisURL); env != "" {
 		b.URL, source = env, EnvRedisURL+" (which overrides broker.url)"
 	}
-	if b.Kind == BrokerKindRedis {
+	switch b.Kind {
+	case BrokerKindRedisCluster:
+		d.clusterURL(urlPath, source, b.URL)
+	case BrokerKindRedis:
 		// The URL may hold a password: problems never echo it.
 		u, err := url.Parse(b.URL)
 		switch {
@@ -144,6 +147,27 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 		}
 	}
 	return b
+}
+
+// clusterURL checks the URL of a "redis-cluster" broker: go-redis's cluster form, a
+// seed address and more as addr parameters. The URL may hold a password: problems never
+// echo it, and go-redis's reasons are redacted.
+func (d *cfgDecoder) clusterURL(path cfgPath, source, raw string) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		d.problem(path, "%s is not a valid URL; write a Redis Cluster URL: %s", source, ClusterURLForm)
+		return
+	case u.Scheme != "redis" && u.Scheme != "rediss":
+		d.problem(path, "%s has scheme %q; write a Redis Cluster URL: %s", source, u.Scheme, ClusterURLForm)
+		return
+	case u.Host == "":
+		d.problem(path, "%s has no host; write a Redis Cluster URL: %s", source, ClusterURLForm)
+		return
+	}
+	if _, err := ParseClusterURL(raw); err != nil {
+		d.problem(path, "%s is not a Redis Cluster URL (%s); write %s", source, strings.TrimPrefix(redact.Error(err, raw).Error(), "redis: "), ClusterURLForm)
+	}
 }
 
 // brokerTLS decodes [broker.tls] and reads its files, so a missing CA or a key that

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -230,6 +231,109 @@ func TestParseConfigReplicas(t *testing.T) {
 			}
 		})
 	}
+}
+
+// [broker] kind = "redis-cluster" takes go-redis's cluster URL form; every other
+// [broker] key means what it means for "redis".
+func TestParseConfigRedisCluster(t *testing.T) {
+	type want struct {
+		Addrs              []string
+		Username, Password string
+		TLS                bool
+		ServerName         string
+		MinReplicas        int
+	}
+	tests := []struct {
+		name   string
+		broker string
+		want   want
+	}{
+		{"three addresses", `url = "redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002"`,
+			want{Addrs: []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}}},
+		{"one seed is enough", `url = "redis://redis-0.redis:6379"`, want{Addrs: []string{"redis-0.redis:6379"}}},
+		{"database 0 is allowed", `url = "redis://h:7000/0?addr=h:7001"`, want{Addrs: []string{"h:7000", "h:7001"}}},
+		{"user and password", `url = "redis://app:p%40ss@h:7000?addr=h:7001"`,
+			want{Addrs: []string{"h:7000", "h:7001"}, Username: "app", Password: "p@ss"}},
+		{"rediss turns TLS on, the seed's host as server name", `url = "rediss://:pw@redis.internal:6380?addr=10.0.0.2:6380"`,
+			want{Addrs: []string{"redis.internal:6380", "10.0.0.2:6380"}, Password: "pw", TLS: true, ServerName: "redis.internal"}},
+		{"default URL", ``, want{Addrs: []string{"127.0.0.1:6379"}}},
+		{"min_replicas applies", "url = \"redis://h:7000\"\nmin_replicas = 1", want{Addrs: []string{"h:7000"}, MinReplicas: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := cfgMustParse(t, "name = \"x\"\n[broker]\nkind = \"redis-cluster\"\n"+tt.broker+"\n")
+			if cfg.Broker.Kind != BrokerKindRedisCluster || !cfg.Broker.IsRedis() || !cfg.Broker.IsCluster() {
+				t.Fatalf("broker kind %q, IsRedis %v, IsCluster %v", cfg.Broker.Kind, cfg.Broker.IsRedis(), cfg.Broker.IsCluster())
+			}
+			if !cfg.BrokerInfo().Has(StreamPartitioning) {
+				t.Errorf("the redis-cluster broker does not advertise %s", StreamPartitioning)
+			}
+			opt, err := ParseClusterURL(cfg.Broker.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := want{Addrs: opt.Addrs, Username: opt.Username, Password: opt.Password, TLS: opt.TLSConfig != nil, MinReplicas: cfg.Broker.MinReplicas}
+			if opt.TLSConfig != nil {
+				got.ServerName = opt.TLSConfig.ServerName
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("cluster options (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	for _, kind := range []string{"redis", "inline"} {
+		cfg := cfgMustParse(t, "name = \"x\"\n[broker]\nkind = \""+kind+"\"\n")
+		if cfg.Broker.IsCluster() || cfg.Broker.IsRedis() != (kind == "redis") {
+			t.Errorf("kind %q: IsRedis %v, IsCluster %v", kind, cfg.Broker.IsRedis(), cfg.Broker.IsCluster())
+		}
+	}
+}
+
+// A bad Redis Cluster URL is a problem at broker.url that names the form to write and
+// never echoes the password.
+func TestParseConfigRedisClusterProblems(t *testing.T) {
+	tests := []struct {
+		name     string
+		url      string
+		contains []string
+	}{
+		{"unix socket", "unix:///run/redis.sock", []string{`scheme "unix"`, ClusterURLForm}},
+		{"http", "http://h:7000", []string{`scheme "http"`, "?addr=HOST:PORT"}},
+		{"no host", "redis://", []string{"no host", ClusterURLForm}},
+		{"a database other than 0", "redis://:s3cret@h:7000/2?addr=h:7001", []string{"only database 0", "remove /2", ClusterURLForm}},
+		{"bad addr parameter", "redis://:s3cret@h:7000?addr=h7001", []string{"not a Redis Cluster URL", "addr param: h7001", ClusterURLForm}},
+		{"unknown parameter", "redis://:s3cret@h:7000?adr=h:7001", []string{"unexpected option: adr", ClusterURLForm}},
+		{"unparsable password", "redis://:s3cret%zz@h:7000?addr=h:7001", []string{"not a valid URL", ClusterURLForm}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := cfgProblemsOf(t, fmt.Sprintf("name = \"x\"\n[broker]\nkind = \"redis-cluster\"\nurl = %q\n", tt.url))
+			if len(got) != 1 || got[0].Path != "broker.url" || got[0].Line != 4 {
+				t.Fatalf("problems %v, want one at broker.url on line 4", got)
+			}
+			for _, frag := range tt.contains {
+				if !strings.Contains(got[0].Message, frag) {
+					t.Errorf("problem %q does not contain %q", got[0].Message, frag)
+				}
+			}
+			if strings.Contains(got[0].Message, "s3cret") {
+				t.Errorf("problem %q shows the password", got[0].Message)
+			}
+		})
+	}
+
+	t.Run("from the environment", func(t *testing.T) {
+		_, err := parseConfig("domain.toml", []byte("name = \"x\"\n[broker]\nkind = \"redis-cluster\"\n"), func(k string) string {
+			if k == EnvRedisURL {
+				return "redis://:s3cret@h:7000/5"
+			}
+			return ""
+		})
+		if err == nil || !strings.Contains(err.Error(), EnvRedisURL) || !strings.Contains(err.Error(), "only database 0") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("err = %v, want a problem naming %s, without the password", err, EnvRedisURL)
+		}
+	})
 }
 
 func TestParseConfigConcurrency(t *testing.T) {
@@ -788,6 +892,7 @@ func TestConfiguredBroker(t *testing.T) {
 		want bool
 	}{
 		{BrokerKindRedis, true},
+		{BrokerKindRedisCluster, true},
 		{BrokerKindInline, false},
 		{"kafka", false},
 	}

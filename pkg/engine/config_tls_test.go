@@ -2,6 +2,7 @@ package engine
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
 )
@@ -78,6 +80,67 @@ func TestParseConfigBrokerTLS(t *testing.T) {
 						t.Errorf("problem %q does not contain %q", got[i].Message, frag)
 					}
 				}
+			}
+		})
+	}
+}
+
+// ApplyClusterTLS configures a cluster client as ApplyTLS does one node: the same
+// settings give the same tls.Config, with the URL's first host as the server name.
+func TestApplyClusterTLS(t *testing.T) {
+	f := redistest.WriteTLSFiles(t, t.TempDir())
+	tests := []struct {
+		name       string
+		nodeURL    string
+		clusterURL string
+		c          TLSConfig
+		wantTLS    bool
+		serverName string
+		certs      int
+		wantErr    string
+	}{
+		{name: "plain, no settings", nodeURL: "redis://h1:7000/0", clusterURL: "redis://h1:7000?addr=h2:7001"},
+		{name: "rediss alone keeps go-redis's config", nodeURL: "rediss://h1:7000/0", clusterURL: "rediss://h1:7000?addr=h2:7001", wantTLS: true, serverName: "h1"},
+		{name: "a CA turns TLS on for redis://", nodeURL: "redis://h1:7000/0", clusterURL: "redis://h1:7000?addr=h2:7001", c: TLSConfig{CAFile: f.CA}, wantTLS: true, serverName: "h1"},
+		{name: "server name and client certificate", nodeURL: "rediss://h1:7000/0", clusterURL: "rediss://h1:7000?addr=h2:7001",
+			c: TLSConfig{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey, ServerName: "redis.internal"}, wantTLS: true, serverName: "redis.internal", certs: 1},
+		{name: "bad setting", nodeURL: "rediss://h1:7000/0", clusterURL: "rediss://h1:7000?addr=h2:7001", c: TLSConfig{MinVersion: "1.0"}, wantErr: TLSSettingMinVersion},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			node, err := redis.ParseURL(tt.nodeURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cluster, err := ParseClusterURL(tt.clusterURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nerr, cerr := tt.c.ApplyTLS(node), tt.c.ApplyClusterTLS(cluster)
+			if tt.wantErr != "" {
+				var te *TLSError
+				if !errors.As(cerr, &te) || te.Setting != tt.wantErr || fmt.Sprint(nerr) != fmt.Sprint(cerr) {
+					t.Fatalf("cluster err %v, node err %v; want the same *TLSError for %s", cerr, nerr, tt.wantErr)
+				}
+				return
+			}
+			if nerr != nil || cerr != nil {
+				t.Fatalf("node err %v, cluster err %v", nerr, cerr)
+			}
+			tc := cluster.TLSConfig
+			if (tc != nil) != tt.wantTLS || (node.TLSConfig != nil) != tt.wantTLS {
+				t.Fatalf("cluster TLS %v, node TLS %v, want %v", tc != nil, node.TLSConfig != nil, tt.wantTLS)
+			}
+			if tc == nil {
+				return
+			}
+			if tc.ServerName != tt.serverName || len(tc.Certificates) != tt.certs || (tt.c.CAFile != "") != (tc.RootCAs != nil) {
+				t.Errorf("cluster tls.Config: server name %q, %d certificates, roots %v", tc.ServerName, len(tc.Certificates), tc.RootCAs != nil)
+			}
+			n := node.TLSConfig
+			if n.ServerName != tc.ServerName || n.MinVersion != tc.MinVersion || len(n.Certificates) != len(tc.Certificates) || (n.RootCAs != nil) != (tc.RootCAs != nil) {
+				t.Errorf("node and cluster differ: node (%q, %x, %d certs) cluster (%q, %x, %d certs)",
+					n.ServerName, n.MinVersion, len(n.Certificates), tc.ServerName, tc.MinVersion, len(tc.Certificates))
 			}
 		})
 	}

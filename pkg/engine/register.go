@@ -15,8 +15,11 @@ const StreamPartitioning Capability = "STREAM_PARTITIONING"
 
 // Broker kinds known to registration.
 const (
-	BrokerKindRedis  = "redis"
-	BrokerKindInline = "inline"
+	BrokerKindRedis = "redis"
+	// BrokerKindRedisCluster is the Redis broker on a Redis Cluster: the same streams
+	// and scripts, reached through a cluster client that follows MOVED and ASK.
+	BrokerKindRedisCluster = "redis-cluster"
+	BrokerKindInline       = "inline"
 )
 
 // BrokerInfo is what Domain.Init needs to know about the target broker.

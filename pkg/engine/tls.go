@@ -140,20 +140,42 @@ func readTLSFile(setting, path string) ([]byte, error) {
 // TLS (a rediss:// URL), whose server name it keeps unless c names one. It leaves a
 // plain connection alone when c is zero.
 func (c TLSConfig) ApplyTLS(opt *redis.Options) error {
-	if c.IsZero() {
-		return nil
-	}
-	name := ""
-	if opt.TLSConfig != nil {
-		name = opt.TLSConfig.ServerName
-	}
-	if name == "" {
-		name, _, _ = net.SplitHostPort(opt.Addr)
-	}
-	tc, err := c.ClientConfig(name)
+	tc, err := c.apply(opt.TLSConfig, opt.Addr)
 	if err != nil {
 		return err
 	}
 	opt.TLSConfig = tc
 	return nil
+}
+
+// ApplyClusterTLS is ApplyTLS for a Redis Cluster client. One tls.Config serves every
+// node of the cluster, so each node's certificate must carry the same server name: the
+// host of the URL (its first address) unless c names one.
+func (c TLSConfig) ApplyClusterTLS(opt *redis.ClusterOptions) error {
+	addr := ""
+	if len(opt.Addrs) > 0 {
+		addr = opt.Addrs[0]
+	}
+	tc, err := c.apply(opt.TLSConfig, addr)
+	if err != nil {
+		return err
+	}
+	opt.TLSConfig = tc
+	return nil
+}
+
+// apply returns the client's tls.Config with c applied: current unchanged when c is
+// zero, else c's config with current's server name, or addr's host, as the default name.
+func (c TLSConfig) apply(current *tls.Config, addr string) (*tls.Config, error) {
+	if c.IsZero() {
+		return current, nil
+	}
+	name := ""
+	if current != nil {
+		name = current.ServerName
+	}
+	if name == "" {
+		name, _, _ = net.SplitHostPort(addr)
+	}
+	return c.ClientConfig(name)
 }

@@ -63,6 +63,8 @@ With --redis-url the demo runs on that Redis instead of the embedded one.`,
 				return &ExitError{Code: ExitUsage, Err: errors.New("--instances must be at least 1")}
 			case opts.Duration < 0 || opts.Every <= 0:
 				return &ExitError{Code: ExitUsage, Err: errors.New("--duration must not be negative and --every must be positive")}
+			case opts.Global.RedisCluster:
+				return &ExitError{Code: ExitUsage, Err: errors.New("seqctl dev runs on one Redis (the embedded one, or --redis-url's), not on a Redis Cluster: drop --cluster")}
 			}
 			if runF != nil {
 				return runF(opts)

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
@@ -31,6 +30,9 @@ type GlobalOptions struct {
 	// RedisURL is --redis-url; "" means $SEQCTL_REDIS_URL, else the config's broker.url,
 	// else DefaultRedisURL.
 	RedisURL string
+	// RedisCluster is --cluster: connect to a Redis Cluster. $SEQCTL_REDIS_CLUSTER and
+	// the config's [broker] kind = "redis-cluster" ask for it too (see resolveRedis).
+	RedisCluster bool
 	// RedisTLS are the --redis-tls-* flags; each empty one falls back to its
 	// SEQCTL_REDIS_TLS_* variable, then to the config's [broker.tls].
 	RedisTLS engine.TLSConfig
@@ -46,6 +48,9 @@ type GlobalOptions struct {
 const (
 	// EnvRedisPassword is the Redis password when the URL carries none.
 	EnvRedisPassword = "SEQCTL_REDIS_PASSWORD"
+	// EnvRedisCluster ("1", "true" or "yes") connects to a Redis Cluster, as --cluster
+	// does.
+	EnvRedisCluster = "SEQCTL_REDIS_CLUSTER"
 	// EnvRedisTLSCA and the other SEQCTL_REDIS_TLS_* variables stand in for the
 	// --redis-tls-* flags; EnvRedisTLSInsecure ("true") accepts any server certificate,
 	// with a warning at every start.
@@ -65,6 +70,7 @@ func addGlobalFlags(cmd *cobra.Command, f *Factory) {
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.Global.ConfigPath, "config", "", "domain.toml to take categories and handlers from (default: discover them in Redis)")
 	pf.StringVar(&f.Global.RedisURL, "redis-url", "", "Redis URL, rediss:// for TLS (default: $SEQCTL_REDIS_URL, else the config's broker.url, else "+DefaultRedisURL+")")
+	pf.BoolVar(&f.Global.RedisCluster, "cluster", false, "connect to a Redis Cluster; --redis-url then names a seed node and more with addr, e.g. redis://10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000 (default: $"+EnvRedisCluster+"=1, or the config's [broker] kind = \"redis-cluster\")")
 	pf.StringVar(&f.Global.RedisTLS.CAFile, "redis-tls-ca", "", "PEM file of the CA that signed Redis's certificate; turns TLS on (default: $"+EnvRedisTLSCA+", else [broker.tls] ca_file, else the system roots)")
 	pf.StringVar(&f.Global.RedisTLS.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis's tls-auth-clients, with --redis-tls-key (default: $"+EnvRedisTLSCert+", else [broker.tls] cert_file)")
 	pf.StringVar(&f.Global.RedisTLS.KeyFile, "redis-tls-key", "", "PEM private key of --redis-tls-cert (default: $"+EnvRedisTLSKey+", else [broker.tls] key_file)")
@@ -116,8 +122,9 @@ func (f *Factory) openAdmin(ctx context.Context) (Admin, func(), error) {
 	return connectAdmin(ctx, f.Global, os.Getenv, f.IOStreams.ErrOut)
 }
 
-// connectAdmin loads the config (when given), resolves the Redis URL, password and TLS
-// settings, connects and checks the connection with a PING. Warnings go to errOut.
+// connectAdmin loads the config (when given), resolves the connection (see
+// resolveRedis), connects and checks the connection with a PING (to every master of a
+// cluster). Warnings go to errOut.
 func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string, errOut io.Writer) (Admin, func(), error) {
 	var cfg *engine.Config
 	opts := admin.Options{}
@@ -130,61 +137,32 @@ func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) stri
 			return nil, nil, err
 		}
 	}
-	ropt, shown, err := redisOptions(g.RedisURL, g.RedisTLS, cfg, getenv)
+	conn, err := resolveRedis(g.redisFlags(), cfg, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
-	warnInsecureTLS(ropt, func(msg string) { fmt.Fprintln(errOut, "seqctl: warning: "+msg) })
+	warnInsecureTLS(conn.tlsConfig(), func(msg string) { fmt.Fprintln(errOut, "seqctl: warning: "+msg) })
 	// No automatic retries: a compare-and-act whose reply was lost would run again and
 	// report "head moved" for the operator's own success. Fail fast and say so instead.
-	ropt.MaxRetries = -1
+	conn.noRetries()
 	routeRedisLogs(nil) // the errors that matter are returned; drop go-redis's own lines
-	rdb := redis.NewClient(ropt)
+	rdb := conn.newClient()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
+	if err := conn.ping(pctx, rdb); err != nil {
 		_ = rdb.Close()
-		if msg := tlsProblem(err, shown); msg != "" {
+		if msg := tlsProblem(err, conn.where()); msg != "" {
 			return nil, nil, errors.New(msg)
 		}
-		if msg := plainToTLSProblem(err, ropt, shown); msg != "" {
+		if msg := plainToTLSProblem(err, conn); msg != "" {
 			return nil, nil, errors.New(msg)
 		}
-		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %v (set --redis-url or %s)", shown, err, engine.EnvRedisURL)
+		if msg := notClusterProblem(err, conn); msg != "" {
+			return nil, nil, errors.New(msg)
+		}
+		return nil, nil, fmt.Errorf("cannot reach %s: %v (set --redis-url or %s)", conn.where(), err, engine.EnvRedisURL)
 	}
 	return admin.New(rdb, opts), func() { _ = rdb.Close() }, nil
-}
-
-// redisOptions resolves the Redis URL (--redis-url, else $SEQCTL_REDIS_URL, else the
-// config's broker.url, else DefaultRedisURL), the password (the URL's, else
-// $SEQCTL_REDIS_PASSWORD) and the TLS settings (see resolveTLS). shown is the URL with
-// its password masked, for messages.
-func redisOptions(flag string, tlsFlags engine.TLSConfig, cfg *engine.Config, getenv func(string) string) (opt *redis.Options, shown string, err error) {
-	raw, from := flag, "--redis-url"
-	switch {
-	case raw != "":
-	case getenv(engine.EnvRedisURL) != "":
-		raw, from = getenv(engine.EnvRedisURL), engine.EnvRedisURL
-	case cfg != nil && cfg.Broker.URL != "":
-		raw, from = cfg.Broker.URL, cfg.File+": broker.url"
-	default:
-		raw, from = DefaultRedisURL, "the default"
-	}
-	shown = maskURL(raw)
-	opt, err = redis.ParseURL(raw)
-	if err != nil {
-		return nil, shown, &ExitError{Code: ExitUsage, Err: fmt.Errorf("invalid Redis URL %s (from %s): %v; want redis://[user:password@]host:port/db or rediss:// for TLS", shown, from, redact.Error(err, raw))}
-	}
-	if opt.Password == "" {
-		opt.Password = getenv(EnvRedisPassword)
-	}
-	if err := resolveTLS(tlsFlags, cfg, getenv).ApplyTLS(opt); err != nil {
-		return nil, shown, &ExitError{Code: ExitUsage, Err: tlsSettingError(err, tlsFlags, cfg, getenv)}
-	}
-	opt.DialTimeout = 5 * time.Second
-	opt.ReadTimeout = 30 * time.Second
-	opt.WriteTimeout = 30 * time.Second
-	return opt, shown, nil
 }
 
 // maskURL hides the secrets of a URL (its password, even when it does not parse, and

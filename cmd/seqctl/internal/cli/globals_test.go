@@ -38,7 +38,7 @@ func TestRedisOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opt, _, err := redisOptions(tt.flag, engine.TLSConfig{}, tt.cfg, func(k string) string { return tt.env[k] })
+			conn, err := resolveRedis(redisFlags{URL: tt.flag}, tt.cfg, func(k string) string { return tt.env[k] })
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || ExitCode(err) != ExitUsage {
 					t.Fatalf("err = %v (exit %d), want a usage error containing %q", err, ExitCode(err), tt.wantErr)
@@ -47,6 +47,10 @@ func TestRedisOptions(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			opt := conn.node
+			if conn.isCluster() || opt == nil {
+				t.Fatalf("cluster mode without asking for it")
 			}
 			if opt.Addr != tt.addr || opt.DB != tt.db || opt.Password != tt.password || (opt.TLSConfig != nil) != tt.tls {
 				t.Errorf("options: addr %s db %d password %q tls %v", opt.Addr, opt.DB, opt.Password, opt.TLSConfig != nil)

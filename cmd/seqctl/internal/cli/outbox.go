@@ -161,14 +161,14 @@ func relayRun(ctx context.Context, opts *OutboxOptions) error {
 	if err != nil {
 		return err
 	}
-	ropt, _, err := redisOptions(opts.Global.RedisURL, opts.Global.RedisTLS, cfg, os.Getenv)
+	conn, err := resolveRedis(opts.Global.redisFlags(), cfg, os.Getenv)
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(ropt)
+	rdb := conn.newClient()
 	defer rdb.Close()
 	log := newLogger(opts.IO.ErrOut, opts.LogFmt, "info")
-	warnInsecureTLS(ropt, func(msg string) { log.Warn(msg) })
+	warnInsecureTLS(conn.tlsConfig(), func(msg string) { log.Warn(msg) })
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r, _, closeDB, err := newRelay(cfg, rdb, log)

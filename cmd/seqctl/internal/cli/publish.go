@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -28,6 +27,8 @@ type PublishOptions struct {
 	ConfigPath string
 	// RedisURL is the global --redis-url: "" means $SEQCTL_REDIS_URL, else [broker] url.
 	RedisURL string
+	// RedisCluster is the global --cluster (see resolveRedis).
+	RedisCluster bool
 	// RedisTLS are the global --redis-tls-* flags.
 	RedisTLS engine.TLSConfig
 	// Event is the event type (--event). With a file, it says every line is a payload of
@@ -91,7 +92,7 @@ fails mid-file, publishing stops there (exit status 1): the summary says how far
   $ seqctl publish --data @events.jsonl`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.ConfigPath, opts.RedisURL, opts.RedisTLS, opts.Output = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.RedisTLS, f.Global.Output
+			opts.ConfigPath, opts.RedisURL, opts.RedisCluster, opts.RedisTLS, opts.Output = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.RedisCluster, f.Global.RedisTLS, f.Global.Output
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
@@ -156,8 +157,7 @@ type publishResult struct {
 type publisher struct {
 	dom    *engine.Domain
 	broker *engine.RedisBroker
-	redis  *redis.Options // to explain a connection failure; nil in tests
-	shown  string         // the Redis URL, password masked
+	redis  *redisConn // to explain a connection failure; nil in tests
 }
 
 // route validates an event without touching Redis. Its errors speak of the user's event,
@@ -272,22 +272,22 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if cfg.Broker.Kind != engine.BrokerKindRedis {
+	if !cfg.Broker.IsRedis() {
 		return nil, nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Path: "broker.kind", Message: fmt.Sprintf(
 			"seqctl publish needs the redis broker, not %q: the inline broker lives inside one Go process", cfg.Broker.Kind)}}}
 	}
-	ropt, shown, err := redisOptions(opts.RedisURL, opts.RedisTLS, cfg, os.Getenv)
+	conn, err := resolveRedis(redisFlags{URL: opts.RedisURL, Cluster: opts.RedisCluster, TLS: opts.RedisTLS}, cfg, os.Getenv)
 	if err != nil {
 		return nil, nil, err
 	}
-	warnInsecureTLS(ropt, func(msg string) { fmt.Fprintln(opts.IO.ErrOut, "seqctl: warning: "+msg) })
+	warnInsecureTLS(conn.tlsConfig(), func(msg string) { fmt.Fprintln(opts.IO.ErrOut, "seqctl: warning: "+msg) })
 	dom, err := cfg.InitDomain()
 	if err != nil {
 		return nil, nil, err
 	}
 	routeRedisLogs(nil)
-	rdb := redis.NewClient(ropt)
-	return &publisher{dom: dom, broker: engine.NewRedisBroker(rdb), redis: ropt, shown: shown}, func() { _ = rdb.Close() }, nil
+	rdb := conn.newClient()
+	return &publisher{dom: dom, broker: engine.NewRedisBroker(rdb), redis: conn}, func() { _ = rdb.Close() }, nil
 }
 
 func publishRun(ctx context.Context, opts *PublishOptions) error {
@@ -301,10 +301,13 @@ func publishRun(ctx context.Context, opts *PublishOptions) error {
 	defer closeFn()
 	err = publishWith(ctx, opts, p)
 	if p.redis != nil {
-		if msg := tlsProblem(err, p.shown); msg != "" {
+		if msg := tlsProblem(err, p.redis.where()); msg != "" {
 			return errors.New(msg)
 		}
-		if msg := plainToTLSProblem(err, p.redis, p.shown); msg != "" {
+		if msg := plainToTLSProblem(err, p.redis); msg != "" {
+			return errors.New(msg)
+		}
+		if msg := notClusterProblem(err, p.redis); msg != "" {
 			return errors.New(msg)
 		}
 	}

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -100,15 +98,16 @@ func tlsSettingError(err error, flags engine.TLSConfig, cfg *engine.Config, gete
 }
 
 // warnInsecureTLS calls warn when the connection would accept any server certificate.
-func warnInsecureTLS(opt *redis.Options, warn func(string)) {
-	if opt.TLSConfig != nil && opt.TLSConfig.InsecureSkipVerify {
+func warnInsecureTLS(tc *tls.Config, warn func(string)) {
+	if tc != nil && tc.InsecureSkipVerify {
 		warn("Redis TLS certificate verification is OFF (insecure_skip_verify / " + EnvRedisTLSInsecure + "): anyone on the network path can read and change the traffic, credentials included; set the CA with " + tlsSettingNames(engine.TLSSettingCA) + " instead")
 	}
 }
 
 // tlsProblem says what to fix when err is a TLS handshake failure that waiting cannot
-// cure, or returns "".
-func tlsProblem(err error, shown string) string {
+// cure, or returns "". where names the server ("Redis at URL", "Redis Cluster at URL";
+// "" when unknown).
+func tlsProblem(err error, where string) string {
 	if err == nil {
 		return ""
 	}
@@ -116,29 +115,28 @@ func tlsProblem(err error, shown string) string {
 	if strings.Contains(msg, "TLS handshake with Redis") {
 		return "" // explained already
 	}
-	at := " at " + shown
-	if shown == "" {
-		at = ""
+	if where == "" {
+		where = "Redis"
 	}
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
 	var invalid x509.CertificateInvalidError
 	switch {
 	case errors.As(err, &unknown) || strings.Contains(msg, "certificate signed by unknown authority"):
-		return fmt.Sprintf("TLS handshake with Redis%s failed: its certificate is not signed by a CA seqctl trusts (%v); give the CA that signed it with %s", at, err, tlsSettingNames(engine.TLSSettingCA))
+		return fmt.Sprintf("TLS handshake with %s failed: its certificate is not signed by a CA seqctl trusts (%v); give the CA that signed it with %s", where, err, tlsSettingNames(engine.TLSSettingCA))
 	case errors.As(err, &host) || strings.Contains(msg, "x509: certificate is valid for"):
-		return fmt.Sprintf("TLS handshake with Redis%s failed: its certificate does not carry the host name (%v); connect by a name it carries, or set %s", at, err, tlsSettingNames(engine.TLSSettingServerName))
+		return fmt.Sprintf("TLS handshake with %s failed: its certificate does not carry the host name (%v); connect by a name it carries, or set %s", where, err, tlsSettingNames(engine.TLSSettingServerName))
 	case errors.As(err, &invalid) || strings.Contains(msg, "x509: certificate has expired"):
-		return fmt.Sprintf("TLS handshake with Redis%s failed: its certificate is not valid (%v); renew the server certificate, or check the clock", at, err)
+		return fmt.Sprintf("TLS handshake with %s failed: its certificate is not valid (%v); renew the server certificate, or check the clock", where, err)
 	case strings.Contains(msg, "tls: certificate required"):
-		return fmt.Sprintf("TLS handshake with Redis%s failed: Redis requires a client certificate (%v); give one with %s and %s", at, err, tlsSettingNames(engine.TLSSettingCert), tlsSettingNames(engine.TLSSettingKey))
+		return fmt.Sprintf("TLS handshake with %s failed: Redis requires a client certificate (%v); give one with %s and %s", where, err, tlsSettingNames(engine.TLSSettingCert), tlsSettingNames(engine.TLSSettingKey))
 	case strings.Contains(msg, "remote error: tls: unknown certificate authority") || strings.Contains(msg, "remote error: tls: bad certificate") ||
 		strings.Contains(msg, "remote error: tls: certificate expired") || strings.Contains(msg, "remote error: tls: unsupported certificate"):
-		return fmt.Sprintf("TLS handshake with Redis%s failed: Redis refused the client certificate (%v); give one signed by the CA of Redis's tls-ca-cert-file with %s and %s", at, err, tlsSettingNames(engine.TLSSettingCert), tlsSettingNames(engine.TLSSettingKey))
+		return fmt.Sprintf("TLS handshake with %s failed: Redis refused the client certificate (%v); give one signed by the CA of Redis's tls-ca-cert-file with %s and %s", where, err, tlsSettingNames(engine.TLSSettingCert), tlsSettingNames(engine.TLSSettingKey))
 	case strings.Contains(msg, "remote error: tls: protocol version not supported") || strings.Contains(msg, "tls: server selected unsupported protocol version"):
-		return fmt.Sprintf("TLS handshake with Redis%s failed: no TLS version both sides accept (%v); check %s and Redis's tls-protocols", at, err, tlsSettingNames(engine.TLSSettingMinVersion))
+		return fmt.Sprintf("TLS handshake with %s failed: no TLS version both sides accept (%v); check %s and Redis's tls-protocols", where, err, tlsSettingNames(engine.TLSSettingMinVersion))
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
-		return fmt.Sprintf("TLS handshake with Redis%s failed: that port does not speak TLS (%v); use a redis:// URL without TLS settings, or the port of Redis's tls-port", at, err)
+		return fmt.Sprintf("TLS handshake with %s failed: that port does not speak TLS (%v); use a redis:// URL without TLS settings, or the port of Redis's tls-port", where, err)
 	}
 	return ""
 }
@@ -157,16 +155,17 @@ func permissionProblem(err error) string {
 // plain TCP: when the port answers a TLS handshake (Redis's tls-port), it says to use
 // TLS, else it returns "". The probe only recognises the protocol: it sends a TLS hello
 // and nothing over the connection, so it does not verify the certificate. A proxy
-// without a backend also closes at once; it fails the probe and stays "unreachable".
-func plainToTLSProblem(err error, ropt *redis.Options, shown string) string {
-	if err == nil || ropt == nil || ropt.TLSConfig != nil || ropt.Network == "unix" {
+// without a backend also closes at once; it fails the probe and stays "unreachable". A
+// cluster's first address is probed.
+func plainToTLSProblem(err error, c *redisConn) string {
+	if err == nil || c == nil || c.tlsConfig() != nil || (!c.isCluster() && c.node.Network == "unix") {
 		return ""
 	}
 	msg := err.Error()
 	if !errors.Is(err, io.EOF) && !strings.HasSuffix(msg, "EOF") && !strings.Contains(msg, "connection reset by peer") {
 		return ""
 	}
-	conn, derr := net.DialTimeout("tcp", ropt.Addr, 2*time.Second)
+	conn, derr := net.DialTimeout("tcp", c.addrs()[0], 2*time.Second)
 	if derr != nil {
 		return ""
 	}
@@ -176,5 +175,5 @@ func plainToTLSProblem(err error, ropt *redis.Options, shown string) string {
 	if herr != nil && !strings.Contains(herr.Error(), "remote error: tls:") {
 		return ""
 	}
-	return fmt.Sprintf("Redis at %s closed the connection (%v): that port speaks TLS; use a rediss:// URL (or TLS settings) and give the CA that signed its certificate with %s", shown, err, tlsSettingNames(engine.TLSSettingCA))
+	return fmt.Sprintf("%s closed the connection (%v): that port speaks TLS; use a rediss:// URL (or TLS settings) and give the CA that signed its certificate with %s", c.where(), err, tlsSettingNames(engine.TLSSettingCA))
 }

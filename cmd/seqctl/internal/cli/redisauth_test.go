@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
@@ -49,7 +47,7 @@ func TestRedisOptionsTLS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opt, _, err := redisOptions(tt.url, tt.flags, tt.cfg, func(k string) string { return tt.env[k] })
+			conn, err := resolveRedis(redisFlags{URL: tt.url, TLS: tt.flags}, tt.cfg, func(k string) string { return tt.env[k] })
 			if tt.wantErr != nil {
 				if err == nil || ExitCode(err) != ExitUsage {
 					t.Fatalf("err = %v (exit %d), want a usage error", err, ExitCode(err))
@@ -64,7 +62,7 @@ func TestRedisOptionsTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tc := opt.TLSConfig
+			tc := conn.tlsConfig()
 			if (tc != nil) != tt.wantTLS {
 				t.Fatalf("TLS %v, want %v", tc != nil, tt.wantTLS)
 			}
@@ -80,9 +78,9 @@ func TestRedisOptionsTLS(t *testing.T) {
 
 func TestWarnInsecureTLS(t *testing.T) {
 	var got []string
-	warnInsecureTLS(&redis.Options{TLSConfig: &tls.Config{InsecureSkipVerify: true}}, func(m string) { got = append(got, m) }) //nolint:gosec // the case under test
-	warnInsecureTLS(&redis.Options{TLSConfig: &tls.Config{}}, func(m string) { got = append(got, m) })
-	warnInsecureTLS(&redis.Options{}, func(m string) { got = append(got, m) })
+	warnInsecureTLS(&tls.Config{InsecureSkipVerify: true}, func(m string) { got = append(got, m) }) //nolint:gosec // the case under test
+	warnInsecureTLS(&tls.Config{}, func(m string) { got = append(got, m) })
+	warnInsecureTLS(nil, func(m string) { got = append(got, m) })
 	if len(got) != 1 || !strings.Contains(got[0], "verification is OFF") || !strings.Contains(got[0], "--redis-tls-ca") {
 		t.Fatalf("warnings %q, want one naming the CA setting", got)
 	}

@@ -78,6 +78,8 @@ func printError(w io.Writer, err error) {
 		fmt.Fprintf(w, "seqctl: %s\n", permissionProblem(err))
 	case tlsProblem(err, "") != "":
 		fmt.Fprintf(w, "seqctl: %s\n", tlsProblem(err, ""))
+	case clusterNodeProblem(err, "") != "":
+		fmt.Fprintf(w, "seqctl: %s\n", clusterNodeProblem(err, ""))
 	default:
 		fmt.Fprintf(w, "seqctl: %s\n", err)
 	}

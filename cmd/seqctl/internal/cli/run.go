@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,6 +31,8 @@ type RunOptions struct {
 	ConfigPath string
 	// RedisURL is the global --redis-url: "" means $SEQCTL_REDIS_URL, else [broker] url.
 	RedisURL string
+	// RedisCluster is the global --cluster (see resolveRedis).
+	RedisCluster bool
 	// RedisTLS are the global --redis-tls-* flags.
 	RedisTLS engine.TLSConfig
 	// InstanceID names this instance in leases and the registry (--instance-id; "" lets
@@ -109,7 +110,7 @@ shutdown).`,
   $ kill -TERM <pid>`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.ConfigPath, opts.RedisURL, opts.RedisTLS = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.RedisTLS
+			opts.ConfigPath, opts.RedisURL, opts.RedisCluster, opts.RedisTLS = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.RedisCluster, f.Global.RedisTLS
 			if err := opts.check(cmd.CommandPath()); err != nil {
 				return err
 			}
@@ -178,8 +179,7 @@ type runPlan struct {
 	cfg      *engine.Config
 	dom      *engine.Domain
 	bindings []deliver.Binding
-	redis    *redis.Options
-	shownURL string // the Redis URL with its password masked
+	redis    *redisConn
 }
 
 // loadRunPlan loads, checks and binds the config. Every failure is a config problem
@@ -189,20 +189,15 @@ func loadRunPlan(opts *RunOptions, procs *deliver.Procs) (*runPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Broker.Kind != engine.BrokerKindRedis {
+	if !cfg.Broker.IsRedis() {
 		return nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Path: "broker.kind", Message: fmt.Sprintf(
-			"seqctl run needs the redis broker, not %q: set kind = \"redis\" (the inline broker runs in one Go process, for tests)", cfg.Broker.Kind)}}}
+			"seqctl run needs the redis broker, not %q: set kind = \"redis\", or \"redis-cluster\" for a Redis Cluster (the inline broker runs in one Go process, for tests)", cfg.Broker.Kind)}}}
 	}
-	ropt, shown, err := redisOptions(opts.RedisURL, opts.RedisTLS, cfg, os.Getenv)
+	conn, err := resolveRedis(redisFlags{URL: opts.RedisURL, Cluster: opts.RedisCluster, TLS: opts.RedisTLS}, cfg, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	// The engine bounds its own waits by the lease timing: keep go-redis's short socket
-	// timeouts rather than the operator commands' long ones, and let every call's context
-	// deadline reach the socket, so a frozen link never holds a call past the local lease
-	// deadline.
-	ropt.ReadTimeout, ropt.WriteTimeout = 0, 0
-	ropt.ContextTimeoutEnabled = true
+	conn.engineTimeouts()
 	dom, err := cfg.InitDomain()
 	if err != nil {
 		return nil, err
@@ -220,7 +215,7 @@ func loadRunPlan(opts *RunOptions, procs *deliver.Procs) (*runPlan, error) {
 	if runnable == 0 {
 		return nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Message: "nothing to run: declare at least one event handler or process manager with a deliver table (command handlers are inert)"}}}
 	}
-	return &runPlan{cfg: cfg, dom: dom, bindings: bindings, redis: ropt, shownURL: shown}, nil
+	return &runPlan{cfg: cfg, dom: dom, bindings: bindings, redis: conn}, nil
 }
 
 // loadConfigFile loads a domain.toml, with the CLI's wording for a missing file.
@@ -345,9 +340,9 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 		}()
 	}
 
-	warnInsecureTLS(plan.redis, func(msg string) { log.Warn(msg) })
+	warnInsecureTLS(plan.redis.tlsConfig(), func(msg string) { log.Warn(msg) })
 	routeRedisLogs(log)
-	rdb := redis.NewClient(plan.redis)
+	rdb := plan.redis.newClient() // a *redis.ClusterClient in cluster mode: the engine tells a cluster by it
 	defer rdb.Close()
 	ecfg := plan.cfg.EngineConfig(plan.dom, rdb)
 	ecfg.InstanceID = opts.InstanceID
@@ -356,8 +351,12 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 	ecfg.ShutdownTimeout = opts.ShutdownTimeout
 	ecfg.DiscoveryInterval = discoveryInterval(ecfg.Timing.LeaseTTL)
 
-	log.Info("connecting to Redis", "addr", plan.redis.Addr, "db", plan.redis.DB)
-	eng, err := startEngine(ctx, ecfg, plan.redis, plan.shownURL, log)
+	if plan.redis.isCluster() {
+		log.Info("connecting to Redis Cluster", plan.redis.logAttrs()...)
+	} else {
+		log.Info("connecting to Redis", plan.redis.logAttrs()...)
+	}
+	eng, err := startEngine(ctx, ecfg, plan.redis, log)
 	if err != nil || eng == nil {
 		return err // nil: stopped by a signal before Redis was reached
 	}
@@ -423,9 +422,9 @@ func discoveryInterval(leaseTTL time.Duration) time.Duration {
 // problem that waiting cannot fix (a bad port, a database index Redis does not have,
 // refused credentials, a missing permission) ends it at once with a message saying what
 // to fix. It returns nil, nil when ctx ends first.
-func startEngine(ctx context.Context, ecfg engine.EngineConfig, ropt *redis.Options, shown string, log *slog.Logger) (*engine.Engine, error) {
-	if err := checkRedisAddr(ropt); err != nil {
-		if msg := permanentRedisError(err, ropt, shown); msg != "" {
+func startEngine(ctx context.Context, ecfg engine.EngineConfig, conn *redisConn, log *slog.Logger) (*engine.Engine, error) {
+	if err := checkRedisAddr(conn); err != nil {
+		if msg := permanentRedisError(err, conn); msg != "" {
 			return nil, &ExitError{Code: ExitFailure, Err: errors.New(msg)}
 		}
 	}
@@ -444,10 +443,10 @@ func startEngine(ctx context.Context, ecfg engine.EngineConfig, ropt *redis.Opti
 		if ctx.Err() != nil {
 			return nil, nil
 		}
-		if msg := permanentRedisError(err, ropt, shown); msg != "" {
+		if msg := permanentRedisError(err, conn); msg != "" {
 			return nil, &ExitError{Code: ExitFailure, Err: errors.New(msg)}
 		}
-		log.Warn("redis unreachable: retrying", "addr", ropt.Addr, "db", ropt.DB, "attempt", attempt, "retry_in", backoff, "err", err)
+		log.Warn("redis unreachable: retrying", append(conn.logAttrs(), "attempt", attempt, "retry_in", backoff, "err", err)...)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -459,46 +458,41 @@ func startEngine(ctx context.Context, ecfg engine.EngineConfig, ropt *redis.Opti
 	}
 }
 
-// checkRedisAddr refuses a TCP address whose port is not a port, before any dial (which
-// go-redis would retry).
-func checkRedisAddr(ropt *redis.Options) error {
-	if ropt.Network == "unix" {
-		return nil
-	}
-	_, port, err := net.SplitHostPort(ropt.Addr)
-	if err != nil {
-		return err
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return &net.AddrError{Err: "invalid port", Addr: ropt.Addr}
-	}
-	return nil
-}
-
 // urlSetting names where the Redis URL comes from, for messages that say what to fix.
 const urlSetting = "the Redis URL (--redis-url, $" + engine.EnvRedisURL + ", or [broker] url in domain.toml)"
 
 // permanentRedisError returns what to fix when err cannot go away by waiting, or ""
 // when it may (Redis unreachable, loading its data, failing over, busy, out of memory).
-func permanentRedisError(err error, ropt *redis.Options, shown string) string {
+func permanentRedisError(err error, conn *redisConn) string {
 	msg, perm := err.Error(), permissionProblem(err)
 	var addrErr *net.AddrError
 	switch {
 	case errors.As(err, &addrErr) || strings.Contains(msg, "invalid port") || strings.Contains(msg, "missing port"):
-		return fmt.Sprintf("cannot start: the Redis address %q is not a valid host:port (%v); fix %s, e.g. redis://127.0.0.1:6379/0", ropt.Addr, err, urlSetting)
-	case strings.Contains(msg, "DB index is out of range") || strings.Contains(msg, "invalid DB index"):
-		return fmt.Sprintf("cannot start: Redis at %s has no database %d (its 'databases' setting is lower); fix the /%d at the end of %s", shown, ropt.DB, ropt.DB, urlSetting)
+		if conn.isCluster() {
+			addr := conn.addrs()[0]
+			if addrErr != nil && addrErr.Addr != "" {
+				addr = addrErr.Addr
+			}
+			return fmt.Sprintf("cannot start: the Redis Cluster address %q is not a valid host:port (%v); fix %s, e.g. redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002", addr, err, urlSetting)
+		}
+		return fmt.Sprintf("cannot start: the Redis address %q is not a valid host:port (%v); fix %s, e.g. redis://127.0.0.1:6379/0", conn.node.Addr, err, urlSetting)
+	case !conn.isCluster() && (strings.Contains(msg, "DB index is out of range") || strings.Contains(msg, "invalid DB index")):
+		return fmt.Sprintf("cannot start: Redis at %s has no database %d (its 'databases' setting is lower); fix the /%d at the end of %s", conn.shown, conn.node.DB, conn.node.DB, urlSetting)
 	case strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "invalid password") ||
 		strings.Contains(msg, "invalid username-password") || strings.Contains(msg, "ERR AUTH"):
-		return fmt.Sprintf("cannot start: Redis at %s refused the credentials (%v); fix the user and password in %s, or $%s", shown, redisReply(err), urlSetting, EnvRedisPassword)
+		return fmt.Sprintf("cannot start: %s refused the credentials (%v); fix the user and password in %s, or $%s", conn.where(), redisReply(err), urlSetting, EnvRedisPassword)
 	case perm != "":
 		return "cannot start: " + perm + " (the user comes from " + urlSetting + ")"
-	case tlsProblem(err, shown) != "":
-		return "cannot start: " + tlsProblem(err, shown)
-	case plainToTLSProblem(err, ropt, shown) != "":
-		return "cannot start: " + plainToTLSProblem(err, ropt, shown)
+	case notClusterProblem(err, conn) != "":
+		return "cannot start: " + notClusterProblem(err, conn)
+	case clusterNodeProblem(err, conn.where()) != "":
+		return "cannot start: " + clusterNodeProblem(err, conn.where())
+	case tlsProblem(err, conn.where()) != "":
+		return "cannot start: " + tlsProblem(err, conn.where())
+	case plainToTLSProblem(err, conn) != "":
+		return "cannot start: " + plainToTLSProblem(err, conn)
 	case strings.Contains(msg, "unknown command"):
-		return fmt.Sprintf("cannot start: Redis at %s lacks a command seqctl needs (%v); seqctl needs Redis 6.2 or later", shown, redisReply(err))
+		return fmt.Sprintf("cannot start: %s lacks a command seqctl needs (%v); seqctl needs Redis 6.2 or later", conn.where(), redisReply(err))
 	}
 	return ""
 }

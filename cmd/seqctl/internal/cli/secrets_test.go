@@ -18,8 +18,9 @@ import (
 
 // TestSecretsNeverPrinted is acceptance 3 of the security work: passwords holding %, @
 // and : (some of which make the URL unparsable) and secret query values go through every
-// path that shows a URL or DSN: the Redis URL of operator commands and of seqctl run
-// (parse errors, connection errors against a real Redis, the dashboard header), the
+// path that shows a URL or DSN: the Redis URL of operator commands and of seqctl run,
+// for one node and in cluster mode (parse errors, connection errors against a real
+// Redis, the dashboard header), the
 // config loader's problems, the outbox DSN errors, the HTTP delivery target in its
 // startup log line, its errors and the failure reasons that become halt records, and the
 // demo. None of the outputs may contain the secret.
@@ -66,8 +67,53 @@ func TestSecretsNeverPrinted(t *testing.T) {
 				check("partitions list --redis-url", res.Stdout+res.Stderr)
 			}
 			check("top header", maskURL(redisURL))
-			_, shown, _ := redisOptions(redisURL, engine.TLSConfig{}, nil, func(string) string { return "" })
-			check("redisOptions shown", shown)
+			conn, _ := resolveRedis(redisFlags{URL: redisURL}, nil, func(string) string { return "" })
+			check("resolveRedis shown", conn.shown)
+
+			// The same in cluster mode, with cluster URLs: --cluster against the real (not
+			// a cluster) Redis and an unreachable one, $SEQCTL_REDIS_CLUSTER, a config of
+			// kind "redis-cluster" (its problems, and seqctl run on it).
+			clusterURL := "redis://app:" + secret + "@" + hostPort + "?addr=" + hostPort
+			deadCluster := "redis://:" + secret + "@127.0.0.1:1?addr=127.0.0.1:2"
+			for _, u := range []string{clusterURL, deadCluster} {
+				res := runCLI(t, false, "partitions", "list", "--cluster", "--redis-url", u)
+				if res.Code == 0 {
+					t.Errorf("partitions list --cluster %s succeeded", u)
+				}
+				check("partitions list --cluster --redis-url", res.Stdout+res.Stderr)
+			}
+			t.Setenv(EnvRedisCluster, "1")
+			t.Setenv(engine.EnvRedisURL, clusterURL)
+			res := runCLI(t, false, "groups", "list")
+			check("groups list with "+EnvRedisCluster, res.Stdout+res.Stderr)
+			t.Setenv(EnvRedisCluster, "")
+			t.Setenv(engine.EnvRedisURL, "")
+			if conn, err := resolveRedis(redisFlags{URL: clusterURL, Cluster: true}, nil, func(string) string { return "" }); err != nil {
+				check("resolveRedis cluster error", err.Error())
+			} else {
+				check("resolveRedis cluster shown", conn.shown+" "+conn.where())
+			}
+			clusterDomain := strings.Replace(runDomain, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("kind = \"redis-cluster\"\nurl = %q", clusterURL), 1)
+			if _, err := engine.ParseConfig("domain.toml", []byte(clusterDomain)); err != nil {
+				check("redis-cluster config problems", err.Error())
+			}
+			{
+				path := writeConfig(t, clusterDomain+`
+[[handlers]]
+name = "A"
+handles = ["OrderPlaced"]
+[handlers.deliver]
+http = "http://127.0.0.1:1/orders"
+`)
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				ios, _, out, errOut := NewTestIOStreams()
+				code := run(ctx, &Factory{IOStreams: ios, Build: testBuild}, []string{"run", "--config", path})
+				cancel()
+				if code == 0 {
+					t.Error("seqctl run on a redis-cluster config against one Redis succeeded")
+				}
+				check("seqctl run on a redis-cluster config", out.String()+errOut.String())
+			}
 
 			// seqctl run: a config whose broker URL and HTTP target hold the secret (the
 			// run logs its delivery targets, then fails to connect or to parse).

@@ -92,11 +92,11 @@ func topRun(ctx context.Context, opts *TopOptions) error {
 
 // redisAddrShown names the Redis the dashboard reads, password masked.
 func redisAddrShown(g *GlobalOptions) string {
-	_, shown, err := redisOptions(g.RedisURL, g.RedisTLS, nil, os.Getenv)
+	conn, err := resolveRedis(g.redisFlags(), nil, os.Getenv)
 	if err != nil {
 		return ""
 	}
-	return shown
+	return conn.shown
 }
 
 // adminSource adapts the operator API to the dashboard's Source.
