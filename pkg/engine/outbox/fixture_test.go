@@ -192,9 +192,31 @@ type env struct {
 	dialect Dialect
 	dom     *engine.Domain
 	ob      *Outbox
-	srv     *redistest.Server
-	rdb     *redis.Client
+	srv     *redistest.Server  // one node, or nil
+	cl      *redistest.Cluster // a Redis Cluster, or nil
+	rdb     redis.UniversalClient
 	broker  *engine.RedisBroker
+}
+
+// client returns a new client of the env's Redis, closed at cleanup.
+func (e *env) client(tb testing.TB) redis.UniversalClient {
+	if e.cl != nil {
+		return e.cl.Client(tb)
+	}
+	return e.srv.Client(tb)
+}
+
+// newClusterEnv is newEnv over a 3-master Redis Cluster.
+func newClusterEnv(tb testing.TB, d Dialect, o domainOpts) *env {
+	tb.Helper()
+	e := &env{dsn: testDSN(tb, d)}
+	e.db, e.dialect = openDB(tb, e.dsn)
+	e.dom = testDomain(tb, o)
+	e.ob = newOutbox(tb, e.db, e.dialect, e.dom)
+	e.cl = redistest.StartCluster(tb, 3)
+	e.rdb = e.cl.Client(tb)
+	e.broker = engine.NewRedisBroker(e.rdb)
+	return e
 }
 
 func newEnv(tb testing.TB, d Dialect, o domainOpts) *env {

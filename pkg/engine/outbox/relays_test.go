@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -59,132 +60,146 @@ func (p exclusivePub) PublishRouted(ctx context.Context, r engine.Route, ev engi
 // ever published by both relays at once.
 func TestTwoRelaysPublishEveryRowOnceInKeyOrder(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d Dialect) {
-		e := newEnv(t, d, domainOpts{})
-		db2, _ := openDB(t, e.dsn)
-		ob2 := newOutbox(t, db2, d, e.dom)
-		x := &exclusive{}
-		r1 := e.relay(t, exclusivePub{RedisBroker: e.broker, x: x, relay: "r1"}, func(c *RelayConfig) { c.Owner = "r1"; c.BatchSize = 16 })
-		r2, err := NewRelay(ob2, RelayConfig{
-			Publisher: exclusivePub{RedisBroker: engine.NewRedisBroker(e.srv.Client(t)), x: x, relay: "r2"},
-			Owner:     "r2", PollInterval: 10 * time.Millisecond, LeaseTTL: time.Second, BatchSize: 16,
-		})
+		testTwoRelays(t, newEnv(t, d, domainOpts{}))
+	})
+	// On Redis Cluster, where a publish writes the stream and the category index in two
+	// steps on different nodes.
+	t.Run("cluster", func(t *testing.T) { testTwoRelays(t, newClusterEnv(t, SQLite, domainOpts{})) })
+}
+
+func testTwoRelays(t *testing.T, e *env) {
+	db2, _ := openDB(t, e.dsn)
+	ob2 := newOutbox(t, db2, e.dialect, e.dom)
+	x := &exclusive{}
+	r1 := e.relay(t, exclusivePub{RedisBroker: e.broker, x: x, relay: "r1"}, func(c *RelayConfig) { c.Owner = "r1"; c.BatchSize = 16 })
+	r2, err := NewRelay(ob2, RelayConfig{
+		Publisher: exclusivePub{RedisBroker: engine.NewRedisBroker(e.client(t)), x: x, relay: "r2"},
+		Owner:     "r2", PollInterval: 10 * time.Millisecond, LeaseTTL: time.Second, BatchSize: 16,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, perWriter = 4, 40
+	keys := []string{"c-0", "c-1", "c-2"}
+	// A first batch, so that r1, alone, takes both categories' leases.
+	const early = 12
+	for n := 1; n <= early; n++ {
+		e.enqueue(t, Event{Type: "OrderPlaced", Data: []byte(fmt.Sprintf(`{"client_id":%q,"n":%d,"writer":"early"}`, keys[n%len(keys)], n))})
+		if n%4 == 0 {
+			e.enqueue(t, Event{Type: "AuditLogged", Data: []byte(fmt.Sprintf(`{"msg":"early-%d"}`, n))})
+		}
+	}
+	stop1 := run(t, r1)
+	waitFor(t, 5*time.Second, "r1 to publish", func() bool { return r1.Stats().Published > 0 })
+	run(t, r2)
+
+	var wg sync.WaitGroup
+	var progress sync.WaitGroup
+	progress.Add(writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for n := 1; n <= perWriter; n++ {
+				if n == perWriter/2 {
+					progress.Done()
+				}
+				typ, data := "OrderPlaced", []byte(fmt.Sprintf(`{"client_id":%q,"n":%d,"writer":"w%d"}`, keys[(w+n)%len(keys)], n, w))
+				if n%5 == 0 {
+					typ, data = "AuditLogged", []byte(fmt.Sprintf(`{"msg":"w%d-%d"}`, w, n))
+				}
+				ctx := context.Background()
+				tx, err := e.db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := e.ob.Enqueue(ctx, tx, Event{Type: typ, Data: data}); err != nil {
+					_ = tx.Rollback()
+					t.Error(err)
+					return
+				}
+				if err := tx.Commit(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}(w)
+	}
+	progress.Wait()
+	stop1() // r2 takes over what r1 held
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	total := writers*perWriter + early + early/4
+	waitFor(t, 20*time.Second, "every row published", func() bool { return e.countStatus(t, StatusPublished) == total })
+
+	rows := e.rows(t)
+	byEvent := map[string]stored{}
+	for _, r := range rows {
+		byEvent[r.EventID] = r
+	}
+	seen := map[string]bool{}
+	ks := e.broker.Keys()
+	for _, stream := range []string{"audit", ks.PartitionStream("order", "c-0"), ks.PartitionStream("order", "c-1"), ks.PartitionStream("order", "c-2")} {
+		lastRow := int64(0)
+		lastN := map[string]int{}
+		msgs, err := e.rdb.XRange(context.Background(), stream, "-", "+").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		const writers, perWriter = 4, 40
-		keys := []string{"c-0", "c-1", "c-2"}
-		// A first batch, so that r1, alone, takes both categories' leases.
-		const early = 12
-		for n := 1; n <= early; n++ {
-			e.enqueue(t, Event{Type: "OrderPlaced", Data: []byte(fmt.Sprintf(`{"client_id":%q,"n":%d,"writer":"early"}`, keys[n%len(keys)], n))})
-			if n%4 == 0 {
-				e.enqueue(t, Event{Type: "AuditLogged", Data: []byte(fmt.Sprintf(`{"msg":"early-%d"}`, n))})
-			}
-		}
-		stop1 := run(t, r1)
-		waitFor(t, 5*time.Second, "r1 to publish", func() bool { return r1.Stats().Published > 0 })
-		run(t, r2)
-
-		var wg sync.WaitGroup
-		var progress sync.WaitGroup
-		progress.Add(writers)
-		for w := 0; w < writers; w++ {
-			wg.Add(1)
-			go func(w int) {
-				defer wg.Done()
-				for n := 1; n <= perWriter; n++ {
-					if n == perWriter/2 {
-						progress.Done()
-					}
-					typ, data := "OrderPlaced", []byte(fmt.Sprintf(`{"client_id":%q,"n":%d,"writer":"w%d"}`, keys[(w+n)%len(keys)], n, w))
-					if n%5 == 0 {
-						typ, data = "AuditLogged", []byte(fmt.Sprintf(`{"msg":"w%d-%d"}`, w, n))
-					}
-					ctx := context.Background()
-					tx, err := e.db.BeginTx(ctx, nil)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if _, err := e.ob.Enqueue(ctx, tx, Event{Type: typ, Data: data}); err != nil {
-						_ = tx.Rollback()
-						t.Error(err)
-						return
-					}
-					if err := tx.Commit(); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}(w)
-		}
-		progress.Wait()
-		stop1() // r2 takes over what r1 held
-		wg.Wait()
-		if t.Failed() {
-			return
-		}
-		total := writers*perWriter + early + early/4
-		waitFor(t, 20*time.Second, "every row published", func() bool { return e.countStatus(t, StatusPublished) == total })
-
-		rows := e.rows(t)
-		byEvent := map[string]stored{}
-		for _, r := range rows {
-			byEvent[r.EventID] = r
-		}
-		seen := map[string]bool{}
-		for _, stream := range []string{"audit", "order:c-0", "order:c-1", "order:c-2"} {
-			lastRow := int64(0)
-			lastN := map[string]int{}
-			msgs, err := e.rdb.XRange(context.Background(), stream, "-", "+").Result()
+		for _, m := range msgs {
+			ev, err := engine.EventFromMessage(m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, m := range msgs {
-				ev, err := engine.EventFromMessage(m)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if seen[ev.ID] {
-					t.Errorf("%s: event %s appended twice", stream, ev.ID)
-				}
-				seen[ev.ID] = true
-				r := byEvent[ev.ID]
-				if r.Stream != stream || r.EntryID != m.ID {
-					t.Errorf("%s: row of %s records %s %s; want %s %s", stream, ev.ID, r.Stream, r.EntryID, stream, m.ID)
-				}
-				if stream == "audit" {
-					continue
-				}
-				var p order
-				if err := json.Unmarshal(ev.Data, &p); err != nil {
-					t.Fatal(err)
-				}
-				// Commit order: ids of one key increase in commit order (PostgreSQL: the
-				// trigger's per-key lock; SQLite: one writer at a time), and each writer's
-				// own events of a key are in its commit order.
-				if r.ID <= lastRow {
-					t.Errorf("%s: row %d after row %d: not in commit order", stream, r.ID, lastRow)
-				}
-				if p.N <= lastN[p.Writer] {
-					t.Errorf("%s: %s's event %d after its event %d", stream, p.Writer, p.N, lastN[p.Writer])
-				}
-				lastRow, lastN[p.Writer] = r.ID, p.N
+			if seen[ev.ID] {
+				t.Errorf("%s: event %s appended twice", stream, ev.ID)
+			}
+			seen[ev.ID] = true
+			r := byEvent[ev.ID]
+			if r.Stream != stream || r.EntryID != m.ID {
+				t.Errorf("%s: row of %s records %s %s; want %s %s", stream, ev.ID, r.Stream, r.EntryID, stream, m.ID)
+			}
+			if stream == "audit" {
+				continue
+			}
+			var p order
+			if err := json.Unmarshal(ev.Data, &p); err != nil {
+				t.Fatal(err)
+			}
+			// Commit order: ids of one key increase in commit order (PostgreSQL: the
+			// trigger's per-key lock; SQLite: one writer at a time), and each writer's
+			// own events of a key are in its commit order.
+			if r.ID <= lastRow {
+				t.Errorf("%s: row %d after row %d: not in commit order", stream, r.ID, lastRow)
+			}
+			if p.N <= lastN[p.Writer] {
+				t.Errorf("%s: %s's event %d after its event %d", stream, p.Writer, p.N, lastN[p.Writer])
+			}
+			lastRow, lastN[p.Writer] = r.ID, p.N
+		}
+	}
+	if len(seen) != total {
+		t.Errorf("%d distinct events in the streams; want %d", len(seen), total)
+	}
+	x.mu.Lock()
+	if len(x.violations) > 0 {
+		t.Errorf("lease exclusivity violated: %v", x.violations)
+	}
+	x.mu.Unlock()
+	s1, s2 := r1.Stats(), r2.Stats()
+	if s1.Published == 0 || s2.Published == 0 || s1.Published+s2.Published+s1.Duplicates+s2.Duplicates != uint64(total) {
+		t.Errorf("r1 %+v, r2 %+v: want both to publish and the sum to be %d", s1, s2, total)
+	}
+	if ks.Cluster() {
+		for _, k := range keys {
+			if !slices.Contains(ks.IndexMembers(context.Background(), e.rdb, "order").Val(), k) {
+				t.Errorf("partition %s is not in the category index", k)
 			}
 		}
-		if len(seen) != total {
-			t.Errorf("%d distinct events in the streams; want %d", len(seen), total)
-		}
-		x.mu.Lock()
-		if len(x.violations) > 0 {
-			t.Errorf("lease exclusivity violated: %v", x.violations)
-		}
-		x.mu.Unlock()
-		s1, s2 := r1.Stats(), r2.Stats()
-		if s1.Published == 0 || s2.Published == 0 || s1.Published+s2.Published+s1.Duplicates+s2.Duplicates != uint64(total) {
-			t.Errorf("r1 %+v, r2 %+v: want both to publish and the sum to be %d", s1, s2, total)
-		}
-	})
+	}
 }
 
 // stalling blocks its first publish until released: a relay frozen past its lease.
