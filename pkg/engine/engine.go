@@ -478,7 +478,14 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	default:
 	}
 	close(e.stopped)
+	parked := make([]*worker, 0, len(e.workers))
+	for _, w := range e.workers {
+		parked = append(parked, w)
+	}
 	e.mu.Unlock()
+	for _, w := range parked {
+		w.poke() // a parked worker resumes to release its lease
+	}
 	// Leave the registry before the workers release their leases, so that peers' fair
 	// share counts one instance less and they take the released partitions at once.
 	// (The session key stays until the end: the leases are still ours until released.)

@@ -48,6 +48,14 @@ type worker struct {
 	ackFenced bool          // the acker found the lease gone; guarded by ackMu
 	ackNote   chan struct{} // capacity 1: ackIn or ackFenced changed
 
+	// An idle worker parks instead of blocking a goroutine (see park): parked says its
+	// goroutine has ended and a poke, its timer or the end of its lease starts it again.
+	parkMu     sync.Mutex
+	parked     atomic.Bool
+	parkTimer  *time.Timer // fires when a reap is due; guarded by parkMu
+	parkStop   func() bool // stops the context.AfterFunc; guarded by parkMu
+	parkReaps  bool        // the timer is the reap's; guarded by parkMu
+
 	handoff atomic.Bool // set by fair share: finish the in-flight event, release, exit
 	idle    atomic.Bool // the partition was empty at the last read
 	halted  atomic.Bool // parked on a halt record
@@ -107,10 +115,70 @@ func (w *worker) poke() {
 	case w.wake <- struct{}{}:
 	default:
 	}
+	if w.parked.Load() {
+		w.resume(false)
+	}
+}
+
+// errParked ends a worker goroutine whose partition is idle: the worker stays (its
+// lease, its place in the doorbell), and resume starts a goroutine again.
+var errParked = errors.New("engine: worker parked")
+
+// park ends the idle worker's goroutine until a ring or notice pokes it, d passes (d > 0;
+// reapDue: a reap is then tried), its lease ends or the engine stops. An idle partition
+// then costs no goroutine, only its state. Called by the worker goroutine, which must
+// return at once without touching the worker again.
+func (w *worker) park(d time.Duration, reapDue bool) error {
+	w.parkMu.Lock()
+	w.parked.Store(true)
+	w.parkReaps = reapDue
+	if d > 0 {
+		w.parkTimer = time.AfterFunc(d, func() { w.resume(true) })
+	}
+	w.parkStop = context.AfterFunc(w.ctx, func() { w.resume(false) })
+	w.parkMu.Unlock()
+	select {
+	case <-w.wake: // poked before parked was visible
+		w.resume(false)
+	case <-w.e.stopped:
+		w.resume(false)
+	default:
+	}
+	return errParked
+}
+
+// resume starts the parked worker's goroutine again, once; timedOut says its timer
+// fired.
+func (w *worker) resume(timedOut bool) {
+	w.parkMu.Lock()
+	if !w.parked.Load() {
+		w.parkMu.Unlock()
+		return
+	}
+	w.parked.Store(false)
+	if w.parkTimer != nil {
+		w.parkTimer.Stop()
+		w.parkTimer = nil
+	}
+	w.parkStop()
+	reap := timedOut && w.parkReaps
+	w.parkMu.Unlock()
+	go func() {
+		w.e.bell.unwatch(w)
+		if reap && w.ctx.Err() == nil && !w.e.stopping() {
+			w.reap()
+		}
+		w.run()
+	}()
 }
 
 func (w *worker) run() {
-	defer w.exit()
+	parked := false
+	defer func() {
+		if !parked {
+			w.exit()
+		}
+	}()
 	for !w.e.stopping() && w.ctx.Err() == nil && !w.handoff.Load() && !w.reaped {
 		var err error
 		switch {
@@ -122,6 +190,10 @@ func (w *worker) run() {
 			err = w.handle(ent)
 		default:
 			err = w.fetch()
+		}
+		if err == errParked {
+			parked = true
+			return
 		}
 		if err != nil {
 			if errors.Is(err, ErrFenced) || errors.Is(err, ErrSessionLost) {
@@ -224,11 +296,7 @@ func (w *worker) fetch() error {
 		if p := w.e.bell.fallback(); p > 0 && (d <= 0 || p < d) {
 			d, reapDue = p, false // the doorbell cannot ring: read again after p
 		}
-		timedOut := w.wait(d)
-		w.e.bell.unwatch(w)
-		if timedOut && reapDue {
-			w.reap()
-		}
+		return w.park(d, reapDue)
 	case drainEntries:
 		w.idle.Store(false)
 		w.halted.Store(false)
@@ -314,7 +382,7 @@ func (w *worker) reap() {
 	}
 	if err != nil {
 		w.reapAt = time.Now().Add(w.e.cfg.Timing.PollInterval * 4)
-		w.e.log.Warn("reap failed", "group", w.sub.group, "unit", w.u.name, "err", translateRedisErr(err))
+		w.e.logs.warn("reap:"+errorCause(translateRedisErr(err)), "reap failed; tried again later", "group", w.sub.group, "unit", w.u.name, "err", translateRedisErr(err))
 		return
 	}
 	code, _ := res[0].(int64)
@@ -377,7 +445,7 @@ func (w *worker) trim() {
 	}
 	w.sinceTrim = 0
 	if err != nil {
-		w.e.log.Warn("trim failed", "group", w.sub.group, "unit", w.u.name, "err", translateRedisErr(err))
+		w.e.logs.warn("trim:"+errorCause(translateRedisErr(err)), "trim failed; tried again later", "group", w.sub.group, "unit", w.u.name, "err", translateRedisErr(err))
 		return
 	}
 	if code, _ := res[0].(int64); code == -1 {
