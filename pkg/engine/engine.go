@@ -210,9 +210,9 @@ type Engine struct {
 	keys Keys // the key layout: Redis Cluster for a cluster client
 	// reapHook, when set (tests), runs between the steps of a reap on Redis Cluster.
 	reapHook atomic.Pointer[func(step, unit string) bool]
-	dom  *Domain
-	log  *slog.Logger
-	subs []*subscription
+	dom      *Domain
+	log      *slog.Logger
+	subs     []*subscription
 
 	regID   string // this process's field in the instance registry: "{instance id}#{random}"
 	sess    *session

@@ -50,11 +50,11 @@ type worker struct {
 
 	// An idle worker parks instead of blocking a goroutine (see park): parked says its
 	// goroutine has ended and a poke, its timer or the end of its lease starts it again.
-	parkMu     sync.Mutex
-	parked     atomic.Bool
-	parkTimer  *time.Timer // fires when a reap is due; guarded by parkMu
-	parkStop   func() bool // stops the context.AfterFunc; guarded by parkMu
-	parkReaps  bool        // the timer is the reap's; guarded by parkMu
+	parkMu    sync.Mutex
+	parked    atomic.Bool
+	parkTimer *time.Timer // fires when a reap is due; guarded by parkMu
+	parkStop  func() bool // stops the context.AfterFunc; guarded by parkMu
+	parkReaps bool        // the timer is the reap's; guarded by parkMu
 
 	handoff atomic.Bool // set by fair share: finish the in-flight event, release, exit
 	idle    atomic.Bool // the partition was empty at the last read
