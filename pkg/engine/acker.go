@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // acker sends the fenced acknowledgements of the instance's workers, batched: one
@@ -99,16 +101,22 @@ func (a *acker) flush() (retry bool) {
 		}
 		byOwner[g] = append(byOwner[g], w)
 	}
+	groups := make([][]*worker, 0, len(byOwner))
 	for _, ws := range byOwner {
-		if err := a.send(ws[0].owner, ws, batch); err != nil {
-			a.e.logs.warn("ack:"+errorCause(err), "acknowledgements not confirmed yet; retrying", "partitions", len(ws), "err", err)
-			a.mu.Lock()
-			for _, w := range ws {
-				a.pending[w] = append(batch[w], a.pending[w]...)
-			}
-			a.mu.Unlock()
-			retry = true
+		groups = append(groups, ws)
+	}
+	for i, err := range a.send(groups, batch) {
+		if err == nil {
+			continue
 		}
+		ws := groups[i]
+		a.e.logs.warn("ack:"+errorCause(err), "acknowledgements not confirmed yet; retrying", "partitions", len(ws), "err", err)
+		a.mu.Lock()
+		for _, w := range ws {
+			a.pending[w] = append(batch[w], a.pending[w]...)
+		}
+		a.mu.Unlock()
+		retry = true
 	}
 	return retry
 }
@@ -119,44 +127,75 @@ type ackPair struct {
 	items []ackItem
 }
 
-// send makes one ackmany.lua call for the workers of one session owner (of one slot tag,
-// on Redis Cluster: the first lease is then the liveness key, see liveKey).
-func (a *acker) send(owner string, ws []*worker, batch map[*worker][]ackItem) error {
-	var pairs []ackPair
-	keys := []string{ws[0].liveKey}
-	var args []any
+// ackCall is one ackmany.lua call: the workers of one session owner (and of one slot tag
+// on Redis Cluster, where the first lease is then the liveness key, see liveKey).
+type ackCall struct {
+	pairs []ackPair
+	keys  []string
+	args  []any
+}
+
+func newAckCall(ws []*worker, batch map[*worker][]ackItem) *ackCall {
+	c := &ackCall{keys: []string{ws[0].liveKey}}
 	for _, w := range ws {
 		byLane := map[int][]ackItem{}
 		for _, it := range batch[w] {
 			byLane[it.lane] = append(byLane[it.lane], it)
 		}
 		for lane, items := range byLane {
-			pairs = append(pairs, ackPair{w: w, lane: lane, items: items})
-			keys = append(keys, w.leaseKey, w.lanes[lane])
-			args = append(args, w.token, w.sub.group, len(items))
+			c.pairs = append(c.pairs, ackPair{w: w, lane: lane, items: items})
+			c.keys = append(c.keys, w.leaseKey, w.lanes[lane])
+			c.args = append(c.args, w.token, w.sub.group, len(items))
 			for _, it := range items {
-				args = append(args, it.id)
+				c.args = append(c.args, it.id)
 			}
 		}
 	}
+	return c
+}
+
+// send makes the ackmany.lua calls of the groups in one pipeline (one call per group:
+// normally one on a single node; one per slot tag on Redis Cluster, where the client
+// sends each node its part) and returns each group's error: nil when Redis answered.
+func (a *acker) send(groups [][]*worker, batch map[*worker][]ackItem) []error {
+	calls := make([]*ackCall, len(groups))
+	for i, ws := range groups {
+		calls[i] = newAckCall(ws, batch)
+	}
+	errs := make([]error, len(groups))
 	ctx, cancel := context.WithTimeout(a.e.hardCtx, a.e.cfg.Timing.LeaseTTL/2)
 	defer cancel()
-	res, err := scriptAckMany.Run(ctx, a.e.rdb, keys, args...).Int64Slice()
-	if err != nil {
-		return translateRedisErr(err)
+	cmds, err := runPipelined(ctx, a.e.rdb, len(calls), func(pipe redis.Pipeliner, i int) *redis.Cmd {
+		return scriptAckMany.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+	})
+	for i, c := range calls {
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		res, cerr := cmds[i].Int64Slice()
+		if cerr != nil {
+			errs[i] = translateRedisErr(cerr)
+			continue
+		}
+		c.apply(res)
 	}
+	return errs
+}
+
+// apply hands each worker the outcome of its acknowledgements.
+func (c *ackCall) apply(res []int64) {
 	if len(res) == 1 && res[0] == -3 {
-		for _, p := range pairs {
+		for _, p := range c.pairs {
 			p.w.acked(ackResult{fenced: true})
 		}
-		return nil
+		return
 	}
-	for i, p := range pairs {
+	for i, p := range c.pairs {
 		if i < len(res) && res[i] >= 0 {
 			p.w.acked(ackResult{ids: p.items})
 		} else {
 			p.w.acked(ackResult{fenced: true})
 		}
 	}
-	return nil
 }

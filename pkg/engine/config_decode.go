@@ -134,6 +134,9 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 	switch b.Kind {
 	case BrokerKindRedisCluster:
 		d.clusterURL(urlPath, source, b.URL)
+		if b.MinReplicas > 0 {
+			d.problem(cfgPath{}.key("broker").key("min_replicas"), "is not available with kind = \"redis-cluster\" (a WAIT covers one node's writes, and seqctl's are spread over every master); set it to 0, or use kind = \"redis\"")
+		}
 	case BrokerKindRedis:
 		// The URL may hold a password: problems never echo it.
 		u, err := url.Parse(b.URL)

@@ -257,7 +257,6 @@ func TestParseConfigRedisCluster(t *testing.T) {
 		{"rediss turns TLS on, the seed's host as server name", `url = "rediss://:pw@redis.internal:6380?addr=10.0.0.2:6380"`,
 			want{Addrs: []string{"redis.internal:6380", "10.0.0.2:6380"}, Password: "pw", TLS: true, ServerName: "redis.internal"}},
 		{"default URL", ``, want{Addrs: []string{"127.0.0.1:6379"}}},
-		{"min_replicas applies", "url = \"redis://h:7000\"\nmin_replicas = 1", want{Addrs: []string{"h:7000"}, MinReplicas: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -322,6 +321,13 @@ func TestParseConfigRedisClusterProblems(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("min_replicas", func(t *testing.T) {
+		got := cfgProblemsOf(t, "name = \"x\"\n[broker]\nkind = \"redis-cluster\"\nurl = \"redis://h:7000\"\nmin_replicas = 1\n")
+		if len(got) != 1 || got[0].Path != "broker.min_replicas" || !strings.Contains(got[0].Message, "set it to 0") {
+			t.Fatalf("problems %v, want one at broker.min_replicas saying to set it to 0", got)
+		}
+	})
 
 	t.Run("from the environment", func(t *testing.T) {
 		_, err := parseConfig("domain.toml", []byte("name = \"x\"\n[broker]\nkind = \"redis-cluster\"\n"), func(k string) string {

@@ -171,6 +171,8 @@ func (c *EngineConfig) Validate() error {
 	switch {
 	case c.MinReplicas < 0:
 		return fmt.Errorf("engine: MinReplicas must be 0 (no wait) or a replica count, got %d", c.MinReplicas)
+	case c.MinReplicas > 0 && KeysFor(c.Client).cluster:
+		return errReplicasOnCluster
 	case c.ReplicaTimeout < 0:
 		return fmt.Errorf("engine: ReplicaTimeout must not be negative, got %v", c.ReplicaTimeout)
 	case c.ReplicaTimeout >= c.Timing.LeaseTTL:

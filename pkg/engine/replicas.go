@@ -80,6 +80,10 @@ const barrierTTL = time.Minute
 // n replicas acknowledged in time, and a translated Redis error when the barrier or the
 // WAIT failed (then nothing is known about the replicas).
 //
+// errReplicasOnCluster: a WAIT covers the writes of one node, and the writes seqctl relies
+// on are spread over every master of a Redis Cluster.
+var errReplicasOnCluster = errors.New(`engine: min_replicas is not available on Redis Cluster (a WAIT covers one node's writes, and seqctl's are spread over every master); set min_replicas = 0, or use kind = "redis"`)
+
 // With a *redis.Client (the supported case: one primary, possibly behind Sentinel) the
 // barrier and the WAIT run on one connection taken from the pool, and the WAIT gets its
 // own read timeout. Any other client gets a pipeline (also one connection), whose replies
@@ -87,6 +91,9 @@ const barrierTTL = time.Minute
 func WaitReplicas(ctx context.Context, c redis.UniversalClient, write string, n int, timeout time.Duration) error {
 	if n <= 0 {
 		return nil
+	}
+	if KeysFor(c).cluster {
+		return errReplicasOnCluster
 	}
 	if timeout <= 0 {
 		timeout = DefaultReplicaTimeout

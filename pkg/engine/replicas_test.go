@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seqctl/seqctl/internal/redistest"
 )
 
@@ -205,5 +207,20 @@ func TestReplicaWaitAfterOperatorActions(t *testing.T) {
 	t.Logf("skip with the replica down: %v", err)
 	if h, _ := b.Halt(ctx, ref); h != nil && h.EntryID == head {
 		t.Errorf("the skip was not done on the primary: still halted on %s", head)
+	}
+}
+
+// On Redis Cluster a WAIT would cover one master's writes only: min_replicas is refused
+// rather than pretended.
+func TestReplicaWaitRefusedOnCluster(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer c.Close()
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	_, err := New(EngineConfig{Domain: d, Client: c, InstanceID: "i1", MinReplicas: 1})
+	if err == nil || !strings.Contains(err.Error(), "min_replicas is not available on Redis Cluster") {
+		t.Fatalf("New with MinReplicas on a cluster client: err = %v", err)
+	}
+	if err := WaitReplicas(context.Background(), c, "test", 1, time.Second); err == nil || !strings.Contains(err.Error(), "set min_replicas = 0") {
+		t.Fatalf("WaitReplicas on a cluster client: err = %v", err)
 	}
 }
