@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 // readExecLog parses the exec handler's log ("KEY SEQ" lines) per key, in order.
@@ -56,7 +58,13 @@ func TestRunExecTwoInstancesOrderAndCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, "exec.domain.toml", map[string]string{"SCRIPT": script})
+	subst := map[string]string{"SCRIPT": script}
+	t.Run("node", func(t *testing.T) { execOrderAndCrash(t, newFixture(t, "exec.domain.toml", subst)) })
+	// seqctl run and seqctl publish with --cluster, on a 3-master Redis Cluster.
+	t.Run("cluster", func(t *testing.T) { execOrderAndCrash(t, newClusterFixture(t, "exec.domain.toml", subst)) })
+}
+
+func execOrderAndCrash(t *testing.T, f *fixture) {
 	const perKey = 24
 	keys := keyNames("k", 8)
 
@@ -97,7 +105,7 @@ func TestRunExecTwoInstancesOrderAndCrash(t *testing.T) {
 func (f *fixture) ownersOf(keys []string) map[string]bool {
 	streams := make([]string, len(keys))
 	for i, k := range keys {
-		streams[i] = "step:" + k
+		streams[i] = engine.KeysFor(f.rdb).PartitionStream("step", k)
 	}
 	out := map[string]bool{}
 	for _, o := range f.leaseOwners(streams) {

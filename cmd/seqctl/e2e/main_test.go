@@ -62,8 +62,9 @@ func runMain(m *testing.M) int {
 // fixture is one test's world: a redis-server, a scratch directory and a domain.toml.
 type fixture struct {
 	t      *testing.T
-	srv    *redistest.Server
-	rdb    *redis.Client
+	srv    *redistest.Server // one node; nil on a cluster
+	url    string            // the --redis-url of every command
+	rdb    redis.UniversalClient
 	dir    string
 	config string
 	// global are arguments every seqctl command gets after --config and --redis-url
@@ -83,7 +84,25 @@ func newFixture(t *testing.T, fixtureFile string, subst map[string]string) *fixt
 func newFixtureWith(t *testing.T, fixtureFile string, subst map[string]string, o redistest.Options) *fixture {
 	t.Helper()
 	srv := redistest.StartWith(t, o)
-	f := &fixture{t: t, srv: srv, rdb: srv.Client(t), dir: t.TempDir()}
+	f := &fixture{t: t, srv: srv, url: srv.URL, rdb: srv.Client(t), dir: t.TempDir()}
+	f.writeConfig(fixtureFile, subst)
+	return f
+}
+
+// newClusterFixture is newFixture on a 3-master Redis Cluster: every command gets
+// --cluster and the cluster's URL.
+func newClusterFixture(t *testing.T, fixtureFile string, subst map[string]string) *fixture {
+	t.Helper()
+	c := redistest.StartCluster(t, 3)
+	f := &fixture{t: t, url: c.URL, rdb: c.Client(t), dir: t.TempDir(), global: []string{"--cluster"}}
+	f.writeConfig(fixtureFile, subst)
+	return f
+}
+
+// writeConfig writes the domain file named by fixtureFile into the scratch directory,
+// replacing each "@NAME@" by its value.
+func (f *fixture) writeConfig(fixtureFile string, subst map[string]string) {
+	t := f.t
 	b, err := os.ReadFile(filepath.Join(fixtures, fixtureFile))
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +118,6 @@ func newFixtureWith(t *testing.T, fixtureFile string, subst map[string]string, o
 	if err := os.Mkdir(filepath.Join(f.dir, "locks"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return f
 }
 
 // proc is one seqctl process.
@@ -120,7 +138,7 @@ func (f *fixture) start(name string, env []string, args ...string) *proc {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	argv := append(append([]string{"--config", f.config, "--redis-url", f.srv.URL}, f.global...), args...)
+	argv := append(append([]string{"--config", f.config, "--redis-url", f.url}, f.global...), args...)
 	p.cmd = exec.Command(seqctlBin, argv...)
 	p.cmd.Env = append(append(os.Environ(), "SEQTEST_DIR="+f.dir, engine.EnvRedisURL+"="), env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
@@ -216,7 +234,7 @@ func (f *fixture) publish(steps []step) {
 	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
 		f.t.Fatal(err)
 	}
-	url := f.srv.URL
+	url := f.url
 	if f.publishURL != "" {
 		url = f.publishURL
 	}
@@ -315,7 +333,7 @@ func (f *fixture) leaseOwners(streams []string) map[string]string {
 	out := map[string]string{}
 	ctx := context.Background()
 	for _, s := range streams {
-		v, err := f.rdb.Get(ctx, engine.LeaseKey(s, "Stepper")).Result()
+		v, err := f.rdb.Get(ctx, engine.KeysFor(f.rdb).LeaseKey(s, "Stepper")).Result()
 		if err != nil && err != redis.Nil {
 			f.t.Fatal(err)
 		}
