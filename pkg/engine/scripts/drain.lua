@@ -68,13 +68,15 @@ end
 -- lease was taken (a backfill lane, another category of a process manager) joins the unit.
 -- Returns the XAUTOCLAIM reply, or nil when the stream does not exist.
 local function claim_head(stream)
+  -- A lane that does not exist (a backfill lane never written) is skipped with a cheap
+  -- EXISTS rather than through the error of a read on a missing group.
+  if redis.call('EXISTS', stream) == 0 then
+    return nil
+  end
   local r = redis.pcall('XAUTOCLAIM', stream, group, consumer, 0, '0-0', 'COUNT', 1)
   if type(r) == 'table' and r.err then
     if string.sub(r.err, 1, 7) ~= 'NOGROUP' then
       return redis.error_reply(r.err)
-    end
-    if redis.call('EXISTS', stream) == 0 then
-      return nil
     end
     redis.call('XGROUP', 'CREATE', stream, group, '0')
     r = redis.call('XAUTOCLAIM', stream, group, consumer, 0, '0-0', 'COUNT', 1)
