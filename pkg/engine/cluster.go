@@ -128,6 +128,9 @@ func (e *Engine) unindex(ctx context.Context, vers map[string]string, key string
 	}
 }
 
+// renewBatch is the most leases one renew.lua call renews.
+const renewBatch = 512
+
 // renewLeases renews, on Redis Cluster, every lease the instance's workers hold: one
 // renew.lua call per node, each lease renewed only while it holds the worker's token. A
 // lease found lost ends its worker at once. It reports whether every lease got an answer
@@ -161,36 +164,62 @@ func (e *Engine) renewLeases(ctx context.Context, in *incarnation) bool {
 		}
 		byNode[addr] = append(byNode[addr], h)
 	}
+	// One call per renewBatch leases of a node, all in one pipeline: a call over every
+	// lease of a node would hold that master for milliseconds at 10,000 partitions.
+	var chunks [][]held
+	for _, hs := range byNode {
+		for len(hs) > 0 {
+			n := min(len(hs), renewBatch)
+			chunks = append(chunks, hs[:n])
+			hs = hs[n:]
+		}
+	}
 	ttl := strconv.FormatInt(e.cfg.Timing.LeaseTTL.Milliseconds(), 10)
-	answered := true
-	run := func(hs []held) []int64 {
+	call := func(pipe redis.Pipeliner, hs []held) *redis.Cmd {
 		args := []any{ttl}
 		for _, h := range hs {
 			args = append(args, h.key, h.w.token)
 		}
-		res, err := scriptRenew.Run(ctx, e.rdb, []string{hs[0].key}, args...).Int64Slice()
-		if err != nil {
-			answered = false
-			e.logs.warn("renew:"+errorCause(translateRedisErr(err)), "lease renewal failed; the leases stay until the local deadline", "leases", len(hs), "err", translateRedisErr(err))
-			return nil
-		}
-		return res
+		return scriptRenew.EvalSha(ctx, pipe, []string{hs[0].key}, args...)
 	}
-	for _, hs := range byNode {
-		res := run(hs)
-		for i, h := range hs {
-			if i >= len(res) {
-				break
+	answered := true
+	var moved []held
+	cmds, err := runPipelined(ctx, e.rdb, len(chunks), func(pipe redis.Pipeliner, i int) *redis.Cmd { return call(pipe, chunks[i]) })
+	for i, hs := range chunks {
+		var res []int64
+		if err == nil {
+			res, _ = cmds[i].Int64Slice()
+		}
+		if len(res) != len(hs) {
+			answered = false
+			cause := err
+			if cause == nil {
+				cause = cmds[i].Err()
 			}
-			switch res[i] {
+			e.logs.warn("renew:"+errorCause(translateRedisErr(cause)), "lease renewal failed; the leases stay until the local deadline", "leases", len(hs), "err", translateRedisErr(cause))
+			continue
+		}
+		for k, h := range hs {
+			switch res[k] {
 			case 0:
 				h.w.cancel() // the lease is not ours any more: stop touching the partition
-			case -1: // its slot moved: renew it where it is now
-				if one := run([]held{h}); len(one) == 1 && one[0] == 0 {
-					h.w.cancel()
-				} else if len(one) == 1 && one[0] == -1 {
-					answered = false
-				}
+			case -1:
+				moved = append(moved, h) // its slot moved: renew it where it is now
+			}
+		}
+	}
+	if len(moved) > 0 {
+		cmds, err := runPipelined(ctx, e.rdb, len(moved), func(pipe redis.Pipeliner, i int) *redis.Cmd { return call(pipe, moved[i:i+1]) })
+		for i, h := range moved {
+			var res []int64
+			if err == nil {
+				res, _ = cmds[i].Int64Slice()
+			}
+			switch {
+			case len(res) != 1 || res[0] == -1:
+				answered = false
+			case res[0] == 0:
+				h.w.cancel()
 			}
 		}
 	}

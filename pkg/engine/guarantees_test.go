@@ -211,19 +211,22 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 
 // Acceptance 6: a handler that runs longer than the lease TTL in a healthy process keeps
 // its lease: no takeover, no duplicate.
-func TestLongHandlerKeepsLease(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+func TestLongHandlerKeepsLease(t *testing.T) { onBoth(t, testLongHandlerKeepsLease) }
+
+// On Redis Cluster the lease carries its own expiry: the heartbeat's renew.lua keeps it.
+func testLongHandlerKeepsLease(t *testing.T, tg redisTarget) {
+	rdb := tg.client(t)
 	b := NewRedisBroker(rdb)
 	const ttl = 400 * time.Millisecond
-	s1 := &sink{rdb: srv.Client(t), instance: "i1", work: 3 * ttl}
+	timing := func(c *EngineConfig) { c.Timing = fastTiming(ttl) }
+	s1 := &sink{rdb: tg.client(t), instance: "i1", work: 3 * ttl}
 	d := testDomain(t, s1.handle, nil)
-	e1 := startEngine(t, srv, d, "i1", ttl)
+	e1 := startEngineOn(t, tg, d, "i1", timing)
 	publish(t, b, d, "A", 0, false)
 	waitFor(t, 5*time.Second, "i1 owns A", func() bool { return len(e1.Owned()) == 1 })
 	gen := e1.Owned()[0].Generation
-	s2 := &sink{rdb: srv.Client(t), instance: "i2", work: 3 * ttl}
-	startEngine(t, srv, testDomain(t, s2.handle, nil), "i2", ttl)
+	s2 := &sink{rdb: tg.client(t), instance: "i2", work: 3 * ttl}
+	startEngineOn(t, tg, testDomain(t, s2.handle, nil), "i2", timing)
 	publish(t, b, d, "A", 1, false)
 	waitFor(t, 10*time.Second, "A handled", func() bool { return len(logOf(t, rdb, "A")) == 2 })
 	if diff := cmp.Diff([]int{0, 1}, logOf(t, rdb, "A")); diff != "" {
