@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,10 +19,68 @@ import (
 // overlap, and every key's order holds.
 func TestSlotMigrationWhileEventsFlow(t *testing.T) {
 	skipShort(t)
-	cl := redistest.StartCluster(t, 3)
+	// The slot of every other key, one after another (IMPORTING/MIGRATING, MIGRATE,
+	// SETSLOT NODE, as redis-cli does for each slot).
+	t.Run("slot by slot", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3)
+		keys := keysOf(8)
+		migrateWhileFlowing(t, cl, keys, func() int {
+			moved := 0
+			for i, k := range keys {
+				if i%2 == 1 {
+					continue
+				}
+				stream := ClusterKeys.PartitionStream("order", k)
+				from := cl.NodeOf(t, stream)
+				to := (from + 1) % len(cl.Nodes)
+				cl.MoveSlot(t, redistest.Slot(stream), from, to)
+				if got := cl.NodeOf(t, stream); got != to {
+					t.Fatalf("the slot of %s is on node %d after the move, want %d", k, got, to)
+				}
+				moved++
+			}
+			return moved
+		})
+	})
+	// redis-cli --cluster reshard of 512 slots of the first master, with six partitions in
+	// those slots and two elsewhere.
+	t.Run("redis-cli reshard", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3)
+		const nslots = 512
+		lowest := map[int]bool{}
+		for _, s := range cl.LowestSlots(t, 0, nslots) {
+			lowest[s] = true
+		}
+		var inMoved, elsewhere []string
+		for i := 0; len(inMoved) < 6 || len(elsewhere) < 2; i++ {
+			k := "rk-" + strconv.Itoa(i)
+			if lowest[redistest.Slot(ClusterKeys.PartitionStream("order", k))] {
+				if len(inMoved) < 6 {
+					inMoved = append(inMoved, k)
+				}
+			} else if len(elsewhere) < 2 {
+				elsewhere = append(elsewhere, k)
+			}
+		}
+		keys := append(inMoved, elsewhere...)
+		migrateWhileFlowing(t, cl, keys, func() int {
+			cl.Reshard(t, 0, 1, nslots)
+			for _, k := range inMoved {
+				if got := cl.NodeOf(t, ClusterKeys.PartitionStream("order", k)); got != 1 {
+					t.Fatalf("%s is on node %d after the reshard, want 1", k, got)
+				}
+			}
+			return len(inMoved)
+		})
+	})
+}
+
+// migrateWhileFlowing runs two instances and a publisher over keys, calls move once a
+// third of the events are out, and checks that every event was handled, in order per key,
+// with no overlap. move returns how many live partitions it moved.
+func migrateWhileFlowing(t *testing.T, cl *redistest.Cluster, keys []string, move func() int) {
 	tg := redisTarget{cl: cl}
 	rdb := tg.client(t)
-	keys := keysOf(8)
 	const perKey = 150
 	for _, id := range []string{"i1", "i2"} {
 		s := &sink{rdb: tg.client(t), instance: id, work: 500 * time.Microsecond}
@@ -34,6 +94,7 @@ func TestSlotMigrationWhileEventsFlow(t *testing.T) {
 	var wg sync.WaitGroup
 	var failures sync.Map
 	published := make(chan int, perKey)
+	var lastSeq atomic.Int64 // the last sequence published to every key
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -55,31 +116,23 @@ func TestSlotMigrationWhileEventsFlow(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
+			lastSeq.Store(int64(seq))
 			published <- seq
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond)
 		}
 	}()
 
-	// Once a third of the events are out, move the slot of every other key to the next
-	// master, one after another, while the rest flows.
+	// Once a third of the events are out, move while the rest flows.
 	for seq := range published {
 		if seq == perKey/3 {
 			break
 		}
 	}
-	moved := 0
-	for i, k := range keys {
-		if i%2 == 1 {
-			continue
-		}
-		slot := redistest.Slot(ClusterKeys.PartitionStream("order", k))
-		from := cl.NodeOf(t, ClusterKeys.PartitionStream("order", k))
-		to := (from + 1) % len(cl.Nodes)
-		cl.MoveSlot(t, slot, from, to)
-		if got := cl.NodeOf(t, ClusterKeys.PartitionStream("order", k)); got != to {
-			t.Fatalf("slot %d of %s is on node %d after the move, want %d", slot, k, got, to)
-		}
-		moved++
+	before := lastSeq.Load()
+	moved := move()
+	during := lastSeq.Load() - before
+	if during == 0 {
+		t.Errorf("no event was published while the slots moved: the move did not overlap the flow")
 	}
 	for range published {
 	}
@@ -96,5 +149,5 @@ func TestSlotMigrationWhileEventsFlow(t *testing.T) {
 		n++
 		return true
 	})
-	t.Logf("moved %d slots with live partitions; %d publishes retried; %d events re-run", moved, n, dups)
+	t.Logf("moved %d live partitions while %d rounds of events were published; %d publishes retried; %d events re-run", moved, during, n, dups)
 }
