@@ -201,7 +201,8 @@ func (a *Admin) replay(ctx context.Context, stream, id string) (*ReplayResult, e
 	if err != nil && !errors.Is(err, engine.ErrReplicaShortfall) {
 		return nil, translate(err)
 	}
-	// On a replica shortfall the replay is done on the primary: say where it went.
-	res := &ReplayResult{DLQID: id, DLQStream: plan.Entry.DLQStream, EventID: ev.ID, Stream: plan.Stream, EntryID: pub.EntryID, Removed: true}
+	// On a replica shortfall the replay is done on the primary: say where it went, as the
+	// broker placed it (the stream it appended to, not the plan).
+	res := &ReplayResult{DLQID: id, DLQStream: plan.Entry.DLQStream, EventID: ev.ID, Stream: pub.Stream, EntryID: pub.EntryID, Removed: true}
 	return res, err
 }
