@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 // ActionKind is an operator action on a partition's head.
@@ -112,11 +110,11 @@ func (a *Admin) act(ctx context.Context, act Action, res *ActionResult) error {
 		err = a.broker.Skip(ctx, ref, act.ExpectID, act.Force)
 	case ActionDLQ:
 		if p.Key != "" {
-			res.DLQStream = engine.DLQStream(p.Category, p.Key)
+			res.DLQStream = p.dlqStream()
 		}
 		if h, herr := a.broker.Halt(ctx, ref); herr == nil && h != nil && h.Stream != "" {
 			if q, perr := a.ParseStream(h.Stream); perr == nil {
-				res.DLQStream = engine.DLQStream(q.Category, q.Key) // a process manager's other category
+				res.DLQStream = q.dlqStream() // a process manager's other category
 			}
 		}
 		by := act.Actor.User

@@ -11,7 +11,10 @@
 // that has changed. Redis errors are
 // translated at this boundary: a network failure matches engine.ErrRedisUnavailable.
 //
-// An Admin needs one Redis node (or a primary), as the engine does. It is safe for
+// An Admin works on one Redis node (or a primary) or on a Redis Cluster, as the engine
+// does: every key name comes from the deployment's layout (engine.KeysFor), reads that
+// span partitions are pipelined (the cluster client splits a pipeline per node) and never
+// one command over keys of different slots, and SCANs cover every master. It is safe for
 // concurrent use; it starts no goroutines.
 package admin
 
@@ -102,6 +105,7 @@ type GroupTopology struct {
 // Admin runs operator operations over a Redis client the caller owns.
 type Admin struct {
 	rdb    redis.UniversalClient
+	keys   engine.Keys // the deployment's key layout, from the client (engine.KeysFor)
 	broker *engine.RedisBroker
 	opts   Options
 
@@ -117,7 +121,7 @@ func New(rdb redis.UniversalClient, opts Options) *Admin {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Admin{rdb: rdb, broker: engine.NewRedisBroker(rdb).WithReplicas(opts.MinReplicas, opts.ReplicaTimeout), opts: opts}
+	return &Admin{rdb: rdb, keys: engine.KeysFor(rdb), broker: engine.NewRedisBroker(rdb).WithReplicas(opts.MinReplicas, opts.ReplicaTimeout), opts: opts}
 }
 
 // FromConfig derives Options from a domain.toml: the partitioned event categories with
@@ -222,30 +226,52 @@ var ErrInvalidStream = errors.New("admin: invalid stream name")
 type PartitionName struct {
 	Category string
 	Key      string // "" for an unpartitioned category stream
+
+	keys engine.Keys // the layout its stream names are built in; the zero value is a single node
 }
 
-// Stream is the primary stream of the partition.
+// Stream is the primary stream of the partition, in the layout of the Admin that parsed
+// or listed it: "order:client-123" on one node, "order:{client-123}" on Redis Cluster.
 func (p PartitionName) Stream() string {
 	if p.Key == "" {
-		return engine.CategoryStream(p.Category)
+		return p.keys.CategoryStream(p.Category)
 	}
-	return engine.PartitionStream(p.Category, p.Key)
+	return p.keys.PartitionStream(p.Category, p.Key)
+}
+
+// laneStream is the backfill lane of the partition.
+func (p PartitionName) laneStream(suffix string) string {
+	return p.keys.LaneStream(p.Category, p.Key, suffix)
+}
+
+// dlqStream is the partition's dead-letter stream.
+func (p PartitionName) dlqStream() string { return p.keys.DLQStream(p.Category, p.Key) }
+
+// name returns the partition of a category and key in the Admin's layout.
+func (a *Admin) name(category, key string) PartitionName {
+	return PartitionName{Category: category, Key: key, keys: a.keys}
 }
 
 // ParseStream parses "order:client-123" (a partition), "order:client-123:backfill" (its
 // backfill lane), "order:client-123:dlq" (its DLQ) or "order" (an unpartitioned category
-// stream) into the partition it names.
+// stream) into the partition it names. The Redis Cluster form, with the key as the hash
+// tag ("order:{client-123}", "order:{client-123}:dlq"), names the same partition, on
+// either deployment: a partition key never contains '{' or '}' (engine.ValidateKey), so
+// the braces are only ever the layout's.
 func (a *Admin) ParseStream(s string) (PartitionName, error) {
 	parts := strings.Split(s, ":")
 	if len(parts) == 3 && (parts[2] == "dlq" || parts[2] == a.opts.BackfillSuffix) {
 		parts = parts[:2]
+	}
+	if len(parts) == 2 && len(parts[1]) > 2 && strings.HasPrefix(parts[1], "{") && strings.HasSuffix(parts[1], "}") {
+		parts[1] = parts[1][1 : len(parts[1])-1]
 	}
 	switch len(parts) {
 	case 1:
 		if err := engine.ValidateCategory(parts[0]); err != nil {
 			return PartitionName{}, fmt.Errorf("%w %q: %v", ErrInvalidStream, s, err)
 		}
-		return PartitionName{Category: parts[0]}, nil
+		return a.name(parts[0], ""), nil
 	case 2:
 		if err := engine.ValidateCategory(parts[0]); err != nil {
 			return PartitionName{}, fmt.Errorf("%w %q: %v", ErrInvalidStream, s, err)
@@ -253,7 +279,7 @@ func (a *Admin) ParseStream(s string) (PartitionName, error) {
 		if err := engine.ValidateStreamKey(parts[1], a.opts.BackfillSuffix); err != nil {
 			return PartitionName{}, fmt.Errorf("%w %q: %v", ErrInvalidStream, s, err)
 		}
-		return PartitionName{Category: parts[0], Key: parts[1]}, nil
+		return a.name(parts[0], parts[1]), nil
 	}
 	return PartitionName{}, fmt.Errorf("%w %q: want {category}:{key}, e.g. order:client-123", ErrInvalidStream, s)
 }
@@ -264,7 +290,7 @@ func (a *Admin) lanes(p PartitionName) []string {
 	if p.Key == "" || a.opts.Lanes == LanesOff {
 		return []string{p.Stream()}
 	}
-	return []string{p.Stream(), engine.LaneStream(p.Category, p.Key, a.opts.BackfillSuffix)}
+	return []string{p.Stream(), p.laneStream(a.opts.BackfillSuffix)}
 }
 
 // groupsOf returns the consumer groups of a category: the topology's, or the category's
@@ -279,7 +305,7 @@ func (a *Admin) groupsOf(ctx context.Context, category string) ([]GroupTopology,
 		}
 		return nil, nil
 	}
-	names, err := a.rdb.SMembers(ctx, engine.GroupRegistry(category)).Result()
+	names, err := a.rdb.SMembers(ctx, a.keys.GroupRegistry(category)).Result()
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -326,12 +352,15 @@ func (a *Admin) ref(ctx context.Context, p PartitionName, handler string) (engin
 // exists under the process-manager unit (engine.PMUnit). Without either, nobody owns the
 // value and nothing is halted, so reading it as a plain partition shows the same state.
 func (a *Admin) isPM(ctx context.Context, group, key string) (bool, error) {
-	unit := engine.PMUnit(group, key)
-	n, err := a.rdb.Exists(ctx, engine.LeaseKey(unit, group), engine.HaltKey(unit, group)).Result()
-	if err != nil {
+	// One EXISTS per key: on Redis Cluster the lease and the halt record share the unit's
+	// slot, but a pipeline needs no such reasoning and costs the same round trip.
+	unit := a.keys.PMUnit(group, key)
+	pipe := a.rdb.Pipeline()
+	lease, halt := pipe.Exists(ctx, a.keys.LeaseKey(unit, group)), pipe.Exists(ctx, a.keys.HaltKey(unit, group))
+	if _, err := pipe.Exec(ctx); err != nil {
 		return false, translate(err)
 	}
-	return n > 0, nil
+	return lease.Val()+halt.Val() > 0, nil
 }
 
 // Handlers lists the consumer groups of a stream's category (for completion and for a
@@ -390,4 +419,22 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// unit is the lease unit of a head in the Admin's layout: the primary stream, or the
+// process manager's correlation unit (engine.HeadRef.Unit gives the single-node name).
+func (a *Admin) unit(ref engine.HeadRef) string {
+	if ref.ProcessManager {
+		return a.keys.PMUnit(ref.Group, ref.Key)
+	}
+	return a.name(ref.Category, ref.Key).Stream()
+}
+
+// indexed queues the check that a partition's key is in its category's index: a set on
+// one node, a hash on Redis Cluster (see engine.Keys.PartitionIndex).
+func (a *Admin) indexed(ctx context.Context, c redis.Cmdable, p PartitionName) *redis.BoolCmd {
+	if a.keys.Cluster() {
+		return c.HExists(ctx, a.keys.PartitionIndex(p.Category), p.Key)
+	}
+	return c.SIsMember(ctx, a.keys.PartitionIndex(p.Category), p.Key)
 }

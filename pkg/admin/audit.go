@@ -81,7 +81,7 @@ func (a *Admin) Record(ctx context.Context, e AuditEntry) error {
 		e.RedisUser = a.RedisUser(ctx)
 	}
 	err := a.rdb.XAdd(ctx, &redis.XAddArgs{
-		Stream: engine.AuditStream(), MaxLen: MaxAuditEntries, Approx: true,
+		Stream: a.keys.AuditStream(), MaxLen: MaxAuditEntries, Approx: true,
 		Values: []any{
 			"user", e.User, "redis_user", e.RedisUser, "host", e.Host, "command", e.Command, "stream", e.Stream,
 			"handler", e.Handler, "entry", e.EntryID, "outcome", e.Outcome,

@@ -71,7 +71,7 @@ func (a *Admin) DLQ(ctx context.Context, stream string) ([]DLQEntry, error) {
 	if p.Key == "" {
 		return nil, fmt.Errorf("%w %q: only partitions ({category}:{key}) have a DLQ", ErrInvalidStream, stream)
 	}
-	dlq := engine.DLQStream(p.Category, p.Key)
+	dlq := p.dlqStream()
 	msgs, err := a.rdb.XRange(ctx, dlq, "-", "+").Result()
 	if err != nil {
 		return nil, translate(err)
@@ -102,7 +102,7 @@ func (a *Admin) PlanReplay(ctx context.Context, stream, id string) (*ReplayPlan,
 	if p.Key == "" {
 		return nil, fmt.Errorf("%w %q: only partitions ({category}:{key}) have a DLQ", ErrInvalidStream, stream)
 	}
-	dlq := engine.DLQStream(p.Category, p.Key)
+	dlq := p.dlqStream()
 	msgs, err := a.rdb.XRange(ctx, dlq, id, id).Result()
 	if err != nil {
 		if strings.Contains(err.Error(), "Invalid stream ID") {
@@ -115,7 +115,7 @@ func (a *Admin) PlanReplay(ctx context.Context, stream, id string) (*ReplayPlan,
 	}
 	e := dlqEntryOf(dlq, msgs[0])
 	plan := &ReplayPlan{Entry: e, Stream: p.Stream()}
-	backfill := engine.LaneStream(p.Category, p.Key, a.opts.BackfillSuffix)
+	backfill := p.laneStream(a.opts.BackfillSuffix)
 	switch {
 	case e.Lane == p.Stream() || e.Lane == backfill:
 		plan.Stream = e.Lane
@@ -190,8 +190,8 @@ func (a *Admin) replay(ctx context.Context, stream, id string) (*ReplayResult, e
 	if err != nil {
 		return nil, fmt.Errorf("admin: cannot replay DLQ entry %s: %w", id, err)
 	}
-	route := engine.Route{Category: p.Category, Key: p.Key, Stream: plan.Stream, Index: engine.PartitionIndex(p.Category),
-		Backfill: plan.Stream != p.Stream()}
+	route := engine.Route{Category: p.Category, Key: p.Key, Stream: plan.Stream, Index: a.keys.PartitionIndex(p.Category),
+		Backfill: plan.Stream != p.Stream(), Suffix: a.opts.BackfillSuffix}
 	// One script publishes and removes the DLQ entry, so a concurrent or repeated replay
 	// of the same entry publishes it once.
 	pub, err := a.broker.ReplayDLQ(ctx, plan.Entry.DLQStream, id, route)
@@ -201,7 +201,8 @@ func (a *Admin) replay(ctx context.Context, stream, id string) (*ReplayResult, e
 	if err != nil && !errors.Is(err, engine.ErrReplicaShortfall) {
 		return nil, translate(err)
 	}
-	// On a replica shortfall the replay is done on the primary: say where it went.
-	res := &ReplayResult{DLQID: id, DLQStream: plan.Entry.DLQStream, EventID: ev.ID, Stream: plan.Stream, EntryID: pub.EntryID, Removed: true}
+	// On a replica shortfall the replay is done on the primary: say where it went, as the
+	// broker placed it (the stream it appended to, not the plan).
+	res := &ReplayResult{DLQID: id, DLQStream: plan.Entry.DLQStream, EventID: ev.ID, Stream: pub.Stream, EntryID: pub.EntryID, Removed: true}
 	return res, err
 }

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 // DLQSummary is one partition's dead-letter stream: a row of 'seqctl dlq list' without a
@@ -35,20 +33,15 @@ type DLQSummary struct {
 // order. It costs the SCAN and one pipelined round trip.
 func (a *Admin) DLQs(ctx context.Context) ([]DLQSummary, error) {
 	var names []string
-	var cursor uint64
-	for {
-		keys, next, err := a.rdb.ScanType(ctx, cursor, "*:dlq", scanCount, "stream").Result()
-		if err != nil {
-			return nil, translate(err)
+	seen := map[string]bool{}
+	err := a.scan(ctx, "*:dlq", "stream", func(k string) {
+		if p, err := a.ParseStream(k); err == nil && p.Key != "" && p.dlqStream() == k && !seen[k] {
+			seen[k] = true
+			names = append(names, k)
 		}
-		for _, k := range keys {
-			if p, err := a.ParseStream(k); err == nil && p.Key != "" && engine.DLQStream(p.Category, p.Key) == k {
-				names = append(names, k)
-			}
-		}
-		if cursor = next; cursor == 0 {
-			break
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := []DLQSummary{}
 	if len(names) == 0 {
@@ -138,7 +131,7 @@ func (a *Admin) purge(ctx context.Context, stream, through string) (*PurgeResult
 	if err != nil {
 		return nil, err
 	}
-	dlq := engine.DLQStream(p.Category, p.Key)
+	dlq := p.dlqStream()
 	pipe := a.rdb.TxPipeline()
 	removed := pipe.XTrimMinID(ctx, dlq, minID)
 	left := pipe.XLen(ctx, dlq)
@@ -197,18 +190,31 @@ func (a *Admin) AuditEntries(ctx context.Context, q AuditQuery) ([]AuditEntry, e
 		}
 		start = strconv.FormatInt(now.Add(-q.Since).UnixMilli(), 10)
 	}
+	// A partition is asked for in either form ("order:client-123" or, on Redis Cluster,
+	// "order:{client-123}"), and matches its records in either form.
+	want, parsed := a.ParseStream(q.Stream)
+	sameStream := func(s string) bool {
+		if s == q.Stream || strings.TrimSuffix(s, ":dlq") == q.Stream {
+			return true
+		}
+		if parsed != nil || want.Key == "" {
+			return false
+		}
+		got, err := a.ParseStream(s)
+		return err == nil && got.Category == want.Category && got.Key == want.Key
+	}
 	match := func(e AuditEntry) bool {
 		if q.Outcome != "" && e.Outcome != q.Outcome {
 			return false
 		}
-		if q.Stream != "" && e.Stream != q.Stream && strings.TrimSuffix(e.Stream, ":dlq") != q.Stream {
+		if q.Stream != "" && !sameStream(e.Stream) {
 			return false
 		}
 		return true
 	}
 	out := []AuditEntry{}
 	if q.Limit <= 0 {
-		msgs, err := a.rdb.XRange(ctx, engine.AuditStream(), start, "+").Result()
+		msgs, err := a.rdb.XRange(ctx, a.keys.AuditStream(), start, "+").Result()
 		if err != nil {
 			return nil, translate(err)
 		}
@@ -221,7 +227,7 @@ func (a *Admin) AuditEntries(ctx context.Context, q AuditQuery) ([]AuditEntry, e
 	}
 	end := "+"
 	for {
-		msgs, err := a.rdb.XRevRangeN(ctx, engine.AuditStream(), end, start, auditPage).Result()
+		msgs, err := a.rdb.XRevRangeN(ctx, a.keys.AuditStream(), end, start, auditPage).Result()
 		if err != nil {
 			return nil, translate(err)
 		}

@@ -60,8 +60,14 @@ func orderDomain(tb testing.TB, fn engine.HandlerFunc) *engine.Domain {
 // startEngine runs an engine for the test with quick timing; it is shut down at cleanup.
 func startEngine(tb testing.TB, srv *redistest.Server, d *engine.Domain, id string) *engine.Engine {
 	tb.Helper()
+	return startEngineOn(tb, srv.Client(tb), d, id)
+}
+
+// startEngineOn is startEngine over any client: one node or a Redis Cluster.
+func startEngineOn(tb testing.TB, rdb redis.UniversalClient, d *engine.Domain, id string) *engine.Engine {
+	tb.Helper()
 	e, err := engine.New(engine.EngineConfig{
-		Domain: d, Client: srv.Client(tb), InstanceID: id,
+		Domain: d, Client: rdb, InstanceID: id,
 		Timing:            engine.LeaseTiming{LeaseTTL: 2 * time.Second, HeartbeatInterval: 400 * time.Millisecond, PollInterval: 50 * time.Millisecond},
 		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 	})

@@ -85,8 +85,8 @@ func (a *Admin) Groups(ctx context.Context, category string) ([]Group, error) {
 	regs := make([]*redis.StringSliceCmd, len(cats))
 	idxs := make([]*redis.StringSliceCmd, len(cats))
 	for i, c := range cats {
-		regs[i] = pipe.SMembers(ctx, engine.GroupRegistry(c))
-		idxs[i] = pipe.SMembers(ctx, engine.PartitionIndex(c))
+		regs[i] = pipe.SMembers(ctx, a.keys.GroupRegistry(c))
+		idxs[i] = a.keys.IndexMembers(ctx, pipe, c)
 	}
 	if err := execTolerant(ctx, pipe); err != nil {
 		return nil, err
@@ -104,9 +104,9 @@ func (a *Admin) Groups(ctx context.Context, category string) ([]Group, error) {
 			}
 		}
 		slices.Sort(gl.keys)
-		gl.units = append(gl.units, []string{engine.CategoryStream(c)})
+		gl.units = append(gl.units, []string{a.keys.CategoryStream(c)})
 		for _, k := range gl.keys {
-			gl.units = append(gl.units, []string{engine.PartitionStream(c, k), engine.LaneStream(c, k, a.opts.BackfillSuffix)})
+			gl.units = append(gl.units, []string{a.keys.PartitionStream(c, k), a.keys.LaneStream(c, k, a.opts.BackfillSuffix)})
 		}
 		for _, lanes := range gl.units {
 			for _, l := range lanes {
@@ -122,13 +122,13 @@ func (a *Admin) Groups(ctx context.Context, category string) ([]Group, error) {
 				d := slices.Contains(gl.declared, n)
 				r.g.Declared = &d
 			}
-			units := []string{engine.CategoryStream(c)}
+			units := []string{a.keys.CategoryStream(c)}
 			for _, k := range gl.keys {
-				units = append(units, engine.PartitionStream(c, k), engine.PMUnit(n, k))
+				units = append(units, a.keys.PartitionStream(c, k), a.keys.PMUnit(n, k))
 			}
 			for _, u := range units {
-				r.leases = append(r.leases, pipe.Get(ctx, engine.LeaseKey(u, n)))
-				r.halts = append(r.halts, pipe.Exists(ctx, engine.HaltKey(u, n)))
+				r.leases = append(r.leases, pipe.Get(ctx, a.keys.LeaseKey(u, n)))
+				r.halts = append(r.halts, pipe.Exists(ctx, a.keys.HaltKey(u, n)))
 			}
 			gl.groups = append(gl.groups, r)
 		}
@@ -145,7 +145,7 @@ func (a *Admin) Groups(ctx context.Context, category string) ([]Group, error) {
 		for _, r := range gl.groups {
 			for _, l := range r.leases {
 				if owner, _ := splitLease(l.Val()); l.Err() == nil && owner != "" && sessions[owner] == nil {
-					sessions[owner] = pipe.Exists(ctx, engine.SessionKey(owner))
+					sessions[owner] = pipe.Exists(ctx, a.keys.SessionKey(owner))
 				}
 			}
 		}
@@ -215,29 +215,22 @@ func (a *Admin) groupCategories(ctx context.Context, only string) ([]string, err
 		}
 		return []string{only}, nil
 	}
-	suffix := engine.GroupRegistry("")
+	suffix := a.keys.GroupRegistry("")
 	seen := map[string]bool{}
 	var out []string
 	for c := range a.opts.Declared {
 		seen[c] = true
 		out = append(out, c)
 	}
-	var cursor uint64
-	for {
-		keys, next, err := a.rdb.Scan(ctx, cursor, "*"+suffix, scanCount).Result()
-		if err != nil {
-			return nil, translate(err)
+	err := a.scan(ctx, "*"+suffix, "", func(k string) {
+		c := strings.TrimSuffix(k, suffix)
+		if c != k && !seen[c] && engine.ValidateCategory(c) == nil {
+			seen[c] = true
+			out = append(out, c)
 		}
-		for _, k := range keys {
-			c := strings.TrimSuffix(k, suffix)
-			if c != k && !seen[c] && engine.ValidateCategory(c) == nil {
-				seen[c] = true
-				out = append(out, c)
-			}
-		}
-		if cursor = next; cursor == 0 {
-			break
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.Sort(out)
 	return out, nil
@@ -319,7 +312,7 @@ func (a *Admin) RemoveGroup(ctx context.Context, r GroupRemoval) (*GroupRemoved,
 	}
 	rec := AuditEntry{
 		User: r.Actor.User, Host: r.Actor.Host, Command: r.Actor.Command,
-		Stream: engine.CategoryStream(r.Category), Handler: r.Group,
+		Stream: a.keys.CategoryStream(r.Category), Handler: r.Group,
 		Outcome: res.Outcome, Reason: r.Reason,
 	}
 	if r.ExpectRead != nil {

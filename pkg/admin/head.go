@@ -140,9 +140,19 @@ func (a *Admin) Head(ctx context.Context, stream, handler string) (*Head, error)
 		return nil, err
 	}
 	if h == nil {
-		n, err := a.rdb.Exists(ctx, a.lanes(p)...).Result()
-		if err != nil {
+		// One EXISTS per lane: a backfill lane shares the primary's slot on Redis Cluster,
+		// but the pipeline keeps this free of any layout reasoning.
+		pipe := a.rdb.Pipeline()
+		var exists []*redis.IntCmd
+		for _, l := range a.lanes(p) {
+			exists = append(exists, pipe.Exists(ctx, l))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, translate(err)
+		}
+		n := int64(0)
+		for _, c := range exists {
+			n += c.Val()
 		}
 		if n == 0 {
 			return nil, &NotFoundError{What: "partition", Name: p.Stream(), Hint: "it has no stream (check the name with 'seqctl partitions list')"}

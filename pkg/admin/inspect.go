@@ -109,7 +109,7 @@ func (a *Admin) Inspect(ctx context.Context, stream, handler string) (*Inspectio
 	}
 	in := &Inspection{Stream: p.Stream(), Category: p.Category, Key: p.Key, Lanes: []Lane{}, Handlers: []HandlerState{}}
 	if p.Key != "" {
-		in.DLQStream = engine.DLQStream(p.Category, p.Key)
+		in.DLQStream = p.dlqStream()
 	}
 
 	pipe := a.rdb.Pipeline()
@@ -136,7 +136,7 @@ func (a *Admin) Inspect(ctx context.Context, stream, handler string) (*Inspectio
 	var indexed *redis.BoolCmd
 	var dlqLen *redis.IntCmd
 	if p.Key != "" {
-		indexed = pipe.SIsMember(ctx, engine.PartitionIndex(p.Category), p.Key)
+		indexed = a.indexed(ctx, pipe, p)
 		dlqLen = pipe.XLen(ctx, in.DLQStream)
 	}
 	if err := execTolerant(ctx, pipe); err != nil {
@@ -171,7 +171,7 @@ func (a *Admin) Inspect(ctx context.Context, stream, handler string) (*Inspectio
 	}
 	if !anyLane && !in.Indexed && in.DLQLength == 0 {
 		return nil, &NotFoundError{What: "partition", Name: p.Stream(),
-			Hint: "no stream, no DLQ and not in " + engine.PartitionIndex(p.Category) + " (check the name with 'seqctl partitions list')"}
+			Hint: "no stream, no DLQ and not in " + a.keys.PartitionIndex(p.Category) + " (check the name with 'seqctl partitions list')"}
 	}
 
 	// Each handler's partition row (lease, halt, lag) comes from the listing code.
@@ -190,7 +190,7 @@ func (a *Admin) Inspect(ctx context.Context, stream, handler string) (*Inspectio
 		if err != nil {
 			return nil, err
 		}
-		hs := HandlerState{Handler: g.Name, ProcessManager: ref.ProcessManager, Unit: ref.Unit(), Pending: []PendingEntry{}}
+		hs := HandlerState{Handler: g.Name, ProcessManager: ref.ProcessManager, Unit: a.unit(ref), Pending: []PendingEntry{}}
 		if r, ok := byHandler[g.Name]; ok {
 			hs.State = r.State
 		} else {
@@ -232,7 +232,7 @@ func (a *Admin) Inspect(ctx context.Context, stream, handler string) (*Inspectio
 
 // lease reads the lease of a unit and its owner's session TTL; nil when there is none.
 func (a *Admin) lease(ctx context.Context, ref engine.HeadRef) (*Lease, error) {
-	v, err := a.rdb.Get(ctx, engine.LeaseKey(ref.Unit(), ref.Group)).Result()
+	v, err := a.rdb.Get(ctx, a.keys.LeaseKey(a.unit(ref), ref.Group)).Result()
 	if err == redis.Nil {
 		return nil, nil
 	}
@@ -244,7 +244,7 @@ func (a *Admin) lease(ctx context.Context, ref engine.HeadRef) (*Lease, error) {
 	if owner == "" || strings.ContainsAny(owner, " \t") {
 		return l, nil
 	}
-	ttl, err := a.rdb.PTTL(ctx, engine.SessionKey(owner)).Result()
+	ttl, err := a.rdb.PTTL(ctx, a.keys.SessionKey(owner)).Result()
 	if err != nil {
 		return nil, translate(err)
 	}

@@ -34,7 +34,7 @@ type Instance struct {
 // Instances lists the registered engine instances, sorted by id, with the liveness of
 // their sessions. Two round trips.
 func (a *Admin) Instances(ctx context.Context) ([]Instance, error) {
-	raw, err := a.rdb.HGetAll(ctx, engine.InstancesKey()).Result()
+	raw, err := a.rdb.HGetAll(ctx, a.keys.InstancesKey()).Result()
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -59,7 +59,7 @@ func (a *Admin) Instances(ctx context.Context) ([]Instance, error) {
 	ttls := make([]*redis.DurationCmd, len(out))
 	for i, in := range out {
 		if in.Owner != "" {
-			ttls[i] = pipe.PTTL(ctx, engine.SessionKey(in.Owner))
+			ttls[i] = pipe.PTTL(ctx, a.keys.SessionKey(in.Owner))
 		}
 	}
 	if err := execTolerant(ctx, pipe); err != nil {

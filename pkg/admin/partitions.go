@@ -282,25 +282,18 @@ func (a *Admin) categories(ctx context.Context, only string) ([]string, error) {
 		}
 		return out, nil
 	}
-	suffix := engine.PartitionIndex("")
+	suffix := a.keys.PartitionIndex("")
 	seen := map[string]bool{}
 	var out []string
-	var cursor uint64
-	for {
-		keys, next, err := a.rdb.Scan(ctx, cursor, "*"+suffix, scanCount).Result()
-		if err != nil {
-			return nil, translate(err)
+	err := a.scan(ctx, "*"+suffix, "", func(k string) {
+		c := strings.TrimSuffix(k, suffix)
+		if c != k && !seen[c] && engine.ValidateCategory(c) == nil {
+			seen[c] = true
+			out = append(out, c)
 		}
-		for _, k := range keys {
-			c := strings.TrimSuffix(k, suffix)
-			if c != k && !seen[c] && engine.ValidateCategory(c) == nil {
-				seen[c] = true
-				out = append(out, c)
-			}
-		}
-		if cursor = next; cursor == 0 {
-			break
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.Sort(out)
 	return out, nil
@@ -367,9 +360,9 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	members := make([]*redis.StringSliceCmd, len(cats))
 	registries := make([]*redis.StringSliceCmd, len(cats))
 	for i, c := range cats {
-		members[i] = pipe.SMembers(ctx, engine.PartitionIndex(c))
+		members[i] = a.keys.IndexMembers(ctx, pipe, c)
 		if a.opts.Topology == nil {
-			registries[i] = pipe.SMembers(ctx, engine.GroupRegistry(c))
+			registries[i] = pipe.SMembers(ctx, a.keys.GroupRegistry(c))
 		}
 	}
 	now := pipe.Time(ctx)
@@ -403,7 +396,7 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 				if f.Handler != "" && g.Name != f.Handler {
 					continue
 				}
-				name := PartitionName{Category: c, Key: k}
+				name := a.name(c, k)
 				rows = append(rows, &row{
 					name: name, group: g,
 					p: Partition{Category: c, Key: k, Stream: name.Stream(), Handler: g.Name, ProcessManager: g.ProcessManager},
@@ -453,10 +446,10 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 		}
 		g := r.group.Name
 		if r.group.ProcessManager {
-			unit := engine.PMUnit(g, r.name.Key)
-			r.pmLease, r.pmHalt = get(pipe, engine.LeaseKey(unit, g)), hgetall(pipe, engine.HaltKey(unit, g))
+			unit := a.keys.PMUnit(g, r.name.Key)
+			r.pmLease, r.pmHalt = get(pipe, a.keys.LeaseKey(unit, g)), hgetall(pipe, a.keys.HaltKey(unit, g))
 		} else {
-			r.lease, r.halt = get(pipe, engine.LeaseKey(r.p.Stream, g)), hgetall(pipe, engine.HaltKey(r.p.Stream, g))
+			r.lease, r.halt = get(pipe, a.keys.LeaseKey(r.p.Stream, g)), hgetall(pipe, a.keys.HaltKey(r.p.Stream, g))
 		}
 	}
 	if err := execTolerant(ctx, pipe); err != nil {
@@ -478,8 +471,8 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	if a.opts.Topology == nil {
 		for _, r := range rows {
 			if len(r.halt.Val()) == 0 {
-				unit := engine.PMUnit(r.group.Name, r.name.Key)
-				r.pmLease, r.pmHalt = get(pipe, engine.LeaseKey(unit, r.group.Name)), hgetall(pipe, engine.HaltKey(unit, r.group.Name))
+				unit := a.keys.PMUnit(r.group.Name, r.name.Key)
+				r.pmLease, r.pmHalt = get(pipe, a.keys.LeaseKey(unit, r.group.Name)), hgetall(pipe, a.keys.HaltKey(unit, r.group.Name))
 				more = true
 			}
 		}
@@ -510,10 +503,10 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	dlqs := map[string]*redis.IntCmd{}
 	for _, r := range rows {
 		if dlqs[r.p.Stream] == nil {
-			dlqs[r.p.Stream] = pipe.XLen(ctx, engine.DLQStream(r.name.Category, r.name.Key))
+			dlqs[r.p.Stream] = pipe.XLen(ctx, r.name.dlqStream())
 		}
 		if r.owner != "" && ttls[r.owner] == nil {
-			ttls[r.owner] = pipe.PTTL(ctx, engine.SessionKey(r.owner))
+			ttls[r.owner] = pipe.PTTL(ctx, a.keys.SessionKey(r.owner))
 		}
 		for _, l := range r.states {
 			if l.exists && !l.hasGroup && l.lane.xlen == nil {
@@ -661,7 +654,7 @@ func (a *Admin) Streams(ctx context.Context) ([]string, error) {
 	pipe := a.rdb.Pipeline()
 	members := make([]*redis.StringSliceCmd, len(cats))
 	for i, c := range cats {
-		members[i] = pipe.SMembers(ctx, engine.PartitionIndex(c))
+		members[i] = a.keys.IndexMembers(ctx, pipe, c)
 	}
 	if err := execTolerant(ctx, pipe); err != nil {
 		return nil, err
@@ -670,7 +663,7 @@ func (a *Admin) Streams(ctx context.Context) ([]string, error) {
 	for i, c := range cats {
 		for _, k := range members[i].Val() {
 			if engine.ValidateStreamKey(k, a.opts.BackfillSuffix) == nil {
-				out = append(out, engine.PartitionStream(c, k))
+				out = append(out, a.keys.PartitionStream(c, k))
 			}
 		}
 	}

@@ -364,6 +364,9 @@ func groupsExit(err error) error {
 	case errors.Is(err, engine.ErrGroupNotRegistered), errors.Is(err, engine.ErrGroupLive),
 		errors.Is(err, engine.ErrGroupRead), errors.Is(err, admin.ErrGroupDeclared):
 		return &ExitError{Code: ExitConflict, Err: err}
+	case errors.Is(err, engine.ErrNotSupported):
+		// Redis Cluster: the engine's message says what to do by hand instead.
+		return &ExitError{Code: ExitFailure, Err: err}
 	}
 	return exitFor(err)
 }

@@ -212,6 +212,12 @@ func TestGroupsRemoveRun(t *testing.T) {
 			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
 		},
 		{
+			name: "Redis Cluster cannot run the script: exit 1 with the engine's reason", args: with("--expect-read", "83", "--yes"), tm: inPipe, code: ExitFailure,
+			fa:         &fakeAdmin{groups: sampleGroups(), removeErr: fmt.Errorf("%w: retiring a consumer group checks and deletes every partition of the category in one script, which Redis Cluster cannot run across slots", engine.ErrNotSupported)},
+			stderrHas:  []string{"engine: not supported by this broker: retiring a consumer group", "which Redis Cluster cannot run across slots"},
+			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
+		},
+		{
 			name: "the connection fails during the script", args: with("--expect-read", "83", "--yes"), tm: inPipe, code: ExitFailure,
 			fa:         &fakeAdmin{groups: sampleGroups(), removeErr: fmt.Errorf("%w: connection reset", engine.ErrRedisUnavailable)},
 			stderrHas:  []string{"it may or may not have been applied; check with 'seqctl groups list --category order'"},
