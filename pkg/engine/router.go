@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,13 @@ type Route struct {
 func (k Keys) Place(r Route) Route {
 	if r.Key == "" {
 		return r
+	}
+	if r.Backfill && r.Suffix == "" {
+		// A route built by hand with only the single-node lane name: take its suffix.
+		r.Suffix = strings.TrimPrefix(r.Stream, PartitionStream(r.Category, r.Key)+":")
+		if r.Suffix == r.Stream || r.Suffix == "" {
+			r.Suffix = DefaultBackfillSuffix
+		}
 	}
 	r.Index = k.PartitionIndex(r.Category)
 	r.Stream = k.PartitionStream(r.Category, r.Key)

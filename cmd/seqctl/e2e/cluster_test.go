@@ -68,36 +68,15 @@ func (s *curableSink) cure(key string) {
 // command gets --redis-url with the cluster URL and --cluster.
 func clusterFixture(t *testing.T, subst map[string]string) (*fixture, *redistest.Cluster) {
 	t.Helper()
-	cl := redistest.StartCluster(t, 3)
-	f := newFixtureOn(t, &redistest.Server{URL: cl.URL}, "http.domain.toml", subst)
-	f.global = []string{"--cluster"}
-	return f, cl
-}
-
-// newFixtureOn is newFixture over a Redis the test started itself: only its URL is used.
-func newFixtureOn(t *testing.T, srv *redistest.Server, fixtureFile string, subst map[string]string) *fixture {
-	t.Helper()
-	b, err := os.ReadFile(fixtures + "/" + fixtureFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	for k, v := range subst {
-		s = strings.ReplaceAll(s, "@"+k+"@", v)
-	}
-	f := &fixture{t: t, srv: srv, dir: t.TempDir()}
-	f.config = f.dir + "/domain.toml"
-	if err := os.WriteFile(f.config, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return f
+	f := newClusterFixture(t, "http.domain.toml", subst)
+	return f, f.cl
 }
 
 // seqctl runs one operator command against the fixture's Redis and returns its stdout,
 // stderr and exit code.
 func (f *fixture) seqctl(args ...string) (string, string, int) {
 	f.t.Helper()
-	argv := []string{"--redis-url", f.srv.URL}
+	argv := []string{"--redis-url", f.url}
 	if f.config != "" {
 		argv = append(argv, "--config", f.config)
 	}

@@ -62,8 +62,9 @@ func runMain(m *testing.M) int {
 // fixture is one test's world: a redis-server, a scratch directory and a domain.toml.
 type fixture struct {
 	t      *testing.T
-	srv    *redistest.Server // one node; nil on a cluster
-	url    string            // the --redis-url of every command
+	srv    *redistest.Server  // one node; nil on a cluster
+	cl     *redistest.Cluster // a Redis Cluster; nil on one node
+	url    string             // the --redis-url of every command
 	rdb    redis.UniversalClient
 	dir    string
 	config string
@@ -94,7 +95,7 @@ func newFixtureWith(t *testing.T, fixtureFile string, subst map[string]string, o
 func newClusterFixture(t *testing.T, fixtureFile string, subst map[string]string) *fixture {
 	t.Helper()
 	c := redistest.StartCluster(t, 3)
-	f := &fixture{t: t, url: c.URL, rdb: c.Client(t), dir: t.TempDir(), global: []string{"--cluster"}}
+	f := &fixture{t: t, cl: c, url: c.URL, rdb: c.Client(t), dir: t.TempDir(), global: []string{"--cluster"}}
 	f.writeConfig(fixtureFile, subst)
 	return f
 }
