@@ -223,6 +223,15 @@ func callsBetween(a, z redisSnap) (map[string]int64, int64) {
 	return out, total
 }
 
+// logWatchCost logs what the lease watch's MGETs cost Redis between two readings: they
+// are left out of the call counts, not out of rcpu% (on a cluster a poll is one MGET per
+// partition).
+func logWatchCost(b *testing.B, a, z redisSnap) {
+	b.Helper()
+	win := z.at.Sub(a.at).Seconds()
+	b.Logf("lease watch (left out of the counts): %.0f MGET/s, %.0f µs/s of Redis time", float64(z.calls["mget"]-a.calls["mget"])/win, float64(z.usec["mget"]-a.usec["mget"])/win)
+}
+
 // usecBetween returns per-command microseconds spent in Redis between two readings (the
 // harness's own commands left out). A script's time includes the commands it calls.
 func usecBetween(a, z redisSnap) map[string]int64 {
@@ -722,6 +731,7 @@ func benchLatency(b *testing.B, t *benchTarget) {
 	bd, total := callsBetween(s0, s1)
 	b.Logf("%d of %d events measured; redis calls per event (publisher included): %s", len(v), n, breakdown(bd, float64(len(v)), "calls/ev"))
 	b.Logf("redis time per event: %s", breakdown(usecBetween(s0, s1), float64(max(len(v), 1)), "µs/ev; a script's time includes its calls"))
+	logWatchCost(b, s0, s1)
 	mu.Lock()
 	if len(slow) > 0 {
 		b.Logf("%d events slower than 5ms (key@publish offset=latency): %s", len(slow), strings.Join(slow[:min(len(slow), 40)], " "))
@@ -889,6 +899,7 @@ func benchThroughput(b *testing.B, tgt *benchTarget, n, keys int, work time.Dura
 	b.Logf("owned per instance: %v; drain window %.2fs of %.2fs since start", owned, float64(last-first)/1e9, win)
 	b.Logf("redis calls per event: %s", breakdown(bd, float64(max(handled, 1)), "calls/ev"))
 	b.Logf("redis time per event: %s", breakdown(usecBetween(s0, s1), float64(max(handled, 1)), "µs/ev; a script's time includes its calls"))
+	logWatchCost(b, s0, s1)
 	if inv := t.inversions.Load(); inv > 0 {
 		b.Logf("ORDER BUG: %d per-key order inversions", inv)
 	}
