@@ -380,7 +380,7 @@ func spinWait(d time.Duration) {
 	}
 }
 
-// leaseWatch polls the lease of every partition (one MGET every 20ms per 1,000
+// leaseWatch polls the lease of every partition (MGETs of 500 keys, every 20ms per 1,000
 // partitions, left out of the call counts) and records each change of hands, so that a
 // latency outlier can be told apart from a partition that had no owner for a while. The
 // period grows with the partitions: an MGET of 10,000 keys every 20ms kept Redis busy for

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -25,7 +26,11 @@ import (
 // each, owned by two engine instances that each run as a process of their own (the test
 // binary re-executed as BenchmarkIdleInstance), with the default timing and a no-op
 // handler. After the shares settle and a warm-up: Redis calls per second over 10 s, and
-// each process's resident set (VmRSS of /proc/<pid>/status) and Go heap in use.
+// each process's resident set (VmRSS of /proc/<pid>/status) as it runs (rssMiB/inst, the
+// larger of the two), then again once the process has run a GC and returned the freed
+// memory to the OS (rssgcMiB/inst), and its Go heap in use. With
+// SEQCTL_BENCH_HEAPPROFILE=/path/prefix each process writes a heap profile to
+// /path/prefix-<instance>.pprof at that point.
 // Goals: at most 20 calls/s in total, at most 100 MiB RSS per instance.
 
 func BenchmarkIdleProcs(b *testing.B) {
@@ -52,18 +57,20 @@ func benchIdleProcs(b *testing.B, t *benchTarget) {
 	bd, total := callsBetween(s0, s1)
 	b.Logf("%d partitions, owned per process %v; redis calls/s by command over %.1fs: %s", parts, owned(), win, breakdown(bd, win, "calls/s"))
 	b.Logf("redis time: %s", breakdown(usecBetween(s0, s1), win, "µs/s"))
-	var maxRSS, maxHeap float64
+	var maxRSS, maxGC, maxHeap float64
 	for _, p := range ps {
 		rss, hwm := procRSS(p.cmd.Process.Pid)
 		m := p.memory(b)
-		b.Logf("%s (pid %d): VmRSS %.1f MiB (peak VmHWM %.1f MiB), Go heap in use %.1f MiB, Go runtime total %.1f MiB, %d goroutines",
-			p.id, p.cmd.Process.Pid, mib(rss), mib(hwm), mib(m.heap), mib(m.sys), m.goroutines)
-		maxRSS, maxHeap = max(maxRSS, mib(rss)), max(maxHeap, mib(m.heap))
+		gc, _ := procRSS(p.cmd.Process.Pid)
+		b.Logf("%s (pid %d): VmRSS %.1f MiB (peak VmHWM %.1f MiB), %.1f MiB after a GC that returned freed memory; Go heap in use %.1f MiB, obtained from the OS %.1f MiB, %d goroutines",
+			p.id, p.cmd.Process.Pid, mib(rss), mib(hwm), mib(gc), mib(m.heap), mib(m.sys), m.goroutines)
+		maxRSS, maxGC, maxHeap = max(maxRSS, mib(rss)), max(maxGC, mib(gc)), max(maxHeap, mib(m.heap))
 	}
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(float64(total)/win, "calls/s")
 	b.ReportMetric(settled, "settle_s")
 	b.ReportMetric(maxRSS, "rssMiB/inst")
+	b.ReportMetric(maxGC, "rssgcMiB/inst")
 	b.ReportMetric(maxHeap, "heapMiB/inst")
 	c0.report(b, c1) // ccpu% is the harness alone here: the engines are other processes
 	if handled() != int64(parts) {
@@ -219,6 +226,12 @@ func BenchmarkIdleInstance(b *testing.B) {
 			done = true
 		case <-usr1:
 			m := readMem()
+			if prefix := os.Getenv("SEQCTL_BENCH_HEAPPROFILE"); prefix != "" {
+				if f, err := os.Create(prefix + "-" + os.Getenv(benchInstanceIDEnv) + ".pprof"); err == nil {
+					_ = pprof.Lookup("heap").WriteTo(f, 0)
+					f.Close()
+				}
+			}
 			fmt.Println("mem", m.heap, m.sys, m.goroutines)
 		case <-tick.C:
 			fmt.Println("stat", e.Stats().Owned, handled.Load())
