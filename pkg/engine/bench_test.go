@@ -10,13 +10,24 @@ package engine
 // Nothing here fails on slowness; a figure below its goal is reported, not asserted.
 //
 // Engines run with the default timing (lease TTL 15s, heartbeat 3s, discovery 2s,
-// batch 16), as a user gets them. Set SEQCTL_BENCH_CPUPROFILE=/path/prefix to write a CPU
-// profile of each measured window (not the set-up) to /path/prefix-<benchmark>.pprof, and
-// SEQCTL_BENCH_LATENCY_KEYS=N to run BenchmarkLatency over N partitions instead of 64.
+// batch 16), as a user gets them. Environment:
+//
+//	SEQCTL_BENCH_CPUPROFILE=/path/prefix  a CPU profile of each measured window (not the
+//	                                      set-up) in /path/prefix-<benchmark>.pprof
+//	SEQCTL_BENCH_CLUSTER=1                each benchmark on one node and on a 3-master
+//	                                      Redis Cluster, side by side (target_bench_test.go)
+//	SEQCTL_BENCH_LATENCY_KEYS=N           BenchmarkLatency over N partitions (default 64)
+//	SEQCTL_BENCH_IDLE_PARTS=N             the idle-cost benchmarks over N partitions (1,000)
+//	SEQCTL_BENCH_DRAIN_KEYS=N             BenchmarkDrainKeys over N keys (10,000)
+//	SEQCTL_BENCH_INSTANCES=N              engines of BenchmarkThroughput (2; 4 on a cluster)
+//	SEQCTL_BENCH_WINDOW=S                 BenchmarkLatency and the idle costs measured over
+//	                                      S seconds (10), BenchmarkDiscoveryCost (30)
+//	SEQCTL_BENCH_EVENTS=N                 BenchmarkThroughput over N events (a quick check)
 //
 // Metrics: rcpu% is redis-server CPU, ccpu% this process (engines, handlers, harness) and
 // other% every other process on the machine, each in % of one core over the window; a
-// large other% means the figures were taken on a busy machine.
+// large other% means the figures were taken on a busy machine. On a cluster rcpu% and the
+// command counts are the sums over the masters.
 
 import (
 	"context"
@@ -37,8 +48,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/seqctl/seqctl/internal/redistest"
 )
 
 // ---------------------------------------------------------------------------
@@ -56,11 +65,16 @@ func (h rtHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 }
 
 // benchEngine starts an engine with the default timing (as a user gets it) on its own
-// client, counting the client's round trips in rt. It is shut down at cleanup.
-func benchEngine(b *testing.B, srv *redistest.Server, d *Domain, id string, rt *atomic.Int64) *Engine {
+// client, counting the client's round trips in rt (on a cluster, those to each master:
+// a pipeline over three masters is three). It is shut down at cleanup.
+func benchEngine(b *testing.B, t *benchTarget, d *Domain, id string, rt *atomic.Int64) *Engine {
 	b.Helper()
-	c := srv.Client(b)
-	c.AddHook(rtHook{rt})
+	c := t.tg.client(b)
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(rtHook{rt}) })
+	} else {
+		c.AddHook(rtHook{rt})
+	}
 	maxUnacked, _ := strconv.Atoi(os.Getenv("SEQCTL_BENCH_MAX_UNACKED")) // 0: the default, 1
 	e, err := New(EngineConfig{
 		Domain: d, Client: c, InstanceID: id, ShutdownTimeout: 10 * time.Second, MaxUnacked: maxUnacked,
@@ -115,7 +129,7 @@ func keyIndex(key string) int {
 // through RedisBroker.Publish (the product's publish path) from up to 16 goroutines, each
 // owning a subset of the keys so that each key's events are appended in sequence order.
 // It returns the publish rate (not a figure of the benchmark).
-func publishAll(b *testing.B, rdb *redis.Client, d *Domain, n, keys, seqBase int) float64 {
+func publishAll(b *testing.B, rdb redis.UniversalClient, d *Domain, n, keys, seqBase int) float64 {
 	b.Helper()
 	broker := NewRedisBroker(rdb)
 	workers := min(keys, 16)
@@ -145,7 +159,7 @@ func publishAll(b *testing.B, rdb *redis.Client, d *Domain, n, keys, seqBase int
 	return float64(n) / time.Since(t0).Seconds()
 }
 
-// redisSnap is a reading of INFO commandstats and cpu.
+// redisSnap is a reading of INFO commandstats and cpu, summed over the masters.
 type redisSnap struct {
 	at    time.Time
 	calls map[string]int64 // command -> calls (including calls made inside Lua scripts)
@@ -153,13 +167,22 @@ type redisSnap struct {
 	cpu   float64          // used_cpu_sys + used_cpu_user, seconds
 }
 
-func snapRedis(b *testing.B, rdb *redis.Client) redisSnap {
+func snapRedis(b *testing.B, t *benchTarget) redisSnap {
 	b.Helper()
-	txt, err := rdb.Info(context.Background(), "commandstats", "cpu").Result()
-	if err != nil {
-		b.Fatalf("INFO: %v", err)
+	s := redisSnap{calls: map[string]int64{}, usec: map[string]int64{}}
+	for _, n := range t.nodes {
+		txt, err := n.Info(context.Background(), "commandstats", "cpu").Result()
+		if err != nil {
+			b.Fatalf("INFO: %v", err)
+		}
+		s.add(txt)
 	}
-	s := redisSnap{at: time.Now(), calls: map[string]int64{}, usec: map[string]int64{}}
+	s.at = time.Now()
+	return s
+}
+
+// add adds one master's INFO reply to the reading.
+func (s *redisSnap) add(txt string) {
 	for _, line := range strings.Split(txt, "\n") {
 		line = strings.TrimSpace(line)
 		if name, rest, ok := strings.Cut(line, ":"); ok {
@@ -167,10 +190,12 @@ func snapRedis(b *testing.B, rdb *redis.Client) redisSnap {
 			case strings.HasPrefix(name, "cmdstat_"):
 				for _, f := range strings.Split(rest, ",") {
 					if v, ok := strings.CutPrefix(f, "calls="); ok {
-						s.calls[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+						n, _ := strconv.ParseInt(v, 10, 64)
+						s.calls[strings.TrimPrefix(name, "cmdstat_")] += n
 					}
 					if v, ok := strings.CutPrefix(f, "usec="); ok {
-						s.usec[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+						n, _ := strconv.ParseInt(v, 10, 64)
+						s.usec[strings.TrimPrefix(name, "cmdstat_")] += n
 					}
 				}
 			case name == "used_cpu_sys" || name == "used_cpu_user":
@@ -179,7 +204,6 @@ func snapRedis(b *testing.B, rdb *redis.Client) redisSnap {
 			}
 		}
 	}
-	return s
 }
 
 // callsBetween returns per-command call deltas and their total, leaving out the
@@ -197,6 +221,15 @@ func callsBetween(a, z redisSnap) (map[string]int64, int64) {
 		}
 	}
 	return out, total
+}
+
+// logWatchCost logs what the lease watch's MGETs cost Redis between two readings: they
+// are left out of the call counts, not out of rcpu% (on a cluster a poll is one MGET per
+// partition).
+func logWatchCost(b *testing.B, a, z redisSnap) {
+	b.Helper()
+	win := z.at.Sub(a.at).Seconds()
+	b.Logf("lease watch (left out of the counts): %.0f MGET/s, %.0f µs/s of Redis time", float64(z.calls["mget"]-a.calls["mget"])/win, float64(z.usec["mget"]-a.usec["mget"])/win)
 }
 
 // usecBetween returns per-command microseconds spent in Redis between two readings (the
@@ -347,11 +380,13 @@ func spinWait(d time.Duration) {
 	}
 }
 
-// leaseWatch polls the lease of every partition (one MGET every 20ms per 1,000
+// leaseWatch polls the lease of every partition (MGETs of 500 keys, every 20ms per 1,000
 // partitions, left out of the call counts) and records each change of hands, so that a
 // latency outlier can be told apart from a partition that had no owner for a while. The
 // period grows with the partitions: an MGET of 10,000 keys every 20ms kept Redis busy for
-// 12% of the time and allocated 25 MB/s here, which showed as latency of the engine.
+// 12% of the time and allocated 25 MB/s here, which showed as latency of the engine. On a
+// cluster a poll is one MGET per partition (leaseGetter), so it polls every 100ms per
+// 1,000 partitions.
 type leaseWatch struct {
 	stop    chan struct{}
 	done    chan struct{}
@@ -365,17 +400,22 @@ type leaseWatch struct {
 // With owned set, every partition is expected to have an owner from the start, so one
 // without is counted as unowned from the first reading; otherwise first acquisitions are
 // not counted as changes.
-func watchLeases(rdb *redis.Client, keys int, t0 time.Time, owned bool) *leaseWatch {
+func watchLeases(t *benchTarget, keys int, t0 time.Time, owned bool) *leaseWatch {
 	lw := &leaseWatch{stop: make(chan struct{}), done: make(chan struct{}), gaps: map[string]time.Duration{}, freeSince: make([]time.Time, keys)}
 	names := make([]string, keys)
 	for k := range names {
-		names[k] = LeaseKey(PartitionStream("order", "client-"+strconv.Itoa(k)), "Projector")
+		names[k] = t.keys.LeaseKey(t.keys.PartitionStream("order", "client-"+strconv.Itoa(k)), "Projector")
+	}
+	get := leaseGetter(t, names)
+	period := 20 * time.Millisecond
+	if t.cluster() {
+		period = 100 * time.Millisecond
 	}
 	go func() {
 		defer close(lw.done)
 		prev := make([]string, keys)
 		freeSince := lw.freeSince
-		tick := time.NewTicker(time.Duration(max(1, keys/1000)) * 20 * time.Millisecond)
+		tick := time.NewTicker(time.Duration(max(1, keys/1000)) * period)
 		defer tick.Stop()
 		first := true
 		for {
@@ -384,7 +424,7 @@ func watchLeases(rdb *redis.Client, keys int, t0 time.Time, owned bool) *leaseWa
 				return
 			case <-tick.C:
 			}
-			vals, err := rdb.MGet(context.Background(), names...).Result()
+			vals, err := get(context.Background())
 			if err != nil {
 				continue
 			}
@@ -447,12 +487,18 @@ func (lw *leaseWatch) finish(b *testing.B) int {
 // start (the engines' start), or a negative value when it did not happen within limit.
 func settle(b *testing.B, start time.Time, limit time.Duration, handled func() int64, want int64, parts int, es ...*Engine) float64 {
 	b.Helper()
-	target := (parts + len(es) - 1) / len(es)
+	return settleOwned(b, start, limit, handled, want, parts, len(es), func() []int { return ownedBy(es...) })
+}
+
+// settleOwned is settle for instances whose shares owned reports.
+func settleOwned(b *testing.B, start time.Time, limit time.Duration, handled func() int64, want int64, parts, instances int, owned func() []int) float64 {
+	b.Helper()
+	target := (parts + instances - 1) / instances
 	ok := func() bool {
 		if handled() < want {
 			return false
 		}
-		o := ownedBy(es...)
+		o := owned()
 		for _, n := range o {
 			if n < target-1 || n > target+1 {
 				return false
@@ -472,67 +518,80 @@ func settle(b *testing.B, start time.Time, limit time.Duration, handled func() i
 		return time.Since(since) >= time.Second
 	})
 	if !done {
-		b.Logf("NOT SETTLED within %v: handled %d of %d, owned per instance %v (fair share %d each)", limit, handled(), want, ownedBy(es...), target)
+		b.Logf("NOT SETTLED within %v: handled %d of %d, owned per instance %v (fair share %d each)", limit, handled(), want, owned(), target)
 		return -1
 	}
 	took := since.Sub(start).Seconds()
-	b.Logf("settled %.2fs after start: owned per instance %v", took, ownedBy(es...))
+	b.Logf("settled %.2fs after start: owned per instance %v", took, owned())
 	return took
 }
 
 // ---------------------------------------------------------------------------
-// BenchmarkIdleCost: Redis calls per second of 1,000 idle partitions owned by two
-// instances. Goal: at most 20 calls/s in total.
+// BenchmarkIdleCost: Redis calls per second of 1,000 idle partitions (SEQCTL_BENCH_IDLE_PARTS
+// to change) owned by two instances. Goal: at most 20 calls/s in total. It also reports
+// the memory the two engines added to this process, per instance: the Go heap in use and
+// the resident set, each after a GC, against a reading taken before they started
+// (BenchmarkIdleProcs measures each instance as a process of its own).
 
 func BenchmarkIdleCost(b *testing.B) {
-	const parts = 1000
-	ip := startIdlePair(b, parts, 90*time.Second)
-	admin, rt, e1, e2, settled, handled := ip.admin, &ip.rt, ip.e1, ip.e2, ip.settled, &ip.handled
+	onTargets(b, benchIdleCost)
+}
+
+func benchIdleCost(b *testing.B, t *benchTarget) {
+	parts := envInt("SEQCTL_BENCH_IDLE_PARTS", 1000)
+	ip := startIdlePair(b, t, parts, 3*time.Minute)
+	rt, e1, e2, settled, handled := &ip.rt, ip.e1, ip.e2, ip.settled, &ip.handled
 
 	stop := startProfile(b)
-	s0, rt0 := snapRedis(b, admin), rt.Load()
+	s0, rt0 := snapRedis(b, t), rt.Load()
 	c0 := readCPU(s0)
-	time.Sleep(10 * time.Second)
-	s1, rt1 := snapRedis(b, admin), rt.Load()
+	time.Sleep(time.Duration(envInt("SEQCTL_BENCH_WINDOW", 10)) * time.Second)
+	s1, rt1 := snapRedis(b, t), rt.Load()
 	c1 := readCPU(s1)
 	stop()
 	win := s1.at.Sub(s0.at).Seconds()
 	bd, total := callsBetween(s0, s1)
-	b.Logf("redis calls/s by command over %.1fs: %s", win, breakdown(bd, win, "calls/s"))
+	b.Logf("%d partitions; redis calls/s by command over %.1fs: %s", parts, win, breakdown(bd, win, "calls/s"))
+	b.Logf("redis time: %s", breakdown(usecBetween(s0, s1), win, "µs/s"))
+	mem := readMem()
+	b.Logf("this process: heap in use %.1f MiB before the engines, %.1f MiB after (%.1f MiB per instance); RSS %.1f -> %.1f MiB; %d goroutines (%d before the engines)",
+		mib(ip.mem0.heap), mib(mem.heap), mib(mem.heap-ip.mem0.heap)/2, mib(ip.mem0.rss), mib(mem.rss), mem.goroutines, ip.mem0.goroutines)
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(float64(total)/win, "calls/s")
 	b.ReportMetric(float64(rt1-rt0)/win, "rt/s")
 	b.ReportMetric(settled, "settle_s")
+	b.ReportMetric(mib(mem.heap-ip.mem0.heap)/2, "heapMiB/inst")
+	b.ReportMetric(mib(mem.rss-ip.mem0.rss)/2, "rssMiB/inst")
 	b.Logf("owned per instance after the window: %v", ownedBy(e1, e2))
 	c0.report(b, c1)
-	if handled.Load() != parts {
+	if handled.Load() != int64(parts) {
 		b.Logf("handled %d events, want %d", handled.Load(), parts)
 	}
 }
 
 // idlePair is two engines that own parts idle partitions (one event each, handled), in
-// fair shares, after a warm-up, on a private redis-server.
+// fair shares, after a warm-up, on a private redis-server or cluster.
 type idlePair struct {
-	admin   *redis.Client
 	rt      atomic.Int64 // the engines' client round trips
 	handled atomic.Int64
 	e1, e2  *Engine
-	settled float64 // seconds from start until the shares and the events settled
+	settled float64  // seconds from start until the shares and the events settled
+	mem0    memUsage // this process before the engines started
 }
 
 // startIdlePair publishes one event to each of parts partitions, starts two engines with
 // the default timing, waits (at most limit) until the events are handled and the shares
 // settle, then lets the doorbell's first blocking reads time out (the warm-up the peers
 // harness also makes).
-func startIdlePair(b *testing.B, parts int, limit time.Duration) *idlePair {
+func startIdlePair(b *testing.B, t *benchTarget, parts int, limit time.Duration) *idlePair {
 	b.Helper()
-	srv := redistest.Start(b)
-	ip := &idlePair{admin: srv.Client(b)}
+	ip := &idlePair{}
 	d := testDomain(b, func(context.Context, Event) error { ip.handled.Add(1); return nil }, nil)
-	publishAll(b, ip.admin, d, parts, parts, 0)
+	publishAll(b, t.admin, d, parts, parts, 0)
+	ip.mem0 = readMem()
 	started := time.Now()
-	ip.e1 = benchEngine(b, srv, d, "bench-a", &ip.rt)
-	ip.e2 = benchEngine(b, srv, d, "bench-b", &ip.rt)
+	ip.e1 = benchEngine(b, t, d, "bench-a", &ip.rt)
+	ip.e2 = benchEngine(b, t, d, "bench-b", &ip.rt)
 	ip.settled = settle(b, started, limit, ip.handled.Load, int64(parts), parts, ip.e1, ip.e2)
 	time.Sleep(doorbellBlock + 2*time.Second)
 	return ip
@@ -543,15 +602,17 @@ func startIdlePair(b *testing.B, parts int, limit time.Duration) *idlePair {
 // instances, waiting for an operator. Goal: at most 20 calls/s in total.
 
 func BenchmarkHaltedIdleCost(b *testing.B) {
+	onTargets(b, benchHaltedIdleCost)
+}
+
+func benchHaltedIdleCost(b *testing.B, t *benchTarget) {
 	const parts = 1000
-	srv := redistest.Start(b)
-	admin := srv.Client(b)
 	d := testDomain(b, func(context.Context, Event) error { return errors.New("poison: refused") }, nil)
-	publishAll(b, admin, d, parts, parts, 0)
+	publishAll(b, t.admin, d, parts, parts, 0)
 
 	var rt atomic.Int64
-	e1 := benchEngine(b, srv, d, "bench-a", &rt)
-	e2 := benchEngine(b, srv, d, "bench-b", &rt)
+	e1 := benchEngine(b, t, d, "bench-a", &rt)
+	e2 := benchEngine(b, t, d, "bench-b", &rt)
 	deadline := time.Now().Add(3 * time.Minute)
 	for e1.Stats().Halted+e2.Stats().Halted < parts {
 		if time.Now().After(deadline) {
@@ -561,10 +622,10 @@ func BenchmarkHaltedIdleCost(b *testing.B) {
 	}
 	time.Sleep(doorbellBlock + 2*time.Second) // warm-up, as in BenchmarkIdleCost
 
-	s0, rt0 := snapRedis(b, admin), rt.Load()
+	s0, rt0 := snapRedis(b, t), rt.Load()
 	c0 := readCPU(s0)
 	time.Sleep(10 * time.Second)
-	s1, rt1 := snapRedis(b, admin), rt.Load()
+	s1, rt1 := snapRedis(b, t), rt.Load()
 	c1 := readCPU(s1)
 	win := s1.at.Sub(s0.at).Seconds()
 	bd, total := callsBetween(s0, s1)
@@ -580,18 +641,17 @@ func BenchmarkHaltedIdleCost(b *testing.B) {
 // owned by two idle instances. Goal: p50 <= 1ms, p99 <= 5ms.
 
 func BenchmarkLatency(b *testing.B) {
-	const (
-		rate   = 200
-		window = 10 * time.Second
-	)
-	keys := 64
-	if v, err := strconv.Atoi(os.Getenv("SEQCTL_BENCH_LATENCY_KEYS")); err == nil && v > 0 {
-		keys = v // to see how the cost per event grows with the partitions an instance owns
-	}
+	onTargets(b, benchLatency)
+}
+
+func benchLatency(b *testing.B, t *benchTarget) {
+	const rate = 200
+	window := time.Duration(envInt("SEQCTL_BENCH_WINDOW", 10)) * time.Second
+	// SEQCTL_BENCH_LATENCY_KEYS: to see how the cost per event grows with the partitions
+	// an instance owns.
+	keys := envInt("SEQCTL_BENCH_LATENCY_KEYS", 64)
 	n := int(rate * window.Seconds())
-	srv := redistest.Start(b)
-	admin := srv.Client(b)
-	pubc := srv.Client(b)
+	pubc := t.tg.client(b)
 	broker := NewRedisBroker(pubc)
 
 	var (
@@ -619,20 +679,20 @@ func BenchmarkLatency(b *testing.B) {
 	}, nil)
 	// The partitions exist before the measurement (one event each, handled), as the
 	// peers' streams and leases exist before theirs.
-	publishAll(b, admin, d, keys, keys, 0)
+	publishAll(b, t.admin, d, keys, keys, 0)
 	var rt atomic.Int64
 	started := time.Now()
-	e1 := benchEngine(b, srv, d, "bench-a", &rt)
-	e2 := benchEngine(b, srv, d, "bench-b", &rt)
+	e1 := benchEngine(b, t, d, "bench-a", &rt)
+	e2 := benchEngine(b, t, d, "bench-b", &rt)
 	settled := settle(b, started, 90*time.Second, handled.Load, int64(keys), keys, e1, e2)
 	time.Sleep(2 * time.Second) // idle first
 
 	ctx := context.Background()
 	stop := startProfile(b)
-	s0 := snapRedis(b, admin)
+	s0 := snapRedis(b, t)
 	c0 := readCPU(s0)
 	t0 := time.Now()
-	lw := watchLeases(admin, keys, t0, true)
+	lw := watchLeases(t, keys, t0, true)
 	mu.Lock()
 	pubStart = t0
 	mu.Unlock()
@@ -651,7 +711,7 @@ func BenchmarkLatency(b *testing.B) {
 	if !waitUntil(10*time.Second, func() bool { return handled.Load() >= int64(keys+n) }) {
 		b.Logf("NOT ALL HANDLED 10s after publishing ended: %d of %d", handled.Load()-int64(keys), n)
 	}
-	s1 := snapRedis(b, admin)
+	s1 := snapRedis(b, t)
 	c1 := readCPU(s1)
 	stop()
 	moves := lw.finish(b)
@@ -671,6 +731,7 @@ func BenchmarkLatency(b *testing.B) {
 	bd, total := callsBetween(s0, s1)
 	b.Logf("%d of %d events measured; redis calls per event (publisher included): %s", len(v), n, breakdown(bd, float64(len(v)), "calls/ev"))
 	b.Logf("redis time per event: %s", breakdown(usecBetween(s0, s1), float64(max(len(v), 1)), "µs/ev; a script's time includes its calls"))
+	logWatchCost(b, s0, s1)
 	mu.Lock()
 	if len(slow) > 0 {
 		b.Logf("%d events slower than 5ms (key@publish offset=latency): %s", len(slow), strings.Join(slow[:min(len(slow), 40)], " "))
@@ -689,13 +750,22 @@ func BenchmarkLatency(b *testing.B) {
 
 // ---------------------------------------------------------------------------
 // BenchmarkThroughput: a backlog published while no engine runs, then drained by two
-// instances; events/s from the first handler start to the last handler end.
-// Goals: noop >= 60,000 ev/s; handler100us >= 40,000 ev/s; onepartition >= 15,000 ev/s.
+// instances (four on a cluster; see benchInstances); events/s from the first handler
+// start to the last handler end. rcpu_us/ev is the Redis CPU time (summed over the
+// masters) from the engines' start to the last event, per event.
+// Goals: noop >= 60,000 ev/s; handler100us >= 40,000 ev/s; onepartition >= 15,000 ev/s;
+// on a cluster, rcpu_us/ev at most 1.2 times one node's.
 
 func BenchmarkThroughput(b *testing.B) {
-	b.Run("noop", func(b *testing.B) { benchThroughput(b, 200_000, 64, 0) })
-	b.Run("handler100us", func(b *testing.B) { benchThroughput(b, 200_000, 64, 100*time.Microsecond) })
-	b.Run("onepartition", func(b *testing.B) { benchThroughput(b, 100_000, 1, 0) })
+	b.Run("noop", func(b *testing.B) {
+		onTargets(b, func(b *testing.B, t *benchTarget) { benchThroughput(b, t, 200_000, 64, 0) })
+	})
+	b.Run("handler100us", func(b *testing.B) {
+		onTargets(b, func(b *testing.B, t *benchTarget) { benchThroughput(b, t, 200_000, 64, 100*time.Microsecond) })
+	})
+	b.Run("onepartition", func(b *testing.B) {
+		onTargets(b, func(b *testing.B, t *benchTarget) { benchThroughput(b, t, 100_000, 1, 0) })
+	})
 }
 
 // tpTracker checks what the handlers saw: each event once, per-key order by sequence
@@ -792,32 +862,31 @@ func (t *tpTracker) handle(ctx context.Context, ev Event) error {
 	return nil
 }
 
-func benchThroughput(b *testing.B, n, keys int, work time.Duration) {
-	srv := redistest.Start(b)
-	admin := srv.Client(b)
+func benchThroughput(b *testing.B, tgt *benchTarget, n, keys int, work time.Duration) {
+	n = envInt("SEQCTL_BENCH_EVENTS", n)
 	t := newTPTracker(n, keys, work)
 	d := testDomain(b, t.handle, nil)
-	pubRate := publishAll(b, admin, d, n, keys, 0)
+	pubRate := publishAll(b, tgt.admin, d, n, keys, 0)
 	b.Logf("published %d events over %d keys at %.0f ev/s (publishing is not measured)", n, keys, pubRate)
-	if err := admin.ConfigResetStat(context.Background()).Err(); err != nil {
-		b.Fatal(err)
-	}
+	tgt.resetStats(b)
 
 	var rt atomic.Int64
 	stop := startProfile(b)
-	s0 := snapRedis(b, admin)
+	s0 := snapRedis(b, tgt)
 	c0 := readCPU(s0)
-	lw := watchLeases(admin, keys, c0.at, false)
-	e1 := benchEngine(b, srv, d, "bench-a", &rt)
-	e2 := benchEngine(b, srv, d, "bench-b", &rt)
+	lw := watchLeases(tgt, keys, c0.at, false)
+	es := make([]*Engine, benchInstances(tgt))
+	for i := range es {
+		es[i] = benchEngine(b, tgt, d, "bench-"+string(rune('a'+i)), &rt)
+	}
 	if !waitUntil(120*time.Second, func() bool { return t.unique.Load() >= int64(n) }) {
 		b.Logf("TIME LIMIT: handled %d of %d in 120s", t.unique.Load(), n)
 	}
-	s1 := snapRedis(b, admin)
+	s1 := snapRedis(b, tgt)
 	c1 := readCPU(s1)
 	stop()
 	moves := lw.finish(b)
-	owned := ownedBy(e1, e2)
+	owned := ownedBy(es...)
 
 	handled := t.unique.Load()
 	first, last := t.first.Load(), t.last.Load()
@@ -830,6 +899,7 @@ func benchThroughput(b *testing.B, n, keys int, work time.Duration) {
 	b.Logf("owned per instance: %v; drain window %.2fs of %.2fs since start", owned, float64(last-first)/1e9, win)
 	b.Logf("redis calls per event: %s", breakdown(bd, float64(max(handled, 1)), "calls/ev"))
 	b.Logf("redis time per event: %s", breakdown(usecBetween(s0, s1), float64(max(handled, 1)), "µs/ev; a script's time includes its calls"))
+	logWatchCost(b, s0, s1)
 	if inv := t.inversions.Load(); inv > 0 {
 		b.Logf("ORDER BUG: %d per-key order inversions", inv)
 	}
@@ -851,5 +921,6 @@ func benchThroughput(b *testing.B, n, keys int, work time.Duration) {
 	b.ReportMetric(float64(moves), "lease_moves")
 	b.ReportMetric(float64(total)/float64(max(handled, 1)), "cmd/ev")
 	b.ReportMetric(float64(rt.Load())/float64(max(handled, 1)), "rt/ev")
+	b.ReportMetric(1e6*(c1.redis-c0.redis)/float64(max(handled, 1)), "rcpu_us/ev")
 	c0.report(b, c1)
 }

@@ -24,12 +24,13 @@ func BenchmarkDiscoveryCost(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("SEQCTL_BENCH_WINDOW")); err == nil && n > 0 {
 		window = time.Duration(n) * time.Second
 	}
-	ip := startIdlePair(b, parts, 3*time.Minute)
-	admin, settled := ip.admin, ip.settled
+	t := startTarget(b, false)
+	ip := startIdlePair(b, t, parts, 3*time.Minute)
+	settled := ip.settled
 
-	s0 := snapRedis(b, admin)
+	s0 := snapRedis(b, t)
 	time.Sleep(window)
-	s1 := snapRedis(b, admin)
+	s1 := snapRedis(b, t)
 	win := s1.at.Sub(s0.at).Seconds()
 	calls, _ := callsBetween(s0, s1)
 	usec := usecBetween(s0, s1)
