@@ -88,11 +88,27 @@ func (a *acker) flush() (retry bool) {
 	batch := a.pending
 	a.pending = map[*worker][]ackItem{}
 	a.mu.Unlock()
-	byOwner := map[string][]*worker{}
+	live := make([]*worker, 0, len(batch))
 	for w := range batch {
 		if w.ctx.Err() != nil {
 			continue // its lease is over: the next owner re-runs what was not acked
 		}
+		live = append(live, w)
+	}
+	if a.e.keys.cluster {
+		var failed []*worker
+		live, failed = a.sendByNode(live, batch)
+		if len(failed) > 0 {
+			a.mu.Lock()
+			for _, w := range failed {
+				a.pending[w] = append(batch[w], a.pending[w]...)
+			}
+			a.mu.Unlock()
+			retry = true
+		}
+	}
+	byOwner := map[string][]*worker{}
+	for _, w := range live {
 		// One call per session owner; on Redis Cluster one per owner and slot tag, since
 		// a script touches one slot there.
 		g := w.owner
@@ -125,6 +141,88 @@ type ackPair struct {
 	w     *worker
 	lane  int
 	items []ackItem
+}
+
+// sendByNode acknowledges, on Redis Cluster, the workers' entries with one acknode.lua
+// call per node (all in one pipeline). It returns the workers whose lanes the node did not
+// serve (a slot moved: the caller acknowledges them with ackmany.lua), and those whose
+// call got no answer (to retry).
+func (a *acker) sendByNode(ws []*worker, batch map[*worker][]ackItem) (notLocal, failed []*worker) {
+	cc, ok := a.e.rdb.(*redis.ClusterClient)
+	if !ok || len(ws) == 0 {
+		return ws, nil
+	}
+	ctx, cancel := context.WithTimeout(a.e.hardCtx, a.e.cfg.Timing.LeaseTTL/2)
+	defer cancel()
+	type nodeCall struct {
+		pairs []ackPair
+		first string
+		args  []any
+	}
+	byNode := map[string]*nodeCall{}
+	var calls []*nodeCall
+	for _, w := range ws {
+		addr := ""
+		if node, err := cc.MasterForKey(ctx, w.leaseKey); err == nil {
+			addr = node.Options().Addr
+		}
+		c := byNode[addr]
+		if c == nil {
+			c = &nodeCall{first: w.leaseKey}
+			byNode[addr] = c
+			calls = append(calls, c)
+		}
+		byLane := map[int][]ackItem{}
+		for _, it := range batch[w] {
+			byLane[it.lane] = append(byLane[it.lane], it)
+		}
+		for lane, items := range byLane {
+			c.pairs = append(c.pairs, ackPair{w: w, lane: lane, items: items})
+			c.args = append(c.args, w.leaseKey, w.lanes[lane], w.token, w.sub.group, len(items))
+			for _, it := range items {
+				c.args = append(c.args, it.id)
+			}
+		}
+	}
+	cmds, err := runPipelined(ctx, a.e.rdb, len(calls), func(pipe redis.Pipeliner, i int) *redis.Cmd {
+		return scriptAckNode.EvalSha(ctx, pipe, []string{calls[i].first}, calls[i].args...)
+	})
+	again := map[*worker]bool{}
+	for i, c := range calls {
+		var res []int64
+		if err == nil {
+			res, _ = cmds[i].Int64Slice()
+		}
+		if len(res) != len(c.pairs) {
+			cause := err
+			if cause == nil {
+				cause = cmds[i].Err()
+			}
+			a.e.logs.warn("ack:"+errorCause(translateRedisErr(cause)), "acknowledgements not confirmed yet; retrying", "partitions", len(c.pairs), "err", translateRedisErr(cause))
+			for _, p := range c.pairs {
+				if !again[p.w] {
+					again[p.w] = true
+					failed = append(failed, p.w)
+				}
+			}
+			continue
+		}
+		// A worker's lanes share a slot: all of them are local or none.
+		for k, p := range c.pairs {
+			switch {
+			case res[k] == -2:
+				if !again[p.w] {
+					again[p.w] = true
+					notLocal = append(notLocal, p.w)
+				}
+			case res[k] >= 0:
+				p.w.acked(ackResult{ids: p.items})
+			default:
+				p.w.acked(ackResult{fenced: true})
+			}
+		}
+	}
+	return notLocal, failed
 }
 
 // ackCall is one ackmany.lua call: the workers of one session owner (and of one slot tag

@@ -264,13 +264,17 @@ func (d *doorbell) loop() {
 
 // shardFor returns the pub/sub connection for a channel: the only one on a single node,
 // the one of the channel's master on Redis Cluster (opened on first use, with its
-// listener). It returns nil when the cluster's slot map cannot be read now.
-func (d *doorbell) shardFor(ctx context.Context, channel string) (*redis.PubSub, string) {
+// listener). It returns nil when the cluster's slot map cannot be read now. subscribed
+// reports that opening the connection subscribed the channel already: a cluster shard is
+// opened with its first channel, so that its connection goes to that channel's master
+// (opened without one, its listener's first read would connect to any node).
+func (d *doorbell) shardFor(ctx context.Context, channel string) (ps *redis.PubSub, subscribed bool) {
 	addr := ""
-	if cc, ok := d.e.rdb.(*redis.ClusterClient); ok {
+	cc, cluster := d.e.rdb.(*redis.ClusterClient)
+	if cluster {
 		node, err := cc.MasterForKey(ctx, channel)
 		if err != nil {
-			return nil, ""
+			return nil, false
 		}
 		addr = node.Options().Addr
 	}
@@ -279,14 +283,18 @@ func (d *doorbell) shardFor(ctx context.Context, channel string) (*redis.PubSub,
 	if d.shards == nil {
 		d.shards = map[string]*redis.PubSub{}
 	}
-	ps := d.shards[addr]
+	ps = d.shards[addr]
 	if ps == nil {
-		ps = d.e.rdb.SSubscribe(d.e.hardCtx) // no channel yet: connects on first use
+		if cluster {
+			ps, subscribed = d.e.rdb.SSubscribe(d.e.hardCtx, channel), true
+		} else {
+			ps = d.e.rdb.SSubscribe(d.e.hardCtx) // no channel yet: connects on first use
+		}
 		d.shards[addr] = ps
 		d.lwg.Add(1)
 		go func() { defer d.lwg.Done(); d.listen(ps, addr) }()
 	}
-	return ps, addr
+	return ps, subscribed
 }
 
 // resetShard closes a cluster shard whose subscriptions failed (a slot moved) and marks
@@ -631,7 +639,7 @@ func (d *doorbell) sync() {
 			unsubs[c.unsub] = append(unsubs[c.unsub], c.b.channel)
 			continue
 		}
-		ps, _ := d.shardFor(ctx, c.b.channel)
+		ps, subscribed := d.shardFor(ctx, c.b.channel)
 		d.mu.Lock()
 		if ps == nil { // no slot map now: try again shortly, idle workers poll meanwhile
 			c.b.subscribed = false
@@ -647,7 +655,7 @@ func (d *doorbell) sync() {
 			c.b.shard = ps
 		}
 		d.mu.Unlock()
-		if ps != nil {
+		if ps != nil && !subscribed {
 			subs[ps] = append(subs[ps], c.b.channel)
 		}
 	}

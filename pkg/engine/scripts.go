@@ -45,6 +45,8 @@ var (
 	// scriptRenew runs on Redis Cluster only (its flags line is not understood by the
 	// embedded server of seqctl dev), so it is not in allScripts.
 	scriptRenew = mustScript("renew.lua")
+	// scriptAckNode runs on Redis Cluster only, for the same reason.
+	scriptAckNode = mustScript("acknode.lua")
 )
 
 var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptAckMany, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim, scriptReplay, scriptUnindex}
@@ -58,7 +60,7 @@ var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, script
 // reach one node only), the renewal script included.
 func loadScripts(ctx context.Context, c pipeliner) error {
 	if cc, ok := c.(*redis.ClusterClient); ok {
-		for _, s := range append(allScripts, scriptRenew) {
+		for _, s := range append(allScripts, scriptRenew, scriptAckNode) {
 			if err := cc.ScriptLoad(ctx, scriptSource[s]).Err(); err != nil {
 				return translateRedisErr(err)
 			}
