@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/engine/outbox"
@@ -17,7 +19,18 @@ import (
 // migrate, enqueue in the application's transaction, relay --once, status: the rows are
 // on their partition streams and the status counts them as published.
 func TestOutboxCommandsSQLite(t *testing.T) {
-	srv := redistest.Start(t)
+	t.Run("node", func(t *testing.T) {
+		srv := redistest.Start(t)
+		outboxCommands(t, srv.URL, srv.Client(t))
+	})
+	// seqctl relay --cluster on a 3-master Redis Cluster.
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t, 3)
+		outboxCommands(t, c.URL, c.Client(t), "--cluster")
+	})
+}
+
+func outboxCommands(t *testing.T, url string, rdb redis.UniversalClient, global ...string) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "domain.toml")
 	dsn := "sqlite://" + filepath.Join(dir, "outbox.db")
@@ -75,12 +88,16 @@ sequential_by = "client_id"
 		t.Fatal(err)
 	}
 
-	if r := runCLI(t, false, "relay", "--once", "--config", cfgPath, "--redis-url", srv.URL); r.Code != 0 {
+	if r := runCLI(t, false, append([]string{"relay", "--once", "--config", cfgPath, "--redis-url", url}, global...)...); r.Code != 0 {
 		t.Fatalf("relay --once: %d %s", r.Code, r.Stderr)
 	}
-	rdb := srv.Client(t)
-	if a, b := rdb.XLen(context.Background(), "order:a").Val(), rdb.XLen(context.Background(), "order:b").Val(); a != 2 || b != 1 {
-		t.Fatalf("streams: order:a=%d order:b=%d, want 2 and 1", a, b)
+	ks := engine.KeysFor(rdb)
+	sa, sb := ks.PartitionStream("order", "a"), ks.PartitionStream("order", "b")
+	if a, b := rdb.XLen(context.Background(), sa).Val(), rdb.XLen(context.Background(), sb).Val(); a != 2 || b != 1 {
+		t.Fatalf("streams: %s=%d %s=%d, want 2 and 1", sa, a, sb, b)
+	}
+	if members := ks.IndexMembers(context.Background(), rdb, "order").Val(); len(members) != 2 {
+		t.Fatalf("partition index of order: %v, want a and b", members)
 	}
 	r := runCLI(t, false, "outbox", "status", "--config", cfgPath, "-o", "json")
 	if r.Code != 0 {
