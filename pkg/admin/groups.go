@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -215,25 +214,11 @@ func (a *Admin) groupCategories(ctx context.Context, only string) ([]string, err
 		}
 		return []string{only}, nil
 	}
-	suffix := a.keys.GroupRegistry("")
-	seen := map[string]bool{}
-	var out []string
+	declared := make([]string, 0, len(a.opts.Declared))
 	for c := range a.opts.Declared {
-		seen[c] = true
-		out = append(out, c)
+		declared = append(declared, c)
 	}
-	err := a.scan(ctx, "*"+suffix, "", func(k string) {
-		c := strings.TrimSuffix(k, suffix)
-		if c != k && !seen[c] && engine.ValidateCategory(c) == nil {
-			seen[c] = true
-			out = append(out, c)
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(out)
-	return out, nil
+	return a.scanCategories(ctx, a.keys.GroupRegistry(""), declared)
 }
 
 // ErrGroupDeclared: the config still declares the group on the category. Remove the

@@ -282,21 +282,7 @@ func (a *Admin) categories(ctx context.Context, only string) ([]string, error) {
 		}
 		return out, nil
 	}
-	suffix := a.keys.PartitionIndex("")
-	seen := map[string]bool{}
-	var out []string
-	err := a.scan(ctx, "*"+suffix, "", func(k string) {
-		c := strings.TrimSuffix(k, suffix)
-		if c != k && !seen[c] && engine.ValidateCategory(c) == nil {
-			seen[c] = true
-			out = append(out, c)
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(out)
-	return out, nil
+	return a.scanCategories(ctx, a.keys.PartitionIndex(""), nil)
 }
 
 // laneCmds are the replies about one lane stream.

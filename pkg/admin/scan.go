@@ -2,9 +2,13 @@ package admin
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 // scanCluster is what a Redis Cluster client offers beyond redis.UniversalClient: a call
@@ -52,4 +56,27 @@ func (a *Admin) scan(ctx context.Context, match, typ string, fn func(key string)
 		err = one(ctx, a.rdb)
 	}
 	return translate(err)
+}
+
+// scanCategories returns, sorted and once each, the given categories and those of every
+// key named "{category}{suffix}" (an index or a registry).
+func (a *Admin) scanCategories(ctx context.Context, suffix string, given []string) ([]string, error) {
+	seen := map[string]bool{}
+	out := make([]string, 0, len(given))
+	for _, c := range given {
+		seen[c] = true
+		out = append(out, c)
+	}
+	err := a.scan(ctx, "*"+suffix, "", func(k string) {
+		c := strings.TrimSuffix(k, suffix)
+		if c != k && !seen[c] && engine.ValidateCategory(c) == nil {
+			seen[c] = true
+			out = append(out, c)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
 }

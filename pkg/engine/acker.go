@@ -172,16 +172,9 @@ func (a *acker) sendByNode(ws []*worker, batch map[*worker][]ackItem) (notLocal,
 			byNode[addr] = c
 			calls = append(calls, c)
 		}
-		byLane := map[int][]ackItem{}
-		for _, it := range batch[w] {
-			byLane[it.lane] = append(byLane[it.lane], it)
-		}
-		for lane, items := range byLane {
-			c.pairs = append(c.pairs, ackPair{w: w, lane: lane, items: items})
-			c.args = append(c.args, w.leaseKey, w.lanes[lane], w.token, w.sub.group, len(items))
-			for _, it := range items {
-				c.args = append(c.args, it.id)
-			}
+		for _, p := range ackPairsOf(w, batch[w]) {
+			c.pairs = append(c.pairs, p)
+			c.args = p.idArgs(append(c.args, w.leaseKey, w.lanes[p.lane], w.token, w.sub.group))
 		}
 	}
 	cmds, err := runPipelined(ctx, a.e.rdb, len(calls), func(pipe redis.Pipeliner, i int) *redis.Cmd {
@@ -236,20 +229,35 @@ type ackCall struct {
 func newAckCall(ws []*worker, batch map[*worker][]ackItem) *ackCall {
 	c := &ackCall{keys: []string{ws[0].liveKey}}
 	for _, w := range ws {
-		byLane := map[int][]ackItem{}
-		for _, it := range batch[w] {
-			byLane[it.lane] = append(byLane[it.lane], it)
-		}
-		for lane, items := range byLane {
-			c.pairs = append(c.pairs, ackPair{w: w, lane: lane, items: items})
-			c.keys = append(c.keys, w.leaseKey, w.lanes[lane])
-			c.args = append(c.args, w.token, w.sub.group, len(items))
-			for _, it := range items {
-				c.args = append(c.args, it.id)
-			}
+		for _, p := range ackPairsOf(w, batch[w]) {
+			c.pairs = append(c.pairs, p)
+			c.keys = append(c.keys, w.leaseKey, w.lanes[p.lane])
+			c.args = p.idArgs(append(c.args, w.token, w.sub.group))
 		}
 	}
 	return c
+}
+
+// ackPairsOf groups a worker's acknowledgements by lane.
+func ackPairsOf(w *worker, items []ackItem) []ackPair {
+	byLane := map[int][]ackItem{}
+	for _, it := range items {
+		byLane[it.lane] = append(byLane[it.lane], it)
+	}
+	pairs := make([]ackPair, 0, len(byLane))
+	for lane, its := range byLane {
+		pairs = append(pairs, ackPair{w: w, lane: lane, items: its})
+	}
+	return pairs
+}
+
+// idArgs appends the count and the entry ids of the pair, as both ack scripts take them.
+func (p ackPair) idArgs(args []any) []any {
+	args = append(args, len(p.items))
+	for _, it := range p.items {
+		args = append(args, it.id)
+	}
+	return args
 }
 
 // send makes the ackmany.lua calls of the groups in one pipeline (one call per group:

@@ -316,12 +316,7 @@ func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passS
 	cmds, err := runPipelined(ctx, e.rdb, len(try), func(pipe redis.Pipeliner, i int) *redis.Cmd {
 		u := try[i]
 		keys := make([]string, 0, 3+len(u.guards)+len(u.lanes))
-		lease := e.keys.LeaseKey(u.name, u.sub.group)
-		live := e.keys.SessionKey(owner)
-		if e.keys.cluster {
-			live = lease
-		}
-		keys = append(keys, lease, e.keys.GenerationKey(u.name, u.sub.group), live)
+		keys = append(keys, e.keys.LeaseKey(u.name, u.sub.group), e.keys.GenerationKey(u.name, u.sub.group), e.liveKey(owner, u))
 		keys = append(append(keys, u.guards...), u.lanes...)
 		return scriptAcquire.EvalSha(ctx, pipe, keys, owner, e.keys.SessionPrefix(), len(u.guards), e.leasePX())
 	})

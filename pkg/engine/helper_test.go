@@ -29,21 +29,10 @@ func helperMain() int {
 	id := os.Getenv("SEQCTL_HELPER_ID")
 	ttl, _ := strconv.Atoi(os.Getenv("SEQCTL_HELPER_TTL_MS"))
 	work, _ := strconv.Atoi(os.Getenv("SEQCTL_HELPER_WORK_MS"))
-	var rdb redis.UniversalClient
-	if os.Getenv("SEQCTL_HELPER_CLUSTER") == "1" {
-		opt, err := redis.ParseClusterURL(url)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		rdb = redis.NewClusterClient(opt)
-	} else {
-		opt, err := redis.ParseURL(url)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		rdb = redis.NewClient(opt)
+	rdb, err := clientForURL(url, os.Getenv("SEQCTL_HELPER_CLUSTER"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	defer rdb.Close()
 	s := &sink{rdb: rdb, instance: id, work: time.Duration(work) * time.Millisecond, fenced: true}
@@ -77,6 +66,31 @@ func helperMain() int {
 // nopTB lets the helper process reuse testDomain outside a test.
 type nopTB struct{ testing.TB }
 
+// urlForProc returns what an engine process needs to reach the target: its URL, and "1"
+// for a Redis Cluster ("0" for one node); clientForURL builds the client from them.
+func (tg redisTarget) urlForProc() (url, cluster string) {
+	if tg.cl != nil {
+		return tg.cl.URL, "1"
+	}
+	return tg.srv.URL, "0"
+}
+
+// clientForURL returns a client of one node, or of a Redis Cluster when cluster is "1".
+func clientForURL(url, cluster string) (redis.UniversalClient, error) {
+	if cluster == "1" {
+		opt, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewClusterClient(opt), nil
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(opt), nil
+}
+
 func (nopTB) Helper()           {}
 func (nopTB) Fatal(args ...any) { fmt.Fprintln(os.Stderr, args...); os.Exit(2) }
 func (nopTB) Fatalf(f string, args ...any) {
@@ -100,12 +114,7 @@ func startProc(tb testing.TB, url, id string, ttl time.Duration, work time.Durat
 func startProcOn(tb testing.TB, tg redisTarget, id string, ttl time.Duration, work time.Duration) *proc {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	url, cluster := "", "0"
-	if tg.cl != nil {
-		url, cluster = tg.cl.URL, "1"
-	} else {
-		url = tg.srv.URL
-	}
+	url, cluster := tg.urlForProc()
 	cmd.Env = append(os.Environ(), helperEnv+"=1", "SEQCTL_HELPER_CLUSTER="+cluster,
 		"SEQCTL_HELPER_URL="+url, "SEQCTL_HELPER_ID="+id,
 		"SEQCTL_HELPER_TTL_MS="+strconv.FormatInt(ttl.Milliseconds(), 10),

@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ---------------------------------------------------------------------------
@@ -101,12 +99,7 @@ const (
 // waits until its engine has started. It is stopped (SIGTERM, then SIGKILL) at cleanup.
 func startEngineProc(b *testing.B, t *benchTarget, id string) *engineProc {
 	b.Helper()
-	url, cluster := "", "0"
-	if t.cluster() {
-		url, cluster = t.tg.cl.URL, "1"
-	} else {
-		url = t.tg.srv.URL
-	}
+	url, cluster := t.tg.urlForProc()
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^BenchmarkIdleInstance$", "-test.benchtime=1x")
 	cmd.Env = append(os.Environ(), benchInstanceEnv+"="+url, benchInstanceIDEnv+"="+id, benchInstanceClusterEnv+"="+cluster)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -185,19 +178,9 @@ func BenchmarkIdleInstance(b *testing.B) {
 	if url == "" {
 		b.Skip("an engine process of BenchmarkIdleProcs: it runs only when started by it")
 	}
-	var rdb redis.UniversalClient
-	if os.Getenv(benchInstanceClusterEnv) == "1" {
-		opt, err := redis.ParseClusterURL(url)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rdb = redis.NewClusterClient(opt)
-	} else {
-		opt, err := redis.ParseURL(url)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rdb = redis.NewClient(opt)
+	rdb, err := clientForURL(url, os.Getenv(benchInstanceClusterEnv))
+	if err != nil {
+		b.Fatal(err)
 	}
 	defer rdb.Close()
 	var handled atomic.Int64

@@ -25,8 +25,8 @@ type Route struct {
 // Place names a route's streams in the layout k: Domain.Route and the outbox give
 // single-node names, and the Redis broker places them for the server it writes to.
 func (k Keys) Place(r Route) Route {
-	if r.Key == "" {
-		return r
+	if r.Key == "" || (!k.cluster && r.Stream != "") {
+		return r // single-node names are the ones routes are built with
 	}
 	if r.Backfill && r.Suffix == "" {
 		// A route built by hand with only the single-node lane name: take its suffix.

@@ -206,13 +206,20 @@ func (e *env) client(tb testing.TB) redis.UniversalClient {
 	return e.srv.Client(tb)
 }
 
-// newClusterEnv is newEnv over a 3-master Redis Cluster.
-func newClusterEnv(tb testing.TB, d Dialect, o domainOpts) *env {
+// newEnvNoRedis is an env with its database, domain and outbox, and no Redis yet.
+func newEnvNoRedis(tb testing.TB, d Dialect, o domainOpts) *env {
 	tb.Helper()
 	e := &env{dsn: testDSN(tb, d)}
 	e.db, e.dialect = openDB(tb, e.dsn)
 	e.dom = testDomain(tb, o)
 	e.ob = newOutbox(tb, e.db, e.dialect, e.dom)
+	return e
+}
+
+// newClusterEnv is newEnv over a 3-master Redis Cluster.
+func newClusterEnv(tb testing.TB, d Dialect, o domainOpts) *env {
+	tb.Helper()
+	e := newEnvNoRedis(tb, d, o)
 	e.cl = redistest.StartCluster(tb, 3)
 	e.rdb = e.cl.Client(tb)
 	e.broker = engine.NewRedisBroker(e.rdb)
@@ -221,10 +228,7 @@ func newClusterEnv(tb testing.TB, d Dialect, o domainOpts) *env {
 
 func newEnv(tb testing.TB, d Dialect, o domainOpts) *env {
 	tb.Helper()
-	e := &env{dsn: testDSN(tb, d)}
-	e.db, e.dialect = openDB(tb, e.dsn)
-	e.dom = testDomain(tb, o)
-	e.ob = newOutbox(tb, e.db, e.dialect, e.dom)
+	e := newEnvNoRedis(tb, d, o)
 	e.srv = redistest.Start(tb)
 	e.rdb = e.srv.Client(tb)
 	e.broker = engine.NewRedisBroker(e.rdb)
