@@ -137,12 +137,15 @@ func TestRedisRestartWithoutPersistence(t *testing.T) {
 
 // Acceptance 3: SCRIPT FLUSH empties the script cache under a running engine; a key
 // published afterwards is still taken and handled within 2 s.
-func TestScriptFlushWhileRunning(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+func TestScriptFlushWhileRunning(t *testing.T) { onBoth(t, testScriptFlushWhileRunning) }
+
+// On a Redis Cluster the flush empties every master's script cache (the renewal and
+// node-wide acknowledgement scripts included).
+func testScriptFlushWhileRunning(t *testing.T, tg redisTarget) {
+	rdb := tg.client(t)
 	b := NewRedisBroker(rdb)
-	s1 := &sink{rdb: srv.Client(t), instance: "i1"}
-	startEngine(t, srv, testDomain(t, s1.handle, nil), "i1", time.Second)
+	s1 := &sink{rdb: tg.client(t), instance: "i1"}
+	startEngineOn(t, tg, testDomain(t, s1.handle, nil), "i1", func(c *EngineConfig) { c.Timing = fastTiming(time.Second) })
 	d := testDomain(t, nil, nil)
 	publish(t, b, d, "before", 0, false)
 	handledAll(t, rdb, []string{"before"}, 1, 5*time.Second)

@@ -103,16 +103,16 @@ func analyse(evs []appliedEv, n int) rerunStats {
 
 // faultRun publishes keys x n events, breaks Redis with fault once a third is applied,
 // and checks the re-runs against maxUnacked.
-func faultRun(t *testing.T, srv *redistest.Server, maxUnacked int, fault func()) {
+func faultRun(t *testing.T, tg redisTarget, maxUnacked int, fault func()) {
 	t.Helper()
-	rdb := srv.Client(t)
+	rdb := tg.client(t)
 	b := NewRedisBroker(rdb)
 	keys := keysOf(20)
 	const n = 60
 	const ttl = time.Second
 	sink := newGenSink()
 	for _, id := range []string{"i1", "i2"} {
-		startEngineWith(t, srv, testDomain(t, sink.handle, nil), id, func(c *EngineConfig) {
+		startEngineOn(t, tg, testDomain(t, sink.handle, nil), id, func(c *EngineConfig) {
 			c.Timing, c.MaxUnacked = fastTiming(ttl), maxUnacked
 		})
 	}
@@ -190,13 +190,27 @@ func TestClientPauseReruns(t *testing.T) {
 			t.Run(fmt.Sprintf("max_unacked=%d/run%d", tc.maxUnacked, run), func(t *testing.T) {
 				srv := redistest.Start(t)
 				admin := srv.Client(t)
-				faultRun(t, srv, tc.maxUnacked, func() {
+				faultRun(t, redisTarget{srv: srv}, tc.maxUnacked, func() {
 					if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 2500, "ALL").Err(); err != nil {
 						t.Fatal(err)
 					}
 				})
 			})
 		}
+	}
+	// Every master of a 3-master Redis Cluster paused at once: the leases, which carry
+	// their own expiry there, lapse while their renewals cannot run.
+	for _, maxUnacked := range []int{1, 16} {
+		t.Run(fmt.Sprintf("cluster/max_unacked=%d", maxUnacked), func(t *testing.T) {
+			cl := redistest.StartCluster(t, 3)
+			faultRun(t, redisTarget{cl: cl}, maxUnacked, func() {
+				for _, n := range cl.Nodes {
+					if err := n.Client(t).Do(context.Background(), "CLIENT", "PAUSE", 2500, "ALL").Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		})
 	}
 }
 
@@ -206,7 +220,7 @@ func TestRedisRestartReruns(t *testing.T) {
 	for _, maxUnacked := range []int{1, 16} {
 		t.Run(fmt.Sprintf("max_unacked=%d", maxUnacked), func(t *testing.T) {
 			srv := redistest.StartWith(t, redistest.Options{AOF: true})
-			faultRun(t, srv, maxUnacked, func() {
+			faultRun(t, redisTarget{srv: srv}, maxUnacked, func() {
 				srv.Stop()
 				time.Sleep(1500 * time.Millisecond)
 				srv.StartAgain()
