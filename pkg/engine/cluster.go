@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -145,10 +147,18 @@ func (e *Engine) renewLeases(ctx context.Context, in *incarnation) bool {
 		key string
 	}
 	var all []held
+	var sleepy []*worker
+	idleFor := time.Now().Add(-e.dormantAfter()).UnixNano()
 	e.mu.Lock()
 	for _, w := range e.workers {
-		if w.inc != in {
-			continue
+		if w.inc != in || w.dormant.Load() {
+			continue // a dormant lease has no expiry
+		}
+		if w.parked.Load() && w.idle.Load() && w.parkedAt.Load() < idleFor {
+			// Idle for a lease TTL: renewed this time, then asked to go dormant. The ask
+			// comes after the renewal's reply, so the renewal never lands after the
+			// dormancy it precedes.
+			sleepy = append(sleepy, w)
 		}
 		all = append(all, held{w, w.leaseKey})
 		for _, g := range w.u.guards {
@@ -156,6 +166,13 @@ func (e *Engine) renewLeases(ctx context.Context, in *incarnation) bool {
 		}
 	}
 	e.mu.Unlock()
+	defer func() {
+		for _, w := range sleepy {
+			if w.ctx.Err() == nil && !w.toSleep.Swap(true) {
+				w.poke()
+			}
+		}
+	}()
 	byNode := map[string][]held{}
 	for _, h := range all {
 		addr := ""
@@ -233,4 +250,68 @@ func (k Keys) IndexMembers(ctx context.Context, c redis.Cmdable, category string
 		return c.HKeys(ctx, k.PartitionIndex(category))
 	}
 	return c.SMembers(ctx, k.PartitionIndex(category))
+}
+
+// dormantAfter is how long a partition stays idle on Redis Cluster before its lease goes
+// dormant: one lease TTL.
+func (e *Engine) dormantAfter() time.Duration { return e.cfg.Timing.LeaseTTL }
+
+// errLeaseMoved says a lease's slot was not served where renew.lua ran (a slot moving).
+var errLeaseMoved = errors.New("engine: the lease's slot is moving; tried again")
+
+// setLeaseExpiry runs renew.lua over the worker's lease and guards (one slot): ttlMS "0"
+// makes them dormant, a TTL re-arms them. ErrFenced: the lease is not the worker's.
+func (w *worker) setLeaseExpiry(ctx context.Context, ttlMS string) error {
+	args := []any{ttlMS, w.leaseKey, w.token}
+	for _, g := range w.u.guards {
+		args = append(args, g, w.token)
+	}
+	res, err := scriptRenew.Run(ctx, w.e.rdb, []string{w.leaseKey}, args...).Int64Slice()
+	if err != nil {
+		return translateRedisErr(err)
+	}
+	for _, r := range res {
+		switch r {
+		case 0:
+			return ErrFenced
+		case -1:
+			return errLeaseMoved
+		}
+	}
+	return nil
+}
+
+// goDormant makes the idle worker's lease dormant, on Redis Cluster: without an expiry it
+// lives while the instance's session does (acquire.lua takes it only from an owner whose
+// session is gone), so 10,000 idle partitions cost no renewal at all. The worker is marked
+// dormant before the call, so no later heartbeat renews it; when the call fails the lease
+// keeps its expiry and the heartbeat renews it again. A renewal already in flight that
+// lands after the call gives the lease its expiry back: it then ends a lease TTL later,
+// the worker's re-arm finds it gone, and discovery takes the partition again.
+func (w *worker) goDormant() {
+	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL/2)
+	defer cancel()
+	w.dormant.Store(true)
+	switch err := w.setLeaseExpiry(ctx, "0"); {
+	case err == nil:
+	case errors.Is(err, ErrFenced):
+		w.dormant.Store(false)
+		w.cancel()
+	default:
+		w.dormant.Store(false)
+	}
+}
+
+// rearm gives a dormant lease its expiry back before the worker starts an event: from
+// then on the lease is live until it expires, whatever another instance reads of this
+// one's session, and the heartbeat renews it. It fails with ErrFenced when another
+// instance took the partition meanwhile (it found this instance's session gone).
+func (w *worker) rearm() error {
+	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL/2)
+	defer cancel()
+	if err := w.setLeaseExpiry(ctx, strconv.FormatInt(w.e.cfg.Timing.LeaseTTL.Milliseconds(), 10)); err != nil {
+		return err
+	}
+	w.dormant.Store(false)
+	return nil
 }

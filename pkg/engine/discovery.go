@@ -206,7 +206,22 @@ func (e *Engine) discover() (err error) {
 	if len(try) == 0 || e.stopping() {
 		return nil
 	}
-	return e.acquire(ctx, in, try, passStart, room)
+	return e.acquire(ctx, in, try, passStart, room, deadOwners(alive))
+}
+
+// maxDeadOwners bounds how many owners found gone a pass names to acquire.lua.
+const maxDeadOwners = 64
+
+// deadOwners returns, on Redis Cluster, the owners of alive found gone (at most
+// maxDeadOwners): acquire.lua takes their dormant leases. A later pass names the rest.
+func deadOwners(alive map[string]bool) []any {
+	var out []any
+	for o, ok := range alive {
+		if !ok && len(out) < maxDeadOwners {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // readPass reads what a pass needs besides liveness: the instance registry (registry
@@ -309,8 +324,9 @@ func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]
 }
 
 // acquire runs acquire.lua for each unit of try (pipelined) and starts a worker for each
-// lease taken. room is the instance's room below its fair share before the pass.
-func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passStart uint64, room int) error {
+// lease taken. room is the instance's room below its fair share before the pass; dead
+// names owners whose session was found gone (used on Redis Cluster only).
+func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passStart uint64, room int, dead []any) error {
 	owner := in.owner
 	seq := e.view.noticeSeq() // a -4 drops a key only when no notice re-announced it after this
 	cmds, err := runPipelined(ctx, e.rdb, len(try), func(pipe redis.Pipeliner, i int) *redis.Cmd {
@@ -318,7 +334,11 @@ func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passS
 		keys := make([]string, 0, 3+len(u.guards)+len(u.lanes))
 		keys = append(keys, e.keys.LeaseKey(u.name, u.sub.group), e.keys.GenerationKey(u.name, u.sub.group), e.liveKey(owner, u))
 		keys = append(append(keys, u.guards...), u.lanes...)
-		return scriptAcquire.EvalSha(ctx, pipe, keys, owner, e.keys.SessionPrefix(), len(u.guards), e.leasePX())
+		args := []any{owner, e.keys.SessionPrefix(), len(u.guards), e.leasePX()}
+		if e.keys.cluster {
+			args = append(args, dead...)
+		}
+		return scriptAcquire.EvalSha(ctx, pipe, keys, args...)
 	})
 	if err != nil {
 		return err

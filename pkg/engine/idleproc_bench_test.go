@@ -44,7 +44,7 @@ func benchIdleProcs(b *testing.B, t *benchTarget) {
 	owned := func() []int { return []int{int(ps[0].owned.Load()), int(ps[1].owned.Load())} }
 	handled := func() int64 { return ps[0].handled.Load() + ps[1].handled.Load() }
 	settled := settleOwned(b, started, 3*time.Minute, handled, int64(parts), parts, 2, owned)
-	time.Sleep(doorbellBlock + 2*time.Second) // warm-up, as in BenchmarkIdleCost
+	time.Sleep(t.idleWarmup()) // as in BenchmarkIdleCost
 
 	s0 := snapRedis(b, t)
 	c0 := readCPU(s0)
@@ -53,6 +53,7 @@ func benchIdleProcs(b *testing.B, t *benchTarget) {
 	c1 := readCPU(s1)
 	win := s1.at.Sub(s0.at).Seconds()
 	bd, total := callsBetween(s0, s1)
+	t.logDormant(b, parts)
 	b.Logf("%d partitions, owned per process %v; redis calls/s by command over %.1fs: %s", parts, owned(), win, breakdown(bd, win, "calls/s"))
 	b.Logf("redis time: %s", breakdown(usecBetween(s0, s1), win, "µs/s"))
 	var maxRSS, maxGC, maxHeap float64

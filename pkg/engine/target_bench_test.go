@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -153,4 +155,40 @@ func leaseGetter(t *benchTarget, names []string) func(ctx context.Context) ([]an
 		}
 		return out, nil
 	}
+}
+
+// idleWarmup is how long the idle benchmarks wait, after the shares settled, before they
+// measure: the doorbell's first block and 2 s on both targets, and on Redis Cluster also
+// the time the idle partitions' leases take to go dormant (one lease TTL idle, then the
+// heartbeat that notices it and one more).
+func (t *benchTarget) idleWarmup() time.Duration {
+	d := doorbellBlock + 2*time.Second
+	if t.cluster() {
+		d += DefaultLeaseTTL + 2*DefaultLeaseTTL/5
+	}
+	return d
+}
+
+// logDormant logs, on Redis Cluster, how many of the first n benchPayload keys'
+// partitions have a dormant lease (no expiry). Run after the measured window: its PTTLs
+// are not in the counts.
+func (t *benchTarget) logDormant(b *testing.B, n int) {
+	b.Helper()
+	if !t.cluster() {
+		return
+	}
+	ctx := context.Background()
+	pipe := t.admin.Pipeline()
+	cmds := make([]*redis.DurationCmd, n)
+	for k := range n {
+		cmds[k] = pipe.PTTL(ctx, t.keys.LeaseKey(t.keys.PartitionStream("order", fmt.Sprintf("client-%d", k)), "Projector"))
+	}
+	_, _ = pipe.Exec(ctx)
+	dormant := 0
+	for _, c := range cmds {
+		if c.Val() == -1 {
+			dormant++
+		}
+	}
+	b.Logf("dormant leases after the window: %d of %d", dormant, n)
 }

@@ -52,9 +52,16 @@ type worker struct {
 	// goroutine has ended and a poke, its timer or the end of its lease starts it again.
 	parkMu    sync.Mutex
 	parked    atomic.Bool
-	parkTimer *time.Timer // fires when a reap is due; guarded by parkMu
-	parkStop  func() bool // stops the context.AfterFunc; guarded by parkMu
-	parkReaps bool        // the timer is the reap's; guarded by parkMu
+	parkTimer *time.Timer  // fires when a reap is due; guarded by parkMu
+	parkStop  func() bool  // stops the context.AfterFunc; guarded by parkMu
+	parkReaps bool         // the timer is the reap's; guarded by parkMu
+	parkedAt  atomic.Int64 // when it last parked (UnixNano)
+
+	// On Redis Cluster the lease of a partition idle for a lease TTL goes dormant (see
+	// goDormant): it loses its expiry, the heartbeat stops renewing it, and the worker
+	// re-arms it before it starts an event again.
+	dormant atomic.Bool
+	toSleep atomic.Bool // the heartbeat asked the parked worker to make its lease dormant
 
 	handoff atomic.Bool // set by fair share: finish the in-flight event, release, exit
 	idle    atomic.Bool // the partition was empty at the last read
@@ -130,6 +137,7 @@ var errParked = errors.New("engine: worker parked")
 // return at once without touching the worker again.
 func (w *worker) park(d time.Duration, reapDue bool) error {
 	w.parkMu.Lock()
+	w.parkedAt.Store(time.Now().UnixNano())
 	w.parked.Store(true)
 	w.parkReaps = reapDue
 	if d > 0 {
@@ -289,6 +297,9 @@ func (w *worker) fetch() error {
 			w.trim() // after a takeover: drop the previous owners' consumers
 		}
 		w.idle.Store(true)
+		if w.toSleep.Swap(false) {
+			w.goDormant()
+		}
 		if !w.e.bell.watch(w, mark, r.lastIDs) {
 			return nil // a lane rang since the read: read again
 		}
@@ -300,6 +311,7 @@ func (w *worker) fetch() error {
 	case drainEntries:
 		w.idle.Store(false)
 		w.halted.Store(false)
+		w.toSleep.Store(false)
 		w.idleSince, w.reapAt = time.Time{}, time.Time{}
 		w.pending = r.entries
 	}
@@ -486,6 +498,12 @@ func (w *worker) handle(ent entry) error {
 	if err := w.awaitAcks(w.e.cfg.MaxUnacked - 1); err != nil {
 		w.pending = append([]entry{ent}, w.pending...)
 		return err
+	}
+	if w.dormant.Load() {
+		if err := w.rearm(); err != nil {
+			w.pending = append([]entry{ent}, w.pending...)
+			return err
+		}
 	}
 	if !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
 		w.pending = append([]entry{ent}, w.pending...)

@@ -30,7 +30,15 @@
 -- ARGV[3]  g, the number of guard keys
 -- ARGV[4]  lease TTL in ms for Redis Cluster, where no script can read a session key in
 --          another slot: the lease and guards then carry this PX expiry and a lease is
---          live while its key exists; "0" on a single node (session keys decide)
+--          live while its key exists with an expiry; "0" on a single node (session keys
+--          decide)
+-- ARGV[5..] Redis Cluster only: owners whose session key the caller found gone. An idle
+--          partition's lease there is dormant (no expiry, see renew.lua): it is live
+--          while its owner's session lives, which only the caller can read. A session
+--          that is gone never comes back (a new session gets a new owner name), so the
+--          caller's finding stays true however late this script runs. A lease with an
+--          expiry is live until it expires, whatever the caller found: its owner may be
+--          running an event, and it re-arms a dormant lease before it starts one.
 --
 -- Consumer groups are created by drain.lua when the owner first reads a lane.
 -- Returns:
@@ -44,10 +52,16 @@ if px == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
   return {-3}
 end
 
--- alive reports whether a lease's owner is live: its session key exists, or with a lease
--- TTL, the lease key exists at all.
-local function alive(owner)
-  if px > 0 then return true end
+local dead = {}
+for i = 5, #ARGV do dead[ARGV[i]] = true end
+
+-- alive reports whether the owner of the lease at key is live: its session key exists,
+-- or with a lease TTL, the lease has an expiry or is dormant with an owner the caller
+-- did not find gone.
+local function alive(owner, key)
+  if px > 0 then
+    return redis.call('PTTL', key) ~= -1 or not dead[owner]
+  end
   return redis.call('EXISTS', ARGV[2] .. owner) == 1
 end
 
@@ -66,7 +80,7 @@ local function held_by_other(key)
   if not cur then return nil end
   local owner = string.match(cur, '^(.*):%d+$')
   if owner == ARGV[1] then return nil end
-  if owner and alive(owner) then return cur end
+  if owner and alive(owner, key) then return cur end
   return nil
 end
 
@@ -83,7 +97,7 @@ if cur then
     for i = 4, last_guard do set(KEYS[i], cur) end
     return {2, tonumber(g)}
   end
-  if owner and alive(owner) then
+  if owner and alive(owner, KEYS[1]) then
     return {0, cur}
   end
 end

@@ -9,10 +9,14 @@
 -- the node it runs on. A lease whose slot is not served here (a slot moved meanwhile) is
 -- reported, and the caller renews it on its own with KEYS[1] set to it.
 --
+-- The same call makes an idle partition's lease dormant (ARGV[1] "0": PERSIST, the lease
+-- then lives while its owner's session does, see acquire.lua) and re-arms a dormant lease
+-- before its owner starts an event again (ARGV[1] the TTL).
+--
 -- KEYS[1]  one lease key of the node (it decides where the call runs)
--- ARGV[1]  lease TTL in ms
+-- ARGV[1]  lease TTL in ms, or "0" to remove the expiry (dormant lease)
 -- ARGV[2..] pairs: lease (or guard) key, token "{owner}:{generation}" it must hold
--- Returns: one integer per pair: 1 renewed, 0 lost (the key no longer holds the token;
+-- Returns: one integer per pair: 1 renewed (or made dormant), 0 lost (the key no longer holds the token;
 --          nothing changed), -1 not served by this node (nothing changed)
 local out = {}
 for i = 2, #ARGV, 2 do
@@ -20,7 +24,11 @@ for i = 2, #ARGV, 2 do
   if not ok then
     out[#out + 1] = -1
   elseif cur == ARGV[i + 1] then
-    redis.call('PEXPIRE', ARGV[i], ARGV[1])
+    if ARGV[1] == '0' then
+      redis.call('PERSIST', ARGV[i])
+    else
+      redis.call('PEXPIRE', ARGV[i], ARGV[1])
+    end
     out[#out + 1] = 1
   else
     out[#out + 1] = 0

@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+)
+
+// On Redis Cluster every lease carries its own expiry; an idle partition's lease goes
+// dormant (no expiry, no renewal) one lease TTL after it went idle, and is re-armed
+// before its owner starts an event again. These tests run on a real 3-master cluster.
+
+// pexpireCalls sums PEXPIRE calls (in scripts too) over the cluster's masters.
+func pexpireCalls(t *testing.T, cl *redistest.Cluster) int64 {
+	t.Helper()
+	var n int64
+	for _, s := range cl.Nodes {
+		n += redistest.CommandCalls(t, s.Client(t), "pexpire")
+	}
+	return n
+}
+
+// TestDormantLeasesOnCluster: idle partitions stop costing renewals, their owner keeps
+// them (same generation) when events come again, and a crashed owner's dormant
+// partitions are taken over once its session is gone, at a higher generation.
+func TestDormantLeasesOnCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	tg := redisTarget{cl: cl}
+	rdb := tg.client(t)
+	k := KeysFor(rdb)
+	ctx := context.Background()
+	const ttl = 600 * time.Millisecond
+	timing := func(c *EngineConfig) { c.Timing = fastTiming(ttl) }
+	b := NewRedisBroker(rdb)
+	s1 := &sink{rdb: tg.client(t), instance: "i1"}
+	d := testDomain(t, s1.handle, nil)
+	keys := keysOf(12)
+	for _, key := range keys {
+		publish(t, b, d, key, 0, false)
+	}
+	e1 := startEngineOn(t, tg, d, "i1", timing)
+	s2 := &sink{rdb: tg.client(t), instance: "i2"}
+	e2 := startEngineOn(t, tg, testDomain(t, s2.handle, nil), "i2", timing)
+	handledAll(t, rdb, keys, 1, 10*time.Second)
+	lease := func(key string) string { return k.LeaseKey(k.PartitionStream("order", key), "Projector") }
+	dormant := func() bool {
+		for _, key := range keys {
+			if rdb.PTTL(ctx, lease(key)).Val() != -1 {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 10*ttl, "every idle lease dormant (no expiry)", dormant)
+	gens := map[string]int64{}
+	for _, o := range append(e1.Owned(), e2.Owned()...) {
+		gens[o.Stream] = o.Generation
+	}
+	if len(gens) != len(keys) {
+		t.Fatalf("owned units %d, want %d", len(gens), len(keys))
+	}
+
+	// Dormant leases are not renewed: over 5 lease TTLs the masters run the sessions'
+	// PEXPIRE (one per instance and heartbeat) and nothing per partition.
+	p0 := pexpireCalls(t, cl)
+	time.Sleep(5 * ttl)
+	beats := int64(5 * ttl / (ttl / 5))
+	if n := pexpireCalls(t, cl) - p0; n > 2*(beats+2) {
+		t.Fatalf("%d PEXPIRE calls in 5 TTLs with 12 dormant partitions: leases are still renewed (sessions alone make at most %d)", n, 2*(beats+2))
+	}
+	if !dormant() {
+		t.Fatal("a dormant lease got an expiry back while its partition stayed idle")
+	}
+
+	// Events come again: each is handled by its owner at the same generation (no
+	// hand-over), and the lease carries an expiry while the partition is busy.
+	for _, key := range keys {
+		publish(t, b, d, key, 1, false)
+	}
+	handledAll(t, rdb, keys, 2, 10*time.Second)
+	for _, o := range append(e1.Owned(), e2.Owned()...) {
+		if gens[o.Stream] != o.Generation {
+			t.Errorf("%s: generation %d after the partition woke, want %d kept", o.Stream, o.Generation, gens[o.Stream])
+		}
+	}
+	armed := 0
+	for _, key := range keys {
+		if rdb.PTTL(ctx, lease(key)).Val() > 0 {
+			armed++
+		}
+	}
+	if armed == 0 {
+		t.Error("no lease carries an expiry right after its partition woke: dormant leases are not re-armed")
+	}
+	waitFor(t, 10*ttl, "leases dormant again", dormant)
+
+	// e1 crashes: its dormant partitions go to e2 once e1's session is gone, at a
+	// higher generation, and their next events are handled there in order.
+	var mine []string
+	for _, o := range e1.Owned() {
+		mine = append(mine, o.Stream)
+	}
+	if len(mine) == 0 {
+		t.Fatal("i1 owns nothing: the shares did not settle")
+	}
+	crash(e1)
+	waitFor(t, 20*ttl, "i2 owns every partition", func() bool { return len(e2.Owned()) == len(keys) })
+	took := map[string]bool{}
+	for _, m := range mine {
+		took[m] = true
+	}
+	for _, o := range e2.Owned() {
+		if took[o.Stream] && o.Generation <= gens[o.Stream] {
+			t.Errorf("%s: generation %d after the takeover, want above %d", o.Stream, o.Generation, gens[o.Stream])
+		}
+	}
+	for _, key := range keys {
+		publish(t, b, d, key, 2, false)
+	}
+	handledAll(t, rdb, keys, 3, 10*time.Second)
+	checkOrderAndOverlap(t, rdb, keys, 3)
+}
+
+// TestDormantLeaseRearmedBeforeAnEvent: the session key of an instance vanishes (the
+// master holding it lost data: a failover to a replica that had not received it, a
+// restart without persistence) while the instance runs an event on a partition whose
+// lease was dormant just before. The event's lease was re-armed before it started, so the
+// other instance, which finds the session gone, waits for the lease's expiry: the two
+// never run the partition at once.
+func TestDormantLeaseRearmedBeforeAnEvent(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	tg := redisTarget{cl: cl}
+	rdb := tg.client(t)
+	k := KeysFor(rdb)
+	ctx := context.Background()
+	const ttl = 600 * time.Millisecond
+	b := NewRedisBroker(rdb)
+
+	var mu sync.Mutex
+	type run struct {
+		inst       string
+		start, end time.Time
+		gen        int64
+	}
+	var runs []run
+	var slow, running atomic.Bool
+	slow.Store(true)
+	handler := func(inst string) HandlerFunc {
+		return func(ctx context.Context, ev Event) error {
+			var p testPayload
+			_ = json.Unmarshal(ev.Data, &p)
+			dl, _ := DeliveryFrom(ctx)
+			r := run{inst: inst, start: time.Now(), gen: dl.Generation}
+			if p.Seq == 1 && slow.CompareAndSwap(true, false) {
+				// The slow event, once: it runs until its owner's context ends.
+				running.Store(true)
+				select {
+				case <-ctx.Done():
+				case <-time.After(20 * ttl):
+				}
+			}
+			r.end = time.Now()
+			mu.Lock()
+			runs = append(runs, r)
+			mu.Unlock()
+			return ctx.Err()
+		}
+	}
+	// i1's heartbeat comes every half TTL: it notices the lost session late, and only its
+	// local lease deadline stops the slow event in time.
+	timing := func(c *EngineConfig) { c.Timing = fastTiming(ttl); c.Timing.HeartbeatInterval = ttl / 2 }
+	d1 := testDomain(t, handler("i1"), nil)
+	publish(t, b, d1, "A", 0, false)
+	e1 := startEngineOn(t, tg, d1, "i1", timing)
+	waitFor(t, 5*time.Second, "i1 owns A", func() bool { return len(e1.Owned()) == 1 })
+	lease := k.LeaseKey(k.PartitionStream("order", "A"), "Projector")
+	waitFor(t, 10*ttl, "A's lease dormant", func() bool { return rdb.PTTL(ctx, lease).Val() == -1 })
+	startEngineOn(t, tg, testDomain(t, handler("i2"), nil), "i2", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
+
+	publish(t, b, d1, "A", 1, false)
+	waitFor(t, 5*time.Second, "i1 runs A's slow event", running.Load)
+	v := rdb.Get(ctx, lease).Val()
+	if err := rdb.Del(ctx, k.SessionKey(ownerOf(v))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*ttl, "A's slow event handled again after the loss", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(runs) >= 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i, a := range runs {
+		for _, b := range runs[i+1:] {
+			if a.gen != b.gen && a.start.Before(b.end) && b.start.Before(a.end) {
+				t.Errorf("%s (generation %d, %s to %s) and %s (generation %d, %s to %s) ran A at once",
+					a.inst, a.gen, a.start.Format("15:04:05.000"), a.end.Format("15:04:05.000"),
+					b.inst, b.gen, b.start.Format("15:04:05.000"), b.end.Format("15:04:05.000"))
+			}
+		}
+	}
+	var slowGen, maxGen int64
+	for _, r := range runs {
+		if r.end.Sub(r.start) > ttl/4 {
+			slowGen = r.gen
+		}
+		maxGen = max(maxGen, r.gen)
+	}
+	if maxGen <= slowGen {
+		t.Errorf("no run of A above the slow run's generation %d after the loss (%d runs)", slowGen, len(runs))
+	}
+}
