@@ -9,7 +9,7 @@ import (
 
 // The filter of the partitions table. Every word must match:
 //
-//	text           occurs in the key, category, handler, owner or state
+//	text           occurs in the key, category, stream, handler, owner or state
 //	field:text     occurs in that field: key, category (cat), handler, owner, state, stream
 //	/re/           the regular expression matches one of them (case-insensitive)
 //	field:/re/     the regular expression matches that field
@@ -89,9 +89,10 @@ func (f filter) match(p *Partition, hay string) bool {
 	return true
 }
 
-// haystack is the lowercase text plain filter words look in.
+// haystack is the lowercase text plain filter words look in. The stream is there too:
+// on Redis Cluster it is spelled order:{client-1}, which an operator may paste.
 func haystack(p *Partition) string {
-	return strings.ToLower(p.Category + ":" + p.Key + " " + p.Handler + " " + p.Owner + " " + p.State)
+	return strings.ToLower(p.Category + ":" + p.Key + " " + p.Stream + " " + p.Handler + " " + p.Owner + " " + p.State)
 }
 
 // naturalCompare orders names as the CLI does: digit runs by value (client-2 before

@@ -124,6 +124,19 @@ func TestFilterSyntax(t *testing.T) {
 	}
 }
 
+// A stream name pasted as it reads on Redis Cluster (order:{client-7}) finds its partition.
+func TestFilterClusterStreamName(t *testing.T) {
+	p := &Partition{Category: "order", Key: "client-7", Stream: "order:{client-7}", Handler: "Projector", State: "running"}
+	other := &Partition{Category: "order", Key: "client-70", Stream: "order:{client-70}", Handler: "Projector", State: "running"}
+	f := parseFilter("order:{client-7}")
+	if !f.match(p, haystack(p)) {
+		t.Error("order:{client-7} does not match its own partition")
+	}
+	if f.match(other, haystack(other)) {
+		t.Error("order:{client-7} matches order:{client-70}")
+	}
+}
+
 // o cycles through every sortable column; O reverses the order of the current one.
 func TestSortEveryColumnReversible(t *testing.T) {
 	s := fixture(false)

@@ -320,6 +320,13 @@ func groupsRemoveRun(opts *GroupsRemoveOptions) error {
 				"refusing to remove %s from %s without confirmation: stdin is not a terminal, pass --yes (and --expect-read %d to be sure of what you inspected); nothing changed",
 				opts.Group, opts.Category, g.Read))
 		}
+		// Check before asking: a removal that would be refused (a live handler, Redis
+		// Cluster) is refused now rather than after the operator said yes.
+		check := removal
+		check.DryRun = true
+		if _, err := adm.RemoveGroup(ctx, check); err != nil {
+			return groupsExit(err)
+		}
 		ok, err := confirm(ios, fmt.Sprintf("Remove %s from %s, giving up its %s unread entries?", opts.Group, opts.Category, lagCell(g.Unread)))
 		if err != nil {
 			return err

@@ -169,12 +169,22 @@ func TestGroupsRemoveRun(t *testing.T) {
 		},
 		{
 			name: "confirmed on a terminal", args: remove, tm: onTTY, stdin: "yes\n",
-			stderrHas:  []string{"Remove Mailer from order, giving up its 517 unread entries? [y/N]"},
-			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
+			stderrHas: []string{"Remove Mailer from order, giving up its 517 unread entries? [y/N]"},
+			wantRemove: []admin.GroupRemoval{
+				{Category: "order", Group: "Mailer", ExpectRead: &read83, DryRun: true}, // checked before the question
+				{Category: "order", Group: "Mailer", ExpectRead: &read83},
+			},
 		},
 		{
 			name: "declined on a terminal", args: remove, tm: onTTY, stdin: "n\n", code: ExitFailure,
 			stderrHas: []string{"cancelled; nothing changed"}, wantRecord: admin.OutcomeDeclined,
+			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83, DryRun: true}},
+		},
+		{
+			name: "Redis Cluster on a terminal: refused before the question", args: remove, tm: onTTY, stdin: "yes\n", code: ExitFailure,
+			fa:         &fakeAdmin{groups: sampleGroups(), removeErr: fmt.Errorf("%w: retiring a consumer group checks and deletes every partition of the category in one script, which Redis Cluster cannot run across slots", engine.ErrNotSupported)},
+			stderrHas:  []string{"which Redis Cluster cannot run across slots"},
+			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83, DryRun: true}},
 		},
 		{
 			name: "no terminal and no --yes: exit 2", args: remove, tm: inPipe, code: ExitUsage,
