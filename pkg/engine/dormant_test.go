@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -213,5 +214,68 @@ func TestDormantLeaseRearmedBeforeAnEvent(t *testing.T) {
 	}
 	if maxGen <= slowGen {
 		t.Errorf("no run of A above the slow run's generation %d after the loss (%d runs)", slowGen, len(runs))
+	}
+}
+
+// TestDormantProcessManagerUnitOnCluster: a process manager's unit holds its lease and a
+// guard on each category's stream; all of them go dormant together and get their expiry
+// back before the next event starts.
+func TestDormantProcessManagerUnitOnCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	tg := redisTarget{cl: cl}
+	rdb := tg.client(t)
+	ctx := context.Background()
+	const ttl = 600 * time.Millisecond
+	b := NewRedisBroker(rdb)
+	var handled atomic.Int64
+	var armedAtStart atomic.Bool
+	var keys []string // the unit's lease and guards, set once it is owned
+	var mu sync.Mutex
+	d := pmDomain(t, func(ctx context.Context, ev Event) error {
+		mu.Lock()
+		ks := keys
+		mu.Unlock()
+		if len(ks) > 0 {
+			armed := true
+			for _, k := range ks {
+				if rdb.PTTL(ctx, k).Val() <= 0 {
+					armed = false
+				}
+			}
+			armedAtStart.Store(armed)
+		}
+		handled.Add(1)
+		return nil
+	})
+	pub := func(event, field string, seq int) {
+		data := fmt.Sprintf(`{%q:"o-1","seq":%d}`, field, seq)
+		if _, err := b.Publish(ctx, d, event, []byte(data), PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub("OrderPlaced", "order_id", 0)
+	pub("PaymentConfirmed", "order_ref", 0)
+	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
+	waitFor(t, 5*time.Second, "both events handled", func() bool { return handled.Load() == 2 })
+	e.mu.Lock()
+	for _, w := range e.workers {
+		keys = append([]string{w.leaseKey}, w.u.guards...)
+	}
+	e.mu.Unlock()
+	if len(keys) != 3 {
+		t.Fatalf("the unit holds %d lease keys, want its lease and 2 guards", len(keys))
+	}
+	waitFor(t, 10*ttl, "the lease and guards dormant", func() bool {
+		for _, k := range keys {
+			if rdb.PTTL(ctx, k).Val() != -1 {
+				return false
+			}
+		}
+		return true
+	})
+	pub("PaymentConfirmed", "order_ref", 1)
+	waitFor(t, 5*time.Second, "the next event handled", func() bool { return handled.Load() == 3 })
+	if !armedAtStart.Load() {
+		t.Error("the event started while the unit's lease or a guard had no expiry")
 	}
 }

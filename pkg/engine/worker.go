@@ -613,7 +613,14 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	keys := make([]string, 0, 3+len(w.lanes))
 	keys = append(keys, w.leaseKey, w.liveKey, w.haltKey)
 	keys = append(keys, w.lanes...)
-	args := []any{w.token, w.sub.group, w.consumer, w.e.cfg.BatchSize, expect}
+	// A dormant lease without guards gets its expiry back in the read itself; one with
+	// guards is re-armed by rearm before an event starts.
+	rearm := w.dormant.Load() && len(w.u.guards) == 0
+	px := "0"
+	if rearm {
+		px = strconv.FormatInt(w.e.cfg.Timing.LeaseTTL.Milliseconds(), 10)
+	}
+	args := []any{w.token, w.sub.group, w.consumer, w.e.cfg.BatchSize, expect, px}
 	for _, ids := range w.unackedByLane() {
 		args = append(args, len(ids))
 		for _, id := range ids {
@@ -628,6 +635,9 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	}
 	w.unacked, w.sent = w.unacked[:0], 0 // the script acknowledged them all, fenced
 	code, _ := res[0].(int64)
+	if rearm && code == drainEntries {
+		w.dormant.Store(false)
+	}
 	if err := codeErr(code); err != nil && code != drainHalted {
 		return drainResult{}, err
 	}

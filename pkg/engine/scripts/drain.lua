@@ -16,7 +16,10 @@
 -- ARGV[4]  batch size for new entries
 -- ARGV[5]  expected head: "" for a normal read, or "{lane index}|{entry id}" of the entry
 --          the caller retries (after a failure or after a halt was cleared)
--- ARGV[6..] acknowledgements: for each lane in KEYS order, a count n then n entry ids
+-- ARGV[6]  Redis Cluster: the lease TTL in ms to give a dormant lease its expiry back
+--          (see renew.lua) when entries are returned, so they can start without another
+--          round trip; "0" otherwise
+-- ARGV[7..] acknowledgements: for each lane in KEYS order, a count n then n entry ids
 -- Returns:
 --   {-1}                                fenced: lease or session not the caller's
 --   {-2}                                halted: a halt record exists (acks were applied)
@@ -30,7 +33,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 0 t
 end
 local group, consumer = ARGV[2], ARGV[3]
 local nlanes = #KEYS - 3
-local a = 6
+local a = 7
 for lane = 1, nlanes do
   local n = tonumber(ARGV[a])
   if n > 0 then
@@ -40,6 +43,14 @@ for lane = 1, nlanes do
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-2}
+end
+
+-- entries returns a reply that carries entries, re-arming a dormant lease first.
+local function entries(reply)
+  if ARGV[6] ~= '0' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  end
+  return reply
 end
 
 local function pending_count(stream, id)
@@ -58,7 +69,7 @@ if ARGV[5] ~= '' then
   end
   local c = redis.call('XCLAIM', stream, group, consumer, 0, id)
   if c[1] then
-    return {1, lane, pending_count(stream, id), c}
+    return entries({1, lane, pending_count(stream, id), c})
   end
   return {3}
 end
@@ -92,11 +103,11 @@ for lane = 1, nlanes do
   if r then
     if r.err then return r end
     if r[2][1] then
-      return {1, lane, pending_count(stream, r[2][1][1]), r[2]}
+      return entries({1, lane, pending_count(stream, r[2][1][1]), r[2]})
     end
     local n = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', ARGV[4], 'STREAMS', stream, '>')
     if n and n[1] and n[1][2][1] then
-      return {1, lane, 1, n[1][2]}
+      return entries({1, lane, 1, n[1][2]})
     end
   end
 end
