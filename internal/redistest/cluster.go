@@ -31,6 +31,13 @@ type Cluster struct {
 // SEQCTL_TEST_REDIS_URL set, the test skips.
 func StartCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
+	return StartClusterWith(tb, n, Options{})
+}
+
+// StartClusterWith is StartCluster with options for every node (Options.AOF: a node
+// stopped and started again reloads its data and its cluster configuration, and rejoins).
+func StartClusterWith(tb testing.TB, n int, o Options) *Cluster {
+	tb.Helper()
 	if n < 3 {
 		tb.Fatalf("a Redis Cluster needs at least 3 masters, got %d", n)
 	}
@@ -44,10 +51,12 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 		// The cluster bus port defaults to port+10000, which may be taken or out of
 		// range for an ephemeral port: give each node a free one.
 		bus := freePort(tb)
-		s := StartWith(tb, Options{Args: []string{
+		no := o
+		no.Args = append([]string{
 			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
 			"--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf",
-		}}) // skips with SEQCTL_TEST_REDIS_URL set: a cluster needs servers the test owns
+		}, o.Args...)
+		s := StartWith(tb, no) // skips with SEQCTL_TEST_REDIS_URL set: a cluster needs servers the test owns
 		c.Nodes = append(c.Nodes, s)
 		addrs = append(addrs, s.Addr)
 	}

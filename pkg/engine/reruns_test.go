@@ -227,4 +227,27 @@ func TestRedisRestartReruns(t *testing.T) {
 			})
 		})
 	}
+	// On a 3-master Redis Cluster: every master down for 1.5 x TTL and started again
+	// from its AOF (a whole-cluster restart), and the master serving the sessions, the
+	// instance registry and the control stream alone.
+	for _, maxUnacked := range []int{1, 16} {
+		for _, which := range []string{"every master", "the sessions' master"} {
+			t.Run(fmt.Sprintf("cluster/%s/max_unacked=%d", which, maxUnacked), func(t *testing.T) {
+				cl := redistest.StartClusterWith(t, 3, redistest.Options{AOF: true})
+				nodes := cl.Nodes
+				if which != "every master" {
+					nodes = []*redistest.Server{cl.Nodes[cl.NodeOf(t, ClusterKeys.SessionKey("x"))]}
+				}
+				faultRun(t, redisTarget{cl: cl}, maxUnacked, func() {
+					for _, n := range nodes {
+						n.Stop()
+					}
+					time.Sleep(1500 * time.Millisecond)
+					for _, n := range nodes {
+						n.StartAgain()
+					}
+				})
+			})
+		}
+	}
 }
