@@ -38,6 +38,19 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 // stopped and started again reloads its data and its cluster configuration, and rejoins).
 func StartClusterWith(tb testing.TB, n int, o Options) *Cluster {
 	tb.Helper()
+	return startCluster(tb, n, 0, o)
+}
+
+// StartClusterReplicated starts a cluster of n masters with one replica each (2n nodes in
+// Nodes), for failover tests: a master stopped for longer than the node timeout (2 s) is
+// replaced by its replica. It returns once every replica is in sync with its master.
+func StartClusterReplicated(tb testing.TB, n int, o Options) *Cluster {
+	tb.Helper()
+	return startCluster(tb, n, 1, o)
+}
+
+func startCluster(tb testing.TB, n, replicas int, o Options) *Cluster {
+	tb.Helper()
 	if n < 3 {
 		tb.Fatalf("a Redis Cluster needs at least 3 masters, got %d", n)
 	}
@@ -47,7 +60,7 @@ func StartClusterWith(tb testing.TB, n int, o Options) *Cluster {
 	}
 	c := &Cluster{tb: tb}
 	var addrs []string
-	for range n {
+	for range n * (1 + replicas) {
 		// The cluster bus port defaults to port+10000, which may be taken or out of
 		// range for an ephemeral port: give each node a free one.
 		bus := freePort(tb)
@@ -61,7 +74,7 @@ func StartClusterWith(tb testing.TB, n int, o Options) *Cluster {
 		addrs = append(addrs, s.Addr)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -74,7 +87,62 @@ func StartClusterWith(tb testing.TB, n int, o Options) *Cluster {
 		c.URL += sep + "addr=" + a
 	}
 	c.waitOK()
+	if replicas > 0 {
+		c.waitReplicas()
+	}
 	return c
+}
+
+// waitReplicas waits until every replica's link to its master is up, at most 20 s.
+func (c *Cluster) waitReplicas() {
+	c.tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range c.Nodes {
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr})
+		for {
+			info, err := cl.Info(context.Background(), "replication").Result()
+			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				c.tb.Fatalf("cluster replica %s not in sync within 20s: %v\n%s", s.Addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		cl.Close()
+	}
+}
+
+// WaitFailover waits until a node other than old serves key's slot as a master and
+// that node sees the cluster as ok (at most 20 s): the replica of a stopped master took
+// over. It asks only the nodes that answer.
+func (c *Cluster) WaitFailover(tb testing.TB, key string, old *Server) *Server {
+	tb.Helper()
+	slot := Slot(key)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, s := range c.Nodes {
+			if s == old {
+				continue
+			}
+			cl := redis.NewClient(&redis.Options{Addr: s.Addr})
+			slots, err := cl.ClusterSlots(context.Background()).Result()
+			info, _ := cl.ClusterInfo(context.Background()).Result()
+			cl.Close()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				continue
+			}
+			for _, r := range slots {
+				if slot >= r.Start && slot <= r.End && len(r.Nodes) > 0 && r.Nodes[0].Addr == s.Addr {
+					return s
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tb.Fatalf("no replica took over slot %d of %q within 20s", slot, key)
+	return nil
 }
 
 // cliBinary finds redis-cli next to the redis-server in use, or on PATH.
