@@ -96,22 +96,13 @@ func startCluster(tb testing.TB, n, replicas int, o Options) *Cluster {
 // waitReplicas waits until every replica's link to its master is up, at most 20 s.
 func (c *Cluster) waitReplicas() {
 	c.tb.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for _, s := range c.Nodes {
-		cl := redis.NewClient(&redis.Options{Addr: s.Addr})
-		for {
-			info, err := cl.Info(context.Background(), "replication").Result()
-			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
-				break
-			}
-			if time.Now().After(deadline) {
-				cl.Close()
-				c.tb.Fatalf("cluster replica %s not in sync within 20s: %v\n%s", s.Addr, err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
+	c.waitEach("in sync", func(cl *redis.Client) (string, error) {
+		info, err := cl.Info(context.Background(), "replication").Result()
+		if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
+			return "", nil
 		}
-		cl.Close()
-	}
+		return info, err
+	})
 }
 
 // WaitFailover waits until a node other than old serves key's slot as a master and
@@ -164,17 +155,30 @@ func cliBinary() (string, error) {
 // converged), at most 20 s.
 func (c *Cluster) waitOK() {
 	c.tb.Helper()
+	c.waitEach("ok", func(cl *redis.Client) (string, error) {
+		info, err := cl.ClusterInfo(context.Background()).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.Nodes))) {
+			return "", nil
+		}
+		return info, err
+	})
+}
+
+// waitEach polls every node until check reports it ready (an empty state and no error),
+// all within 20 s; otherwise the test fails with the node's last state, named by what.
+func (c *Cluster) waitEach(what string, check func(cl *redis.Client) (state string, err error)) {
+	c.tb.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for _, s := range c.Nodes {
 		cl := redis.NewClient(&redis.Options{Addr: s.Addr})
 		for {
-			info, err := cl.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.Nodes))) {
+			state, err := check(cl)
+			if err == nil && state == "" {
 				break
 			}
 			if time.Now().After(deadline) {
 				cl.Close()
-				c.tb.Fatalf("cluster node %s not ok within 20s: %v\n%s", s.Addr, err, info)
+				c.tb.Fatalf("cluster node %s not %s within 20s: %v\n%s", s.Addr, what, err, state)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

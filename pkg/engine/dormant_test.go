@@ -9,12 +9,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seqctl/seqctl/internal/redistest"
 )
 
 // On Redis Cluster every lease carries its own expiry; an idle partition's lease goes
 // dormant (no expiry, no renewal) one lease TTL after it went idle, and is re-armed
 // before its owner starts an event again. These tests run on a real 3-master cluster.
+
+// dormantTTL is the lease TTL of these tests: a lease goes dormant about a TTL after
+// its partition went idle.
+const dormantTTL = 600 * time.Millisecond
+
+// dormantCluster starts a 3-master cluster and returns a client and a broker on it.
+func dormantCluster(t *testing.T) (*redistest.Cluster, redisTarget, redis.UniversalClient, *RedisBroker) {
+	t.Helper()
+	cl := redistest.StartCluster(t, 3)
+	tg := redisTarget{cl: cl}
+	rdb := tg.client(t)
+	return cl, tg, rdb, NewRedisBroker(rdb)
+}
 
 // pexpireCalls sums PEXPIRE calls (in scripts too) over the cluster's masters.
 func pexpireCalls(t *testing.T, cl *redistest.Cluster) int64 {
@@ -30,14 +45,10 @@ func pexpireCalls(t *testing.T, cl *redistest.Cluster) int64 {
 // them (same generation) when events come again, and a crashed owner's dormant
 // partitions are taken over once its session is gone, at a higher generation.
 func TestDormantLeasesOnCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	tg := redisTarget{cl: cl}
-	rdb := tg.client(t)
-	k := KeysFor(rdb)
-	ctx := context.Background()
-	const ttl = 600 * time.Millisecond
+	cl, tg, rdb, b := dormantCluster(t)
+	k, ctx := KeysFor(rdb), context.Background()
+	const ttl = dormantTTL
 	timing := func(c *EngineConfig) { c.Timing = fastTiming(ttl) }
-	b := NewRedisBroker(rdb)
 	s1 := &sink{rdb: tg.client(t), instance: "i1"}
 	d := testDomain(t, s1.handle, nil)
 	keys := keysOf(12)
@@ -134,13 +145,9 @@ func TestDormantLeasesOnCluster(t *testing.T) {
 // other instance, which finds the session gone, waits for the lease's expiry: the two
 // never run the partition at once.
 func TestDormantLeaseRearmedBeforeAnEvent(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	tg := redisTarget{cl: cl}
-	rdb := tg.client(t)
-	k := KeysFor(rdb)
-	ctx := context.Background()
-	const ttl = 600 * time.Millisecond
-	b := NewRedisBroker(rdb)
+	_, tg, rdb, b := dormantCluster(t)
+	k, ctx := KeysFor(rdb), context.Background()
+	const ttl = dormantTTL
 
 	var mu sync.Mutex
 	type run struct {
@@ -221,12 +228,9 @@ func TestDormantLeaseRearmedBeforeAnEvent(t *testing.T) {
 // guard on each category's stream; all of them go dormant together and get their expiry
 // back before the next event starts.
 func TestDormantProcessManagerUnitOnCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	tg := redisTarget{cl: cl}
-	rdb := tg.client(t)
+	_, tg, rdb, b := dormantCluster(t)
 	ctx := context.Background()
-	const ttl = 600 * time.Millisecond
-	b := NewRedisBroker(rdb)
+	const ttl = dormantTTL
 	var handled atomic.Int64
 	var armedAtStart atomic.Bool
 	var keys []string // the unit's lease and guards, set once it is owned
