@@ -308,16 +308,14 @@ func (w *worker) fetch() error {
 
 // untilReap returns how long the partition must stay idle before a reap is tried (0: no
 // reaping, for an unpartitioned category stream).
-func (w *worker) untilReap(lastIDs []string) time.Duration {
+func (w *worker) untilReap(lastIDs []streamID) time.Duration {
 	if !w.sub.partitioned {
 		return 0
 	}
 	if w.reapAt.IsZero() {
 		var last int64
 		for _, id := range lastIDs {
-			if ms := idMillis(id); ms > last {
-				last = ms
-			}
+			last = max(last, int64(id.ms))
 		}
 		if last == 0 {
 			if w.idleSince.IsZero() {
@@ -329,12 +327,6 @@ func (w *worker) untilReap(lastIDs []string) time.Duration {
 		}
 	}
 	return max(time.Until(w.reapAt), time.Millisecond)
-}
-
-// idMillis returns the millisecond part of a stream entry id ("0-0" gives 0).
-func idMillis(id string) int64 {
-	ms, _ := splitID(id)
-	return int64(ms)
 }
 
 // reap tries to retire the idle unit (reap.lua); on success the worker exits.
@@ -586,7 +578,7 @@ const (
 
 type drainResult struct {
 	code    int64
-	lastIDs []string
+	lastIDs []streamID // drainEmpty: the last entry id of each lane ("0-0" for none)
 	entries []entry
 }
 
@@ -616,9 +608,10 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	r := drainResult{code: code}
 	switch code {
 	case drainEmpty:
+		r.lastIDs = make([]streamID, 0, len(res)-1)
 		for _, v := range res[1:] {
 			s, _ := v.(string)
-			r.lastIDs = append(r.lastIDs, s)
+			r.lastIDs = append(r.lastIDs, parseStreamID(s))
 		}
 	case drainEntries:
 		lane, _ := res[1].(int64)
