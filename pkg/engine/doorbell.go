@@ -75,6 +75,9 @@ type doorbell struct {
 	// registered as waiting.
 	onIdle atomic.Pointer[func(w *worker)]
 
+	// runs bounds the worker goroutines started or woken at once (see runGate).
+	runs runGate
+
 	mu sync.Mutex
 	// lanes: lane stream -> state. The key is the worker's own lane string, and a ring
 	// or a confirmation finds its lane from the channel's name (bellLanes), so an idle
@@ -190,6 +193,7 @@ func newDoorbell(e *Engine) *doorbell {
 	return &doorbell{
 		e: e, wake: e.keys.WakeStream(e.cfg.InstanceID), ctrl: e.keys.ControlStream(),
 		kick:  make(chan struct{}, 1),
+		runs:  runGate{free: wakeBurst},
 		lanes: map[string]*bellLane{},
 		dirty: map[*bellLane]struct{}{}, checks: map[*bellLane]struct{}{},
 	}

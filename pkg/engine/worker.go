@@ -61,6 +61,7 @@ type worker struct {
 	halted  atomic.Bool // parked on a halt record
 
 	// Owned by the worker goroutine.
+	gated     bool      // the goroutine holds a token of the doorbell's run gate (runGate)
 	pending   []entry   // read but not started
 	unacked   []ackItem // handled, acknowledgement not confirmed by Redis yet (the next drain acks them too)
 	sent      int       // unacked[:sent] were given to the acker; the rest wait for the next drain
@@ -106,7 +107,7 @@ func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 	e.mu.Unlock()
 	e.cfg.Observer.LeaseAcquired(w.sub.group)
 	e.log.Debug("lease acquired", "group", w.sub.group, "unit", u.name, "generation", gen)
-	go w.run()
+	e.bell.runs.run(w, w.run)
 }
 
 // poke wakes the worker if it waits.
@@ -129,6 +130,7 @@ var errParked = errors.New("engine: worker parked")
 // then costs no goroutine, only its state. Called by the worker goroutine, which must
 // return at once without touching the worker again.
 func (w *worker) park(d time.Duration, reapDue bool) error {
+	w.ungate()
 	w.parkMu.Lock()
 	w.parked.Store(true)
 	w.parkReaps = reapDue
@@ -163,13 +165,13 @@ func (w *worker) resume(timedOut bool) {
 	w.parkStop()
 	reap := timedOut && w.parkReaps
 	w.parkMu.Unlock()
-	go func() {
+	w.e.bell.runs.run(w, func() {
 		w.e.bell.unwatch(w)
 		if reap && w.ctx.Err() == nil && !w.e.stopping() {
 			w.reap()
 		}
 		w.run()
-	}()
+	})
 }
 
 func (w *worker) run() {
@@ -227,6 +229,7 @@ func (w *worker) exit() {
 		}
 		cancel()
 	}
+	w.ungate()
 	w.cancel()
 	w.e.mu.Lock()
 	if w.e.workers[w.u.id()] == w {
@@ -245,6 +248,7 @@ func (w *worker) exit() {
 // wait blocks until poked, d passes (d <= 0: no timer), or the worker must stop. It
 // reports whether the timer fired.
 func (w *worker) wait(d time.Duration) (timedOut bool) {
+	w.ungate()
 	var tc <-chan time.Time
 	if d > 0 {
 		t := time.NewTimer(d)
@@ -471,6 +475,7 @@ func (w *worker) step(head *entry) error {
 
 // handle runs the handler for one entry, then acks it or schedules its retry / halt.
 func (w *worker) handle(ent entry) error {
+	w.ungate() // what follows may wait for a handler slot, acknowledgements or the handler
 	// Start only when Redis confirmed enough earlier acknowledgements (max_unacked), and
 	// only within the local lease deadline and while the lease's incarnation lives: an
 	// owner that was frozen never starts another event after it wakes (past the deadline
