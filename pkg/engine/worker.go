@@ -35,7 +35,7 @@ type worker struct {
 	owner    string
 	token    string
 	gen      int64
-	consumer string
+	consumer string // the same string as token
 
 	ctx    context.Context // cancelled when the lease is lost or handlers must stop
 	cancel context.CancelFunc
@@ -45,32 +45,34 @@ type worker struct {
 	// Acknowledgements confirmed by the acker, not yet applied by the worker goroutine.
 	ackMu     sync.Mutex
 	ackIn     []ackItem     // guarded by ackMu
+	ackNote   chan struct{} // capacity 1: ackIn or ackFenced changed; made when awaitAcks first waits; guarded by ackMu
 	ackFenced bool          // the acker found the lease gone; guarded by ackMu
-	ackNote   chan struct{} // capacity 1: ackIn or ackFenced changed
-
-	// An idle worker parks instead of blocking a goroutine (see park): parked says its
-	// goroutine has ended and a poke, its timer or the end of its lease starts it again.
-	parkMu    sync.Mutex
-	parked    atomic.Bool
-	parkTimer *time.Timer // fires when a reap is due; guarded by parkMu
-	parkStop  func() bool // stops the context.AfterFunc; guarded by parkMu
-	parkReaps bool        // the timer is the reap's; guarded by parkMu
 
 	handoff atomic.Bool // set by fair share: finish the in-flight event, release, exit
 	idle    atomic.Bool // the partition was empty at the last read
 	halted  atomic.Bool // parked on a halt record
 
-	// Owned by the worker goroutine.
+	// An idle worker parks instead of blocking a goroutine (see park): parked says its
+	// goroutine has ended and a poke, its timer or the end of its lease starts it again.
+	parked    atomic.Bool
+	parkMu    sync.Mutex
+	parkTimer *time.Timer // fires when a reap is due; guarded by parkMu
+	parkStop  func() bool // stops the context.AfterFunc; guarded by parkMu
+	parkReaps bool        // the timer is the reap's; guarded by parkMu
+
+	// Owned by the worker goroutine (the fields are ordered so that the struct has no
+	// padding to speak of: thousands of workers are kept).
 	gated     bool      // the goroutine holds a token of the doorbell's run gate (runGate)
+	trimmed   bool      // trimmed (and old consumers cleaned) since the lease was taken
+	reaped    bool      // the unit was reaped: its lease is gone
 	pending   []entry   // read but not started
 	unacked   []ackItem // handled, acknowledgement not confirmed by Redis yet (the next drain acks them too)
 	sent      int       // unacked[:sent] were given to the acker; the rest wait for the next drain
 	retry     *entry    // head waiting for another attempt or an operator
 	sinceTrim int       // events handled since the last trim
-	trimmed   bool      // trimmed (and old consumers cleaned) since the lease was taken
-	idleSince time.Time // local time the partition was first seen empty with no entries
-	reapAt    time.Time // when to try reaping next; zero: from the last entry's time
-	reaped    bool      // the unit was reaped: its lease is gone
+	// reapAt is when to try reaping next; zero: from the last entry's time, or from now
+	// when the lanes hold none.
+	reapAt time.Time
 }
 
 // trimEvery is how many handled events separate two trims of a busy partition. The
@@ -86,12 +88,11 @@ func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 		leaseKey: e.keys.LeaseKey(u.name, u.sub.group), haltKey: e.keys.HaltKey(u.name, u.sub.group),
 		liveKey: e.liveKey(owner, u),
 		owner:   owner, token: owner + ":" + strconv.FormatInt(gen, 10), gen: gen,
-		consumer: owner + ":" + strconv.FormatInt(gen, 10),
-		ctx:      ctx, cancel: cancel,
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		ackNote: make(chan struct{}, 1),
+		ctx: ctx, cancel: cancel,
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
 	}
+	w.consumer = w.token // the consumer's name is the lease value: one string for both
 	e.mu.Lock()
 	if _, dup := e.workers[u.id()]; dup || e.stopping() {
 		e.mu.Unlock()
@@ -127,9 +128,14 @@ var errParked = errors.New("engine: worker parked")
 
 // park ends the idle worker's goroutine until a ring or notice pokes it, d passes (d > 0;
 // reapDue: a reap is then tried), its lease ends or the engine stops. An idle partition
-// then costs no goroutine, only its state. Called by the worker goroutine, which must
-// return at once without touching the worker again.
+// then costs no goroutine, only its state, without what its last reads left behind.
+// Called by the worker goroutine, which must return at once without touching the worker
+// again.
 func (w *worker) park(d time.Duration, reapDue bool) error {
+	w.pending, w.unacked = nil, nil // both empty: the last read found nothing, and acked all
+	w.ackMu.Lock()
+	w.ackNote = nil
+	w.ackMu.Unlock()
 	w.ungate()
 	w.parkMu.Lock()
 	w.parked.Store(true)
@@ -188,7 +194,9 @@ func (w *worker) run() {
 			err = w.step(w.retry)
 		case len(w.pending) > 0:
 			ent := w.pending[0]
-			w.pending = w.pending[1:]
+			if w.pending = w.pending[1:]; len(w.pending) == 0 {
+				w.pending = nil // let the read's entries go once handled
+			}
 			err = w.handle(ent)
 		default:
 			err = w.fetch()
@@ -304,7 +312,7 @@ func (w *worker) fetch() error {
 	case drainEntries:
 		w.idle.Store(false)
 		w.halted.Store(false)
-		w.idleSince, w.reapAt = time.Time{}, time.Time{}
+		w.reapAt = time.Time{}
 		w.pending = r.entries
 	}
 	return nil
@@ -322,10 +330,7 @@ func (w *worker) untilReap(lastIDs []streamID) time.Duration {
 			last = max(last, int64(id.ms))
 		}
 		if last == 0 {
-			if w.idleSince.IsZero() {
-				w.idleSince = time.Now()
-			}
-			w.reapAt = w.idleSince.Add(w.e.cfg.Timing.ReapIdle)
+			w.reapAt = time.Now().Add(w.e.cfg.Timing.ReapIdle)
 		} else {
 			w.reapAt = time.UnixMilli(last).Add(w.e.cfg.Timing.ReapIdle)
 		}
@@ -625,6 +630,7 @@ func (w *worker) drain(expect string) (drainResult, error) {
 		if err != nil {
 			return drainResult{}, err
 		}
+		r.entries = make([]entry, 0, len(msgs))
 		for i, m := range msgs {
 			d := 1
 			if i == 0 {
@@ -649,14 +655,14 @@ func parseMessages(v any) ([]redis.XMessage, error) {
 			continue
 		}
 		id, _ := pair[0].(string)
-		vals := map[string]any{}
+		var kv []any
 		if len(pair) > 1 {
-			if kv, ok := pair[1].([]any); ok {
-				for i := 0; i+1 < len(kv); i += 2 {
-					k, _ := kv[i].(string)
-					vals[k] = kv[i+1]
-				}
-			}
+			kv, _ = pair[1].([]any)
+		}
+		vals := make(map[string]any, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			k, _ := kv[i].(string)
+			vals[k] = kv[i+1]
 		}
 		out = append(out, redis.XMessage{ID: id, Values: vals})
 	}
@@ -669,11 +675,28 @@ func (w *worker) acked(r ackResult) {
 	w.ackMu.Lock()
 	w.ackIn = append(w.ackIn, r.ids...)
 	w.ackFenced = w.ackFenced || r.fenced
+	note := w.ackNote
 	w.ackMu.Unlock()
-	select {
-	case w.ackNote <- struct{}{}:
-	default:
+	if note != nil {
+		select {
+		case note <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// ackWait returns the channel acked signals, made on first use, or nil when
+// acknowledgements or the fence came since the last applyAcks (apply them first).
+func (w *worker) ackWait() <-chan struct{} {
+	w.ackMu.Lock()
+	defer w.ackMu.Unlock()
+	if len(w.ackIn) > 0 || w.ackFenced {
+		return nil
+	}
+	if w.ackNote == nil {
+		w.ackNote = make(chan struct{}, 1)
+	}
+	return w.ackNote
 }
 
 // applyAcks removes the confirmed acknowledgements from w.unacked. It reports whether the
@@ -719,8 +742,12 @@ func (w *worker) awaitAcks(limit int) error {
 			w.e.acker.submit(w, w.unacked[w.sent:]...)
 			w.sent = len(w.unacked)
 		}
+		note := w.ackWait()
+		if note == nil {
+			continue
+		}
 		select {
-		case <-w.ackNote:
+		case <-note:
 		case <-w.ctx.Done():
 		}
 	}
