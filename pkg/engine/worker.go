@@ -93,17 +93,25 @@ func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 		done: make(chan struct{}),
 	}
 	w.consumer = w.token // the consumer's name is the lease value: one string for both
+	if w.liveKey == w.leaseKey {
+		w.liveKey = w.leaseKey // Redis Cluster: the lease is its own liveness key
+	}
+	id := u.id()
 	e.mu.Lock()
-	if _, dup := e.workers[u.id()]; dup || e.stopping() {
+	if _, dup := e.workers[id]; dup || e.stopping() {
 		e.mu.Unlock()
 		cancel()
 		return
 	}
-	e.workers[u.id()] = w
+	e.workers[id] = w
 	for _, l := range w.lanes {
-		e.byLane[laneKey(w.sub.group, l)] = w
+		k := id // the lane that names the unit (a partition's primary lane): its id is that lane's key
+		if l != u.name {
+			k = laneKey(w.sub.group, l)
+		}
+		e.byLane[k] = w
 	}
-	delete(e.knownOwner, u.id())
+	delete(e.knownOwner, id)
 	e.wg.Add(1)
 	e.mu.Unlock()
 	e.cfg.Observer.LeaseAcquired(w.sub.group)
