@@ -2,23 +2,24 @@ package engine
 
 import "sync"
 
-// wakeBurst is the most worker goroutines of an instance that run at once from their
-// start or wake-up to their first wait (see runGate).
+// wakeBurst is the most worker goroutines of an instance that read Redis at once (see
+// runGate).
 const wakeBurst = 64
 
-// runGate bounds the worker goroutines that run at once from their start, or their
-// wake-up from park, up to the point where they wait for something other than Redis (a
-// handler slot, an acknowledgement, a ring, a timer) or exit: the part that reads Redis.
+// runGate bounds the worker goroutines that read Redis at once: a worker's goroutine
+// holds one of its tokens from its start, its wake-up from park or its next read, until
+// it waits for something other than Redis (a handler slot, an acknowledgement, its
+// handler, a ring, a timer) or exits.
 //
 // An instance that takes thousands of leases at once, or whose doorbell wakes every idle
 // worker after a connection failure, would otherwise start as many goroutines, nearly all
 // of them blocked in the Redis client waiting for a connection, each on a stack of several
 // KB; the Go runtime keeps that memory long after they park. Through the gate the others
-// wait as a queued function instead. The reads go no slower: the client's connection pool
-// serves only so many at a time anyway.
-//
-// A goroutine started through the gate holds a token (worker.gated) until worker.ungate,
-// which starts the next queued one with it.
+// wait as a queued function instead, without a goroutine. The reads go no slower: the
+// client's connection pool serves only so many at a time anyway. The queue is served in
+// order, so a worker that handled its event and reads again goes behind the first reads
+// queued before it, as it did in the client's pool: after a takeover every partition's
+// first events start before the instance's other reads.
 type runGate struct {
 	mu    sync.Mutex
 	free  int        // tokens left; guarded by mu
@@ -30,24 +31,32 @@ type gatedRun struct {
 	f func()
 }
 
-// run starts f, which runs w, on a goroutine of its own, now or once a token is free. A
-// worker whose lease ended, or of an engine that stops, starts at once and without a
-// token: it only exits.
+// run starts f, which runs w, on a goroutine of its own, now or once a token is free.
 func (g *runGate) run(w *worker, f func()) {
-	if w.ctx.Err() != nil || w.e.stopping() {
+	if g.take(w, f) {
 		go f()
-		return
+	}
+}
+
+// take gives w's goroutine (to be) a token, or none when w only exits (its lease ended,
+// or the engine stops), and reports true; or it queues f (nil: w.run), which goes on with
+// w, to start on a goroutine of its own once a token is free, and reports false.
+func (g *runGate) take(w *worker, f func()) bool {
+	if w.ctx.Err() != nil || w.e.stopping() {
+		return true
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.free == 0 {
+		if f == nil {
+			f = w.run
+		}
 		g.queue = append(g.queue, gatedRun{w, f})
-		g.mu.Unlock()
-		return
+		return false
 	}
 	g.free--
-	g.mu.Unlock()
 	w.gated = true
-	go f()
+	return true
 }
 
 // done gives a token back: the next queued function starts with it.
@@ -64,8 +73,8 @@ func (g *runGate) done() {
 	if len(g.queue) == 0 {
 		g.queue = nil // let the backing array go
 	}
-	g.mu.Unlock()
 	next.w.gated = true
+	g.mu.Unlock()
 	go next.f()
 }
 

@@ -52,12 +52,31 @@ func TestRunGate(t *testing.T) {
 		t.Fatal("an exiting worker waited at the full gate")
 	}
 
+	// A worker's goroutine that would read again at the full gate does not wait on it: its
+	// read is queued, to go on on a goroutine of its own with a token.
+	again := &worker{e: e, ctx: context.Background()}
+	resumed := make(chan bool, 1)
+	if e.bell.runs.take(again, func() { gated := again.gated; again.ungate(); resumed <- gated }) {
+		t.Error("a read took a token at the full gate")
+	}
+
 	close(release)
 	wg.Wait()
+	select {
+	case gated := <-resumed:
+		if !gated {
+			t.Error("a queued read went on without a token")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a queued read did not go on")
+	}
 	if got := most.Load(); got != tokens {
 		t.Errorf("at most %d runs at once, want %d", got, tokens)
 	}
-	if g := &e.bell.runs; g.free != tokens || len(g.queue) != 0 {
+	g := &e.bell.runs
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.free != tokens || len(g.queue) != 0 {
 		t.Errorf("after every run: %d tokens free, %d queued; want %d, 0", g.free, len(g.queue), tokens)
 	}
 }

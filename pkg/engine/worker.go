@@ -189,13 +189,17 @@ func (w *worker) resume(timedOut bool) {
 }
 
 func (w *worker) run() {
-	parked := false
+	parked := false // parked, or queued at the run gate: the worker is not this goroutine's any more
 	defer func() {
 		if !parked {
 			w.exit()
 		}
 	}()
 	for !w.e.stopping() && w.ctx.Err() == nil && !w.handoff.Load() && !w.reaped {
+		if (w.retry != nil || len(w.pending) == 0) && !w.gated && !w.e.bell.runs.take(w, nil) {
+			parked = true // a read waits for a token of the run gate, without this goroutine
+			return
+		}
 		var err error
 		switch {
 		case w.retry != nil:
