@@ -75,44 +75,156 @@ type doorbell struct {
 	// registered as waiting.
 	onIdle atomic.Pointer[func(w *worker)]
 
-	mu        sync.Mutex
-	lanes     map[string]*bellLane   // lane stream -> state; guarded by mu
-	byChannel map[string]*bellLane   // bell channel -> state; guarded by mu
-	dirty     map[*bellLane]struct{} // lanes whose subscription may have to change; guarded by mu
-	checks    map[*bellLane]struct{} // lanes confirmed with workers waiting, to check; guarded by mu
-	seq       uint64                 // source of ring counts; guarded by mu
-	wakeLast  string                 // owned by loop
-	ctrlLast  string                 // owned by loop
+	// runs bounds the worker goroutines started or woken at once (see runGate).
+	runs runGate
+
+	mu sync.Mutex
+	// lanes: lane stream -> state. The key is the worker's own lane string, and a ring
+	// or a confirmation finds its lane from the channel's name (bellLanes), so an idle
+	// lane costs one small struct and no string of its own. Guarded by mu.
+	lanes    map[string]*bellLane
+	dirty    map[*bellLane]struct{} // lanes whose subscription may have to change; guarded by mu
+	checks   map[*bellLane]struct{} // lanes confirmed with workers waiting, to check; guarded by mu
+	seq      uint64                 // source of ring counts; guarded by mu
+	wakeLast string                 // owned by loop
+	ctrlLast string                 // owned by loop
 }
 
 // bellLane is the doorbell's state of one lane stream. Guarded by doorbell.mu.
 type bellLane struct {
-	stream, channel string
+	stream string // the lane stream; its channel is Keys.BellChannel(stream)
 	// seq is the lane's ring count: bumped (from doorbell.seq, so it never repeats) when
 	// the channel rings, when a subscription to it is confirmed and when the connection
 	// failed.
 	seq uint64
-	// owners are the workers holding the lane that went idle on it at least once; the
-	// channel is subscribed while there is one.
-	owners map[*worker]struct{}
-	// waiting are the owners waiting for an entry after the id given (the last entry
-	// id of the lane their read saw).
-	waiting map[*worker]string
+	// The owners are the workers holding the lane that went idle on it at least once;
+	// the channel is subscribed while there is one. first is unset when there is none;
+	// more holds the others (several handlers over the same category: one worker per
+	// group), which is rare, so that a lane with one owner costs no further allocation.
+	first bellOwner
+	more  []bellOwner
 	// subscribed: an SSUBSCRIBE was sent (or is kept by the client for resubscription)
 	// and no SUNSUBSCRIBE since.
 	subscribed bool
-	unsubs     int           // SUNSUBSCRIBEs sent whose reply has not come
+	unsubs     int32         // SUNSUBSCRIBEs sent whose reply has not come
 	shard      *redis.PubSub // the connection the channel was subscribed on
+}
+
+// bellOwner is an owner of a lane: a worker, and whether it waits for an entry after
+// the id given (the last entry id of the lane its read saw).
+type bellOwner struct {
+	w       *worker
+	waiting bool
+	after   streamID
+}
+
+// streamID is a stream entry id "ms-seq", parsed (so that keeping one allocates nothing).
+type streamID struct{ ms, seq uint64 }
+
+func parseStreamID(id string) streamID {
+	ms, seq := splitID(id)
+	return streamID{ms, seq}
+}
+
+func (a streamID) less(b streamID) bool { return a.ms < b.ms || (a.ms == b.ms && a.seq < b.seq) }
+
+// owners iterates over the lane's owners.
+func (b *bellLane) owners(yield func(*bellOwner) bool) {
+	if b.first.w == nil || !yield(&b.first) {
+		return
+	}
+	for i := range b.more {
+		if !yield(&b.more[i]) {
+			return
+		}
+	}
+}
+
+// owner returns w's place among the lane's owners, or nil.
+func (b *bellLane) owner(w *worker) *bellOwner {
+	for o := range b.owners {
+		if o.w == w {
+			return o
+		}
+	}
+	return nil
+}
+
+// addOwner adds w (not an owner yet) to the lane's owners.
+func (b *bellLane) addOwner(w *worker) *bellOwner {
+	if b.first.w == nil {
+		b.first = bellOwner{w: w}
+		return &b.first
+	}
+	b.more = append(b.more, bellOwner{w: w})
+	return &b.more[len(b.more)-1]
+}
+
+// removeOwner removes w from the lane's owners; it reports whether w was one.
+func (b *bellLane) removeOwner(w *worker) bool {
+	o := b.owner(w)
+	if o == nil {
+		return false
+	}
+	if n := len(b.more); n > 0 {
+		*o = b.more[n-1] // the last one takes w's place (first stays set while any is left)
+		b.more[n-1] = bellOwner{}
+		b.more = b.more[:n-1]
+		if len(b.more) == 0 {
+			b.more = nil
+		}
+	} else {
+		b.first = bellOwner{}
+	}
+	return true
+}
+
+// hasWaiting reports whether an owner of the lane waits.
+func (b *bellLane) hasWaiting() bool {
+	for o := range b.owners {
+		if o.waiting {
+			return true
+		}
+	}
+	return false
 }
 
 func newDoorbell(e *Engine) *doorbell {
 	return &doorbell{
 		e: e, wake: e.keys.WakeStream(e.cfg.InstanceID), ctrl: e.keys.ControlStream(),
 		kick:  make(chan struct{}, 1),
-		lanes: map[string]*bellLane{}, byChannel: map[string]*bellLane{},
+		runs:  runGate{free: wakeBurst},
+		lanes: map[string]*bellLane{},
 		dirty: map[*bellLane]struct{}{}, checks: map[*bellLane]struct{}{},
 	}
 }
+
+// bellLanes calls f for each lane of the doorbell whose channel (Keys.BellChannel) is
+// channel: normally one, the layouts give distinct streams distinct channels. Called
+// with mu held.
+func (d *doorbell) bellLanes(channel string, f func(*bellLane)) {
+	base, ok := strings.CutSuffix(channel, bellSuffix)
+	if !ok {
+		return
+	}
+	// Keys.tagged leaves a Redis Cluster stream that has a hash tag as it is, and wraps
+	// any other stream in braces.
+	if d.e.keys.cluster && strings.Contains(base, "{") {
+		if b := d.lanes[base]; b != nil {
+			f(b)
+		}
+	}
+	if inner, ok := strings.CutPrefix(base, "{"); ok {
+		if inner, ok = strings.CutSuffix(inner, "}"); ok && !(d.e.keys.cluster && strings.Contains(inner, "{")) {
+			if b := d.lanes[inner]; b != nil {
+				f(b)
+			}
+		}
+	}
+}
+
+// bellSuffix ends every bell channel (Keys.BellChannel).
+const bellSuffix = ":__bell__"
 
 // init positions the doorbell at the current tails of the wake and control streams.
 func (d *doorbell) init(ctx context.Context) error {
@@ -150,7 +262,7 @@ func (d *doorbell) mark(w *worker) []uint64 {
 // rang since mark: the worker must read again instead of waiting. A lane the worker
 // watches for the first time is subscribed; the confirmation wakes the worker to read
 // once more, since an entry published before the subscription took effect rang nobody.
-func (d *doorbell) watch(w *worker, mark []uint64, lastIDs []string) bool {
+func (d *doorbell) watch(w *worker, mark []uint64, lastIDs []streamID) bool {
 	if f := d.onIdle.Load(); f != nil {
 		(*f)(w)
 	}
@@ -166,17 +278,18 @@ func (d *doorbell) watch(w *worker, mark []uint64, lastIDs []string) bool {
 		b := d.lanes[l]
 		if b == nil {
 			d.seq++
-			b = &bellLane{stream: l, channel: d.e.keys.BellChannel(l), seq: d.seq, owners: map[*worker]struct{}{}, waiting: map[*worker]string{}}
-			d.lanes[l], d.byChannel[b.channel] = b, b
+			b = &bellLane{stream: l, seq: d.seq}
+			d.lanes[l] = b
 		}
-		if _, ok := b.owners[w]; !ok {
-			b.owners[w] = struct{}{}
+		o := b.owner(w)
+		if o == nil {
+			o = b.addOwner(w)
 			if !b.subscribed {
 				d.dirty[b] = struct{}{}
 				kick = true
 			}
 		}
-		b.waiting[w] = lastIDs[i]
+		o.waiting, o.after = true, lastIDs[i]
 	}
 	if kick {
 		d.kickSync()
@@ -190,7 +303,9 @@ func (d *doorbell) unwatch(w *worker) {
 	d.mu.Lock()
 	for _, l := range w.lanes {
 		if b := d.lanes[l]; b != nil {
-			delete(b.waiting, w)
+			if o := b.owner(w); o != nil {
+				o.waiting = false
+			}
 		}
 	}
 	d.mu.Unlock()
@@ -206,13 +321,9 @@ func (d *doorbell) forget(w *worker) {
 		if b == nil {
 			continue
 		}
-		delete(b.waiting, w)
-		if _, ok := b.owners[w]; ok {
-			delete(b.owners, w)
-			if len(b.owners) == 0 {
-				d.dirty[b] = struct{}{}
-				kick = true
-			}
+		if b.removeOwner(w) && b.first.w == nil {
+			d.dirty[b] = struct{}{}
+			kick = true
 		}
 	}
 	d.mu.Unlock()
@@ -454,13 +565,12 @@ func (d *doorbell) listen(ps *redis.PubSub, addr string) {
 }
 
 // takeWaiting ends the wait of the lane's waiting workers whose last-seen entry id
-// passes behind, and returns them to be woken. doorbell.mu is held.
-func (b *bellLane) takeWaiting(behind func(lastSeen string) bool) []*worker {
-	var out []*worker
-	for w, last := range b.waiting {
-		if behind(last) {
-			out = append(out, w)
-			delete(b.waiting, w)
+// passes behind, and appends them to out, to be woken. doorbell.mu is held.
+func (b *bellLane) takeWaiting(out []*worker, behind func(lastSeen streamID) bool) []*worker {
+	for o := range b.owners {
+		if o.waiting && behind(o.after) {
+			out = append(out, o.w)
+			o.waiting = false
 		}
 	}
 	return out
@@ -468,13 +578,14 @@ func (b *bellLane) takeWaiting(behind func(lastSeen string) bool) []*worker {
 
 // rang handles a ring: id was appended to the channel's lane.
 func (d *doorbell) rang(channel, id string) {
+	at := parseStreamID(id)
 	d.mu.Lock()
 	var wake []*worker
-	if b := d.byChannel[channel]; b != nil {
+	d.bellLanes(channel, func(b *bellLane) {
 		d.seq++
 		b.seq = d.seq
-		wake = b.takeWaiting(func(last string) bool { return id == "" || idLess(last, id) })
-	}
+		wake = b.takeWaiting(wake, func(last streamID) bool { return id == "" || last.less(at) })
+	})
 	d.mu.Unlock()
 	for _, w := range wake {
 		w.poke()
@@ -489,14 +600,14 @@ func (d *doorbell) rang(channel, id string) {
 // becoming as many fenced reads at once.
 func (d *doorbell) confirmed(channel string) {
 	d.mu.Lock()
-	if b := d.byChannel[channel]; b != nil {
+	d.bellLanes(channel, func(b *bellLane) {
 		d.seq++
 		b.seq = d.seq
-		if len(b.waiting) > 0 {
+		if b.hasWaiting() {
 			d.checks[b] = struct{}{}
 			d.kickSync()
 		}
-	}
+	})
 	d.mu.Unlock()
 }
 
@@ -509,7 +620,9 @@ func (d *doorbell) check() {
 	for b := range d.checks {
 		lanes = append(lanes, b)
 	}
-	clear(d.checks)
+	if len(d.checks) > 0 {
+		d.checks = map[*bellLane]struct{}{} // not cleared: a map keeps the room it grew to
+	}
 	d.mu.Unlock()
 	for len(lanes) > 0 && d.e.hardCtx.Err() == nil {
 		batch := lanes[:min(len(lanes), bellCheckBatch)]
@@ -525,9 +638,9 @@ func (d *doorbell) check() {
 		var wake []*worker
 		d.mu.Lock()
 		for i, b := range batch {
-			last := firstID(cmds[i].Val(), "0-0")
+			last := parseStreamID(firstID(cmds[i].Val(), "0-0"))
 			failed := err != nil && !errors.Is(err, redis.Nil)
-			wake = append(wake, b.takeWaiting(func(seen string) bool { return failed || idLess(seen, last) })...)
+			wake = b.takeWaiting(wake, func(seen streamID) bool { return failed || seen.less(last) })
 		}
 		d.mu.Unlock()
 		for _, w := range wake {
@@ -541,18 +654,16 @@ func (d *doorbell) check() {
 func (d *doorbell) unsubscribed(channel string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	b := d.byChannel[channel]
-	if b == nil {
-		return
-	}
-	if b.unsubs > 0 {
-		b.unsubs--
-	} else if b.subscribed {
-		b.subscribed, b.shard = false, nil
-		d.dirty[b] = struct{}{}
-		d.kickSync()
-	}
-	d.drop(b)
+	d.bellLanes(channel, func(b *bellLane) {
+		if b.unsubs > 0 {
+			b.unsubs--
+		} else if b.subscribed {
+			b.subscribed, b.shard = false, nil
+			d.dirty[b] = struct{}{}
+			d.kickSync()
+		}
+		d.drop(b)
+	})
 }
 
 // lost handles a failure of the connection (or of Redis): every lane's ring count moves
@@ -565,10 +676,7 @@ func (d *doorbell) lost() {
 		d.seq++
 		b.seq = d.seq
 		b.unsubs = 0
-		for w := range b.waiting {
-			wake = append(wake, w)
-		}
-		clear(b.waiting)
+		wake = b.takeWaiting(wake, func(streamID) bool { return true })
 		d.drop(b)
 	}
 	d.mu.Unlock()
@@ -579,9 +687,8 @@ func (d *doorbell) lost() {
 
 // drop forgets a lane nobody holds, once its channel is unsubscribed. Called with mu held.
 func (d *doorbell) drop(b *bellLane) {
-	if len(b.owners) == 0 && !b.subscribed && b.unsubs == 0 {
+	if b.first.w == nil && !b.subscribed && b.unsubs == 0 {
 		delete(d.lanes, b.stream)
-		delete(d.byChannel, b.channel)
 		delete(d.dirty, b)
 		delete(d.checks, b)
 	}
@@ -605,22 +712,26 @@ func (d *doorbell) manage() {
 func (d *doorbell) sync() {
 	stopping := d.e.stopping()
 	type change struct {
-		b     *bellLane
-		unsub *redis.PubSub // the connection to unsubscribe on; nil to subscribe
+		b       *bellLane
+		channel string
+		unsub   *redis.PubSub // the connection to unsubscribe on; nil to subscribe
 	}
 	var changes []change
 	d.mu.Lock()
-	for b := range d.dirty {
-		delete(d.dirty, b)
+	dirty := d.dirty
+	if len(dirty) > 0 {
+		d.dirty = map[*bellLane]struct{}{} // not cleared: a map keeps the room it grew to
+	}
+	for b := range dirty {
 		switch {
-		case len(b.owners) > 0 && !b.subscribed:
+		case b.first.w != nil && !b.subscribed:
 			b.subscribed = true
-			changes = append(changes, change{b: b})
-		case len(b.owners) == 0 && b.subscribed && !stopping:
+			changes = append(changes, change{b: b, channel: d.e.keys.BellChannel(b.stream)})
+		case b.first.w == nil && b.subscribed && !stopping:
 			b.subscribed = false
 			if b.shard != nil {
 				b.unsubs++
-				changes = append(changes, change{b: b, unsub: b.shard})
+				changes = append(changes, change{b: b, channel: d.e.keys.BellChannel(b.stream), unsub: b.shard})
 			}
 		}
 	}
@@ -636,10 +747,10 @@ func (d *doorbell) sync() {
 	ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
 	for _, c := range changes {
 		if c.unsub != nil {
-			unsubs[c.unsub] = append(unsubs[c.unsub], c.b.channel)
+			unsubs[c.unsub] = append(unsubs[c.unsub], c.channel)
 			continue
 		}
-		ps, subscribed := d.shardFor(ctx, c.b.channel)
+		ps, subscribed := d.shardFor(ctx, c.channel)
 		d.mu.Lock()
 		if ps == nil { // no slot map now: try again shortly, idle workers poll meanwhile
 			c.b.subscribed = false
@@ -656,7 +767,7 @@ func (d *doorbell) sync() {
 		}
 		d.mu.Unlock()
 		if ps != nil && !subscribed {
-			subs[ps] = append(subs[ps], c.b.channel)
+			subs[ps] = append(subs[ps], c.channel)
 		}
 	}
 	cancel()
@@ -701,11 +812,7 @@ func laneKey(group, lane string) string {
 }
 
 // idLess compares two stream ids "ms-seq".
-func idLess(a, b string) bool {
-	am, as := splitID(a)
-	bm, bs := splitID(b)
-	return am < bm || (am == bm && as < bs)
-}
+func idLess(a, b string) bool { return parseStreamID(a).less(parseStreamID(b)) }
 
 func splitID(id string) (ms, seq uint64) {
 	i := strings.IndexByte(id, '-')

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -260,11 +261,42 @@ func TestDoorbellUnsubscribesOnExit(t *testing.T) {
 	waitFor(t, 5*time.Second, "the doorbell to forget the lane", func() bool {
 		e.bell.mu.Lock()
 		defer e.bell.mu.Unlock()
-		return len(e.bell.lanes) == 0 && len(e.bell.byChannel) == 0
+		return len(e.bell.lanes) == 0
 	})
 	// Published again, the partition is discovered, owned and woken as before.
 	publish(t, b, d, "A", 1, false)
 	waitFor(t, 5*time.Second, "the partition back", func() bool { return h.count("A") == 2 })
 	publish(t, b, d, "A", 2, false)
 	waitFor(t, 5*time.Second, "the next event", func() bool { return h.count("A") == 3 })
+}
+
+// A ring or a confirmation finds its lane from the channel's name: bellLanes inverts
+// Keys.BellChannel in both layouts, for every kind of lane stream, and finds nothing for
+// another channel.
+func TestBellLanesInvertBellChannel(t *testing.T) {
+	for _, k := range []Keys{SingleNodeKeys, ClusterKeys} {
+		streams := []string{
+			k.CategoryStream("order"), k.PartitionStream("order", "A"), k.LaneStream("order", "A", "backfill"),
+			k.PartitionStream("order", "a:b}{c"), k.PMUnit("pm", "v"), "{odd}", "odd",
+		}
+		d := &doorbell{e: &Engine{keys: k}, lanes: map[string]*bellLane{}}
+		for _, s := range streams {
+			d.lanes[s] = &bellLane{stream: s}
+		}
+		for _, s := range streams {
+			var found []string
+			d.bellLanes(k.BellChannel(s), func(b *bellLane) { found = append(found, b.stream) })
+			if !slices.Contains(found, s) {
+				t.Errorf("cluster %v: the channel %q of %q finds %q", k.Cluster(), k.BellChannel(s), s, found)
+			}
+			for _, f := range found {
+				if k.BellChannel(f) != k.BellChannel(s) {
+					t.Errorf("cluster %v: the channel %q finds %q, whose channel is %q", k.Cluster(), k.BellChannel(s), f, k.BellChannel(f))
+				}
+			}
+		}
+		for _, ch := range []string{"order", "{order}", "{order}:__bell", "order:__bell__", "x" + k.BellChannel(streams[1])} {
+			d.bellLanes(ch, func(b *bellLane) { t.Errorf("cluster %v: the channel %q finds %q", k.Cluster(), ch, b.stream) })
+		}
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -257,22 +259,65 @@ func (e *Engine) viewUnits() []unit {
 	if v.units != nil {
 		return v.units
 	}
-	all := []unit{}
+	n := 0 // at least as many as there are units
+	for _, s := range e.subs {
+		n++
+		for _, c := range s.categories {
+			n += len(v.cats[c])
+		}
+	}
+	all := make([]unit, 0, n)
 	for _, s := range e.subs {
 		if !s.partitioned {
 			all = append(all, e.unitFor(s, ""))
 			continue
 		}
-		seen := map[string]bool{}
+		var seen map[string]bool // a key in several of the subscription's categories is one unit
+		if len(s.categories) > 1 {
+			seen = map[string]bool{}
+		}
+		var cats []string
 		for _, c := range s.categories {
 			for k := range v.cats[c] {
-				if !seen[k] {
+				if seen != nil {
+					if seen[k] {
+						continue
+					}
 					seen[k] = true
-					all = append(all, e.unitFor(s, k))
 				}
+				u := e.unitFor(s, k)
+				cats = compactUnit(&u, cats)
+				all = append(all, u)
 			}
 		}
 	}
 	v.units = all
 	return all
+}
+
+// compactUnit makes a unit cheaper to keep, with the same values (the view holds one per
+// partition, and each owned partition's worker keeps its own): the lane categories,
+// the same for every unit of a subscription, are shared (cats: those of the units
+// before, nil for the first; it returns those to give the next), and a lane whose name
+// begins another lane's name (a primary lane begins its backfill lane's) is kept as the
+// start of that string instead of a string of its own.
+func compactUnit(u *unit, cats []string) []string {
+	if cats != nil && slices.Equal(u.laneCats, cats) {
+		u.laneCats = cats
+	} else {
+		cats = slices.Clip(u.laneCats) // shared: an append must not write into it
+		u.laneCats = cats
+	}
+	for i, l := range u.lanes {
+		for _, m := range u.lanes {
+			if len(m) > len(l) && strings.HasPrefix(m, l) {
+				u.lanes[i] = m[:len(l)]
+				if u.name == l {
+					u.name = u.lanes[i]
+				}
+				break
+			}
+		}
+	}
+	return cats
 }

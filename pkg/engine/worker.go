@@ -35,7 +35,7 @@ type worker struct {
 	owner    string
 	token    string
 	gen      int64
-	consumer string
+	consumer string // the same string as token
 
 	ctx    context.Context // cancelled when the lease is lost or handlers must stop
 	cancel context.CancelFunc
@@ -45,38 +45,40 @@ type worker struct {
 	// Acknowledgements confirmed by the acker, not yet applied by the worker goroutine.
 	ackMu     sync.Mutex
 	ackIn     []ackItem     // guarded by ackMu
+	ackNote   chan struct{} // capacity 1: ackIn or ackFenced changed; made when awaitAcks first waits; guarded by ackMu
 	ackFenced bool          // the acker found the lease gone; guarded by ackMu
-	ackNote   chan struct{} // capacity 1: ackIn or ackFenced changed
 
-	// An idle worker parks instead of blocking a goroutine (see park): parked says its
-	// goroutine has ended and a poke, its timer or the end of its lease starts it again.
-	parkMu    sync.Mutex
-	parked    atomic.Bool
-	parkTimer *time.Timer  // fires when a reap is due; guarded by parkMu
-	parkStop  func() bool  // stops the context.AfterFunc; guarded by parkMu
-	parkReaps bool         // the timer is the reap's; guarded by parkMu
-	parkedAt  atomic.Int64 // when it last parked (UnixNano)
-
+	handoff atomic.Bool // set by fair share: finish the in-flight event, release, exit
+	idle    atomic.Bool // the partition was empty at the last read
+	halted  atomic.Bool // parked on a halt record
 	// On Redis Cluster the lease of a partition idle for a lease TTL goes dormant (see
 	// goDormant): it loses its expiry, the heartbeat stops renewing it, and the worker
 	// re-arms it before it starts an event again.
 	dormant atomic.Bool
 	toSleep atomic.Bool // the heartbeat asked the parked worker to make its lease dormant
 
-	handoff atomic.Bool // set by fair share: finish the in-flight event, release, exit
-	idle    atomic.Bool // the partition was empty at the last read
-	halted  atomic.Bool // parked on a halt record
+	// An idle worker parks instead of blocking a goroutine (see park): parked says its
+	// goroutine has ended and a poke, its timer or the end of its lease starts it again.
+	parked    atomic.Bool
+	parkMu    sync.Mutex
+	parkTimer *time.Timer  // fires when a reap is due; guarded by parkMu
+	parkStop  func() bool  // stops the context.AfterFunc; guarded by parkMu
+	parkReaps bool         // the timer is the reap's; guarded by parkMu
+	parkedAt  atomic.Int64 // when it last parked (UnixNano)
 
-	// Owned by the worker goroutine.
+	// Owned by the worker goroutine (the fields are ordered so that the struct has no
+	// padding to speak of: thousands of workers are kept).
+	gated     bool      // the goroutine holds a token of the doorbell's run gate (runGate)
+	trimmed   bool      // trimmed (and old consumers cleaned) since the lease was taken
+	reaped    bool      // the unit was reaped: its lease is gone
 	pending   []entry   // read but not started
 	unacked   []ackItem // handled, acknowledgement not confirmed by Redis yet (the next drain acks them too)
-	sent      int       // unacked[:sent] were given to the acker; the rest wait for the next drain
+	sent      int32     // unacked[:sent] were given to the acker; the rest wait for the next drain
+	sinceTrim int32     // events handled since the last trim
 	retry     *entry    // head waiting for another attempt or an operator
-	sinceTrim int       // events handled since the last trim
-	trimmed   bool      // trimmed (and old consumers cleaned) since the lease was taken
-	idleSince time.Time // local time the partition was first seen empty with no entries
-	reapAt    time.Time // when to try reaping next; zero: from the last entry's time
-	reaped    bool      // the unit was reaped: its lease is gone
+	// reapAt is when to try reaping next; zero: from the last entry's time, or from now
+	// when the lanes hold none.
+	reapAt time.Time
 }
 
 // trimEvery is how many handled events separate two trims of a busy partition. The
@@ -92,28 +94,35 @@ func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 		leaseKey: e.keys.LeaseKey(u.name, u.sub.group), haltKey: e.keys.HaltKey(u.name, u.sub.group),
 		liveKey: e.liveKey(owner, u),
 		owner:   owner, token: owner + ":" + strconv.FormatInt(gen, 10), gen: gen,
-		consumer: owner + ":" + strconv.FormatInt(gen, 10),
-		ctx:      ctx, cancel: cancel,
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		ackNote: make(chan struct{}, 1),
+		ctx: ctx, cancel: cancel,
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
 	}
+	w.consumer = w.token // the consumer's name is the lease value: one string for both
+	if w.liveKey == w.leaseKey {
+		w.liveKey = w.leaseKey // Redis Cluster: the lease is its own liveness key
+	}
+	id := u.id()
 	e.mu.Lock()
-	if _, dup := e.workers[u.id()]; dup || e.stopping() {
+	if _, dup := e.workers[id]; dup || e.stopping() {
 		e.mu.Unlock()
 		cancel()
 		return
 	}
-	e.workers[u.id()] = w
+	e.workers[id] = w
 	for _, l := range w.lanes {
-		e.byLane[laneKey(w.sub.group, l)] = w
+		k := id // the lane that names the unit (a partition's primary lane): its id is that lane's key
+		if l != u.name {
+			k = laneKey(w.sub.group, l)
+		}
+		e.byLane[k] = w
 	}
-	delete(e.knownOwner, u.id())
+	delete(e.knownOwner, id)
 	e.wg.Add(1)
 	e.mu.Unlock()
 	e.cfg.Observer.LeaseAcquired(w.sub.group)
 	e.log.Debug("lease acquired", "group", w.sub.group, "unit", u.name, "generation", gen)
-	go w.run()
+	e.bell.runs.run(w, w.run)
 }
 
 // poke wakes the worker if it waits.
@@ -133,9 +142,15 @@ var errParked = errors.New("engine: worker parked")
 
 // park ends the idle worker's goroutine until a ring or notice pokes it, d passes (d > 0;
 // reapDue: a reap is then tried), its lease ends or the engine stops. An idle partition
-// then costs no goroutine, only its state. Called by the worker goroutine, which must
-// return at once without touching the worker again.
+// then costs no goroutine, only its state, without what its last reads left behind.
+// Called by the worker goroutine, which must return at once without touching the worker
+// again.
 func (w *worker) park(d time.Duration, reapDue bool) error {
+	w.pending, w.unacked = nil, nil // both empty: the last read found nothing, and acked all
+	w.ackMu.Lock()
+	w.ackNote = nil
+	w.ackMu.Unlock()
+	w.ungate()
 	w.parkMu.Lock()
 	w.parkedAt.Store(time.Now().UnixNano())
 	w.parked.Store(true)
@@ -171,30 +186,36 @@ func (w *worker) resume(timedOut bool) {
 	w.parkStop()
 	reap := timedOut && w.parkReaps
 	w.parkMu.Unlock()
-	go func() {
+	w.e.bell.runs.run(w, func() {
 		w.e.bell.unwatch(w)
 		if reap && w.ctx.Err() == nil && !w.e.stopping() {
 			w.reap()
 		}
 		w.run()
-	}()
+	})
 }
 
 func (w *worker) run() {
-	parked := false
+	parked := false // parked, or queued at the run gate: the worker is not this goroutine's any more
 	defer func() {
 		if !parked {
 			w.exit()
 		}
 	}()
 	for !w.e.stopping() && w.ctx.Err() == nil && !w.handoff.Load() && !w.reaped {
+		if (w.retry != nil || len(w.pending) == 0) && !w.gated && !w.e.bell.runs.take(w, nil) {
+			parked = true // a read waits for a token of the run gate, without this goroutine
+			return
+		}
 		var err error
 		switch {
 		case w.retry != nil:
 			err = w.step(w.retry)
 		case len(w.pending) > 0:
 			ent := w.pending[0]
-			w.pending = w.pending[1:]
+			if w.pending = w.pending[1:]; len(w.pending) == 0 {
+				w.pending = nil // let the read's entries go once handled
+			}
 			err = w.handle(ent)
 		default:
 			err = w.fetch()
@@ -235,6 +256,7 @@ func (w *worker) exit() {
 		}
 		cancel()
 	}
+	w.ungate()
 	w.cancel()
 	w.e.mu.Lock()
 	if w.e.workers[w.u.id()] == w {
@@ -253,6 +275,7 @@ func (w *worker) exit() {
 // wait blocks until poked, d passes (d <= 0: no timer), or the worker must stop. It
 // reports whether the timer fired.
 func (w *worker) wait(d time.Duration) (timedOut bool) {
+	w.ungate()
 	var tc <-chan time.Time
 	if d > 0 {
 		t := time.NewTimer(d)
@@ -312,7 +335,7 @@ func (w *worker) fetch() error {
 		w.idle.Store(false)
 		w.halted.Store(false)
 		w.toSleep.Store(false)
-		w.idleSince, w.reapAt = time.Time{}, time.Time{}
+		w.reapAt = time.Time{}
 		w.pending = r.entries
 	}
 	return nil
@@ -320,33 +343,22 @@ func (w *worker) fetch() error {
 
 // untilReap returns how long the partition must stay idle before a reap is tried (0: no
 // reaping, for an unpartitioned category stream).
-func (w *worker) untilReap(lastIDs []string) time.Duration {
+func (w *worker) untilReap(lastIDs []streamID) time.Duration {
 	if !w.sub.partitioned {
 		return 0
 	}
 	if w.reapAt.IsZero() {
 		var last int64
 		for _, id := range lastIDs {
-			if ms := idMillis(id); ms > last {
-				last = ms
-			}
+			last = max(last, int64(id.ms))
 		}
 		if last == 0 {
-			if w.idleSince.IsZero() {
-				w.idleSince = time.Now()
-			}
-			w.reapAt = w.idleSince.Add(w.e.cfg.Timing.ReapIdle)
+			w.reapAt = time.Now().Add(w.e.cfg.Timing.ReapIdle)
 		} else {
 			w.reapAt = time.UnixMilli(last).Add(w.e.cfg.Timing.ReapIdle)
 		}
 	}
 	return max(time.Until(w.reapAt), time.Millisecond)
-}
-
-// idMillis returns the millisecond part of a stream entry id ("0-0" gives 0).
-func idMillis(id string) int64 {
-	ms, _ := splitID(id)
-	return int64(ms)
 }
 
 // reap tries to retire the idle unit (reap.lua); on success the worker exits.
@@ -491,6 +503,7 @@ func (w *worker) step(head *entry) error {
 
 // handle runs the handler for one entry, then acks it or schedules its retry / halt.
 func (w *worker) handle(ent entry) error {
+	w.ungate() // what follows may wait for a handler slot, acknowledgements or the handler
 	// Start only when Redis confirmed enough earlier acknowledgements (max_unacked), and
 	// only within the local lease deadline and while the lease's incarnation lives: an
 	// owner that was frozen never starts another event after it wakes (past the deadline
@@ -604,7 +617,7 @@ const (
 
 type drainResult struct {
 	code    int64
-	lastIDs []string
+	lastIDs []streamID // drainEmpty: the last entry id of each lane ("0-0" for none)
 	entries []entry
 }
 
@@ -644,9 +657,10 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	r := drainResult{code: code}
 	switch code {
 	case drainEmpty:
+		r.lastIDs = make([]streamID, 0, len(res)-1)
 		for _, v := range res[1:] {
 			s, _ := v.(string)
-			r.lastIDs = append(r.lastIDs, s)
+			r.lastIDs = append(r.lastIDs, parseStreamID(s))
 		}
 	case drainEntries:
 		lane, _ := res[1].(int64)
@@ -655,6 +669,7 @@ func (w *worker) drain(expect string) (drainResult, error) {
 		if err != nil {
 			return drainResult{}, err
 		}
+		r.entries = make([]entry, 0, len(msgs))
 		for i, m := range msgs {
 			d := 1
 			if i == 0 {
@@ -679,14 +694,14 @@ func parseMessages(v any) ([]redis.XMessage, error) {
 			continue
 		}
 		id, _ := pair[0].(string)
-		vals := map[string]any{}
+		var kv []any
 		if len(pair) > 1 {
-			if kv, ok := pair[1].([]any); ok {
-				for i := 0; i+1 < len(kv); i += 2 {
-					k, _ := kv[i].(string)
-					vals[k] = kv[i+1]
-				}
-			}
+			kv, _ = pair[1].([]any)
+		}
+		vals := make(map[string]any, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			k, _ := kv[i].(string)
+			vals[k] = kv[i+1]
 		}
 		out = append(out, redis.XMessage{ID: id, Values: vals})
 	}
@@ -699,11 +714,28 @@ func (w *worker) acked(r ackResult) {
 	w.ackMu.Lock()
 	w.ackIn = append(w.ackIn, r.ids...)
 	w.ackFenced = w.ackFenced || r.fenced
+	note := w.ackNote
 	w.ackMu.Unlock()
-	select {
-	case w.ackNote <- struct{}{}:
-	default:
+	if note != nil {
+		select {
+		case note <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// ackWait returns the channel acked signals, made on first use, or nil when
+// acknowledgements or the fence came since the last applyAcks (apply them first).
+func (w *worker) ackWait() <-chan struct{} {
+	w.ackMu.Lock()
+	defer w.ackMu.Unlock()
+	if len(w.ackIn) > 0 || w.ackFenced {
+		return nil
+	}
+	if w.ackNote == nil {
+		w.ackNote = make(chan struct{}, 1)
+	}
+	return w.ackNote
 }
 
 // applyAcks removes the confirmed acknowledgements from w.unacked. It reports whether the
@@ -718,16 +750,16 @@ func (w *worker) applyAcks() (fenced bool) {
 		for _, it := range in {
 			done[it] = true
 		}
-		kept, sent := w.unacked[:0], w.sent
+		kept, sent := w.unacked[:0], int(w.sent)
 		for i, it := range w.unacked {
 			switch {
 			case !done[it]:
 				kept = append(kept, it)
-			case i < w.sent:
+			case i < int(w.sent):
 				sent--
 			}
 		}
-		w.unacked, w.sent = kept, sent
+		w.unacked, w.sent = kept, int32(sent)
 	}
 	return fenced
 }
@@ -745,12 +777,16 @@ func (w *worker) awaitAcks(limit int) error {
 		if len(w.unacked) <= limit || w.ctx.Err() != nil {
 			return nil
 		}
-		if w.sent < len(w.unacked) {
+		if int(w.sent) < len(w.unacked) {
 			w.e.acker.submit(w, w.unacked[w.sent:]...)
-			w.sent = len(w.unacked)
+			w.sent = int32(len(w.unacked))
+		}
+		note := w.ackWait()
+		if note == nil {
+			continue
 		}
 		select {
-		case <-w.ackNote:
+		case <-note:
 		case <-w.ctx.Done():
 		}
 	}
