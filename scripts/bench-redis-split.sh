@@ -6,7 +6,7 @@
 # from what the engine sends. Workload: EVALSHA of a script doing GET + XACK on one
 # partition's keys (the shape of a fenced acknowledgement), N calls in all, 6 client
 # connections in all, pipeline 4. Ports 6401-6403 must be free; every server is private
-# and shut down at the end.
+# and shut down at the end. Needs redis-server, redis-cli, redis-benchmark and bc.
 #
 #   N=600000 ROUNDS=2 bash scripts/bench-redis-split.sh
 set -euo pipefail
