@@ -154,7 +154,7 @@ func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) stri
 		if msg := tlsProblem(err, conn.where()); msg != "" {
 			return nil, nil, errors.New(msg)
 		}
-		if msg := plainToTLSProblem(err, conn); msg != "" {
+		if msg := closedConnProblem(err, conn); msg != "" {
 			return nil, nil, errors.New(msg)
 		}
 		if msg := notClusterProblem(err, conn); msg != "" {

@@ -304,7 +304,7 @@ func publishRun(ctx context.Context, opts *PublishOptions) error {
 		if msg := tlsProblem(err, p.redis.where()); msg != "" {
 			return errors.New(msg)
 		}
-		if msg := plainToTLSProblem(err, p.redis); msg != "" {
+		if msg := closedConnProblem(err, p.redis); msg != "" {
 			return errors.New(msg)
 		}
 		if msg := notClusterProblem(err, p.redis); msg != "" {

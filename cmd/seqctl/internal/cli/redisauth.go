@@ -151,18 +151,23 @@ func permissionProblem(err error) string {
 	return fmt.Sprintf("the Redis ACL user lacks %s (%s); grant the ACL of this role as %s shows, or use a user that has it", missing, reply, securityDoc)
 }
 
-// plainToTLSProblem explains a connection Redis closed at once while the URL asks for
-// plain TCP: when the port answers a TLS handshake (Redis's tls-port), it says to use
-// TLS, else it returns "". The probe only recognises the protocol: it sends a TLS hello
-// and nothing over the connection, so it does not verify the certificate. A proxy
-// without a backend also closes at once; it fails the probe and stays "unreachable". A
-// cluster's first address is probed.
-func plainToTLSProblem(err error, c *redisConn) string {
-	if err == nil || c == nil || c.tlsConfig() != nil || (!c.isCluster() && c.node.Network == "unix") {
+// closedConnProblem explains a connection Redis closed at once (EOF, reset), or returns
+// "". Over plain TCP: when the port answers a TLS handshake (Redis's tls-port), it says
+// to use TLS. Over TLS without a client certificate: when Redis refuses the handshake
+// for the lack of one, it says to give one (see clientCertProblem).
+//
+// The plain-TCP probe only recognises the protocol: it sends a TLS hello and nothing
+// over the connection, so it does not verify the certificate. A proxy without a backend
+// also closes at once; it fails the probe and stays "unreachable". A cluster's first
+// address is probed.
+func closedConnProblem(err error, c *redisConn) string {
+	if err != nil && c != nil && c.tlsConfig() != nil {
+		return clientCertProblem(err, c)
+	}
+	if err == nil || c == nil || (!c.isCluster() && c.node.Network == "unix") {
 		return ""
 	}
-	msg := err.Error()
-	if !errors.Is(err, io.EOF) && !strings.HasSuffix(msg, "EOF") && !strings.Contains(msg, "connection reset by peer") {
+	if !closedAtOnce(err) {
 		return ""
 	}
 	conn, derr := net.DialTimeout("tcp", c.addrs()[0], 2*time.Second)
@@ -176,4 +181,43 @@ func plainToTLSProblem(err error, c *redisConn) string {
 		return ""
 	}
 	return fmt.Sprintf("%s closed the connection (%v): that port speaks TLS; use a rediss:// URL (or TLS settings) and give the CA that signed its certificate with %s", c.where(), err, tlsSettingNames(engine.TLSSettingCA))
+}
+
+// closedAtOnce reports an error of a connection the peer closed: EOF or a reset.
+func closedAtOnce(err error) bool {
+	msg := err.Error()
+	return errors.Is(err, io.EOF) || strings.HasSuffix(msg, "EOF") || strings.Contains(msg, "connection reset by peer")
+}
+
+// clientCertProblem explains a TLS connection Redis closed although the handshake seemed
+// to succeed, when no client certificate is configured. With TLS 1.3 the server checks
+// the client's certificate after the client has finished its side of the handshake, so
+// the first command fails with a reset or an EOF, not always with the server's alert. The
+// probe does the handshake again and reads without sending anything, which gets the
+// alert; when it says a certificate is required, the message says to give one.
+func clientCertProblem(err error, c *redisConn) string {
+	tc := c.tlsConfig()
+	if len(tc.Certificates) > 0 || tc.GetClientCertificate != nil || !closedAtOnce(err) {
+		return ""
+	}
+	addr := c.addrs()[0]
+	conn, derr := net.DialTimeout("tcp", addr, 2*time.Second)
+	if derr != nil {
+		return ""
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	probe := tc.Clone()
+	if probe.ServerName == "" {
+		probe.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	tconn := tls.Client(conn, probe)
+	rerr := tconn.Handshake()
+	if rerr == nil {
+		_, rerr = tconn.Read(make([]byte, 1))
+	}
+	if rerr == nil || !strings.Contains(rerr.Error(), "tls: certificate required") {
+		return ""
+	}
+	return tlsProblem(fmt.Errorf("%w (the command failed with: %v)", rerr, err), c.where())
 }

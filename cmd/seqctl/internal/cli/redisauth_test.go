@@ -112,3 +112,33 @@ func TestPermissionProblem(t *testing.T) {
 		})
 	}
 }
+
+// With TLS 1.3 a Redis that requires a client certificate refuses a client without one
+// after the client finished its handshake, so the first command may fail with a reset
+// instead of the server's alert. The message still says to give a certificate; the
+// probe behind it reads the alert. Against a server that accepts the client, the same
+// error gets no such message.
+func TestClosedConnAfterHandshakeNamesTheClientCertificate(t *testing.T) {
+	srv := redistest.StartWith(t, redistest.Options{TLS: true})
+	reset := errors.New("write tcp 127.0.0.1:1->" + srv.Addr + ": write: connection reset by peer")
+	conn, err := resolveRedis(redisFlags{URL: srv.URL, TLS: engine.TLSConfig{CAFile: srv.TLS.CA}}, nil, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := closedConnProblem(reset, conn)
+	for _, w := range []string{"requires a client certificate", "--redis-tls-cert", "--redis-tls-key", "connection reset by peer"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("message %q does not mention %q", msg, w)
+		}
+	}
+	withCert, err := resolveRedis(redisFlags{URL: srv.URL, TLS: engine.TLSConfig{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: srv.TLS.ClientKey}}, nil, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := closedConnProblem(reset, withCert); msg != "" {
+		t.Errorf("with a client certificate: %q, want no message", msg)
+	}
+	if msg := closedConnProblem(errors.New("i/o timeout"), conn); msg != "" {
+		t.Errorf("a timeout: %q, want no message", msg)
+	}
+}

@@ -489,8 +489,8 @@ func permanentRedisError(err error, conn *redisConn) string {
 		return "cannot start: " + clusterNodeProblem(err, conn.where())
 	case tlsProblem(err, conn.where()) != "":
 		return "cannot start: " + tlsProblem(err, conn.where())
-	case plainToTLSProblem(err, conn) != "":
-		return "cannot start: " + plainToTLSProblem(err, conn)
+	case closedConnProblem(err, conn) != "":
+		return "cannot start: " + closedConnProblem(err, conn)
 	case strings.Contains(msg, "unknown command"):
 		return fmt.Sprintf("cannot start: %s lacks a command seqctl needs (%v); seqctl needs Redis 6.2 or later", conn.where(), redisReply(err))
 	}
