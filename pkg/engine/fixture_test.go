@@ -171,7 +171,10 @@ func publish(tb testing.TB, b *RedisBroker, d *Domain, key string, seq int, pois
 //
 // (the braces are literal: a Redis Cluster hash tag, so one script touches one slot)
 //
-//	t:overlap        count of entries that found another holder's marker
+//	t:overlap        count of entries that found another holder's marker (the marker of
+//	                 an earlier attempt of the same event by the same owner, whose handler
+//	                 failed after entering, is that attempt's: the engine retries only
+//	                 after it returned)
 //	t:starts:{inst}  list of "key/seq/generation" started by an instance
 //	t:win:{key}      hash first/last start time (ns) per key, for cross-key overlap
 //
@@ -187,8 +190,11 @@ type sink struct {
 }
 
 var sinkEnter = redis.NewScript(`
--- KEYS[1] marker; ARGV[1] holder "inst:gen"; ARGV[2] gen; ARGV[3] fenced (1/0)
+-- KEYS[1] marker; ARGV[1] holder "inst|seq:gen"; ARGV[2] gen; ARGV[3] fenced (1/0)
 local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  return 1 -- left by an earlier attempt of this event by this owner, which failed
+end
 if cur then
   if ARGV[3] == '1' then
     local g = tonumber(string.match(cur, ':(%d+)$'))
@@ -224,7 +230,7 @@ func (s *sink) handle(ctx context.Context, ev Event) error {
 		return fmt.Errorf("poison event %s/%d refused", ev.Key, p.Seq)
 	}
 	bg := context.Background() // the sink's writes are not part of the engine's context
-	holder := s.instance + ":" + strconv.FormatInt(d.Generation, 10)
+	holder := s.instance + "|" + strconv.Itoa(p.Seq) + ":" + strconv.FormatInt(d.Generation, 10)
 	fenced := "0"
 	if s.fenced {
 		fenced = "1"
