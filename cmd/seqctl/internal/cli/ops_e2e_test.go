@@ -46,27 +46,42 @@ type opsPayload struct {
 // refuses a poison payload, blocks on a "block" payload until the test ends, and
 // records every handled seq in "t:log:{key}".
 type opsWorld struct {
+	opsEngine
 	srv    *redistest.Server
 	rdb    *redis.Client
 	config string
-	dom    *engine.Domain
-	broker *engine.RedisBroker
 }
 
 func startOpsWorld(t *testing.T) *opsWorld {
 	t.Helper()
 	srv := redistest.Start(t)
 	w := &opsWorld{srv: srv, rdb: srv.Client(t), config: writeConfig(t, opsDomain)}
-	cfg, err := engine.LoadConfig(w.config)
+	w.opsEngine = startOpsEngine(t, w.config, srv.Client(t), srv.Client(t), w.rdb)
+	return w
+}
+
+// opsEngine is a running engine of opsDomain and a broker to publish to it.
+type opsEngine struct {
+	dom    *engine.Domain
+	broker *engine.RedisBroker
+}
+
+// startOpsEngine loads the domain at config and starts an engine on client (stopped at
+// cleanup) whose Projector refuses a poison payload, holds a blocking one until cleanup
+// or its context ends, and records every handled seq in "t:log:{key}" through sink. The
+// broker publishes through pub.
+func startOpsEngine(t *testing.T, config string, client, sink, pub redis.UniversalClient) opsEngine {
+	t.Helper()
+	cfg, err := engine.LoadConfig(config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.dom, err = cfg.InitDomain(); err != nil {
+	dom, err := cfg.InitDomain()
+	if err != nil {
 		t.Fatal(err)
 	}
-	sink := srv.Client(t)
 	release := make(chan struct{})
-	w.dom.Handlers[0].Func = func(ctx context.Context, ev engine.Event) error {
+	dom.Handlers[0].Func = func(ctx context.Context, ev engine.Event) error {
 		var p opsPayload
 		if err := json.Unmarshal(ev.Data, &p); err != nil {
 			return err
@@ -84,7 +99,7 @@ func startOpsWorld(t *testing.T) *opsWorld {
 		return sink.RPush(context.Background(), "t:log:"+p.Client, p.Seq).Err()
 	}
 	e, err := engine.New(engine.EngineConfig{
-		Domain: w.dom, Client: srv.Client(t), InstanceID: "w1",
+		Domain: dom, Client: client, InstanceID: "w1",
 		Timing:            engine.LeaseTiming{LeaseTTL: 2 * time.Second, HeartbeatInterval: 400 * time.Millisecond, PollInterval: 50 * time.Millisecond},
 		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 	})
@@ -98,14 +113,13 @@ func startOpsWorld(t *testing.T) *opsWorld {
 		close(release)
 		_ = e.Shutdown(context.Background())
 	})
-	w.broker = engine.NewRedisBroker(w.rdb)
-	return w
+	return opsEngine{dom: dom, broker: engine.NewRedisBroker(pub)}
 }
 
-func (w *opsWorld) publish(t *testing.T, p opsPayload) engine.Published {
+func (o opsEngine) publish(t *testing.T, p opsPayload) engine.Published {
 	t.Helper()
 	data, _ := json.Marshal(p)
-	pub, err := w.broker.Publish(context.Background(), w.dom, "OrderPlaced", data, engine.PublishOptions{})
+	pub, err := o.broker.Publish(context.Background(), o.dom, "OrderPlaced", data, engine.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -23,48 +22,17 @@ import (
 // Projector refuses a poison payload and records every handled seq in "t:log:{key}".
 // keys[i] is a partition key served by master i.
 type clusterOpsWorld struct {
-	cl     *redistest.Cluster
-	rdb    *redis.ClusterClient
-	dom    *engine.Domain
-	broker *engine.RedisBroker
-	keys   []string
+	opsEngine
+	cl   *redistest.Cluster
+	rdb  *redis.ClusterClient
+	keys []string
 }
 
 func startClusterOpsWorld(t *testing.T) *clusterOpsWorld {
 	t.Helper()
 	cl := redistest.StartCluster(t, 3)
 	w := &clusterOpsWorld{cl: cl, rdb: cl.Client(t)}
-	cfg, err := engine.LoadConfig(writeConfig(t, opsDomain))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.dom, err = cfg.InitDomain(); err != nil {
-		t.Fatal(err)
-	}
-	sink := cl.Client(t)
-	w.dom.Handlers[0].Func = func(ctx context.Context, ev engine.Event) error {
-		var p opsPayload
-		if err := json.Unmarshal(ev.Data, &p); err != nil {
-			return err
-		}
-		if p.Poison {
-			return fmt.Errorf("poison payload %s/%d refused", p.Client, p.Seq)
-		}
-		return sink.RPush(context.Background(), "t:log:"+p.Client, p.Seq).Err()
-	}
-	e, err := engine.New(engine.EngineConfig{
-		Domain: w.dom, Client: w.rdb, InstanceID: "w1",
-		Timing:            engine.LeaseTiming{LeaseTTL: 2 * time.Second, HeartbeatInterval: 400 * time.Millisecond, PollInterval: 50 * time.Millisecond},
-		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
-	w.broker = engine.NewRedisBroker(w.rdb)
+	w.opsEngine = startOpsEngine(t, writeConfig(t, opsDomain), w.rdb, cl.Client(t), w.rdb)
 	w.keys = make([]string, 3)
 	for i, found := 0, 0; found < 3; i++ {
 		k := fmt.Sprintf("client-%d", i)
@@ -74,16 +42,6 @@ func startClusterOpsWorld(t *testing.T) *clusterOpsWorld {
 		}
 	}
 	return w
-}
-
-func (w *clusterOpsWorld) publish(t *testing.T, p opsPayload) engine.Published {
-	t.Helper()
-	data, _ := json.Marshal(p)
-	pub, err := w.broker.Publish(context.Background(), w.dom, "OrderPlaced", data, engine.PublishOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pub
 }
 
 // seqctl top --cluster draws the partitions of every master, the halted one marked, and
