@@ -219,6 +219,26 @@ func (c *Cluster) NodeOf(tb testing.TB, key string) int {
 	return -1
 }
 
+// OnEachMaster returns n names, the i-th served by master i: key(j) gives the j-th
+// candidate name and the Redis key whose slot decides (a partition stream, say). It tries
+// the first 1,000 candidates.
+func (c *Cluster) OnEachMaster(tb testing.TB, n int, key func(j int) (name, redisKey string)) []string {
+	tb.Helper()
+	out := make([]string, n)
+	found := 0
+	for j := 0; found < n && j < 1000; j++ {
+		name, k := key(j)
+		if node := c.NodeOf(tb, k); node < n && out[node] == "" {
+			out[node] = name
+			found++
+		}
+	}
+	if found < n {
+		tb.Fatalf("no name found on each of %d masters: %q", n, out)
+	}
+	return out
+}
+
 // MoveSlot migrates one slot, with its keys, from node from to node to while the
 // cluster serves traffic (redis-cli --cluster reshard of a single slot is not
 // addressable, so this drives CLUSTER SETSLOT / MIGRATE as redis-cli does). Clients see

@@ -35,19 +35,10 @@ type clusterWorld struct {
 // different masters, so a read that reaches one node only misses some of them.
 func keysOnEachMaster(tb testing.TB, cl *redistest.Cluster, n int) []string {
 	tb.Helper()
-	out := make([]string, n)
-	found := 0
-	for i := 0; found < n && i < 1000; i++ {
-		k := fmt.Sprintf("client-%d", i)
-		if node := cl.NodeOf(tb, engine.ClusterKeys.PartitionStream("order", k)); node < n && out[node] == "" {
-			out[node] = k
-			found++
-		}
-	}
-	if found < n {
-		tb.Fatalf("no partition key found on each of %d masters: %q", n, out)
-	}
-	return out
+	return cl.OnEachMaster(tb, n, func(j int) (string, string) {
+		k := fmt.Sprintf("client-%d", j)
+		return k, engine.ClusterKeys.PartitionStream("order", k)
+	})
 }
 
 // curableHandler refuses a poison event until "t:cured:{client}" exists, and records

@@ -103,25 +103,6 @@ func (f *fixture) mustSeqctl(args ...string) string {
 	return out
 }
 
-// stepKeysOnEachMaster returns n keys of the "step" category whose partition streams are
-// served by n different masters.
-func stepKeysOnEachMaster(t *testing.T, cl *redistest.Cluster, n int) []string {
-	t.Helper()
-	out := make([]string, n)
-	found := 0
-	for i := 0; found < n && i < 1000; i++ {
-		k := fmt.Sprintf("k%d", i)
-		if node := cl.NodeOf(t, engine.ClusterKeys.PartitionStream("step", k)); node < n && out[node] == "" {
-			out[node] = k
-			found++
-		}
-	}
-	if found < n {
-		t.Fatalf("no key found on each of %d masters: %q", n, out)
-	}
-	return out
-}
-
 // listedPartition is a row of 'seqctl partitions list -o json'.
 type listedPartition struct {
 	Stream        string  `json:"stream"`
@@ -145,7 +126,10 @@ func TestClusterOperatorCommands(t *testing.T) {
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	f, cl := clusterFixture(t, map[string]string{"URL": srv.URL})
-	keys := stepKeysOnEachMaster(t, cl, 3)
+	keys := cl.OnEachMaster(t, 3, func(j int) (string, string) {
+		k := fmt.Sprintf("k%d", j)
+		return k, engine.ClusterKeys.PartitionStream("step", k)
+	})
 	skipped, moved, healthy := keys[0], keys[1], keys[2]
 	s.poison[skipped], s.poison[moved] = true, true
 

@@ -33,14 +33,10 @@ func startClusterOpsWorld(t *testing.T) *clusterOpsWorld {
 	cl := redistest.StartCluster(t, 3)
 	w := &clusterOpsWorld{cl: cl, rdb: cl.Client(t)}
 	w.opsEngine = startOpsEngine(t, writeConfig(t, opsDomain), w.rdb, cl.Client(t), w.rdb)
-	w.keys = make([]string, 3)
-	for i, found := 0, 0; found < 3; i++ {
-		k := fmt.Sprintf("client-%d", i)
-		if n := cl.NodeOf(t, engine.ClusterKeys.PartitionStream("order", k)); w.keys[n] == "" {
-			w.keys[n] = k
-			found++
-		}
-	}
+	w.keys = cl.OnEachMaster(t, 3, func(j int) (string, string) {
+		k := fmt.Sprintf("client-%d", j)
+		return k, engine.ClusterKeys.PartitionStream("order", k)
+	})
 	return w
 }
 
