@@ -32,14 +32,8 @@ type curableSink struct {
 
 func (s *curableSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	var env struct {
-		Key  string `json:"key"`
-		Data struct {
-			Seq int `json:"seq"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil {
-		http.Error(w, "bad envelope: "+err.Error(), http.StatusBadRequest)
+	env, ok := decodeStep(w, body)
+	if !ok {
 		return
 	}
 	s.mu.Lock()

@@ -42,6 +42,24 @@ func newSink(t *testing.T, secret string, latency time.Duration) *sink {
 		inflight: map[string]bool{}, log: map[string][]int{}, generation: map[string]int64{}}
 }
 
+// stepEnvelope is what the test sinks read of a delivered envelope.
+type stepEnvelope struct {
+	Key  string `json:"key"`
+	Data struct {
+		Seq int `json:"seq"`
+	} `json:"data"`
+}
+
+// decodeStep reads a delivered envelope; on a bad one it answers 400 and reports false.
+func decodeStep(w http.ResponseWriter, body []byte) (stepEnvelope, bool) {
+	var env stepEnvelope
+	if err := json.Unmarshal(body, &env); err != nil {
+		http.Error(w, "bad envelope: "+err.Error(), http.StatusBadRequest)
+		return env, false
+	}
+	return env, true
+}
+
 func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 	body, _ := io.ReadAll(r.Body)
@@ -50,14 +68,8 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return
 	}
-	var env struct {
-		Key  string `json:"key"`
-		Data struct {
-			Seq int `json:"seq"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil {
-		http.Error(w, "bad envelope: "+err.Error(), http.StatusBadRequest)
+	env, ok := decodeStep(w, body)
+	if !ok {
 		return
 	}
 	key := r.Header.Get(deliver.HeaderKey)
