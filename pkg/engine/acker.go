@@ -162,10 +162,7 @@ func (a *acker) sendByNode(ws []*worker, batch map[*worker][]ackItem) (notLocal,
 	byNode := map[string]*nodeCall{}
 	var calls []*nodeCall
 	for _, w := range ws {
-		addr := ""
-		if node, err := cc.MasterForKey(ctx, w.leaseKey); err == nil {
-			addr = node.Options().Addr
-		}
+		addr, _ := masterAddr(ctx, cc, w.leaseKey) // "" when unknown: a call whose -2s go to ackmany.lua
 		c := byNode[addr]
 		if c == nil {
 			c = &nodeCall{first: w.leaseKey}

@@ -18,12 +18,22 @@ import (
 // script, in the order docs/concepts.md states.
 
 // liveKey returns the key the fenced scripts check for the owner's liveness: its session
-// key on a single node, the unit's lease on Redis Cluster.
-func (e *Engine) liveKey(owner string, u unit) string {
+// key on a single node, the unit's lease (given) on Redis Cluster.
+func (e *Engine) liveKey(owner, lease string) string {
 	if e.keys.cluster {
-		return e.keys.LeaseKey(u.name, u.sub.group)
+		return lease
 	}
 	return e.keys.SessionKey(owner)
+}
+
+// masterAddr returns the address of the master that serves key's slot on Redis Cluster,
+// the key that decides where a call over several slots of one node runs.
+func masterAddr(ctx context.Context, cc *redis.ClusterClient, key string) (string, error) {
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	return node.Options().Addr, nil
 }
 
 // leasePX is acquire.lua's ARGV[4]: the lease TTL in ms on Redis Cluster, 0 on one node.
@@ -175,10 +185,7 @@ func (e *Engine) renewLeases(ctx context.Context, in *incarnation) bool {
 	}()
 	byNode := map[string][]held{}
 	for _, h := range all {
-		addr := ""
-		if node, err := cc.MasterForKey(ctx, h.key); err == nil {
-			addr = node.Options().Addr
-		}
+		addr, _ := masterAddr(ctx, cc, h.key) // "" when unknown: renewed with the others of ""
 		byNode[addr] = append(byNode[addr], h)
 	}
 	// One call per renewBatch leases of a node, all in one pipeline: a call over every

@@ -206,14 +206,18 @@ func (e *Engine) discover() (err error) {
 	if len(try) == 0 || e.stopping() {
 		return nil
 	}
-	return e.acquire(ctx, in, try, passStart, room, deadOwners(alive))
+	var dead []any
+	if e.keys.cluster {
+		dead = deadOwners(alive)
+	}
+	return e.acquire(ctx, in, try, passStart, room, dead)
 }
 
 // maxDeadOwners bounds how many owners found gone a pass names to acquire.lua.
 const maxDeadOwners = 64
 
-// deadOwners returns, on Redis Cluster, the owners of alive found gone (at most
-// maxDeadOwners): acquire.lua takes their dormant leases. A later pass names the rest.
+// deadOwners returns the owners of alive found gone (at most maxDeadOwners): on Redis
+// Cluster acquire.lua takes their dormant leases. A later pass names the rest.
 func deadOwners(alive map[string]bool) []any {
 	var out []any
 	for o, ok := range alive {
@@ -325,19 +329,18 @@ func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]
 
 // acquire runs acquire.lua for each unit of try (pipelined) and starts a worker for each
 // lease taken. room is the instance's room below its fair share before the pass; dead
-// names owners whose session was found gone (used on Redis Cluster only).
+// names owners whose session was found gone (given on Redis Cluster only, see
+// acquire.lua).
 func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passStart uint64, room int, dead []any) error {
 	owner := in.owner
 	seq := e.view.noticeSeq() // a -4 drops a key only when no notice re-announced it after this
 	cmds, err := runPipelined(ctx, e.rdb, len(try), func(pipe redis.Pipeliner, i int) *redis.Cmd {
 		u := try[i]
 		keys := make([]string, 0, 3+len(u.guards)+len(u.lanes))
-		keys = append(keys, e.keys.LeaseKey(u.name, u.sub.group), e.keys.GenerationKey(u.name, u.sub.group), e.liveKey(owner, u))
+		lease := e.keys.LeaseKey(u.name, u.sub.group)
+		keys = append(keys, lease, e.keys.GenerationKey(u.name, u.sub.group), e.liveKey(owner, lease))
 		keys = append(append(keys, u.guards...), u.lanes...)
-		args := []any{owner, e.keys.SessionPrefix(), len(u.guards), e.leasePX()}
-		if e.keys.cluster {
-			args = append(args, dead...)
-		}
+		args := append([]any{owner, e.keys.SessionPrefix(), len(u.guards), e.leasePX()}, dead...)
 		return scriptAcquire.EvalSha(ctx, pipe, keys, args...)
 	})
 	if err != nil {

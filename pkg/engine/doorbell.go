@@ -383,11 +383,10 @@ func (d *doorbell) shardFor(ctx context.Context, channel string) (ps *redis.PubS
 	addr := ""
 	cc, cluster := d.e.rdb.(*redis.ClusterClient)
 	if cluster {
-		node, err := cc.MasterForKey(ctx, channel)
-		if err != nil {
+		var err error
+		if addr, err = masterAddr(ctx, cc, channel); err != nil {
 			return nil, false
 		}
-		addr = node.Options().Addr
 	}
 	d.shardMu.Lock()
 	defer d.shardMu.Unlock()

@@ -88,20 +88,18 @@ const trimEvery = 256
 func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 	owner := in.owner
 	ctx, cancel := context.WithCancel(in.ctx)
+	lease := e.keys.LeaseKey(u.name, u.sub.group)
 	w := &worker{
 		inc: in,
 		e:   e, sub: u.sub, u: u, lanes: u.lanes,
-		leaseKey: e.keys.LeaseKey(u.name, u.sub.group), haltKey: e.keys.HaltKey(u.name, u.sub.group),
-		liveKey: e.liveKey(owner, u),
+		leaseKey: lease, haltKey: e.keys.HaltKey(u.name, u.sub.group),
+		liveKey: e.liveKey(owner, lease), // on Redis Cluster the lease's own string
 		owner:   owner, token: owner + ":" + strconv.FormatInt(gen, 10), gen: gen,
 		ctx: ctx, cancel: cancel,
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
 	}
 	w.consumer = w.token // the consumer's name is the lease value: one string for both
-	if w.liveKey == w.leaseKey {
-		w.liveKey = w.leaseKey // Redis Cluster: the lease is its own liveness key
-	}
 	id := u.id()
 	e.mu.Lock()
 	if _, dup := e.workers[id]; dup || e.stopping() {
