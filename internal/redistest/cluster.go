@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -264,6 +265,11 @@ func (c *Cluster) MoveSlot(tb testing.TB, slot, from, to int) {
 			tb.Fatalf("moving slot %d: %v", slot, err)
 		}
 	}
+	// The destination takes the slot under a new config epoch only if it knows no higher
+	// one (CLUSTER SETSLOT NODE bumps it "without consensus" from its own view): right
+	// after another move, gossip may not have told it yet, and the source's older claim
+	// would win the slot back. So every node must know every node's epoch first.
+	c.waitEpochs(tb)
 	must(dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
 	must(src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
 	host, port, _ := strings.Cut(c.Nodes[to].Addr, ":")
@@ -279,13 +285,102 @@ func (c *Cluster) MoveSlot(tb testing.TB, slot, from, to int) {
 		}
 		must(src.Do(ctx, args...).Err())
 	}
-	for _, s := range c.Nodes {
-		n := redis.NewClient(&redis.Options{Addr: s.Addr})
+	// The destination first (it takes the slot with a new config epoch), then the source,
+	// then the others: told in another order, the source and the destination can send
+	// clients back and forth with MOVED until gossip settles.
+	order := []int{to, from}
+	for i := range c.Nodes {
+		if i != to && i != from {
+			order = append(order, i)
+		}
+	}
+	for _, i := range order {
+		n := redis.NewClient(&redis.Options{Addr: c.Nodes[i].Addr})
 		err := n.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
 		n.Close()
 		must(err)
 	}
 	c.waitOK()
+	c.waitEach(fmt.Sprintf("agreed that %s serves slot %d", c.Nodes[to].Addr, slot), func(cl *redis.Client) (string, error) {
+		nodes, err := cl.ClusterNodes(ctx).Result()
+		if err != nil {
+			return "", err
+		}
+		if owner := slotOwner(nodes, slot); owner != dstID {
+			return nodes, nil
+		}
+		return "", nil
+	})
+}
+
+// waitEpochs waits until every node reports the same config epoch for every node, at
+// most 20 s.
+func (c *Cluster) waitEpochs(tb testing.TB) {
+	tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var first, seen string
+		agreed := true
+		for _, s := range c.Nodes {
+			cl := redis.NewClient(&redis.Options{Addr: s.Addr})
+			nodes, err := cl.ClusterNodes(context.Background()).Result()
+			cl.Close()
+			if err != nil {
+				agreed = false
+				break
+			}
+			if seen = configEpochs(nodes); first == "" {
+				first = seen
+			} else if seen != first {
+				agreed = false
+				break
+			}
+		}
+		if agreed {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the cluster's nodes do not agree on the config epochs within 20s: %s against %s", first, seen)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// configEpochs returns "id=epoch ..." of a CLUSTER NODES reply, sorted by id.
+func configEpochs(nodes string) string {
+	var out []string
+	for _, line := range strings.Split(nodes, "\n") {
+		if f := strings.Fields(line); len(f) >= 7 {
+			out = append(out, f[0]+"="+f[6])
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// slotOwner returns the id of the node that a CLUSTER NODES reply says serves slot.
+func slotOwner(nodes string, slot int) string {
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 {
+			continue
+		}
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") {
+				continue // a slot being imported or migrated
+			}
+			lo, hi, ok := strings.Cut(r, "-")
+			if !ok {
+				hi = lo
+			}
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if err1 == nil && err2 == nil && a <= slot && slot <= b {
+				return f[0]
+			}
+		}
+	}
+	return ""
 }
 
 // Slot is the Redis Cluster hash slot of key (CRC16 of the key, or of its hash tag: the
