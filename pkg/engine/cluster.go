@@ -148,7 +148,8 @@ const renewBatch = 512
 // lease found lost ends its worker at once. It reports whether every lease got an answer
 // (the caller extends the local lease deadline only then).
 func (e *Engine) renewLeases(ctx context.Context, in *incarnation) bool {
-	cc, ok := e.rdb.(*redis.ClusterClient)
+	rdb := e.sess.rdb // the session's own connections, as its renewal
+	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
 		return true
 	}
@@ -208,7 +209,7 @@ func (e *Engine) renewLeases(ctx context.Context, in *incarnation) bool {
 	}
 	answered := true
 	var moved []held
-	cmds, err := runPipelined(ctx, e.rdb, len(chunks), func(pipe redis.Pipeliner, i int) *redis.Cmd { return call(pipe, chunks[i]) })
+	cmds, err := runPipelined(ctx, rdb, len(chunks), func(pipe redis.Pipeliner, i int) *redis.Cmd { return call(pipe, chunks[i]) })
 	for i, hs := range chunks {
 		var res []int64
 		if err == nil {
@@ -233,7 +234,7 @@ func (e *Engine) renewLeases(ctx context.Context, in *incarnation) bool {
 		}
 	}
 	if len(moved) > 0 {
-		cmds, err := runPipelined(ctx, e.rdb, len(moved), func(pipe redis.Pipeliner, i int) *redis.Cmd { return call(pipe, moved[i:i+1]) })
+		cmds, err := runPipelined(ctx, rdb, len(moved), func(pipe redis.Pipeliner, i int) *redis.Cmd { return call(pipe, moved[i:i+1]) })
 		for i, h := range moved {
 			var res []int64
 			if err == nil {

@@ -424,6 +424,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	started := false
 	defer func() {
 		if !started { // a failed Start may be tried again
+			if e.sess != nil {
+				e.sess.release()
+			}
 			e.mu.Lock()
 			e.started = false
 			e.mu.Unlock()
@@ -518,6 +521,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	e.sess.close(cctx)
+	e.sess.release()
 	e.log.Info("engine stopped")
 	return err
 }

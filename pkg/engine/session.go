@@ -40,6 +40,9 @@ import (
 // registry write) changes nothing while the deadline holds: the leases stay.
 type session struct {
 	e *Engine
+	// rdb is the session's own client (sessionClient): its opening, renewals and, on
+	// Redis Cluster, the lease renewals never wait behind the engine's other calls.
+	rdb redis.UniversalClient
 
 	mu     sync.Mutex
 	cur    *incarnation // the live or last incarnation; nil before the first open; guarded by mu
@@ -71,7 +74,35 @@ var errDeadline = errors.New("engine: local lease deadline passed without a conf
 
 func newSession(e *Engine) *session {
 	host, _ := os.Hostname()
-	return &session{e: e, host: host, over: make(chan struct{}, 1)}
+	return &session{e: e, rdb: sessionClient(e.rdb), host: host, over: make(chan struct{}, 1)}
+}
+
+// sessionClient returns a client of its own for the session, with c's options, so that
+// the renewals have connections that nothing else holds: a blocking read of the
+// doorbell, or go-redis refusing new connections for up to a second after PoolSize
+// failed dials (an outage trips that back-off while every worker retries), would
+// otherwise delay the first renewals after Redis comes back past a short lease TTL, and
+// a session just opened would be lost again. It opens connections only as the session
+// uses them (one or two); a client of another kind is used as it is.
+func sessionClient(c redis.UniversalClient) redis.UniversalClient {
+	switch c := c.(type) {
+	case *redis.Client:
+		o := *c.Options()
+		o.MinIdleConns = 0
+		return redis.NewClient(&o)
+	case *redis.ClusterClient:
+		o := *c.Options()
+		o.MinIdleConns = 0
+		return redis.NewClusterClient(&o)
+	}
+	return c
+}
+
+// release closes the session's own client.
+func (s *session) release() {
+	if s.rdb != s.e.rdb {
+		_ = s.rdb.Close()
+	}
 }
 
 // margin is subtracted from the lease TTL for the local deadline: the time it may take
@@ -226,7 +257,7 @@ func (s *session) open(ctx context.Context) error {
 	for try := 0; ; try++ {
 		owner := s.newOwner()
 		sent := time.Now()
-		created, err := s.e.rdb.SetNX(ctx, s.e.keys.SessionKey(owner), s.e.cfg.InstanceID, ttl).Result()
+		created, err := s.rdb.SetNX(ctx, s.e.keys.SessionKey(owner), s.e.cfg.InstanceID, ttl).Result()
 		if err != nil {
 			return translateRedisErr(err)
 		}
@@ -244,7 +275,7 @@ func (s *session) open(ctx context.Context) error {
 		s.mu.Unlock()
 		// The registry entry is advisory (fair share, operators): a failure to write it
 		// (out of memory, say) does not stop the session; the next heartbeat writes it.
-		if err := s.e.rdb.HSet(ctx, s.e.keys.InstancesKey(), s.e.regID, s.info(owner)).Err(); err != nil {
+		if err := s.rdb.HSet(ctx, s.e.keys.InstancesKey(), s.e.regID, s.info(owner)).Err(); err != nil {
 			s.e.logs.warn("registry", "cannot write the instance registry entry", "err", translateRedisErr(err))
 		}
 		s.e.health.clear(healthSession)
@@ -257,7 +288,7 @@ func (s *session) open(ctx context.Context) error {
 // (each has its own owner name, fence and registry entry) but operators should give
 // them distinct ids.
 func (s *session) warnSameID(ctx context.Context) {
-	all, err := s.e.rdb.HGetAll(ctx, s.e.keys.InstancesKey()).Result()
+	all, err := s.rdb.HGetAll(ctx, s.e.keys.InstancesKey()).Result()
 	if err != nil {
 		return
 	}
@@ -266,7 +297,7 @@ func (s *session) warnSameID(ctx context.Context) {
 		if field == s.e.regID || json.Unmarshal([]byte(raw), &info) != nil || info.ID != s.e.cfg.InstanceID || info.Owner == "" {
 			continue
 		}
-		if n, err := s.e.rdb.Exists(ctx, s.e.keys.SessionKey(info.Owner)).Result(); err == nil && n == 1 {
+		if n, err := s.rdb.Exists(ctx, s.e.keys.SessionKey(info.Owner)).Result(); err == nil && n == 1 {
 			s.e.log.Warn("another live process uses this instance id; this one works under its own owner name and fence, but give each process a distinct --instance-id",
 				"instance", s.e.cfg.InstanceID, "other_owner", info.Owner, "other_host", info.Host, "other_pid", info.PID)
 			return
@@ -329,7 +360,7 @@ func (s *session) beat(in *incarnation) {
 	ctx, cancel := context.WithTimeout(in.ctx, ttl/2)
 	defer cancel()
 	sent := time.Now()
-	pipe := s.e.rdb.Pipeline()
+	pipe := s.rdb.Pipeline()
 	renewed := pipe.PExpire(ctx, s.e.keys.SessionKey(in.owner), ttl)
 	var reg *redis.IntCmd
 	if !s.e.stopping() { // a stopping instance has left the registry already
@@ -373,7 +404,7 @@ func (s *session) reopen() {
 	defer cancel()
 	if old != nil {
 		// Give the old leases up now rather than at the key's expiry.
-		if err := s.e.rdb.Del(ctx, s.e.keys.SessionKey(old.owner)).Err(); err != nil {
+		if err := s.rdb.Del(ctx, s.e.keys.SessionKey(old.owner)).Err(); err != nil {
 			s.e.health.set(healthRedis, "redis unreachable: "+translateRedisErr(err).Error())
 			s.e.logs.warn("reopen", "cannot reach Redis to open a new session yet", "err", translateRedisErr(err))
 			return
@@ -396,7 +427,7 @@ func (s *session) close(ctx context.Context) {
 	if in == nil {
 		return
 	}
-	pipe := s.e.rdb.Pipeline()
+	pipe := s.rdb.Pipeline()
 	pipe.Del(ctx, s.e.keys.SessionKey(in.owner))
 	pipe.HDel(ctx, s.e.keys.InstancesKey(), s.e.regID)
 	_, _ = pipe.Exec(ctx)
