@@ -223,6 +223,7 @@ type Engine struct {
 	acker   *acker
 	health  health        // why the instance cannot take or keep leases
 	logs    *rateLog      // one line per cause per interval, for outages every partition sees
+	noTx    atomic.Bool   // the Redis user may not run MULTI/EXEC: no native reads (worker.drain)
 	stopped chan struct{} // closed by Shutdown: take no more work
 	hardCtx context.Context
 	hard    context.CancelFunc // cancels every handler (shutdown deadline passed)
@@ -435,6 +436,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := loadScripts(ctx, e.rdb); err != nil {
 		return err
 	}
+	e.probeTransactions(ctx)
 	if err := e.registerGroups(ctx); err != nil {
 		return err
 	}

@@ -69,6 +69,7 @@ type worker struct {
 	// Owned by the worker goroutine (the fields are ordered so that the struct has no
 	// padding to speak of: thousands of workers are kept).
 	gated     bool      // the goroutine holds a token of the doorbell's run gate (runGate)
+	busy      bool      // the last read filled a batch of new entries of the first lane: read it natively next (drain)
 	trimmed   bool      // trimmed (and old consumers cleaned) since the lease was taken
 	reaped    bool      // the unit was reaped: its lease is gone
 	pending   []entry   // read but not started
@@ -609,6 +610,7 @@ func (w *worker) halt(ent entry, cause error) error {
 const (
 	drainEmpty    = 0
 	drainEntries  = 1
+	drainNative   = 2 // the transaction's own read of the first lane holds the entries
 	drainResolved = 3
 	drainHalted   = -2
 )
@@ -620,6 +622,15 @@ type drainResult struct {
 }
 
 // drain calls drain.lua: ack w.unacked, then read (expect: "" or "{lane}|{id}").
+//
+// While a partition is busy (its last read filled a batch of new entries of the first
+// lane), the read of the first lane's new entries is a plain XREADGROUP that follows the
+// script in one MULTI/EXEC transaction: atomic with the fence check, and without the
+// conversion of every entry into Lua and back, which costs Redis more than the rest of
+// the call. The script tells whether that read may be used: only when the lane had no
+// pending entry, so its entries are the ones after everything already handled. When it
+// may not (fenced, halted, an older entry pending), the read's entries stay pending and
+// later calls claim them in order, as after a crash.
 func (w *worker) drain(expect string) (drainResult, error) {
 	keys := make([]string, 0, 3+len(w.lanes))
 	keys = append(keys, w.leaseKey, w.liveKey, w.haltKey)
@@ -631,7 +642,13 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	if rearm {
 		px = strconv.FormatInt(w.e.cfg.Timing.LeaseTTL.Milliseconds(), 10)
 	}
-	args := []any{w.token, w.sub.group, w.consumer, w.e.cfg.BatchSize, expect, px}
+	native := w.busy && expect == "" && !rearm && !w.e.noTx.Load()
+	w.busy = false
+	flag := ""
+	if native {
+		flag = "1"
+	}
+	args := []any{w.token, w.sub.group, w.consumer, w.e.cfg.BatchSize, expect, px, flag}
 	for _, ids := range w.unackedByLane() {
 		args = append(args, len(ids))
 		for _, id := range ids {
@@ -640,7 +657,14 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()
-	res, err := scriptDrain.Run(ctx, w.e.rdb, keys, args...).Slice()
+	var res []any
+	var read *redis.XStreamSliceCmd
+	var err error
+	if native {
+		res, read, err = w.drainNative(ctx, keys, args)
+	} else {
+		res, err = scriptDrain.Run(ctx, w.e.rdb, keys, args...).Slice()
+	}
 	if err != nil {
 		return drainResult{}, translateRedisErr(err)
 	}
@@ -660,6 +684,20 @@ func (w *worker) drain(expect string) (drainResult, error) {
 			s, _ := v.(string)
 			r.lastIDs = append(r.lastIDs, parseStreamID(s))
 		}
+	case drainNative:
+		streams, err := read.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return drainResult{}, translateRedisErr(err)
+		}
+		if len(streams) == 0 || len(streams[0].Messages) == 0 {
+			return w.drain("") // the lane is drained: the script reads the other lanes
+		}
+		msgs := streams[0].Messages
+		r.code, r.entries = drainEntries, make([]entry, 0, len(msgs))
+		for _, m := range msgs {
+			r.entries = append(r.entries, entry{lane: 0, msg: m, deliveries: 1})
+		}
+		w.busy = len(msgs) >= w.e.cfg.BatchSize
 	case drainEntries:
 		lane, _ := res[1].(int64)
 		deliveries, _ := res[2].(int64)
@@ -675,8 +713,62 @@ func (w *worker) drain(expect string) (drainResult, error) {
 			}
 			r.entries = append(r.entries, entry{lane: int(lane) - 1, msg: m, deliveries: d})
 		}
+		w.busy = lane == 1 && deliveries == 1 && len(msgs) >= w.e.cfg.BatchSize
 	}
 	return r, nil
+}
+
+// drainNative runs drain.lua (args ask for a native read) and the first lane's XREADGROUP
+// in one transaction. The read's reply may be used only when the script answers
+// drainNative. A script cache emptied since the last call (NOSCRIPT: the script did not
+// run, the read did) gets the scripts loaded again and the call made without the read.
+func (w *worker) drainNative(ctx context.Context, keys []string, args []any) ([]any, *redis.XStreamSliceCmd, error) {
+	pipe := w.e.rdb.TxPipeline()
+	script := pipe.EvalSha(ctx, scriptDrain.Hash(), keys, args...)
+	read := pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: w.sub.group, Consumer: w.consumer, Streams: []string{w.lanes[0], ">"},
+		Count: int64(w.e.cfg.BatchSize), Block: -1,
+	})
+	_, err := pipe.Exec(ctx)
+	noScript := isNoScript(script.Err())
+	if missing, _ := MissingPermission(err); missing != "" {
+		w.e.transactionsRefused(err)
+	} else if !noScript && connErr(err) == nil {
+		res, err := script.Slice()
+		return res, read, err
+	}
+	// The script did not run, or may not have: send it alone (the acknowledgements again,
+	// which is harmless). Whatever the read took stays pending and is claimed in order.
+	if noScript {
+		if err := loadScripts(ctx, w.e.rdb); err != nil {
+			return nil, nil, err
+		}
+	}
+	args[6] = ""
+	res, err := scriptDrain.Run(ctx, w.e.rdb, keys, args...).Slice()
+	return res, nil, err
+}
+
+// probeTransactions runs an empty-handed transaction at start: a Redis user that may not
+// run MULTI or EXEC turns the native read off (transactionsRefused) before any partition
+// is read.
+func (e *Engine) probeTransactions(ctx context.Context) {
+	_, err := e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Exists(ctx, e.keys.InstancesKey())
+		return nil
+	})
+	if missing, _ := MissingPermission(err); missing != "" {
+		e.transactionsRefused(err)
+	}
+}
+
+// transactionsRefused turns the native read of busy partitions off for good: the Redis
+// user may not run MULTI/EXEC, so every read goes through the drain script alone.
+func (e *Engine) transactionsRefused(err error) {
+	if e.noTx.CompareAndSwap(false, true) {
+		e.log.Warn("the Redis user may not run MULTI/EXEC: busy partitions are read by the drain script alone, which costs Redis about twice as much per event; grant +multi +exec as "+SecurityDoc+" shows",
+			"err", translateRedisErr(err))
+	}
 }
 
 // parseMessages decodes a Lua-returned list of stream entries ({id, {f, v, ...}}).

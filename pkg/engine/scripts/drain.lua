@@ -19,7 +19,11 @@
 -- ARGV[6]  Redis Cluster: the lease TTL in ms to give a dormant lease its expiry back
 --          (see renew.lua) when entries are returned, so they can start without another
 --          round trip; "0" otherwise
--- ARGV[7..] acknowledgements: for each lane in KEYS order, a count n then n entry ids
+-- ARGV[7]  "1": the caller reads the first lane's new entries itself, natively, with an
+--          XREADGROUP that follows this script in the same MULTI/EXEC transaction (Lua
+--          would convert every field of every entry twice); where this script would read
+--          them it returns {2} instead. "" otherwise
+-- ARGV[8..] acknowledgements: for each lane in KEYS order, a count n then n entry ids
 -- Returns:
 --   {-1}                                fenced: lease or session not the caller's
 --   {-2}                                halted: a halt record exists (acks were applied)
@@ -28,12 +32,18 @@
 --                                       pending head, deliveries is its delivery count
 --   {3}                                 the expected head is no longer pending (an
 --                                       operator skipped or moved it): carry on
+--   {2}                                 (ARGV[7] = "1") the first lane has no pending
+--                                       entry, so the transaction's own read that follows
+--                                       returns the entries that come next, in order; with
+--                                       any other reply the caller must not use that read
+--                                       (its entries stay pending and are claimed in order
+--                                       by later calls)
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 0 then
   return {-1}
 end
 local group, consumer = ARGV[2], ARGV[3]
 local nlanes = #KEYS - 3
-local a = 7
+local a = 8
 for lane = 1, nlanes do
   local n = tonumber(ARGV[a])
   if n > 0 then
@@ -104,6 +114,9 @@ for lane = 1, nlanes do
     if r.err then return r end
     if r[2][1] then
       return entries({1, lane, pending_count(stream, r[2][1][1]), r[2]})
+    end
+    if lane == 1 and ARGV[7] == '1' then
+      return {2}
     end
     local n = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', ARGV[4], 'STREAMS', stream, '>')
     if n and n[1] and n[1][2][1] then
