@@ -205,15 +205,13 @@ func (c *Cluster) NodeOf(tb testing.TB, key string) int {
 	slot := Slot(key)
 	for i, s := range c.Nodes {
 		cl := redis.NewClient(&redis.Options{Addr: s.Addr})
-		slots, err := cl.ClusterSlots(context.Background()).Result()
+		addr, err := servedBy(cl, slot)
 		cl.Close()
 		if err != nil {
 			tb.Fatalf("CLUSTER SLOTS on %s: %v", s.Addr, err)
 		}
-		for _, r := range slots {
-			if slot >= r.Start && slot <= r.End && len(r.Nodes) > 0 && r.Nodes[0].Addr == s.Addr {
-				return i
-			}
+		if addr == s.Addr {
+			return i
 		}
 	}
 	tb.Fatalf("no node serves slot %d of %q", slot, key)
@@ -269,7 +267,7 @@ func (c *Cluster) MoveSlot(tb testing.TB, slot, from, to int) {
 	// one (CLUSTER SETSLOT NODE bumps it "without consensus" from its own view): right
 	// after another move, gossip may not have told it yet, and the source's older claim
 	// would win the slot back. So every node must know every node's epoch first.
-	c.waitEpochs(tb)
+	c.waitEpochs()
 	must(dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
 	must(src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
 	host, port, _ := strings.Cut(c.Nodes[to].Addr, ":")
@@ -302,48 +300,48 @@ func (c *Cluster) MoveSlot(tb testing.TB, slot, from, to int) {
 	}
 	c.waitOK()
 	c.waitEach(fmt.Sprintf("agreed that %s serves slot %d", c.Nodes[to].Addr, slot), func(cl *redis.Client) (string, error) {
-		nodes, err := cl.ClusterNodes(ctx).Result()
-		if err != nil {
-			return "", err
-		}
-		if owner := slotOwner(nodes, slot); owner != dstID {
-			return nodes, nil
+		if addr, err := servedBy(cl, slot); err != nil || addr != c.Nodes[to].Addr {
+			return "served by " + addr, err
 		}
 		return "", nil
 	})
 }
 
-// waitEpochs waits until every node reports the same config epoch for every node, at
-// most 20 s.
-func (c *Cluster) waitEpochs(tb testing.TB) {
-	tb.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var first, seen string
-		agreed := true
-		for _, s := range c.Nodes {
-			cl := redis.NewClient(&redis.Options{Addr: s.Addr})
-			nodes, err := cl.ClusterNodes(context.Background()).Result()
-			cl.Close()
-			if err != nil {
-				agreed = false
-				break
-			}
-			if seen = configEpochs(nodes); first == "" {
-				first = seen
-			} else if seen != first {
-				agreed = false
-				break
-			}
-		}
-		if agreed {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("the cluster's nodes do not agree on the config epochs within 20s: %s against %s", first, seen)
-		}
-		time.Sleep(20 * time.Millisecond)
+// servedBy returns the address of the master that node cl says serves slot ("" for
+// none).
+func servedBy(cl *redis.Client, slot int) (string, error) {
+	slots, err := cl.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		return "", err
 	}
+	for _, r := range slots {
+		if slot >= r.Start && slot <= r.End && len(r.Nodes) > 0 {
+			return r.Nodes[0].Addr, nil
+		}
+	}
+	return "", nil
+}
+
+// waitEpochs waits until every node reports the config epochs the first node reports,
+// at most 20 s (no move runs meanwhile, so agreeing with the first is agreeing).
+func (c *Cluster) waitEpochs() {
+	c.tb.Helper()
+	first := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr})
+	defer first.Close()
+	c.waitEach("agreed on the config epochs", func(cl *redis.Client) (string, error) {
+		want, err := first.ClusterNodes(context.Background()).Result()
+		if err != nil {
+			return "", err
+		}
+		got, err := cl.ClusterNodes(context.Background()).Result()
+		if err != nil {
+			return "", err
+		}
+		if configEpochs(got) != configEpochs(want) {
+			return got, nil
+		}
+		return "", nil
+	})
 }
 
 // configEpochs returns "id=epoch ..." of a CLUSTER NODES reply, sorted by id.
@@ -356,31 +354,6 @@ func configEpochs(nodes string) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, " ")
-}
-
-// slotOwner returns the id of the node that a CLUSTER NODES reply says serves slot.
-func slotOwner(nodes string, slot int) string {
-	for _, line := range strings.Split(nodes, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 9 {
-			continue
-		}
-		for _, r := range f[8:] {
-			if strings.HasPrefix(r, "[") {
-				continue // a slot being imported or migrated
-			}
-			lo, hi, ok := strings.Cut(r, "-")
-			if !ok {
-				hi = lo
-			}
-			a, err1 := strconv.Atoi(lo)
-			b, err2 := strconv.Atoi(hi)
-			if err1 == nil && err2 == nil && a <= slot && slot <= b {
-				return f[0]
-			}
-		}
-	}
-	return ""
 }
 
 // Slot is the Redis Cluster hash slot of key (CRC16 of the key, or of its hash tag: the
