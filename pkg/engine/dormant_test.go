@@ -23,29 +23,18 @@ import (
 const dormantTTL = 600 * time.Millisecond
 
 // dormantCluster starts a 3-master cluster and returns a client and a broker on it.
-func dormantCluster(t *testing.T) (*redistest.Cluster, redisTarget, redis.UniversalClient, *RedisBroker) {
+func dormantCluster(t *testing.T) (redisTarget, redis.UniversalClient, *RedisBroker) {
 	t.Helper()
-	cl := redistest.StartCluster(t, 3)
-	tg := redisTarget{cl: cl}
+	tg := redisTarget{cl: redistest.StartCluster(t, 3)}
 	rdb := tg.client(t)
-	return cl, tg, rdb, NewRedisBroker(rdb)
-}
-
-// pexpireCalls sums PEXPIRE calls (in scripts too) over the cluster's masters.
-func pexpireCalls(t *testing.T, cl *redistest.Cluster) int64 {
-	t.Helper()
-	var n int64
-	for _, s := range cl.Nodes {
-		n += redistest.CommandCalls(t, s.Client(t), "pexpire")
-	}
-	return n
+	return tg, rdb, NewRedisBroker(rdb)
 }
 
 // TestDormantLeasesOnCluster: idle partitions stop costing renewals, their owner keeps
 // them (same generation) when events come again, and a crashed owner's dormant
 // partitions are taken over once its session is gone, at a higher generation.
 func TestDormantLeasesOnCluster(t *testing.T) {
-	cl, tg, rdb, b := dormantCluster(t)
+	tg, rdb, b := dormantCluster(t)
 	k, ctx := KeysFor(rdb), context.Background()
 	const ttl = dormantTTL
 	timing := func(c *EngineConfig) { c.Timing = fastTiming(ttl) }
@@ -79,10 +68,10 @@ func TestDormantLeasesOnCluster(t *testing.T) {
 
 	// Dormant leases are not renewed: over 5 lease TTLs the masters run the sessions'
 	// PEXPIRE (one per instance and heartbeat) and nothing per partition.
-	p0 := pexpireCalls(t, cl)
+	p0 := tg.commandCalls(t, "pexpire")
 	time.Sleep(5 * ttl)
 	beats := int64(5 * ttl / (ttl / 5))
-	if n := pexpireCalls(t, cl) - p0; n > 2*(beats+2) {
+	if n := tg.commandCalls(t, "pexpire") - p0; n > 2*(beats+2) {
 		t.Fatalf("%d PEXPIRE calls in 5 TTLs with 12 dormant partitions: leases are still renewed (sessions alone make at most %d)", n, 2*(beats+2))
 	}
 	if !dormant() {
@@ -145,7 +134,7 @@ func TestDormantLeasesOnCluster(t *testing.T) {
 // other instance, which finds the session gone, waits for the lease's expiry: the two
 // never run the partition at once.
 func TestDormantLeaseRearmedBeforeAnEvent(t *testing.T) {
-	_, tg, rdb, b := dormantCluster(t)
+	tg, rdb, b := dormantCluster(t)
 	k, ctx := KeysFor(rdb), context.Background()
 	const ttl = dormantTTL
 
@@ -228,7 +217,7 @@ func TestDormantLeaseRearmedBeforeAnEvent(t *testing.T) {
 // guard on each category's stream; all of them go dormant together and get their expiry
 // back before the next event starts.
 func TestDormantProcessManagerUnitOnCluster(t *testing.T) {
-	_, tg, rdb, b := dormantCluster(t)
+	tg, rdb, b := dormantCluster(t)
 	ctx := context.Background()
 	const ttl = dormantTTL
 	var handled atomic.Int64

@@ -88,6 +88,19 @@ func (tg redisTarget) client(tb testing.TB) redis.UniversalClient {
 	return tg.srv.Client(tb)
 }
 
+// commandCalls sums a command's calls (in scripts too) over the target's masters.
+func (tg redisTarget) commandCalls(tb testing.TB, name string) int64 {
+	tb.Helper()
+	if tg.cl == nil {
+		return redistest.CommandCalls(tb, tg.srv.Client(tb), name)
+	}
+	var n int64
+	for _, s := range tg.cl.Nodes {
+		n += redistest.CommandCalls(tb, s.Client(tb), name)
+	}
+	return n
+}
+
 // onBoth runs a guarantee test against one node and against a 3-master Redis Cluster.
 func onBoth(t *testing.T, fn func(t *testing.T, tg redisTarget)) {
 	t.Run("node", func(t *testing.T) { fn(t, redisTarget{srv: redistest.Start(t)}) })

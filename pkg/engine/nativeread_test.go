@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -141,39 +140,6 @@ func (f *nativeReadFixture) check(t *testing.T) []recordedRun {
 	return runs
 }
 
-// execCalls returns the EXEC calls served so far, summed over the masters.
-func execCalls(t *testing.T, rdb redis.UniversalClient) int64 {
-	t.Helper()
-	var mu sync.Mutex
-	var total int64
-	read := func(ctx context.Context, c *redis.Client) error {
-		txt, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return err
-		}
-		for _, line := range strings.Split(txt, "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_exec:calls="); ok {
-				n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-				mu.Lock()
-				total += n
-				mu.Unlock()
-			}
-		}
-		return nil
-	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(context.Background(), read)
-	case *redis.Client:
-		err = read(context.Background(), c)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return total
-}
-
 // An entry already pending when the transaction runs (here read by another consumer, as
 // a fenced owner's read or a read whose reply was lost leaves it) comes before the
 // transaction's own read: the script answers with it, the worker leaves that read
@@ -182,7 +148,7 @@ func TestNativeReadBehindAPendingEntry(t *testing.T) { onBoth(t, testNativeReadB
 
 func testNativeReadBehindAPendingEntry(t *testing.T, tg redisTarget) {
 	f := startNativeReadFixture(t, tg, 100, 20, 1)
-	before := execCalls(t, f.rdb)
+	before := tg.commandCalls(t, "exec")
 	// Batch 2 (16..31) is in the worker's hands; take 32..39 as another consumer would.
 	got, err := f.rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{
 		Group: "Projector", Consumer: "other", Streams: []string{f.stream, ">"}, Count: 8, Block: -1,
@@ -192,7 +158,7 @@ func testNativeReadBehindAPendingEntry(t *testing.T, tg redisTarget) {
 	}
 	close(f.rec.release)
 	runs := f.check(t)
-	if execCalls(t, f.rdb) == before {
+	if tg.commandCalls(t, "exec") == before {
 		t.Error("no transaction ran: the busy partition was never read natively")
 	}
 	for _, r := range runs {
