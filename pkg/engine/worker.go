@@ -720,8 +720,9 @@ func (w *worker) drain(expect string) (drainResult, error) {
 
 // drainNative runs drain.lua (args ask for a native read) and the first lane's XREADGROUP
 // in one transaction. The read's reply may be used only when the script answers
-// drainNative. A script cache emptied since the last call (NOSCRIPT: the script did not
-// run, the read did) gets the scripts loaded again and the call made without the read.
+// drainNative. When the script did not run or its reply was lost (NOSCRIPT after the
+// script cache was emptied, a connection error, MULTI refused), the script is sent again
+// alone, without the read.
 func (w *worker) drainNative(ctx context.Context, keys []string, args []any) ([]any, *redis.XStreamSliceCmd, error) {
 	pipe := w.e.rdb.TxPipeline()
 	script := pipe.EvalSha(ctx, scriptDrain.Hash(), keys, args...)
@@ -730,20 +731,15 @@ func (w *worker) drainNative(ctx context.Context, keys []string, args []any) ([]
 		Count: int64(w.e.cfg.BatchSize), Block: -1,
 	})
 	_, err := pipe.Exec(ctx)
-	noScript := isNoScript(script.Err())
 	if missing, _ := MissingPermission(err); missing != "" {
 		w.e.transactionsRefused(err)
-	} else if !noScript && connErr(err) == nil {
+	} else if !isNoScript(script.Err()) && connErr(err) == nil {
 		res, err := script.Slice()
 		return res, read, err
 	}
 	// The script did not run, or may not have: send it alone (the acknowledgements again,
-	// which is harmless). Whatever the read took stays pending and is claimed in order.
-	if noScript {
-		if err := loadScripts(ctx, w.e.rdb); err != nil {
-			return nil, nil, err
-		}
-	}
+	// which is harmless; after NOSCRIPT, Run sends its source with EVAL, which caches it
+	// again). Whatever the read took stays pending and is claimed in order.
 	args[6] = ""
 	res, err := scriptDrain.Run(ctx, w.e.rdb, keys, args...).Slice()
 	return res, nil, err
