@@ -116,30 +116,49 @@ type AdminOpener func(ctx context.Context) (a Admin, close func(), err error)
 // openAdmin returns f.OpenAdmin when set (tests), else connects to Redis as the global
 // flags say.
 func (f *Factory) openAdmin(ctx context.Context) (Admin, func(), error) {
+	a, _, closeAdmin, err := f.openAdminAt(ctx)
+	return a, closeAdmin, err
+}
+
+// openAdminAt is openAdmin that also returns the URL of the Redis it connected to,
+// password masked, for top's header ("" with f.OpenAdmin, which names none).
+func (f *Factory) openAdminAt(ctx context.Context) (Admin, string, func(), error) {
 	if f.OpenAdmin != nil {
-		return f.OpenAdmin(ctx)
+		a, closeAdmin, err := f.OpenAdmin(ctx)
+		return a, "", closeAdmin, err
 	}
-	return connectAdmin(ctx, f.Global, os.Getenv, f.IOStreams.ErrOut)
+	a, conn, closeAdmin, err := dialAdmin(ctx, f.Global, os.Getenv, f.IOStreams.ErrOut)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return a, conn.shown, closeAdmin, nil
 }
 
 // connectAdmin loads the config (when given), resolves the connection (see
 // resolveRedis), connects and checks the connection with a PING (to every master of a
 // cluster). Warnings go to errOut.
 func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string, errOut io.Writer) (Admin, func(), error) {
+	a, _, closeAdmin, err := dialAdmin(ctx, g, getenv, errOut)
+	return a, closeAdmin, err
+}
+
+// dialAdmin is connectAdmin, and also returns the connection it resolved: the one place
+// an operator command turns its flags, environment and config into a Redis.
+func dialAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string, errOut io.Writer) (Admin, *redisConn, func(), error) {
 	var cfg *engine.Config
 	opts := admin.Options{}
 	if g.ConfigPath != "" {
 		var err error
 		if cfg, err = engine.LoadConfig(g.ConfigPath); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if opts, err = admin.FromConfig(cfg); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	conn, err := resolveRedis(g.redisFlags(), cfg, getenv)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	warnInsecureTLS(conn.tlsConfig(), func(msg string) { fmt.Fprintln(errOut, "seqctl: warning: "+msg) })
 	// No automatic retries: a compare-and-act whose reply was lost would run again and
@@ -152,17 +171,17 @@ func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) stri
 	if err := conn.ping(pctx, rdb); err != nil {
 		_ = rdb.Close()
 		if msg := tlsProblem(err, conn.where()); msg != "" {
-			return nil, nil, errors.New(msg)
+			return nil, nil, nil, errors.New(msg)
 		}
 		if msg := closedConnProblem(err, conn); msg != "" {
-			return nil, nil, errors.New(msg)
+			return nil, nil, nil, errors.New(msg)
 		}
 		if msg := notClusterProblem(err, conn); msg != "" {
-			return nil, nil, errors.New(msg)
+			return nil, nil, nil, errors.New(msg)
 		}
-		return nil, nil, fmt.Errorf("cannot reach %s: %v (set --redis-url or %s)", conn.where(), err, engine.EnvRedisURL)
+		return nil, nil, nil, fmt.Errorf("cannot reach %s: %v (set --redis-url or %s)", conn.where(), err, engine.EnvRedisURL)
 	}
-	return admin.New(rdb, opts), func() { _ = rdb.Close() }, nil
+	return admin.New(rdb, opts), conn, func() { _ = rdb.Close() }, nil
 }
 
 // maskURL hides the secrets of a URL (its password, even when it does not parse, and

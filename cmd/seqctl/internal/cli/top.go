@@ -18,14 +18,15 @@ import (
 // TopOptions are the options of seqctl top.
 type TopOptions struct {
 	IO       *IOStreams
-	Global   *GlobalOptions
 	Refresh  time.Duration
 	ReadOnly bool
-	open     func(ctx context.Context) (Admin, func(), error)
+	// open connects the operator API and returns the URL of the Redis it connected to
+	// (password masked), which the header shows.
+	open func(ctx context.Context) (a Admin, shown string, close func(), err error)
 }
 
 func newCmdTop(f *Factory, runF func(*TopOptions) error) *cobra.Command {
-	opts := &TopOptions{IO: f.IOStreams, Global: &f.Global, open: f.openAdmin}
+	opts := &TopOptions{IO: f.IOStreams, open: f.openAdminAt}
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Live dashboard of partitions, owners, generations, lag and halts",
@@ -74,7 +75,7 @@ func topRun(ctx context.Context, opts *TopOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	a, closeAdmin, err := opts.open(ctx)
+	a, shown, closeAdmin, err := opts.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -86,17 +87,8 @@ func topRun(ctx context.Context, opts *TopOptions) error {
 		Refresh:  opts.Refresh,
 		ReadOnly: opts.ReadOnly,
 		NoColor:  !opts.IO.Color,
-		Addr:     redisAddrShown(opts.Global),
+		Addr:     shown, // the Redis connected to, not resolved again
 	}, opts.IO.In, opts.IO.Out)
-}
-
-// redisAddrShown names the Redis the dashboard reads, password masked.
-func redisAddrShown(g *GlobalOptions) string {
-	conn, err := resolveRedis(g.redisFlags(), nil, os.Getenv)
-	if err != nil {
-		return ""
-	}
-	return conn.shown
 }
 
 // adminSource adapts the operator API to the dashboard's Source.
