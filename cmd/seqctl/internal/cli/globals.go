@@ -233,28 +233,28 @@ func groupCommand(cmd *cobra.Command, args []string) error {
 	return usageErrorf(cmd.CommandPath(), "unknown command %q for %q (commands: %s)", args[0], cmd.CommandPath(), strings.Join(names, ", "))
 }
 
-// writeJSON prints v indented, as every -o json does.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // structured says the -o value asks for data (json or yaml) rather than text.
 func structured(output string) bool { return output == "json" || output == "yaml" }
 
 // writeData prints v as -o asks: indented JSON, or YAML with the same field names (the
 // YAML is converted from the JSON, so the json tags are the one definition of both).
+// Every command prints its data through here, so each format -o accepts is the format
+// printed; a command calls it when structured(output) says so.
 func writeData(w io.Writer, output string, v any) error {
-	if output != "yaml" {
-		return writeJSON(w, v)
+	switch output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("yaml: %w", err)
+		}
+		_, err = w.Write(b)
+		return err
 	}
-	b, err := yaml.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("yaml: %w", err)
-	}
-	_, err = w.Write(b)
-	return err
+	return fmt.Errorf("internal error: -o %q is not a data format", output)
 }
 
 // exitFor gives an operator error its exit code: not found 3, head moved or fenced 4,

@@ -72,9 +72,9 @@ registry, and every group the --config domain declares on it.
   DECLARED    the --config domain declares it on the category (- without --config)
 
 A group that is registered, not declared, with no live lease and entries unread holds
-trim and reap back: retire it with 'seqctl groups remove'. -o json prints the fields
-category, name, registered, declared (null without --config), partitions, behind,
-unread, pending, read, live_leases and halted.`,
+trim and reap back: retire it with 'seqctl groups remove'. -o json and -o yaml print
+the fields category, name, registered, declared (null without --config), partitions,
+behind, unread, pending, read, live_leases and halted.`,
 		Example: `  $ seqctl groups list --config domain.toml
   $ seqctl groups list --category order -o json`,
 		Args: noArgs,
@@ -105,11 +105,11 @@ func groupsListRun(opts *GroupsListOptions) error {
 		return exitFor(err)
 	}
 	ios := opts.IO
-	if opts.Output == "json" {
+	if structured(opts.Output) {
 		if gs == nil {
-			gs = []admin.Group{}
+			gs = []admin.Group{} // always a list
 		}
-		return writeJSON(ios.Out, gs)
+		return writeData(ios.Out, opts.Output, gs)
 	}
 	if len(gs) == 0 {
 		if ios.IsTerminal {
@@ -292,7 +292,7 @@ func groupsRemoveRun(opts *GroupsRemoveOptions) error {
 	case opts.ExpectRead != nil && *opts.ExpectRead != g.Read:
 		return conflict(admin.OutcomeReadMoved, &engine.GroupReadError{Group: opts.Group, Category: opts.Category, Expected: *opts.ExpectRead, Read: g.Read})
 	}
-	if opts.ExpectRead == nil && opts.Output != "json" {
+	if opts.ExpectRead == nil && !structured(opts.Output) {
 		fmt.Fprintf(ios.ErrOut, "Consumer group %s of %s:\n", opts.Group, opts.Category)
 		fmt.Fprintf(ios.ErrOut, "  registered, declared %s, no live lease, %d halted partitions\n", declaredText(g), g.Halted)
 		fmt.Fprintf(ios.ErrOut, "  behind on %d of %d partitions: %s entries unread, %d pending; %d read\n",
@@ -307,8 +307,8 @@ func groupsRemoveRun(opts *GroupsRemoveOptions) error {
 		if err != nil {
 			return groupsExit(err)
 		}
-		if opts.Output == "json" {
-			return writeJSON(ios.Out, res)
+		if structured(opts.Output) {
+			return writeData(ios.Out, opts.Output, res)
 		}
 		fmt.Fprintf(ios.Out, "Would remove %s from %s: giving up %s unread and %d pending entries, destroying its consumer group on %d streams, deleting %d halt records. Nothing changed (--dry-run).\n",
 			opts.Group, opts.Category, lagCell(g.Unread), g.Pending, res.Destroyed, res.Halts)
@@ -346,8 +346,8 @@ func groupsRemoveRun(opts *GroupsRemoveOptions) error {
 	if res.AuditWarning != "" {
 		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.AuditWarning)
 	}
-	if opts.Output == "json" {
-		return writeJSON(ios.Out, res)
+	if structured(opts.Output) {
+		return writeData(ios.Out, opts.Output, res)
 	}
 	fmt.Fprintf(ios.Out, "%s Removed %s from %s: its consumer group was destroyed on %d streams and %d halt records deleted. Trim and reap no longer wait for it.\n",
 		ios.Green("✓"), opts.Group, opts.Category, res.Destroyed, res.Halts)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,6 +85,9 @@ holds each category's lease.`,
   $ seqctl outbox status --config domain.toml --limit 50 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFormat(cmd, opts.Global.Output); err != nil {
+				return err
+			}
 			if opts.Limit < 0 {
 				return &ExitError{Code: ExitUsage, Err: errors.New("--limit must not be negative")}
 			}
@@ -106,10 +108,8 @@ holds each category's lease.`,
 }
 
 func printOutboxStatus(opts *OutboxOptions, rep outbox.StatusReport) error {
-	if opts.Global.Output == "json" {
-		enc := json.NewEncoder(opts.IO.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+	if structured(opts.Global.Output) {
+		return writeData(opts.IO.Out, opts.Global.Output, rep)
 	}
 	w := opts.IO.Out
 	c := rep.Counts

@@ -21,7 +21,7 @@ type BuildInfo struct {
 type VersionOptions struct {
 	IO     *IOStreams
 	Build  BuildInfo
-	Output string // "" or "json"
+	Output string // "", "json" or "yaml"
 	// GoVersion and Platform default to the running binary's.
 	GoVersion string
 	Platform  string
