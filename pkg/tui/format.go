@@ -101,6 +101,27 @@ func fmtCount(n int64) string {
 	return neg + fmt.Sprintf("%.1fG", f/1e9)
 }
 
+// genDigits is how many trailing digits ShortGeneration keeps.
+const genDigits = 6
+
+// ShortGeneration is a fencing generation for a narrow column (at most 7 cells): the
+// whole number up to 7 digits, else "…" and its last 6 digits (1796123456789012 is
+// "…789012"), "-" for none (0). A generation is never below the Redis time in
+// microseconds at its grant, so its leading digits are the same for every lease of a
+// deployment for days, and its last six are the microseconds within a second: two
+// owners' generations differ there. The dashboard's table and the table of 'seqctl
+// partitions list' print it; their detail views, -o wide and JSON print the whole number.
+func ShortGeneration(g int64) string {
+	if g == 0 {
+		return "-"
+	}
+	s := strconv.FormatInt(g, 10)
+	if len(s) <= genDigits+1 {
+		return s
+	}
+	return "…" + s[len(s)-genDigits:]
+}
+
 // fmtThousands writes n with thousands separators: 12,345.
 func fmtThousands(n int64) string {
 	s := strconv.FormatInt(n, 10)

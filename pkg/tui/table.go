@@ -53,7 +53,7 @@ var partitionCols = []column{
 	{id: colCategory, title: "CATEGORY", min: 8, max: 20, drop: 7},
 	{id: colHandler, title: "HANDLER", min: 8, max: 24, drop: 6},
 	{id: colOwner, title: "OWNER", min: 8, max: 24, drop: 3},
-	{id: colGen, title: "GEN", min: 5, max: 5, right: true, drop: 1},
+	{id: colGen, title: "GEN", min: 7, max: 7, right: true, drop: 1}, // ShortGeneration
 	{id: colLease, title: "LEASE", min: 6, max: 6, right: true, drop: 2},
 	{id: colLag, title: "BACKLOG", min: 7, max: 8, right: true},
 	{id: colBar, title: "", min: 5, max: 20, drop: 4},
@@ -193,10 +193,7 @@ func (m *model) partitionCell(p *Partition, id colID, widths []int) string {
 	case colOwner:
 		return orDash(p.Owner)
 	case colGen:
-		if p.Generation == 0 {
-			return "-"
-		}
-		return fmtCount(p.Generation)
+		return ShortGeneration(p.Generation)
 	case colLease:
 		if p.Owner == "" {
 			return "-"

@@ -603,6 +603,12 @@ func TestFormat(t *testing.T) {
 			t.Errorf("fmtCount(%d) = %q, want %q", n, got, want)
 		}
 	}
+	gens := map[int64]string{0: "-", 7: "7", 9_999_999: "9999999", 10_000_000: "…000000", 1796123456789012: "…789012"}
+	for g, want := range gens {
+		if got := ShortGeneration(g); got != want {
+			t.Errorf("ShortGeneration(%d) = %q, want %q", g, got, want)
+		}
+	}
 	if got := fmtThousands(1234567); got != "1,234,567" {
 		t.Errorf("fmtThousands = %q", got)
 	}

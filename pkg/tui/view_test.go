@@ -118,6 +118,21 @@ var viewCasesSmall = []viewCase{
 		snap: func() Snapshot { return Snapshot{} }, setup: func(h *harness) {}},
 }
 
+// Extra states, at 120x40 only (at 80 columns the GEN column is dropped).
+var viewCasesLarge = []viewCase{
+	{name: "generations", snap: generationsSnapshot, setup: settle},
+}
+
+// generationsSnapshot is two partitions alike but for their keys and their generations,
+// which are Redis times in microseconds that differ only in their last digits.
+func generationsSnapshot() Snapshot {
+	s := fixture(false)
+	a, b := part("client-1", StateRunning, 120, 2*time.Second), part("client-2", StateRunning, 120, 2*time.Second)
+	a.Generation, b.Generation = 1796123456789012, 1796123456789047
+	s.Partitions = []Partition{a, b}
+	return s
+}
+
 func TestView(t *testing.T) {
 	type sized struct {
 		viewCase
@@ -129,6 +144,9 @@ func TestView(t *testing.T) {
 	}
 	for _, c := range viewCasesSmall {
 		all = append(all, sized{c, 80, 24})
+	}
+	for _, c := range viewCasesLarge {
+		all = append(all, sized{c, 120, 40})
 	}
 	for _, c := range all {
 		t.Run(fmt.Sprintf("%s_%dx%d", c.name, c.w, c.h), func(t *testing.T) {
@@ -142,6 +160,31 @@ func TestView(t *testing.T) {
 			checkScreen(t, out, c.w, c.h)
 			golden.RequireEqual(t, []byte(out+"\n"))
 		})
+	}
+}
+
+// Two generations that differ only in their last digits look different in the table at
+// 120 columns; the detail pane shows the whole number.
+func TestViewTellsGenerationsApart(t *testing.T) {
+	h := newHarness(t, newFake(generationsSnapshot()), Options{}, 120, 40)
+	settle(h)
+	rows := map[string]string{}
+	for _, l := range strings.Split(h.m.View(), "\n") {
+		for _, key := range []string{"client-1", "client-2"} {
+			if strings.Contains(l, " "+key+" ") {
+				rows[key] = strings.Replace(l[gutterWidth:], key, "KEY", 1) // without the cursor mark
+			}
+		}
+	}
+	if len(rows) != 2 {
+		t.Fatalf("rows of client-1 and client-2 not found:\n%s", h.m.View())
+	}
+	if rows["client-1"] == rows["client-2"] {
+		t.Errorf("the rows of generations 1796123456789012 and 1796123456789047 differ only by key:\n%s\n%s", rows["client-1"], rows["client-2"])
+	}
+	h.press("enter") // client-1, the first row
+	if out := h.m.View(); !strings.Contains(out, "1796123456789012") {
+		t.Errorf("the detail pane does not show the whole generation 1796123456789012:\n%s", out)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/tui"
 )
 
 func newCmdPartitions(f *Factory) *cobra.Command {
@@ -83,6 +84,8 @@ client-10):
   CATEGORY, KEY  the partition ({category}:{key} is its stream)
   HANDLER        the consumer group (handler or process manager)
   OWNER, GEN     the instance session that holds the lease and its fencing generation
+                 (a long generation shows as its last six digits, …789012, the ones
+                 that differ between owners; -o wide and a pipe print it whole)
   LEASE          time left on the owner's session; the lease dies with it
   BACKLOG        entries the handler has not handled yet: LAG + PENDING (? = unknown)
   LAG            entries not yet delivered to the handler (all lanes; ? = unknown)
@@ -326,8 +329,12 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 		header = append(header, "STREAM", "HALTED ENTRY", "ATTEMPTS", "ERROR")
 	}
 	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, header...)
+	// The aligned table, read by a person, shows the last digits of a generation (the
+	// ones that differ between owners) so a row fits a 120-column terminal; the rows of a
+	// pipe, read by programs, and -o wide keep the whole number.
+	shortGen := t.aligned && !wide
 	for _, p := range ps {
-		row := []string{p.Category, p.Key, p.Handler, orDash(p.Owner), genCell(p.Generation), msCell(p.LeaseRemainingMS, p.Owner != ""),
+		row := []string{p.Category, p.Key, p.Handler, orDash(p.Owner), genCell(p.Generation, shortGen), msCell(p.LeaseRemainingMS, p.Owner != ""),
 			lagCell(p.Backlog), lagCell(p.Lag), strconv.FormatInt(p.Pending, 10), strconv.FormatInt(p.DLQ, 10),
 			msCell(p.HeadAgeMS, p.HeadID != "" || p.HeadAgeMS > 0), stateCell(ios, p.State)}
 		if wide {
@@ -342,9 +349,14 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 	return t.Render(ios.Out)
 }
 
-func genCell(g int64) string {
-	if g == 0 {
+// genCell is a generation: "-" for none; short, as the dashboard's table shows it
+// (tui.ShortGeneration: "…789012"), or whole.
+func genCell(g int64, short bool) string {
+	switch {
+	case g == 0:
 		return "-"
+	case short:
+		return tui.ShortGeneration(g)
 	}
 	return strconv.FormatInt(g, 10)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -117,6 +118,57 @@ func TestPartitionsListRun(t *testing.T) {
 			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
 			if diff := cmp.Diff(tt.wantFilter, fa.filter); tt.fa != nil && tt.fa.listErr == nil && diff != "" {
 				t.Errorf("filter (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Two partitions whose generations (Redis times in microseconds) differ only in their
+// last digits: the table on a 120-column terminal tells them apart; the rows of a pipe,
+// -o wide and -o json keep the whole numbers.
+func TestPartitionsListTellsGenerationsApart(t *testing.T) {
+	const genA, genB = 1796123456789012, 1796123456789047
+	ps := func() []admin.Partition {
+		p := admin.Partition{Category: "order", Stream: "order:client-1042", Key: "client-1042", Handler: "OrderProjector",
+			Owner: "worker-1.k7x2mq3a", Generation: genA, LeaseRemainingMS: 12000, Backlog: 1, Lag: 1, HeadAgeMS: 1500,
+			State: admin.StateRunning, HeadID: "1738317601000-0"}
+		q := p
+		q.Key, q.Stream, q.Generation = "client-1043", "order:client-1043", genB
+		return []admin.Partition{p, q}
+	}
+	tests := []struct {
+		name      string
+		args      []string
+		tm        ttyMode
+		fits120   bool     // every line fits in 120 columns and the two rows differ but for the key
+		stdoutHas []string // the whole numbers, where they are kept
+	}{
+		{name: "terminal", args: []string{"partitions", "list"}, tm: onTTY, fits120: true},
+		{name: "-o table in a pipe", args: []string{"partitions", "list", "-o", "table"}, tm: inPipe, fits120: true},
+		{name: "pipe rows", args: []string{"partitions", "list"}, tm: inPipe, stdoutHas: []string{"\t1796123456789012\t", "\t1796123456789047\t"}},
+		{name: "wide", args: []string{"partitions", "list", "-o", "wide"}, tm: onTTY, stdoutHas: []string{" 1796123456789012 ", " 1796123456789047 "}},
+		{name: "json", args: []string{"partitions", "list", "-o", "json"}, tm: inPipe, stdoutHas: []string{`"generation": 1796123456789012,`, `"generation": 1796123456789047,`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runOps(t, &fakeAdmin{partitions: ps()}, tt.tm, "", tt.args...)
+			checkResult(t, r, 0, "", tt.stdoutHas, nil)
+			if !tt.fits120 {
+				return
+			}
+			lines := strings.Split(strings.TrimRight(r.Stdout, "\n"), "\n")
+			for i, l := range lines {
+				if n := utf8.RuneCountInString(l); n > 120 {
+					t.Errorf("line %d is %d columns wide, more than 120:\n%s", i+1, n, r.Stdout)
+					break
+				}
+			}
+			if len(lines) != 3 {
+				t.Fatalf("want a header and two rows:\n%s", r.Stdout)
+			}
+			a, b := strings.Replace(lines[1], "client-1042", "KEY", 1), strings.Replace(lines[2], "client-1043", "KEY", 1)
+			if a == b {
+				t.Errorf("the rows of generations %d and %d differ only by key:\n%s", genA, genB, r.Stdout)
 			}
 		})
 	}

@@ -31,9 +31,10 @@ func newCmdTop(f *Factory, runF func(*TopOptions) error) *cobra.Command {
 		Use:   "top",
 		Short: "Live dashboard of partitions, owners, generations, lag and halts",
 		Long: `top shows a live deployment: every (handler, partition) with its owner, lease
-generation, lease time left, lag, pending entries, head age and state, halted partitions
-pinned first; the instances; every DLQ with its length; the newest operator actions of
-the audit log; and the head of the selected partition. The header counts partitions as
+generation (a long one as its last six digits, …789012; the detail pane shows it whole),
+lease time left, lag, pending entries, head age and state, halted partitions pinned
+first; the instances; every DLQ with its length; the newest operator actions of the
+audit log; and the head of the selected partition. The header counts partitions as
 the CLI does (partition streams) and the table's rows (one per handler and partition).
 Owners are session owners (instance.N), as 'seqctl partitions list' prints them.
 
