@@ -211,8 +211,8 @@ type model struct {
 	statusKind statusKind
 	statusAt   time.Time // when the status was set; it expires (statusTTL)
 
-	// chosen: the operator moved the cursor, so selRef is their choice and sticks to its
-	// partition. selGone: that partition is no longer listed; the cursor row is not a
+	// chosen: the operator moved the cursor (or opened a partition's detail), so selRef
+	// is their choice and sticks to its partition; until then the cursor stays on its row. selGone: that partition is no longer listed; the cursor row is not a
 	// selection until the operator moves it.
 	chosen, selGone bool
 	// sortDesc reverses the sort key's order.
@@ -435,8 +435,11 @@ func (m *model) resort() {
 }
 
 // refilter applies the filter to order (see filter.go) and puts the cursor back on the
-// partition the operator selected. When that partition is no longer listed the cursor
-// stays where it was, but selGone makes sure no key acts on the row that took its place.
+// partition the operator chose. When that partition is no longer listed the cursor stays
+// where it was, but selGone makes sure no key acts on the row that took its place. Until
+// the operator chooses, the cursor stays on its row (the first, where halted partitions
+// are pinned) and the partition there is the selection: following it instead would carry
+// the view down the table as later refreshes list more partitions above it.
 func (m *model) refilter() {
 	f := parseFilter(m.filterTxt)
 	m.filterErr = f.err
@@ -453,6 +456,9 @@ func (m *model) refilter() {
 	m.cursor = min(m.cursor, max(len(m.rows)-1, 0))
 	found := false
 	for n, i := range m.rows {
+		if !m.chosen {
+			break
+		}
 		if m.snap.Partitions[i].Ref() == m.selRef {
 			m.cursor, found = n, true
 			break

@@ -242,6 +242,7 @@ func (m *model) onPartitionsKey(msg tea.KeyMsg) tea.Cmd {
 	switch {
 	case key.Matches(msg, k.Detail):
 		if p, ok := m.cursorPartition(); ok && !m.selGone {
+			m.choose() // back from the pane, the cursor is on the partition looked at
 			return m.openDetail(p.Ref())
 		}
 		if m.selGone {

@@ -87,6 +87,72 @@ func TestCursorFollowsPartitionAcrossRefresh(t *testing.T) {
 	}
 }
 
+// The dashboard opens at the top, where halted partitions are pinned, and stays there
+// while refreshes reorder and grow the rows, until a key moves the cursor; from then on
+// the selection follows the chosen partition.
+func TestViewStartsAtTopUntilTheCursorMoves(t *testing.T) {
+	// grown is n partitions, the last three halted when there are ten or more; "first"
+	// keeps lag 100, which leads a few partitions and sorts in the middle of many.
+	grown := func(n int, shift int64) Snapshot {
+		s := Snapshot{Taken: base, Instances: fixture(false).Instances}
+		s.Partitions = append(s.Partitions, part("first", StateRunning, 100, time.Second))
+		for i := 1; i < n; i++ {
+			st := StateRunning
+			if n >= 10 && i >= n-3 {
+				st = StateHalted
+			}
+			s.Partitions = append(s.Partitions, part(fmt.Sprintf("p-%02d", i), st, 1+(int64(i)*37+shift)%200, time.Second))
+		}
+		return s
+	}
+	src := newFake(grown(3, 0))
+	h := newHarness(t, src, Options{}, 80, 24)
+	if h.selected() != "first" {
+		t.Fatalf("first snapshot: selected %q, want first", h.selected())
+	}
+	atTop := func(when string) {
+		t.Helper()
+		if h.m.cursor != 0 || h.m.top != 0 {
+			t.Fatalf("%s: cursor on row %d of %d, view from row %d, selected %q; want the top", when, h.m.cursor, len(h.m.rows), h.m.top, h.selected())
+		}
+		if p, _ := h.m.cursorPartition(); len(h.m.rows) > 3 && p.State != StateHalted {
+			t.Fatalf("%s: the cursor is on %s (%s), not on a halted partition", when, p.Key, p.State)
+		}
+	}
+	atTop("first snapshot")
+	for i, shift := range []int64{0, 50, 120} {
+		src.set(grown(92, shift), nil)
+		h.advance(time.Second)
+		atTop(fmt.Sprintf("refresh %d", i+1))
+	}
+
+	// The operator moves the cursor: the selection now follows that partition.
+	h.press("j")
+	chosen := h.selected()
+	for i, shift := range []int64{7, 99} {
+		src.set(grown(92, shift), nil)
+		h.advance(time.Second)
+		if got := h.selected(); got != chosen {
+			t.Fatalf("refresh %d after the cursor moved: selected %q, want %q", i+1, got, chosen)
+		}
+	}
+}
+
+// Opening a partition's detail chooses it: back in the table, the cursor is on it while
+// the rows re-sort.
+func TestDetailChoosesThePartition(t *testing.T) {
+	src := newFake(fixture(false))
+	h := newHarness(t, src, Options{}, 80, 24)
+	h.press("enter", "esc") // client-4, the first row (largest lag)
+	s := fixture(false)
+	s.Partitions[3].Lag = 1 // client-4 sorts sixth, above the two idle partitions
+	src.set(s, nil)
+	h.advance(time.Second)
+	if got := h.selected(); got != "client-4" || h.m.cursor != 5 {
+		t.Fatalf("after a refresh: selected %q at row %d, want client-4 at 5", got, h.m.cursor)
+	}
+}
+
 func TestSortAndHaltedPinnedFirst(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -42,8 +42,10 @@ A halted head can be skipped (s), moved to its DLQ (d) or retried (r) from the d
 each after a confirmation that names the head entry id, and as a compare-and-act on it:
 if the head moved meanwhile, nothing is done. --readonly turns the actions off.
 
-The selection stays on the partition you chose while the rows re-sort; if it leaves
-the list, no key acts until you move the cursor. Messages fade after a few seconds.
+The dashboard opens on the first row, where halted partitions are pinned, and the
+cursor stays on that row until you move it or open a partition. From then on the
+selection stays on the partition you chose while the rows re-sort; if it leaves the
+list, no key acts until you move the cursor. Messages fade after a few seconds.
 
 Filter (/): every word must match; text matches the key, category, handler, owner or
 state; field:text one field (key, category, handler, owner, state, stream); /regexp/
