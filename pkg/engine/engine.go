@@ -212,18 +212,25 @@ type Engine struct {
 	keys Keys // the key layout: Redis Cluster for a cluster client
 	// reapHook, when set (tests), runs between the steps of a reap on Redis Cluster.
 	reapHook atomic.Pointer[func(step, unit string) bool]
+	// parkHook, when set (tests), runs in a parking worker's goroutine once the worker is
+	// marked parked, as a goroutine delayed there would be.
+	parkHook atomic.Pointer[func(w *worker)]
 	dom      *Domain
 	log      *slog.Logger
 	subs     []*subscription
 
-	regID   string // this process's field in the instance registry: "{instance id}#{random}"
-	sess    *session
-	bell    *doorbell
-	slots   *slots // handler slots: back-pressure on handler calls
-	acker   *acker
-	health  health        // why the instance cannot take or keep leases
-	logs    *rateLog      // one line per cause per interval, for outages every partition sees
-	noTx    atomic.Bool   // the Redis user may not run MULTI/EXEC: no native reads (worker.drain)
+	regID  string // this process's field in the instance registry: "{instance id}#{random}"
+	sess   *session
+	bell   *doorbell
+	slots  *slots // handler slots: back-pressure on handler calls
+	acker  *acker
+	health health        // why the instance cannot take or keep leases
+	logs   *rateLog      // one line per cause per interval, for outages every partition sees
+	noTx   atomic.Bool   // the Redis user may not run MULTI/EXEC: no native reads (worker.drain)
+	nonces atomic.Uint64 // numbers the native read transactions (worker.drain)
+	// killed (tests) makes the workers exit as a killed process's do: without a call to
+	// Redis (see crash).
+	killed  atomic.Bool
 	stopped chan struct{} // closed by Shutdown: take no more work
 	hardCtx context.Context
 	hard    context.CancelFunc // cancels every handler (shutdown deadline passed)

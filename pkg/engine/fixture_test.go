@@ -131,6 +131,7 @@ func startEngineOn(tb testing.TB, tg redisTarget, d *Domain, id string, mod func
 // crash stops an engine the way a killed process stops: no acks flushed, no lease
 // released, no heartbeat any more; its session expires after the TTL.
 func crash(e *Engine) {
+	e.killed.Store(true)
 	e.hard()
 	e.wg.Wait()
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 // number until released.
 type gatedRecorder struct {
 	gate     int
+	poison   map[int]bool // sequence numbers whose handler always fails
 	reached  chan struct{}
 	release  chan struct{}
 	once     sync.Once
@@ -63,7 +65,21 @@ func (g *gatedRecorder) handle(ctx context.Context, ev Event) error {
 	g.mu.Lock()
 	g.inFlight--
 	g.mu.Unlock()
+	if g.poison[p.Seq] {
+		return fmt.Errorf("poison event %d", p.Seq)
+	}
 	return nil
+}
+
+// runsOf returns how many times seq reached the handler.
+func (g *gatedRecorder) runsOf(seq int) int {
+	n := 0
+	for _, r := range g.snapshot() {
+		if r.seq == seq {
+			n++
+		}
+	}
+	return n
 }
 
 func (g *gatedRecorder) snapshot() []recordedRun {
@@ -93,9 +109,13 @@ type nativeReadFixture struct {
 	n      int
 }
 
-func startNativeReadFixture(t *testing.T, tg redisTarget, n, gate, maxUnacked int) *nativeReadFixture {
+func startNativeReadFixture(t *testing.T, tg redisTarget, n, gate, maxUnacked int, poison ...int) *nativeReadFixture {
 	t.Helper()
 	f := &nativeReadFixture{rdb: tg.client(t), rec: newGatedRecorder(gate), n: n}
+	f.rec.poison = map[int]bool{}
+	for _, s := range poison {
+		f.rec.poison[s] = true
+	}
 	d := testDomain(t, f.rec.handle, nil)
 	events := make([]testPayload, n)
 	for i := range events {

@@ -42,6 +42,10 @@ var (
 	scriptTrim    = mustScript("trim.lua")
 	scriptReplay  = mustScript("replay.lua")
 	scriptUnindex = mustScript("unindex.lua")
+	scriptMark    = mustScript("mark.lua")
+	// scriptSettle is always sent with EVAL (see settle.lua), so it is never loaded.
+	scriptSettle   = mustScript("settle.lua")
+	scriptGiveBack = mustScript("giveback.lua")
 	// scriptRenew runs on Redis Cluster only (its flags line is not understood by the
 	// embedded server of seqctl dev), so it is not in allScripts.
 	scriptRenew = mustScript("renew.lua")
@@ -49,7 +53,7 @@ var (
 	scriptAckNode = mustScript("acknode.lua")
 )
 
-var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptAckMany, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim, scriptReplay, scriptUnindex}
+var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptAckMany, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim, scriptReplay, scriptUnindex, scriptGiveBack, scriptMark}
 
 // loadScripts puts every script into the server's script cache. The cache is empty after
 // a restart, a failover to a replica that never saw the scripts, or SCRIPT FLUSH, so no

@@ -68,11 +68,18 @@ type worker struct {
 
 	// Owned by the worker goroutine (the fields are ordered so that the struct has no
 	// padding to speak of: thousands of workers are kept).
-	gated     bool      // the goroutine holds a token of the doorbell's run gate (runGate)
-	busy      bool      // the last read filled a batch of new entries of the first lane: read it natively next (drain)
-	trimmed   bool      // trimmed (and old consumers cleaned) since the lease was taken
-	reaped    bool      // the unit was reaped: its lease is gone
-	pending   []entry   // read but not started
+	gated   bool    // the goroutine holds a token of the doorbell's run gate (runGate)
+	trimmed bool    // trimmed (and old consumers cleaned) since the lease was taken
+	reaped  bool    // the unit was reaped: its lease is gone
+	pending []entry // read but not started
+	// busyAfter is set while the partition is busy: the last read filled a batch of new
+	// entries of the first lane, the last of which has this id; the next read is native
+	// (drain). owed is set when a native read's reply was lost: entries after this id may
+	// be pending under the worker's consumer without having reached a handler, and the
+	// next drain gives them their delivery count back.
+	busyAfter string
+	owed      string
+	takeover  bool      // the lease is new to this worker: its first drain corrects a previous owner's read-ahead
 	unacked   []ackItem // handled, acknowledgement not confirmed by Redis yet (the next drain acks them too)
 	sent      int32     // unacked[:sent] were given to the acker; the rest wait for the next drain
 	sinceTrim int32     // events handled since the last trim
@@ -97,8 +104,9 @@ func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 		liveKey: e.liveKey(owner, lease), // on Redis Cluster the lease's own string
 		owner:   owner, token: owner + ":" + strconv.FormatInt(gen, 10), gen: gen,
 		ctx: ctx, cancel: cancel,
-		wake: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		takeover: true,
 	}
 	w.consumer = w.token // the consumer's name is the lease value: one string for both
 	id := u.id()
@@ -244,6 +252,7 @@ func (w *worker) run() {
 func (w *worker) exit() {
 	w.e.acker.forget(w)
 	w.e.bell.forget(w)
+	released := false
 	if w.ctx.Err() == nil && !w.reaped {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if err := w.flushAcks(ctx); err == nil {
@@ -251,9 +260,12 @@ func (w *worker) exit() {
 			for _, ent := range w.pending {
 				unstarted = append(unstarted, ent.lane+1, ent.msg.ID, ent.deliveries-1)
 			}
-			_ = w.e.releaseLease(ctx, w.u, w.token, w.consumer, unstarted...)
+			released = w.e.releaseLease(ctx, w.u, w.token, w.consumer, unstarted...) == nil
 		}
 		cancel()
+	}
+	if !released {
+		w.giveBack()
 	}
 	w.ungate()
 	w.cancel()
@@ -269,6 +281,33 @@ func (w *worker) exit() {
 	w.e.mu.Unlock()
 	close(w.done)
 	w.e.wg.Done()
+}
+
+// giveBack gives the entries the worker read but never started their delivery count
+// back (giveback.lua) when it stops without releasing its lease, so that their next run
+// counts as attempt 1. It needs no lease, so it works after the lease was lost, and it
+// runs apart: a Redis that does not answer does not delay the worker's exit (the next
+// owner's first read corrects what it leaves, see drain.lua).
+func (w *worker) giveBack() {
+	if len(w.pending) == 0 || w.e.killed.Load() {
+		return
+	}
+	args := make([]any, 0, 2+3*len(w.pending))
+	args = append(args, w.sub.group, w.consumer)
+	for _, ent := range w.pending {
+		args = append(args, ent.lane+1, ent.msg.ID, ent.deliveries)
+	}
+	w.pending = nil
+	e, lanes := w.e, w.lanes
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := scriptGiveBack.Run(ctx, e.rdb, lanes, args...).Err(); err != nil {
+			e.log.Debug("could not give unstarted entries back; the next owner corrects them", "unit", lanes[0], "err", translateRedisErr(err))
+		}
+	}()
 }
 
 // wait blocks until poked, d passes (d <= 0: no timer), or the worker must stop. It
@@ -629,12 +668,10 @@ type drainResult struct {
 // conversion of every entry into Lua and back, which costs Redis more than the rest of
 // the call. The script tells whether that read may be used: only when the lane had no
 // pending entry, so its entries are the ones after everything already handled. When it
-// may not (fenced, halted, an older entry pending), the read's entries stay pending and
-// later calls claim them in order, as after a crash.
+// may not (fenced, halted, an older entry pending), settle.lua, last in the transaction,
+// gives the read's entries their delivery count back; they stay pending and later calls
+// claim them in order.
 func (w *worker) drain(expect string) (drainResult, error) {
-	keys := make([]string, 0, 3+len(w.lanes))
-	keys = append(keys, w.leaseKey, w.liveKey, w.haltKey)
-	keys = append(keys, w.lanes...)
 	// A dormant lease without guards gets its expiry back in the read itself; one with
 	// guards is re-armed by rearm before an event starts.
 	rearm := w.dormant.Load() && len(w.u.guards) == 0
@@ -642,13 +679,22 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	if rearm {
 		px = strconv.FormatInt(w.e.cfg.Timing.LeaseTTL.Milliseconds(), 10)
 	}
-	native := w.busy && expect == "" && !rearm && !w.e.noTx.Load()
-	w.busy = false
-	flag := ""
+	native := w.busyAfter != "" && expect == "" && !rearm && !w.e.noTx.Load()
+	after := w.busyAfter
+	w.busyAfter = ""
+	keys := make([]string, 0, 4+len(w.lanes))
+	keys = append(keys, w.leaseKey, w.liveKey, w.haltKey, w.leaseKey)
+	nonce := ""
 	if native {
-		flag = "1"
+		keys[3] = w.e.keys.ReadMarkKey(w.lanes[0], w.sub.group)
+		nonce = w.token + "/" + strconv.FormatUint(w.e.nonces.Add(1), 36)
 	}
-	args := []any{w.token, w.sub.group, w.consumer, w.e.cfg.BatchSize, expect, px, flag}
+	keys = append(keys, w.lanes...)
+	takeover := ""
+	if w.takeover {
+		takeover = strconv.Itoa(max(w.e.cfg.MaxUnacked, 1))
+	}
+	args := []any{w.token, w.sub.group, w.consumer, w.e.cfg.BatchSize, expect, px, nonce, w.owed, takeover}
 	for _, ids := range w.unackedByLane() {
 		args = append(args, len(ids))
 		for _, id := range ids {
@@ -661,7 +707,7 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	var read *redis.XStreamSliceCmd
 	var err error
 	if native {
-		res, read, err = w.drainNative(ctx, keys, args)
+		res, read, err = w.drainNative(ctx, keys, args, after)
 	} else {
 		res, err = scriptDrain.Run(ctx, w.e.rdb, keys, args...).Slice()
 	}
@@ -669,6 +715,8 @@ func (w *worker) drain(expect string) (drainResult, error) {
 		return drainResult{}, translateRedisErr(err)
 	}
 	w.unacked, w.sent = w.unacked[:0], 0 // the script acknowledged them all, fenced
+	w.owed = ""                          // and gave back what a lost read took, fenced or not
+	w.takeover = false                   // and corrected a previous owner's read-ahead
 	code, _ := res[0].(int64)
 	if rearm && code == drainEntries {
 		w.dormant.Store(false)
@@ -697,7 +745,9 @@ func (w *worker) drain(expect string) (drainResult, error) {
 		for _, m := range msgs {
 			r.entries = append(r.entries, entry{lane: 0, msg: m, deliveries: 1})
 		}
-		w.busy = len(msgs) >= w.e.cfg.BatchSize
+		if len(msgs) >= w.e.cfg.BatchSize {
+			w.busyAfter = msgs[len(msgs)-1].ID
+		}
 	case drainEntries:
 		lane, _ := res[1].(int64)
 		deliveries, _ := res[2].(int64)
@@ -713,34 +763,44 @@ func (w *worker) drain(expect string) (drainResult, error) {
 			}
 			r.entries = append(r.entries, entry{lane: int(lane) - 1, msg: m, deliveries: d})
 		}
-		w.busy = lane == 1 && deliveries == 1 && len(msgs) >= w.e.cfg.BatchSize
+		if lane == 1 && deliveries == 1 && len(msgs) >= w.e.cfg.BatchSize {
+			w.busyAfter = msgs[len(msgs)-1].ID
+		}
 	}
 	return r, nil
 }
 
-// drainNative runs drain.lua (args ask for a native read) and the first lane's XREADGROUP
-// in one transaction. The read's reply may be used only when the script answers
-// drainNative. When the script did not run or its reply was lost (NOSCRIPT after the
-// script cache was emptied, a connection error, MULTI refused), the script is sent again
-// alone, without the read.
-func (w *worker) drainNative(ctx context.Context, keys []string, args []any) ([]any, *redis.XStreamSliceCmd, error) {
+// drainNative runs drain.lua (args ask for a native read), the first lane's XREADGROUP
+// and settle.lua in one transaction. The read's reply may be used only when the script
+// answers drainNative; with any other answer, or when the script did not run (NOSCRIPT
+// after the script cache was emptied), settle.lua has given the read's entries their
+// delivery count back, and the script is sent again alone, without the read. When the
+// transaction's reply was lost (a connection error), it may have run: the entries the
+// read took after the id after are given their count back by the next drain (w.owed).
+func (w *worker) drainNative(ctx context.Context, keys []string, args []any, after string) ([]any, *redis.XStreamSliceCmd, error) {
 	pipe := w.e.rdb.TxPipeline()
 	script := pipe.EvalSha(ctx, scriptDrain.Hash(), keys, args...)
 	read := pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: w.sub.group, Consumer: w.consumer, Streams: []string{w.lanes[0], ">"},
 		Count: int64(w.e.cfg.BatchSize), Block: -1,
 	})
+	nonce := args[6]
+	scriptSettle.Eval(ctx, pipe, []string{w.lanes[0], keys[3]}, w.sub.group, w.consumer, nonce, after, w.e.cfg.BatchSize)
 	_, err := pipe.Exec(ctx)
 	if missing, _ := MissingPermission(err); missing != "" {
 		w.e.transactionsRefused(err)
-	} else if !isNoScript(script.Err()) && connErr(err) == nil {
+	} else if connErr(err) != nil {
+		w.owed = after
+		args[7] = after
+	} else if !isNoScript(script.Err()) {
 		res, err := script.Slice()
 		return res, read, err
 	}
 	// The script did not run, or may not have: send it alone (the acknowledgements again,
 	// which is harmless; after NOSCRIPT, Run sends its source with EVAL, which caches it
-	// again). Whatever the read took stays pending and is claimed in order.
-	args[6] = ""
+	// again). Whatever the read took stays pending, with its delivery count given back,
+	// and is claimed in order.
+	keys[3], args[6] = w.leaseKey, ""
 	res, err := scriptDrain.Run(ctx, w.e.rdb, keys, args...).Slice()
 	return res, nil, err
 }

@@ -1,8 +1,9 @@
 -- release.lua: give a lease back (graceful shutdown or hand-over), fenced.
 --
 -- Entries the owner read but never started are handed back with their delivery count
--- restored (XCLAIM ... RETRYCOUNT), so the next owner counts its first attempt as 1: a
--- graceful hand-over never costs an event one of its retries.
+-- restored (XCLAIM ... RETRYCOUNT), under the consumer __unstarted__ (see drain.lua), so
+-- the next owner counts its first attempt as 1: a graceful hand-over never costs an
+-- event one of its retries.
 --
 -- KEYS[1]   lease key
 -- KEYS[2]   control stream (capped notice stream); in cluster mode, where it is in
@@ -21,7 +22,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 for i = 7, #ARGV, 3 do
   local lane = KEYS[2 + tonumber(ARGV[i])]
-  redis.pcall('XCLAIM', lane, ARGV[2], ARGV[4], 0, ARGV[i + 1], 'RETRYCOUNT', ARGV[i + 2], 'JUSTID')
+  redis.pcall('XCLAIM', lane, ARGV[2], '__unstarted__', 0, ARGV[i + 1], 'RETRYCOUNT', ARGV[i + 2], 'JUSTID')
 end
 for i = #KEYS - tonumber(ARGV[5]) + 1, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
