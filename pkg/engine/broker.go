@@ -144,37 +144,43 @@ func (b *RedisBroker) publishCall(r Route, ev Event, dedupeSeq int64) ([]string,
 
 // indexAfterAppend is the second step of a publish on Redis Cluster, when the script
 // reported the partition's indexed mark missing (a new partition, or one reaped): write
-// the key into the category index with the appended entry id (a reap that read an older
-// value then leaves it, see unindex.lua), announce a new partition on the control stream,
-// and set the indexed mark, in that order. A publisher that stops before the mark is set
-// leaves it missing, so the next publish of the key (a retry after the error, the
-// relay's next attempt) writes the index again.
+// the key into the category index, announce the partition on the control stream, and set
+// the indexed mark while the lane still exists, in that order. A publisher that stops
+// before the mark is set leaves it missing, so the next publish of the key (a retry after
+// the error, the relay's next attempt) writes the index again.
 func (b *RedisBroker) indexAfterAppend(ctx context.Context, r Route, id string) error {
-	return indexPartition(ctx, b.rdb, b.keys, r.Category, r.Key, id, b.stepHook)
+	return indexPartition(ctx, b.rdb, b.keys, r.Category, r.Key, r.Stream, id, b.stepHook)
 }
 
+// indexValue is what an index write stores for a partition key on Redis Cluster: the
+// entry id it indexes and a random part, so that no two writes store the same value and
+// a reaper's compare-and-remove (unindex.lua) never matches a write that came after its
+// read, even a retried publish's, which indexes an entry appended before.
+func indexValue(entryID string) string { return entryID + "/" + randomToken() }
+
 // indexPartition writes a partition key into its category's index on Redis Cluster (see
-// indexAfterAppend). The reaper uses it too, to heal a partition whose publisher stopped
-// between the append and the index.
-func indexPartition(ctx context.Context, c redis.UniversalClient, k Keys, category, key, id string, hook func(string) bool) error {
-	added, err := c.HSet(ctx, k.PartitionIndex(category), key, id).Result()
-	if err != nil {
+// indexAfterAppend), announces it (discovery adds it to its view; an instance that
+// dropped the key while the partition was gone takes it again at once), then sets the
+// indexed mark only while the lane exists (mark.lua): after a reap that came in between,
+// the mark stays missing and the key's next publish indexes it again. The reaper uses it
+// too, to heal a partition whose publisher stopped between the append and the index.
+func indexPartition(ctx context.Context, c redis.UniversalClient, k Keys, category, key, lane, id string, hook func(string) bool) error {
+	stream := k.PartitionStream(category, key)
+	if err := c.HSet(ctx, k.PartitionIndex(category), key, indexValue(id)).Err(); err != nil {
 		return fmt.Errorf("engine: appended %s to %s but could not index it yet (the next publish of the key does): %w",
-			id, k.PartitionStream(category, key), translateRedisErr(err))
+			id, stream, translateRedisErr(err))
 	}
-	if added == 1 {
-		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: k.ControlStream(), MaxLen: 1000, Approx: true,
-			Values: []any{"op", "partition", "category", category, "key", key}}).Err(); err != nil {
-			return fmt.Errorf("engine: indexed %s but could not announce it (discovery finds it on its next full read): %w",
-				k.PartitionStream(category, key), translateRedisErr(err))
-		}
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: k.ControlStream(), MaxLen: 1000, Approx: true,
+		Values: []any{"op", "partition", "category", category, "key", key}}).Err(); err != nil {
+		return fmt.Errorf("engine: indexed %s but could not announce it (discovery finds it on its next full read): %w",
+			stream, translateRedisErr(err))
 	}
 	if hook != nil && !hook("indexed") {
 		return nil
 	}
-	if err := c.Set(ctx, k.IndexedMarkKey(k.PartitionStream(category, key)), "1", 0).Err(); err != nil {
+	if err := scriptMark.Run(ctx, c, []string{k.IndexedMarkKey(stream), lane}).Err(); err != nil {
 		return fmt.Errorf("engine: indexed %s but could not mark it (the next publish indexes it again): %w",
-			k.PartitionStream(category, key), translateRedisErr(err))
+			stream, translateRedisErr(err))
 	}
 	return nil
 }

@@ -228,8 +228,8 @@ func (k Keys) CategoryDLQStream(category string) string {
 }
 
 // PartitionIndex: see the package function. In cluster mode it is a hash (partition key
-// -> the entry id of the publish that indexed it), removed from only by a compare on that
-// id (see reap.lua and unindex.lua).
+// -> the entry id of the publish that indexed it and a random part, see indexValue),
+// removed from only by a compare on that value (see reap.lua and unindex.lua).
 func (k Keys) PartitionIndex(category string) string { return PartitionIndex(category) }
 
 // GroupRegistry: see the package function.

@@ -162,3 +162,85 @@ func TestReapNeverStrandsAPublishOnCluster(t *testing.T) {
 		t.Errorf("only %d of %d cases deleted the partition: the interleavings were not forced", reapedCases, len(cases))
 	}
 }
+
+// A publish retried with the event id of an entry the reap is retiring (a client that
+// resends after a lost reply, an outbox row sent again) appends nothing, and must not
+// write the index with that entry's id: the reaper's compare would then match and remove
+// the key while the retry sets the indexed mark, so that the key's next publish writes no
+// index entry and no instance ever finds the partition again. The retry is placed at
+// each point of the reap; afterwards a new event of the key must be handled.
+func TestReapNeverStrandsARetriedPublishOnCluster(t *testing.T) {
+	tg := redisTarget{cl: redistest.StartCluster(t, 3)}
+	rdb := tg.client(t)
+	ks := KeysFor(rdb)
+	s := &sink{rdb: tg.client(t), instance: "i1"}
+	d := testDomain(t, s.handle, nil)
+	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
+		c.Timing = fastTiming(time.Second)
+		c.Timing.ReapIdle = 300 * time.Millisecond
+	})
+	ctx := context.Background()
+	names := []string{"after the reaper read the index", "after the reap deleted the partition", "after the reaper unindexed the key"}
+	for at, where := range names {
+		key := fmt.Sprintf("r%d", at)
+		stream := ks.PartitionStream("order", key)
+		data, _ := json.Marshal(testPayload{Client: key, Seq: 1})
+		id := "retried-" + key
+		if _, err := NewRedisBroker(rdb).Publish(ctx, d, "OrderPlaced", data, PublishOptions{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, where+": first event handled", func() bool { return len(logOf(t, rdb, key)) == 1 })
+
+		point := map[string]int{"read-index": 0, "reaped": 1, "done": 2}
+		reached := make(chan int)
+		resume := make(chan bool)
+		hook := func(step, unit string) bool {
+			if unit != stream {
+				return true
+			}
+			reached <- point[step]
+			return <-resume
+		}
+		e.reapHook.Store(&hook)
+		reapedIt := false
+		for p := 0; p < 3; p++ {
+			var got int
+			select {
+			case got = <-reached:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: the reap never reached step %d", where, p)
+			}
+			if got == 1 {
+				reapedIt = true
+			}
+			if got == at {
+				// The retry, whole: a duplicate by its event id.
+				pub, err := NewRedisBroker(rdb).Publish(ctx, d, "OrderPlaced", data, PublishOptions{ID: id})
+				if err != nil {
+					t.Fatalf("%s: retry: %v", where, err)
+				}
+				if !pub.Duplicate {
+					t.Fatalf("%s: the retry appended %s: not a duplicate", where, pub.EntryID)
+				}
+			}
+			if p == 2 || got == 2 {
+				e.reapHook.Store(nil)
+				resume <- true
+				break
+			}
+			resume <- true
+		}
+		if !reapedIt {
+			t.Fatalf("%s: the partition was not reaped", where)
+		}
+		// The key's next event must be found and handled.
+		next, _ := json.Marshal(testPayload{Client: key, Seq: 2})
+		if _, err := NewRedisBroker(rdb).Publish(ctx, d, "OrderPlaced", next, PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, where+": the next event handled", func() bool { return len(logOf(t, rdb, key)) >= 2 })
+		if !isIndexed(t, rdb, "order", key) {
+			t.Errorf("%s: the partition's stream exists but its key is not indexed", where)
+		}
+	}
+}

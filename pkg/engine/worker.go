@@ -461,7 +461,7 @@ func (w *worker) reap() {
 		lane, _ := res[1].(string)
 		for i, l := range w.lanes {
 			if l == lane {
-				if err := indexPartition(ctx, w.e.rdb, k, w.u.laneCats[i], w.u.key, "reaper:"+randomToken(), nil); err != nil {
+				if err := indexPartition(ctx, w.e.rdb, k, w.u.laneCats[i], w.u.key, l, "reaper", nil); err != nil {
 					w.e.log.Warn("cannot index a partition whose publisher stopped early", "unit", w.u.name, "err", err)
 				}
 			}

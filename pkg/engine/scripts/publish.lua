@@ -16,8 +16,12 @@
 --
 -- On Redis Cluster the index and the control stream are in other slots: the script then
 -- only reports whether the partition's indexed mark is missing, and the publisher writes
--- the index (and announces a new partition) after the append, then sets the mark (see
--- Keys.IndexedMarkKey and the protocol in docs/concepts.md).
+-- the index (and announces the partition) after the append, then sets the mark (see
+-- Keys.IndexedMarkKey and the protocol in docs/concepts.md). A duplicate reports it only
+-- while the entry appended before is still in the stream: once that entry is gone, the
+-- partition was reaped (or trimmed past it) and the duplicate has nothing to index; an
+-- index write then would race with the reaper's compare and could remove the key for
+-- good.
 --
 -- KEYS[1]  target stream (category, partition lane)
 -- KEYS[2]  discovery index of the category (set), written with flag "i"; else KEYS[1]
@@ -38,24 +42,32 @@
 --   {1, id, x}  appended as entry id
 --   {0, id, x}  not appended: the mark is already at or past this sequence, or the event
 --               id was appended within the window; id is the entry appended before
---   x is 1 when flag "c" is given and the indexed mark is missing (the publisher must
---   write the index), else 0
+--   x is 1 when flag "c" is given, the indexed mark is missing and the entry (appended now,
+--   or before for a duplicate) is in the stream (the publisher must write the index),
+--   else 0
 local flags = ARGV[5]
 local function has(f) return string.find(flags, f, 1, true) ~= nil end
 local x = 0
 if has('c') and redis.call('EXISTS', KEYS[7]) == 0 then
   x = 1
 end
+-- duplicate answers for an event appended before as prev.
+local function duplicate(prev)
+  if x == 1 and (prev == '' or not redis.call('XRANGE', KEYS[1], prev, prev)[1]) then
+    x = 0
+  end
+  return {0, prev, x}
+end
 if has('m') then
   local last = redis.call('HGET', KEYS[4], 'seq')
   if last and tonumber(last) >= tonumber(ARGV[3]) then
-    return {0, redis.call('HGET', KEYS[4], 'id') or '', x}
+    return duplicate(redis.call('HGET', KEYS[4], 'id') or '')
   end
 end
 if has('e') then
   local prev = redis.call('GET', KEYS[5])
   if prev then
-    return {0, prev, x}
+    return duplicate(prev)
   end
 end
 local t = redis.call('TIME')
