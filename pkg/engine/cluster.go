@@ -292,10 +292,12 @@ func (w *worker) setLeaseExpiry(ctx context.Context, ttlMS string) error {
 // goDormant makes the idle worker's lease dormant, on Redis Cluster: without an expiry it
 // lives while the instance's session does (acquire.lua takes it only from an owner whose
 // session is gone), so 10,000 idle partitions cost no renewal at all. The worker is marked
-// dormant before the call, so no later heartbeat renews it; when the call fails the lease
-// keeps its expiry and the heartbeat renews it again. A renewal already in flight that
-// lands after the call gives the lease its expiry back: it then ends a lease TTL later,
-// the worker's re-arm finds it gone, and discovery takes the partition again.
+// dormant before the call, so no later heartbeat renews it; when the call is refused
+// because the lease's slot moved, the lease kept its expiry and the heartbeat renews it
+// again; when it gets no answer, the lease stays dormant (see below). A renewal already
+// in flight that lands after the call gives the lease its expiry back: it then ends a
+// lease TTL later, the worker's re-arm finds it gone, and discovery takes the partition
+// again.
 func (w *worker) goDormant() {
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL/2)
 	defer cancel()
@@ -305,8 +307,13 @@ func (w *worker) goDormant() {
 	case errors.Is(err, ErrFenced):
 		w.dormant.Store(false)
 		w.cancel()
+	case errors.Is(err, errLeaseMoved):
+		w.dormant.Store(false) // not applied: the lease's slot is served elsewhere now
 	default:
-		w.dormant.Store(false)
+		// No answer (a timeout, a lost reply): the lease may have lost its expiry. It
+		// stays dormant, so the next event re-arms it first (an idempotent, fenced
+		// PEXPIRE); meanwhile the heartbeat does not renew it, so a lease that kept its
+		// expiry lapses without an event running, and the re-arm then finds it gone.
 	}
 }
 

@@ -272,3 +272,64 @@ func TestDormantProcessManagerUnitOnCluster(t *testing.T) {
 		t.Error("the event started while the unit's lease or a guard had no expiry")
 	}
 }
+
+// lostDormancyReply is a client hook that lets the first call making a lease dormant
+// (renew.lua with a TTL of "0") run in Redis and then loses its reply, as a timeout or a
+// dropped connection would: the caller cannot tell whether the lease lost its expiry.
+type lostDormancyReply struct{ lost atomic.Int32 }
+
+func (h *lostDormancyReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lostDormancyReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *lostDormancyReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		a := cmd.Args()
+		if len(a) > 4 && fmt.Sprint(a[0]) == "evalsha" && fmt.Sprint(a[1]) == scriptRenew.Hash() && fmt.Sprint(a[4]) == "0" &&
+			err == nil && h.lost.CompareAndSwap(0, 1) {
+			cmd.SetErr(context.DeadlineExceeded)
+			return context.DeadlineExceeded
+		}
+		return err
+	}
+}
+
+// A lease whose move to dormancy got no answer may be dormant in Redis (no expiry): its
+// worker must treat it as dormant, so that the next event starts only after the lease got
+// its expiry back. Otherwise the event would run on a lease that lives only while the
+// session key does, and another instance that finds the session gone (a failover that
+// lost it) would take the partition while the event runs.
+func TestDormancyWithoutAnAnswerRearmsBeforeTheNextEvent(t *testing.T) {
+	tg, rdb, b := dormantCluster(t)
+	k, ctx := KeysFor(rdb), context.Background()
+	lease := k.LeaseKey(k.PartitionStream("order", "k1"), "Projector")
+	var ttlAtRun sync.Map // seq -> the lease's PTTL when the handler ran
+	handler := func(ctx context.Context, ev Event) error {
+		var p testPayload
+		if err := json.Unmarshal(ev.Data, &p); err != nil {
+			return err
+		}
+		ttlAtRun.Store(p.Seq, rdb.PTTL(ctx, lease).Val())
+		return nil
+	}
+	d := testDomain(t, handler, nil)
+	hook := &lostDormancyReply{}
+	client := tg.client(t)
+	client.AddHook(hook)
+	startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
+		c.Client = client
+		c.Timing = fastTiming(3 * time.Second) // heartbeats 600 ms apart
+	})
+	publish(t, b, d, "k1", 0, false)
+	waitFor(t, 10*time.Second, "the first event handled", func() bool { _, ok := ttlAtRun.Load(0); return ok })
+	waitFor(t, 20*time.Second, "the move to dormancy sent, its reply lost", func() bool { return hook.lost.Load() == 1 })
+	if pttl := rdb.PTTL(ctx, lease).Val(); pttl != -1 {
+		t.Fatalf("the lease has a PTTL of %v after the dormancy call ran: the call did not run", pttl)
+	}
+	publish(t, b, d, "k1", 1, false)
+	waitFor(t, 10*time.Second, "the next event handled", func() bool { _, ok := ttlAtRun.Load(1); return ok })
+	if v, _ := ttlAtRun.Load(1); v.(time.Duration) <= 0 {
+		t.Errorf("the next event ran on a lease without an expiry (PTTL %v): it was not re-armed first", v)
+	}
+}
