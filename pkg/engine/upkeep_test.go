@@ -223,13 +223,15 @@ func testReaping(t *testing.T, tg redisTarget) {
 	publish(t, b, d, "halted", 0, true) // poison, halts at once (max_retries 1)
 	publish(t, b, d, "behind", 0, false)
 	publish(t, b, d, "ghost", 0, false)
+	publish(t, b, d, "stray", 0, false)
 	waitFor(t, 5*time.Second, "first events handled", func() bool {
-		return len(logOf(t, rdb, "cold")) == 1 && len(logOf(t, rdb, "behind")) == 1 && len(logOf(t, rdb, "ghost")) == 1
+		return len(logOf(t, rdb, "cold")) == 1 && len(logOf(t, rdb, "behind")) == 1 && len(logOf(t, rdb, "ghost")) == 1 &&
+			len(logOf(t, rdb, "stray")) == 1
 	})
 	genBefore := leaseGenOf(t, rdb, "cold")
 	// Two more groups are expected on the category. Both are caught up on "cold" and
 	// "halted"; "Lagging" has read nothing of "behind"; "Ghost" has never read "ghost".
-	for _, k := range []string{"cold", "halted", "behind", "ghost"} {
+	for _, k := range []string{"cold", "halted", "behind", "ghost", "stray"} {
 		for _, g := range []string{"Lagging", "Ghost"} {
 			switch {
 			case k == "behind" && g == "Lagging":
@@ -241,14 +243,21 @@ func testReaping(t *testing.T, tg redisTarget) {
 		}
 	}
 	rdb.SAdd(ctx, GroupRegistry("order"), "Lagging", "Ghost")
+	// "stray" has a group that no registry names (it registered after the reaper read the
+	// registry, say, or was never registered): present on the stream and behind, it keeps
+	// the partition too.
+	rdb.XGroupCreate(ctx, ks.PartitionStream("order", "stray"), "Stray", "0")
 	waitFor(t, 10*time.Second, "cold reaped", func() bool {
 		return rdb.Exists(ctx, ks.PartitionStream("order", "cold")).Val() == 0 && !isIndexed(t, rdb, "order", "cold")
 	})
 	if rdb.Exists(ctx, ks.LeaseKey(ks.PartitionStream("order", "cold"), "Projector")).Val() != 0 {
 		t.Error("the reaped partition's lease is still there")
 	}
+	if tg.cl != nil && rdb.Exists(ctx, ks.GenerationKey(ks.PartitionStream("order", "cold"), "Projector")).Val() != 0 {
+		t.Error("the reaped partition's generation counter is still there")
+	}
 	time.Sleep(3 * idle)
-	for _, k := range []string{"halted", "behind", "ghost"} {
+	for _, k := range []string{"halted", "behind", "ghost", "stray"} {
 		if !isIndexed(t, rdb, "order", k) || rdb.Exists(ctx, ks.PartitionStream("order", k)).Val() == 0 {
 			t.Errorf("partition %s was reaped", k)
 		}

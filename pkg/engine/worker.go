@@ -423,6 +423,11 @@ func (w *worker) reap() {
 			keys = append(keys, k.GroupRegistry(c))
 		}
 	}
+	if k.cluster {
+		keys = append(keys, k.GenerationKey(w.u.name, w.sub.group))
+	} else {
+		keys = append(keys, w.leaseKey)
+	}
 	keys = append(keys, w.u.guards...)
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()

@@ -3,9 +3,13 @@
 --
 -- Only when, for every lane that exists: the last entry is older than the idle period by
 -- Redis TIME; every consumer group registered for the lane's category exists on the
--- stream, has been delivered the last entry and has nothing pending. A group that is down
--- or has never read the stream therefore keeps the partition. A halted partition is never
--- reaped. A publish after the reap re-creates the stream and re-adds the key to the index
+-- stream; and every group on the stream, registered or not, has been delivered the last
+-- entry and has nothing pending. A group that is down or has never read the stream
+-- therefore keeps the partition, and so does one on the stream that the registry as read
+-- does not name (on Redis Cluster the caller reads the registry before this script: a
+-- group that registered and read since is on the stream). A halted partition is never
+-- reaped. On Redis Cluster the unit's generation counter goes with it (generations stay
+-- above every one handed out before: they are floored at Redis time, see acquire.lua). A publish after the reap re-creates the stream and re-adds the key to the index
 -- in one script, so it is discovered again, never stranded.
 --
 -- KEYS[1]          lease key
@@ -14,7 +18,9 @@
 -- KEYS[4..3+n]     lane streams
 -- KEYS[4+n..3+2n]  discovery index of each lane's category
 -- KEYS[4+2n..3+3n] group registry of each lane's category
--- KEYS[4+3n..]     guard lease keys of the unit (see acquire.lua), dropped with the lease
+-- KEYS[4+3n]       generation counter of the unit on Redis Cluster; else the lease key
+--                  again, unread (one node: one counter per group, shared)
+-- KEYS[5+3n..]     guard lease keys of the unit (see acquire.lua), dropped with the lease
 -- ARGV[1]  token "{owner}:{generation}"
 -- ARGV[2]  idle period, ms
 -- ARGV[3]  n, the number of lanes
@@ -88,10 +94,11 @@ for i = 1, n do
       groups[info['name']] = info
     end
     for _, name in ipairs(registry(i)) do
-      local g = groups[name]
-      if not g then
+      if not groups[name] then
         return {-7, 'group ' .. name .. ' has never read ' .. lane}
       end
+    end
+    for name, g in pairs(groups) do
       if tonumber(g['pending']) > 0 then
         return {-7, 'group ' .. name .. ' has pending entries on ' .. lane}
       end
@@ -109,7 +116,10 @@ for i = 1, n do
     redis.call('SREM', KEYS[3 + n + i], ARGV[4])
   end
 end
-for i = 4 + 3 * n, #KEYS do
+if cluster then
+  redis.call('DEL', KEYS[4 + 3 * n])
+end
+for i = 5 + 3 * n, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
 end
 redis.call('DEL', KEYS[1])
