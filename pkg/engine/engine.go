@@ -433,6 +433,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	defer func() {
 		if !started { // a failed Start may be tried again
 			if e.sess != nil {
+				// The session may have opened: remove its key and registry entry now,
+				// and stop its local deadline, which would otherwise end it later and
+				// mark this instance as without a session after a successful Start.
+				cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				e.sess.abandon(cctx)
+				cancel()
 				e.sess.release()
 			}
 			e.mu.Lock()

@@ -49,6 +49,7 @@ type session struct {
 	reason string       // why there is no live incarnation ("" when live); guarded by mu
 
 	over    chan struct{} // capacity 1: an incarnation ended; wakes the heartbeat loop
+	quiet   atomic.Bool   // abandoned by a failed Start: an ending incarnation says nothing
 	started time.Time
 	host    string
 }
@@ -220,6 +221,9 @@ func (s *session) ended(in *incarnation, reason string) {
 		s.reason = reason
 	}
 	s.mu.Unlock()
+	if s.quiet.Load() {
+		return
+	}
 	if !s.e.stopping() {
 		s.e.log.Warn("session over: every lease of this incarnation is dropped; a new one opens when Redis allows",
 			"owner", in.owner, "reason", reason)
@@ -417,6 +421,13 @@ func (s *session) reopen() {
 	}
 	s.e.health.clear(healthRedis)
 	s.e.kickDiscovery()
+}
+
+// abandon closes the session of a Start that failed, quietly: nothing is logged and the
+// engine's health is left to the next Start.
+func (s *session) abandon(ctx context.Context) {
+	s.quiet.Store(true)
+	s.close(ctx)
 }
 
 // close ends the session at shutdown: the leases were released by the workers.

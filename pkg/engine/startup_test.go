@@ -113,3 +113,44 @@ func TestLeaseLeftBySelfIsReadopted(t *testing.T) {
 		}
 	}
 }
+
+// A Start that fails after its session opened (here the doorbell cannot read the control
+// stream) leaves nothing behind: the session key and the registry entry are removed at
+// once, and the failed attempt's local deadline does not later mark the instance as
+// without a session once a second Start succeeded.
+func TestFailedStartLeavesNoSession(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	k := KeysFor(rdb)
+	if err := rdb.Set(ctx, k.ControlStream(), "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	const ttl = time.Second
+	e, err := New(EngineConfig{Domain: d, Client: srv.Client(t), InstanceID: "i1", Timing: fastTiming(ttl),
+		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err == nil {
+		t.Fatal("Start succeeded with a control stream that is not a stream")
+	}
+	if n := len(rdb.Keys(ctx, k.SessionPrefix()+"*").Val()); n != 0 {
+		t.Errorf("%d session keys left by the failed Start, want 0", n)
+	}
+	if n := rdb.HLen(ctx, k.InstancesKey()).Val(); n != 0 {
+		t.Errorf("%d registry entries left by the failed Start, want 0", n)
+	}
+	if err := rdb.Del(ctx, k.ControlStream()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	time.Sleep(2 * ttl) // past the failed attempt's local lease deadline
+	if ok, why := e.Health(); !ok {
+		t.Errorf("not ready after a successful Start: %s", why)
+	}
+}
