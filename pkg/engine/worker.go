@@ -166,13 +166,24 @@ func (w *worker) park(d time.Duration, reapDue bool) error {
 		w.parkTimer = time.AfterFunc(d, func() { w.resume(true) })
 	}
 	w.parkStop = context.AfterFunc(w.ctx, func() { w.resume(false) })
-	w.parkMu.Unlock()
+	// A poke that came before parked was visible left its wake-up in w.wake. It is taken
+	// under parkMu: no resume can run meanwhile, so this park is still the worker's, and
+	// the wake-up taken is one meant for it, never one a later park of the worker (started
+	// by a resume once parkMu is released) must see.
+	woke := false
 	select {
-	case <-w.wake: // poked before parked was visible
-		w.resume(false)
+	case <-w.wake:
+		woke = true
 	case <-w.e.stopped:
-		w.resume(false)
+		woke = true
 	default:
+	}
+	w.parkMu.Unlock()
+	if f := w.e.parkHook.Load(); f != nil {
+		(*f)(w)
+	}
+	if woke {
+		w.resume(false)
 	}
 	return errParked
 }
