@@ -264,7 +264,9 @@ func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[str
 		if err := idx.err(); err != nil {
 			return nil, nil, translateRedisErr(err)
 		}
-		v.install(idx, in, now, e.cfg.DiscoveryInterval, e.dom.backfillSuffix())
+		if v.install(idx, in, now, e.cfg.DiscoveryInterval, e.dom.backfillSuffix()) {
+			e.forgetGoneUnits()
+		}
 	}
 	return e.viewUnits(), instances.Val(), nil
 }
@@ -351,6 +353,7 @@ func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passS
 	}
 	var failed error
 	nFailed, taken, lost := 0, 0, 0
+	dropped := false
 	for i, u := range try {
 		res, err := cmds[i].Slice()
 		if err != nil || len(res) == 0 {
@@ -376,8 +379,11 @@ func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passS
 		case -4:
 			// Reaped since the view learnt of it: nothing to own until a publish
 			// re-creates it (and announces it on the control stream).
-			e.view.drop(u, seq)
+			dropped = e.view.drop(u, seq) || dropped
 		}
+	}
+	if dropped {
+		e.forgetGoneUnits()
 	}
 	if failed != nil {
 		e.health.set(healthLeases, "lease taking fails: "+failed.Error())

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -220,4 +221,43 @@ func TestControlGapCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An instance remembers the owner of each partition another instance holds (so a pass
+// need not read its lease again). Once such a partition is reaped and its key leaves the
+// instance's view of the index, that memory goes too: a key used once costs nothing for
+// good. The instance here is at its share (three halted partitions of four, with another
+// live instance registered), so it never forgets owners to look for more work.
+func TestOwnerCacheForgetsReapedPartitions(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	k := KeysFor(rdb)
+	s := &sink{rdb: srv.Client(t), instance: "i"}
+	d := testDomain(t, s.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
+	b := NewRedisBroker(rdb)
+	for i := 0; i < 3; i++ {
+		publish(t, b, d, "h"+strconv.Itoa(i), 0, true) // halts: never reaped
+	}
+	// Another instance, alive, owns partition "other".
+	other := "x.peer0001"
+	info, _ := json.Marshal(InstanceInfo{ID: "x", Owner: other, HeartbeatMS: time.Now().UnixMilli()})
+	rdb.Set(ctx, k.SessionKey(other), "x", 0)
+	rdb.HSet(ctx, k.InstancesKey(), "x#peer", string(info))
+	publish(t, b, d, "other", 0, false)
+	stream := k.PartitionStream("order", "other")
+	rdb.Set(ctx, k.LeaseKey(stream, "Projector"), other+":5", 0)
+	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) { c.Timing = fastTiming(time.Second) })
+	id := "Projector\x00" + stream
+	remembered := func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		_, ok := e.knownOwner[id]
+		return ok
+	}
+	waitFor(t, 10*time.Second, "the other instance's partition remembered", remembered)
+	// The other instance reaps it.
+	rdb.Del(ctx, stream, k.LeaseKey(stream, "Projector"))
+	rdb.SRem(ctx, k.PartitionIndex("order"), "other")
+	waitFor(t, 10*time.Second, "the reaped partition's owner forgotten", func() bool { return !remembered() })
 }

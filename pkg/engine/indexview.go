@@ -188,8 +188,9 @@ func (r *indexRead) err() error {
 }
 
 // install replaces the view by a full read done in incarnation in. Keys announced
-// while the read was in flight are kept even when the read missed them.
-func (v *indexView) install(r *indexRead, in *incarnation, now time.Time, interval time.Duration, suffix string) {
+// while the read was in flight are kept even when the read missed them. It reports
+// whether a key the view held is gone from it.
+func (v *indexView) install(r *indexRead, in *incarnation, now time.Time, interval time.Duration, suffix string) (dropped bool) {
 	tail := firstID(r.tail.Val(), "0-0")
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -203,6 +204,8 @@ func (v *indexView) install(r *indexRead, in *incarnation, now time.Time, interv
 		for k, s := range old {
 			if s > r.seq {
 				next[k] = s
+			} else if _, kept := next[k]; !kept {
+				dropped = true
 			}
 		}
 		v.cats[c] = next
@@ -221,13 +224,15 @@ func (v *indexView) install(r *indexRead, in *incarnation, now time.Time, interv
 	v.inc, v.lastFull = in, now
 	every := fullReadEvery * interval
 	v.next = now.Add(every - rand.N(every/5+1))
+	return dropped
 }
 
 // drop removes a unit's key from the view after acquire.lua found none of its lanes,
-// unless a notice announced the key after seq (a publish re-created it since).
-func (v *indexView) drop(u unit, seq uint64) {
+// unless a notice announced the key after seq (a publish re-created it since). It
+// reports whether the key is gone from the view.
+func (v *indexView) drop(u unit, seq uint64) (dropped bool) {
 	if u.key == "" {
-		return
+		return false
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -235,6 +240,31 @@ func (v *indexView) drop(u unit, seq uint64) {
 		if s, ok := v.cats[c][u.key]; ok && s <= seq {
 			delete(v.cats[c], u.key)
 			v.units = nil
+			dropped = true
+		}
+	}
+	return dropped
+}
+
+// forgetGoneUnits drops what the engine remembers of units whose keys left the view
+// (their cached owner, the sequence of their last release): a partition reaped, or
+// never created, costs nothing once it is gone. O(units in the view), run only when the
+// view lost a key.
+func (e *Engine) forgetGoneUnits() {
+	live := map[string]bool{}
+	for _, u := range e.viewUnits() {
+		live[u.id()] = true
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id := range e.knownOwner {
+		if !live[id] {
+			delete(e.knownOwner, id)
+		}
+	}
+	for id := range e.releasedAt {
+		if !live[id] {
+			delete(e.releasedAt, id)
 		}
 	}
 }
