@@ -17,6 +17,10 @@ type PublishOptions struct {
 	// Priority is the lane priority (default 0); with lanes enabled, below the threshold
 	// means the backfill lane.
 	Priority int
+	// SkipReplicaWait leaves out the wait for replicas of a broker made WithReplicas
+	// ([broker] min_replicas): a caller that publishes many events sets it on each and
+	// calls RedisBroker.AwaitReplicas once after the last, one WAIT for all of them.
+	SkipReplicaWait bool
 }
 
 // Published says where an event went.
@@ -64,6 +68,11 @@ func (b *RedisBroker) Client() redis.UniversalClient { return b.rdb }
 // Publish routes and appends one event. The key is extracted and validated first: an
 // invalid key returns a *InvalidKeyError and nothing is written. For a partition stream
 // the XADD and the index SADD happen in one script.
+//
+// With a broker made WithReplicas (min_replicas N > 0) it then waits for N replicas
+// (unless opt.SkipReplicaWait): when fewer acknowledge in time it returns the Published
+// of the event, which is on the primary, with a *ReplicaShortfallError: a failover may
+// lose it.
 func (b *RedisBroker) Publish(ctx context.Context, d *Domain, eventType string, data []byte, opt PublishOptions) (Published, error) {
 	r, err := d.Route(eventType, data, opt.Priority)
 	if err != nil {
@@ -73,7 +82,19 @@ func (b *RedisBroker) Publish(ctx context.Context, d *Domain, eventType string, 
 	if ev.ID == "" {
 		ev.ID = NewEventID()
 	}
-	return b.PublishRouted(ctx, r, ev, 0)
+	pub, err := b.PublishRouted(ctx, r, ev, 0)
+	if err != nil || opt.SkipReplicaWait {
+		return pub, err
+	}
+	return pub, b.waitReplicas(ctx, "publish")
+}
+
+// AwaitReplicas waits for the replicas of a broker made WithReplicas to acknowledge
+// every write done before the call (one WAIT), for a caller that published many events
+// with SkipReplicaWait or PublishRouted; write names them in a shortfall ("publish of 12
+// events"). With no replicas required it returns nil at once.
+func (b *RedisBroker) AwaitReplicas(ctx context.Context, write string) error {
+	return b.waitReplicas(ctx, write)
 }
 
 // PublishDedupeWindow is how long a direct publish remembers an event id on its stream:

@@ -17,8 +17,9 @@ import (
 //
 //   - a lease grant, before the new owner starts working the partition (a grant lost on
 //     failover would let the generation counter hand the same fencing token out twice);
-//   - every operator action (skip, move to the DLQ, retry, DLQ replay), before it is
-//     reported done;
+//   - every operator action (skip, move to the DLQ, retry, DLQ replay) and every publish
+//     of a broker made WithReplicas (seqctl publish: once per event, or per file), before
+//     it is reported done;
 //   - an outbox row's append, before the relay marks the row PUBLISHED (package outbox).
 //
 // How the wait covers the write. WAIT only counts writes made earlier on the connection
@@ -54,8 +55,8 @@ var ErrReplicaShortfall = errors.New("engine: replica shortfall")
 // within the timeout. The write is done on the primary, but a failover before the
 // replicas catch up may lose it.
 type ReplicaShortfallError struct {
-	// Write names what was written: "lease grant", "skip", "move to DLQ", "retry",
-	// "DLQ replay", "outbox append".
+	// Write names what was written: "lease grant", "publish", "skip", "move to DLQ",
+	// "retry", "DLQ replay", "outbox append".
 	Write string
 	// Want is the required replica count (min_replicas); Got how many acknowledged.
 	Want, Got int
@@ -132,11 +133,12 @@ type replicaPolicy struct {
 	timeout time.Duration
 }
 
-// WithReplicas returns a broker over the same client whose operator writes (Skip,
+// WithReplicas returns a broker over the same client whose writes (Publish, Skip,
 // MoveToDLQ, Retry, ReplayDLQ) each wait for n replicas, at most timeout (0:
-// DefaultReplicaTimeout), before they return. When fewer acknowledge, the action is done
+// DefaultReplicaTimeout), before they return. When fewer acknowledge, the write is done
 // on the primary and the call returns a *ReplicaShortfallError: the caller must say that
-// the action may be lost on failover. n <= 0 waits for nothing. Publish does not wait.
+// it may be lost on failover. n <= 0 waits for nothing. PublishRouted does not wait (the
+// outbox relay waits once per round): see AwaitReplicas.
 func (b *RedisBroker) WithReplicas(n int, timeout time.Duration) *RedisBroker {
 	c := *b
 	c.repl = replicaPolicy{n: n, timeout: timeout}

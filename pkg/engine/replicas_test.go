@@ -224,3 +224,47 @@ func TestReplicaWaitRefusedOnCluster(t *testing.T) {
 		t.Fatalf("WaitReplicas on a cluster client: err = %v", err)
 	}
 }
+
+// A broker with min_replicas waits for the replicas after a publish too: one WAIT per
+// Publish call, or one for many events (SkipReplicaWait on each, then AwaitReplicas).
+// With the replica gone, the publish is done on the primary and says it may be lost.
+func TestReplicaWaitAfterPublish(t *testing.T) {
+	primary := redistest.Start(t)
+	replica := redistest.StartReplica(t, primary)
+	prc := primary.Client(t)
+	ctx := context.Background()
+	b := NewRedisBroker(prc).WithReplicas(1, 300*time.Millisecond)
+	d := testDomain(t, nil, nil)
+	waits := func() int64 { return redistest.CommandCalls(t, prc, "wait") }
+	data := []byte(`{"client_id":"A","seq":1}`)
+
+	before := waits()
+	if _, err := b.Publish(ctx, d, "OrderPlaced", data, PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := waits() - before; n != 1 {
+		t.Errorf("one publish: %d WAIT calls, want 1", n)
+	}
+	before = waits()
+	for i := 0; i < 10; i++ {
+		if _, err := b.Publish(ctx, d, "OrderPlaced", data, PublishOptions{SkipReplicaWait: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.AwaitReplicas(ctx, "publish of 10 events"); err != nil {
+		t.Fatal(err)
+	}
+	if n := waits() - before; n != 1 {
+		t.Errorf("ten publishes and one AwaitReplicas: %d WAIT calls, want 1", n)
+	}
+
+	replica.Stop()
+	pub, err := b.Publish(ctx, d, "OrderPlaced", data, PublishOptions{})
+	var se *ReplicaShortfallError
+	if !errors.As(err, &se) || se.Write != "publish" || !strings.Contains(err.Error(), "may lose it") {
+		t.Fatalf("publish with the replica down: err = %v, want a *ReplicaShortfallError for the publish", err)
+	}
+	if pub.EntryID == "" || prc.XLen(ctx, pub.Stream).Val() != 12 {
+		t.Errorf("the publish with the replica down was not done on the primary: %+v", pub)
+	}
+}

@@ -287,7 +287,8 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 	}
 	routeRedisLogs(nil)
 	rdb := conn.newClient()
-	return &publisher{dom: dom, broker: engine.NewRedisBroker(rdb), redis: conn}, func() { _ = rdb.Close() }, nil
+	broker := engine.NewRedisBroker(rdb).WithReplicas(cfg.Broker.MinReplicas, cfg.Broker.ReplicaTimeout)
+	return &publisher{dom: dom, broker: broker, redis: conn}, func() { _ = rdb.Close() }, nil
 }
 
 func publishRun(ctx context.Context, opts *PublishOptions) error {
@@ -328,18 +329,35 @@ func publishWith(ctx context.Context, opts *PublishOptions, p *publisher) error 
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", opts.Event, err)
 	}
+	// The event is on the primary now: say where, then whether the replicas have it.
 	out := opts.IO.Out
 	switch {
 	case structured(opts.Output):
-		return writeData(out, opts.Output, res)
+		err = writeData(out, opts.Output, res)
 	case opts.IO.IsTerminal:
 		_, err = fmt.Fprintf(out, "%s published %s %s to %s as entry %s\n",
 			opts.IO.Green("✓"), res.Type, opts.IO.Gray(res.EventID), opts.IO.Bold(res.Stream), res.EntryID)
-		return err
 	default:
 		_, err = fmt.Fprintf(out, "%s\t%s\t%s\n", res.Stream, res.EntryID, res.EventID)
+	}
+	if err != nil {
 		return err
 	}
+	return p.awaitReplicas(ctx, 1)
+}
+
+// awaitReplicas waits once, after n events were published, for the replicas that
+// [broker] min_replicas asks for (nothing when it is 0). A shortfall is an error (exit 1)
+// that says the events are on the primary but a failover may lose them.
+func (p *publisher) awaitReplicas(ctx context.Context, n int) error {
+	if n == 0 {
+		return nil
+	}
+	what := "publish"
+	if n > 1 {
+		what = fmt.Sprintf("publish of %d events", n)
+	}
+	return p.broker.AwaitReplicas(ctx, what)
 }
 
 // fileLine is one line of a file without --event.
@@ -442,6 +460,9 @@ func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error 
 	bar.done()
 	if err := rows.Flush(); err != nil && abort == nil {
 		abort = err
+	}
+	if err := p.awaitReplicas(ctx, sum.Published); err != nil && abort == nil {
+		abort = fmt.Errorf("%s: %w", name, err)
 	}
 	sum.Seconds = time.Since(start).Seconds()
 	if abort != nil {

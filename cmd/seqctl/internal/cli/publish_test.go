@@ -384,3 +384,42 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// With [broker] min_replicas, seqctl publish reports a publish done only once that many
+// replicas have it (one WAIT per command, a file's events included): with no replica it
+// exits 1 saying the events are on the primary but a failover may lose them; with one, 0.
+func TestPublishWaitsForReplicas(t *testing.T) {
+	t.Setenv(engine.EnvRedisURL, "")
+	primary := redistest.Start(t)
+	domain := strings.Replace(publishDomain, `name = "shop"`, "name = \"shop\"\n\n[broker]\nmin_replicas = 1\nreplica_timeout_ms = 300", 1)
+	cfg := writeConfig(t, domain)
+	base := []string{"publish", "--config", cfg, "--redis-url", primary.URL}
+	file := filepath.Join(t.TempDir(), "events.jsonl")
+	writeFile(t, file, "{\"client_id\":\"c-1\"}\n{\"client_id\":\"c-2\"}\n{\"client_id\":\"c-3\"}\n")
+	one := append(base, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)
+	many := append(base, "--event", "OrderPlaced", "--data", "@"+file)
+	rdb := primary.Client(t)
+	waits := func() int64 { return redistest.CommandCalls(t, rdb, "wait") }
+
+	for _, args := range [][]string{one, many} {
+		res := runCLI(t, false, args...)
+		if res.Code != ExitFailure || !strings.Contains(res.Stderr, "0 of the 1 required replicas") || !strings.Contains(res.Stderr, "a failover may lose") {
+			t.Errorf("%v without a replica: exit %d, stderr %q; want exit 1 naming the replicas", args[len(args)-1], res.Code, res.Stderr)
+		}
+	}
+	if n := rdb.XLen(context.Background(), "order:c-1").Val(); n != 2 {
+		t.Errorf("order:c-1 holds %d entries, want 2: the publishes are done on the primary", n)
+	}
+
+	redistest.StartReplica(t, primary)
+	for _, args := range [][]string{one, many} {
+		before := waits()
+		res := runCLI(t, false, args...)
+		if res.Code != 0 {
+			t.Errorf("%v with a replica: exit %d, stderr %q", args[len(args)-1], res.Code, res.Stderr)
+		}
+		if n := waits() - before; n != 1 {
+			t.Errorf("%v: %d WAIT calls, want 1", args[len(args)-1], n)
+		}
+	}
+}
