@@ -224,10 +224,9 @@ type Engine struct {
 	bell   *doorbell
 	slots  *slots // handler slots: back-pressure on handler calls
 	acker  *acker
-	health health        // why the instance cannot take or keep leases
-	logs   *rateLog      // one line per cause per interval, for outages every partition sees
-	noTx   atomic.Bool   // the Redis user may not run MULTI/EXEC: no native reads (worker.drain)
-	nonces atomic.Uint64 // numbers the native read transactions (worker.drain)
+	health health      // why the instance cannot take or keep leases
+	logs   *rateLog    // one line per cause per interval, for outages every partition sees
+	noTx   atomic.Bool // the Redis user may not run MULTI/EXEC: no native reads (worker.drain)
 	// killed (tests) makes the workers exit as a killed process's do: without a call to
 	// Redis (see crash).
 	killed  atomic.Bool

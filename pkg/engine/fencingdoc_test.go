@@ -24,15 +24,14 @@ func TestConceptsNameTheScriptsThatCheckTheSession(t *testing.T) {
 	list := text[i+len(lead):]
 	list = list[:strings.IndexAny(list, ".(")]
 	scripts := map[string][]string{
-		"reading":                {"drain.lua"},
-		"acknowledging":          {"ack.lua", "ackmany.lua"},
-		"reclaiming":             {"drain.lua"},
-		"writing a halt record":  {"halt.lua"},
-		"trimming":               {"trim.lua"},
-		"reaping":                {"reap.lua"},
-		"releasing":              {"release.lua"},
-		"giving entries back":    {"giveback.lua"},
-		"settling a native read": {"settle.lua"},
+		"reading":               {"drain.lua"},
+		"acknowledging":         {"ack.lua", "ackmany.lua"},
+		"reclaiming":            {"drain.lua"},
+		"writing a halt record": {"halt.lua"},
+		"trimming":              {"trim.lua"},
+		"reaping":               {"reap.lua"},
+		"releasing":             {"release.lua"},
+		"giving entries back":   {"giveback.lua"},
 	}
 	session := regexp.MustCompile(`redis\.call\('EXISTS', KEYS\[\d\]\) == 0`)
 	lease := regexp.MustCompile(`redis\.call\('GET', KEYS\[1\]\) ~= ARGV\[1\]`)

@@ -257,13 +257,6 @@ func (k Keys) GenerationKey(unit, group string) string {
 // single node, where publish.lua writes the index itself.
 func (k Keys) IndexedMarkKey(stream string) string { return k.tagged(stream) + ":__indexed__" }
 
-// ReadMarkKey is where drain.lua tells settle.lua, inside a busy partition's read
-// transaction, that the transaction's own XREADGROUP may be used (string: the
-// transaction's nonce, PX one minute, deleted by settle.lua in the same transaction).
-func (k Keys) ReadMarkKey(stream, group string) string {
-	return k.tagged(stream) + ":__read__:" + group
-}
-
 // InstancesKey: see the package function.
 func (k Keys) InstancesKey() string { return k.global("instances") }
 

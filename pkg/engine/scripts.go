@@ -30,21 +30,19 @@ func mustScript(name string) *redis.Script {
 
 // The Lua scripts; each file's header documents KEYS, ARGV and return codes.
 var (
-	scriptAcquire = mustScript("acquire.lua")
-	scriptRelease = mustScript("release.lua")
-	scriptAck     = mustScript("ack.lua")
-	scriptAckMany = mustScript("ackmany.lua")
-	scriptPublish = mustScript("publish.lua")
-	scriptDrain   = mustScript("drain.lua")
-	scriptHalt    = mustScript("halt.lua")
-	scriptResolve = mustScript("resolve.lua")
-	scriptReap    = mustScript("reap.lua")
-	scriptTrim    = mustScript("trim.lua")
-	scriptReplay  = mustScript("replay.lua")
-	scriptUnindex = mustScript("unindex.lua")
-	scriptMark    = mustScript("mark.lua")
-	// scriptSettle is always sent with EVAL (see settle.lua), so it is never loaded.
-	scriptSettle   = mustScript("settle.lua")
+	scriptAcquire  = mustScript("acquire.lua")
+	scriptRelease  = mustScript("release.lua")
+	scriptAck      = mustScript("ack.lua")
+	scriptAckMany  = mustScript("ackmany.lua")
+	scriptPublish  = mustScript("publish.lua")
+	scriptDrain    = mustScript("drain.lua")
+	scriptHalt     = mustScript("halt.lua")
+	scriptResolve  = mustScript("resolve.lua")
+	scriptReap     = mustScript("reap.lua")
+	scriptTrim     = mustScript("trim.lua")
+	scriptReplay   = mustScript("replay.lua")
+	scriptUnindex  = mustScript("unindex.lua")
+	scriptMark     = mustScript("mark.lua")
 	scriptGiveBack = mustScript("giveback.lua")
 	// scriptRenew runs on Redis Cluster only (its flags line is not understood by the
 	// embedded server of seqctl dev), so it is not in allScripts.

@@ -679,14 +679,14 @@ type drainResult struct {
 // drain calls drain.lua: ack w.unacked, then read (expect: "" or "{lane}|{id}").
 //
 // While a partition is busy (its last read filled a batch of new entries of the first
-// lane), the read of the first lane's new entries is a plain XREADGROUP that follows the
+// lane), the read of the first lane's new entries is a plain XREADGROUP, followed by the
 // script in one MULTI/EXEC transaction: atomic with the fence check, and without the
 // conversion of every entry into Lua and back, which costs Redis more than the rest of
-// the call. The script tells whether that read may be used: only when the lane had no
-// pending entry, so its entries are the ones after everything already handled. When it
-// may not (fenced, halted, an older entry pending), settle.lua, last in the transaction,
-// gives the read's entries their delivery count back; they stay pending and later calls
-// claim them in order.
+// the call. The script then tells whether that read may be used: only when the fence
+// holds, no halt record exists and the lane's pending entries are exactly what the read
+// took, so its entries are the ones after everything already handled. When it may not
+// (fenced, halted, an older entry pending), the script gives the read's entries their
+// delivery count back; they stay pending and later calls claim them in order.
 func (w *worker) drain(expect string) (drainResult, error) {
 	// A dormant lease without guards gets its expiry back in the read itself; one with
 	// guards is re-armed by rearm before an event starts.
@@ -696,21 +696,19 @@ func (w *worker) drain(expect string) (drainResult, error) {
 		px = strconv.FormatInt(w.e.cfg.Timing.LeaseTTL.Milliseconds(), 10)
 	}
 	native := w.busyAfter != "" && expect == "" && !rearm && !w.e.noTx.Load()
-	after := w.busyAfter
-	w.busyAfter = ""
-	keys := make([]string, 0, 4+len(w.lanes))
-	keys = append(keys, w.leaseKey, w.liveKey, w.haltKey, w.leaseKey)
-	nonce := ""
+	after := ""
 	if native {
-		keys[3] = w.e.keys.ReadMarkKey(w.lanes[0], w.sub.group)
-		nonce = w.token + "/" + strconv.FormatUint(w.e.nonces.Add(1), 36)
+		after = w.busyAfter
 	}
+	w.busyAfter = ""
+	keys := make([]string, 0, 3+len(w.lanes))
+	keys = append(keys, w.leaseKey, w.liveKey, w.haltKey)
 	keys = append(keys, w.lanes...)
 	takeover := ""
 	if w.takeover {
 		takeover = strconv.Itoa(max(w.e.cfg.MaxUnacked, 1))
 	}
-	args := []any{w.token, w.sub.group, w.consumer, w.e.cfg.BatchSize, expect, px, nonce, w.owed, takeover}
+	args := []any{w.token, w.sub.group, w.consumer, w.e.cfg.BatchSize, expect, px, after, w.owed, takeover}
 	for _, ids := range w.unackedByLane() {
 		args = append(args, len(ids))
 		for _, id := range ids {
@@ -723,7 +721,7 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	var read *redis.XStreamSliceCmd
 	var err error
 	if native {
-		res, read, err = w.drainNative(ctx, keys, args, after)
+		res, read, err = w.drainNative(ctx, keys, args)
 	} else {
 		res, err = scriptDrain.Run(ctx, w.e.rdb, keys, args...).Slice()
 	}
@@ -754,7 +752,7 @@ func (w *worker) drain(expect string) (drainResult, error) {
 			return drainResult{}, translateRedisErr(err)
 		}
 		if len(streams) == 0 || len(streams[0].Messages) == 0 {
-			return w.drain("") // the lane is drained: the script reads the other lanes
+			return drainResult{}, errors.New("engine: the drain script accepted an empty native read")
 		}
 		msgs := streams[0].Messages
 		r.code, r.entries = drainEntries, make([]entry, 0, len(msgs))
@@ -786,37 +784,35 @@ func (w *worker) drain(expect string) (drainResult, error) {
 	return r, nil
 }
 
-// drainNative runs drain.lua (args ask for a native read), the first lane's XREADGROUP
-// and settle.lua in one transaction. The read's reply may be used only when the script
-// answers drainNative; with any other answer, or when the script did not run (NOSCRIPT
-// after the script cache was emptied), settle.lua has given the read's entries their
-// delivery count back, and the script is sent again alone, without the read. When the
-// transaction's reply was lost (a connection error), it may have run: the entries the
-// read took after the id after are given their count back by the next drain (w.owed).
-func (w *worker) drainNative(ctx context.Context, keys []string, args []any, after string) ([]any, *redis.XStreamSliceCmd, error) {
+// drainNative runs the first lane's XREADGROUP and then drain.lua (args[6]: the last id
+// the worker read before) in one transaction. The read runs first, whatever the script
+// then finds; its reply may be used only when the script answers drainNative, and with
+// any other answer the script has given the read's entries their delivery count back.
+// When the script did not run (NOSCRIPT after the script cache was emptied, MULTI
+// refused) or the transaction's reply was lost (a connection error), the script is sent
+// again alone, without the read, and gives back what the read may have taken (args[7]).
+func (w *worker) drainNative(ctx context.Context, keys []string, args []any) ([]any, *redis.XStreamSliceCmd, error) {
 	pipe := w.e.rdb.TxPipeline()
-	script := pipe.EvalSha(ctx, scriptDrain.Hash(), keys, args...)
 	read := pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: w.sub.group, Consumer: w.consumer, Streams: []string{w.lanes[0], ">"},
 		Count: int64(w.e.cfg.BatchSize), Block: -1,
 	})
-	nonce := args[6]
-	scriptSettle.Eval(ctx, pipe, []string{w.lanes[0], keys[3]}, w.sub.group, w.consumer, nonce, after, w.e.cfg.BatchSize)
+	script := pipe.EvalSha(ctx, scriptDrain.Hash(), keys, args...)
 	_, err := pipe.Exec(ctx)
+	after := args[6]
 	if missing, _ := MissingPermission(err); missing != "" {
-		w.e.transactionsRefused(err)
-	} else if connErr(err) != nil {
-		w.owed = after
+		w.e.transactionsRefused(err) // nothing ran
+	} else if connErr(err) != nil || isNoScript(script.Err()) {
+		w.owed, _ = after.(string) // the read may have run without the script
 		args[7] = after
-	} else if !isNoScript(script.Err()) {
+	} else {
 		res, err := script.Slice()
 		return res, read, err
 	}
-	// The script did not run, or may not have: send it alone (the acknowledgements again,
-	// which is harmless; after NOSCRIPT, Run sends its source with EVAL, which caches it
-	// again). Whatever the read took stays pending, with its delivery count given back,
-	// and is claimed in order.
-	keys[3], args[6] = w.leaseKey, ""
+	// Sent again alone, with the acknowledgements again, which is harmless; after
+	// NOSCRIPT, Run sends its source with EVAL, which caches it again. What the read
+	// took is given back first, and claimed in order.
+	args[6] = ""
 	res, err := scriptDrain.Run(ctx, w.e.rdb, keys, args...).Slice()
 	return res, nil, err
 }

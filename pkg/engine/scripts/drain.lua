@@ -9,16 +9,14 @@
 -- A delivery count is the number of times the entry reached a handler, the coming run
 -- included: an entry is returned only to be started, and reads that never reached a
 -- handler are given their count back: what the caller does not start (release.lua,
--- giveback.lua), a refused native read (settle.lua), a lost one (ARGV[8]), a previous
+-- giveback.lua), a refused native read (ARGV[7]), a lost one (ARGV[8]), a previous
 -- owner's read-ahead (ARGV[9]). An entry given back is pending under the consumer
 -- __unstarted__ until it is claimed.
 --
 -- KEYS[1]  lease key
 -- KEYS[2]  the caller's session key
 -- KEYS[3]  halt record of the partition for this group (hash)
--- KEYS[4]  read mark of the partition for this group (string, see settle.lua), written
---          only with ARGV[7]; else any key of the slot, unread
--- KEYS[5..] lane streams, primary first
+-- KEYS[4..] lane streams, primary first
 -- ARGV[1]  token "{owner}:{generation}"
 -- ARGV[2]  consumer group
 -- ARGV[3]  consumer name
@@ -28,16 +26,21 @@
 -- ARGV[6]  Redis Cluster: the lease TTL in ms to give a dormant lease its expiry back
 --          (see renew.lua) when entries are returned, so they can start without another
 --          round trip; "0" otherwise
--- ARGV[7]  a nonce: the caller reads the first lane's new entries itself, natively, with
---          an XREADGROUP that follows this script in the same MULTI/EXEC transaction (Lua
---          would convert every field of every entry twice), then settle.lua; where this
---          script would read them it writes the nonce into KEYS[4] and returns {2}
---          instead. "" otherwise
+-- ARGV[7]  "" or an entry id L: the caller read the first lane's new entries itself,
+--          natively, with an XREADGROUP that ran just before this script in the same
+--          MULTI/EXEC transaction (Lua would convert every field of every entry twice);
+--          L is the last entry the caller read before. The read runs whatever this
+--          script would answer, so this script judges it: it may be used only when the
+--          fence holds, no halt record exists and, once the acknowledgements are applied,
+--          every entry pending on the lane is the caller's and after L (so the read took
+--          exactly the entries after everything already handled): then {2}. Otherwise
+--          the read's entries (the caller's, after L, delivered once) get their delivery
+--          count of 0 back, whatever else is answered, and wait to be claimed in order.
 -- ARGV[8]  "" or an entry id: the caller's last read transaction may have taken entries
 --          of the first lane after this id that it never started (the transaction's
---          reply was lost): those still pending under the caller's consumer with a
---          delivery count of 1 get their count of 0 back first, as settle.lua does, and
---          like it without the lease.
+--          reply was lost, or its script did not run): those still pending under the
+--          caller's consumer with a delivery count of 1 get their count of 0 back first,
+--          without the lease (they are the caller's own, and nobody claimed them since).
 -- ARGV[9]  "" or n, on the new owner's first call after it took the lease: of each other
 --          consumer's pending entries (a previous owner's), only the first n that
 --          reached a handler (count 1 or more) may have run: that owner starts an event
@@ -55,43 +58,56 @@
 --                                       pending head, deliveries is its delivery count
 --   {3}                                 the expected head is no longer pending (an
 --                                       operator skipped or moved it): carry on
---   {2}                                 (ARGV[7] set) the first lane has no pending entry,
---                                       so the transaction's own read that follows returns
---                                       the entries that come next, in order; with any
---                                       other reply the caller must not use that read
---                                       (settle.lua gives its entries their count back;
---                                       they stay pending and are claimed in order by
---                                       later calls)
+--   {2}                                 (ARGV[7] set) the transaction's read stands: its
+--                                       entries are the ones that come next, in order;
+--                                       with any other reply the caller must not use it
 local group, consumer = ARGV[2], ARGV[3]
-local nlanes = #KEYS - 4
--- next_id returns the stream id right after id ("ms-seq"): an exclusive range start that
--- every server understands.
-local function next_id(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+local nlanes = #KEYS - 3
+local first = KEYS[4]
+
+-- parse splits a stream id "ms-seq"; less compares two.
+local function parse(id)
+  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
+  return tonumber(ms or 0), tonumber(seq or 0)
 end
-if ARGV[8] ~= '' then
-  local p = redis.pcall('XPENDING', KEYS[5], group, next_id(ARGV[8]), '+', ARGV[4], consumer)
-  if type(p) == 'table' and not p.err then
-    -- XCLAIM stream group __unstarted__ 0 id... RETRYCOUNT 0 JUSTID (ids must come last
-    -- in a Lua call's argument list to all be passed, so the command is built whole)
-    local cmd = {'XCLAIM', KEYS[5], group, '__unstarted__', 0}
-    for _, e in ipairs(p) do
-      if tonumber(e[4]) == 1 then cmd[#cmd + 1] = e[1] end
-    end
-    if #cmd > 5 then
-      cmd[#cmd + 1], cmd[#cmd + 2], cmd[#cmd + 3] = 'RETRYCOUNT', 0, 'JUSTID'
-      redis.call(unpack(cmd))
-    end
+local function less(a, b)
+  local am, as = parse(a)
+  local bm, bs = parse(b)
+  return am < bm or (am == bm and as < bs)
+end
+
+-- give_back gives the entries of the first lane after id that are pending under the
+-- caller with a delivery count of 1 (read, never started) their count of 0 back, under
+-- the consumer __unstarted__.
+local function give_back(id)
+  local ms, seq = parse(id)
+  local from = string.format('%d-%d', ms, seq + 1) -- right after id (every server knows this form)
+  local p = redis.pcall('XPENDING', first, group, from, '+', ARGV[4], consumer)
+  if type(p) ~= 'table' or p.err then return end
+  -- XCLAIM stream group __unstarted__ 0 id... RETRYCOUNT 0 JUSTID (ids must come last in
+  -- a Lua call's argument list to all be passed, so the command is built whole)
+  local cmd = {'XCLAIM', first, group, '__unstarted__', 0}
+  for _, e in ipairs(p) do
+    if tonumber(e[4]) == 1 then cmd[#cmd + 1] = e[1] end
+  end
+  if #cmd > 5 then
+    cmd[#cmd + 1], cmd[#cmd + 2], cmd[#cmd + 3] = 'RETRYCOUNT', 0, 'JUSTID'
+    redis.call(unpack(cmd))
   end
 end
+
+local native = ARGV[7] ~= ''
+if ARGV[8] ~= '' then
+  give_back(ARGV[8])
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 0 then
+  if native then give_back(ARGV[7]) end
   return {-1}
 end
 if ARGV[9] ~= '' then
   local keep = tonumber(ARGV[9])
   for lane = 1, nlanes do
-    local stream = KEYS[4 + lane]
+    local stream = KEYS[3 + lane]
     local cs = redis.call('EXISTS', stream) == 1 and redis.pcall('XINFO', 'CONSUMERS', stream, group)
     if type(cs) == 'table' and not cs.err then
       for _, c in ipairs(cs) do
@@ -119,12 +135,24 @@ local a = 10
 for lane = 1, nlanes do
   local n = tonumber(ARGV[a])
   if n > 0 then
-    redis.call('XACK', KEYS[4 + lane], group, unpack(ARGV, a + 1, a + n))
+    redis.call('XACK', KEYS[3 + lane], group, unpack(ARGV, a + 1, a + n))
   end
   a = a + n + 1
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
+  if native then give_back(ARGV[7]) end
   return {-2}
+end
+if native then
+  -- XPENDING summary: {count, lowest id, highest id, {{consumer, count}, ...}}
+  local s = redis.call('XPENDING', first, group)
+  if tonumber(s[1]) > 0 then
+    if #s[4] == 1 and s[4][1][1] == consumer and less(ARGV[7], s[2]) then
+      return {2}
+    end
+    give_back(ARGV[7])
+  end
+  -- Refused (or the read found nothing): read as without it, oldest pending entry first.
 end
 
 -- entries returns a reply that carries entries, re-arming a dormant lease first.
@@ -145,7 +173,7 @@ if ARGV[5] ~= '' then
   local sep = string.find(ARGV[5], '|', 1, true)
   local lane = tonumber(string.sub(ARGV[5], 1, sep - 1))
   local id = string.sub(ARGV[5], sep + 1)
-  local stream = KEYS[4 + lane]
+  local stream = KEYS[3 + lane]
   if pending_count(stream, id) == 0 then
     return {3}
   end
@@ -179,17 +207,13 @@ end
 
 local missing = {} -- lanes whose stream does not exist (a backfill lane never written)
 for lane = 1, nlanes do
-  local stream = KEYS[4 + lane]
+  local stream = KEYS[3 + lane]
   local r = claim_head(stream)
   if not r then missing[lane] = true end
   if r then
     if r.err then return r end
     if r[2][1] then
       return entries({1, lane, pending_count(stream, r[2][1][1]), r[2]})
-    end
-    if lane == 1 and ARGV[7] ~= '' then
-      redis.call('SET', KEYS[4], ARGV[7], 'PX', 60000)
-      return {2}
     end
     local n = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', ARGV[4], 'STREAMS', stream, '>')
     if n and n[1] and n[1][2][1] then
@@ -201,7 +225,7 @@ local out = {0}
 for lane = 1, nlanes do
   local last = {}
   if not missing[lane] then
-    last = redis.call('XREVRANGE', KEYS[4 + lane], '+', '-', 'COUNT', 1)
+    last = redis.call('XREVRANGE', KEYS[3 + lane], '+', '-', 'COUNT', 1)
   end
   if last[1] then out[#out + 1] = last[1][1] else out[#out + 1] = '0-0' end
 end
