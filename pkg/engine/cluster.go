@@ -126,18 +126,40 @@ func (e *Engine) indexVersions(ctx context.Context, cats []string, key string) (
 }
 
 // unindex removes a reaped partition key from each category's index when the value is
-// still the one read before the reap (unindex.lua). A failure leaves the key indexed:
-// discovery finds no lane to lease (acquire.lua returns -4) and drops it from its view,
-// and the next reap of the key, if it comes back, removes it.
+// still the one read before the reap (unindex.lua), and announces each removal on the
+// control stream (op=reaped), so that every instance drops the key from its view. A
+// failure leaves the key indexed: discovery finds no lane to lease (acquire.lua returns
+// -4) and drops it from its view, and the next reap of the key, if it comes back,
+// removes it.
 func (e *Engine) unindex(ctx context.Context, vers map[string]string, key string) {
 	for c, v := range vers {
 		if v == "" {
 			continue
 		}
-		if err := scriptUnindex.Run(ctx, e.rdb, []string{e.keys.PartitionIndex(c)}, key, v).Err(); err != nil {
+		n, err := scriptUnindex.Run(ctx, e.rdb, []string{e.keys.PartitionIndex(c)}, key, v).Int64()
+		if err != nil {
 			e.logs.warn("unindex", "reaped partition left in the index; it costs nothing but a failed lease attempt", "category", c, "key", key, "err", translateRedisErr(err))
+			continue
+		}
+		if n == 1 {
+			_ = e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.keys.ControlStream(), MaxLen: 1000, Approx: true,
+				Values: []any{"op", "reaped", "category", c, "key", key}}).Err()
 		}
 	}
+}
+
+// chunkGroups cuts each group into chunks of at most n, for one call per chunk (of the
+// keys of one node).
+func chunkGroups[T any](groups map[string][]T, n int) [][]T {
+	var out [][]T
+	for _, g := range groups {
+		for len(g) > 0 {
+			k := min(len(g), n)
+			out = append(out, g[:k])
+			g = g[k:]
+		}
+	}
+	return out
 }
 
 // renewBatch is the most leases one renew.lua call renews.
@@ -191,14 +213,7 @@ func (e *Engine) renewLeases(ctx context.Context, in *incarnation) bool {
 	}
 	// One call per renewBatch leases of a node, all in one pipeline: a call over every
 	// lease of a node would hold that master for milliseconds at 10,000 partitions.
-	var chunks [][]held
-	for _, hs := range byNode {
-		for len(hs) > 0 {
-			n := min(len(hs), renewBatch)
-			chunks = append(chunks, hs[:n])
-			hs = hs[n:]
-		}
-	}
+	chunks := chunkGroups(byNode, renewBatch)
 	ttl := strconv.FormatInt(e.cfg.Timing.LeaseTTL.Milliseconds(), 10)
 	call := func(pipe redis.Pipeliner, hs []held) *redis.Cmd {
 		args := []any{ttl}
@@ -258,6 +273,15 @@ func (k Keys) IndexMembers(ctx context.Context, c redis.Cmdable, category string
 		return c.HKeys(ctx, k.PartitionIndex(category))
 	}
 	return c.SMembers(ctx, k.PartitionIndex(category))
+}
+
+// IndexSize queues the read of the number of members of a category's index: SCARD, or
+// HLEN on Redis Cluster (where it is a hash).
+func (k Keys) IndexSize(ctx context.Context, c redis.Cmdable, category string) *redis.IntCmd {
+	if k.cluster {
+		return c.HLen(ctx, k.PartitionIndex(category))
+	}
+	return c.SCard(ctx, k.PartitionIndex(category))
 }
 
 // dormantAfter is how long a partition stays idle on Redis Cluster before its lease goes

@@ -247,15 +247,30 @@ func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[str
 		ctrlFirst = pipe.XRangeN(ctx, e.keys.ControlStream(), "-", "+", 1)
 	}
 	var idx *indexRead
+	var sizes *sizeCheck
 	if full {
 		idx = v.queueIndexRead(ctx, pipe)
+	} else {
+		sizes = v.queueSizeCheck(ctx, pipe)
 	}
 	_, _ = pipe.Exec(ctx) // each reply is checked below
 	if err := instances.Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, nil, translateRedisErr(err)
 	}
+	again := false // read the indexes now, in a pipeline of their own
 	if check && v.gapChecked(from, ctrlLen.Val(), firstID(ctrlFirst.Val(), ""), errors.Join(ctrlLen.Err(), ctrlFirst.Err())) {
 		e.logs.warn("control-gap", "partition notices were trimmed from the control stream before this instance read them: reading the partition indexes again")
+		again = true
+	} else if sizes != nil {
+		if c, changed := v.outdated(sizes); changed {
+			// A partition key indexed (or removed) with no notice: another publisher's
+			// SADD (HSET on Redis Cluster), say. Read the indexes now rather than at the
+			// backstop.
+			e.log.Debug("a partition index changed without a notice: reading the indexes again", "category", c)
+			again = true
+		}
+	}
+	if again {
 		pipe = e.rdb.Pipeline()
 		idx = v.queueIndexRead(ctx, pipe)
 		_, _ = pipe.Exec(ctx)
@@ -411,6 +426,12 @@ func (e *Engine) controlRead(msgs []redis.XMessage) {
 	}
 	suffix := e.dom.backfillSuffix()
 	v := e.view
+	dropped := false
+	defer func() {
+		if dropped {
+			e.forgetGoneUnits()
+		}
+	}()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.batches++
@@ -418,7 +439,8 @@ func (e *Engine) controlRead(msgs []redis.XMessage) {
 		v.checkGap, v.checkFrom = true, v.cursor
 	}
 	for _, m := range msgs {
-		if op, _ := m.Values["op"].(string); op != "partition" {
+		op, _ := m.Values["op"].(string)
+		if op != "partition" && op != "reaped" {
 			continue
 		}
 		c, _ := m.Values["category"].(string)
@@ -428,6 +450,15 @@ func (e *Engine) controlRead(msgs []redis.XMessage) {
 			continue
 		}
 		v.seq++
+		delete(v.ghosts[c], k)
+		if op == "reaped" {
+			if _, had := keys[k]; had {
+				delete(keys, k)
+				v.units = nil
+				dropped = true
+			}
+			continue
+		}
 		if _, had := keys[k]; !had {
 			v.units = nil
 		}

@@ -42,9 +42,15 @@ type indexView struct {
 	keys Keys // the key layout, set before use
 	// cats: category -> key -> the notice sequence number that last announced the key
 	// (0: read by a full read). Guarded by mu.
-	cats  map[string]map[string]uint64
-	seq   uint64 // partition notices applied; guarded by mu
-	units []unit // derived from cats, nil when stale; guarded by mu
+	cats map[string]map[string]uint64
+	// ghosts: category -> keys the index still holds but the view dropped (acquire.lua
+	// found none of their lanes); invalid: category -> members of the last full read that
+	// are not valid partition keys. With the view's keys, they make up the index's
+	// expected size (expectedSize). Guarded by mu.
+	ghosts  map[string]map[string]bool
+	invalid map[string]int
+	seq     uint64 // partition notices applied; guarded by mu
+	units   []unit // derived from cats, nil when stale; guarded by mu
 	// cursor is the control stream id up to which every notice is accounted for: read by
 	// a full read, or handed over by the doorbell ("" before the first full read).
 	// Guarded by mu.
@@ -83,11 +89,55 @@ const fullReadEvery = 15
 const fullReadMinGap = 5
 
 func newIndexView(categories []string) *indexView {
-	v := &indexView{cats: map[string]map[string]uint64{}}
+	v := &indexView{cats: map[string]map[string]uint64{}, ghosts: map[string]map[string]bool{}, invalid: map[string]int{}}
 	for _, c := range categories {
 		v.cats[c] = map[string]uint64{}
+		v.ghosts[c] = map[string]bool{}
 	}
 	return v
+}
+
+// sizeCheck is a check of the indexes' sizes queued on a pipeline: the control stream's
+// last entry first, then each index's size (SCARD, HLEN on Redis Cluster).
+type sizeCheck struct {
+	tail  *redis.XMessageSliceCmd
+	sizes map[string]*redis.IntCmd
+}
+
+// queueSizeCheck queues a size check of every index on pipe.
+func (v *indexView) queueSizeCheck(ctx context.Context, pipe redis.Pipeliner) *sizeCheck {
+	sc := &sizeCheck{tail: pipe.XRevRangeN(ctx, v.keys.ControlStream(), "+", "-", 1), sizes: map[string]*redis.IntCmd{}}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for c := range v.cats {
+		sc.sizes[c] = v.keys.IndexSize(ctx, pipe, c)
+	}
+	return sc
+}
+
+// outdated reports whether an index holds another number of members than the view
+// accounts for: a key added or removed without a notice (another publisher's SADD or
+// HSET, say; a notice that was never written). When the view has not read every notice
+// up to the control stream's tail read before the sizes, nothing can be concluded: false.
+func (v *indexView) outdated(sc *sizeCheck) (category string, ok bool) {
+	if sc.tail.Err() != nil && !errors.Is(sc.tail.Err(), redis.Nil) {
+		return "", false
+	}
+	tail := firstID(sc.tail.Val(), "0-0")
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cursor == "" || idLess(v.cursor, tail) {
+		return "", false
+	}
+	for c, cmd := range sc.sizes {
+		if cmd.Err() != nil && !errors.Is(cmd.Err(), redis.Nil) {
+			continue
+		}
+		if cmd.Val() != int64(len(v.cats[c])+len(v.ghosts[c])+v.invalid[c]) {
+			return c, true
+		}
+	}
+	return "", false
 }
 
 // noticeSeq returns the number of partition notices applied so far.
@@ -196,11 +246,15 @@ func (v *indexView) install(r *indexRead, in *incarnation, now time.Time, interv
 	defer v.mu.Unlock()
 	for c, old := range v.cats {
 		next := make(map[string]uint64, len(r.members[c].Val()))
+		v.invalid[c] = 0
 		for _, k := range r.members[c].Val() {
 			if ValidateStreamKey(k, suffix) == nil { // a value the publisher never writes; never route to it
 				next[k] = 0
+			} else {
+				v.invalid[c]++
 			}
 		}
+		clear(v.ghosts[c])
 		for k, s := range old {
 			if s > r.seq {
 				next[k] = s
@@ -239,6 +293,7 @@ func (v *indexView) drop(u unit, seq uint64) (dropped bool) {
 	for _, c := range u.laneCats {
 		if s, ok := v.cats[c][u.key]; ok && s <= seq {
 			delete(v.cats[c], u.key)
+			v.ghosts[c][u.key] = true // still indexed, as far as the view knows
 			v.units = nil
 			dropped = true
 		}

@@ -435,14 +435,18 @@ func (w *worker) reap() {
 		}
 	}
 	if k.cluster {
-		keys = append(keys, k.GenerationKey(w.u.name, w.sub.group))
+		keys = append(keys, k.GenerationKey(w.u.name, w.sub.group), w.leaseKey)
 	} else {
-		keys = append(keys, w.leaseKey)
+		keys = append(keys, w.leaseKey, k.ControlStream())
 	}
 	keys = append(keys, w.u.guards...)
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()
-	args := []any{w.token, w.e.cfg.Timing.ReapIdle.Milliseconds(), n, w.u.key, ""}
+	args := make([]any, 0, 5+n)
+	args = append(args, w.token, w.e.cfg.Timing.ReapIdle.Milliseconds(), n, w.u.key, "")
+	for _, c := range w.u.laneCats {
+		args = append(args, c)
+	}
 	var vers map[string]string
 	regs, err := w.e.registryArgs(ctx, w.u.laneCats)
 	if err == nil && k.cluster {

@@ -9,8 +9,12 @@
 -- does not name (on Redis Cluster the caller reads the registry before this script: a
 -- group that registered and read since is on the stream). A halted partition is never
 -- reaped. On Redis Cluster the unit's generation counter goes with it (generations stay
--- above every one handed out before: they are floored at Redis time, see acquire.lua). A publish after the reap re-creates the stream and re-adds the key to the index
--- in one script, so it is discovered again, never stranded.
+-- above every one handed out before: they are floored at Redis time, see acquire.lua).
+-- On one node the reap is announced on the control stream (op=reaped, once per
+-- category), so every instance drops the key from its view of the index; on Redis
+-- Cluster the caller announces it once unindex.lua removed the key. A publish after the
+-- reap re-creates the stream and re-adds the key to the index in one script, so it is
+-- discovered again, never stranded.
 --
 -- KEYS[1]          lease key
 -- KEYS[2]          the caller's session key
@@ -20,11 +24,17 @@
 -- KEYS[4+2n..3+3n] group registry of each lane's category
 -- KEYS[4+3n]       generation counter of the unit on Redis Cluster; else the lease key
 --                  again, unread (one node: one counter per group, shared)
--- KEYS[5+3n..]     guard lease keys of the unit (see acquire.lua), dropped with the lease
+-- KEYS[5+3n]       control stream on one node; on Redis Cluster, where it is in another
+--                  slot, the lease key again, unread
+-- KEYS[6+3n..]     guard lease keys of the unit (see acquire.lua), dropped with the lease
 -- ARGV[1]  token "{owner}:{generation}"
 -- ARGV[2]  idle period, ms
 -- ARGV[3]  n, the number of lanes
 -- ARGV[4]  the partition key (index member)
+-- ARGV[5]  "cluster" on Redis Cluster, else ""
+-- ARGV[6..5+n]  the category of each lane
+-- ARGV[6+n..]   on Redis Cluster, for each lane: m, then the m groups of its category's
+--               registry as the caller read it
 -- Returns:
 --   {1}            reaped (the lease is gone: the caller stops owning the unit)
 --   {0, ms}        not idle long enough: try again in ms
@@ -43,7 +53,7 @@ local cluster = ARGV[5] == 'cluster'
 -- registry returns the groups registered for lane i's category.
 local registries = {}
 if cluster then
-  local a = 6
+  local a = 6 + n
   for i = 1, n do
     local m = tonumber(ARGV[a])
     local names = {}
@@ -108,18 +118,24 @@ for i = 1, n do
     end
   end
 end
+local announced = {}
 for i = 1, n do
   redis.call('DEL', KEYS[3 + i])
   if cluster then
     redis.call('DEL', KEYS[3 + n + i])
   else
     redis.call('SREM', KEYS[3 + n + i], ARGV[4])
+    local c = ARGV[5 + i]
+    if not announced[c] then
+      announced[c] = true
+      redis.call('XADD', KEYS[5 + 3 * n], 'MAXLEN', '~', '1000', '*', 'op', 'reaped', 'category', c, 'key', ARGV[4])
+    end
   end
 end
 if cluster then
   redis.call('DEL', KEYS[4 + 3 * n])
 end
-for i = 5 + 3 * n, #KEYS do
+for i = 6 + 3 * n, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
 end
 redis.call('DEL', KEYS[1])
