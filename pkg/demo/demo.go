@@ -167,6 +167,10 @@ func Start(ctx context.Context, opts Options) (*Demo, error) {
 		ec.InstanceID = "demo-" + strconv.Itoa(i+1)
 		ec.Logger = opts.Logger.With("instance", ec.InstanceID)
 		ec.ShutdownTimeout = 5 * time.Second
+		if d.Embedded {
+			// The embedded server sends no keyspace notifications: no probe at start.
+			ec.KeyspaceNotifications = engine.KeyspaceOff
+		}
 		e, err := engine.New(ec)
 		if err != nil {
 			return nil, err

@@ -78,7 +78,8 @@ func benchEngine(b *testing.B, t *benchTarget, d *Domain, id string, rt *atomic.
 	maxUnacked, _ := strconv.Atoi(os.Getenv("SEQCTL_BENCH_MAX_UNACKED")) // 0: the default, 1
 	e, err := New(EngineConfig{
 		Domain: d, Client: c, InstanceID: id, ShutdownTimeout: 10 * time.Second, MaxUnacked: maxUnacked,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		KeyspaceNotifications: os.Getenv("SEQCTL_BENCH_KEYSPACE"), // "": the default, auto
+		Logger:                slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -157,6 +157,13 @@ type PartitioningConfig struct {
 	// ReapIdle is how long a drained partition sits idle before its owner retires it
 	// from the discovery index (reap_idle_ms, default 3600000 ms = 1 h).
 	ReapIdle time.Duration
+	// SweepInterval is how often an owner checks its idle partitions for entries that
+	// rang no doorbell (another publisher's plain XADD) while Redis sends no keyspace
+	// notifications for streams (sweep_interval_seconds, default 2 s).
+	SweepInterval time.Duration
+	// KeyspaceNotifications is keyspace_notifications: "auto" (default), "use" or "off"
+	// (EngineConfig.KeyspaceNotifications).
+	KeyspaceNotifications string
 	// MaxPartitionsWarning is the live-partition count per category above which a warning
 	// is logged (max_partitions_warning, default 2000; 0 turns the warning off).
 	// Partition-per-key is a bounded-cardinality design.
@@ -171,12 +178,14 @@ type PartitioningConfig struct {
 // specification.
 func DefaultPartitioningConfig() PartitioningConfig {
 	return PartitioningConfig{
-		LeaseTTL:             15 * time.Second,
-		HeartbeatInterval:    3 * time.Second,
-		PollInterval:         250 * time.Millisecond,
-		ReapIdle:             time.Hour,
-		MaxPartitionsWarning: 2000,
-		MaxUnacked:           DefaultMaxUnacked,
+		LeaseTTL:              15 * time.Second,
+		HeartbeatInterval:     3 * time.Second,
+		PollInterval:          250 * time.Millisecond,
+		ReapIdle:              time.Hour,
+		SweepInterval:         DefaultSweepInterval,
+		KeyspaceNotifications: KeyspaceAuto,
+		MaxPartitionsWarning:  2000,
+		MaxUnacked:            DefaultMaxUnacked,
 	}
 }
 
@@ -194,6 +203,8 @@ func (p PartitioningConfig) Validate() error {
 		return fmt.Errorf("engine: poll interval must be positive, got %v", p.PollInterval)
 	case p.ReapIdle <= 0:
 		return fmt.Errorf("engine: reap idle time must be positive, got %v", p.ReapIdle)
+	case p.SweepInterval <= 0:
+		return fmt.Errorf("engine: sweep interval must be positive, got %v", p.SweepInterval)
 	case p.MaxPartitionsWarning < 0:
 		return fmt.Errorf("engine: max partitions warning must be 0 (off) or positive, got %d", p.MaxPartitionsWarning)
 	}
@@ -524,15 +535,16 @@ func (c *Config) EngineConfig(d *Domain, client redis.UniversalClient) EngineCon
 		}
 	}
 	return EngineConfig{Domain: d, Client: client, Timing: c.Timing(), MaxPartitionsWarning: warn,
-		MaxUnacked:  c.Server.Partitioning.MaxUnacked,
-		MinReplicas: c.Broker.MinReplicas, ReplicaTimeout: c.Broker.ReplicaTimeout,
+		MaxUnacked:            c.Server.Partitioning.MaxUnacked,
+		KeyspaceNotifications: c.Server.Partitioning.KeyspaceNotifications,
+		MinReplicas:           c.Broker.MinReplicas, ReplicaTimeout: c.Broker.ReplicaTimeout,
 		MaxConcurrentHandlers: c.Server.MaxConcurrentHandlers, HandlerLimits: limits}
 }
 
 // Timing returns the [server.partitioning] timing for EngineConfig.Timing.
 func (c *Config) Timing() LeaseTiming {
 	p := c.Server.Partitioning
-	return LeaseTiming{LeaseTTL: p.LeaseTTL, HeartbeatInterval: p.HeartbeatInterval, PollInterval: p.PollInterval, ReapIdle: p.ReapIdle}
+	return LeaseTiming{LeaseTTL: p.LeaseTTL, HeartbeatInterval: p.HeartbeatInterval, PollInterval: p.PollInterval, ReapIdle: p.ReapIdle, SweepInterval: p.SweepInterval}
 }
 
 // BrokerInfo describes the configured broker kind to Domain.Init.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -114,14 +115,8 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 		if tt, ok := t.sub("tls"); ok {
 			b.TLS = d.brokerTLS(tt)
 		}
-		if k, ok := t.str("kind"); ok {
-			switch k {
-			case BrokerKindRedis, BrokerKindRedisCluster, BrokerKindInline:
-				b.Kind = k
-			default:
-				d.problem(t.path.key("kind"), "unknown broker kind %q; use \"redis\" (partitioned, production) or \"inline\" (in process, for tests)", k)
-			}
-		}
+		d.oneOf(t, "kind", &b.Kind, []string{BrokerKindRedis, BrokerKindRedisCluster, BrokerKindInline},
+			"unknown broker kind %q; use \"redis\" (partitioned, production) or \"inline\" (in process, for tests)")
 		if u, ok := t.str("url"); ok {
 			b.URL = u
 		}
@@ -263,8 +258,22 @@ func (d *cfgDecoder) server(root cfgTable) ServerConfig {
 // maxMillis is the largest millisecond count that fits a time.Duration.
 const cfgMaxMillis = math.MaxInt64 / int64(time.Millisecond)
 
+// oneOf decodes a string key whose value must be one of allowed into dst; problem is the
+// message for another value (with %q for it).
+func (d *cfgDecoder) oneOf(t cfgTable, key string, dst *string, allowed []string, problem string) {
+	v, ok := t.str(key)
+	if !ok {
+		return
+	}
+	if slices.Contains(allowed, v) {
+		*dst = v
+		return
+	}
+	d.problem(t.path.key(key), problem, v)
+}
+
 func (d *cfgDecoder) partitioning(t cfgTable, p *PartitioningConfig) {
-	t.known("lease_ttl_ms", "heartbeat_interval_seconds", "poll_interval_seconds", "reap_idle_ms", "max_partitions_warning", "max_unacked")
+	t.known("lease_ttl_ms", "heartbeat_interval_seconds", "poll_interval_seconds", "reap_idle_ms", "sweep_interval_seconds", "keyspace_notifications", "max_partitions_warning", "max_unacked")
 	ttlOK := true
 	if ms, ok := t.integer("lease_ttl_ms"); ok {
 		ttlOK = d.millis(t, "lease_ttl_ms", ms, "15000", &p.LeaseTTL)
@@ -290,6 +299,11 @@ func (d *cfgDecoder) partitioning(t cfgTable, p *PartitioningConfig) {
 	if ms, ok := t.integer("reap_idle_ms"); ok {
 		d.millis(t, "reap_idle_ms", ms, "3600000", &p.ReapIdle)
 	}
+	if secs, ok := t.number("sweep_interval_seconds"); ok {
+		d.seconds(t, "sweep_interval_seconds", secs, "2", &p.SweepInterval)
+	}
+	d.oneOf(t, "keyspace_notifications", &p.KeyspaceNotifications, []string{KeyspaceAuto, KeyspaceUse, KeyspaceOff},
+		"is %q; want \"auto\" (the default: turn Redis keyspace notifications for streams on where allowed), \"use\" (only where they are on) or \"off\"")
 	if n, ok := t.integer("max_unacked"); ok {
 		switch {
 		case n < 1:

@@ -64,12 +64,14 @@ func TestParseConfigExample(t *testing.T) {
 		Broker: BrokerConfig{Kind: "redis", URL: "redis://127.0.0.1:6379/0", ReplicaTimeout: time.Second},
 		Server: ServerConfig{
 			Partitioning: PartitioningConfig{
-				LeaseTTL:             15 * time.Second,
-				HeartbeatInterval:    3 * time.Second,
-				PollInterval:         250 * time.Millisecond,
-				ReapIdle:             time.Hour,
-				MaxPartitionsWarning: 2000,
-				MaxUnacked:           1,
+				LeaseTTL:              15 * time.Second,
+				HeartbeatInterval:     3 * time.Second,
+				PollInterval:          250 * time.Millisecond,
+				ReapIdle:              time.Hour,
+				SweepInterval:         2 * time.Second,
+				KeyspaceNotifications: "auto",
+				MaxPartitionsWarning:  2000,
+				MaxUnacked:            1,
 			},
 			PriorityLanes:         PriorityLanes{Enabled: false, Threshold: 0, BackfillSuffix: "backfill"},
 			MaxConcurrentHandlers: 64,
@@ -177,17 +179,17 @@ func TestParseConfigPartitioning(t *testing.T) {
 		{
 			name: "heartbeat derived from the lease TTL",
 			toml: "lease_ttl_ms = 10000",
-			want: PartitioningConfig{LeaseTTL: 10 * time.Second, HeartbeatInterval: 2 * time.Second, PollInterval: 250 * time.Millisecond, ReapIdle: time.Hour, MaxPartitionsWarning: 2000, MaxUnacked: 1},
+			want: PartitioningConfig{LeaseTTL: 10 * time.Second, HeartbeatInterval: 2 * time.Second, PollInterval: 250 * time.Millisecond, ReapIdle: time.Hour, SweepInterval: 2 * time.Second, KeyspaceNotifications: "auto", MaxPartitionsWarning: 2000, MaxUnacked: 1},
 		},
 		{
 			name: "integer seconds accepted for float keys",
 			toml: "heartbeat_interval_seconds = 1\npoll_interval_seconds = 2",
-			want: PartitioningConfig{LeaseTTL: 15 * time.Second, HeartbeatInterval: time.Second, PollInterval: 2 * time.Second, ReapIdle: time.Hour, MaxPartitionsWarning: 2000, MaxUnacked: 1},
+			want: PartitioningConfig{LeaseTTL: 15 * time.Second, HeartbeatInterval: time.Second, PollInterval: 2 * time.Second, ReapIdle: time.Hour, SweepInterval: 2 * time.Second, KeyspaceNotifications: "auto", MaxPartitionsWarning: 2000, MaxUnacked: 1},
 		},
 		{
 			name: "every key set",
-			toml: "lease_ttl_ms = 3000\nheartbeat_interval_seconds = 0.5\npoll_interval_seconds = 0.1\nreap_idle_ms = 60000\nmax_partitions_warning = 0\nmax_unacked = 16",
-			want: PartitioningConfig{LeaseTTL: 3 * time.Second, HeartbeatInterval: 500 * time.Millisecond, PollInterval: 100 * time.Millisecond, ReapIdle: time.Minute, MaxPartitionsWarning: 0, MaxUnacked: 16},
+			toml: "lease_ttl_ms = 3000\nheartbeat_interval_seconds = 0.5\npoll_interval_seconds = 0.1\nreap_idle_ms = 60000\nsweep_interval_seconds = 0.5\nkeyspace_notifications = \"off\"\nmax_partitions_warning = 0\nmax_unacked = 16",
+			want: PartitioningConfig{LeaseTTL: 3 * time.Second, HeartbeatInterval: 500 * time.Millisecond, PollInterval: 100 * time.Millisecond, ReapIdle: time.Minute, SweepInterval: 500 * time.Millisecond, KeyspaceNotifications: "off", MaxPartitionsWarning: 0, MaxUnacked: 16},
 		},
 	}
 	for _, tt := range tests {
@@ -566,6 +568,8 @@ func TestParseConfigProblems(t *testing.T) {
 		{"heartbeat above default TTL", "name = \"x\"\n[server.partitioning]\nheartbeat_interval_seconds = 20.0\n",
 			[]cfgWantProblem{{"server.partitioning.heartbeat_interval_seconds", 3, []string{"not below the lease TTL of 15s"}}}},
 		{"zero max_unacked", "name = \"x\"\n[server.partitioning]\nmax_unacked = 0\n", []cfgWantProblem{{"server.partitioning.max_unacked", 3, []string{"must be 1 or more, got 0", "in flight"}}}},
+		{"unknown keyspace_notifications", "name = \"x\"\n[server.partitioning]\nkeyspace_notifications = \"yes\"\n", []cfgWantProblem{{"server.partitioning.keyspace_notifications", 3, []string{`is "yes"`, `"auto"`, `"use"`, `"off"`}}}},
+		{"zero sweep interval", "name = \"x\"\n[server.partitioning]\nsweep_interval_seconds = 0\n", []cfgWantProblem{{"server.partitioning.sweep_interval_seconds", 3, []string{"0"}}}},
 		{"zero TTL", "name = \"x\"\n[server.partitioning]\nlease_ttl_ms = 0\n", []cfgWantProblem{{"server.partitioning.lease_ttl_ms", 3, []string{"positive", "15000"}}}},
 		{"negative reap", "name = \"x\"\n[server.partitioning]\nreap_idle_ms = -1\n", []cfgWantProblem{{"server.partitioning.reap_idle_ms", 3, []string{"positive"}}}},
 		{"zero poll", "name = \"x\"\n[server.partitioning]\npoll_interval_seconds = 0.0\n", []cfgWantProblem{{"server.partitioning.poll_interval_seconds", 3, []string{"positive", "0.25"}}}},

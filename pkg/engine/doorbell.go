@@ -71,6 +71,15 @@ type doorbell struct {
 	// polling is set while subscriptions fail with a reply error: idle workers then
 	// re-read every poll interval instead of waiting for a ring.
 	polling atomic.Bool
+	// keyspace is set while every master sends keyspace notifications for streams: idle
+	// lanes are subscribed on their keyspace channel (any publisher's append rings it)
+	// instead of their bell (see sweep.go). ksLost (capacity 1) asks watchKeyspace to read
+	// the setting again after the connection failed. db is the database number of the
+	// keyspace channels.
+	keyspace atomic.Bool
+	ksWarned atomic.Bool // the warning that they are off was logged
+	ksLost   chan struct{}
+	db       int
 	// onIdle, when set (tests), runs after a worker's empty read, before it is
 	// registered as waiting.
 	onIdle atomic.Pointer[func(w *worker)]
@@ -103,9 +112,11 @@ type bellLane struct {
 	// group), which is rare, so that a lane with one owner costs no further allocation.
 	first bellOwner
 	more  []bellOwner
-	// subscribed: an SSUBSCRIBE was sent (or is kept by the client for resubscription)
-	// and no SUNSUBSCRIBE since.
+	// subscribed: an SSUBSCRIBE of the bell (or, with ks, a SUBSCRIBE of the keyspace
+	// channel) was sent (or is kept by the client for resubscription) and no
+	// unsubscription since.
 	subscribed bool
+	ks         bool
 	unsubs     int32         // SUNSUBSCRIBEs sent whose reply has not come
 	shard      *redis.PubSub // the connection the channel was subscribed on
 }
@@ -127,6 +138,11 @@ func parseStreamID(id string) streamID {
 }
 
 func (a streamID) less(b streamID) bool { return a.ms < b.ms || (a.ms == b.ms && a.seq < b.seq) }
+
+// String formats the id as Redis does: "ms-seq".
+func (a streamID) String() string {
+	return strconv.FormatUint(a.ms, 10) + "-" + strconv.FormatUint(a.seq, 10)
+}
 
 // owners iterates over the lane's owners.
 func (b *bellLane) owners(yield func(*bellOwner) bool) {
@@ -190,19 +206,38 @@ func (b *bellLane) hasWaiting() bool {
 }
 
 func newDoorbell(e *Engine) *doorbell {
+	db := 0
+	if c, ok := e.rdb.(*redis.Client); ok {
+		db = c.Options().DB
+	}
 	return &doorbell{
 		e: e, wake: e.keys.WakeStream(e.cfg.InstanceID), ctrl: e.keys.ControlStream(),
-		kick:  make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), ksLost: make(chan struct{}, 1), db: db,
 		runs:  runGate{free: wakeBurst},
 		lanes: map[string]*bellLane{},
 		dirty: map[*bellLane]struct{}{}, checks: map[*bellLane]struct{}{},
 	}
 }
 
-// bellLanes calls f for each lane of the doorbell whose channel (Keys.BellChannel) is
-// channel: normally one, the layouts give distinct streams distinct channels. Called
-// with mu held.
+// channel returns the channel a lane is subscribed on: its keyspace channel (ks) or its
+// bell.
+func (d *doorbell) channel(stream string, ks bool) string {
+	if ks {
+		return d.e.keys.KeyspaceChannel(d.db, stream)
+	}
+	return d.e.keys.BellChannel(stream)
+}
+
+// bellLanes calls f for each lane of the doorbell whose channel (Keys.BellChannel, or
+// Keys.KeyspaceChannel) is channel: normally one, the layouts give distinct streams
+// distinct channels. Called with mu held.
 func (d *doorbell) bellLanes(channel string, f func(*bellLane)) {
+	if stream, ok := cutKeyspacePrefix(channel); ok {
+		if b := d.lanes[stream]; b != nil {
+			f(b)
+		}
+		return
+	}
 	base, ok := strings.CutSuffix(channel, bellSuffix)
 	if !ok {
 		return
@@ -379,7 +414,7 @@ func (d *doorbell) loop() {
 // reports that opening the connection subscribed the channel already: a cluster shard is
 // opened with its first channel, so that its connection goes to that channel's master
 // (opened without one, its listener's first read would connect to any node).
-func (d *doorbell) shardFor(ctx context.Context, channel string) (ps *redis.PubSub, subscribed bool) {
+func (d *doorbell) shardFor(ctx context.Context, channel string, ks bool) (ps *redis.PubSub, subscribed bool) {
 	addr := ""
 	cc, cluster := d.e.rdb.(*redis.ClusterClient)
 	if cluster {
@@ -395,9 +430,12 @@ func (d *doorbell) shardFor(ctx context.Context, channel string) (ps *redis.PubS
 	}
 	ps = d.shards[addr]
 	if ps == nil {
-		if cluster {
+		switch {
+		case cluster && ks:
+			ps, subscribed = d.e.rdb.Subscribe(d.e.hardCtx, channel), true
+		case cluster:
 			ps, subscribed = d.e.rdb.SSubscribe(d.e.hardCtx, channel), true
-		} else {
+		default:
 			ps = d.e.rdb.SSubscribe(d.e.hardCtx) // no channel yet: connects on first use
 		}
 		d.shards[addr] = ps
@@ -550,6 +588,12 @@ func (d *doorbell) listen(ps *redis.PubSub, addr string) {
 		backoff, pinged = 50*time.Millisecond, false
 		switch m := msg.(type) {
 		case *redis.Message:
+			if _, ks := cutKeyspacePrefix(m.Channel); ks {
+				if m.Payload == "xadd" { // not the other stream events (xtrim, xgroup-...)
+					d.rang(m.Channel, "")
+				}
+				continue
+			}
 			d.rang(m.Channel, m.Payload)
 		case *redis.Subscription:
 			switch m.Kind {
@@ -669,6 +713,15 @@ func (d *doorbell) unsubscribed(channel string) {
 // and every waiting worker is woken to read again. SUNSUBSCRIBE replies still due will
 // not come; the client subscribes its channels again when it reconnects.
 func (d *doorbell) lost() {
+	select {
+	case d.ksLost <- struct{}{}: // a restart or a failover may have changed the setting
+	default:
+	}
+	d.wakeAll()
+}
+
+// wakeAll moves every lane's ring count and wakes every waiting worker to read again.
+func (d *doorbell) wakeAll() {
 	d.mu.Lock()
 	var wake []*worker
 	for _, b := range d.lanes {
@@ -713,25 +766,29 @@ func (d *doorbell) sync() {
 	type change struct {
 		b       *bellLane
 		channel string
+		ks      bool          // a keyspace channel (SUBSCRIBE), else a bell (SSUBSCRIBE)
 		unsub   *redis.PubSub // the connection to unsubscribe on; nil to subscribe
 	}
 	var changes []change
+	ks := d.keyspace.Load()
 	d.mu.Lock()
 	dirty := d.dirty
 	if len(dirty) > 0 {
 		d.dirty = map[*bellLane]struct{}{} // not cleared: a map keeps the room it grew to
 	}
 	for b := range dirty {
-		switch {
-		case b.first.w != nil && !b.subscribed:
-			b.subscribed = true
-			changes = append(changes, change{b: b, channel: d.e.keys.BellChannel(b.stream)})
-		case b.first.w == nil && b.subscribed && !stopping:
+		held := b.first.w != nil
+		if b.subscribed && ((!held && !stopping) || (held && b.ks != ks)) {
+			// Given up, or subscribed on the other mode's channel.
 			b.subscribed = false
 			if b.shard != nil {
 				b.unsubs++
-				changes = append(changes, change{b: b, channel: d.e.keys.BellChannel(b.stream), unsub: b.shard})
+				changes = append(changes, change{b: b, channel: d.channel(b.stream, b.ks), ks: b.ks, unsub: b.shard})
 			}
+		}
+		if held && !b.subscribed {
+			b.subscribed, b.ks = true, ks
+			changes = append(changes, change{b: b, channel: d.channel(b.stream, ks), ks: ks})
 		}
 	}
 	d.mu.Unlock()
@@ -741,15 +798,19 @@ func (d *doorbell) sync() {
 	if d.e.keys.cluster {
 		batch = 1
 	}
-	subs := map[*redis.PubSub][]string{}
-	unsubs := map[*redis.PubSub][]string{}
+	type conn struct {
+		ps *redis.PubSub
+		ks bool
+	}
+	subs := map[conn][]string{}
+	unsubs := map[conn][]string{}
 	ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
 	for _, c := range changes {
 		if c.unsub != nil {
-			unsubs[c.unsub] = append(unsubs[c.unsub], c.channel)
+			unsubs[conn{c.unsub, c.ks}] = append(unsubs[conn{c.unsub, c.ks}], c.channel)
 			continue
 		}
-		ps, subscribed := d.shardFor(ctx, c.channel)
+		ps, subscribed := d.shardFor(ctx, c.channel, c.ks)
 		d.mu.Lock()
 		if ps == nil { // no slot map now: try again shortly, idle workers poll meanwhile
 			c.b.subscribed = false
@@ -766,7 +827,7 @@ func (d *doorbell) sync() {
 		}
 		d.mu.Unlock()
 		if ps != nil && !subscribed {
-			subs[ps] = append(subs[ps], c.channel)
+			subs[conn{ps, c.ks}] = append(subs[conn{ps, c.ks}], c.channel)
 		}
 	}
 	cancel()
@@ -785,11 +846,19 @@ func (d *doorbell) sync() {
 			chs = chs[n:]
 		}
 	}
-	for ps, chs := range subs {
-		send(chs, ps.SSubscribe)
+	for c, chs := range subs {
+		if c.ks {
+			send(chs, c.ps.Subscribe)
+		} else {
+			send(chs, c.ps.SSubscribe)
+		}
 	}
-	for ps, chs := range unsubs {
-		send(chs, ps.SUnsubscribe)
+	for c, chs := range unsubs {
+		if c.ks {
+			send(chs, c.ps.Unsubscribe)
+		} else {
+			send(chs, c.ps.SUnsubscribe)
+		}
 	}
 	d.check()
 }

@@ -113,6 +113,26 @@ func (h *handledCounter) count(key string) int {
 // idle. The reap period is an hour and nothing polls, so a lost wake-up would leave the
 // event unhandled.
 func TestDoorbellEntryPublishedAsPartitionGoesIdle(t *testing.T) {
+	onBothWakeups(t, testDoorbellEntryPublishedAsPartitionGoesIdle)
+}
+
+// onBothWakeups runs a test with the idle partitions' wake-ups on keyspace notifications
+// (the default where Redis allows them) and on the bells alone.
+func onBothWakeups(t *testing.T, fn func(t *testing.T, mode string)) {
+	for _, mode := range []string{KeyspaceAuto, KeyspaceOff} {
+		t.Run("keyspace="+mode, func(t *testing.T) { fn(t, mode) })
+	}
+}
+
+// subscribers returns how many clients subscribe the lane's bell and its keyspace channel.
+func subscribers(t *testing.T, rdb *redis.Client, stream string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	bell, ks := BellChannel(stream), SingleNodeKeys.KeyspaceChannel(0, stream)
+	return rdb.PubSubShardNumSub(ctx, bell).Val()[bell] + rdb.PubSubNumSub(ctx, ks).Val()[ks]
+}
+
+func testDoorbellEntryPublishedAsPartitionGoesIdle(t *testing.T, mode string) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	b := NewRedisBroker(srv.Client(t))
@@ -121,7 +141,10 @@ func TestDoorbellEntryPublishedAsPartitionGoesIdle(t *testing.T) {
 	const rounds = 20
 	var fired atomic.Int32
 	var subscribedRounds atomic.Int32
-	e := startEngine(t, srv, d, "i1", 2*time.Second)
+	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
+		c.Timing = fastTiming(2 * time.Second)
+		c.KeyspaceNotifications = mode
+	})
 	hook := func(w *worker) {
 		n := fired.Add(1)
 		if n > rounds {
@@ -163,8 +186,7 @@ func TestDoorbellEntryPublishedAsPartitionGoesIdle(t *testing.T) {
 	if subscribedRounds.Load() == 0 {
 		t.Error("no round ran with the lane already subscribed")
 	}
-	ch := BellChannel(PartitionStream("order", "A"))
-	t.Logf("%d rounds, %d with the lane subscribed; subscribers of the channel: %v", rounds, subscribedRounds.Load(), rdb.PubSubShardNumSub(context.Background(), ch).Val())
+	t.Logf("%d rounds, %d with the lane subscribed; subscribers of the lane: %d", rounds, subscribedRounds.Load(), subscribers(t, rdb, PartitionStream("order", "A")))
 }
 
 // Redis restarts (from its append-only file, so sessions and leases survive) while the
@@ -241,7 +263,9 @@ func TestDoorbellAfterRedisRestart(t *testing.T) {
 
 // A worker that exits (here: its partition is reaped) unsubscribes its lane, and the
 // doorbell forgets it; the engine keeps running.
-func TestDoorbellUnsubscribesOnExit(t *testing.T) {
+func TestDoorbellUnsubscribesOnExit(t *testing.T) { onBothWakeups(t, testDoorbellUnsubscribesOnExit) }
+
+func testDoorbellUnsubscribesOnExit(t *testing.T, mode string) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	b := NewRedisBroker(srv.Client(t))
@@ -250,10 +274,10 @@ func TestDoorbellUnsubscribesOnExit(t *testing.T) {
 	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
 		c.Timing = fastTiming(2 * time.Second)
 		c.Timing.ReapIdle = 1500 * time.Millisecond
+		c.KeyspaceNotifications = mode
 	})
 	stream := PartitionStream("order", "A")
-	ch := BellChannel(stream)
-	subs := func() int64 { return rdb.PubSubShardNumSub(context.Background(), ch).Val()[ch] }
+	subs := func() int64 { return subscribers(t, rdb, stream) }
 	publish(t, b, d, "A", 0, false)
 	waitFor(t, 5*time.Second, "the lane subscribed", func() bool { return subs() == 1 })
 	waitFor(t, 10*time.Second, "the partition reaped", func() bool { return rdb.Exists(context.Background(), stream).Val() == 0 })

@@ -28,6 +28,10 @@ type LeaseTiming struct {
 	// ReapIdle is how long a drained partition must sit idle before its owner retires it
 	// (default 1h).
 	ReapIdle time.Duration
+	// SweepInterval is how often idle owned partitions are checked for entries that rang
+	// no doorbell, while Redis sends no keyspace notifications for streams (default 2s;
+	// see sweep.go).
+	SweepInterval time.Duration
 }
 
 // Defaults of the specification.
@@ -38,6 +42,9 @@ const (
 	DefaultLeaseTTL     = 15 * time.Second
 	DefaultPollInterval = 250 * time.Millisecond
 	DefaultReapIdle     = time.Hour
+	// DefaultSweepInterval bounds how long an entry another publisher appended with a
+	// plain XADD waits for its idle owner when Redis sends no keyspace notifications.
+	DefaultSweepInterval = 2 * time.Second
 )
 
 func (t *LeaseTiming) applyDefaults() {
@@ -52,6 +59,9 @@ func (t *LeaseTiming) applyDefaults() {
 	}
 	if t.ReapIdle <= 0 {
 		t.ReapIdle = DefaultReapIdle
+	}
+	if t.SweepInterval <= 0 {
+		t.SweepInterval = DefaultSweepInterval
 	}
 }
 
@@ -80,6 +90,13 @@ type EngineConfig struct {
 	// after a failure, always in order. Acks of all partitions of the instance share one
 	// call per flush, so the strict default pays a round trip per flush, not per event.
 	MaxUnacked int
+	// KeyspaceNotifications is whether idle partitions are woken by Redis keyspace
+	// notifications, so that entries other publishers append with a plain XADD wake their
+	// owner within a round trip (see sweep.go): KeyspaceAuto (the default: adds K and t
+	// to notify-keyspace-events where they are missing and CONFIG SET is allowed),
+	// KeyspaceUse (only where already on, never CONFIG SET) or KeyspaceOff (never: such
+	// entries wait for the sweep, every Timing.SweepInterval).
+	KeyspaceNotifications string
 	// DiscoveryInterval is how often the liveness of other owners and the fair share are
 	// checked (default 2s): the crash-detection period. New partitions and released
 	// leases are announced on the control stream and handled at once; the whole
@@ -146,6 +163,13 @@ func (c *EngineConfig) Validate() error {
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 16
+	}
+	switch c.KeyspaceNotifications {
+	case "":
+		c.KeyspaceNotifications = KeyspaceAuto
+	case KeyspaceAuto, KeyspaceUse, KeyspaceOff:
+	default:
+		return fmt.Errorf("engine: KeyspaceNotifications %q: want %q, %q or %q", c.KeyspaceNotifications, KeyspaceAuto, KeyspaceUse, KeyspaceOff)
 	}
 	if c.MaxUnacked < 0 {
 		return fmt.Errorf("engine: MaxUnacked %d is negative; use 1 (the default) or more", c.MaxUnacked)
@@ -227,6 +251,8 @@ type Engine struct {
 	health health      // why the instance cannot take or keep leases
 	logs   *rateLog    // one line per cause per interval, for outages every partition sees
 	noTx   atomic.Bool // the Redis user may not run MULTI/EXEC: no native reads (worker.drain)
+	// configRefused: CONFIG GET or SET was refused (or is unknown): not tried again.
+	configRefused atomic.Bool
 	// killed (tests) makes the workers exit as a killed process's do: without a call to
 	// Redis (see crash).
 	killed  atomic.Bool
@@ -461,10 +487,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.bell.init(ctx); err != nil {
 		return err
 	}
-	e.bg.Add(4)
+	e.bell.recheckKeyspace()
+	e.bg.Add(5)
 	go e.acker.loop()
 	go e.sess.heartbeatLoop()
 	go e.bell.loop()
+	go e.bell.watchKeyspace()
 	go e.discoveryLoop()
 	e.kickDiscovery()
 	started = true

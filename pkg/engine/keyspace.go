@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -256,6 +257,43 @@ func (k Keys) GenerationKey(unit, group string) string {
 // the index after the append, and reap.lua deletes it with the stream. Not used on a
 // single node, where publish.lua writes the index itself.
 func (k Keys) IndexedMarkKey(stream string) string { return k.tagged(stream) + ":__indexed__" }
+
+// KeyspaceChannel is the keyspace notification channel of a key in database db
+// (pub/sub channel, not a key): "__keyspace@{db}__:{key}". With notify-keyspace-events
+// holding K and t, Redis publishes each stream command's name on it ("xadd" for an
+// append), whoever sent the command. On Redis Cluster it is published on the node that
+// serves the key only, and its name hashes like the key (a cluster stream has the
+// partition key as its hash tag).
+func (k Keys) KeyspaceChannel(db int, key string) string {
+	return keyspacePrefix + strconv.Itoa(db) + "__:" + key
+}
+
+const keyspacePrefix = "__keyspace@"
+
+// KeyspaceProbeKey is a stream of one entry that an instance appends to and deletes at
+// once, to learn whether Redis sends keyspace notifications when it may not read the
+// setting (see sweep.go): "__seqctl__:probe:{instance}". On Redis Cluster tag is a hash
+// tag that puts it on the master probed: "__seqctl__:probe:{instance}:{tag}", the last
+// braces literal.
+func (k Keys) KeyspaceProbeKey(instance, tag string) string {
+	if k.cluster {
+		return "__seqctl__:probe:" + instance + ":{" + tag + "}"
+	}
+	return "__seqctl__:probe:" + instance
+}
+
+// cutKeyspacePrefix returns the key of a keyspace channel, and whether channel is one.
+func cutKeyspacePrefix(channel string) (string, bool) {
+	rest, ok := strings.CutPrefix(channel, keyspacePrefix)
+	if !ok {
+		return "", false
+	}
+	i := strings.Index(rest, "__:")
+	if i < 0 {
+		return "", false
+	}
+	return rest[i+3:], true
+}
 
 // InstancesKey: see the package function.
 func (k Keys) InstancesKey() string { return k.global("instances") }

@@ -23,8 +23,13 @@ func mustScript(name string) *redis.Script {
 	if err != nil {
 		panic(fmt.Sprintf("engine: embedded script %s: %v", name, err))
 	}
-	s := redis.NewScript(string(src))
-	scriptSource[s] = string(src)
+	return newScript(string(src))
+}
+
+// newScript makes a script of src and records its source.
+func newScript(src string) *redis.Script {
+	s := redis.NewScript(src)
+	scriptSource[s] = src
 	return s
 }
 
@@ -44,6 +49,7 @@ var (
 	scriptUnindex  = mustScript("unindex.lua")
 	scriptMark     = mustScript("mark.lua")
 	scriptGiveBack = mustScript("giveback.lua")
+	scriptSweep    = mustScript("sweep.lua")
 	// scriptRenew runs on Redis Cluster only (its flags line is not understood by the
 	// embedded server of seqctl dev), so it is not in allScripts.
 	scriptRenew = mustScript("renew.lua")
@@ -51,7 +57,7 @@ var (
 	scriptAckNode = mustScript("acknode.lua")
 )
 
-var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptAckMany, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim, scriptReplay, scriptUnindex, scriptGiveBack, scriptMark}
+var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, scriptAckMany, scriptPublish, scriptDrain, scriptHalt, scriptResolve, scriptReap, scriptTrim, scriptReplay, scriptUnindex, scriptGiveBack, scriptMark, scriptSweep}
 
 // loadScripts puts every script into the server's script cache. The cache is empty after
 // a restart, a failover to a replica that never saw the scripts, or SCRIPT FLUSH, so no
@@ -62,7 +68,7 @@ var allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptAck, script
 // reach one node only), the renewal script included.
 func loadScripts(ctx context.Context, c pipeliner) error {
 	if cc, ok := c.(*redis.ClusterClient); ok {
-		for _, s := range append(allScripts, scriptRenew, scriptAckNode) {
+		for _, s := range append(allScripts, scriptRenew, scriptAckNode, scriptSweepCluster) {
 			if err := cc.ScriptLoad(ctx, scriptSource[s]).Err(); err != nil {
 				return translateRedisErr(err)
 			}

@@ -181,6 +181,12 @@ func tail(b []byte, n int) []byte {
 	return b
 }
 
+// logText returns what the process logged so far.
+func (p *proc) logText() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
 func (p *proc) signal(sig syscall.Signal) {
 	p.t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {

@@ -80,8 +80,11 @@ end
 -- caller with a delivery count of 1 (read, never started) their count of 0 back, under
 -- the consumer __unstarted__.
 local function give_back(id)
-  local ms, seq = parse(id)
-  local from = string.format('%d-%d', ms, seq + 1) -- right after id (every server knows this form)
+  -- right after id: "ms-(seq+1)", which every server understands, or the exclusive form
+  -- "(id" for a sequence number too large for Lua's numbers
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  local from = '(' .. id
+  if ms and #seq < 15 then from = ms .. '-' .. string.format('%d', tonumber(seq) + 1) end
   local p = redis.pcall('XPENDING', first, group, from, '+', ARGV[4], consumer)
   if type(p) ~= 'table' or p.err then return end
   -- XCLAIM stream group __unstarted__ 0 id... RETRYCOUNT 0 JUSTID (ids must come last in
