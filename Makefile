@@ -35,7 +35,7 @@ bench: ensure-redis
 
 fuzz:
 	$(GO) test ./pkg/engine -run '^$$' -fuzz FuzzValidateKey -fuzztime 60s
-	$(GO) test ./pkg/engine -run '^$$' -fuzz FuzzParseConfig -fuzztime 60s
+	$(GO) test ./pkg/config -run '^$$' -fuzz FuzzParse -fuzztime 60s
 
 ensure-redis:
 	@bash scripts/ensure-redis.sh

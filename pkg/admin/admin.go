@@ -29,6 +29,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -128,7 +129,7 @@ func New(rdb redis.UniversalClient, opts Options) *Admin {
 // their handlers and process managers, the backfill suffix and whether lanes are on. A
 // process manager is sequential (one lease per correlation value) when it declares
 // sequential_by and every category it handles is partitioned, as the engine decides.
-func FromConfig(cfg *engine.Config) (Options, error) {
+func FromConfig(cfg *config.Config) (Options, error) {
 	dom, err := cfg.InitDomain()
 	if err != nil {
 		return Options{}, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -198,7 +199,7 @@ func TestSortPartitions(t *testing.T) {
 
 func TestListPartitionsWithConfig(t *testing.T) {
 	w := haltedWorld(t)
-	cfg, err := engine.ParseConfig("domain.toml", []byte(`name = "test"
+	cfg, err := config.Parse("domain.toml", []byte(`name = "test"
 [[events]]
 name = "OrderPlaced"
 category = "order"

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/redact"
 )
@@ -46,11 +47,11 @@ type Binding struct {
 // in file order. Command handlers are left alone: they are validated by Init but inert at
 // runtime (commands never reach a stream); they are listed with an empty Mode.
 //
-// Every problem is reported at once, as a *engine.ConfigError for cfg.File: an event
+// Every problem is reported at once, as a *config.Error for cfg.File: an event
 // handler or process manager without a deliver table (only Go code can run it), a
 // signing key whose variable is unset or empty or whose file cannot be read or is empty,
 // an exec program that cannot be found. Nothing is bound when there is a problem.
-func Bind(cfg *engine.Config, dom *engine.Domain, opt BindOptions) ([]Binding, error) {
+func Bind(cfg *config.Config, dom *engine.Domain, opt BindOptions) ([]Binding, error) {
 	if opt.LookupEnv == nil {
 		opt.LookupEnv = os.LookupEnv
 	}
@@ -63,12 +64,12 @@ func Bind(cfg *engine.Config, dom *engine.Domain, opt BindOptions) ([]Binding, e
 	if opt.HTTPClient == nil {
 		opt.HTTPClient = NewHTTPClient()
 	}
-	ce := &engine.ConfigError{File: cfg.File}
+	ce := &config.Error{File: cfg.File}
 	var bindings []Binding
 	funcs := map[string]engine.HandlerFunc{}
-	build := func(path, table, kind, name string, dc *engine.DeliverConfig) {
+	build := func(path, table, kind, name string, dc *config.DeliverConfig) {
 		if dc == nil {
-			ce.Problems = append(ce.Problems, engine.ConfigProblem{Path: path, Message: fmt.Sprintf(
+			ce.Problems = append(ce.Problems, config.Problem{Path: path, Message: fmt.Sprintf(
 				"%s %q has no [%s.deliver] table, so seqctl run cannot deliver its events: add one with http = \"URL\" or exec = [\"program\"] (a handler without one is run by Go code embedding the engine)",
 				kind, name, table)})
 			return
@@ -109,8 +110,8 @@ func Bind(cfg *engine.Config, dom *engine.Domain, opt BindOptions) ([]Binding, e
 }
 
 // buildOne builds the HandlerFunc of one deliver table.
-func buildOne(path string, dc *engine.DeliverConfig, opt BindOptions) (engine.HandlerFunc, Binding, []engine.ConfigProblem) {
-	var problems []engine.ConfigProblem
+func buildOne(path string, dc *config.DeliverConfig, opt BindOptions) (engine.HandlerFunc, Binding, []config.Problem) {
+	var problems []config.Problem
 	var keys [][]byte
 	for _, src := range []struct{ env, file, key string }{
 		{dc.SigningKeyEnv, dc.SigningKeyFile, "signing_key"},
@@ -129,15 +130,15 @@ func buildOne(path string, dc *engine.DeliverConfig, opt BindOptions) (engine.Ha
 		}
 		fn, err := HTTP(HTTPConfig{URL: dc.HTTP, Timeout: dc.Timeout, Keys: keys, Client: opt.HTTPClient})
 		if err != nil {
-			return nil, Binding{}, append(problems, engine.ConfigProblem{Path: path + ".deliver.http", Message: err.Error()})
+			return nil, Binding{}, append(problems, config.Problem{Path: path + ".deliver.http", Message: err.Error()})
 		}
 		return fn, Binding{Mode: "http", Target: redact.URL(dc.HTTP), Signed: len(keys) > 0}, nil
 	}
 	if len(dc.Exec) == 0 || dc.Exec[0] == "" {
-		return nil, Binding{}, append(problems, engine.ConfigProblem{Path: path + ".deliver.exec", Message: "needs a program to run"})
+		return nil, Binding{}, append(problems, config.Problem{Path: path + ".deliver.exec", Message: "needs a program to run"})
 	}
 	if _, err := opt.LookPath(dc.Exec[0]); err != nil {
-		problems = append(problems, engine.ConfigProblem{Path: path + ".deliver.exec", Message: fmt.Sprintf(
+		problems = append(problems, config.Problem{Path: path + ".deliver.exec", Message: fmt.Sprintf(
 			"cannot run %q: %v (a program name is looked up on PATH; a path with a slash is relative to the working directory)",
 			dc.Exec[0], unwrapExecErr(err))})
 	}
@@ -146,7 +147,7 @@ func buildOne(path string, dc *engine.DeliverConfig, opt BindOptions) (engine.Ha
 	}
 	fn, err := Exec(ExecConfig{Argv: dc.Exec, Timeout: dc.Timeout, Procs: opt.Procs})
 	if err != nil {
-		return nil, Binding{}, []engine.ConfigProblem{{Path: path + ".deliver.exec", Message: err.Error()}}
+		return nil, Binding{}, []config.Problem{{Path: path + ".deliver.exec", Message: err.Error()}}
 	}
 	shown := make([]string, len(dc.Exec))
 	for i, a := range dc.Exec {
@@ -157,12 +158,12 @@ func buildOne(path string, dc *engine.DeliverConfig, opt BindOptions) (engine.Ha
 
 // readKey reads one signing key from the environment variable env or the file file
 // (one of them set, or neither: no key). A file's trailing newline is dropped.
-func readKey(path, env, file, key string, opt BindOptions) ([]byte, *engine.ConfigProblem) {
+func readKey(path, env, file, key string, opt BindOptions) ([]byte, *config.Problem) {
 	switch {
 	case env != "":
 		v, ok := opt.LookupEnv(env)
 		if !ok || v == "" {
-			return nil, &engine.ConfigProblem{Path: path + ".deliver." + key + "_env", Message: fmt.Sprintf(
+			return nil, &config.Problem{Path: path + ".deliver." + key + "_env", Message: fmt.Sprintf(
 				"the environment variable %s is not set (or empty): export the signing key in it before starting seqctl run, or remove %s_env to send unsigned requests",
 				env, key)}
 		}
@@ -177,7 +178,7 @@ func readKey(path, env, file, key string, opt BindOptions) ([]byte, *engine.Conf
 		}
 		if err != nil {
 			// The error names the file, never its content.
-			return nil, &engine.ConfigProblem{Path: path + ".deliver." + key + "_file", Message: fmt.Sprintf(
+			return nil, &config.Problem{Path: path + ".deliver." + key + "_file", Message: fmt.Sprintf(
 				"cannot read the signing key: %v", err)}
 		}
 		return b, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -196,7 +197,7 @@ correlate = "order_id"
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := engine.ParseConfig("domain.toml", []byte(base+tt.extra))
+			cfg, err := config.Parse("domain.toml", []byte(base+tt.extra))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,9 +208,9 @@ correlate = "order_id"
 			lookup := func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }
 			got, err := Bind(cfg, dom, BindOptions{LookupEnv: lookup})
 			if tt.problems != nil {
-				var ce *engine.ConfigError
+				var ce *config.Error
 				if !errors.As(err, &ce) {
-					t.Fatalf("err = %v, want a *engine.ConfigError", err)
+					t.Fatalf("err = %v, want a *config.Error", err)
 				}
 				if len(ce.Problems) != len(tt.problems) {
 					t.Fatalf("problems:\n%s\nwant %d", ce.Error(), len(tt.problems))

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -161,7 +162,7 @@ func TestSigningKeyRotation(t *testing.T) {
 	}
 	bindOne := func(t *testing.T, url, deliver string) engine.HandlerFunc {
 		t.Helper()
-		cfg, err := engine.ParseConfig("domain.toml", []byte(fmt.Sprintf(`name = "shop"
+		cfg, err := config.Parse("domain.toml", []byte(fmt.Sprintf(`name = "shop"
 [[events]]
 name = "OrderPlaced"
 category = "order"
@@ -301,7 +302,7 @@ func TestBindSigningKeyProblems(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
-			cfg, err := engine.ParseConfig("domain.toml", []byte(`name = "shop"
+			cfg, err := config.Parse("domain.toml", []byte(`name = "shop"
 [[events]]
 name = "OrderPlaced"
 category = "order"

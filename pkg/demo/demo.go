@@ -20,6 +20,7 @@ import (
 	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/redact"
 )
@@ -140,7 +141,7 @@ func Start(ctx context.Context, opts Options) (*Demo, error) {
 	if err := d.rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("demo: Redis at %s does not answer: %w", ropt.Addr, err)
 	}
-	cfg, err := engine.ParseConfig("demo/domain.toml", DomainTOML)
+	cfg, err := config.Parse("demo/domain.toml", DomainTOML)
 	if err != nil {
 		return nil, err
 	}

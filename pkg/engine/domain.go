@@ -110,7 +110,7 @@ type Event struct {
 }
 
 // Domain is a set of declared events, commands, handlers and process managers. Build it
-// with the Add methods (or LoadConfig from domain.toml), then call Init once before use.
+// with the Add methods (or config.Load from domain.toml), then call Init once before use.
 // A Domain is not safe for concurrent mutation; after Init it is read-only.
 type Domain struct {
 	Name            string

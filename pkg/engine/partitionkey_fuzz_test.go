@@ -85,7 +85,7 @@ func FuzzValidateKey(f *testing.F) {
 				}
 			}
 			// With a well-formed suffix (Init rejects any other), the lane splits into 3.
-			if validateSuffix(suffix) == nil {
+			if ValidateBackfillSuffix(suffix) == nil {
 				if lane := strings.Split(LaneStream(cat, key, effective), ":"); len(lane) != 3 || lane[1] != key {
 					t.Fatalf("LaneStream splits into %q, want [%q %q %q]", lane, cat, key, effective)
 				}

@@ -232,7 +232,7 @@ func (d *Domain) Init(b BrokerInfo) error {
 		add("broker %q does not advertise %s, required by sequential_by on categories %s; use the redis broker, or the inline broker for tests",
 			b.Kind(), StreamPartitioning, strings.Join(quoteAll(cats), ", "))
 	}
-	if err := validateSuffix(d.BackfillSuffix); err != nil {
+	if err := ValidateBackfillSuffix(d.BackfillSuffix); err != nil {
 		add("%v", err)
 	}
 
@@ -262,8 +262,9 @@ func ValidateCategory(c string) error {
 	return nil
 }
 
-// validateSuffix checks the backfill suffix: like a key, but "" means the default.
-func validateSuffix(s string) error {
+// ValidateBackfillSuffix checks a [server.priority_lanes] backfill suffix: like a key,
+// but "" means the default.
+func ValidateBackfillSuffix(s string) error {
 	if s == "" {
 		return nil
 	}

@@ -214,18 +214,6 @@ func TestInitRegistration(t *testing.T) {
 			wantKeys: map[string]string{"order": "client_id"},
 		},
 		{
-			name:     "the configured redis broker accepts",
-			build:    func(d *Domain) { d.AddHandler(regProjector("P", "client_id")) },
-			broker:   ConfiguredBroker(BrokerKindRedis),
-			wantKeys: map[string]string{"order": "client_id"},
-		},
-		{
-			name:         "the configured broker of an unknown kind rejects",
-			build:        func(d *Domain) { d.AddHandler(regProjector("P", "client_id")) },
-			broker:       ConfiguredBroker("kafka"),
-			wantProblems: [][]string{{`broker "kafka"`, "STREAM_PARTITIONING"}},
-		},
-		{
 			name: "command handler sequential_by is accepted and checked but not partitioned",
 			build: func(d *Domain) {
 				d.AddHandler(Handler{Name: "Placer", Kind: CommandHandlerKind, PartOf: "order_command", Handles: []string{"PlaceOrder"}, SequentialBy: "client_id"})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -92,7 +93,7 @@ func testBackPressure(t *testing.T, timeout string) {
 // publishFast publishes one Step per key through the engine's broker, 16 at a time.
 func (f *fixture) publishFast(keys []string) {
 	f.t.Helper()
-	cfg, err := engine.LoadConfig(f.config)
+	cfg, err := config.Load(f.config)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -76,7 +77,7 @@ func (f *fixture) seqctl(args ...string) (string, string, int) {
 	}
 	argv = append(append(argv, f.global...), args...)
 	cmd := exec.Command(seqctlBin, argv...)
-	cmd.Env = append(os.Environ(), engine.EnvRedisURL+"=", "NO_COLOR=1")
+	cmd.Env = append(os.Environ(), config.EnvRedisURL+"=", "NO_COLOR=1")
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

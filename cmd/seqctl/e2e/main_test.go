@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -141,7 +142,7 @@ func (f *fixture) start(name string, env []string, args ...string) *proc {
 	}
 	argv := append(append([]string{"--config", f.config, "--redis-url", f.url}, f.global...), args...)
 	p.cmd = exec.Command(seqctlBin, argv...)
-	p.cmd.Env = append(append(os.Environ(), "SEQTEST_DIR="+f.dir, engine.EnvRedisURL+"="), env...)
+	p.cmd.Env = append(append(os.Environ(), "SEQTEST_DIR="+f.dir, config.EnvRedisURL+"="), env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		f.t.Fatal(err)

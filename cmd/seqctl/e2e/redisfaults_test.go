@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -115,7 +116,7 @@ func TestRunPermanentRedisErrorsExit(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(seqctlBin, "run", "--config", f.config, "--redis-url", c.url, "--instance-id", "x")
-			cmd.Env = append(os.Environ(), "E2E_SECRET=x", engine.EnvRedisURL+"=")
+			cmd.Env = append(os.Environ(), "E2E_SECRET=x", config.EnvRedisURL+"=")
 			start := time.Now()
 			out, err := runWithTimeout(cmd, 10*time.Second)
 			took := time.Since(start)

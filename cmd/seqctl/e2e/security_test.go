@@ -16,6 +16,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -24,7 +25,7 @@ import (
 func seqctlCmd(t *testing.T, env []string, args ...string) (string, int, time.Duration) {
 	t.Helper()
 	cmd := exec.Command(seqctlBin, args...)
-	cmd.Env = append(append(os.Environ(), engine.EnvRedisURL+"=", "E2E_SECRET="+e2eSecret), env...)
+	cmd.Env = append(append(os.Environ(), config.EnvRedisURL+"=", "E2E_SECRET="+e2eSecret), env...)
 	start := time.Now()
 	out, err := runWithTimeout(cmd, 15*time.Second)
 	took := time.Since(start)

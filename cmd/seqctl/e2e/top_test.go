@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/redact"
 )
 
@@ -42,18 +42,18 @@ func TestTopHeaderShowsConfiguredRedis(t *testing.T) {
 	srv := redistest.StartWith(t, redistest.Options{Users: []string{"operator on >" + password + " ~* &* +@all"}})
 	url := srv.UserURL("operator", password)
 	dir := t.TempDir()
-	config := filepath.Join(dir, "domain.toml")
-	if err := os.WriteFile(config, []byte(strings.ReplaceAll(topDomain, "@URL@", url)), 0o644); err != nil {
+	configPath := filepath.Join(dir, "domain.toml")
+	if err := os.WriteFile(configPath, []byte(strings.ReplaceAll(topDomain, "@URL@", url)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// A partition that exists only in that Redis, so the table shows where top reads.
-	if out, code, _ := seqctlCmd(t, nil, "publish", "--config", config, "--event", "OrderPlaced",
+	if out, code, _ := seqctlCmd(t, nil, "publish", "--config", configPath, "--event", "OrderPlaced",
 		"--data", `{"client_id":"client-only-here"}`); code != 0 {
 		t.Fatalf("seqctl publish: exit %d\n%s", code, out)
 	}
 
-	term.run(t, "env", "-u", engine.EnvRedisURL, "-u", "SEQCTL_REDIS_CLUSTER", "-u", "SEQCTL_REDIS_PASSWORD",
-		seqctlBin, "top", "--config", config, "--refresh", "200ms")
+	term.run(t, "env", "-u", config.EnvRedisURL, "-u", "SEQCTL_REDIS_CLUSTER", "-u", "SEQCTL_REDIS_PASSWORD",
+		seqctlBin, "top", "--config", configPath, "--refresh", "200ms")
 	screen := term.waitFor(t, 30*time.Second, "client-only-here")
 	header, _, _ := strings.Cut(screen, "\n")
 	if want := "redis " + redact.URL(url) + " "; !strings.Contains(header, want) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/demo"
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/tui"
 )
 
@@ -104,7 +104,7 @@ func devRun(ctx context.Context, opts *DevOptions) error {
 	}
 	url := opts.Global.RedisURL
 	if url == "" {
-		url = os.Getenv(engine.EnvRedisURL)
+		url = os.Getenv(config.EnvRedisURL)
 	}
 	d, err := demo.Start(ctx, demo.Options{RedisURL: url, Rate: opts.Rate, Instances: opts.Instances, PoisonEvery: opts.Poison})
 	if err != nil {
@@ -132,7 +132,7 @@ func devRun(ctx context.Context, opts *DevOptions) error {
 		}
 	}
 
-	cfg, err := engine.ParseConfig("demo/domain.toml", demo.DomainTOML)
+	cfg, err := config.Parse("demo/domain.toml", demo.DomainTOML)
 	if err != nil {
 		return err
 	}

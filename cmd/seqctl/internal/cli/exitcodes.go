@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -57,7 +58,7 @@ func usageErrorf(command, format string, args ...any) error {
 //
 //	nil                                                  0
 //	*ExitError                                           its Code
-//	*UsageError, *engine.ConfigError,
+//	*UsageError, *config.Error,
 //	*engine.IncorrectUsageError                          2
 //	anything else                                        1
 func ExitCode(err error) int {
@@ -69,7 +70,7 @@ func ExitCode(err error) int {
 		return ee.Code
 	}
 	var ue *UsageError
-	var ce *engine.ConfigError
+	var ce *config.Error
 	var iue *engine.IncorrectUsageError
 	if errors.As(err, &ue) || errors.As(err, &ce) || errors.As(err, &iue) {
 		return ExitUsage

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -20,10 +21,10 @@ func TestExitCode(t *testing.T) {
 		{"explicit conflict, wrapped", fmt.Errorf("skip: %w", &ExitError{Code: ExitConflict, Err: errors.New("head moved")}), ExitConflict},
 		{"silent exit", &ExitError{Code: ExitFailure}, ExitFailure},
 		{"usage", usageErrorf("seqctl", "bad flag"), ExitUsage},
-		{"config error", &engine.ConfigError{File: "d.toml"}, ExitUsage},
-		{"wrapped config error", fmt.Errorf("load: %w", &engine.ConfigError{File: "d.toml"}), ExitUsage},
+		{"config error", &config.Error{File: "d.toml"}, ExitUsage},
+		{"wrapped config error", fmt.Errorf("load: %w", &config.Error{File: "d.toml"}), ExitUsage},
 		{"incorrect usage", &engine.IncorrectUsageError{Problems: []string{"x"}}, ExitUsage},
-		{"explicit code wins over the wrapped type", &ExitError{Code: ExitFailure, Err: &engine.ConfigError{}}, ExitFailure},
+		{"explicit code wins over the wrapped type", &ExitError{Code: ExitFailure, Err: &config.Error{}}, ExitFailure},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

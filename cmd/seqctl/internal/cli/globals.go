@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/redact"
 )
@@ -35,7 +36,7 @@ type GlobalOptions struct {
 	RedisCluster bool
 	// RedisTLS are the --redis-tls-* flags; each empty one falls back to its
 	// SEQCTL_REDIS_TLS_* variable, then to the config's [broker.tls].
-	RedisTLS engine.TLSConfig
+	RedisTLS config.TLSConfig
 	// Output is -o: "" or "table", "wide", "json", "yaml".
 	Output string
 	// NoHeaders drops the header row of tables (--no-headers).
@@ -145,11 +146,11 @@ func connectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) stri
 // dialAdmin is connectAdmin, and also returns the connection it resolved: the one place
 // an operator command turns its flags, environment and config into a Redis.
 func dialAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string, errOut io.Writer) (Admin, *redisConn, func(), error) {
-	var cfg *engine.Config
+	var cfg *config.Config
 	opts := admin.Options{}
 	if g.ConfigPath != "" {
 		var err error
-		if cfg, err = engine.LoadConfig(g.ConfigPath); err != nil {
+		if cfg, err = config.Load(g.ConfigPath); err != nil {
 			return nil, nil, nil, err
 		}
 		if opts, err = admin.FromConfig(cfg); err != nil {
@@ -179,7 +180,7 @@ func dialAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string,
 		if msg := notClusterProblem(err, conn); msg != "" {
 			return nil, nil, nil, errors.New(msg)
 		}
-		return nil, nil, nil, fmt.Errorf("cannot reach %s: %v (set --redis-url or %s)", conn.where(), err, engine.EnvRedisURL)
+		return nil, nil, nil, fmt.Errorf("cannot reach %s: %v (set --redis-url or %s)", conn.where(), err, config.EnvRedisURL)
 	}
 	return admin.New(rdb, opts), conn, func() { _ = rdb.Close() }, nil
 }

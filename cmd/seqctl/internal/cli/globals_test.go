@@ -10,16 +10,17 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 func TestRedisOptions(t *testing.T) {
-	cfg := &engine.Config{File: "d.toml", Broker: engine.BrokerConfig{URL: "redis://cfg:6379/2"}}
+	cfg := &config.Config{File: "d.toml", Broker: config.BrokerConfig{URL: "redis://cfg:6379/2"}}
 	tests := []struct {
 		name     string
 		flag     string
 		env      map[string]string
-		cfg      *engine.Config
+		cfg      *config.Config
 		addr     string
 		db       int
 		password string
@@ -34,7 +35,7 @@ func TestRedisOptions(t *testing.T) {
 		{name: "password in the URL wins", flag: "redis://:inurl@h:1/0", env: map[string]string{"SEQCTL_REDIS_PASSWORD": "s3cret"}, addr: "h:1", password: "inurl"},
 		{name: "tls", flag: "rediss://h:6380/0", addr: "h:6380", tls: true},
 		{name: "bad scheme", flag: "http://h", wantErr: "invalid Redis URL http://h (from --redis-url)"},
-		{name: "bad url from the config", cfg: &engine.Config{File: "d.toml", Broker: engine.BrokerConfig{URL: "nope://x"}}, wantErr: "(from d.toml: broker.url)"},
+		{name: "bad url from the config", cfg: &config.Config{File: "d.toml", Broker: config.BrokerConfig{URL: "nope://x"}}, wantErr: "(from d.toml: broker.url)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,7 +84,7 @@ func TestExitFor(t *testing.T) {
 		{fmt.Errorf("%w: a:b:c", admin.ErrInvalidStream), ExitUsage},
 		{fmt.Errorf("%w: head", engine.ErrNotHalted), ExitFailure},
 		{errors.New("boom"), ExitFailure},
-		{&engine.ConfigError{File: "d.toml"}, ExitUsage},
+		{&config.Error{File: "d.toml"}, ExitUsage},
 	}
 	for _, tt := range tests {
 		if got := ExitCode(exitFor(tt.err)); got != tt.want {

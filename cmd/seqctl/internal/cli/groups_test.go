@@ -15,6 +15,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -285,7 +286,7 @@ func TestGroupsRemoveEndToEnd(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	oldConfig, newConfig := writeConfig(t, groupsDomain), writeConfig(t, opsDomain)
-	cfg, err := engine.LoadConfig(oldConfig)
+	cfg, err := config.Load(oldConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

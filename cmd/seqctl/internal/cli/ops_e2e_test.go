@@ -14,6 +14,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -70,9 +71,9 @@ type opsEngine struct {
 // cleanup) whose Projector refuses a poison payload, holds a blocking one until cleanup
 // or its context ends, and records every handled seq in "t:log:{key}" through sink. The
 // broker publishes through pub.
-func startOpsEngine(t *testing.T, config string, client, sink, pub redis.UniversalClient) opsEngine {
+func startOpsEngine(t *testing.T, configPath string, client, sink, pub redis.UniversalClient) opsEngine {
 	t.Helper()
-	cfg, err := engine.LoadConfig(config)
+	cfg, err := config.Load(configPath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/metrics"
@@ -190,7 +191,7 @@ func relayRun(ctx context.Context, opts *OutboxOptions) error {
 
 // newRelay opens the configured outbox and returns a relay publishing through rdb, the
 // outbox (for the backlog gauge) and the function closing the database.
-func newRelay(cfg *engine.Config, rdb redis.UniversalClient, log *slog.Logger) (*outbox.Relay, *outbox.Outbox, func(), error) {
+func newRelay(cfg *config.Config, rdb redis.UniversalClient, log *slog.Logger) (*outbox.Relay, *outbox.Outbox, func(), error) {
 	if cfg.Outbox == nil {
 		return nil, nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s has no [outbox] table: add one with dsn = \"sqlite://outbox.db\" or \"postgres://...\"", cfg.File)}
 	}

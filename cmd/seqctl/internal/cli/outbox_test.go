@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/engine/outbox"
 )
@@ -58,7 +59,7 @@ sequential_by = "client_id"
 		t.Fatalf("migrate is idempotent: %d %s", r.Code, r.Stderr)
 	}
 
-	cfg, err := engine.LoadConfig(cfgPath)
+	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ sequential_by = "client_id"
 	if r := runCLI(t, false, "outbox", "migrate", "--config", cfgPath); r.Code != 0 {
 		t.Fatalf("migrate: %d %s", r.Code, r.Stderr)
 	}
-	cfg, err := engine.LoadConfig(cfgPath)
+	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}

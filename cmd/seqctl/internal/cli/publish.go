@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -30,7 +31,7 @@ type PublishOptions struct {
 	// RedisCluster is the global --cluster (see resolveRedis).
 	RedisCluster bool
 	// RedisTLS are the global --redis-tls-* flags.
-	RedisTLS engine.TLSConfig
+	RedisTLS config.TLSConfig
 	// Event is the event type (--event). With a file, it says every line is a payload of
 	// this type; without it, every line is an object {"event", "data", "priority"}.
 	Event string
@@ -273,7 +274,7 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 		return nil, nil, err
 	}
 	if !cfg.Broker.IsRedis() {
-		return nil, nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Path: "broker.kind", Message: fmt.Sprintf(
+		return nil, nil, &config.Error{File: cfg.File, Problems: []config.Problem{{Path: "broker.kind", Message: fmt.Sprintf(
 			"seqctl publish needs the redis broker, not %q: the inline broker lives inside one Go process", cfg.Broker.Kind)}}}
 	}
 	conn, err := resolveRedis(redisFlags{URL: opts.RedisURL, Cluster: opts.RedisCluster, TLS: opts.RedisTLS}, cfg, os.Getenv)

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -109,7 +110,7 @@ handles = ["Audited"]
 // publishFixture is a Redis server and a config pointing at it.
 func publishFixture(t *testing.T) (*redis.Client, string, string) {
 	t.Helper()
-	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
 	return srv.Client(t), writeConfig(t, publishDomain), srv.URL
 }
@@ -370,7 +371,7 @@ func TestPublishFile(t *testing.T) {
 }
 
 func TestPublishRedisDown(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(config.EnvRedisURL, "")
 	cfg := writeConfig(t, publishDomain)
 	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", "redis://127.0.0.1:1/0", "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)
 	if res.Code != ExitFailure || !strings.Contains(res.Stderr, "redis unavailable") {
@@ -389,7 +390,7 @@ func writeFile(t *testing.T, path, content string) {
 // replicas have it (one WAIT per command, a file's events included): with no replica it
 // exits 1 saying the events are on the primary but a failover may lose them; with one, 0.
 func TestPublishWaitsForReplicas(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(config.EnvRedisURL, "")
 	primary := redistest.Start(t)
 	domain := strings.Replace(publishDomain, `name = "shop"`, "name = \"shop\"\n\n[broker]\nmin_replicas = 1\nreplica_timeout_ms = 300", 1)
 	cfg := writeConfig(t, domain)

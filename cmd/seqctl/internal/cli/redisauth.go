@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -23,8 +24,8 @@ const securityDoc = engine.SecurityDoc
 // SEQCTL_REDIS_TLS_* variable, else the config's [broker.tls] key. Any setting turns TLS
 // on, even with a redis:// URL; a rediss:// URL without settings verifies against the
 // system roots.
-func resolveTLS(flags engine.TLSConfig, cfg *engine.Config, getenv func(string) string) engine.TLSConfig {
-	var c engine.TLSConfig
+func resolveTLS(flags config.TLSConfig, cfg *config.Config, getenv func(string) string) config.TLSConfig {
+	var c config.TLSConfig
 	if cfg != nil {
 		c = cfg.Broker.TLS
 	}
@@ -47,22 +48,22 @@ type tlsSource struct {
 	setting       string // the [broker.tls] key, an engine.TLSSetting* name
 	flag          string // the flag's value
 	flagName, env string
-	field         func(*engine.TLSConfig) *string
+	field         func(*config.TLSConfig) *string
 }
 
-func tlsSources(flags engine.TLSConfig) []tlsSource {
+func tlsSources(flags config.TLSConfig) []tlsSource {
 	return []tlsSource{
-		{engine.TLSSettingCA, flags.CAFile, "--redis-tls-ca", EnvRedisTLSCA, func(c *engine.TLSConfig) *string { return &c.CAFile }},
-		{engine.TLSSettingCert, flags.CertFile, "--redis-tls-cert", EnvRedisTLSCert, func(c *engine.TLSConfig) *string { return &c.CertFile }},
-		{engine.TLSSettingKey, flags.KeyFile, "--redis-tls-key", EnvRedisTLSKey, func(c *engine.TLSConfig) *string { return &c.KeyFile }},
-		{engine.TLSSettingServerName, flags.ServerName, "--redis-tls-server-name", EnvRedisTLSServerName, func(c *engine.TLSConfig) *string { return &c.ServerName }},
-		{engine.TLSSettingMinVersion, flags.MinVersion, "--redis-tls-min-version", EnvRedisTLSMinVersion, func(c *engine.TLSConfig) *string { return &c.MinVersion }},
+		{config.TLSSettingCA, flags.CAFile, "--redis-tls-ca", EnvRedisTLSCA, func(c *config.TLSConfig) *string { return &c.CAFile }},
+		{config.TLSSettingCert, flags.CertFile, "--redis-tls-cert", EnvRedisTLSCert, func(c *config.TLSConfig) *string { return &c.CertFile }},
+		{config.TLSSettingKey, flags.KeyFile, "--redis-tls-key", EnvRedisTLSKey, func(c *config.TLSConfig) *string { return &c.KeyFile }},
+		{config.TLSSettingServerName, flags.ServerName, "--redis-tls-server-name", EnvRedisTLSServerName, func(c *config.TLSConfig) *string { return &c.ServerName }},
+		{config.TLSSettingMinVersion, flags.MinVersion, "--redis-tls-min-version", EnvRedisTLSMinVersion, func(c *config.TLSConfig) *string { return &c.MinVersion }},
 	}
 }
 
 // tlsSettingNames names every place a TLS setting can be given, for messages.
 func tlsSettingNames(setting string) string {
-	for _, s := range tlsSources(engine.TLSConfig{}) {
+	for _, s := range tlsSources(config.TLSConfig{}) {
 		if s.setting == setting {
 			return fmt.Sprintf("%s, $%s or [broker.tls] %s", s.flagName, s.env, s.setting)
 		}
@@ -70,10 +71,10 @@ func tlsSettingNames(setting string) string {
 	return "[broker.tls] " + setting
 }
 
-// tlsSettingError rewrites an *engine.TLSError with the name of the flag, variable or
+// tlsSettingError rewrites an *config.TLSError with the name of the flag, variable or
 // config key the bad value came from.
-func tlsSettingError(err error, flags engine.TLSConfig, cfg *engine.Config, getenv func(string) string) error {
-	var te *engine.TLSError
+func tlsSettingError(err error, flags config.TLSConfig, cfg *config.Config, getenv func(string) string) error {
+	var te *config.TLSError
 	if !errors.As(err, &te) {
 		return err
 	}
@@ -100,7 +101,7 @@ func tlsSettingError(err error, flags engine.TLSConfig, cfg *engine.Config, gete
 // warnInsecureTLS calls warn when the connection would accept any server certificate.
 func warnInsecureTLS(tc *tls.Config, warn func(string)) {
 	if tc != nil && tc.InsecureSkipVerify {
-		warn("Redis TLS certificate verification is OFF (insecure_skip_verify / " + EnvRedisTLSInsecure + "): anyone on the network path can read and change the traffic, credentials included; set the CA with " + tlsSettingNames(engine.TLSSettingCA) + " instead")
+		warn("Redis TLS certificate verification is OFF (insecure_skip_verify / " + EnvRedisTLSInsecure + "): anyone on the network path can read and change the traffic, credentials included; set the CA with " + tlsSettingNames(config.TLSSettingCA) + " instead")
 	}
 }
 
@@ -123,18 +124,18 @@ func tlsProblem(err error, where string) string {
 	var invalid x509.CertificateInvalidError
 	switch {
 	case errors.As(err, &unknown) || strings.Contains(msg, "certificate signed by unknown authority"):
-		return fmt.Sprintf("TLS handshake with %s failed: its certificate is not signed by a CA seqctl trusts (%v); give the CA that signed it with %s", where, err, tlsSettingNames(engine.TLSSettingCA))
+		return fmt.Sprintf("TLS handshake with %s failed: its certificate is not signed by a CA seqctl trusts (%v); give the CA that signed it with %s", where, err, tlsSettingNames(config.TLSSettingCA))
 	case errors.As(err, &host) || strings.Contains(msg, "x509: certificate is valid for"):
-		return fmt.Sprintf("TLS handshake with %s failed: its certificate does not carry the host name (%v); connect by a name it carries, or set %s", where, err, tlsSettingNames(engine.TLSSettingServerName))
+		return fmt.Sprintf("TLS handshake with %s failed: its certificate does not carry the host name (%v); connect by a name it carries, or set %s", where, err, tlsSettingNames(config.TLSSettingServerName))
 	case errors.As(err, &invalid) || strings.Contains(msg, "x509: certificate has expired"):
 		return fmt.Sprintf("TLS handshake with %s failed: its certificate is not valid (%v); renew the server certificate, or check the clock", where, err)
 	case strings.Contains(msg, "tls: certificate required"):
-		return fmt.Sprintf("TLS handshake with %s failed: Redis requires a client certificate (%v); give one with %s and %s", where, err, tlsSettingNames(engine.TLSSettingCert), tlsSettingNames(engine.TLSSettingKey))
+		return fmt.Sprintf("TLS handshake with %s failed: Redis requires a client certificate (%v); give one with %s and %s", where, err, tlsSettingNames(config.TLSSettingCert), tlsSettingNames(config.TLSSettingKey))
 	case strings.Contains(msg, "remote error: tls: unknown certificate authority") || strings.Contains(msg, "remote error: tls: bad certificate") ||
 		strings.Contains(msg, "remote error: tls: certificate expired") || strings.Contains(msg, "remote error: tls: unsupported certificate"):
-		return fmt.Sprintf("TLS handshake with %s failed: Redis refused the client certificate (%v); give one signed by the CA of Redis's tls-ca-cert-file with %s and %s", where, err, tlsSettingNames(engine.TLSSettingCert), tlsSettingNames(engine.TLSSettingKey))
+		return fmt.Sprintf("TLS handshake with %s failed: Redis refused the client certificate (%v); give one signed by the CA of Redis's tls-ca-cert-file with %s and %s", where, err, tlsSettingNames(config.TLSSettingCert), tlsSettingNames(config.TLSSettingKey))
 	case strings.Contains(msg, "remote error: tls: protocol version not supported") || strings.Contains(msg, "tls: server selected unsupported protocol version"):
-		return fmt.Sprintf("TLS handshake with %s failed: no TLS version both sides accept (%v); check %s and Redis's tls-protocols", where, err, tlsSettingNames(engine.TLSSettingMinVersion))
+		return fmt.Sprintf("TLS handshake with %s failed: no TLS version both sides accept (%v); check %s and Redis's tls-protocols", where, err, tlsSettingNames(config.TLSSettingMinVersion))
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return fmt.Sprintf("TLS handshake with %s failed: that port does not speak TLS (%v); use a redis:// URL without TLS settings, or the port of Redis's tls-port", where, err)
 	}
@@ -180,7 +181,7 @@ func closedConnProblem(err error, c *redisConn) string {
 	if herr != nil && !strings.Contains(herr.Error(), "remote error: tls:") {
 		return ""
 	}
-	return fmt.Sprintf("%s closed the connection (%v): that port speaks TLS; use a rediss:// URL (or TLS settings) and give the CA that signed its certificate with %s", c.where(), err, tlsSettingNames(engine.TLSSettingCA))
+	return fmt.Sprintf("%s closed the connection (%v): that port speaks TLS; use a rediss:// URL (or TLS settings) and give the CA that signed its certificate with %s", c.where(), err, tlsSettingNames(config.TLSSettingCA))
 }
 
 // closedAtOnce reports an error of a connection the peer closed: EOF or a reset.

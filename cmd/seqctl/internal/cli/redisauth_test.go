@@ -8,20 +8,20 @@ import (
 	"testing"
 
 	"github.com/seqctl/seqctl/internal/redistest"
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/config"
 )
 
 func TestRedisOptionsTLS(t *testing.T) {
 	f := redistest.WriteTLSFiles(t, t.TempDir())
 	missing := filepath.Join(t.TempDir(), "nope.pem")
-	cfg := &engine.Config{File: "d.toml", Broker: engine.BrokerConfig{URL: "redis://cfg:6379/0",
-		TLS: engine.TLSConfig{CAFile: f.OtherCA, ServerName: "from-config"}}}
+	cfg := &config.Config{File: "d.toml", Broker: config.BrokerConfig{URL: "redis://cfg:6379/0",
+		TLS: config.TLSConfig{CAFile: f.OtherCA, ServerName: "from-config"}}}
 	tests := []struct {
 		name       string
 		url        string
-		flags      engine.TLSConfig
+		flags      config.TLSConfig
 		env        map[string]string
-		cfg        *engine.Config
+		cfg        *config.Config
 		wantTLS    bool
 		serverName string
 		certs      int
@@ -30,19 +30,19 @@ func TestRedisOptionsTLS(t *testing.T) {
 	}{
 		{name: "plain", url: "redis://h:1/0"},
 		{name: "rediss alone: system roots, the host as server name", url: "rediss://h:1/0", wantTLS: true, serverName: "h"},
-		{name: "a CA turns TLS on for redis://", url: "redis://h:1/0", flags: engine.TLSConfig{CAFile: f.CA}, wantTLS: true, serverName: "h"},
-		{name: "client certificate from flags", url: "rediss://h:1/0", flags: engine.TLSConfig{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}, wantTLS: true, serverName: "h", certs: 1},
+		{name: "a CA turns TLS on for redis://", url: "redis://h:1/0", flags: config.TLSConfig{CAFile: f.CA}, wantTLS: true, serverName: "h"},
+		{name: "client certificate from flags", url: "rediss://h:1/0", flags: config.TLSConfig{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}, wantTLS: true, serverName: "h", certs: 1},
 		{name: "environment", url: "rediss://h:1/0", env: map[string]string{EnvRedisTLSCA: f.CA, EnvRedisTLSCert: f.ClientCert, EnvRedisTLSKey: f.ClientKey, EnvRedisTLSServerName: "env-name"},
 			wantTLS: true, serverName: "env-name", certs: 1},
 		{name: "config", cfg: cfg, wantTLS: true, serverName: "from-config"},
-		{name: "flag over environment over config", cfg: cfg, flags: engine.TLSConfig{ServerName: "flag-name"}, env: map[string]string{EnvRedisTLSServerName: "env-name"},
+		{name: "flag over environment over config", cfg: cfg, flags: config.TLSConfig{ServerName: "flag-name"}, env: map[string]string{EnvRedisTLSServerName: "env-name"},
 			wantTLS: true, serverName: "flag-name"},
 		{name: "insecure from the environment", url: "rediss://h:1/0", env: map[string]string{EnvRedisTLSInsecure: "true"}, wantTLS: true, serverName: "h", insecure: true},
-		{name: "missing CA file from a flag", url: "rediss://h:1/0", flags: engine.TLSConfig{CAFile: missing}, wantErr: []string{"--redis-tls-ca", missing, "does not exist"}},
+		{name: "missing CA file from a flag", url: "rediss://h:1/0", flags: config.TLSConfig{CAFile: missing}, wantErr: []string{"--redis-tls-ca", missing, "does not exist"}},
 		{name: "missing CA file from the environment", url: "rediss://h:1/0", env: map[string]string{EnvRedisTLSCA: missing}, wantErr: []string{"$" + EnvRedisTLSCA, missing}},
-		{name: "missing CA file from the config", cfg: &engine.Config{File: "d.toml", Broker: engine.BrokerConfig{URL: "redis://h:1/0", TLS: engine.TLSConfig{CAFile: missing}}},
+		{name: "missing CA file from the config", cfg: &config.Config{File: "d.toml", Broker: config.BrokerConfig{URL: "redis://h:1/0", TLS: config.TLSConfig{CAFile: missing}}},
 			wantErr: []string{"d.toml: broker.tls.ca_file", missing}},
-		{name: "certificate without key", url: "rediss://h:1/0", flags: engine.TLSConfig{CertFile: f.ClientCert}, wantErr: []string{"--redis-tls-key", "cert_file needs"}},
+		{name: "certificate without key", url: "rediss://h:1/0", flags: config.TLSConfig{CertFile: f.ClientCert}, wantErr: []string{"--redis-tls-key", "cert_file needs"}},
 		{name: "bad min version", url: "rediss://h:1/0", env: map[string]string{EnvRedisTLSMinVersion: "1.0"}, wantErr: []string{"$" + EnvRedisTLSMinVersion, `"1.3"`}},
 	}
 	for _, tt := range tests {
@@ -121,7 +121,7 @@ func TestPermissionProblem(t *testing.T) {
 func TestClosedConnAfterHandshakeNamesTheClientCertificate(t *testing.T) {
 	srv := redistest.StartWith(t, redistest.Options{TLS: true})
 	reset := errors.New("write tcp 127.0.0.1:1->" + srv.Addr + ": write: connection reset by peer")
-	conn, err := resolveRedis(redisFlags{URL: srv.URL, TLS: engine.TLSConfig{CAFile: srv.TLS.CA}}, nil, func(string) string { return "" })
+	conn, err := resolveRedis(redisFlags{URL: srv.URL, TLS: config.TLSConfig{CAFile: srv.TLS.CA}}, nil, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestClosedConnAfterHandshakeNamesTheClientCertificate(t *testing.T) {
 			t.Errorf("message %q does not mention %q", msg, w)
 		}
 	}
-	withCert, err := resolveRedis(redisFlags{URL: srv.URL, TLS: engine.TLSConfig{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: srv.TLS.ClientKey}}, nil, func(string) string { return "" })
+	withCert, err := resolveRedis(redisFlags{URL: srv.URL, TLS: config.TLSConfig{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: srv.TLS.ClientKey}}, nil, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/redact"
 )
@@ -28,7 +29,7 @@ import (
 type redisFlags struct {
 	URL     string
 	Cluster bool
-	TLS     engine.TLSConfig
+	TLS     config.TLSConfig
 }
 
 // redisFlags returns the connection flags among the global ones.
@@ -65,7 +66,7 @@ type redisConn struct {
 //
 // A bad URL, TLS setting or $SEQCTL_REDIS_CLUSTER value is a usage error (exit 2); after
 // a bad URL or TLS setting the returned redisConn still names the masked URL (shown).
-func resolveRedis(flags redisFlags, cfg *engine.Config, getenv func(string) string) (*redisConn, error) {
+func resolveRedis(flags redisFlags, cfg *config.Config, getenv func(string) string) (*redisConn, error) {
 	clusterFrom, err := clusterMode(flags.Cluster, cfg, getenv)
 	if err != nil {
 		return nil, err
@@ -73,8 +74,8 @@ func resolveRedis(flags redisFlags, cfg *engine.Config, getenv func(string) stri
 	raw, from := flags.URL, "--redis-url"
 	switch {
 	case raw != "":
-	case getenv(engine.EnvRedisURL) != "":
-		raw, from = getenv(engine.EnvRedisURL), engine.EnvRedisURL
+	case getenv(config.EnvRedisURL) != "":
+		raw, from = getenv(config.EnvRedisURL), config.EnvRedisURL
 	case cfg != nil && cfg.Broker.URL != "":
 		raw, from = cfg.Broker.URL, cfg.File+": broker.url"
 	default:
@@ -83,9 +84,9 @@ func resolveRedis(flags redisFlags, cfg *engine.Config, getenv func(string) stri
 	c := &redisConn{shown: maskURL(raw), clusterFrom: clusterFrom}
 	tlsc := resolveTLS(flags.TLS, cfg, getenv)
 	if len(clusterFrom) > 0 {
-		opt, err := engine.ParseClusterURL(raw)
+		opt, err := config.ParseClusterURL(raw)
 		if err != nil {
-			return c, &ExitError{Code: ExitUsage, Err: fmt.Errorf("invalid Redis Cluster URL %s (from %s): %v; want %s", c.shown, from, redact.Error(err, raw), engine.ClusterURLForm)}
+			return c, &ExitError{Code: ExitUsage, Err: fmt.Errorf("invalid Redis Cluster URL %s (from %s): %v; want %s", c.shown, from, redact.Error(err, raw), config.ClusterURLForm)}
 		}
 		if opt.Password == "" {
 			opt.Password = getenv(EnvRedisPassword)
@@ -118,7 +119,7 @@ func resolveRedis(flags redisFlags, cfg *engine.Config, getenv func(string) stri
 
 // clusterMode returns what asks for cluster mode, nil for none. A value of
 // $SEQCTL_REDIS_CLUSTER other than 1, true or yes is a usage error.
-func clusterMode(flag bool, cfg *engine.Config, getenv func(string) string) ([]string, error) {
+func clusterMode(flag bool, cfg *config.Config, getenv func(string) string) ([]string, error) {
 	var from []string
 	if flag {
 		from = append(from, "--cluster")
@@ -337,5 +338,5 @@ func clusterNodeProblem(err error, where string) string {
 		where = "Redis"
 	}
 	return fmt.Sprintf("%s is a node of a Redis Cluster (%s); connect to the cluster with --cluster, %s=1 or [broker] kind = %q, and its URL: %s",
-		where, redisReply(err), EnvRedisCluster, engine.BrokerKindRedisCluster, engine.ClusterURLForm)
+		where, redisReply(err), EnvRedisCluster, engine.BrokerKindRedisCluster, config.ClusterURLForm)
 }

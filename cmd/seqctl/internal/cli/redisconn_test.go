@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -23,8 +24,8 @@ import (
 // options.
 func TestResolveRedisCluster(t *testing.T) {
 	tlsFiles := redistest.WriteTLSFiles(t, t.TempDir())
-	cfgNode := &engine.Config{File: "d.toml", Broker: engine.BrokerConfig{Kind: engine.BrokerKindRedis, URL: "redis://cfg:7000?addr=cfg:7001"}}
-	cfgCluster := &engine.Config{File: "d.toml", Broker: engine.BrokerConfig{Kind: engine.BrokerKindRedisCluster, URL: "redis://cfg:7000?addr=cfg:7001"}}
+	cfgNode := &config.Config{File: "d.toml", Broker: config.BrokerConfig{Kind: engine.BrokerKindRedis, URL: "redis://cfg:7000?addr=cfg:7001"}}
+	cfgCluster := &config.Config{File: "d.toml", Broker: config.BrokerConfig{Kind: engine.BrokerKindRedisCluster, URL: "redis://cfg:7000?addr=cfg:7001"}}
 	type want struct {
 		Cluster     bool
 		From        []string
@@ -45,7 +46,7 @@ func TestResolveRedisCluster(t *testing.T) {
 		name    string
 		flags   redisFlags
 		env     map[string]string
-		cfg     *engine.Config
+		cfg     *config.Config
 		want    want
 		wantErr []string
 	}{
@@ -77,7 +78,7 @@ func TestResolveRedisCluster(t *testing.T) {
 			want: clusterWant(want{From: []string{"--cluster"}, Addrs: []string{"h:7000"}, Username: "app", Password: "inurl", Where: "Redis Cluster at redis://app:xxxxx@h:7000"})},
 		{name: "rediss", flags: redisFlags{URL: "rediss://redis.internal:6380?addr=10.0.0.2:6380", Cluster: true},
 			want: clusterWant(want{From: []string{"--cluster"}, Addrs: []string{"redis.internal:6380", "10.0.0.2:6380"}, TLS: true, ServerName: "redis.internal", Where: "Redis Cluster at rediss://redis.internal:6380?addr=10.0.0.2:6380"})},
-		{name: "TLS settings from the flags", flags: redisFlags{URL: "redis://h:7000", Cluster: true, TLS: engine.TLSConfig{CAFile: tlsFiles.CA, ServerName: "redis.internal"}},
+		{name: "TLS settings from the flags", flags: redisFlags{URL: "redis://h:7000", Cluster: true, TLS: config.TLSConfig{CAFile: tlsFiles.CA, ServerName: "redis.internal"}},
 			want: clusterWant(want{From: []string{"--cluster"}, Addrs: []string{"h:7000"}, TLS: true, ServerName: "redis.internal", Where: "Redis Cluster at redis://h:7000"})},
 
 		{name: "bad environment value", flags: redisFlags{Cluster: true}, env: map[string]string{"SEQCTL_REDIS_CLUSTER": "on"},
@@ -85,12 +86,12 @@ func TestResolveRedisCluster(t *testing.T) {
 		{name: "0 is not a value either", env: map[string]string{"SEQCTL_REDIS_CLUSTER": "0"},
 			wantErr: []string{`invalid value "0" for $SEQCTL_REDIS_CLUSTER`}},
 		{name: "bad scheme", flags: redisFlags{URL: "unix:///run/redis.sock", Cluster: true},
-			wantErr: []string{"invalid Redis Cluster URL unix:///run/redis.sock (from --redis-url)", engine.ClusterURLForm}},
+			wantErr: []string{"invalid Redis Cluster URL unix:///run/redis.sock (from --redis-url)", config.ClusterURLForm}},
 		{name: "a database", flags: redisFlags{URL: "redis://:pw@h:7000/3", Cluster: true},
 			wantErr: []string{"invalid Redis Cluster URL redis://:xxxxx@h:7000/3", "only database 0"}},
-		{name: "bad addr from the config", cfg: &engine.Config{File: "d.toml", Broker: engine.BrokerConfig{Kind: engine.BrokerKindRedisCluster, URL: "redis://h:7000?addr=nope"}},
+		{name: "bad addr from the config", cfg: &config.Config{File: "d.toml", Broker: config.BrokerConfig{Kind: engine.BrokerKindRedisCluster, URL: "redis://h:7000?addr=nope"}},
 			wantErr: []string{"(from d.toml: broker.url)", "addr param: nope"}},
-		{name: "bad TLS setting", flags: redisFlags{URL: "rediss://h:7000", Cluster: true, TLS: engine.TLSConfig{MinVersion: "1.1"}},
+		{name: "bad TLS setting", flags: redisFlags{URL: "rediss://h:7000", Cluster: true, TLS: config.TLSConfig{MinVersion: "1.1"}},
 			wantErr: []string{"--redis-tls-min-version"}},
 	}
 	for _, tt := range tests {
@@ -253,7 +254,7 @@ func TestRedisConnProblems(t *testing.T) {
 	node, _ := resolveRedis(redisFlags{URL: "redis://:pw@h:1/0"}, nil, getenv)
 	flagCluster, _ := resolveRedis(redisFlags{URL: "redis://:pw@h:1", Cluster: true}, nil, getenv)
 	t.Setenv(EnvRedisCluster, "1")
-	cfg := &engine.Config{File: "d.toml", Broker: engine.BrokerConfig{Kind: engine.BrokerKindRedisCluster}}
+	cfg := &config.Config{File: "d.toml", Broker: config.BrokerConfig{Kind: engine.BrokerKindRedisCluster}}
 	everyCluster, _ := resolveRedis(redisFlags{URL: "redis://:pw@h:1", Cluster: true}, cfg, os.Getenv)
 	disabled := errors.New("ERR This instance has cluster support disabled")
 	moved := fmt.Errorf("head skip: %w", errors.New("MOVED 3999 10.0.0.2:7001"))
@@ -311,7 +312,7 @@ func TestRedisConnProblems(t *testing.T) {
 // client reaches every master, follows MOVED and ASK while a slot migrates, and a
 // --cluster against one Redis says it is not a cluster.
 func TestClusterConnection(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(config.EnvRedisURL, "")
 	t.Setenv(EnvRedisCluster, "")
 	c := redistest.StartCluster(t, 3)
 	ctx := context.Background()

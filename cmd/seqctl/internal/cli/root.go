@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/config"
 )
 
 // Factory is what commands get from the outside world. Main builds the real one; tests
@@ -63,7 +63,7 @@ func printError(w io.Writer, err error) {
 	if errors.As(err, &ee) && ee.Err == nil {
 		return
 	}
-	var ce *engine.ConfigError
+	var ce *config.Error
 	if errors.As(err, &ce) {
 		fmt.Fprintln(w, ce.Error())
 		return

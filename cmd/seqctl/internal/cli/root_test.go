@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/config"
 )
 
 func TestRootRun(t *testing.T) {
@@ -104,7 +104,7 @@ func TestPrintError(t *testing.T) {
 		{"usage", usageErrorf("seqctl head", "missing --partition"), "seqctl: missing --partition\nRun 'seqctl head --help' for usage.\n"},
 		{
 			"config error",
-			&engine.ConfigError{File: "d.toml", Problems: []engine.ConfigProblem{{Path: "name", Line: 1, Message: "must be a string"}, {Message: "other"}}},
+			&config.Error{File: "d.toml", Problems: []config.Problem{{Path: "name", Line: 1, Message: "must be a string"}, {Message: "other"}}},
 			"d.toml:1: name: must be a string\nd.toml: other\n",
 		},
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/deliver"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/metrics"
 )
@@ -34,7 +35,7 @@ type RunOptions struct {
 	// RedisCluster is the global --cluster (see resolveRedis).
 	RedisCluster bool
 	// RedisTLS are the global --redis-tls-* flags.
-	RedisTLS engine.TLSConfig
+	RedisTLS config.TLSConfig
 	// InstanceID names this instance in leases and the registry (--instance-id; "" lets
 	// the engine pick host-pid-random).
 	InstanceID string
@@ -176,7 +177,7 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 // runPlan is what 'seqctl run' will run: the loaded config, the initialised domain with
 // its handler functions bound, and what was bound.
 type runPlan struct {
-	cfg      *engine.Config
+	cfg      *config.Config
 	dom      *engine.Domain
 	bindings []deliver.Binding
 	redis    *redisConn
@@ -190,7 +191,7 @@ func loadRunPlan(opts *RunOptions, procs *deliver.Procs) (*runPlan, error) {
 		return nil, err
 	}
 	if !cfg.Broker.IsRedis() {
-		return nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Path: "broker.kind", Message: fmt.Sprintf(
+		return nil, &config.Error{File: cfg.File, Problems: []config.Problem{{Path: "broker.kind", Message: fmt.Sprintf(
 			"seqctl run needs the redis broker, not %q: set kind = \"redis\", or \"redis-cluster\" for a Redis Cluster (the inline broker runs in one Go process, for tests)", cfg.Broker.Kind)}}}
 	}
 	conn, err := resolveRedis(redisFlags{URL: opts.RedisURL, Cluster: opts.RedisCluster, TLS: opts.RedisTLS}, cfg, os.Getenv)
@@ -213,16 +214,16 @@ func loadRunPlan(opts *RunOptions, procs *deliver.Procs) (*runPlan, error) {
 		}
 	}
 	if runnable == 0 {
-		return nil, &engine.ConfigError{File: cfg.File, Problems: []engine.ConfigProblem{{Message: "nothing to run: declare at least one event handler or process manager with a deliver table (command handlers are inert)"}}}
+		return nil, &config.Error{File: cfg.File, Problems: []config.Problem{{Message: "nothing to run: declare at least one event handler or process manager with a deliver table (command handlers are inert)"}}}
 	}
 	return &runPlan{cfg: cfg, dom: dom, bindings: bindings, redis: conn}, nil
 }
 
 // loadConfigFile loads a domain.toml, with the CLI's wording for a missing file.
-func loadConfigFile(path string) (*engine.Config, error) {
-	cfg, err := engine.LoadConfig(path)
+func loadConfigFile(path string) (*config.Config, error) {
+	cfg, err := config.Load(path)
 	if err != nil {
-		var ce *engine.ConfigError
+		var ce *config.Error
 		if errors.Is(err, os.ErrNotExist) && errors.As(err, &ce) && len(ce.Problems) == 1 {
 			ce.Problems[0].Message = "the config file does not exist; pass --config with the path of your domain.toml"
 		}
@@ -459,7 +460,7 @@ func startEngine(ctx context.Context, ecfg engine.EngineConfig, conn *redisConn,
 }
 
 // urlSetting names where the Redis URL comes from, for messages that say what to fix.
-const urlSetting = "the Redis URL (--redis-url, $" + engine.EnvRedisURL + ", or [broker] url in domain.toml)"
+const urlSetting = "the Redis URL (--redis-url, $" + config.EnvRedisURL + ", or [broker] url in domain.toml)"
 
 // permanentRedisError returns what to fix when err cannot go away by waiting, or ""
 // when it may (Redis unreachable, loading its data, failing over, busy, out of memory).

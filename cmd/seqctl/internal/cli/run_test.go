@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/internal/redistest"
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/config"
 )
 
 func TestRunParse(t *testing.T) {
@@ -95,7 +95,7 @@ sequential_by = "client_id"
 // TestRunConfigProblems checks the failures 'seqctl run' finds before it connects to
 // anything: each exits 2 and names the problem.
 func TestRunConfigProblems(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(config.EnvRedisURL, "")
 	t.Setenv("RUN_TEST_SECRET", "")
 	tests := []struct {
 		name       string
@@ -246,7 +246,7 @@ func (l *lockedBuffer) String() string {
 // it delivers an event to an exec handler, shuts down on the first signal with nil
 // (exit 0), and on a second signal during a slow shutdown returns exit status 1 at once.
 func TestRunInProcess(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
 	dir := t.TempDir()
 	handler := filepath.Join(dir, "handler.sh")

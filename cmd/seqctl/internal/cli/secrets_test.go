@@ -12,6 +12,7 @@ import (
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/demo"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/engine/outbox"
 )
@@ -25,8 +26,8 @@ import (
 // startup log line, its errors and the failure reasons that become halt records, and the
 // demo. None of the outputs may contain the secret.
 func TestSecretsNeverPrinted(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
-	t.Setenv(engine.EnvOutboxDSN, "")
+	t.Setenv(config.EnvRedisURL, "")
+	t.Setenv(config.EnvOutboxDSN, "")
 	srv := redistest.Start(t)
 	if err := srv.Client(t).ConfigSet(context.Background(), "requirepass", "the-real-one").Err(); err != nil {
 		t.Fatal(err)
@@ -83,18 +84,18 @@ func TestSecretsNeverPrinted(t *testing.T) {
 				check("partitions list --cluster --redis-url", res.Stdout+res.Stderr)
 			}
 			t.Setenv(EnvRedisCluster, "1")
-			t.Setenv(engine.EnvRedisURL, clusterURL)
+			t.Setenv(config.EnvRedisURL, clusterURL)
 			res := runCLI(t, false, "groups", "list")
 			check("groups list with "+EnvRedisCluster, res.Stdout+res.Stderr)
 			t.Setenv(EnvRedisCluster, "")
-			t.Setenv(engine.EnvRedisURL, "")
+			t.Setenv(config.EnvRedisURL, "")
 			if conn, err := resolveRedis(redisFlags{URL: clusterURL, Cluster: true}, nil, func(string) string { return "" }); err != nil {
 				check("resolveRedis cluster error", err.Error())
 			} else {
 				check("resolveRedis cluster shown", conn.shown+" "+conn.where())
 			}
 			clusterDomain := strings.Replace(runDomain, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("kind = \"redis-cluster\"\nurl = %q", clusterURL), 1)
-			if _, err := engine.ParseConfig("domain.toml", []byte(clusterDomain)); err != nil {
+			if _, err := config.Parse("domain.toml", []byte(clusterDomain)); err != nil {
 				check("redis-cluster config problems", err.Error())
 			}
 			{
@@ -149,7 +150,7 @@ http = %q
 			}
 
 			// The config loader: a deliver URL that does not parse, and the broker URL.
-			_, err := engine.ParseConfig("domain.toml", []byte(strings.Replace(runDomain, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("url = %q", redisURL), 1)+fmt.Sprintf(`
+			_, err := config.Parse("domain.toml", []byte(strings.Replace(runDomain, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("url = %q", redisURL), 1)+fmt.Sprintf(`
 [[handlers]]
 name = "A"
 handles = ["OrderPlaced"]
@@ -201,7 +202,7 @@ dsn = %q
 // halts, and neither the halt record shown by 'seqctl head show -o json' nor the run's
 // log holds the secrets, while both name the masked target.
 func TestSecretsNotInHaltRecords(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
 	const token = "tok-3f9a-secret"
 	cfg := writeConfig(t, fmt.Sprintf(`name = "shop"

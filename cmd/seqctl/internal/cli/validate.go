@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -76,9 +77,9 @@ process manager. With -o json an invalid file prints {"file", "valid": false,
 }
 
 func validateRun(opts *ValidateOptions) error {
-	cfg, err := engine.LoadConfig(opts.ConfigPath)
+	cfg, err := config.Load(opts.ConfigPath)
 	if err != nil {
-		var ce *engine.ConfigError
+		var ce *config.Error
 		if errors.Is(err, fs.ErrNotExist) && errors.As(err, &ce) && len(ce.Problems) == 1 {
 			ce.Problems[0].Message = "the config file does not exist; pass --config with the path of your domain.toml"
 		}
@@ -116,7 +117,7 @@ type problemSummary struct {
 // validateFailed prints a config error as JSON on stdout when -o json asks for it, and
 // returns err (printed to stderr, exit status 2).
 func validateFailed(opts *ValidateOptions, err error) error {
-	var ce *engine.ConfigError
+	var ce *config.Error
 	if !structured(opts.Output) || !errors.As(err, &ce) {
 		return err
 	}
@@ -136,7 +137,7 @@ func validateFailed(opts *ValidateOptions, err error) error {
 // run reports a misspelt key and a sequential_by mistake together. Any other error, and
 // an unknown key that is a table header or spans lines, is returned as it is.
 func withSemanticProblems(path string, err error) error {
-	var ce *engine.ConfigError
+	var ce *config.Error
 	if !errors.As(err, &ce) || len(ce.Problems) == 0 {
 		return err
 	}
@@ -157,15 +158,15 @@ func withSemanticProblems(path string, err error) error {
 		}
 		lines[p.Line-1] = "" // the line stays: every other line keeps its number
 	}
-	cfg, perr := engine.ParseConfig(path, []byte(strings.Join(lines, "\n")))
+	cfg, perr := config.Parse(path, []byte(strings.Join(lines, "\n")))
 	if perr == nil {
 		_, perr = cfg.InitDomain()
 	}
-	var more *engine.ConfigError
+	var more *config.Error
 	if perr == nil || !errors.As(perr, &more) {
 		return err
 	}
-	seen := map[engine.ConfigProblem]bool{}
+	seen := map[config.Problem]bool{}
 	for _, p := range ce.Problems {
 		seen[p] = true
 	}
@@ -174,7 +175,7 @@ func withSemanticProblems(path string, err error) error {
 			ce.Problems = append(ce.Problems, p)
 		}
 	}
-	slices.SortStableFunc(ce.Problems, func(a, b engine.ConfigProblem) int { return cmp.Compare(a.Line, b.Line) })
+	slices.SortStableFunc(ce.Problems, func(a, b config.Problem) int { return cmp.Compare(a.Line, b.Line) })
 	return err
 }
 
@@ -229,7 +230,7 @@ type pmHandleSummary struct {
 	Start      bool   `json:"start"`
 }
 
-func delivery(d *engine.DeliverConfig) string {
+func delivery(d *config.DeliverConfig) string {
 	if d == nil {
 		return "go"
 	}
@@ -237,7 +238,7 @@ func delivery(d *engine.DeliverConfig) string {
 }
 
 // summarize describes a valid, initialised domain.
-func summarize(cfg *engine.Config, dom *engine.Domain) validateSummary {
+func summarize(cfg *config.Config, dom *engine.Domain) validateSummary {
 	broker := cfg.BrokerInfo()
 	s := validateSummary{
 		File:            cfg.File,

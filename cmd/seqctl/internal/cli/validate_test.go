@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/config"
 )
 
 func TestValidateParse(t *testing.T) {
@@ -85,8 +85,8 @@ handles = ["Tick"]
 `
 
 func TestValidateRun(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
-	t.Setenv(engine.EnvOutboxDSN, "")
+	t.Setenv(config.EnvRedisURL, "")
+	t.Setenv(config.EnvOutboxDSN, "")
 	inline := writeConfig(t, inlineDomain)
 	invalid := writeConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
 	missing := filepath.Join(t.TempDir(), "absent.toml")
@@ -164,7 +164,7 @@ func TestValidateRun(t *testing.T) {
 }
 
 func TestValidateJSON(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(config.EnvRedisURL, "")
 	path := writeConfig(t, inlineDomain)
 	r := runCLI(t, false, "validate", "--config", path, "-o", "json")
 	if r.Code != 0 || r.Stderr != "" {
@@ -196,7 +196,7 @@ func TestValidateJSON(t *testing.T) {
 // validate -o json on an invalid file prints the problems as JSON on stdout (exit 2),
 // and the unknown key and the registration problem come in the same run.
 func TestValidateJSONProblems(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
+	t.Setenv(config.EnvRedisURL, "")
 	repoRoot(t)
 	file := "testdata/invalid/unknown_key_and_sequential_by.toml"
 	r := runCLI(t, false, "validate", "--config", file, "-o", "json")
@@ -223,8 +223,8 @@ func TestValidateJSONProblems(t *testing.T) {
 }
 
 func TestValidateYAML(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
-	t.Setenv(engine.EnvOutboxDSN, "")
+	t.Setenv(config.EnvRedisURL, "")
+	t.Setenv(config.EnvOutboxDSN, "")
 	repoRoot(t)
 	r := runCLI(t, false, "validate", "--config", "testdata/domain.toml", "-o", "yaml")
 	if r.Code != 0 || r.Stderr != "" {
@@ -241,8 +241,8 @@ func TestValidateYAML(t *testing.T) {
 // example and for every testdata/invalid file. Run go test ./cmd/... -update to rewrite
 // them after an intended change.
 func TestValidateGoldens(t *testing.T) {
-	t.Setenv(engine.EnvRedisURL, "")
-	t.Setenv(engine.EnvOutboxDSN, "")
+	t.Setenv(config.EnvRedisURL, "")
+	t.Setenv(config.EnvOutboxDSN, "")
 	repoRoot(t)
 
 	t.Run("domain.toml", func(t *testing.T) {

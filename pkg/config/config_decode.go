@@ -1,4 +1,4 @@
-package engine
+package config
 
 // The strict domain.toml decoder. BurntSushi/toml parses the file into a generic tree
 // (so a syntax error carries its line); the walk below then checks every key against the
@@ -17,32 +17,35 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/seqctl/seqctl/pkg/redact"
+
+	"github.com/seqctl/seqctl/pkg/engine"
 )
 
-// parseConfig is ParseConfig with the environment injected.
+// parseConfig is Parse with the environment injected.
 func parseConfig(name string, data []byte, getenv func(string) string) (*Config, error) {
 	var root map[string]any
 	if _, err := toml.Decode(string(data), &root); err != nil {
-		return nil, &ConfigError{File: name, Problems: []ConfigProblem{cfgSyntaxProblem(err)}, err: err}
+		return nil, &Error{File: name, Problems: []Problem{syntaxProblem(err)}, err: err}
 	}
-	d := &cfgDecoder{lines: scanKeyLines(string(data)), getenv: getenv}
+	d := &decoder{lines: scanKeyLines(string(data)), getenv: getenv}
 	cfg := d.config(root)
 	if len(d.problems) > 0 {
 		// Problems of the whole file (line 0) first, then in line order; the walk order
 		// breaks ties, so the report is stable.
 		sort.SliceStable(d.problems, func(i, j int) bool { return d.problems[i].Line < d.problems[j].Line })
-		return nil, &ConfigError{File: name, Problems: d.problems}
+		return nil, &Error{File: name, Problems: d.problems}
 	}
 	cfg.File = name
 	cfg.lines = d.lines
 	return cfg, nil
 }
 
-func cfgSyntaxProblem(err error) ConfigProblem {
+func syntaxProblem(err error) Problem {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
 		msg := pe.Message
@@ -50,25 +53,25 @@ func cfgSyntaxProblem(err error) ConfigProblem {
 			// The usage text is a multi-line essay; its first sentence is enough here.
 			msg += "; " + strings.TrimSpace(strings.SplitN(strings.TrimSpace(pe.Usage), "\n", 2)[0])
 		}
-		return ConfigProblem{Line: pe.Position.Line, Message: "TOML syntax error: " + cfgOneLine(msg) + "; fix the syntax first, other problems are reported after it parses"}
+		return Problem{Line: pe.Position.Line, Message: "TOML syntax error: " + oneLine(msg) + "; fix the syntax first, other problems are reported after it parses"}
 	}
-	return ConfigProblem{Message: "cannot parse the file as TOML: " + cfgOneLine(err.Error())}
+	return Problem{Message: "cannot parse the file as TOML: " + oneLine(err.Error())}
 }
 
-// cfgOneLine keeps a message on one line: a problem is printed one per line.
-func cfgOneLine(s string) string {
+// oneLine keeps a message on one line: a problem is printed one per line.
+func oneLine(s string) string {
 	s = strings.ReplaceAll(s, "\r", `\r`)
 	return strings.ReplaceAll(s, "\n", `\n`)
 }
 
 // declared remembers where a type or handler name was first declared.
-type cfgDeclared struct {
+type declared struct {
 	kind     string // "event", "command", "handler", "process manager"
 	category string
-	path     cfgPath
+	path     keyPath
 }
 
-func (d *cfgDecoder) where(p cfgPath) string {
+func (d *decoder) where(p keyPath) string {
 	if line := d.lines.lookup(p); line > 0 {
 		return fmt.Sprintf("%s, line %d", p, line)
 	}
@@ -76,8 +79,8 @@ func (d *cfgDecoder) where(p cfgPath) string {
 }
 
 // config decodes the root table.
-func (d *cfgDecoder) config(root map[string]any) *Config {
-	t := cfgTable{d: d, m: root}
+func (d *decoder) config(root map[string]any) *Config {
+	t := table{d: d, m: root}
 	t.known("name", "broker", "server", "outbox", "events", "commands", "handlers", "process_managers")
 	c := &Config{}
 	if t.required("name", `name the bounded context, e.g. name = "shop"`) {
@@ -86,17 +89,17 @@ func (d *cfgDecoder) config(root map[string]any) *Config {
 	c.Broker = d.broker(t)
 	c.Server = d.server(t)
 	if rt := c.Broker.ReplicaTimeout; rt > 0 && rt >= c.Server.Partitioning.LeaseTTL {
-		d.problem(cfgPath{}.key("broker").key("replica_timeout_ms"),
+		d.problem(keyPath{}.key("broker").key("replica_timeout_ms"),
 			"%d is not below the lease TTL (lease_ttl_ms = %d): a lease just taken could lapse while its grant waits for replicas; use about 1000, or remove the key for that default",
 			rt.Milliseconds(), c.Server.Partitioning.LeaseTTL.Milliseconds())
 	}
 	c.Outbox = d.outbox(t)
 
-	types := map[string]cfgDeclared{}
+	types := map[string]declared{}
 	c.Events = d.types(t, "events", "event", types)
 	c.Commands = d.types(t, "commands", "command", types)
 
-	names := map[string]cfgDeclared{}
+	names := map[string]declared{}
 	for _, h := range t.tables("handlers") {
 		c.Handlers = append(c.Handlers, d.handler(h, types, names))
 	}
@@ -106,8 +109,8 @@ func (d *cfgDecoder) config(root map[string]any) *Config {
 	return c
 }
 
-func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
-	b := BrokerConfig{Kind: BrokerKindRedis, URL: configDefaultRedisURL}
+func (d *decoder) broker(root table) BrokerConfig {
+	b := BrokerConfig{Kind: engine.BrokerKindRedis, URL: configDefaultRedisURL}
 	t, ok := root.sub("broker")
 	if ok {
 		t.known("kind", "url", "min_replicas", "replica_timeout_ms", "tls")
@@ -115,24 +118,24 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 		if tt, ok := t.sub("tls"); ok {
 			b.TLS = d.brokerTLS(tt)
 		}
-		d.oneOf(t, "kind", &b.Kind, []string{BrokerKindRedis, BrokerKindRedisCluster, BrokerKindInline},
+		d.oneOf(t, "kind", &b.Kind, []string{engine.BrokerKindRedis, engine.BrokerKindRedisCluster, engine.BrokerKindInline},
 			"unknown broker kind %q; use \"redis\" (partitioned, production) or \"inline\" (in process, for tests)")
 		if u, ok := t.str("url"); ok {
 			b.URL = u
 		}
 	}
-	urlPath := cfgPath{}.key("broker").key("url")
+	urlPath := keyPath{}.key("broker").key("url")
 	source := "the URL"
 	if env := d.getenv(EnvRedisURL); env != "" {
 		b.URL, source = env, EnvRedisURL+" (which overrides broker.url)"
 	}
 	switch b.Kind {
-	case BrokerKindRedisCluster:
+	case engine.BrokerKindRedisCluster:
 		d.clusterURL(urlPath, source, b.URL)
 		if b.MinReplicas > 0 {
-			d.problem(cfgPath{}.key("broker").key("min_replicas"), "is not available with kind = \"redis-cluster\" (a WAIT covers one node's writes, and seqctl's are spread over every master); set it to 0, or use kind = \"redis\"")
+			d.problem(keyPath{}.key("broker").key("min_replicas"), "is not available with kind = \"redis-cluster\" (a WAIT covers one node's writes, and seqctl's are spread over every master); set it to 0, or use kind = \"redis\"")
 		}
-	case BrokerKindRedis:
+	case engine.BrokerKindRedis:
 		// The URL may hold a password: problems never echo it.
 		u, err := url.Parse(b.URL)
 		switch {
@@ -150,7 +153,7 @@ func (d *cfgDecoder) broker(root cfgTable) BrokerConfig {
 // clusterURL checks the URL of a "redis-cluster" broker: go-redis's cluster form, a
 // seed address and more as addr parameters. The URL may hold a password: problems never
 // echo it, and go-redis's reasons are redacted.
-func (d *cfgDecoder) clusterURL(path cfgPath, source, raw string) {
+func (d *decoder) clusterURL(path keyPath, source, raw string) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
@@ -170,7 +173,7 @@ func (d *cfgDecoder) clusterURL(path cfgPath, source, raw string) {
 
 // brokerTLS decodes [broker.tls] and reads its files, so a missing CA or a key that
 // does not fit its certificate is reported with the config, naming the key and the path.
-func (d *cfgDecoder) brokerTLS(t cfgTable) TLSConfig {
+func (d *decoder) brokerTLS(t table) TLSConfig {
 	t.known("ca_file", "cert_file", "key_file", "server_name", "min_version", "insecure_skip_verify")
 	var c TLSConfig
 	for _, f := range []struct {
@@ -200,7 +203,7 @@ func (d *cfgDecoder) brokerTLS(t cfgTable) TLSConfig {
 }
 
 // replicas decodes [broker] min_replicas and replica_timeout_ms.
-func (d *cfgDecoder) replicas(t cfgTable, b *BrokerConfig) {
+func (d *decoder) replicas(t table, b *BrokerConfig) {
 	if n, ok := t.integer("min_replicas"); ok {
 		switch {
 		case n < 0:
@@ -216,10 +219,10 @@ func (d *cfgDecoder) replicas(t cfgTable, b *BrokerConfig) {
 	}
 }
 
-func (d *cfgDecoder) server(root cfgTable) ServerConfig {
+func (d *decoder) server(root table) ServerConfig {
 	s := ServerConfig{
 		Partitioning:  DefaultPartitioningConfig(),
-		PriorityLanes: PriorityLanes{BackfillSuffix: DefaultBackfillSuffix},
+		PriorityLanes: PriorityLanes{BackfillSuffix: engine.DefaultBackfillSuffix},
 	}
 	t, ok := root.sub("server")
 	if !ok {
@@ -245,7 +248,7 @@ func (d *cfgDecoder) server(root cfgTable) ServerConfig {
 			}
 		}
 		if sfx, ok := pl.nonEmpty("backfill_suffix", `omit the key for the default "backfill"`); ok {
-			if err := validateSuffix(sfx); err != nil {
+			if err := engine.ValidateBackfillSuffix(sfx); err != nil {
 				d.problem(pl.path.key("backfill_suffix"), "%v; it becomes the last segment of {category}:{key}:{suffix}, pick a plain word such as \"backfill\" or \"slow\"", err)
 			} else {
 				s.PriorityLanes.BackfillSuffix = sfx
@@ -256,11 +259,11 @@ func (d *cfgDecoder) server(root cfgTable) ServerConfig {
 }
 
 // maxMillis is the largest millisecond count that fits a time.Duration.
-const cfgMaxMillis = math.MaxInt64 / int64(time.Millisecond)
+const maxMillis = math.MaxInt64 / int64(time.Millisecond)
 
 // oneOf decodes a string key whose value must be one of allowed into dst; problem is the
 // message for another value (with %q for it).
-func (d *cfgDecoder) oneOf(t cfgTable, key string, dst *string, allowed []string, problem string) {
+func (d *decoder) oneOf(t table, key string, dst *string, allowed []string, problem string) {
 	v, ok := t.str(key)
 	if !ok {
 		return
@@ -272,7 +275,7 @@ func (d *cfgDecoder) oneOf(t cfgTable, key string, dst *string, allowed []string
 	d.problem(t.path.key(key), problem, v)
 }
 
-func (d *cfgDecoder) partitioning(t cfgTable, p *PartitioningConfig) {
+func (d *decoder) partitioning(t table, p *PartitioningConfig) {
 	t.known("lease_ttl_ms", "heartbeat_interval_seconds", "poll_interval_seconds", "reap_idle_ms", "sweep_interval_seconds", "keyspace_notifications", "max_partitions_warning", "max_unacked")
 	ttlOK := true
 	if ms, ok := t.integer("lease_ttl_ms"); ok {
@@ -302,7 +305,7 @@ func (d *cfgDecoder) partitioning(t cfgTable, p *PartitioningConfig) {
 	if secs, ok := t.number("sweep_interval_seconds"); ok {
 		d.seconds(t, "sweep_interval_seconds", secs, "2", &p.SweepInterval)
 	}
-	d.oneOf(t, "keyspace_notifications", &p.KeyspaceNotifications, []string{KeyspaceAuto, KeyspaceUse, KeyspaceOff},
+	d.oneOf(t, "keyspace_notifications", &p.KeyspaceNotifications, []string{engine.KeyspaceAuto, engine.KeyspaceUse, engine.KeyspaceOff},
 		"is %q; want \"auto\" (the default: turn Redis keyspace notifications for streams on where allowed), \"use\" (only where they are on) or \"off\"")
 	if n, ok := t.integer("max_unacked"); ok {
 		switch {
@@ -327,7 +330,7 @@ func (d *cfgDecoder) partitioning(t cfgTable, p *PartitioningConfig) {
 }
 
 // concurrency decodes a positive count of handler calls running at once.
-func (d *cfgDecoder) concurrency(t cfgTable, key string, n int64, def string, out *int) {
+func (d *decoder) concurrency(t table, key string, n int64, def string, out *int) {
 	switch {
 	case n < 1:
 		d.problem(t.path.key(key), "must be a positive number of handler calls running at once, got %d; remove the key for the default (%s)", n, def)
@@ -338,12 +341,12 @@ func (d *cfgDecoder) concurrency(t cfgTable, key string, n int64, def string, ou
 	}
 }
 
-func (d *cfgDecoder) millis(t cfgTable, key string, ms int64, def string, out *time.Duration) bool {
+func (d *decoder) millis(t table, key string, ms int64, def string, out *time.Duration) bool {
 	switch {
 	case ms <= 0:
 		d.problem(t.path.key(key), "must be a positive number of milliseconds, got %d; the default is %s", ms, def)
 		return false
-	case ms > cfgMaxMillis:
+	case ms > maxMillis:
 		d.problem(t.path.key(key), "%d milliseconds is too long to represent; the default is %s", ms, def)
 		return false
 	}
@@ -351,7 +354,7 @@ func (d *cfgDecoder) millis(t cfgTable, key string, ms int64, def string, out *t
 	return true
 }
 
-func (d *cfgDecoder) seconds(t cfgTable, key string, secs float64, def string, out *time.Duration) bool {
+func (d *decoder) seconds(t table, key string, secs float64, def string, out *time.Duration) bool {
 	ns := secs * float64(time.Second)
 	switch {
 	case math.IsNaN(secs) || math.IsInf(secs, 0):
@@ -371,7 +374,7 @@ func (d *cfgDecoder) seconds(t cfgTable, key string, secs float64, def string, o
 	return true
 }
 
-func (d *cfgDecoder) outbox(root cfgTable) *OutboxConfig {
+func (d *decoder) outbox(root table) *OutboxConfig {
 	if !root.has("outbox") {
 		return nil
 	}
@@ -401,7 +404,7 @@ func (d *cfgDecoder) outbox(root cfgTable) *OutboxConfig {
 }
 
 // types decodes [[events]] or [[commands]].
-func (d *cfgDecoder) types(root cfgTable, key, kind string, seen map[string]cfgDeclared) []TypeConfig {
+func (d *decoder) types(root table, key, kind string, seen map[string]declared) []TypeConfig {
 	var out []TypeConfig
 	for _, t := range root.tables(key) {
 		t.known("name", "category", "fields")
@@ -413,8 +416,8 @@ func (d *cfgDecoder) types(root cfgTable, key, kind string, seen map[string]cfgD
 		catOK := false
 		if t.required("category", fmt.Sprintf(`every %s has a category, the stream it is published to, e.g. category = "order"`, kind)) {
 			if tc.Category, catOK = t.str("category"); catOK {
-				if err := ValidateCategory(tc.Category); err != nil {
-					d.problem(t.path.key("category"), "%v; %s", err, cfgCategoryHint(tc.Category))
+				if err := engine.ValidateCategory(tc.Category); err != nil {
+					d.problem(t.path.key("category"), "%v; %s", err, categoryHint(tc.Category))
 					catOK = false
 				}
 			}
@@ -436,14 +439,14 @@ func (d *cfgDecoder) types(root cfgTable, key, kind string, seen map[string]cfgD
 			if prev, dup := seen[tc.Name]; dup {
 				switch {
 				case prev.kind != kind:
-					d.problem(t.path.key("name"), "%q is already declared as %s %s (%s); events and commands share one namespace: rename one", tc.Name, cfgArticle(prev.kind), prev.kind, d.where(prev.path))
+					d.problem(t.path.key("name"), "%q is already declared as %s %s (%s); events and commands share one namespace: rename one", tc.Name, article(prev.kind), prev.kind, d.where(prev.path))
 				case catOK && prev.category != tc.Category:
 					d.problem(t.path.key("category"), "%s %q is already declared in category %q (%s); a type belongs to exactly one category: remove one declaration or rename the type", kind, tc.Name, prev.category, d.where(prev.path))
 				default:
 					d.problem(t.path.key("name"), "%s %q is declared twice (first at %s); remove one", kind, tc.Name, d.where(prev.path))
 				}
 			} else {
-				seen[tc.Name] = cfgDeclared{kind: kind, category: tc.Category, path: t.path}
+				seen[tc.Name] = declared{kind: kind, category: tc.Category, path: t.path}
 			}
 		}
 		out = append(out, tc)
@@ -451,26 +454,26 @@ func (d *cfgDecoder) types(root cfgTable, key, kind string, seen map[string]cfgD
 	return out
 }
 
-// cfgCategoryHint suggests a well-formed category name.
-func cfgCategoryHint(c string) string {
+// categoryHint suggests a well-formed category name.
+func categoryHint(c string) string {
 	if c == "" {
 		return `name the stream category, e.g. category = "order"`
 	}
 	fixed := strings.Map(func(r rune) rune {
-		if r == ':' || isSpace(r) {
+		if r == ':' || unicode.IsSpace(r) {
 			return '_'
 		}
 		return r
 	}, c)
 	fixed = strings.Trim(fixed, "_")
-	if fixed == "" || isSentinel(fixed) || ValidateCategory(fixed) != nil {
+	if fixed == "" || engine.ValidateCategory(fixed) != nil {
 		return `use a plain name such as "order"`
 	}
 	return fmt.Sprintf("use a plain name such as %q", fixed)
 }
 
 // name decodes and registers the name of a handler or process manager.
-func (d *cfgDecoder) name(t cfgTable, kind string, names map[string]cfgDeclared) string {
+func (d *decoder) name(t table, kind string, names map[string]declared) string {
 	if !t.required("name", fmt.Sprintf(`every %s has a name; it is also its consumer group`, kind)) {
 		return ""
 	}
@@ -481,18 +484,18 @@ func (d *cfgDecoder) name(t cfgTable, kind string, names map[string]cfgDeclared)
 	if prev, dup := names[n]; dup {
 		d.problem(t.path.key("name"), "%q is already the name of a %s (%s); handler and process-manager names are consumer groups and must be unique", n, prev.kind, d.where(prev.path))
 	} else {
-		names[n] = cfgDeclared{kind: kind, path: t.path}
+		names[n] = declared{kind: kind, path: t.path}
 	}
 	return n
 }
 
 // retries decodes max_retries and retry_delay.
-func (d *cfgDecoder) retries(t cfgTable) (int, time.Duration) {
-	maxRetries, delay := DefaultMaxRetries, DefaultRetryDelay
+func (d *decoder) retries(t table) (int, time.Duration) {
+	maxRetries, delay := engine.DefaultMaxRetries, engine.DefaultRetryDelay
 	if n, ok := t.integer("max_retries"); ok {
 		switch {
 		case n < 1:
-			d.problem(t.path.key("max_retries"), "must be at least 1 (the number of attempts before the partition halts), got %d; the default is %d", n, DefaultMaxRetries)
+			d.problem(t.path.key("max_retries"), "must be at least 1 (the number of attempts before the partition halts), got %d; the default is %d", n, engine.DefaultMaxRetries)
 		case n > math.MaxInt32:
 			d.problem(t.path.key("max_retries"), "%d is out of range", n)
 		default:
@@ -505,17 +508,17 @@ func (d *cfgDecoder) retries(t cfgTable) (int, time.Duration) {
 	return maxRetries, delay
 }
 
-func (d *cfgDecoder) handler(t cfgTable, types, names map[string]cfgDeclared) HandlerConfig {
+func (d *decoder) handler(t table, types, names map[string]declared) HandlerConfig {
 	t.known("name", "kind", "part_of", "handles", "sequential_by", "max_retries", "retry_delay", "deliver")
-	h := HandlerConfig{Kind: EventHandlerKind}
+	h := HandlerConfig{Kind: engine.EventHandlerKind}
 	h.Name = d.name(t, "handler", names)
 	kindOK := true
 	if k, ok := t.str("kind"); ok {
 		switch k {
 		case "event":
-			h.Kind = EventHandlerKind
+			h.Kind = engine.EventHandlerKind
 		case "command":
-			h.Kind = CommandHandlerKind
+			h.Kind = engine.CommandHandlerKind
 		default:
 			d.problem(t.path.key("kind"), "unknown handler kind %q; use \"event\" (the default) or \"command\"", k)
 			kindOK = false
@@ -524,12 +527,12 @@ func (d *cfgDecoder) handler(t cfgTable, types, names map[string]cfgDeclared) Ha
 		kindOK = false
 	}
 	if p, ok := t.str("part_of"); ok {
-		if err := ValidateCategory(p); err != nil {
-			d.problem(t.path.key("part_of"), "%v; %s", err, cfgCategoryHint(p))
+		if err := engine.ValidateCategory(p); err != nil {
+			d.problem(t.path.key("part_of"), "%v; %s", err, categoryHint(p))
 		}
 		h.PartOf = p
 	}
-	noun := kindNoun(h.Kind)
+	noun := h.Kind.String()
 	if t.required("handles", fmt.Sprintf(`list the %s types it handles, e.g. handles = ["OrderPlaced"]`, noun)) {
 		if hs, ok := t.strs("handles"); ok {
 			if len(hs) == 0 {
@@ -559,7 +562,7 @@ func (d *cfgDecoder) handler(t cfgTable, types, names map[string]cfgDeclared) Ha
 }
 
 // checkHandled reports a handled type name that is not declared with the right kind.
-func (d *cfgDecoder) checkHandled(p cfgPath, name, want string, types map[string]cfgDeclared) {
+func (d *decoder) checkHandled(p keyPath, name, want string, types map[string]declared) {
 	decl, ok := types[name]
 	switch {
 	case ok && decl.kind == want:
@@ -578,14 +581,14 @@ func (d *cfgDecoder) checkHandled(p cfgPath, name, want string, types map[string
 			}
 		}
 		hint := fmt.Sprintf("declare it in a [[%ss]] table, or fix the name", want)
-		if s := cfgSuggest(name, same); s != "" {
+		if s := suggest(name, same); s != "" {
 			hint = fmt.Sprintf("did you mean %q?", s)
 		}
 		d.problem(p, "%q is not a declared %s; %s", name, want, hint)
 	}
 }
 
-func (d *cfgDecoder) deliver(t cfgTable) *DeliverConfig {
+func (d *decoder) deliver(t table) *DeliverConfig {
 	t.known("http", "exec", "timeout", "max_concurrent", "signing_secret_env", "signing_key_env", "signing_key_file", "signing_previous_key_env", "signing_previous_key_file")
 	dc := &DeliverConfig{Timeout: configDefaultDeliverTimeout}
 	hasHTTP, hasExec := t.has("http"), t.has("exec")
@@ -622,7 +625,7 @@ func (d *cfgDecoder) deliver(t cfgTable) *DeliverConfig {
 	}
 	envKey := func(key string) string {
 		env, ok := t.str(key)
-		if ok && !cfgIsEnvName(env) {
+		if ok && !isEnvName(env) {
 			d.problem(t.path.key(key), "%q is not an environment variable name (letters, digits and _, not starting with a digit); name the variable that holds the key, not the key", env)
 		}
 		return env
@@ -650,7 +653,7 @@ func (d *cfgDecoder) deliver(t cfgTable) *DeliverConfig {
 	return dc
 }
 
-func cfgIsEnvName(s string) bool {
+func isEnvName(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -665,7 +668,7 @@ func cfgIsEnvName(s string) bool {
 	return true
 }
 
-func (d *cfgDecoder) processManager(t cfgTable, types, names map[string]cfgDeclared) ProcessManagerConfig {
+func (d *decoder) processManager(t table, types, names map[string]declared) ProcessManagerConfig {
 	t.known("name", "sequential_by", "max_retries", "retry_delay", "deliver", "handles")
 	p := ProcessManagerConfig{}
 	p.Name = d.name(t, "process manager", names)
@@ -673,7 +676,7 @@ func (d *cfgDecoder) processManager(t cfgTable, types, names map[string]cfgDecla
 		if b, ok := v.(bool); ok {
 			p.SequentialBy = b
 		} else {
-			d.problem(t.path.key("sequential_by"), "must be true or false on a process manager, not %s; each subscribed category is partitioned by the field its correlate spec names", cfgDescribe(v))
+			d.problem(t.path.key("sequential_by"), "must be true or false on a process manager, not %s; each subscribed category is partitioned by the field its correlate spec names", describe(v))
 		}
 	}
 	p.MaxRetries, p.RetryDelay = d.retries(t)
@@ -699,8 +702,10 @@ func (d *cfgDecoder) processManager(t cfgTable, types, names map[string]cfgDecla
 			}
 		}
 		if h.required("correlate", `write correlate = "order_id", or correlate = { order_id = "order_ref" } when the event names the field differently`) {
-			if err := ph.Correlate.UnmarshalTOML(h.m["correlate"]); err != nil {
+			if c, err := decodeCorrelate(h.m["correlate"]); err != nil {
 				d.problem(h.path.key("correlate"), "%v", err)
+			} else {
+				ph.Correlate = c
 			}
 		}
 		if b, ok := h.boolean("start"); ok {

@@ -1,4 +1,4 @@
-package engine
+package config
 
 // Key paths and their line numbers. BurntSushi/toml reports a line for syntax errors but
 // keeps key positions private, so a small scanner reads the (already parsed, hence valid)
@@ -15,35 +15,35 @@ import (
 	"unicode/utf8"
 )
 
-// cfgSeg is one step of a key path: a key, or an index into an array.
-type cfgSeg struct {
+// segment is one step of a key path: a key, or an index into an array.
+type segment struct {
 	key   string
 	index int // >= 0 for an array index (key is then ""), -1 for a key
 }
 
-// cfgPath is a key path such as handlers[1].deliver.timeout.
-type cfgPath []cfgSeg
+// keyPath is a key path such as handlers[1].deliver.timeout.
+type keyPath []segment
 
-func (p cfgPath) key(k string) cfgPath {
-	q := make(cfgPath, len(p), len(p)+1)
+func (p keyPath) key(k string) keyPath {
+	q := make(keyPath, len(p), len(p)+1)
 	copy(q, p)
-	return append(q, cfgSeg{key: k, index: -1})
+	return append(q, segment{key: k, index: -1})
 }
 
-func (p cfgPath) index(i int) cfgPath {
-	q := make(cfgPath, len(p), len(p)+1)
+func (p keyPath) index(i int) keyPath {
+	q := make(keyPath, len(p), len(p)+1)
 	copy(q, p)
-	return append(q, cfgSeg{index: i})
+	return append(q, segment{index: i})
 }
 
 // isPMHandle reports a path inside process_managers[i].
-func (p cfgPath) isPMHandle() bool {
+func (p keyPath) isPMHandle() bool {
 	return len(p) > 0 && p[0].index < 0 && p[0].key == "process_managers"
 }
 
 // String renders the path: keys joined by ".", indexes as "[i]", keys that are not bare
 // TOML keys in double quotes.
-func (p cfgPath) String() string {
+func (p keyPath) String() string {
 	var b strings.Builder
 	for i, s := range p {
 		if s.index >= 0 {
@@ -55,13 +55,13 @@ func (p cfgPath) String() string {
 		if i > 0 {
 			b.WriteString(".")
 		}
-		b.WriteString(cfgRenderKey(s.key))
+		b.WriteString(renderKey(s.key))
 	}
 	return b.String()
 }
 
-// cfgRenderKey quotes a key unless it is a bare TOML key.
-func cfgRenderKey(k string) string {
+// renderKey quotes a key unless it is a bare TOML key.
+func renderKey(k string) string {
 	if k == "" {
 		return `""`
 	}
@@ -74,11 +74,11 @@ func cfgRenderKey(k string) string {
 	return k
 }
 
-// cfgLines maps a rendered key path to the 1-based line that defines it.
-type cfgLines map[string]int
+// lineIndex maps a rendered key path to the 1-based line that defines it.
+type lineIndex map[string]int
 
 // lookup returns the line of p, or of its nearest ancestor with a known line, or 0.
-func (l cfgLines) lookup(p cfgPath) int {
+func (l lineIndex) lookup(p keyPath) int {
 	for n := len(p); n > 0; n-- {
 		if line, ok := l[p[:n].String()]; ok {
 			return line
@@ -89,8 +89,8 @@ func (l cfgLines) lookup(p cfgPath) int {
 
 // scanKeyLines maps the key paths of a TOML document to lines. It is meant for valid
 // documents; on anything else it returns what it found, and it never panics or loops.
-func scanKeyLines(src string) cfgLines {
-	s := &cfgScanner{src: src, lines: cfgLines{}, arrays: map[string]int{}}
+func scanKeyLines(src string) lineIndex {
+	s := &scanner{src: src, lines: lineIndex{}, arrays: map[string]int{}}
 	for i := 0; i < len(src); i++ {
 		if src[i] == '\n' {
 			s.starts = append(s.starts, i+1)
@@ -100,17 +100,17 @@ func scanKeyLines(src string) cfgLines {
 	return s.lines
 }
 
-type cfgScanner struct {
+type scanner struct {
 	src    string
 	pos    int
 	starts []int // byte offsets where lines 2, 3, ... start
-	lines  cfgLines
+	lines  lineIndex
 	arrays map[string]int // array-of-tables path -> elements seen so far
 }
 
-func (s *cfgScanner) eof() bool { return s.pos >= len(s.src) }
+func (s *scanner) eof() bool { return s.pos >= len(s.src) }
 
-func (s *cfgScanner) peek() byte {
+func (s *scanner) peek() byte {
 	if s.eof() {
 		return 0
 	}
@@ -118,19 +118,19 @@ func (s *cfgScanner) peek() byte {
 }
 
 // lineAt returns the 1-based line of byte offset pos.
-func (s *cfgScanner) lineAt(pos int) int {
+func (s *scanner) lineAt(pos int) int {
 	return sort.SearchInts(s.starts, pos+1) + 1
 }
 
-func (s *cfgScanner) record(p cfgPath, pos int) {
+func (s *scanner) record(p keyPath, pos int) {
 	k := p.String()
 	if _, ok := s.lines[k]; !ok {
 		s.lines[k] = s.lineAt(pos)
 	}
 }
 
-func (s *cfgScanner) run() {
-	var table cfgPath
+func (s *scanner) run() {
+	var table keyPath
 	for {
 		s.skipTrivia()
 		if s.eof() {
@@ -150,14 +150,14 @@ func (s *cfgScanner) run() {
 }
 
 // skipSpaces skips blanks on the current line.
-func (s *cfgScanner) skipSpaces() {
+func (s *scanner) skipSpaces() {
 	for !s.eof() && (s.peek() == ' ' || s.peek() == '\t') {
 		s.pos++
 	}
 }
 
 // skipTrivia skips blanks, newlines and comments.
-func (s *cfgScanner) skipTrivia() {
+func (s *scanner) skipTrivia() {
 	for !s.eof() {
 		switch s.peek() {
 		case ' ', '\t', '\r', '\n':
@@ -170,14 +170,14 @@ func (s *cfgScanner) skipTrivia() {
 	}
 }
 
-func (s *cfgScanner) skipToEOL() {
+func (s *scanner) skipToEOL() {
 	for !s.eof() && s.peek() != '\n' {
 		s.pos++
 	}
 }
 
 // header reads a [table] or [[array]] header and returns the table's path.
-func (s *cfgScanner) header() cfgPath {
+func (s *scanner) header() keyPath {
 	start := s.pos
 	s.pos++
 	double := s.peek() == '['
@@ -185,7 +185,7 @@ func (s *cfgScanner) header() cfgPath {
 		s.pos++
 	}
 	parts := s.keyParts()
-	var p cfgPath
+	var p keyPath
 	for i, part := range parts {
 		p = p.key(part)
 		if double && i == len(parts)-1 {
@@ -202,7 +202,7 @@ func (s *cfgScanner) header() cfgPath {
 }
 
 // keyValue reads key = value under table.
-func (s *cfgScanner) keyValue(table cfgPath) {
+func (s *scanner) keyValue(table keyPath) {
 	start := s.pos
 	parts := s.keyParts()
 	if len(parts) == 0 {
@@ -223,7 +223,7 @@ func (s *cfgScanner) keyValue(table cfgPath) {
 }
 
 // keyParts reads a dotted key (bare or quoted parts) up to '=', ']' or the line end.
-func (s *cfgScanner) keyParts() []string {
+func (s *scanner) keyParts() []string {
 	var parts []string
 	for {
 		s.skipSpaces()
@@ -266,7 +266,7 @@ func (s *cfgScanner) keyParts() []string {
 }
 
 // basicKey reads a "quoted" key and decodes its escapes.
-func (s *cfgScanner) basicKey() string {
+func (s *scanner) basicKey() string {
 	s.pos++ // opening quote
 	var b strings.Builder
 	for !s.eof() {
@@ -321,7 +321,7 @@ func (s *cfgScanner) basicKey() string {
 
 // value skips one value, recording the keys of inline tables and the elements of arrays
 // under p.
-func (s *cfgScanner) value(p cfgPath) {
+func (s *scanner) value(p keyPath) {
 	switch s.peek() {
 	case '"', '\'':
 		s.skipString()
@@ -377,7 +377,7 @@ func (s *cfgScanner) value(p cfgPath) {
 }
 
 // skipString skips a basic, literal or multi-line string.
-func (s *cfgScanner) skipString() {
+func (s *scanner) skipString() {
 	q := s.peek()
 	if strings.HasPrefix(s.src[s.pos:], strings.Repeat(string(q), 3)) {
 		s.pos += 3

@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"crypto/tls"
@@ -47,23 +47,23 @@ func TestParseConfigBrokerTLS(t *testing.T) {
 	tests := []struct {
 		name string
 		body string
-		want []cfgWantProblem
+		want []wantProblem
 	}{
-		{"unknown key", "ca = " + q(f.CA), []cfgWantProblem{{"broker.tls.ca", 3, []string{"unknown key"}}}},
-		{"wrong type", "insecure_skip_verify = \"yes\"", []cfgWantProblem{{"broker.tls.insecure_skip_verify", 3, nil}}},
-		{"missing CA file", "ca_file = " + q(missing), []cfgWantProblem{{"broker.tls.ca_file", 3, []string{missing, "does not exist"}}}},
-		{"CA file not PEM", "ca_file = " + q(notPEM), []cfgWantProblem{{"broker.tls.ca_file", 3, []string{notPEM, "no PEM certificate"}}}},
-		{"unreadable CA file", "ca_file = " + q(dir), []cfgWantProblem{{"broker.tls.ca_file", 3, []string{dir, "cannot read"}}}},
-		{"cert without key", "cert_file = " + q(f.ClientCert), []cfgWantProblem{{"broker.tls.key_file", 2, []string{"cert_file needs"}}}},
-		{"key without cert", "key_file = " + q(f.ClientKey), []cfgWantProblem{{"broker.tls.cert_file", 2, []string{"key_file needs"}}}},
-		{"missing key file", "cert_file = " + q(f.ClientCert) + "\nkey_file = " + q(missing), []cfgWantProblem{{"broker.tls.key_file", 4, []string{missing, "does not exist"}}}},
-		{"key of another certificate", "cert_file = " + q(f.ClientCert) + "\nkey_file = " + q(f.ServerKey), []cfgWantProblem{{"broker.tls.key_file", 4, []string{f.ServerKey, "does not fit"}}}},
-		{"bad min_version", "min_version = \"1.1\"", []cfgWantProblem{{"broker.tls.min_version", 3, []string{`"1.2"`, `"1.3"`}}}},
-		{"empty server_name", "server_name = \"\"", []cfgWantProblem{{"broker.tls.server_name", 3, []string{"is empty"}}}},
+		{"unknown key", "ca = " + q(f.CA), []wantProblem{{"broker.tls.ca", 3, []string{"unknown key"}}}},
+		{"wrong type", "insecure_skip_verify = \"yes\"", []wantProblem{{"broker.tls.insecure_skip_verify", 3, nil}}},
+		{"missing CA file", "ca_file = " + q(missing), []wantProblem{{"broker.tls.ca_file", 3, []string{missing, "does not exist"}}}},
+		{"CA file not PEM", "ca_file = " + q(notPEM), []wantProblem{{"broker.tls.ca_file", 3, []string{notPEM, "no PEM certificate"}}}},
+		{"unreadable CA file", "ca_file = " + q(dir), []wantProblem{{"broker.tls.ca_file", 3, []string{dir, "cannot read"}}}},
+		{"cert without key", "cert_file = " + q(f.ClientCert), []wantProblem{{"broker.tls.key_file", 2, []string{"cert_file needs"}}}},
+		{"key without cert", "key_file = " + q(f.ClientKey), []wantProblem{{"broker.tls.cert_file", 2, []string{"key_file needs"}}}},
+		{"missing key file", "cert_file = " + q(f.ClientCert) + "\nkey_file = " + q(missing), []wantProblem{{"broker.tls.key_file", 4, []string{missing, "does not exist"}}}},
+		{"key of another certificate", "cert_file = " + q(f.ClientCert) + "\nkey_file = " + q(f.ServerKey), []wantProblem{{"broker.tls.key_file", 4, []string{f.ServerKey, "does not fit"}}}},
+		{"bad min_version", "min_version = \"1.1\"", []wantProblem{{"broker.tls.min_version", 3, []string{`"1.2"`, `"1.3"`}}}},
+		{"empty server_name", "server_name = \"\"", []wantProblem{{"broker.tls.server_name", 3, []string{"is empty"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := cfgProblemsOf(t, "name = \"x\"\n[broker.tls]\n"+tt.body+"\n")
+			got := problemsOf(t, "name = \"x\"\n[broker.tls]\n"+tt.body+"\n")
 			var gotPaths, wantPaths []string
 			for _, g := range got {
 				gotPaths = append(gotPaths, fmt.Sprintf("%s:%d", g.Path, g.Line))

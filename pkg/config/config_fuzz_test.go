@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"errors"
@@ -6,14 +6,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/seqctl/seqctl/pkg/engine"
 )
 
-// FuzzParseConfig checks that the parser never panics, that every failure is a
-// *ConfigError of one-line problems, and that a config it accepts builds a domain.
+// FuzzParse checks that the parser never panics, that every failure is a
+// *Error of one-line problems, and that a config it accepts builds a domain.
 // The seed corpus is the repository's testdata/domain.toml and testdata/invalid/*.toml.
-func FuzzParseConfig(f *testing.F) {
-	seeds, _ := filepath.Glob(filepath.Join(cfgRepoTestdata, "invalid", "*.toml"))
-	seeds = append(seeds, filepath.Join(cfgRepoTestdata, "domain.toml"))
+func FuzzParse(f *testing.F) {
+	seeds, _ := filepath.Glob(filepath.Join(repoTestdata, "invalid", "*.toml"))
+	seeds = append(seeds, filepath.Join(repoTestdata, "domain.toml"))
 	for _, path := range seeds {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -29,17 +31,17 @@ func FuzzParseConfig(f *testing.F) {
 		// The line scanner runs on valid TOML only, but it must survive anything.
 		_ = scanKeyLines(string(data))
 
-		cfg, err := parseConfig("fuzz.toml", data, cfgNoEnv)
+		cfg, err := parseConfig("fuzz.toml", data, noEnv)
 		if err != nil {
 			if cfg != nil {
 				t.Fatalf("parseConfig returned a config together with an error")
 			}
-			var ce *ConfigError
+			var ce *Error
 			if !errors.As(err, &ce) {
-				t.Fatalf("error %T (%v), want *ConfigError", err, err)
+				t.Fatalf("error %T (%v), want *Error", err, err)
 			}
 			if len(ce.Problems) == 0 {
-				t.Fatalf("ConfigError without problems")
+				t.Fatalf("Error without problems")
 			}
 			for _, p := range ce.Problems {
 				if p.Message == "" {
@@ -68,12 +70,12 @@ func FuzzParseConfig(f *testing.F) {
 		if err := cfg.Server.Partitioning.Validate(); err != nil {
 			t.Fatalf("accepted config has invalid partitioning: %v", err)
 		}
-		// Registration may reject the domain, but always as a *ConfigError.
+		// Registration may reject the domain, but always as a *Error.
 		if _, err := cfg.InitDomain(); err != nil {
-			var ce *ConfigError
-			var iue *IncorrectUsageError
+			var ce *Error
+			var iue *engine.IncorrectUsageError
 			if !errors.As(err, &ce) || !errors.As(err, &iue) {
-				t.Fatalf("InitDomain error %T (%v), want a *ConfigError wrapping *IncorrectUsageError", err, err)
+				t.Fatalf("InitDomain error %T (%v), want a *Error wrapping *IncorrectUsageError", err, err)
 			}
 		}
 	})

@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"crypto/tls"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 // Environment variables that override domain.toml. They let secrets (a Redis password, a
@@ -33,10 +35,10 @@ const (
 
 // Config is a parsed and validated domain.toml: the declared events, commands, handlers
 // and process managers, how each handler is delivered, and the server's tuning. Build it
-// with LoadConfig or ParseConfig (which apply every default and check every value), then
+// with Load or Parse (which apply every default and check every value), then
 // call Domain or InitDomain. Key names are fixed by the schema (see testdata/domain.toml).
 type Config struct {
-	// File is the name the config was parsed under (the path, for LoadConfig). Problems
+	// File is the name the config was parsed under (the path, for Load). Problems
 	// found later, by InitDomain, are reported against it.
 	File string
 	// Name is the bounded context (name).
@@ -54,7 +56,7 @@ type Config struct {
 	// ProcessManagers are the [[process_managers]] tables, in file order.
 	ProcessManagers []ProcessManagerConfig
 
-	lines cfgLines // key path -> line, to place problems InitDomain finds
+	lines lineIndex // key path -> line, to place problems InitDomain finds
 }
 
 // BrokerConfig is the [broker] table.
@@ -88,11 +90,11 @@ type BrokerConfig struct {
 // IsRedis reports whether the broker is Redis, one node or a cluster: the kinds that
 // need a URL and a Redis connection.
 func (b BrokerConfig) IsRedis() bool {
-	return b.Kind == BrokerKindRedis || b.Kind == BrokerKindRedisCluster
+	return b.Kind == engine.BrokerKindRedis || b.Kind == engine.BrokerKindRedisCluster
 }
 
 // IsCluster reports whether the broker is a Redis Cluster.
-func (b BrokerConfig) IsCluster() bool { return b.Kind == BrokerKindRedisCluster }
+func (b BrokerConfig) IsCluster() bool { return b.Kind == engine.BrokerKindRedisCluster }
 
 // ClusterURLForm is the form of a Redis Cluster URL, for messages.
 const ClusterURLForm = "redis://[user:password@]HOST:PORT?addr=HOST:PORT&addr=HOST:PORT (rediss:// for TLS)"
@@ -182,10 +184,10 @@ func DefaultPartitioningConfig() PartitioningConfig {
 		HeartbeatInterval:     3 * time.Second,
 		PollInterval:          250 * time.Millisecond,
 		ReapIdle:              time.Hour,
-		SweepInterval:         DefaultSweepInterval,
-		KeyspaceNotifications: KeyspaceAuto,
+		SweepInterval:         engine.DefaultSweepInterval,
+		KeyspaceNotifications: engine.KeyspaceAuto,
 		MaxPartitionsWarning:  2000,
-		MaxUnacked:            DefaultMaxUnacked,
+		MaxUnacked:            engine.DefaultMaxUnacked,
 	}
 }
 
@@ -241,7 +243,7 @@ type TypeConfig struct {
 type HandlerConfig struct {
 	Name string
 	// Kind is EventHandlerKind (kind = "event", the default) or CommandHandlerKind.
-	Kind HandlerKind
+	Kind engine.HandlerKind
 	// PartOf is the category the handler consumes (part_of; "" to infer it).
 	PartOf string
 	// Handles are the event (or command) type names.
@@ -340,44 +342,43 @@ type ProcessManagerConfig struct {
 type PMHandleConfig struct {
 	Event string
 	// Correlate maps an event field onto the process manager's correlation field.
-	Correlate Correlate
+	Correlate engine.Correlate
 	// Start says this event may start a new process-manager instance.
 	Start bool
 }
 
-// UnmarshalTOML decodes a correlate spec: either a field name, the same on both sides
+// decodeCorrelate decodes a correlate spec: either a field name, the same on both sides
 // (correlate = "order_id"), or a one-entry table {pm_field = "event_field"}
-// (correlate = { order_id = "order_ref" }). It implements toml.Unmarshaler.
-func (c *Correlate) UnmarshalTOML(v any) error {
+// (correlate = { order_id = "order_ref" }).
+func decodeCorrelate(v any) (c engine.Correlate, err error) {
 	const how = `write correlate = "order_id" (the same field on both sides) or correlate = { order_id = "order_ref" } (process-manager field = event field)`
 	switch v := v.(type) {
 	case string:
 		if v == "" {
-			return fmt.Errorf("correlate is empty; %s", how)
+			return c, fmt.Errorf("correlate is empty; %s", how)
 		}
-		*c = Correlate{PMField: v, EventField: v}
-		return nil
+		return engine.Correlate{PMField: v, EventField: v}, nil
 	case map[string]any:
 		if len(v) != 1 {
-			return fmt.Errorf("correlate table has %d entries, want exactly one; %s", len(v), how)
+			return c, fmt.Errorf("correlate table has %d entries, want exactly one; %s", len(v), how)
 		}
 		for pm, ev := range v {
 			s, ok := ev.(string)
 			switch {
 			case !ok:
-				return fmt.Errorf("correlate { %s = ... } maps to %s, want an event field name; %s", cfgRenderKey(pm), cfgDescribe(ev), how)
+				return c, fmt.Errorf("correlate { %s = ... } maps to %s, want an event field name; %s", renderKey(pm), describe(ev), how)
 			case pm == "" || s == "":
-				return fmt.Errorf("correlate has an empty field name; %s", how)
+				return c, fmt.Errorf("correlate has an empty field name; %s", how)
 			}
-			*c = Correlate{PMField: pm, EventField: s}
+			c = engine.Correlate{PMField: pm, EventField: s}
 		}
-		return nil
+		return c, nil
 	}
-	return fmt.Errorf("correlate must be a field name or a one-entry table, not %s; %s", cfgDescribe(v), how)
+	return c, fmt.Errorf("correlate must be a field name or a one-entry table, not %s; %s", describe(v), how)
 }
 
-// ConfigProblem is one problem found in a config file.
-type ConfigProblem struct {
+// Problem is one problem found in a config file.
+type Problem struct {
 	// Path is the key path, e.g. "server.partitioning.heartbeat_interval_seconds" or
 	// "handlers[1].deliver.timeout". Arrays of tables are indexed from 0 in file order:
 	// handlers[0] is the first [[handlers]] table. "" for a problem with the whole file.
@@ -391,7 +392,7 @@ type ConfigProblem struct {
 
 // Format renders the problem as "FILE:LINE: PATH: message", leaving out ":LINE" when the
 // line is unknown and "PATH: " when the problem concerns the whole file.
-func (p ConfigProblem) Format(file string) string {
+func (p Problem) Format(file string) string {
 	var b strings.Builder
 	b.WriteString(file)
 	if p.Line > 0 {
@@ -407,20 +408,20 @@ func (p ConfigProblem) Format(file string) string {
 	return b.String()
 }
 
-// ConfigError reports every problem found in a config file: a syntax error (alone, since
+// Error reports every problem found in a config file: a syntax error (alone, since
 // nothing after it can be trusted), or all unknown keys, wrong types and inconsistent
 // values together, so the file can be fixed in one round. InitDomain also reports the
-// domain's registration problems as a *ConfigError; errors.As then still finds the
+// domain's registration problems as a *Error; errors.As then still finds the
 // *IncorrectUsageError it wraps.
-type ConfigError struct {
+type Error struct {
 	File     string
-	Problems []ConfigProblem
+	Problems []Problem
 
 	err error // the underlying read, parse or Init error, for errors.Is / errors.As
 }
 
 // Error prints one problem per line as "FILE:LINE: PATH: message".
-func (e *ConfigError) Error() string {
+func (e *Error) Error() string {
 	lines := make([]string, len(e.Problems))
 	for i, p := range e.Problems {
 		lines[i] = p.Format(e.File)
@@ -428,13 +429,13 @@ func (e *ConfigError) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Unwrap returns the underlying error: the read error of LoadConfig, the TOML parse
+// Unwrap returns the underlying error: the read error of Load, the TOML parse
 // error, or the *IncorrectUsageError of InitDomain; nil for problems found by the
 // parser's own checks.
-func (e *ConfigError) Unwrap() error { return e.err }
+func (e *Error) Unwrap() error { return e.err }
 
-// LoadConfig reads and parses a domain.toml. See ParseConfig.
-func LoadConfig(path string) (*Config, error) {
+// Load reads and parses a domain.toml. See Parse.
+func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		msg := "cannot read the config file: " + err.Error()
@@ -445,14 +446,14 @@ func LoadConfig(path string) (*Config, error) {
 		case errors.As(err, &pe):
 			msg = "cannot read the config file: " + pe.Err.Error()
 		}
-		return nil, &ConfigError{File: path, Problems: []ConfigProblem{{Message: msg}}, err: err}
+		return nil, &Error{File: path, Problems: []Problem{{Message: msg}}, err: err}
 	}
-	return ParseConfig(path, data)
+	return Parse(path, data)
 }
 
-// ParseConfig parses domain.toml content strictly. name is used in problem reports (a
+// Parse parses domain.toml content strictly. name is used in problem reports (a
 // path, usually). Every default is applied and SEQCTL_REDIS_URL / SEQCTL_OUTBOX_DSN
-// override the file. The error is a *ConfigError naming the file, the key path and the
+// override the file. The error is a *Error naming the file, the key path and the
 // line of every problem: a TOML syntax error; an unknown key (key names are
 // case-sensitive); a value of the wrong type; or an inconsistent value, such as a
 // heartbeat not below the lease TTL, a non-positive duration, max_retries below 1, an
@@ -462,51 +463,51 @@ func LoadConfig(path string) (*Config, error) {
 // Registration rules that need the whole domain (sequential_by field existence, one
 // partition key per category, broker capability) are checked by Domain.Init; InitDomain
 // runs it and reports its problems against the file too.
-func ParseConfig(name string, data []byte) (*Config, error) {
+func Parse(name string, data []byte) (*Config, error) {
 	return parseConfig(name, data, os.Getenv)
 }
 
 // Domain builds the engine domain the config declares: events, commands, handlers and
 // process managers (without Go functions: seqctl run sets those from the deliver tables,
 // a Go program adds its own) and the backfill suffix. It does not call Init.
-func (c *Config) Domain() (*Domain, error) {
+func (c *Config) Domain() (*engine.Domain, error) {
 	if c == nil {
 		return nil, errors.New("engine: nil config")
 	}
-	d := NewDomain(c.Name)
+	d := engine.NewDomain(c.Name)
 	for _, e := range c.Events {
-		d.AddEvent(EventType{Name: e.Name, Category: e.Category, Fields: cfgCloneStrings(e.Fields)})
+		d.AddEvent(engine.EventType{Name: e.Name, Category: e.Category, Fields: cloneStrings(e.Fields)})
 	}
 	for _, cm := range c.Commands {
-		d.AddCommand(CommandType{Name: cm.Name, Category: cm.Category, Fields: cfgCloneStrings(cm.Fields)})
+		d.AddCommand(engine.CommandType{Name: cm.Name, Category: cm.Category, Fields: cloneStrings(cm.Fields)})
 	}
 	for i, h := range c.Handlers {
 		kind := h.Kind
 		if kind == 0 {
-			kind = EventHandlerKind
+			kind = engine.EventHandlerKind
 		}
-		if kind != EventHandlerKind && kind != CommandHandlerKind {
+		if kind != engine.EventHandlerKind && kind != engine.CommandHandlerKind {
 			return nil, fmt.Errorf("engine: handlers[%d] (%q) has an unknown kind %d", i, h.Name, int(h.Kind))
 		}
-		d.AddHandler(Handler{
+		d.AddHandler(engine.Handler{
 			Name:         h.Name,
 			Kind:         kind,
 			PartOf:       h.PartOf,
-			Handles:      cfgCloneStrings(h.Handles),
+			Handles:      cloneStrings(h.Handles),
 			SequentialBy: h.SequentialBy,
 			MaxRetries:   h.MaxRetries,
 			RetryDelay:   h.RetryDelay,
 		})
 	}
 	for _, p := range c.ProcessManagers {
-		pm := ProcessManager{
+		pm := engine.ProcessManager{
 			Name:         p.Name,
 			SequentialBy: p.SequentialBy,
 			MaxRetries:   p.MaxRetries,
 			RetryDelay:   p.RetryDelay,
 		}
 		for _, h := range p.Handles {
-			pm.Handles = append(pm.Handles, PMHandle{Event: h.Event, Correlate: h.Correlate, Start: h.Start})
+			pm.Handles = append(pm.Handles, engine.PMHandle{Event: h.Event, Correlate: h.Correlate, Start: h.Start})
 		}
 		d.AddProcessManager(pm)
 	}
@@ -518,7 +519,7 @@ func (c *Config) Domain() (*Domain, error) {
 
 // EngineConfig returns the engine configuration the file describes, for the initialized
 // domain d and the caller's client; the caller adds InstanceID, Logger, Observer.
-func (c *Config) EngineConfig(d *Domain, client redis.UniversalClient) EngineConfig {
+func (c *Config) EngineConfig(d *engine.Domain, client redis.UniversalClient) engine.EngineConfig {
 	warn := c.Server.Partitioning.MaxPartitionsWarning
 	if warn == 0 {
 		warn = -1 // max_partitions_warning = 0 turns the warning off
@@ -534,7 +535,7 @@ func (c *Config) EngineConfig(d *Domain, client redis.UniversalClient) EngineCon
 			limits[p.Name] = p.Deliver.Limit()
 		}
 	}
-	return EngineConfig{Domain: d, Client: client, Timing: c.Timing(), MaxPartitionsWarning: warn,
+	return engine.EngineConfig{Domain: d, Client: client, Timing: c.Timing(), MaxPartitionsWarning: warn,
 		MaxUnacked:            c.Server.Partitioning.MaxUnacked,
 		KeyspaceNotifications: c.Server.Partitioning.KeyspaceNotifications,
 		MinReplicas:           c.Broker.MinReplicas, ReplicaTimeout: c.Broker.ReplicaTimeout,
@@ -542,30 +543,30 @@ func (c *Config) EngineConfig(d *Domain, client redis.UniversalClient) EngineCon
 }
 
 // Timing returns the [server.partitioning] timing for EngineConfig.Timing.
-func (c *Config) Timing() LeaseTiming {
+func (c *Config) Timing() engine.LeaseTiming {
 	p := c.Server.Partitioning
-	return LeaseTiming{LeaseTTL: p.LeaseTTL, HeartbeatInterval: p.HeartbeatInterval, PollInterval: p.PollInterval, ReapIdle: p.ReapIdle, SweepInterval: p.SweepInterval}
+	return engine.LeaseTiming{LeaseTTL: p.LeaseTTL, HeartbeatInterval: p.HeartbeatInterval, PollInterval: p.PollInterval, ReapIdle: p.ReapIdle, SweepInterval: p.SweepInterval}
 }
 
 // BrokerInfo describes the configured broker kind to Domain.Init.
-func (c *Config) BrokerInfo() BrokerInfo { return ConfiguredBroker(c.Broker.Kind) }
+func (c *Config) BrokerInfo() engine.BrokerInfo { return ConfiguredBroker(c.Broker.Kind) }
 
 // InitDomain builds the domain and runs Init against the configured broker kind. When
-// Init rejects the domain the error is a *ConfigError for c.File holding each
+// Init rejects the domain the error is a *Error for c.File holding each
 // registration problem (placed at the handler or process manager it names, when it names
 // one); errors.As still finds the *IncorrectUsageError.
-func (c *Config) InitDomain() (*Domain, error) {
+func (c *Config) InitDomain() (*engine.Domain, error) {
 	d, err := c.Domain()
 	if err != nil {
 		return nil, err
 	}
 	err = d.Init(c.BrokerInfo())
-	var iue *IncorrectUsageError
+	var iue *engine.IncorrectUsageError
 	if errors.As(err, &iue) {
-		ce := &ConfigError{File: c.File, err: err}
+		ce := &Error{File: c.File, err: err}
 		for _, p := range iue.Problems {
 			path := c.initProblemPath(p)
-			ce.Problems = append(ce.Problems, ConfigProblem{Path: path.String(), Line: c.lines.lookup(path), Message: p})
+			ce.Problems = append(ce.Problems, Problem{Path: path.String(), Line: c.lines.lookup(path), Message: p})
 		}
 		return nil, ce
 	}
@@ -578,12 +579,12 @@ func (c *Config) InitDomain() (*Domain, error) {
 // initProblemPath finds the table an Init problem is about, from the declarer the message
 // starts with (`handler "X" ...`, `process manager "X" ...`); for a key conflict, the
 // second declarer (the one that disagrees). nil when the problem names no single table.
-func (c *Config) initProblemPath(msg string) cfgPath {
+func (c *Config) initProblemPath(msg string) keyPath {
 	if i := strings.Index(msg, "\" but "); i >= 0 && strings.HasPrefix(msg, "conflicting ") {
 		msg = msg[i+len("\" but "):]
 	}
 	if strings.HasPrefix(msg, "broker ") {
-		return cfgPath{}.key("broker").key("kind")
+		return keyPath{}.key("broker").key("kind")
 	}
 	for _, kind := range []string{"handler ", "process manager ", "event ", "command "} {
 		rest, ok := strings.CutPrefix(msg, kind)
@@ -599,25 +600,25 @@ func (c *Config) initProblemPath(msg string) cfgPath {
 		case "handler ":
 			for i, h := range c.Handlers {
 				if h.Name == name {
-					return cfgPath{}.key("handlers").index(i)
+					return keyPath{}.key("handlers").index(i)
 				}
 			}
 		case "process manager ":
 			for i, p := range c.ProcessManagers {
 				if p.Name == name {
-					return cfgPath{}.key("process_managers").index(i)
+					return keyPath{}.key("process_managers").index(i)
 				}
 			}
 		case "event ":
 			for i, e := range c.Events {
 				if e.Name == name {
-					return cfgPath{}.key("events").index(i)
+					return keyPath{}.key("events").index(i)
 				}
 			}
 		case "command ":
 			for i, cm := range c.Commands {
 				if cm.Name == name {
-					return cfgPath{}.key("commands").index(i)
+					return keyPath{}.key("commands").index(i)
 				}
 			}
 		}
@@ -630,9 +631,9 @@ func (c *Config) initProblemPath(msg string) cfgPath {
 // real broker is connected: "redis" and "redis-cluster" advertise StreamPartitioning,
 // every other kind advertises nothing (Init accepts "inline" as a no-op and rejects the
 // rest when a handler asks for sequential_by).
-func ConfiguredBroker(kind string) BrokerInfo {
+func ConfiguredBroker(kind string) engine.BrokerInfo {
 	if (BrokerConfig{Kind: kind}).IsRedis() {
-		return staticBroker{kind: kind, caps: []Capability{StreamPartitioning}}
+		return staticBroker{kind: kind, caps: []engine.Capability{engine.StreamPartitioning}}
 	}
 	return staticBroker{kind: kind}
 }
@@ -640,12 +641,12 @@ func ConfiguredBroker(kind string) BrokerInfo {
 // staticBroker is a BrokerInfo with a fixed kind and capability set.
 type staticBroker struct {
 	kind string
-	caps []Capability
+	caps []engine.Capability
 }
 
 func (b staticBroker) Kind() string { return b.kind }
 
-func (b staticBroker) Has(c Capability) bool {
+func (b staticBroker) Has(c engine.Capability) bool {
 	for _, x := range b.caps {
 		if x == c {
 			return true
@@ -654,7 +655,7 @@ func (b staticBroker) Has(c Capability) bool {
 	return false
 }
 
-func cfgCloneStrings(xs []string) []string {
+func cloneStrings(xs []string) []string {
 	if xs == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package engine
+package config
 
 // Typed reading of one TOML table for the strict decoder: each accessor checks the value's
 // type, records a problem (with a hint when the fix is obvious) and reports whether the
@@ -7,40 +7,41 @@ package engine
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// cfgDecoder walks the parsed tree and collects problems.
-type cfgDecoder struct {
-	lines    cfgLines
+// decoder walks the parsed tree and collects problems.
+type decoder struct {
+	lines    lineIndex
 	getenv   func(string) string
-	problems []ConfigProblem
+	problems []Problem
 }
 
-func (d *cfgDecoder) problem(p cfgPath, format string, args ...any) {
-	d.problems = append(d.problems, ConfigProblem{
+func (d *decoder) problem(p keyPath, format string, args ...any) {
+	d.problems = append(d.problems, Problem{
 		Path:    p.String(),
 		Line:    d.lines.lookup(p),
-		Message: cfgOneLine(fmt.Sprintf(format, args...)),
+		Message: oneLine(fmt.Sprintf(format, args...)),
 	})
 }
 
-// cfgTable is one TOML table being decoded.
-type cfgTable struct {
-	d    *cfgDecoder
-	path cfgPath
+// table is one TOML table being decoded.
+type table struct {
+	d    *decoder
+	path keyPath
 	m    map[string]any
 }
 
 // known reports every key of the table that is not in keys, suggesting the closest known
 // one.
-func (t cfgTable) known(keys ...string) {
+func (t table) known(keys ...string) {
 	var unknown []string
 	for k := range t.m {
-		if !contains(keys, k) {
+		if !slices.Contains(keys, k) {
 			unknown = append(unknown, k)
 		}
 	}
@@ -56,7 +57,7 @@ func (t cfgTable) known(keys ...string) {
 		if len(t.path) > 0 {
 			where = t.path.String()
 		}
-		if s := cfgSuggest(k, keys); strings.EqualFold(s, k) {
+		if s := suggest(k, keys); strings.EqualFold(s, k) {
 			t.d.problem(t.path.key(k), "unknown key; did you mean %q? (key names are case-sensitive)", s)
 		} else if s != "" {
 			t.d.problem(t.path.key(k), "unknown key; did you mean %q?", s)
@@ -66,10 +67,10 @@ func (t cfgTable) known(keys ...string) {
 	}
 }
 
-func (t cfgTable) has(key string) bool { _, ok := t.m[key]; return ok }
+func (t table) has(key string) bool { _, ok := t.m[key]; return ok }
 
 // required reports a missing key and returns false.
-func (t cfgTable) required(key, hint string) bool {
+func (t table) required(key, hint string) bool {
 	if t.has(key) {
 		return true
 	}
@@ -78,38 +79,38 @@ func (t cfgTable) required(key, hint string) bool {
 }
 
 // wrongType reports a value of the wrong type, with a hint when the fix is obvious.
-func (t cfgTable) wrongType(key, want string, v any) {
+func (t table) wrongType(key, want string, v any) {
 	hint := ""
 	switch v := v.(type) {
 	case string:
 		if want == "an integer" {
 			if _, err := strconv.ParseInt(v, 10, 64); err == nil {
-				hint = fmt.Sprintf("; write %s = %s, without quotes", cfgRenderKey(key), v)
+				hint = fmt.Sprintf("; write %s = %s, without quotes", renderKey(key), v)
 			}
 		}
 		if want == "a number" {
 			if _, err := strconv.ParseFloat(v, 64); err == nil {
-				hint = fmt.Sprintf("; write %s = %s, without quotes", cfgRenderKey(key), v)
+				hint = fmt.Sprintf("; write %s = %s, without quotes", renderKey(key), v)
 			}
 		}
 		if strings.HasPrefix(want, "a boolean") && (v == "true" || v == "false") {
-			hint = fmt.Sprintf("; write %s = %s, without quotes", cfgRenderKey(key), v)
+			hint = fmt.Sprintf("; write %s = %s, without quotes", renderKey(key), v)
 		}
 	case int64, float64:
 		if strings.HasPrefix(want, "a duration") {
-			hint = fmt.Sprintf("; write it in quotes with a unit: %s = \"%vs\"", cfgRenderKey(key), v)
+			hint = fmt.Sprintf("; write it in quotes with a unit: %s = \"%vs\"", renderKey(key), v)
 		} else if want == "a string" {
-			hint = fmt.Sprintf("; put the value in quotes: %s = \"%v\"", cfgRenderKey(key), v)
+			hint = fmt.Sprintf("; put the value in quotes: %s = \"%v\"", renderKey(key), v)
 		}
 	case bool:
 		if want == "a string" {
-			hint = fmt.Sprintf("; put the value in quotes: %s = \"%v\"", cfgRenderKey(key), v)
+			hint = fmt.Sprintf("; put the value in quotes: %s = \"%v\"", renderKey(key), v)
 		}
 	}
-	t.d.problem(t.path.key(key), "must be %s, not %s%s", want, cfgDescribe(v), hint)
+	t.d.problem(t.path.key(key), "must be %s, not %s%s", want, describe(v), hint)
 }
 
-func (t cfgTable) str(key string) (string, bool) {
+func (t table) str(key string) (string, bool) {
 	v, ok := t.m[key]
 	if !ok {
 		return "", false
@@ -122,7 +123,7 @@ func (t cfgTable) str(key string) (string, bool) {
 }
 
 // nonEmpty is str that also refuses "".
-func (t cfgTable) nonEmpty(key, hint string) (string, bool) {
+func (t table) nonEmpty(key, hint string) (string, bool) {
 	s, ok := t.str(key)
 	if ok && s == "" {
 		t.d.problem(t.path.key(key), "is empty; %s", hint)
@@ -131,7 +132,7 @@ func (t cfgTable) nonEmpty(key, hint string) (string, bool) {
 	return s, ok
 }
 
-func (t cfgTable) integer(key string) (int64, bool) {
+func (t table) integer(key string) (int64, bool) {
 	v, ok := t.m[key]
 	if !ok {
 		return 0, false
@@ -144,7 +145,7 @@ func (t cfgTable) integer(key string) (int64, bool) {
 }
 
 // number accepts an integer or a float.
-func (t cfgTable) number(key string) (float64, bool) {
+func (t table) number(key string) (float64, bool) {
 	v, ok := t.m[key]
 	if !ok {
 		return 0, false
@@ -159,7 +160,7 @@ func (t cfgTable) number(key string) (float64, bool) {
 	return 0, false
 }
 
-func (t cfgTable) boolean(key string) (bool, bool) {
+func (t table) boolean(key string) (bool, bool) {
 	v, ok := t.m[key]
 	if !ok {
 		return false, false
@@ -172,7 +173,7 @@ func (t cfgTable) boolean(key string) (bool, bool) {
 }
 
 // strs reads an array of strings, reporting each element of another type.
-func (t cfgTable) strs(key string) ([]string, bool) {
+func (t table) strs(key string) ([]string, bool) {
 	v, ok := t.m[key]
 	if !ok {
 		return nil, false
@@ -181,9 +182,9 @@ func (t cfgTable) strs(key string) ([]string, bool) {
 	if !ok {
 		hint := ""
 		if s, isStr := v.(string); isStr {
-			hint = fmt.Sprintf("; write %s = [%q]", cfgRenderKey(key), s)
+			hint = fmt.Sprintf("; write %s = [%q]", renderKey(key), s)
 		}
-		t.d.problem(t.path.key(key), "must be an array of strings, not %s%s", cfgDescribe(v), hint)
+		t.d.problem(t.path.key(key), "must be an array of strings, not %s%s", describe(v), hint)
 		return nil, false
 	}
 	out := make([]string, 0, len(arr))
@@ -191,7 +192,7 @@ func (t cfgTable) strs(key string) ([]string, bool) {
 	for i, e := range arr {
 		s, ok := e.(string)
 		if !ok {
-			t.d.problem(t.path.key(key).index(i), "must be a string, not %s", cfgDescribe(e))
+			t.d.problem(t.path.key(key).index(i), "must be a string, not %s", describe(e))
 			good = false
 			continue
 		}
@@ -201,7 +202,7 @@ func (t cfgTable) strs(key string) ([]string, bool) {
 }
 
 // duration reads a Go duration string ("1s", "500ms") that must be positive.
-func (t cfgTable) duration(key string) (time.Duration, bool) {
+func (t table) duration(key string) (time.Duration, bool) {
 	v, ok := t.m[key]
 	if !ok {
 		return 0, false
@@ -224,48 +225,48 @@ func (t cfgTable) duration(key string) (time.Duration, bool) {
 }
 
 // sub reads a nested table.
-func (t cfgTable) sub(key string) (cfgTable, bool) {
+func (t table) sub(key string) (table, bool) {
 	v, ok := t.m[key]
 	if !ok {
-		return cfgTable{}, false
+		return table{}, false
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		t.d.problem(t.path.key(key), "must be a table ([%s]), not %s", t.path.key(key).String(), cfgDescribe(v))
-		return cfgTable{}, false
+		t.d.problem(t.path.key(key), "must be a table ([%s]), not %s", t.path.key(key).String(), describe(v))
+		return table{}, false
 	}
-	return cfgTable{d: t.d, path: t.path.key(key), m: m}, true
+	return table{d: t.d, path: t.path.key(key), m: m}, true
 }
 
 // tables reads an array of tables ([[key]] headers, or an inline array of tables).
-func (t cfgTable) tables(key string) []cfgTable {
+func (t table) tables(key string) []table {
 	v, ok := t.m[key]
 	if !ok {
 		return nil
 	}
-	var out []cfgTable
+	var out []table
 	switch arr := v.(type) {
 	case []map[string]any:
 		for i, m := range arr {
-			out = append(out, cfgTable{d: t.d, path: t.path.key(key).index(i), m: m})
+			out = append(out, table{d: t.d, path: t.path.key(key).index(i), m: m})
 		}
 	case []any:
 		for i, e := range arr {
 			m, ok := e.(map[string]any)
 			if !ok {
-				t.d.problem(t.path.key(key).index(i), "must be a table, not %s; declare each entry with a [[%s]] header", cfgDescribe(e), t.path.key(key).String())
+				t.d.problem(t.path.key(key).index(i), "must be a table, not %s; declare each entry with a [[%s]] header", describe(e), t.path.key(key).String())
 				continue
 			}
-			out = append(out, cfgTable{d: t.d, path: t.path.key(key).index(i), m: m})
+			out = append(out, table{d: t.d, path: t.path.key(key).index(i), m: m})
 		}
 	default:
-		t.d.problem(t.path.key(key), "must be an array of tables ([[%s]] headers), not %s", key, cfgDescribe(v))
+		t.d.problem(t.path.key(key), "must be an array of tables ([[%s]] headers), not %s", key, describe(v))
 	}
 	return out
 }
 
-// cfgDescribe names a TOML value's type for a message, with the value when short.
-func cfgDescribe(v any) string {
+// describe names a TOML value's type for a message, with the value when short.
+func describe(v any) string {
 	switch v := v.(type) {
 	case string:
 		if len(v) > 40 {
@@ -290,16 +291,16 @@ func cfgDescribe(v any) string {
 	return fmt.Sprintf("a %T value", v)
 }
 
-func cfgArticle(noun string) string {
+func article(noun string) string {
 	if noun != "" && strings.ContainsRune("aeiou", rune(noun[0])) {
 		return "an"
 	}
 	return "a"
 }
 
-// cfgSuggest returns the candidate closest to s: a case-insensitive match, or the nearest
+// suggest returns the candidate closest to s: a case-insensitive match, or the nearest
 // within a few edits (1 for short words, up to 3 for long ones); "" when none is close.
-func cfgSuggest(s string, candidates []string) string {
+func suggest(s string, candidates []string) string {
 	best, bestDist := "", math.MaxInt
 	sorted := append([]string(nil), candidates...)
 	sort.Strings(sorted)
@@ -308,16 +309,16 @@ func cfgSuggest(s string, candidates []string) string {
 			return c
 		}
 		limit := min(3, 1+len(c)/4)
-		if dist := cfgEditDistance(strings.ToLower(s), strings.ToLower(c)); dist <= limit && dist < bestDist {
+		if dist := editDistance(strings.ToLower(s), strings.ToLower(c)); dist <= limit && dist < bestDist {
 			best, bestDist = c, dist
 		}
 	}
 	return best
 }
 
-// cfgEditDistance is the optimal-string-alignment distance between two short strings
+// editDistance is the optimal-string-alignment distance between two short strings
 // (insertions, deletions, substitutions and adjacent transpositions of bytes).
-func cfgEditDistance(a, b string) int {
+func editDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return math.MaxInt32
 	}
