@@ -128,12 +128,9 @@ func (a *Admin) Head(ctx context.Context, stream, handler string) (*Head, error)
 	if err != nil {
 		return nil, err
 	}
-	halt, err := a.broker.Halt(ctx, ref)
+	halt, err := a.halt(ctx, ref)
 	if err != nil {
-		return nil, translate(err)
-	}
-	if halt != nil {
-		halt.Since = halt.Since.UTC()
+		return nil, err
 	}
 	h, err := a.headOf(ctx, p, ref, halt)
 	if err != nil {
@@ -159,6 +156,18 @@ func (a *Admin) Head(ctx context.Context, stream, handler string) (*Head, error)
 		}
 		return nil, &NotFoundError{What: "head", Name: "of " + p.Stream() + " for " + handler,
 			Hint: "the handler is caught up: nothing is halted, pending or undelivered"}
+	}
+	return h, nil
+}
+
+// halt reads the halt record of a head, its time in UTC; nil when it is not halted.
+func (a *Admin) halt(ctx context.Context, ref engine.HeadRef) (*engine.HaltRecord, error) {
+	h, err := a.broker.Halt(ctx, ref)
+	if err != nil {
+		return nil, translate(err)
+	}
+	if h != nil {
+		h.Since = h.Since.UTC()
 	}
 	return h, nil
 }

@@ -97,36 +97,72 @@ func (a *Admin) Inspect(ctx context.Context, stream, handler string) (*Inspectio
 	if err != nil {
 		return nil, err
 	}
-	groups, err := a.groupsOf(ctx, p.Category)
+	groups, err := a.inspectedGroups(ctx, p, handler)
 	if err != nil {
 		return nil, err
-	}
-	if handler != "" {
-		if _, err := a.ref(ctx, p, handler); err != nil {
-			return nil, err
-		}
-		groups = []GroupTopology{{Name: handler}}
 	}
 	in := &Inspection{Stream: p.Stream(), Category: p.Category, Key: p.Key, Lanes: []Lane{}, Handlers: []HandlerState{}}
 	if p.Key != "" {
 		in.DLQStream = p.dlqStream()
 	}
-
-	pipe := a.rdb.Pipeline()
-	type laneCmd struct {
-		exists       *redis.IntCmd
-		xlen         *redis.IntCmd
-		first, last  *redis.XMessageSliceCmd
-		groups       *redis.XInfoGroupsCmd
-		stream, kind string
+	anyLane, err := a.readLanes(ctx, p, in)
+	if err != nil {
+		return nil, err
 	}
-	var lanes []laneCmd
+	if !anyLane && !in.Indexed && in.DLQLength == 0 {
+		return nil, &NotFoundError{What: "partition", Name: p.Stream(),
+			Hint: "no stream, no DLQ and not in " + a.keys.PartitionIndex(p.Category) + " (check the name with 'seqctl partitions list')"}
+	}
+	listed, err := a.listedStates(ctx, p, handler)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range groups {
+		hs, err := a.handlerState(ctx, p, g.Name, listed[g.Name], in.Lanes)
+		if err != nil {
+			return nil, err
+		}
+		in.Handlers = append(in.Handlers, hs)
+	}
+	return in, nil
+}
+
+// inspectedGroups returns the groups Inspect describes: every consumer group of the
+// category, or the one handler asked for, once it is known to be one of them.
+func (a *Admin) inspectedGroups(ctx context.Context, p PartitionName, handler string) ([]GroupTopology, error) {
+	groups, err := a.groupsOf(ctx, p.Category)
+	if err != nil {
+		return nil, err
+	}
+	if handler == "" {
+		return groups, nil
+	}
+	if _, err := a.ref(ctx, p, handler); err != nil {
+		return nil, err
+	}
+	return []GroupTopology{{Name: handler}}, nil
+}
+
+// inspectedLane is the replies about one lane stream of an inspected partition.
+type inspectedLane struct {
+	stream, kind string
+	exists, xlen *redis.IntCmd
+	first, last  *redis.XMessageSliceCmd
+	groups       *redis.XInfoGroupsCmd
+}
+
+// readLanes reads, in one pipelined round trip, every lane of the partition (whether it
+// exists, its length, first and last entries and groups), whether the partition is
+// indexed and its DLQ length, into in. It reports whether any lane exists.
+func (a *Admin) readLanes(ctx context.Context, p PartitionName, in *Inspection) (anyLane bool, err error) {
+	pipe := a.rdb.Pipeline()
+	var lanes []inspectedLane
 	for i, l := range a.lanes(p) {
 		kind := "primary"
 		if i > 0 {
 			kind = "backfill"
 		}
-		lanes = append(lanes, laneCmd{
+		lanes = append(lanes, inspectedLane{
 			stream: l, kind: kind,
 			exists: pipe.Exists(ctx, l), xlen: pipe.XLen(ctx, l),
 			first: pipe.XRangeN(ctx, l, "-", "+", 1), last: pipe.XRevRangeN(ctx, l, "+", "-", 1),
@@ -140,27 +176,14 @@ func (a *Admin) Inspect(ctx context.Context, stream, handler string) (*Inspectio
 		dlqLen = pipe.XLen(ctx, in.DLQStream)
 	}
 	if err := execTolerant(ctx, pipe); err != nil {
-		return nil, err
+		return false, err
 	}
-	anyLane := false
 	for _, lc := range lanes {
-		l := Lane{Stream: lc.stream, Kind: lc.kind, Exists: lc.exists.Val() == 1, Length: lc.xlen.Val(), Groups: []LaneGroup{}}
-		if !l.Exists && lc.kind == "backfill" {
+		l := lc.lane()
+		if !l.Exists && l.Kind == "backfill" {
 			continue // a lane that was never written is not worth a row
 		}
 		anyLane = anyLane || l.Exists
-		if m := lc.first.Val(); len(m) > 0 {
-			l.FirstID = m[0].ID
-		}
-		if m := lc.last.Val(); len(m) > 0 {
-			l.LastID = m[0].ID
-		}
-		for _, g := range lc.groups.Val() {
-			l.Groups = append(l.Groups, LaneGroup{
-				Name: g.Name, LastDeliveredID: g.LastDeliveredID, EntriesRead: g.EntriesRead,
-				Lag: g.Lag, Pending: g.Pending, Consumers: g.Consumers,
-			})
-		}
 		in.Lanes = append(in.Lanes, l)
 	}
 	if indexed != nil {
@@ -169,65 +192,103 @@ func (a *Admin) Inspect(ctx context.Context, stream, handler string) (*Inspectio
 	if dlqLen != nil {
 		in.DLQLength = dlqLen.Val()
 	}
-	if !anyLane && !in.Indexed && in.DLQLength == 0 {
-		return nil, &NotFoundError{What: "partition", Name: p.Stream(),
-			Hint: "no stream, no DLQ and not in " + a.keys.PartitionIndex(p.Category) + " (check the name with 'seqctl partitions list')"}
-	}
+	return anyLane, nil
+}
 
-	// Each handler's partition row (lease, halt, lag) comes from the listing code.
+// lane is the Lane the replies describe.
+func (lc inspectedLane) lane() Lane {
+	l := Lane{Stream: lc.stream, Kind: lc.kind, Exists: lc.exists.Val() == 1, Length: lc.xlen.Val(), Groups: []LaneGroup{}}
+	if m := lc.first.Val(); len(m) > 0 {
+		l.FirstID = m[0].ID
+	}
+	if m := lc.last.Val(); len(m) > 0 {
+		l.LastID = m[0].ID
+	}
+	for _, g := range lc.groups.Val() {
+		l.Groups = append(l.Groups, LaneGroup{
+			Name: g.Name, LastDeliveredID: g.LastDeliveredID, EntriesRead: g.EntriesRead,
+			Lag: g.Lag, Pending: g.Pending, Consumers: g.Consumers,
+		})
+	}
+	return l
+}
+
+// listedStates returns the state of the partition for each handler (for the one asked
+// for, when one is), as ListPartitions decides it: the listing code is the one place
+// that reads leases, halt records and lag together.
+func (a *Admin) listedStates(ctx context.Context, p PartitionName, handler string) (map[string]State, error) {
 	rows, err := a.ListPartitions(ctx, Filter{Category: p.Category, Handler: handler})
 	if err != nil {
 		return nil, err
 	}
-	byHandler := map[string]Partition{}
+	states := map[string]State{}
 	for _, r := range rows {
 		if r.Key == p.Key {
-			byHandler[r.Handler] = r
+			states[r.Handler] = r.State
 		}
 	}
-	for _, g := range groups {
-		ref, err := a.ref(ctx, p, g.Name)
+	return states, nil
+}
+
+// handlerState describes one handler's view of the partition: the state listed (""
+// when the listing has no row for it: unowned), and its lease, halt record, pending
+// entries and head, read one after the other. lanes are the partition's lanes as read,
+// for the pending total.
+func (a *Admin) handlerState(ctx context.Context, p PartitionName, group string, listed State, lanes []Lane) (HandlerState, error) {
+	ref, err := a.ref(ctx, p, group)
+	if err != nil {
+		return HandlerState{}, err
+	}
+	hs := HandlerState{Handler: group, ProcessManager: ref.ProcessManager, Unit: a.unit(ref), State: listed,
+		PendingTotal: pendingTotal(lanes, group)}
+	if hs.State == "" {
+		hs.State = StateUnowned
+	}
+	if hs.Lease, err = a.lease(ctx, ref); err != nil {
+		return HandlerState{}, err
+	}
+	if hs.Halt, err = a.halt(ctx, ref); err != nil {
+		return HandlerState{}, err
+	}
+	if hs.Halt != nil {
+		hs.State = StateHalted
+	}
+	if hs.Pending, err = a.pendingEntries(ctx, p, group); err != nil {
+		return HandlerState{}, err
+	}
+	if hs.Head, err = a.headOf(ctx, p, ref, hs.Halt); err != nil {
+		return HandlerState{}, err
+	}
+	return hs, nil
+}
+
+// pendingEntries lists a group's pending entries, up to MaxPendingShown per lane, oldest
+// first.
+func (a *Admin) pendingEntries(ctx context.Context, p PartitionName, group string) ([]PendingEntry, error) {
+	out := []PendingEntry{}
+	for _, l := range a.lanes(p) {
+		pe, err := a.pendingRange(ctx, l, group, "-", "+", MaxPendingShown)
 		if err != nil {
 			return nil, err
 		}
-		hs := HandlerState{Handler: g.Name, ProcessManager: ref.ProcessManager, Unit: a.unit(ref), Pending: []PendingEntry{}}
-		if r, ok := byHandler[g.Name]; ok {
-			hs.State = r.State
-		} else {
-			hs.State = StateUnowned
+		for _, e := range pe {
+			out = append(out, PendingEntry{ID: e.ID, Lane: l, Consumer: e.Consumer, Deliveries: e.RetryCount, IdleMS: e.Idle.Milliseconds()})
 		}
-		if hs.Lease, err = a.lease(ctx, ref); err != nil {
-			return nil, err
-		}
-		if hs.Halt, err = a.broker.Halt(ctx, ref); err != nil {
-			return nil, translate(err)
-		}
-		if hs.Halt != nil {
-			hs.Halt.Since = hs.Halt.Since.UTC()
-			hs.State = StateHalted
-		}
-		for _, l := range a.lanes(p) {
-			pe, err := a.pendingRange(ctx, l, g.Name, "-", "+", MaxPendingShown)
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range pe {
-				hs.Pending = append(hs.Pending, PendingEntry{ID: e.ID, Lane: l, Consumer: e.Consumer, Deliveries: e.RetryCount, IdleMS: e.Idle.Milliseconds()})
-			}
-		}
-		for _, l := range in.Lanes {
-			for _, lg := range l.Groups {
-				if lg.Name == g.Name {
-					hs.PendingTotal += lg.Pending
-				}
-			}
-		}
-		if hs.Head, err = a.headOf(ctx, p, ref, hs.Halt); err != nil {
-			return nil, err
-		}
-		in.Handlers = append(in.Handlers, hs)
 	}
-	return in, nil
+	return out, nil
+}
+
+// pendingTotal counts a group's pending entries over the lanes.
+func pendingTotal(lanes []Lane, group string) int64 {
+	var n int64
+	for _, l := range lanes {
+		for _, lg := range l.Groups {
+			if lg.Name == group {
+				n += lg.Pending
+			}
+		}
+	}
+	return n
 }
 
 // lease reads the lease of a unit and its owner's session TTL; nil when there is none.
@@ -248,11 +309,6 @@ func (a *Admin) lease(ctx context.Context, ref engine.HeadRef) (*Lease, error) {
 	if err != nil {
 		return nil, translate(err)
 	}
-	switch {
-	case ttl > 0:
-		l.Live, l.RemainingMS = true, ttl.Milliseconds()
-	case ttl == -1:
-		l.Live = true
-	}
+	l.Live, l.RemainingMS = sessionLife(ttl)
 	return l, nil
 }
