@@ -78,73 +78,118 @@ func (a *Admin) Groups(ctx context.Context, category string) ([]Group, error) {
 	if len(cats) == 0 {
 		return out, nil
 	}
+	regs, idxs, err := a.readRegistriesAndIndexes(ctx, cats)
+	if err != nil {
+		return nil, err
+	}
+	all, err := a.readGroupStreams(ctx, cats, regs, idxs)
+	if err != nil {
+		return nil, err
+	}
+	sessions, err := a.readLeaseSessions(ctx, all)
+	if err != nil {
+		return nil, err
+	}
+	for _, gl := range all {
+		for _, r := range gl.groups {
+			r.tally(gl, sessions)
+			out = append(out, r.g)
+		}
+	}
+	return out, nil
+}
 
-	// Round trip 1: registries and indexes.
+// readRegistriesAndIndexes is round trip 1: the group registry and the index of every
+// category.
+func (a *Admin) readRegistriesAndIndexes(ctx context.Context, cats []string) (regs, idxs []*redis.StringSliceCmd, err error) {
 	pipe := a.rdb.Pipeline()
-	regs := make([]*redis.StringSliceCmd, len(cats))
-	idxs := make([]*redis.StringSliceCmd, len(cats))
+	regs = make([]*redis.StringSliceCmd, len(cats))
+	idxs = make([]*redis.StringSliceCmd, len(cats))
 	for i, c := range cats {
 		regs[i] = pipe.SMembers(ctx, a.keys.GroupRegistry(c))
 		idxs[i] = a.keys.IndexMembers(ctx, pipe, c)
 	}
 	if err := execTolerant(ctx, pipe); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	return regs, idxs, nil
+}
 
-	// Round trip 2: every lane's groups and length, every lease and halt record.
-	pipe = a.rdb.Pipeline()
+// readGroupStreams is round trip 2: for every category, the groups and length of each of
+// its streams, and every group's lease and halt record on each unit.
+func (a *Admin) readGroupStreams(ctx context.Context, cats []string, regs, idxs []*redis.StringSliceCmd) ([]*groupLanes, error) {
+	pipe := a.rdb.Pipeline()
 	var all []*groupLanes
 	for i, c := range cats {
-		gl := &groupLanes{category: c, registry: regs[i].Val(), declared: a.opts.Declared[c],
-			infos: map[string]*redis.XInfoGroupsCmd{}, xlens: map[string]*redis.IntCmd{}}
-		for _, k := range idxs[i].Val() {
-			if engine.ValidateStreamKey(k, a.opts.BackfillSuffix) == nil {
-				gl.keys = append(gl.keys, k)
-			}
-		}
-		slices.Sort(gl.keys)
-		gl.units = append(gl.units, []string{a.keys.CategoryStream(c)})
-		for _, k := range gl.keys {
-			gl.units = append(gl.units, []string{a.keys.PartitionStream(c, k), a.keys.LaneStream(c, k, a.opts.BackfillSuffix)})
-		}
+		gl := a.newGroupLanes(c, regs[i].Val(), idxs[i].Val())
 		for _, lanes := range gl.units {
 			for _, l := range lanes {
 				gl.infos[l] = pipe.XInfoGroups(ctx, l)
 				gl.xlens[l] = pipe.XLen(ctx, l)
 			}
 		}
-		names := append(slices.Clone(gl.registry), gl.declared...)
-		slices.Sort(names)
-		for _, n := range slices.Compact(names) {
-			r := &groupRow{g: Group{Category: c, Name: n, Registered: slices.Contains(gl.registry, n), Partitions: len(gl.keys)}}
-			if a.opts.Declared != nil {
-				d := slices.Contains(gl.declared, n)
-				r.g.Declared = &d
-			}
-			units := []string{a.keys.CategoryStream(c)}
-			for _, k := range gl.keys {
-				units = append(units, a.keys.PartitionStream(c, k), a.keys.PMUnit(n, k))
-			}
-			for _, u := range units {
-				r.leases = append(r.leases, pipe.Get(ctx, a.keys.LeaseKey(u, n)))
-				r.halts = append(r.halts, pipe.Exists(ctx, a.keys.HaltKey(u, n)))
-			}
-			gl.groups = append(gl.groups, r)
-		}
+		a.queueGroupRows(ctx, pipe, gl)
 		all = append(all, gl)
 	}
 	if err := execTolerant(ctx, pipe); err != nil {
 		return nil, err
 	}
+	return all, nil
+}
 
-	// Round trip 3: the liveness of the lease owners.
-	pipe = a.rdb.Pipeline()
+// newGroupLanes lays out a category's streams: the category stream, then the primary and
+// backfill lanes of every valid key of its index, in key order.
+func (a *Admin) newGroupLanes(category string, registry, index []string) *groupLanes {
+	gl := &groupLanes{category: category, registry: registry, declared: a.opts.Declared[category],
+		infos: map[string]*redis.XInfoGroupsCmd{}, xlens: map[string]*redis.IntCmd{}}
+	for _, k := range index {
+		if engine.ValidateStreamKey(k, a.opts.BackfillSuffix) == nil {
+			gl.keys = append(gl.keys, k)
+		}
+	}
+	slices.Sort(gl.keys)
+	gl.units = append(gl.units, []string{a.keys.CategoryStream(category)})
+	for _, k := range gl.keys {
+		gl.units = append(gl.units, []string{a.keys.PartitionStream(category, k), a.keys.LaneStream(category, k, a.opts.BackfillSuffix)})
+	}
+	return gl
+}
+
+// queueGroupRows makes a row for every group registered or declared on the category, and
+// queues the reads of its lease and halt record on every unit it may hold: the category
+// stream, each partition stream and each process-manager unit of a key.
+func (a *Admin) queueGroupRows(ctx context.Context, pipe redis.Pipeliner, gl *groupLanes) {
+	c := gl.category
+	names := append(slices.Clone(gl.registry), gl.declared...)
+	slices.Sort(names)
+	for _, n := range slices.Compact(names) {
+		r := &groupRow{g: Group{Category: c, Name: n, Registered: slices.Contains(gl.registry, n), Partitions: len(gl.keys)}}
+		if a.opts.Declared != nil {
+			d := slices.Contains(gl.declared, n)
+			r.g.Declared = &d
+		}
+		units := []string{a.keys.CategoryStream(c)}
+		for _, k := range gl.keys {
+			units = append(units, a.keys.PartitionStream(c, k), a.keys.PMUnit(n, k))
+		}
+		for _, u := range units {
+			r.leases = append(r.leases, pipe.Get(ctx, a.keys.LeaseKey(u, n)))
+			r.halts = append(r.halts, pipe.Exists(ctx, a.keys.HaltKey(u, n)))
+		}
+		gl.groups = append(gl.groups, r)
+	}
+}
+
+// readLeaseSessions is round trip 3, sent only when a lease exists: whether each lease
+// owner's session exists.
+func (a *Admin) readLeaseSessions(ctx context.Context, all []*groupLanes) (map[string]*redis.IntCmd, error) {
+	pipe := a.rdb.Pipeline()
 	sessions := map[string]*redis.IntCmd{}
 	for _, gl := range all {
 		for _, r := range gl.groups {
 			for _, l := range r.leases {
-				if owner, _ := splitLease(l.Val()); l.Err() == nil && owner != "" && sessions[owner] == nil {
-					sessions[owner] = pipe.Exists(ctx, a.keys.SessionKey(owner))
+				if owner := leaseOwner(l); owner != "" {
+					queueOnce(sessions, owner, func() *redis.IntCmd { return pipe.Exists(ctx, a.keys.SessionKey(owner)) })
 				}
 			}
 		}
@@ -154,55 +199,63 @@ func (a *Admin) Groups(ctx context.Context, category string) ([]Group, error) {
 			return nil, err
 		}
 	}
+	return sessions, nil
+}
 
-	for _, gl := range all {
-		for _, r := range gl.groups {
-			g := &r.g
-			for _, l := range r.leases {
-				if owner, _ := splitLease(l.Val()); l.Err() == nil && owner != "" && sessions[owner].Val() == 1 {
-					g.LiveLeases++
-				}
-			}
-			for _, h := range r.halts {
-				g.Halted += int(h.Val())
-			}
-			for _, lanes := range gl.units {
-				behind := false
-				for _, l := range lanes {
-					info := gl.infos[l]
-					if info.Err() != nil {
-						continue // no such stream
-					}
-					var grp *redis.XInfoGroup
-					for i := range info.Val() {
-						if info.Val()[i].Name == g.Name {
-							grp = &info.Val()[i]
-						}
-					}
-					unread := gl.xlens[l].Val() // the group is created lazily: nothing was delivered
-					if grp != nil {
-						unread = grp.Lag
-						g.Read += grp.EntriesRead
-						g.Pending += grp.Pending
-						behind = behind || grp.Pending > 0
-					}
-					behind = behind || unread != 0
-					switch {
-					case g.Unread < 0:
-					case unread < 0:
-						g.Unread = -1
-					default:
-						g.Unread += unread
-					}
-				}
-				if behind {
-					g.Behind++
-				}
-			}
-			out = append(out, *g)
+// leaseOwner is the owner a lease reply names, "" when there is no lease.
+func leaseOwner(l *redis.StringCmd) string {
+	if l.Err() != nil {
+		return ""
+	}
+	owner, _ := splitLease(l.Val())
+	return owner
+}
+
+// tally counts the group's live leases and halted units, and adds up, over the streams of
+// every unit, what it has read, what is pending and what it has not read.
+func (r *groupRow) tally(gl *groupLanes, sessions map[string]*redis.IntCmd) {
+	g := &r.g
+	for _, l := range r.leases {
+		if owner := leaseOwner(l); owner != "" && sessions[owner].Val() == 1 {
+			g.LiveLeases++
 		}
 	}
-	return out, nil
+	for _, h := range r.halts {
+		g.Halted += int(h.Val())
+	}
+	for _, lanes := range gl.units {
+		behind := false
+		for _, l := range lanes {
+			behind = g.addLane(gl.infos[l], gl.xlens[l]) || behind
+		}
+		if behind {
+			g.Behind++
+		}
+	}
+}
+
+// addLane adds what one stream's replies say of the group (entries read, pending, not
+// read) and reports whether the group is behind on it. A stream that does not exist says
+// nothing.
+func (g *Group) addLane(info *redis.XInfoGroupsCmd, xlen *redis.IntCmd) (behind bool) {
+	if info.Err() != nil {
+		return false // no such stream
+	}
+	var grp *redis.XInfoGroup
+	for i := range info.Val() {
+		if info.Val()[i].Name == g.Name {
+			grp = &info.Val()[i]
+		}
+	}
+	unread := xlen.Val() // the group is created lazily: nothing was delivered
+	if grp != nil {
+		unread = grp.Lag
+		g.Read += grp.EntriesRead
+		g.Pending += grp.Pending
+		behind = grp.Pending > 0
+	}
+	g.Unread = addCount(g.Unread, unread)
+	return behind || unread != 0
 }
 
 // groupCategories returns the categories to list: the one asked for, or every category
