@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
-	"github.com/seqctl/seqctl/pkg/demo"
 	"github.com/seqctl/seqctl/pkg/config"
+	"github.com/seqctl/seqctl/pkg/demo"
 	"github.com/seqctl/seqctl/pkg/tui"
 )
 

@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/config"
+	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/metrics"
 )

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/demo"
-	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/engine/outbox"
 )
