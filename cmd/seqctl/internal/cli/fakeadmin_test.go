@@ -31,9 +31,10 @@ type fakeAdmin struct {
 	headErr  error
 	handlers []string
 
-	actErr  error
-	actions []admin.Action
-	records []admin.AuditEntry
+	actErr    error
+	actions   []admin.Action
+	records   []admin.AuditEntry
+	recordErr error
 
 	dlq        []admin.DLQEntry
 	dlqErr     error
@@ -111,7 +112,7 @@ func (f *fakeAdmin) Replay(_ context.Context, _, id string, _ admin.Actor) (*adm
 
 func (f *fakeAdmin) Record(_ context.Context, e admin.AuditEntry) error {
 	f.records = append(f.records, e)
-	return nil
+	return f.recordErr
 }
 
 func (f *fakeAdmin) AuditEntries(_ context.Context, q admin.AuditQuery) ([]admin.AuditEntry, error) {
