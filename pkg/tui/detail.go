@@ -9,24 +9,9 @@ import (
 // the halt reason, and as much of the payload as fits.
 func (m *model) viewDetail(w, h int) []string {
 	st := m.st
-	ref := m.detailRef
+	p, listed := m.lookup(m.detailRef)
 	lines := make([]string, 0, h)
-	p, ok := m.lookup(ref)
-	title := st.title.Render(ref.String())
-	if ok {
-		state := p.State
-		stStyle := st.value
-		if p.State == StateHalted {
-			state, stStyle = "HALTED", st.rowHalted
-		}
-		title += "  " + stStyle.Render(state)
-		lines = append(lines, title, st.label.Render(fmt.Sprintf(
-			"owner %s · gen %d · lease %s · backlog %s · lag %s · pending %s · head age %s",
-			orDash(p.Owner), p.Generation, fmtDurOr(p.LeaseTTL), fmtLag(p.Backlog()), fmtLag(p.Lag),
-			fmtThousands(p.Pending), fmtDurOr(p.HeadAge))))
-	} else {
-		lines = append(lines, title, st.statusWarn.Render("not in the last snapshot (reaped, or filtered out by the source)"))
-	}
+	lines = append(lines, m.detailSummary(p, listed)...)
 	lines = append(lines, "")
 
 	switch {
@@ -39,25 +24,61 @@ func (m *model) viewDetail(w, h int) []string {
 		return append(lines, st.dim.Render("reading the head…"))
 	}
 	d := m.detail
-
-	if len(d.Lanes) > 0 {
-		sw := 6
-		for _, l := range d.Lanes {
-			sw = max(sw, textWidth(l.Stream))
-		}
-		sw = min(sw, max(w-2-2*9, 10))
-		lines = append(lines, st.section.Render("LANES"),
-			st.tableHeader.Render("  "+fit("STREAM", sw, false)+" "+fit("LENGTH", 8, true)+" "+fit("PENDING", 8, true)))
-		for _, l := range d.Lanes {
-			lines = append(lines, "  "+fit(l.Stream, sw, false)+" "+fit(fmtThousands(l.Length), 8, true)+" "+
-				fit(fmtThousands(l.Pending), 8, true))
-		}
-		lines = append(lines, "")
-	}
-
+	lines = append(lines, m.detailLanes(d.Lanes, w)...)
 	if d.EntryID == "" {
 		return append(lines, st.section.Render("HEAD")+" "+st.dim.Render("none: nothing is waiting on this partition"))
 	}
+	lines = append(lines, m.detailHead(d, w)...)
+	if p.State == StateHalted && p.HaltedEntryID != "" && p.HaltedEntryID != d.EntryID {
+		lines = append(lines, st.statusWarn.Render("  the halt record names "+p.HaltedEntryID+"; actions use that id"))
+	}
+	// The payload gets what is left.
+	return append(lines, m.detailPayload(h-len(lines)-2)...)
+}
+
+// detailSummary is the pane's first two lines: the partition with its state, then its
+// row of the table in words, or why the last snapshot has no row for it.
+func (m *model) detailSummary(p Partition, listed bool) []string {
+	st := m.st
+	title := st.title.Render(m.detailRef.String())
+	if !listed {
+		return []string{title, st.statusWarn.Render("not in the last snapshot (reaped, or filtered out by the source)")}
+	}
+	state, stStyle := p.State, st.value
+	if p.State == StateHalted {
+		state, stStyle = "HALTED", st.rowHalted
+	}
+	return []string{title + "  " + stStyle.Render(state), st.label.Render(fmt.Sprintf(
+		"owner %s · gen %d · lease %s · backlog %s · lag %s · pending %s · head age %s",
+		orDash(p.Owner), p.Generation, fmtDurOr(p.LeaseTTL), fmtLag(p.Backlog()), fmtLag(p.Lag),
+		fmtThousands(p.Pending), fmtDurOr(p.HeadAge)))}
+}
+
+// detailLanes is the LANES section: a line per lane stream with its length and pending
+// entries; nothing when the source gave none.
+func (m *model) detailLanes(lanes []LaneInfo, w int) []string {
+	if len(lanes) == 0 {
+		return nil
+	}
+	st := m.st
+	sw := 6
+	for _, l := range lanes {
+		sw = max(sw, textWidth(l.Stream))
+	}
+	sw = min(sw, max(w-2-2*9, 10))
+	lines := []string{st.section.Render("LANES"),
+		st.tableHeader.Render("  " + fit("STREAM", sw, false) + " " + fit("LENGTH", 8, true) + " " + fit("PENDING", 8, true))}
+	for _, l := range lanes {
+		lines = append(lines, "  "+fit(l.Stream, sw, false)+" "+fit(fmtThousands(l.Length), 8, true)+" "+
+			fit(fmtThousands(l.Pending), 8, true))
+	}
+	return append(lines, "")
+}
+
+// detailHead is the HEAD section: the entry and its lane, its attempts and since when it
+// is halted, its event, and the halt reason wrapped on up to three lines.
+func (m *model) detailHead(d *HeadDetail, w int) []string {
+	st := m.st
 	lane := "primary lane"
 	if d.Lane == 1 {
 		lane = "backfill lane"
@@ -66,13 +87,12 @@ func (m *model) viewDetail(w, h int) []string {
 	if d.Stream != "" {
 		head += st.label.Render(", " + d.Stream)
 	}
-	lines = append(lines, head)
 	facts := []string{fmt.Sprintf("attempts %d", d.Attempts)}
 	if !d.Since.IsZero() {
 		facts = append(facts, fmt.Sprintf("halted %s ago (%s)", fmtDur(m.clock.Now().Sub(d.Since)),
 			d.Since.UTC().Format("2006-01-02 15:04:05Z")))
 	}
-	lines = append(lines, "  "+strings.Join(facts, " · "))
+	lines := []string{head, "  " + strings.Join(facts, " · ")}
 	var event []string
 	if d.EventType != "" {
 		event = append(event, "type "+d.EventType)
@@ -92,16 +112,16 @@ func (m *model) viewDetail(w, h int) []string {
 			lines = append(lines, st.rowHalted.Render(label+l))
 		}
 	}
-	if p.State == StateHalted && p.HaltedEntryID != "" && p.HaltedEntryID != d.EntryID {
-		lines = append(lines, st.statusWarn.Render("  the halt record names "+p.HaltedEntryID+"; actions use that id"))
-	}
+	return lines
+}
 
-	// The payload gets what is left.
-	room := h - len(lines) - 2
+// detailPayload is the PAYLOAD section: up to room lines of the payload, the last of them
+// saying how many more there are when it is longer; nothing without room or payload.
+func (m *model) detailPayload(room int) []string {
 	if room < 1 || len(m.payload) == 0 {
-		return lines
+		return nil
 	}
-	lines = append(lines, "", st.section.Render("PAYLOAD"))
+	lines := []string{"", m.st.section.Render("PAYLOAD")}
 	show := m.payload
 	if len(show) > room {
 		show = show[:room-1]
@@ -110,7 +130,7 @@ func (m *model) viewDetail(w, h int) []string {
 		lines = append(lines, "  "+l)
 	}
 	if len(show) < len(m.payload) {
-		lines = append(lines, st.dim.Render(fmt.Sprintf("  … %d more lines", len(m.payload)-len(show))))
+		lines = append(lines, m.st.dim.Render(fmt.Sprintf("  … %d more lines", len(m.payload)-len(show))))
 	}
 	return lines
 }
