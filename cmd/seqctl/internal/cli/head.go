@@ -410,8 +410,6 @@ func (o *HeadActionOptions) auditCommand() string { return "head " + string(o.Ki
 
 func headActionRun(opts *HeadActionOptions) error {
 	ctx := orBackground(opts.Ctx)
-	ios := opts.IO
-	text := headActions[opts.Kind]
 	adm, closeAdm, err := opts.Admin(ctx)
 	if err != nil {
 		return exitFor(err)
@@ -420,107 +418,121 @@ func headActionRun(opts *HeadActionOptions) error {
 	if opts.Handler, err = resolveHandler(ctx, adm, "seqctl "+opts.auditCommand(), opts.Stream, opts.Handler); err != nil {
 		return err
 	}
-	who := actor(opts.auditCommand())
-	// refuse records an attempt that stops before the compare-and-act, then returns err.
-	refuse := func(entry, outcome string, err error) error {
-		if opts.DryRun {
-			return err
-		}
-		detail := err.Error()
-		if opts.Force {
-			detail = "force; " + detail
-		}
-		rec := admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command, Stream: opts.Stream,
-			Handler: opts.Handler, EntryID: entry, Outcome: outcome, Detail: detail, Reason: opts.Reason}
-		if aerr := adm.Record(ctx, rec); aerr != nil {
-			fmt.Fprintf(ios.ErrOut, "warning: the refused attempt was not recorded in the audit log: %v\n", aerr)
-		}
-		return err
+	a := &headAction{opts: opts, text: headActions[opts.Kind], who: actor(opts.auditCommand())}
+	refusal := auditEntryBy(a.who)
+	refusal.Stream, refusal.Handler, refusal.EntryID, refusal.Reason = opts.Stream, opts.Handler, opts.ExpectID, opts.Reason
+	a.guardedAction = guardedAction{ctx: ctx, ios: opts.IO, adm: adm, output: opts.Output, yes: opts.Yes, dryRun: opts.DryRun,
+		refusal: refusal,
+		inDoubt: mayOrMayNot(a.text.verb, fmt.Sprintf("'seqctl head show %s --handler %s'", opts.Stream, opts.Handler))}
+	if opts.Force {
+		a.detailPrefix = "force; "
 	}
+	return a.run(a)
+}
 
-	head, err := adm.Head(ctx, opts.Stream, opts.Handler)
+// headAction is one run of 'head skip|dlq|retry': the steps of a guardedAction that
+// are its own.
+type headAction struct {
+	guardedAction
+	opts *HeadActionOptions
+	text headActionText
+	who  admin.Actor
+	head *admin.Head         // read by plan
+	res  *admin.ActionResult // returned by act
+}
+
+// plan reads the head, checks it is the expected entry, shows it when the operator
+// named none, and checks it can be acted on: halted, or in flight with --force.
+func (a *headAction) plan() error {
+	opts := a.opts
+	head, err := a.adm.Head(a.ctx, opts.Stream, opts.Handler)
 	if err != nil {
 		var nf *admin.NotFoundError
 		if errors.As(err, &nf) && nf.What == "head" && opts.ExpectID != "" {
 			moved := &engine.HeadMovedError{Expected: opts.ExpectID}
-			return refuse(opts.ExpectID, admin.OutcomeHeadMoved, &ExitError{Code: ExitConflict, Err: moved})
+			return a.refuseErr(admin.OutcomeHeadMoved, &ExitError{Code: ExitConflict, Err: moved})
 		}
-		return refuse(opts.ExpectID, admin.OutcomeOf(err), exitFor(err))
+		return a.refuseErr(admin.OutcomeOf(err), exitFor(err))
 	}
 	if opts.ExpectID != "" && head.ID != opts.ExpectID {
 		moved := &engine.HeadMovedError{Expected: opts.ExpectID, Head: head.ID}
-		return refuse(opts.ExpectID, admin.OutcomeHeadMoved, &ExitError{Code: ExitConflict, Err: moved})
+		return a.refuseErr(admin.OutcomeHeadMoved, &ExitError{Code: ExitConflict, Err: moved})
 	}
+	a.head, a.refusal.EntryID = head, head.ID
 	if opts.ExpectID == "" && !structured(opts.Output) {
-		fmt.Fprintf(ios.ErrOut, "Current head of %s for %s:\n", opts.Stream, opts.Handler)
-		fmt.Fprintf(ios.ErrOut, "  %s on %s: %s, %d attempts, age %s\n", head.ID, head.Lane, head.Status, head.Attempts, fmtMS(head.AgeMS))
-		fmt.Fprintf(ios.ErrOut, "  event       %s\n", envelopeLine(head.Envelope))
-		if head.LastError != "" {
-			fmt.Fprintf(ios.ErrOut, "  last error  %s\n", firstLine(head.LastError, 200))
-		}
-		fmt.Fprintf(ios.ErrOut, "  payload     %s\n", firstLine(compactJSON(head.Envelope.Data), 200))
+		a.showHead()
 	}
 	switch {
 	case head.Status == admin.HeadUndelivered:
-		return refuse(head.ID, admin.OutcomeNotPending, fmt.Errorf(
+		return a.refuseErr(admin.OutcomeNotPending, fmt.Errorf(
 			"the head %s of %s has not been delivered to %s yet: nothing is halted or in flight to %s; nothing changed",
-			head.ID, opts.Stream, opts.Handler, text.verb))
+			head.ID, opts.Stream, opts.Handler, a.text.verb))
 	case head.Status != admin.HeadHalted && (opts.Kind == admin.ActionRetry || !opts.Force):
 		hint := "; pass --force to act on it anyway (the owner may be handling it right now)"
 		if opts.Kind == admin.ActionRetry {
 			hint = "; only a halted head can be retried"
 		}
-		return refuse(head.ID, admin.OutcomeNotHalted, fmt.Errorf(
+		return a.refuseErr(admin.OutcomeNotHalted, fmt.Errorf(
 			"%w: the head %s of %s for %s is %s, not halted%s; nothing changed", engine.ErrNotHalted, head.ID, opts.Stream, opts.Handler, head.Status, hint))
 	}
-
-	if opts.DryRun {
-		res := &admin.ActionResult{Action: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, EntryID: head.ID, Outcome: "dry_run"}
-		if structured(opts.Output) {
-			return writeData(ios.Out, opts.Output, struct {
-				*admin.ActionResult
-				DryRun bool        `json:"dry_run"`
-				Head   *admin.Head `json:"head"`
-			}{res, true, head})
-		}
-		fmt.Fprintf(ios.Out, "Would %s %s on %s for %s (%s, %d attempts). Nothing changed (--dry-run).\n",
-			text.verb, head.ID, head.Lane, opts.Handler, head.Status, head.Attempts)
-		return nil
-	}
-	if !opts.Yes {
-		if !ios.InIsTerminal {
-			return refuse(head.ID, admin.OutcomeRefused, usageErrorf("seqctl "+opts.auditCommand(),
-				"refusing to %s %s without confirmation: stdin is not a terminal, pass --yes (and --expect-id %s to be sure of the entry); nothing changed",
-				text.verb, head.ID, head.ID))
-		}
-		ok, err := confirm(ios, fmt.Sprintf("%s %s on %s for %s?", capitalize(text.verb), head.ID, opts.Stream, opts.Handler))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return refuse(head.ID, admin.OutcomeDeclined, errors.New("cancelled; nothing changed"))
-		}
-	}
-	res, err := adm.Act(ctx, admin.Action{
-		Kind: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, ExpectID: head.ID,
-		Force: opts.Force, Reason: opts.Reason, Actor: who,
-	})
-	if errors.Is(err, engine.ErrRedisUnavailable) {
-		return fmt.Errorf("%w\nthe connection failed during the %s: it may or may not have been applied; check with 'seqctl head show %s --handler %s' and 'seqctl audit'",
-			err, text.verb, opts.Stream, opts.Handler)
-	}
-	if err != nil {
-		return exitFor(err)
-	}
-	if res.AuditWarning != "" {
-		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.AuditWarning)
-	}
-	if structured(opts.Output) {
-		return writeData(ios.Out, opts.Output, res)
-	}
-	fmt.Fprintf(ios.Out, "%s %s\n", ios.Green("✓"), text.done(res))
 	return nil
 }
+
+// showHead shows on stderr the head about to be acted on, when the operator named no
+// entry.
+func (a *headAction) showHead() {
+	ios, head := a.ios, a.head
+	fmt.Fprintf(ios.ErrOut, "Current head of %s for %s:\n", a.opts.Stream, a.opts.Handler)
+	fmt.Fprintf(ios.ErrOut, "  %s on %s: %s, %d attempts, age %s\n", head.ID, head.Lane, head.Status, head.Attempts, fmtMS(head.AgeMS))
+	fmt.Fprintf(ios.ErrOut, "  event       %s\n", envelopeLine(head.Envelope))
+	if head.LastError != "" {
+		fmt.Fprintf(ios.ErrOut, "  last error  %s\n", firstLine(head.LastError, 200))
+	}
+	fmt.Fprintf(ios.ErrOut, "  payload     %s\n", firstLine(compactJSON(head.Envelope.Data), 200))
+}
+
+func (a *headAction) dryRun() error {
+	opts, head := a.opts, a.head
+	res := &admin.ActionResult{Action: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, EntryID: head.ID, Outcome: "dry_run"}
+	if structured(opts.Output) {
+		return writeData(a.ios.Out, opts.Output, struct {
+			*admin.ActionResult
+			DryRun bool        `json:"dry_run"`
+			Head   *admin.Head `json:"head"`
+		}{res, true, head})
+	}
+	fmt.Fprintf(a.ios.Out, "Would %s %s on %s for %s (%s, %d attempts). Nothing changed (--dry-run).\n",
+		a.text.verb, head.ID, head.Lane, opts.Handler, head.Status, head.Attempts)
+	return nil
+}
+
+func (a *headAction) confirmation() confirmation {
+	opts, id := a.opts, a.head.ID
+	refused := usageErrorf("seqctl "+opts.auditCommand(),
+		"refusing to %s %s without confirmation: stdin is not a terminal, pass --yes (and --expect-id %s to be sure of the entry); nothing changed",
+		a.text.verb, id, id)
+	return confirmation{
+		refused: refused, refusedDetail: refused.Error(),
+		question:       fmt.Sprintf("%s %s on %s for %s?", capitalize(a.text.verb), id, opts.Stream, opts.Handler),
+		declinedDetail: cancelledText,
+	}
+}
+
+// act is the compare-and-act on the head the plan read.
+func (a *headAction) act() (any, string, error) {
+	opts := a.opts
+	res, err := a.adm.Act(a.ctx, admin.Action{
+		Kind: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, ExpectID: a.head.ID,
+		Force: opts.Force, Reason: opts.Reason, Actor: a.who,
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	a.res = res
+	return res, res.AuditWarning, nil
+}
+
+func (a *headAction) done() string { return a.text.done(a.res) }
 
 func capitalize(s string) string {
 	if s == "" {
