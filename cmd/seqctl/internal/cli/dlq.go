@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
-	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 func newCmdDLQ(f *Factory) *cobra.Command {
@@ -235,140 +233,162 @@ left alone, and the replay stops at the first failure, saying how many were repl
 
 func dlqReplayRun(opts *DLQReplayOptions) error {
 	ctx := orBackground(opts.Ctx)
-	ios := opts.IO
 	adm, closeAdm, err := opts.Admin(ctx)
 	if err != nil {
 		return exitFor(err)
 	}
 	defer closeAdm()
 	who := actor("dlq replay")
+	g := guardedAction{ctx: ctx, ios: opts.IO, adm: adm, output: opts.Output, yes: opts.Yes, dryRun: opts.DryRun, refusal: auditEntryBy(who)}
+	g.refusal.Stream = opts.Stream
 	if opts.All {
-		return dlqReplayAll(ctx, opts, adm, who)
+		g.quietAudit = true
+		a := &dlqReplayAll{guardedAction: g, opts: opts, who: who}
+		return a.run(a)
 	}
-	refuse := func(outcome string, err error) error {
-		if opts.DryRun {
-			return err
-		}
-		rec := admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command, Stream: opts.Stream,
-			EntryID: opts.ID, Outcome: outcome, Detail: err.Error()}
-		if aerr := adm.Record(ctx, rec); aerr != nil {
-			fmt.Fprintf(ios.ErrOut, "warning: the refused attempt was not recorded in the audit log: %v\n", aerr)
-		}
-		return err
-	}
-	plan, err := adm.PlanReplay(ctx, opts.Stream, opts.ID)
+	g.refusal.EntryID = opts.ID
+	g.inDoubt = fmt.Sprintf("the replay: the event may have been re-published; check 'seqctl dlq list %s' and the partition before replaying again", opts.Stream)
+	r := &dlqReplayOne{guardedAction: g, opts: opts, who: who}
+	return r.run(r)
+}
+
+// dlqReplayOne is one run of 'dlq replay --id': the steps of a guardedAction that are
+// its own.
+type dlqReplayOne struct {
+	guardedAction
+	opts   *DLQReplayOptions
+	who    admin.Actor
+	replay *admin.ReplayPlan   // read by plan
+	res    *admin.ReplayResult // returned by act
+}
+
+// plan reads the DLQ entry and where it would go.
+func (r *dlqReplayOne) plan() error {
+	p, err := r.adm.PlanReplay(r.ctx, r.opts.Stream, r.opts.ID)
 	if err != nil {
-		return refuse(admin.OutcomeOf(err), exitFor(err))
+		return r.refuseErr(admin.OutcomeOf(err), exitFor(err))
 	}
-	e := plan.Entry
-	if opts.DryRun {
-		if structured(opts.Output) {
-			return writeData(ios.Out, opts.Output, struct {
-				*admin.ReplayPlan
-				DryRun bool `json:"dry_run"`
-			}{plan, true})
-		}
-		fmt.Fprintf(ios.Out, "Would re-publish %s (%s, event %s, originally %s) at the tail of %s and remove it from %s. Nothing changed (--dry-run).\n",
-			e.ID, orDash(e.Envelope.Type), orDash(e.Envelope.ID), orDash(e.OriginalID), plan.Stream, e.DLQStream)
-		return nil
-	}
-	if !opts.Yes {
-		if !ios.InIsTerminal {
-			return refuse(admin.OutcomeRefused, usageErrorf("seqctl dlq replay",
-				"refusing to replay %s without confirmation: stdin is not a terminal, pass --yes; nothing changed", e.ID))
-		}
-		fmt.Fprintf(ios.ErrOut, "%s (%s, event %s) goes to the TAIL of %s: after everything published before now, and every handler of %s receives it again.\n",
-			e.ID, orDash(e.Envelope.Type), orDash(e.Envelope.ID), plan.Stream, orDash(e.Envelope.Category))
-		ok, err := confirm(ios, "Replay it?")
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return refuse(admin.OutcomeDeclined, errors.New("cancelled; nothing changed"))
-		}
-	}
-	res, err := adm.Replay(ctx, opts.Stream, opts.ID, who)
-	if errors.Is(err, engine.ErrRedisUnavailable) {
-		return fmt.Errorf("%w\nthe connection failed during the replay: the event may have been re-published; check 'seqctl dlq list %s' and the partition before replaying again",
-			err, opts.Stream)
-	}
-	if err != nil {
-		return exitFor(err)
-	}
-	if res.Warning != "" {
-		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.Warning)
-	}
-	if structured(opts.Output) {
-		return writeData(ios.Out, opts.Output, res)
-	}
-	fmt.Fprintf(ios.Out, "%s Replayed %s as %s at the tail of %s (event %s): its position changed, it now follows everything published before the replay.\n",
-		ios.Green("✓"), res.DLQID, res.EntryID, res.Stream, res.EventID)
-	if res.Removed {
-		fmt.Fprintf(ios.Out, "  Removed %s from %s.\n", res.DLQID, res.DLQStream)
-	} else {
-		fmt.Fprintf(ios.Out, "  %s is still in %s: do not replay it again.\n", res.DLQID, res.DLQStream)
-	}
+	r.replay = p
 	return nil
 }
 
-// dlqReplayAll replays every entry listed when the operator confirms, oldest first.
-func dlqReplayAll(ctx context.Context, opts *DLQReplayOptions, adm Admin, who admin.Actor) error {
-	ios := opts.IO
-	entries, err := adm.DLQ(ctx, opts.Stream)
+func (r *dlqReplayOne) dryRun() error {
+	p, e := r.replay, r.replay.Entry
+	if structured(r.output) {
+		return writeData(r.ios.Out, r.output, struct {
+			*admin.ReplayPlan
+			DryRun bool `json:"dry_run"`
+		}{p, true})
+	}
+	fmt.Fprintf(r.ios.Out, "Would re-publish %s (%s, event %s, originally %s) at the tail of %s and remove it from %s. Nothing changed (--dry-run).\n",
+		e.ID, orDash(e.Envelope.Type), orDash(e.Envelope.ID), orDash(e.OriginalID), p.Stream, e.DLQStream)
+	return nil
+}
+
+func (r *dlqReplayOne) confirmation() confirmation {
+	p, e := r.replay, r.replay.Entry
+	refused := usageErrorf("seqctl dlq replay",
+		"refusing to replay %s without confirmation: stdin is not a terminal, pass --yes; nothing changed", e.ID)
+	return confirmation{
+		refused: refused, refusedDetail: refused.Error(),
+		before: func() error {
+			fmt.Fprintf(r.ios.ErrOut, "%s (%s, event %s) goes to the TAIL of %s: after everything published before now, and every handler of %s receives it again.\n",
+				e.ID, orDash(e.Envelope.Type), orDash(e.Envelope.ID), p.Stream, orDash(e.Envelope.Category))
+			return nil
+		},
+		question:       "Replay it?",
+		declinedDetail: cancelledText,
+	}
+}
+
+func (r *dlqReplayOne) act() (any, string, error) {
+	res, err := r.adm.Replay(r.ctx, r.opts.Stream, r.opts.ID, r.who)
+	if err != nil {
+		return nil, "", err
+	}
+	r.res = res
+	return res, res.Warning, nil
+}
+
+func (r *dlqReplayOne) done() string {
+	res := r.res
+	s := fmt.Sprintf("Replayed %s as %s at the tail of %s (event %s): its position changed, it now follows everything published before the replay.\n",
+		res.DLQID, res.EntryID, res.Stream, res.EventID)
+	if res.Removed {
+		return s + fmt.Sprintf("  Removed %s from %s.", res.DLQID, res.DLQStream)
+	}
+	return s + fmt.Sprintf("  %s is still in %s: do not replay it again.", res.DLQID, res.DLQStream)
+}
+
+// dlqReplayAll is one run of 'dlq replay --all': it replays every entry listed when
+// the operator confirms, oldest first.
+type dlqReplayAll struct {
+	guardedAction
+	opts    *DLQReplayOptions
+	who     admin.Actor
+	entries []admin.DLQEntry      // listed by plan
+	results []*admin.ReplayResult // of act, one per entry replayed
+}
+
+// plan lists the entries; an empty DLQ is not found.
+func (r *dlqReplayAll) plan() error {
+	entries, err := r.adm.DLQ(r.ctx, r.opts.Stream)
 	if err != nil {
 		return exitFor(err)
 	}
 	if len(entries) == 0 {
-		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("the DLQ of %s is empty: nothing to replay", opts.Stream)}
+		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("the DLQ of %s is empty: nothing to replay", r.opts.Stream)}
 	}
-	if opts.DryRun {
-		if structured(opts.Output) {
-			return writeData(ios.Out, opts.Output, struct {
-				Entries []admin.DLQEntry `json:"entries"`
-				DryRun  bool             `json:"dry_run"`
-			}{entries, true})
-		}
-		fmt.Fprintf(ios.Out, "Would re-publish %d entries (%s to %s) at the tail of %s, oldest first, and remove them from its DLQ. Nothing changed (--dry-run).\n",
-			len(entries), entries[0].ID, entries[len(entries)-1].ID, opts.Stream)
-		return nil
+	r.entries = entries
+	return nil
+}
+
+func (r *dlqReplayAll) dryRun() error {
+	entries := r.entries
+	if structured(r.output) {
+		return writeData(r.ios.Out, r.output, struct {
+			Entries []admin.DLQEntry `json:"entries"`
+			DryRun  bool             `json:"dry_run"`
+		}{entries, true})
 	}
-	if !opts.Yes {
-		if !ios.InIsTerminal {
-			rec := admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command, Stream: opts.Stream, Outcome: admin.OutcomeRefused,
-				Detail: fmt.Sprintf("--all: %d entries; no terminal and no --yes", len(entries))}
-			_ = adm.Record(ctx, rec)
-			return usageErrorf("seqctl dlq replay", "refusing to replay %d entries without confirmation: stdin is not a terminal, pass --yes; nothing changed", len(entries))
-		}
-		fmt.Fprintf(ios.ErrOut, "%d entries of %s go to the TAIL of the partition, oldest first: after everything published before now, and every handler of the category receives them again.\n",
-			len(entries), opts.Stream)
-		ok, err := confirm(ios, fmt.Sprintf("Replay all %d?", len(entries)))
+	fmt.Fprintf(r.ios.Out, "Would re-publish %d entries (%s to %s) at the tail of %s, oldest first, and remove them from its DLQ. Nothing changed (--dry-run).\n",
+		len(entries), entries[0].ID, entries[len(entries)-1].ID, r.opts.Stream)
+	return nil
+}
+
+func (r *dlqReplayAll) confirmation() confirmation {
+	n := len(r.entries)
+	return confirmation{
+		refused:       usageErrorf("seqctl dlq replay", "refusing to replay %d entries without confirmation: stdin is not a terminal, pass --yes; nothing changed", n),
+		refusedDetail: fmt.Sprintf("--all: %d entries; no terminal and no --yes", n),
+		before: func() error {
+			fmt.Fprintf(r.ios.ErrOut, "%d entries of %s go to the TAIL of the partition, oldest first: after everything published before now, and every handler of the category receives them again.\n",
+				n, r.opts.Stream)
+			return nil
+		},
+		question:       fmt.Sprintf("Replay all %d?", n),
+		declinedDetail: fmt.Sprintf("--all: %d entries", n),
+	}
+}
+
+// act replays the entries one at a time, each its own compare-and-act, and stops at
+// the first failure.
+func (r *dlqReplayAll) act() (any, string, error) {
+	for i, e := range r.entries {
+		res, err := r.adm.Replay(r.ctx, r.opts.Stream, e.ID, r.who)
 		if err != nil {
-			return err
-		}
-		if !ok {
-			rec := admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command, Stream: opts.Stream, Outcome: admin.OutcomeDeclined,
-				Detail: fmt.Sprintf("--all: %d entries", len(entries))}
-			_ = adm.Record(ctx, rec)
-			return errors.New("cancelled; nothing changed")
-		}
-	}
-	var results []*admin.ReplayResult
-	for i, e := range entries {
-		res, err := adm.Replay(ctx, opts.Stream, e.ID, who)
-		if err != nil {
-			return exitFor(fmt.Errorf("replayed %d of %d entries; %s failed: %w", i, len(entries), e.ID, err))
+			return nil, "", fmt.Errorf("replayed %d of %d entries; %s failed: %w", i, len(r.entries), e.ID, err)
 		}
 		if res.Warning != "" {
-			fmt.Fprintf(ios.ErrOut, "warning: %s: %s\n", e.ID, res.Warning)
+			fmt.Fprintf(r.ios.ErrOut, "warning: %s: %s\n", e.ID, res.Warning)
 		}
-		results = append(results, res)
+		r.results = append(r.results, res)
 	}
-	if structured(opts.Output) {
-		return writeData(ios.Out, opts.Output, results)
-	}
-	fmt.Fprintf(ios.Out, "%s Replayed %d entries of %s at the tail of the partition, oldest first, and removed them from its DLQ.\n",
-		ios.Green("✓"), len(results), opts.Stream)
-	return nil
+	return r.results, "", nil
+}
+
+func (r *dlqReplayAll) done() string {
+	return fmt.Sprintf("Replayed %d entries of %s at the tail of the partition, oldest first, and removed them from its DLQ.", len(r.results), r.opts.Stream)
 }
 
 // DLQPurgeOptions are the inputs of 'seqctl dlq purge'.
@@ -427,66 +447,77 @@ when the DLQ is empty.`,
 
 func dlqPurgeRun(opts *DLQPurgeOptions) error {
 	ctx := orBackground(opts.Ctx)
-	ios := opts.IO
 	adm, closeAdm, err := opts.Admin(ctx)
 	if err != nil {
 		return exitFor(err)
 	}
 	defer closeAdm()
-	who := actor("dlq purge")
-	record := func(outcome, detail string) {
-		if aerr := adm.Record(ctx, admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command, Stream: opts.Stream,
-			EntryID: opts.Through, Outcome: outcome, Detail: detail}); aerr != nil {
-			fmt.Fprintf(ios.ErrOut, "warning: the refused attempt was not recorded in the audit log: %v\n", aerr)
-		}
-	}
-	entries, err := adm.DLQ(ctx, opts.Stream)
+	p := &dlqPurge{opts: opts, who: actor("dlq purge")}
+	p.guardedAction = guardedAction{ctx: ctx, ios: opts.IO, adm: adm, output: opts.Output, yes: opts.Yes, dryRun: opts.DryRun, refusal: auditEntryBy(p.who)}
+	p.refusal.Stream, p.refusal.EntryID = opts.Stream, opts.Through
+	return p.run(p)
+}
+
+// dlqPurge is one run of 'dlq purge': the steps of a guardedAction that are its own.
+type dlqPurge struct {
+	guardedAction
+	opts *DLQPurgeOptions
+	who  admin.Actor
+	// listed is the number of entries in the DLQ, n those up to through (the newest
+	// entry listed without --through), as plan found them.
+	listed, n int
+	through   string
+	res       *admin.PurgeResult // returned by act
+}
+
+// plan counts the entries the purge would delete; none is not found.
+func (p *dlqPurge) plan() error {
+	opts := p.opts
+	entries, err := p.adm.DLQ(p.ctx, opts.Stream)
 	if err != nil {
 		return exitFor(err)
 	}
-	through := opts.Through
-	n := 0
+	p.listed, p.through = len(entries), opts.Through
 	for _, e := range entries {
-		if through == "" || !idAfter(e.ID, through) {
-			n++
+		if p.through == "" || !idAfter(e.ID, p.through) {
+			p.n++
 		}
 	}
-	if through == "" && len(entries) > 0 {
-		through = entries[len(entries)-1].ID
+	if p.through == "" && len(entries) > 0 {
+		p.through = entries[len(entries)-1].ID
 	}
-	if n == 0 {
+	if p.n == 0 {
 		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("the DLQ of %s has no entry up to %s: nothing to purge", opts.Stream, orDash(opts.Through))}
 	}
-	if opts.DryRun {
-		fmt.Fprintf(ios.Out, "Would delete %d entries of the DLQ of %s, through %s (of %d). Nothing changed (--dry-run).\n", n, opts.Stream, through, len(entries))
-		return nil
-	}
-	if !opts.Yes {
-		if !ios.InIsTerminal {
-			record(admin.OutcomeRefused, "no terminal and no --yes")
-			return usageErrorf("seqctl dlq purge", "refusing to delete %d DLQ entries without confirmation: stdin is not a terminal, pass --yes (and --through %s to be sure of the entries); nothing changed", n, through)
-		}
-		ok, err := confirm(ios, fmt.Sprintf("Delete %d entries of the DLQ of %s, through %s, for good?", n, opts.Stream, through))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			record(admin.OutcomeDeclined, "")
-			return errors.New("cancelled; nothing changed")
-		}
-	}
-	res, err := adm.PurgeDLQ(ctx, opts.Stream, through, who)
-	if err != nil {
-		return exitFor(err)
-	}
-	if res.Warning != "" {
-		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.Warning)
-	}
-	if structured(opts.Output) {
-		return writeData(ios.Out, opts.Output, res)
-	}
-	fmt.Fprintf(ios.Out, "%s Deleted %d entries of %s, through %s; %d left.\n", ios.Green("✓"), res.Removed, res.DLQStream, res.Through, res.Left)
 	return nil
+}
+
+// dryRun says what would be deleted, as text even with -o json|yaml.
+func (p *dlqPurge) dryRun() error {
+	fmt.Fprintf(p.ios.Out, "Would delete %d entries of the DLQ of %s, through %s (of %d). Nothing changed (--dry-run).\n", p.n, p.opts.Stream, p.through, p.listed)
+	return nil
+}
+
+func (p *dlqPurge) confirmation() confirmation {
+	return confirmation{
+		refused: usageErrorf("seqctl dlq purge",
+			"refusing to delete %d DLQ entries without confirmation: stdin is not a terminal, pass --yes (and --through %s to be sure of the entries); nothing changed", p.n, p.through),
+		refusedDetail: "no terminal and no --yes",
+		question:      fmt.Sprintf("Delete %d entries of the DLQ of %s, through %s, for good?", p.n, p.opts.Stream, p.through),
+	}
+}
+
+func (p *dlqPurge) act() (any, string, error) {
+	res, err := p.adm.PurgeDLQ(p.ctx, p.opts.Stream, p.through, p.who)
+	if err != nil {
+		return nil, "", err
+	}
+	p.res = res
+	return res, res.Warning, nil
+}
+
+func (p *dlqPurge) done() string {
+	return fmt.Sprintf("Deleted %d entries of %s, through %s; %d left.", p.res.Removed, p.res.DLQStream, p.res.Through, p.res.Left)
 }
 
 // idAfter reports that stream id a comes after b ("5" is taken as "5-<max>").
