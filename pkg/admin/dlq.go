@@ -62,14 +62,24 @@ func dlqEntryOf(stream string, m redis.XMessage) DLQEntry {
 	return e
 }
 
-// DLQ lists a partition's dead-letter entries, oldest first (empty when it has none).
-func (a *Admin) DLQ(ctx context.Context, stream string) ([]DLQEntry, error) {
+// parseDLQPartition parses the name of a partition whose DLQ is asked for: a category
+// stream has none.
+func (a *Admin) parseDLQPartition(stream string) (PartitionName, error) {
 	p, err := a.ParseStream(stream)
 	if err != nil {
-		return nil, err
+		return PartitionName{}, err
 	}
 	if p.Key == "" {
-		return nil, fmt.Errorf("%w %q: only partitions ({category}:{key}) have a DLQ", ErrInvalidStream, stream)
+		return PartitionName{}, fmt.Errorf("%w %q: only partitions ({category}:{key}) have a DLQ", ErrInvalidStream, stream)
+	}
+	return p, nil
+}
+
+// DLQ lists a partition's dead-letter entries, oldest first (empty when it has none).
+func (a *Admin) DLQ(ctx context.Context, stream string) ([]DLQEntry, error) {
+	p, err := a.parseDLQPartition(stream)
+	if err != nil {
+		return nil, err
 	}
 	dlq := p.dlqStream()
 	msgs, err := a.rdb.XRange(ctx, dlq, "-", "+").Result()
@@ -95,12 +105,9 @@ type ReplayPlan struct {
 // record, the backfill lane when lanes are on and its priority is below the threshold,
 // else the primary lane. It is a *NotFoundError when the entry is not in the DLQ.
 func (a *Admin) PlanReplay(ctx context.Context, stream, id string) (*ReplayPlan, error) {
-	p, err := a.ParseStream(stream)
+	p, err := a.parseDLQPartition(stream)
 	if err != nil {
 		return nil, err
-	}
-	if p.Key == "" {
-		return nil, fmt.Errorf("%w %q: only partitions ({category}:{key}) have a DLQ", ErrInvalidStream, stream)
 	}
 	dlq := p.dlqStream()
 	msgs, err := a.rdb.XRange(ctx, dlq, id, id).Result()

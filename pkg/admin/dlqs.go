@@ -120,12 +120,9 @@ func (a *Admin) PurgeDLQ(ctx context.Context, stream, through string, actor Acto
 }
 
 func (a *Admin) purge(ctx context.Context, stream, through string) (*PurgeResult, error) {
-	p, err := a.ParseStream(stream)
+	p, err := a.parseDLQPartition(stream)
 	if err != nil {
 		return nil, err
-	}
-	if p.Key == "" {
-		return nil, fmt.Errorf("%w %q: only partitions ({category}:{key}) have a DLQ", ErrInvalidStream, stream)
 	}
 	minID, err := nextID(through)
 	if err != nil {

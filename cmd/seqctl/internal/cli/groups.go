@@ -238,120 +238,141 @@ const groupsRemoveCommand = "groups remove"
 
 func groupsRemoveRun(opts *GroupsRemoveOptions) error {
 	ctx := orBackground(opts.Ctx)
-	ios := opts.IO
 	adm, closeAdm, err := opts.Admin(ctx)
 	if err != nil {
 		return exitFor(err)
 	}
 	defer closeAdm()
-	who := actor(groupsRemoveCommand)
-	// refuse records an attempt that stops before the compare-and-act, then returns err.
-	refuse := func(outcome string, detail, err error) error {
-		if opts.DryRun {
-			return err
-		}
-		rec := admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command, Stream: engine.CategoryStream(opts.Category),
-			Handler: opts.Group, Outcome: outcome, Detail: detail.Error(), Reason: opts.Reason}
-		if aerr := adm.Record(ctx, rec); aerr != nil {
-			fmt.Fprintf(ios.ErrOut, "warning: the refused attempt was not recorded in the audit log: %v\n", aerr)
-		}
-		return err
-	}
-	conflict := func(outcome string, err error) error {
-		return refuse(outcome, err, &ExitError{Code: ExitConflict, Err: err})
-	}
+	r := &groupsRemove{opts: opts, who: actor(groupsRemoveCommand)}
+	r.guardedAction = guardedAction{ctx: ctx, ios: opts.IO, adm: adm, output: opts.Output, yes: opts.Yes, dryRun: opts.DryRun,
+		refusal: auditEntryBy(r.who), exit: groupsExit,
+		inDoubt: mayOrMayNot("removal", fmt.Sprintf("'seqctl groups list --category %s'", opts.Category))}
+	r.refusal.Stream, r.refusal.Handler, r.refusal.Reason = engine.CategoryStream(opts.Category), opts.Group, opts.Reason
+	return r.run(r)
+}
 
-	gs, err := adm.Groups(ctx, opts.Category)
+// groupsRemove is one run of 'groups remove': the steps of a guardedAction that are its
+// own.
+type groupsRemove struct {
+	guardedAction
+	opts    *GroupsRemoveOptions
+	who     admin.Actor
+	group   *admin.Group       // read by plan
+	removal admin.GroupRemoval // what plan checked, compared by the script
+	res     *admin.GroupRemoved
+}
+
+// plan reads the group and checks that it can be retired: registered, not declared
+// by --config, no live lease, and the READ figure the operator inspected.
+func (r *groupsRemove) plan() error {
+	opts := r.opts
+	gs, err := r.adm.Groups(r.ctx, opts.Category)
 	if err != nil {
-		return refuse(admin.OutcomeOf(err), err, exitFor(err))
+		return r.refuse(admin.OutcomeOf(err), err.Error(), exitFor(err))
 	}
-	var g *admin.Group
-	var registered []string
-	for i := range gs {
-		if gs[i].Registered {
-			registered = append(registered, gs[i].Name)
-		}
-		if gs[i].Name == opts.Group {
-			g = &gs[i]
-		}
-	}
+	g, registered := findGroup(gs, opts.Group)
 	switch {
 	case g == nil || !g.Registered:
 		hint := "no group is registered for " + opts.Category
 		if len(registered) > 0 {
 			hint = "the registered groups of " + opts.Category + " are " + strings.Join(registered, ", ")
 		}
-		return conflict(admin.OutcomeNotRegistered, fmt.Errorf("%w: %s is not registered for %s (%s); nothing changed",
+		return r.conflict(admin.OutcomeNotRegistered, fmt.Errorf("%w: %s is not registered for %s (%s); nothing changed",
 			engine.ErrGroupNotRegistered, opts.Group, opts.Category, hint))
 	case g.Declared != nil && *g.Declared:
-		return conflict(admin.OutcomeDeclared, fmt.Errorf("%w: the config declares %s on %s; remove the handler from the domain (on every instance) first; nothing changed",
+		return r.conflict(admin.OutcomeDeclared, fmt.Errorf("%w: the config declares %s on %s; remove the handler from the domain (on every instance) first; nothing changed",
 			admin.ErrGroupDeclared, opts.Group, opts.Category))
 	case g.LiveLeases > 0:
-		return conflict(admin.OutcomeLiveLease, fmt.Errorf("%w: %s holds %d live leases in %s: it is running; stop it first; nothing changed",
+		return r.conflict(admin.OutcomeLiveLease, fmt.Errorf("%w: %s holds %d live leases in %s: it is running; stop it first; nothing changed",
 			engine.ErrGroupLive, opts.Group, g.LiveLeases, opts.Category))
 	case opts.ExpectRead != nil && *opts.ExpectRead != g.Read:
-		return conflict(admin.OutcomeReadMoved, &engine.GroupReadError{Group: opts.Group, Category: opts.Category, Expected: *opts.ExpectRead, Read: g.Read})
+		return r.conflict(admin.OutcomeReadMoved, &engine.GroupReadError{Group: opts.Group, Category: opts.Category, Expected: *opts.ExpectRead, Read: g.Read})
 	}
 	if opts.ExpectRead == nil && !structured(opts.Output) {
-		fmt.Fprintf(ios.ErrOut, "Consumer group %s of %s:\n", opts.Group, opts.Category)
-		fmt.Fprintf(ios.ErrOut, "  registered, declared %s, no live lease, %d halted partitions\n", declaredText(g), g.Halted)
-		fmt.Fprintf(ios.ErrOut, "  behind on %d of %d partitions: %s entries unread, %d pending; %d read\n",
+		fmt.Fprintf(r.ios.ErrOut, "Consumer group %s of %s:\n", opts.Group, opts.Category)
+		fmt.Fprintf(r.ios.ErrOut, "  registered, declared %s, no live lease, %d halted partitions\n", declaredText(g), g.Halted)
+		fmt.Fprintf(r.ios.ErrOut, "  behind on %d of %d partitions: %s entries unread, %d pending; %d read\n",
 			g.Behind, g.Partitions, lagCell(g.Unread), g.Pending, g.Read)
 	}
 	read := g.Read
-	removal := admin.GroupRemoval{Category: opts.Category, Group: opts.Group, ExpectRead: &read, Reason: opts.Reason, Actor: who}
+	r.group = g
+	r.removal = admin.GroupRemoval{Category: opts.Category, Group: opts.Group, ExpectRead: &read, Reason: opts.Reason, Actor: r.who}
+	return nil
+}
 
-	if opts.DryRun {
-		removal.DryRun = true
-		res, err := adm.RemoveGroup(ctx, removal)
-		if err != nil {
-			return groupsExit(err)
+// findGroup returns the group named name among gs (nil when there is none), and the
+// names of the registered ones.
+func findGroup(gs []admin.Group, name string) (g *admin.Group, registered []string) {
+	for i := range gs {
+		if gs[i].Registered {
+			registered = append(registered, gs[i].Name)
 		}
-		if structured(opts.Output) {
-			return writeData(ios.Out, opts.Output, res)
+		if gs[i].Name == name {
+			g = &gs[i]
 		}
-		fmt.Fprintf(ios.Out, "Would remove %s from %s: giving up %s unread and %d pending entries, destroying its consumer group on %d streams, deleting %d halt records. Nothing changed (--dry-run).\n",
-			opts.Group, opts.Category, lagCell(g.Unread), g.Pending, res.Destroyed, res.Halts)
-		return nil
 	}
-	if !opts.Yes {
-		if !ios.InIsTerminal {
-			return refuse(admin.OutcomeRefused, errors.New("no terminal and no --yes"), usageErrorf("seqctl "+groupsRemoveCommand,
-				"refusing to remove %s from %s without confirmation: stdin is not a terminal, pass --yes (and --expect-read %d to be sure of what you inspected); nothing changed",
-				opts.Group, opts.Category, g.Read))
-		}
+	return g, registered
+}
+
+// conflict refuses with exit status 4, err its detail.
+func (r *groupsRemove) conflict(outcome string, err error) error {
+	return r.refuse(outcome, err.Error(), &ExitError{Code: ExitConflict, Err: err})
+}
+
+// check runs the removal's script as a dry run: every check in Redis, nothing changed.
+func (r *groupsRemove) check() (*admin.GroupRemoved, error) {
+	check := r.removal
+	check.DryRun = true
+	res, err := r.adm.RemoveGroup(r.ctx, check)
+	if err != nil {
+		return nil, groupsExit(err)
+	}
+	return res, nil
+}
+
+func (r *groupsRemove) dryRun() error {
+	res, err := r.check()
+	if err != nil {
+		return err
+	}
+	if structured(r.output) {
+		return writeData(r.ios.Out, r.output, res)
+	}
+	fmt.Fprintf(r.ios.Out, "Would remove %s from %s: giving up %s unread and %d pending entries, destroying its consumer group on %d streams, deleting %d halt records. Nothing changed (--dry-run).\n",
+		r.opts.Group, r.opts.Category, lagCell(r.group.Unread), r.group.Pending, res.Destroyed, res.Halts)
+	return nil
+}
+
+func (r *groupsRemove) confirmation() confirmation {
+	opts, g := r.opts, r.group
+	return confirmation{
+		refused: usageErrorf("seqctl "+groupsRemoveCommand,
+			"refusing to remove %s from %s without confirmation: stdin is not a terminal, pass --yes (and --expect-read %d to be sure of what you inspected); nothing changed",
+			opts.Group, opts.Category, g.Read),
+		refusedDetail: "no terminal and no --yes",
 		// Check before asking: a removal that would be refused (a live handler, Redis
 		// Cluster) is refused now rather than after the operator said yes.
-		check := removal
-		check.DryRun = true
-		if _, err := adm.RemoveGroup(ctx, check); err != nil {
-			return groupsExit(err)
-		}
-		ok, err := confirm(ios, fmt.Sprintf("Remove %s from %s, giving up its %s unread entries?", opts.Group, opts.Category, lagCell(g.Unread)))
-		if err != nil {
+		before: func() error {
+			_, err := r.check()
 			return err
-		}
-		if !ok {
-			return refuse(admin.OutcomeDeclined, errors.New("declined"), errors.New("cancelled; nothing changed"))
-		}
+		},
+		question:       fmt.Sprintf("Remove %s from %s, giving up its %s unread entries?", opts.Group, opts.Category, lagCell(g.Unread)),
+		declinedDetail: "declined",
 	}
-	res, err := adm.RemoveGroup(ctx, removal)
-	if errors.Is(err, engine.ErrRedisUnavailable) {
-		return fmt.Errorf("%w\nthe connection failed during the removal: it may or may not have been applied; check with 'seqctl groups list --category %s' and 'seqctl audit'",
-			err, opts.Category)
-	}
+}
+
+func (r *groupsRemove) act() (any, string, error) {
+	res, err := r.adm.RemoveGroup(r.ctx, r.removal)
 	if err != nil {
-		return groupsExit(err)
+		return nil, "", err
 	}
-	if res.AuditWarning != "" {
-		fmt.Fprintf(ios.ErrOut, "warning: %s\n", res.AuditWarning)
-	}
-	if structured(opts.Output) {
-		return writeData(ios.Out, opts.Output, res)
-	}
-	fmt.Fprintf(ios.Out, "%s Removed %s from %s: its consumer group was destroyed on %d streams and %d halt records deleted. Trim and reap no longer wait for it.\n",
-		ios.Green("✓"), opts.Group, opts.Category, res.Destroyed, res.Halts)
-	return nil
+	r.res = res
+	return res, res.AuditWarning, nil
+}
+
+func (r *groupsRemove) done() string {
+	return fmt.Sprintf("Removed %s from %s: its consumer group was destroyed on %d streams and %d halt records deleted. Trim and reap no longer wait for it.",
+		r.opts.Group, r.opts.Category, r.res.Destroyed, r.res.Halts)
 }
 
 func declaredText(g *admin.Group) string {
