@@ -68,23 +68,17 @@ type ActionResult struct {
 func (a *Admin) Act(ctx context.Context, act Action) (*ActionResult, error) {
 	res := &ActionResult{Action: act.Kind, Stream: act.Stream, Handler: act.Handler, EntryID: act.ExpectID}
 	err := a.act(ctx, act, res)
+	res.Outcome = OutcomeOf(err)
 	rec := AuditEntry{
 		User: act.Actor.User, Host: act.Actor.Host, Command: act.Actor.Command,
 		Stream: res.Stream, Handler: act.Handler, EntryID: act.ExpectID,
-		Outcome: OutcomeOf(err), Reason: act.Reason,
+		Outcome: res.Outcome, Reason: act.Reason,
 	}
 	if act.Force {
 		rec.Detail = "force"
 	}
-	if err != nil {
-		rec.Detail = joinDetail(rec.Detail, err.Error())
-	}
-	res.Outcome = rec.Outcome
-	if aerr := a.Record(ctx, rec); aerr != nil {
-		if err != nil {
-			return nil, err
-		}
-		res.AuditWarning = "the action was done but its audit record was not written: " + aerr.Error()
+	if warning := a.recordAttempt(ctx, rec, err); warning != "" {
+		res.AuditWarning = "the action was done but its audit record was not written: " + warning
 	}
 	if err != nil {
 		return nil, err
@@ -129,11 +123,4 @@ func (a *Admin) act(ctx context.Context, act Action, res *ActionResult) error {
 		return fmt.Errorf("admin: unknown action %q", act.Kind)
 	}
 	return translate(err)
-}
-
-func joinDetail(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a + "; " + b
 }

@@ -92,6 +92,29 @@ func (a *Admin) Record(ctx context.Context, e AuditEntry) error {
 	return translate(err)
 }
 
+// recordAttempt appends the attempt of an operator action to the audit log, with the
+// action's error (nil when it was done) joined to rec.Detail. It returns why the record
+// was not written when the action was done, for the result to warn about, and "" when it
+// was written or the action failed (the caller returns the action's error, not the
+// audit's).
+func (a *Admin) recordAttempt(ctx context.Context, rec AuditEntry, err error) string {
+	if err != nil {
+		rec.Detail = joinDetail(rec.Detail, err.Error())
+	}
+	if aerr := a.Record(ctx, rec); aerr != nil && err == nil {
+		return aerr.Error()
+	}
+	return ""
+}
+
+// joinDetail joins two parts of an audit detail or a warning.
+func joinDetail(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
 // Audit lists the recorded actions of the last since (0: all of them), oldest first.
 // since is measured back from Redis TIME. See AuditEntries for a limit and filters.
 func (a *Admin) Audit(ctx context.Context, since time.Duration) ([]AuditEntry, error) {

@@ -167,11 +167,8 @@ func (a *Admin) Replay(ctx context.Context, stream, id string, actor Actor) (*Re
 			rec.Detail += "; " + res.Warning
 		}
 	}
-	if err != nil {
-		rec.Detail = joinDetail(rec.Detail, err.Error())
-	}
-	if aerr := a.Record(ctx, rec); aerr != nil && err == nil {
-		res.Warning = joinDetail(res.Warning, "the audit record was not written: "+aerr.Error())
+	if warning := a.recordAttempt(ctx, rec, err); warning != "" {
+		res.Warning = joinDetail(res.Warning, "the audit record was not written: "+warning)
 	}
 	if err != nil {
 		return nil, err

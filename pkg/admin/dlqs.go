@@ -106,11 +106,8 @@ func (a *Admin) PurgeDLQ(ctx context.Context, stream, through string, actor Acto
 		rec.Stream = res.Stream // the partition, as 'dlq replay' records it
 		rec.Detail = fmt.Sprintf("removed %d entries of %s through %s; %d left", res.Removed, res.DLQStream, through, res.Left)
 	}
-	if err != nil {
-		rec.Detail = err.Error()
-	}
-	if aerr := a.Record(ctx, rec); aerr != nil && err == nil {
-		res.Warning = "the audit record was not written: " + aerr.Error()
+	if warning := a.recordAttempt(ctx, rec, err); warning != "" {
+		res.Warning = "the audit record was not written: " + warning
 	}
 	if err != nil {
 		return nil, err

@@ -356,17 +356,12 @@ func (a *Admin) RemoveGroup(ctx context.Context, r GroupRemoval) (*GroupRemoved,
 	if r.ExpectRead != nil {
 		rec.Detail = fmt.Sprintf("expected read %d", *r.ExpectRead)
 	}
-	if err != nil {
-		rec.Detail = joinDetail(rec.Detail, err.Error())
-	} else {
+	if err == nil {
 		rec.Detail = joinDetail(rec.Detail, fmt.Sprintf("read %d; consumer group destroyed on %d streams; %d halt records deleted; %d partitions",
 			res.Read, res.Destroyed, res.Halts, res.Partitions))
 	}
-	if aerr := a.Record(ctx, rec); aerr != nil {
-		if err != nil {
-			return nil, err
-		}
-		res.AuditWarning = "the group was removed but its audit record was not written: " + aerr.Error()
+	if warning := a.recordAttempt(ctx, rec, err); warning != "" {
+		res.AuditWarning = "the group was removed but its audit record was not written: " + warning
 	}
 	if err != nil {
 		return nil, err
