@@ -67,12 +67,7 @@ func (a *Admin) Instances(ctx context.Context) ([]Instance, error) {
 	}
 	for i := range out {
 		if c := ttls[i]; c != nil && c.Err() == nil {
-			switch ttl := c.Val(); {
-			case ttl > 0:
-				out[i].Live, out[i].SessionTTLMS = true, ttl.Milliseconds()
-			case ttl == -1:
-				out[i].Live = true
-			}
+			out[i].Live, out[i].SessionTTLMS = sessionLife(c.Val())
 		}
 	}
 	return out, nil
