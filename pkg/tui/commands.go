@@ -39,6 +39,17 @@ func fetchHead(ctx context.Context, src Source, ref PartitionRef) tea.Cmd {
 	}
 }
 
+// fetchRows fetches the rows of a list view (the DLQs, the audit log) with list, and
+// sends them back as a listMsg.
+func fetchRows[T any](ctx context.Context, list func(context.Context) ([]T, error)) tea.Cmd {
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+		defer cancel()
+		rows, err := list(ctx)
+		return listMsg[T]{rows: rows, err: err}
+	}
+}
+
 func runAction(ctx context.Context, src Source, act action, ref PartitionRef, expectID string) tea.Cmd {
 	return func() tea.Msg {
 		ctx, cancel := context.WithTimeout(ctx, actionTimeout)

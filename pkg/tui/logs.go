@@ -16,24 +16,6 @@ import (
 // auditLimit is how many audit records the audit view reads.
 const auditLimit = 200
 
-func fetchDLQs(ctx context.Context, src DLQSource) tea.Cmd {
-	return func() tea.Msg {
-		ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
-		defer cancel()
-		rows, err := src.DLQs(ctx)
-		return dlqMsg{rows: rows, err: err}
-	}
-}
-
-func fetchAudit(ctx context.Context, src AuditSource) tea.Cmd {
-	return func() tea.Msg {
-		ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
-		defer cancel()
-		rows, err := src.Audit(ctx, auditLimit)
-		return auditMsg{rows: rows, err: err}
-	}
-}
-
 // listState is the data and cursor of one list view.
 type listState struct {
 	loaded      bool
@@ -60,33 +42,27 @@ func (m *model) fetchList() tea.Cmd {
 	case viewDLQ:
 		if src, ok := m.src.(DLQSource); ok && !m.dlq.fetching {
 			m.dlq.fetching = true
-			return fetchDLQs(m.ctx, src)
+			return fetchRows(m.ctx, src.DLQs)
 		}
 	case viewAudit:
 		if src, ok := m.src.(AuditSource); ok && !m.audit.fetching {
 			m.audit.fetching = true
-			return fetchAudit(m.ctx, src)
+			return fetchRows(m.ctx, func(ctx context.Context) ([]AuditRecord, error) { return src.Audit(ctx, auditLimit) })
 		}
 	}
 	return nil
 }
 
-func (m *model) onDLQ(msg dlqMsg) {
-	m.dlq.fetching = false
-	m.dlq.loaded, m.dlq.err = true, msg.err
+// receive records the answer of a list view's fetch in l and returns the rows the view
+// shows: the new ones, or, when the fetch failed, those it showed before.
+func receive[T any](l *listState, msg listMsg[T], shown []T, page int) []T {
+	l.fetching = false
+	l.loaded, l.err = true, msg.err
 	if msg.err == nil {
-		m.dlqRows = msg.rows
+		shown = msg.rows
 	}
-	m.dlq.clamp(len(m.dlqRows), m.tableRows())
-}
-
-func (m *model) onAudit(msg auditMsg) {
-	m.audit.fetching = false
-	m.audit.loaded, m.audit.err = true, msg.err
-	if msg.err == nil {
-		m.auditRows = msg.rows
-	}
-	m.audit.clamp(len(m.auditRows), m.tableRows())
+	l.clamp(len(shown), page)
+	return shown
 }
 
 var dlqCols = []column{

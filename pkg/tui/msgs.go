@@ -30,14 +30,14 @@ type actionMsg struct {
 	err      error
 }
 
-// dlqMsg is the result of one DLQSource.DLQs call.
-type dlqMsg struct {
-	rows []DLQInfo
+// listMsg is the result of one fetch of a list view (see fetchRows).
+type listMsg[T any] struct {
+	rows []T
 	err  error
 }
 
+// dlqMsg is the result of one DLQSource.DLQs call.
+type dlqMsg = listMsg[DLQInfo]
+
 // auditMsg is the result of one AuditSource.Audit call.
-type auditMsg struct {
-	rows []AuditRecord
-	err  error
-}
+type auditMsg = listMsg[AuditRecord]

@@ -29,10 +29,10 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case snapshotMsg:
 		return m, m.onSnapshot(msg)
 	case dlqMsg:
-		m.onDLQ(msg)
+		m.dlqRows = receive(&m.dlq, msg, m.dlqRows, m.tableRows())
 		return m, nil
 	case auditMsg:
-		m.onAudit(msg)
+		m.auditRows = receive(&m.audit, msg, m.auditRows, m.tableRows())
 		return m, nil
 	case headMsg:
 		m.onHead(msg)
