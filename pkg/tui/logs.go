@@ -24,15 +24,10 @@ type listState struct {
 	cursor, top int
 }
 
+// clamp keeps the cursor on one of the n rows, and that row on screen.
 func (l *listState) clamp(n, page int) {
 	l.cursor = max(min(l.cursor, n-1), 0)
-	if l.cursor < l.top {
-		l.top = l.cursor
-	}
-	if l.cursor >= l.top+page {
-		l.top = l.cursor - page + 1
-	}
-	l.top = max(min(l.top, n-page), 0)
+	l.top = scrollTop(l.cursor, l.top, n, page)
 }
 
 // fetchList starts the fetch of the list the view shows, when it has a source and no
@@ -101,9 +96,8 @@ func (m *model) listBody(cols []column, want []int, w, h int, l listState, n int
 	case n == 0:
 		return append(lines, m.st.dim.Render("  "+empty))
 	}
-	top := max(min(l.top, n-1), 0)
-	end := min(top+h-1, n)
-	for i := top; i < end; i++ {
+	from, to := visibleRows(l.top, n, h)
+	for i := from; i < to; i++ {
 		b.Reset()
 		sel := i == l.cursor
 		tableLine(&b, gutter(sel, false), cols, widths, func(id colID) string { return cell(i, id) })

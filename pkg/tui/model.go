@@ -492,26 +492,25 @@ func (m *model) syncSelection() {
 
 // keepOnScreen scrolls the partitions table so the cursor row is visible.
 func (m *model) keepOnScreen() {
-	page := m.tableRows()
-	if m.cursor < m.top {
-		m.top = m.cursor
-	}
-	if m.cursor >= m.top+page {
-		m.top = m.cursor - page + 1
-	}
-	m.top = max(min(m.top, len(m.rows)-page), 0)
+	m.top = scrollTop(m.cursor, m.top, len(m.rows), m.tableRows())
 }
 
+// clampInstances keeps the cursor of the instances table on a row, and that row on screen.
 func (m *model) clampInstances() {
-	page := m.tableRows()
 	m.icursor = max(min(m.icursor, len(m.instOrder)-1), 0)
-	if m.icursor < m.itop {
-		m.itop = m.icursor
+	m.itop = scrollTop(m.icursor, m.itop, len(m.instOrder), m.tableRows())
+}
+
+// scrollTop is the first row to show of a table of n rows, page of them on screen: top,
+// or as near to it as keeps the cursor row on screen. Every table scrolls by this rule.
+func scrollTop(cursor, top, n, page int) int {
+	if cursor < top {
+		top = cursor
 	}
-	if m.icursor >= m.itop+page {
-		m.itop = m.icursor - page + 1
+	if cursor >= top+page {
+		top = cursor - page + 1
 	}
-	m.itop = max(min(m.itop, len(m.instOrder)-page), 0)
+	return max(min(top, n-page), 0)
 }
 
 // cursorPartition is the partition under the cursor of the partitions table.

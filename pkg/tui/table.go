@@ -146,9 +146,8 @@ func (m *model) viewPartitions(w, h int) []string {
 	case len(m.rows) == 0:
 		return append(lines, m.st.dim.Render("  no partition matches the filter "+strconv.Quote(m.filterTxt)))
 	}
-	top := max(min(m.top, len(m.rows)-1), 0)
-	end := min(top+h-1, len(m.rows))
-	for n := top; n < end; n++ {
+	from, to := visibleRows(m.top, len(m.rows), h)
+	for n := from; n < to; n++ {
 		p := &m.snap.Partitions[m.rows[n]]
 		sel := n == m.cursor && !m.selGone
 		b.Reset()
@@ -158,6 +157,13 @@ func (m *model) viewPartitions(w, h int) []string {
 		lines = append(lines, m.st.rowStyle(p.State, sel).Render(b.String()))
 	}
 	return lines
+}
+
+// visibleRows is the range [from, to) of a table's n rows that its body of h lines, the
+// title line included, shows from row top.
+func visibleRows(top, n, h int) (from, to int) {
+	from = max(min(top, n-1), 0)
+	return from, min(from+h-1, n)
 }
 
 func gutter(selected, flagged bool) string {
@@ -241,9 +247,8 @@ func (m *model) viewInstances(w, h int) []string {
 		return append(lines, m.st.dim.Render("  no instances registered"))
 	}
 	taken := m.snap.Taken
-	top := max(min(m.itop, len(m.instOrder)-1), 0)
-	end := min(top+h-1, len(m.instOrder))
-	for n := top; n < end; n++ {
+	from, to := visibleRows(m.itop, len(m.instOrder), h)
+	for n := from; n < to; n++ {
 		in := m.snap.Instances[m.instOrder[n]]
 		sel, stale := n == m.icursor, instanceStale(in, taken)
 		b.Reset()
