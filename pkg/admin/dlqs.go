@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -154,88 +153,4 @@ func nextID(id string) (string, error) {
 		return strconv.FormatUint(m+1, 10) + "-0", nil
 	}
 	return strconv.FormatUint(m, 10) + "-" + strconv.FormatUint(s+1, 10), nil
-}
-
-// AuditQuery selects audit entries. The zero value selects all of them, oldest first.
-type AuditQuery struct {
-	// Since keeps the actions of the last Since, measured back from Redis TIME (0: all).
-	Since time.Duration
-	// Limit keeps the newest Limit matching actions, listed newest first (0: no limit,
-	// oldest first).
-	Limit int
-	// Stream keeps actions on this stream (the partition, or its DLQ for dlq commands).
-	Stream string
-	// Outcome keeps actions with this outcome (one of the Outcome constants).
-	Outcome string
-}
-
-// auditPage is how many audit entries one XREVRANGE reads.
-const auditPage = 500
-
-// AuditEntries lists the recorded actions the query selects. With a Limit it reads the
-// audit stream backwards, a page at a time, and stops once Limit entries matched; without
-// one it reads the whole range (the stream is capped at MaxAuditEntries).
-func (a *Admin) AuditEntries(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
-	start := "-"
-	if q.Since > 0 {
-		now, err := a.rdb.Time(ctx).Result()
-		if err != nil {
-			return nil, translate(err)
-		}
-		start = strconv.FormatInt(now.Add(-q.Since).UnixMilli(), 10)
-	}
-	// A partition is asked for in either form ("order:client-123" or, on Redis Cluster,
-	// "order:{client-123}"), and matches its records in either form.
-	want, parsed := a.ParseStream(q.Stream)
-	sameStream := func(s string) bool {
-		if s == q.Stream || strings.TrimSuffix(s, ":dlq") == q.Stream {
-			return true
-		}
-		if parsed != nil || want.Key == "" {
-			return false
-		}
-		got, err := a.ParseStream(s)
-		return err == nil && got.Category == want.Category && got.Key == want.Key
-	}
-	match := func(e AuditEntry) bool {
-		if q.Outcome != "" && e.Outcome != q.Outcome {
-			return false
-		}
-		if q.Stream != "" && !sameStream(e.Stream) {
-			return false
-		}
-		return true
-	}
-	out := []AuditEntry{}
-	if q.Limit <= 0 {
-		msgs, err := a.rdb.XRange(ctx, a.keys.AuditStream(), start, "+").Result()
-		if err != nil {
-			return nil, translate(err)
-		}
-		for _, m := range msgs {
-			if e := auditEntryOf(m); match(e) {
-				out = append(out, e)
-			}
-		}
-		return out, nil
-	}
-	end := "+"
-	for {
-		msgs, err := a.rdb.XRevRangeN(ctx, a.keys.AuditStream(), end, start, auditPage).Result()
-		if err != nil {
-			return nil, translate(err)
-		}
-		for _, m := range msgs {
-			if e := auditEntryOf(m); match(e) {
-				out = append(out, e)
-				if len(out) == q.Limit {
-					return out, nil
-				}
-			}
-		}
-		if len(msgs) < auditPage {
-			return out, nil
-		}
-		end = "(" + msgs[len(msgs)-1].ID
-	}
 }
