@@ -283,52 +283,11 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 	if err != nil {
 		return err
 	}
-	var inert []string
-	for _, b := range plan.bindings {
-		if b.Mode == "" {
-			inert = append(inert, b.Name)
-			continue
-		}
-		log.Info("delivering", "kind", b.Kind, "name", b.Name, "mode", b.Mode, "target", b.Target, "signed", b.Signed)
-	}
-	if len(inert) > 0 {
-		log.Info("command handlers are validated but inert: commands never reach a stream", "handlers", inert)
-	}
+	running := plan.logBindings(log)
+	ctx, forced, stopSignals := onSignals(ctx, opts, log)
+	defer stopSignals()
 
-	// Signals: the first cancels ctx (graceful shutdown), the second forces the exit.
-	sigs := opts.signals
-	if sigs == nil {
-		ch := make(chan os.Signal, 2)
-		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-		defer signal.Stop(ch)
-		sigs = ch
-	}
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	forced := make(chan os.Signal, 1)
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case s := <-sigs:
-			log.Info("signal received: shutting down gracefully; send it again to force the exit", "signal", s.String(), "timeout", opts.ShutdownTimeout)
-			stop()
-		case <-done:
-			return
-		}
-		select {
-		case s := <-sigs:
-			forced <- s
-		case <-done:
-		}
-	}()
-
-	m := metrics.New()
-	for _, b := range plan.bindings {
-		if b.Mode != "" {
-			m.Declare(b.Name, plan.categories(b)...)
-		}
-	}
+	m := plan.newMetrics()
 	if opts.MetricsAddr != "" {
 		srv, err := serveMetrics(opts.MetricsAddr, m, log)
 		if err != nil {
@@ -345,52 +304,130 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 	routeRedisLogs(log)
 	rdb := plan.redis.newClient() // a *redis.ClusterClient in cluster mode: the engine tells a cluster by it
 	defer rdb.Close()
-	ecfg := plan.cfg.EngineConfig(plan.dom, rdb)
+	eng, err := startEngine(ctx, plan.engineConfig(opts, rdb, log, m), plan.redis, log)
+	if err != nil || eng == nil {
+		return err // nil: stopped by a signal before Redis was reached
+	}
+	m.SetSource(eng)
+	log.Info("seqctl run: ready", "instance", eng.InstanceID(), "handlers", running)
+
+	waitRelay, err := runRelay(ctx, plan.cfg, rdb, m, log)
+	if err != nil {
+		_ = eng.Shutdown(context.Background())
+		return err
+	}
+	defer waitRelay()
+
+	<-ctx.Done()
+	return shutDown(eng, forced, procs, opts.ShutdownTimeout, log)
+}
+
+// logBindings logs what each binding delivers to, and the command handlers that stay
+// inert; it returns how many bindings run.
+func (p *runPlan) logBindings(log *slog.Logger) (running int) {
+	var inert []string
+	for _, b := range p.bindings {
+		if b.Mode == "" {
+			inert = append(inert, b.Name)
+			continue
+		}
+		log.Info("delivering", "kind", b.Kind, "name", b.Name, "mode", b.Mode, "target", b.Target, "signed", b.Signed)
+	}
+	if len(inert) > 0 {
+		log.Info("command handlers are validated but inert: commands never reach a stream", "handlers", inert)
+	}
+	return len(p.bindings) - len(inert)
+}
+
+// onSignals makes the first SIGINT or SIGTERM (opts.signals in tests) end the returned
+// context, a graceful shutdown, and sends the second on forced. stop stops listening.
+func onSignals(ctx context.Context, opts *RunOptions, log *slog.Logger) (_ context.Context, forced <-chan os.Signal, stop func()) {
+	sigs := opts.signals
+	unnotify := func() {}
+	if sigs == nil {
+		ch := make(chan os.Signal, 2)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		unnotify = func() { signal.Stop(ch) }
+		sigs = ch
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	second := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Info("signal received: shutting down gracefully; send it again to force the exit", "signal", s.String(), "timeout", opts.ShutdownTimeout)
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			second <- s
+		case <-done:
+		}
+	}()
+	return ctx, second, func() {
+		close(done)
+		cancel()
+		unnotify()
+	}
+}
+
+// newMetrics returns the metrics of the run, with every running binding declared.
+func (p *runPlan) newMetrics() *metrics.Metrics {
+	m := metrics.New()
+	for _, b := range p.bindings {
+		if b.Mode != "" {
+			m.Declare(b.Name, p.categories(b)...)
+		}
+	}
+	return m
+}
+
+// engineConfig is the engine's configuration: the config's, with the flags of the run.
+func (p *runPlan) engineConfig(opts *RunOptions, rdb redis.UniversalClient, log *slog.Logger, m *metrics.Metrics) engine.EngineConfig {
+	ecfg := p.cfg.EngineConfig(p.dom, rdb)
 	ecfg.InstanceID = opts.InstanceID
 	ecfg.Logger = log
 	ecfg.Observer = m
 	ecfg.ShutdownTimeout = opts.ShutdownTimeout
 	ecfg.DiscoveryInterval = discoveryInterval(ecfg.Timing.LeaseTTL)
+	return ecfg
+}
 
-	if plan.redis.isCluster() {
-		log.Info("connecting to Redis Cluster", plan.redis.logAttrs()...)
-	} else {
-		log.Info("connecting to Redis", plan.redis.logAttrs()...)
+// runRelay starts the outbox relay when [outbox] is configured; it stops when ctx ends
+// and releases its category leases. wait waits for that and closes the outbox database
+// (nothing to wait for without [outbox]).
+func runRelay(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, m *metrics.Metrics, log *slog.Logger) (wait func(), err error) {
+	if cfg.Outbox == nil {
+		return func() {}, nil
 	}
-	eng, err := startEngine(ctx, ecfg, plan.redis, log)
-	if err != nil || eng == nil {
-		return err // nil: stopped by a signal before Redis was reached
+	relay, ob, closeDB, err := newRelay(cfg, rdb, log.With("component", "relay"))
+	if err != nil {
+		return nil, err
 	}
-	m.SetSource(eng)
-	log.Info("seqctl run: ready", "instance", eng.InstanceID(), "handlers", len(plan.bindings)-len(inert))
-
-	// The outbox relay, when [outbox] is configured: it stops with the first signal and
-	// releases its category leases before run returns.
-	relayDone := make(chan struct{})
-	if plan.cfg.Outbox != nil {
-		relay, ob, closeDB, err := newRelay(plan.cfg, rdb, log.With("component", "relay"))
-		if err != nil {
-			_ = eng.Shutdown(context.Background())
-			return err
+	startBacklogGauge(ctx, ob, m)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := relay.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("outbox relay stopped", "err", err)
 		}
-		defer closeDB()
-		startBacklogGauge(ctx, ob, m)
-		go func() {
-			defer close(relayDone)
-			if err := relay.Run(ctx); err != nil && ctx.Err() == nil {
-				log.Error("outbox relay stopped", "err", err)
-			}
-		}()
-		log.Info("outbox relay running")
-	} else {
-		close(relayDone)
-	}
-	defer func() { <-relayDone }()
+	}()
+	log.Info("outbox relay running")
+	return func() {
+		<-done
+		closeDB()
+	}, nil
+}
 
-	<-ctx.Done()
+// shutDown shuts the engine down, giving in-flight events timeout to finish; a second
+// signal on forced ends it at once, killing the running exec commands (exit status 1).
+func shutDown(eng *engine.Engine, forced <-chan os.Signal, procs *deliver.Procs, timeout time.Duration, log *slog.Logger) error {
 	shut := make(chan error, 1)
 	go func() {
-		sctx, cancel := context.WithTimeout(context.Background(), opts.ShutdownTimeout)
+		sctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		shut <- eng.Shutdown(sctx)
 	}()
@@ -419,11 +456,16 @@ func discoveryInterval(leaseTTL time.Duration) time.Duration {
 	return min(max(leaseTTL/2, 250*time.Millisecond), 2*time.Second)
 }
 
-// startEngine starts an engine, retrying with backoff while Redis cannot be reached. A
-// problem that waiting cannot fix (a bad port, a database index Redis does not have,
-// refused credentials, a missing permission) ends it at once with a message saying what
-// to fix. It returns nil, nil when ctx ends first.
+// startEngine logs where it connects and starts an engine, retrying with backoff while
+// Redis cannot be reached. A problem that waiting cannot fix (a bad port, a database
+// index Redis does not have, refused credentials, a missing permission) ends it at once
+// with a message saying what to fix. It returns nil, nil when ctx ends first.
 func startEngine(ctx context.Context, ecfg engine.EngineConfig, conn *redisConn, log *slog.Logger) (*engine.Engine, error) {
+	if conn.isCluster() {
+		log.Info("connecting to Redis Cluster", conn.logAttrs()...)
+	} else {
+		log.Info("connecting to Redis", conn.logAttrs()...)
+	}
 	if err := checkRedisAddr(conn); err != nil {
 		if msg := permanentRedisError(err, conn); msg != "" {
 			return nil, &ExitError{Code: ExitFailure, Err: errors.New(msg)}
