@@ -392,85 +392,131 @@ type fileSummary struct {
 const maxLineBytes = 16 << 20
 
 func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error {
-	name := strings.TrimPrefix(opts.Data, "@")
-	var in io.Reader
-	total := 0 // lines in the file, for the progress bar; 0 when unknown
-	if name == "-" {
-		in, name = opts.IO.In, "stdin"
-	} else {
-		f, err := os.Open(name)
-		if err != nil {
-			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--data @%s: %w", name, errors.Unwrap(err))}
-		}
-		defer f.Close()
-		if opts.ProgressTTY {
-			if total = countLines(f); total < 0 {
-				return fmt.Errorf("--data @%s: cannot rewind the file after counting its lines", name)
-			}
-		}
-		in = f
+	in, name, total, err := openDataFile(opts)
+	if err != nil {
+		return err
 	}
-	ios := opts.IO
-	bar := &progressBar{w: ios.ErrOut, on: opts.ProgressTTY, total: total}
-	sum := fileSummary{File: name, Failures: []lineFailure{}}
+	defer in.Close()
+	f := &filePublish{opts: opts, p: p, name: name,
+		bar:       &progressBar{w: opts.IO.ErrOut, on: opts.ProgressTTY, total: total},
+		sum:       fileSummary{File: name, Failures: []lineFailure{}},
+		rows:      bufio.NewWriter(opts.IO.Out),
+		printRows: !structured(opts.Output) && !opts.IO.IsTerminal,
+	}
 	start := time.Now()
-	fail := func(line int, err error) {
-		sum.Failed++
-		sum.Failures = append(sum.Failures, lineFailure{Line: line, Error: err.Error()})
-		bar.clear()
-		fmt.Fprintf(ios.ErrOut, "%s:%d: %s\n", name, line, err)
+	abort := f.publishLines(ctx, in)
+	f.bar.done()
+	if err := f.rows.Flush(); err != nil && abort == nil {
+		abort = err
 	}
-	// On a pipe, one row per published event (buffered: a big file is many rows).
-	rows := bufio.NewWriter(ios.Out)
-	printRows := !structured(opts.Output) && !ios.IsTerminal
+	if err := p.awaitReplicas(ctx, f.sum.Published); err != nil && abort == nil {
+		abort = fmt.Errorf("%s: %w", name, err)
+	}
+	f.sum.Seconds = time.Since(start).Seconds()
+	if abort != nil {
+		f.sum.Aborted = abort.Error()
+	}
+	return f.report(abort)
+}
+
+// openDataFile opens the file of --data @FILE, or stdin for @-. It returns the name
+// messages give it and, for the progress bar, its number of lines (0: unknown, or no
+// bar).
+func openDataFile(opts *PublishOptions) (in io.ReadCloser, name string, total int, err error) {
+	name = strings.TrimPrefix(opts.Data, "@")
+	if name == "-" {
+		return io.NopCloser(opts.IO.In), "stdin", 0, nil
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, "", 0, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--data @%s: %w", name, errors.Unwrap(err))}
+	}
+	if opts.ProgressTTY {
+		if total = countLines(f); total < 0 {
+			f.Close()
+			return nil, "", 0, fmt.Errorf("--data @%s: cannot rewind the file after counting its lines", name)
+		}
+	}
+	return f, name, total, nil
+}
+
+// filePublish is one publish of a file of events (--data @FILE).
+type filePublish struct {
+	opts *PublishOptions
+	p    *publisher
+	name string // the file, or "stdin"
+	bar  *progressBar
+	sum  fileSummary
+	// rows gets one row per published event on a pipe (printRows; buffered: a big file
+	// is many rows).
+	rows      *bufio.Writer
+	printRows bool
+}
+
+// publishLines publishes the lines of in, in file order, skipping blank ones. A line
+// that cannot be published is reported and skipped; a Redis failure stops the publish
+// and is returned, as is a failure to read.
+func (f *filePublish) publishLines(ctx context.Context, in io.Reader) error {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
 	lineNo := 0
-	var abort error
 	for sc.Scan() {
 		lineNo++
-		bar.update(lineNo, sum.Failed)
+		f.bar.update(lineNo, f.sum.Failed)
 		raw := bytes.TrimSpace(sc.Bytes())
 		if len(raw) == 0 {
 			continue
 		}
-		sum.Lines++
-		eventType, id, data, priority, err := parseLine(opts, raw)
-		if err != nil {
-			fail(lineNo, err)
-			continue
-		}
-		r, err := p.route(eventType, data, priority)
-		if err != nil {
-			fail(lineNo, err)
-			continue
-		}
-		res, err := p.publish(ctx, r, eventType, id, data, priority)
-		if err != nil {
-			abort = fmt.Errorf("%s:%d: publish stopped: %w", name, lineNo, err)
-			break
-		}
-		sum.Published++
-		if printRows {
-			fmt.Fprintf(rows, "%d\t%s\t%s\t%s\n", lineNo, res.Stream, res.EntryID, res.EventID)
+		f.sum.Lines++
+		if err := f.publishLine(ctx, lineNo, raw); err != nil {
+			return fmt.Errorf("%s:%d: publish stopped: %w", f.name, lineNo, err)
 		}
 	}
-	if err := sc.Err(); err != nil && abort == nil {
-		abort = fmt.Errorf("%s:%d: reading stopped: %w", name, lineNo+1, err)
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s:%d: reading stopped: %w", f.name, lineNo+1, err)
 	}
-	bar.done()
-	if err := rows.Flush(); err != nil && abort == nil {
-		abort = err
+	return nil
+}
+
+// publishLine publishes one non-blank line, or counts and reports it as failed. The
+// error it returns is Redis's.
+func (f *filePublish) publishLine(ctx context.Context, lineNo int, raw []byte) error {
+	eventType, id, data, priority, err := parseLine(f.opts, raw)
+	if err != nil {
+		f.fail(lineNo, err)
+		return nil
 	}
-	if err := p.awaitReplicas(ctx, sum.Published); err != nil && abort == nil {
-		abort = fmt.Errorf("%s: %w", name, err)
+	r, err := f.p.route(eventType, data, priority)
+	if err != nil {
+		f.fail(lineNo, err)
+		return nil
 	}
-	sum.Seconds = time.Since(start).Seconds()
-	if abort != nil {
-		sum.Aborted = abort.Error()
+	res, err := f.p.publish(ctx, r, eventType, id, data, priority)
+	if err != nil {
+		return err
 	}
-	if structured(opts.Output) {
-		if err := writeData(ios.Out, opts.Output, sum); err != nil {
+	f.sum.Published++
+	if f.printRows {
+		fmt.Fprintf(f.rows, "%d\t%s\t%s\t%s\n", lineNo, res.Stream, res.EntryID, res.EventID)
+	}
+	return nil
+}
+
+// fail counts a rejected line and reports it on stderr as FILE:LINE: reason.
+func (f *filePublish) fail(line int, err error) {
+	f.sum.Failed++
+	f.sum.Failures = append(f.sum.Failures, lineFailure{Line: line, Error: err.Error()})
+	f.bar.clear()
+	fmt.Fprintf(f.opts.IO.ErrOut, "%s:%d: %s\n", f.name, line, err)
+}
+
+// report prints the summary (with -o json|yaml on stdout, and always a line on stderr)
+// and returns the outcome: the error that stopped the publish, else exit status 2 when
+// a line failed.
+func (f *filePublish) report(abort error) error {
+	ios, sum := f.opts.IO, f.sum
+	if structured(f.opts.Output) {
+		if err := writeData(ios.Out, f.opts.Output, sum); err != nil {
 			return err
 		}
 	}
@@ -483,7 +529,7 @@ func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error 
 		rate = fmt.Sprintf(", %.0f events/s", float64(sum.Published)/sum.Seconds)
 	}
 	fmt.Fprintf(ios.ErrOut, "%s %s: published %d of %d events, %d failed (%.2fs%s)\n",
-		mark, name, sum.Published, sum.Lines, sum.Failed, sum.Seconds, rate)
+		mark, f.name, sum.Published, sum.Lines, sum.Failed, sum.Seconds, rate)
 	switch {
 	case abort != nil:
 		return abort
