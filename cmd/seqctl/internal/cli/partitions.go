@@ -129,22 +129,8 @@ The listing is pipelined: a few round trips to Redis however many partitions the
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
-			if !slices.Contains(sortOrders, opts.Sort) {
-				return usageErrorf(cmd.CommandPath(), "invalid value %q for --sort: want %s", opts.Sort, strings.Join(sortOrders, ", "))
-			}
-			for _, s := range opts.States {
-				if _, err := admin.ParseState(s); err != nil {
-					return usageErrorf(cmd.CommandPath(), "invalid value for --state: %v", err)
-				}
-			}
-			if opts.Halted && len(opts.States) > 0 && !slices.Contains(opts.States, string(admin.StateHalted)) {
-				return usageErrorf(cmd.CommandPath(), "--halted keeps only halted partitions and --state %s none of them: drop one of the two", strings.Join(opts.States, ","))
-			}
-			if err := admin.CheckKeyGlob(opts.Key); err != nil {
-				return usageErrorf(cmd.CommandPath(), "invalid value for --key: %v", err)
-			}
-			if opts.Interval <= 0 {
-				return usageErrorf(cmd.CommandPath(), "--interval must be positive, got %v", opts.Interval)
+			if err := opts.check(cmd.CommandPath()); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)
@@ -152,22 +138,49 @@ The listing is pipelined: a few round trips to Redis however many partitions the
 			return partitionsListRun(opts)
 		},
 	}
+	opts.addFlags(cmd, f)
+	return cmd
+}
+
+// addFlags binds the flags of 'partitions list' to o, with their completions.
+func (o *PartitionsListOptions) addFlags(cmd *cobra.Command, f *Factory) {
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Category, "category", "", "only this category")
-	fl.StringVar(&opts.Handler, "handler", "", "only this handler (consumer group)")
-	fl.BoolVar(&opts.Halted, "halted", false, "only halted partitions (the same as --state halted)")
-	fl.StringSliceVar(&opts.States, "state", nil, "only partitions in these states: running, idle, halted, unowned (repeat or separate with commas)")
-	fl.StringVar(&opts.Key, "key", "", "only keys matching this glob: * any run of characters, ? one, [a-z] a class")
-	fl.StringVar(&opts.Owner, "owner", "", "only partitions owned by this instance id (or session owner instance.N)")
-	fl.StringVar(&opts.Sort, "sort", "name", "order: name, backlog, lag (largest first), age (oldest head first) or dlq (longest first)")
-	fl.BoolVarP(&opts.Watch, "watch", "w", false, "refresh every --interval until interrupted")
-	fl.DurationVar(&opts.Interval, "interval", 2*time.Second, "refresh period of --watch")
+	fl.StringVar(&o.Category, "category", "", "only this category")
+	fl.StringVar(&o.Handler, "handler", "", "only this handler (consumer group)")
+	fl.BoolVar(&o.Halted, "halted", false, "only halted partitions (the same as --state halted)")
+	fl.StringSliceVar(&o.States, "state", nil, "only partitions in these states: running, idle, halted, unowned (repeat or separate with commas)")
+	fl.StringVar(&o.Key, "key", "", "only keys matching this glob: * any run of characters, ? one, [a-z] a class")
+	fl.StringVar(&o.Owner, "owner", "", "only partitions owned by this instance id (or session owner instance.N)")
+	fl.StringVar(&o.Sort, "sort", "name", "order: name, backlog, lag (largest first), age (oldest head first) or dlq (longest first)")
+	fl.BoolVarP(&o.Watch, "watch", "w", false, "refresh every --interval until interrupted")
+	fl.DurationVar(&o.Interval, "interval", 2*time.Second, "refresh period of --watch")
 	_ = cmd.RegisterFlagCompletionFunc("category", completeCategories(f))
 	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
 	_ = cmd.RegisterFlagCompletionFunc("owner", completeOwners(f))
 	_ = cmd.RegisterFlagCompletionFunc("sort", cobra.FixedCompletions(sortOrders, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions([]string{"running", "idle", "halted", "unowned"}, cobra.ShellCompDirectiveNoFileComp))
-	return cmd
+}
+
+// check validates the flags.
+func (o *PartitionsListOptions) check(command string) error {
+	if !slices.Contains(sortOrders, o.Sort) {
+		return usageErrorf(command, "invalid value %q for --sort: want %s", o.Sort, strings.Join(sortOrders, ", "))
+	}
+	for _, s := range o.States {
+		if _, err := admin.ParseState(s); err != nil {
+			return usageErrorf(command, "invalid value for --state: %v", err)
+		}
+	}
+	if o.Halted && len(o.States) > 0 && !slices.Contains(o.States, string(admin.StateHalted)) {
+		return usageErrorf(command, "--halted keeps only halted partitions and --state %s none of them: drop one of the two", strings.Join(o.States, ","))
+	}
+	if err := admin.CheckKeyGlob(o.Key); err != nil {
+		return usageErrorf(command, "invalid value for --key: %v", err)
+	}
+	if o.Interval <= 0 {
+		return usageErrorf(command, "--interval must be positive, got %v", o.Interval)
+	}
+	return nil
 }
 
 func partitionsListRun(opts *PartitionsListOptions) error {
