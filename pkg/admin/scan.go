@@ -11,6 +11,10 @@ import (
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
+// scanCount is the COUNT hint of the SCAN for index keys: large, so that a keyspace of
+// tens of thousands of keys is covered in a few round trips.
+const scanCount = 10000
+
 // scanCluster is what a Redis Cluster client offers beyond redis.UniversalClient: a call
 // on each master. SCAN on a cluster client reaches one node only, so a scan of the whole
 // keyspace runs on every master.
