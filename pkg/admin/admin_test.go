@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,11 +51,7 @@ func haltedWorld(t *testing.T) *world {
 	for seq := 0; seq < 3; seq++ {
 		publish(t, w.broker, w.dom, "B", seq, false)
 	}
-	ref := engine.HeadRef{Group: "Projector", Category: "order", Key: "A"}
-	waitFor(t, 20*time.Second, "order:A halted", func() bool {
-		h, err := w.broker.Halt(context.Background(), ref)
-		return err == nil && h != nil
-	})
+	waitHalted(t, w.broker, "A")
 	waitFor(t, 10*time.Second, "order:B drained", func() bool { return len(logOf(t, w.rdb, "B")) == 3 })
 	return w
 }
@@ -170,28 +167,39 @@ func TestInstances(t *testing.T) {
 }
 
 func TestSortPartitions(t *testing.T) {
-	ps := []admin.Partition{
+	mixed := []admin.Partition{
 		{Category: "order", Key: "b", Handler: "H", Lag: 1, HeadAgeMS: 50},
 		{Category: "order", Key: "a", Handler: "H", Lag: 7, HeadAgeMS: 10},
 		{Category: "billing", Key: "z", Handler: "H", Lag: 7, HeadAgeMS: 90},
 	}
-	keys := func() []string {
-		var out []string
-		for _, p := range ps {
-			out = append(out, p.Category+":"+p.Key)
-		}
-		return out
+	// Names compare in natural order: client-2 before client-10.
+	natural := []admin.Partition{
+		{Category: "order", Key: "client-11", Handler: "H", Backlog: 1, DLQ: 0},
+		{Category: "order", Key: "client-2", Handler: "H", Backlog: 9, DLQ: 3},
+		{Category: "order", Key: "client-10", Handler: "H", Backlog: 5, DLQ: 0},
 	}
 	for _, tt := range []struct {
+		ps   []admin.Partition
 		by   admin.SortBy
 		want []string
 	}{
-		{admin.SortName, []string{"billing:z", "order:a", "order:b"}},
-		{admin.SortLag, []string{"billing:z", "order:a", "order:b"}},
-		{admin.SortAge, []string{"billing:z", "order:b", "order:a"}},
+		{mixed, admin.SortName, []string{"billing:z", "order:a", "order:b"}},
+		{mixed, admin.SortLag, []string{"billing:z", "order:a", "order:b"}},
+		{mixed, admin.SortAge, []string{"billing:z", "order:b", "order:a"}},
+		{natural, admin.SortName, []string{"order:client-2", "order:client-10", "order:client-11"}},
+		{natural, admin.SortBacklog, []string{"order:client-2", "order:client-10", "order:client-11"}},
+		{natural, admin.SortDLQ, []string{"order:client-2", "order:client-10", "order:client-11"}},
 	} {
+		// Each sort starts from the reverse of the name order, so no row is in place by chance.
+		ps := slices.Clone(tt.ps)
+		admin.SortPartitions(ps, admin.SortName)
+		slices.Reverse(ps)
 		admin.SortPartitions(ps, tt.by)
-		if diff := cmp.Diff(tt.want, keys()); diff != "" {
+		var got []string
+		for _, p := range ps {
+			got = append(got, p.Category+":"+p.Key)
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
 			t.Errorf("sort by %s (-want +got):\n%s", tt.by, diff)
 		}
 	}

@@ -2,7 +2,6 @@ package admin_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -41,29 +40,12 @@ func keysOnEachMaster(tb testing.TB, cl *redistest.Cluster, n int) []string {
 	})
 }
 
-// curableHandler refuses a poison event until "t:cured:{client}" exists, and records
-// what it handled in "t:log:{client}" (one key per client, so each command has one slot).
-func curableHandler(rdb redis.UniversalClient) engine.HandlerFunc {
-	return func(ctx context.Context, ev engine.Event) error {
-		var p payload
-		if err := json.Unmarshal(ev.Data, &p); err != nil {
-			return err
-		}
-		if p.Poison {
-			if n, err := rdb.Exists(ctx, "t:cured:"+p.Client).Result(); err != nil || n == 0 {
-				return fmt.Errorf("poison payload %s/%d refused", p.Client, p.Seq)
-			}
-		}
-		return rdb.RPush(context.Background(), "t:log:"+p.Client, p.Seq).Err()
-	}
-}
-
 func haltedClusterWorld(t *testing.T) *clusterWorld {
 	t.Helper()
 	cl := redistest.StartCluster(t, 3)
 	w := &clusterWorld{cl: cl, rdb: cl.Client(t)}
 	w.broker = engine.NewRedisBroker(w.rdb)
-	w.dom = orderDomain(t, curableHandler(cl.Client(t)))
+	w.dom = orderDomain(t, poisonHandler(cl.Client(t)))
 	startEngineOn(t, w.rdb, w.dom, "i1")
 	keys := keysOnEachMaster(t, cl, 3)
 	w.halted, w.healthy = keys, "healthy"
@@ -79,11 +61,7 @@ func haltedClusterWorld(t *testing.T) *clusterWorld {
 		publish(t, w.broker, w.dom, w.healthy, seq, false)
 	}
 	for _, k := range w.halted {
-		ref := engine.HeadRef{Group: "Projector", Category: "order", Key: k}
-		waitFor(t, 20*time.Second, "order:"+k+" halted", func() bool {
-			h, err := w.broker.Halt(context.Background(), ref)
-			return err == nil && h != nil
-		})
+		waitHalted(t, w.broker, k)
 	}
 	waitFor(t, 10*time.Second, "the healthy partition drained", func() bool { return len(logOf(t, w.rdb, w.healthy)) == 2 })
 	return w

@@ -12,7 +12,8 @@ import (
 	"github.com/seqctl/seqctl/pkg/admin"
 )
 
-func addDLQ(t *testing.T, rdb *redis.Client, stream, id string) {
+// addEntry appends an OrderPlaced entry with the given id to a stream.
+func addEntry(t *testing.T, rdb *redis.Client, stream, id string) {
 	t.Helper()
 	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, ID: id, Values: []any{"type", "OrderPlaced"}}).Err(); err != nil {
 		t.Fatal(err)
@@ -24,14 +25,14 @@ func TestDLQsAndPurge(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	adm := admin.New(rdb, admin.Options{})
-	addDLQ(t, rdb, "order:client-10:dlq", "1000-0")
-	addDLQ(t, rdb, "order:client-2:dlq", "1000-0")
-	addDLQ(t, rdb, "order:client-2:dlq", "2000-0")
-	addDLQ(t, rdb, "order:client-2:dlq", "2000-1")
+	addEntry(t, rdb, "order:client-10:dlq", "1000-0")
+	addEntry(t, rdb, "order:client-2:dlq", "1000-0")
+	addEntry(t, rdb, "order:client-2:dlq", "2000-0")
+	addEntry(t, rdb, "order:client-2:dlq", "2000-1")
 	// Not partition DLQs: a category DLQ name, a string, a stream that is no DLQ.
-	addDLQ(t, rdb, "order:dlq", "1-0")
+	addEntry(t, rdb, "order:dlq", "1-0")
 	rdb.Set(ctx, "x:y:dlq", "v", 0)
-	addDLQ(t, rdb, "order:client-3", "1-0")
+	addEntry(t, rdb, "order:client-3", "1-0")
 
 	got, err := adm.DLQs(ctx)
 	if err != nil {
@@ -143,8 +144,8 @@ func TestListPartitionsKeepsLegacyKeys(t *testing.T) {
 	ctx := context.Background()
 	rdb.SAdd(ctx, "order:__partitions__", "{legacy}", "client-1")
 	rdb.SAdd(ctx, "order:__groups__", "H")
-	addDLQ(t, rdb, "order:{legacy}", "1-0")
-	addDLQ(t, rdb, "order:client-1", "1-0")
+	addEntry(t, rdb, "order:{legacy}", "1-0")
+	addEntry(t, rdb, "order:client-1", "1-0")
 	ps, err := admin.New(rdb, admin.Options{}).ListPartitions(ctx, admin.Filter{})
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,9 @@ type payload struct {
 	Poison bool   `json:"poison,omitempty"`
 }
 
-// handled records what the test handler did, in Redis ("t:log:{key}": seq in order).
+// poisonHandler is the test handler: it refuses a poison event until "t:cured:{client}"
+// exists, and records the seq of what it handled in "t:log:{client}", in order (one key
+// per client, so that each command has one slot on Redis Cluster).
 func poisonHandler(rdb redis.UniversalClient) engine.HandlerFunc {
 	return func(ctx context.Context, ev engine.Event) error {
 		var p payload
@@ -37,7 +39,9 @@ func poisonHandler(rdb redis.UniversalClient) engine.HandlerFunc {
 			return err
 		}
 		if p.Poison {
-			return fmt.Errorf("poison payload %s/%d refused", p.Client, p.Seq)
+			if n, err := rdb.Exists(ctx, "t:cured:"+p.Client).Result(); err != nil || n == 0 {
+				return fmt.Errorf("poison payload %s/%d refused", p.Client, p.Seq)
+			}
 		}
 		return rdb.RPush(context.Background(), "t:log:"+p.Client, p.Seq).Err()
 	}
@@ -101,6 +105,16 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool
 		time.Sleep(20 * time.Millisecond)
 	}
 	tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+}
+
+// waitHalted waits until the Projector has halted on the partition key of "order".
+func waitHalted(tb testing.TB, b *engine.RedisBroker, key string) {
+	tb.Helper()
+	ref := engine.HeadRef{Group: "Projector", Category: "order", Key: key}
+	waitFor(tb, 20*time.Second, "order:"+key+" halted", func() bool {
+		h, err := b.Halt(context.Background(), ref)
+		return err == nil && h != nil
+	})
 }
 
 func logOf(tb testing.TB, rdb redis.UniversalClient, key string) []string {

@@ -27,36 +27,6 @@ func TestNaturalCompare(t *testing.T) {
 	}
 }
 
-func TestSortPartitionsNatural(t *testing.T) {
-	ps := []admin.Partition{
-		{Category: "order", Key: "client-11", Handler: "H", Backlog: 1, DLQ: 0},
-		{Category: "order", Key: "client-2", Handler: "H", Backlog: 9, DLQ: 3},
-		{Category: "order", Key: "client-10", Handler: "H", Backlog: 5, DLQ: 0},
-	}
-	keys := func() []string {
-		var out []string
-		for _, p := range ps {
-			out = append(out, p.Key)
-		}
-		return out
-	}
-	for _, tt := range []struct {
-		by   admin.SortBy
-		want []string
-	}{
-		{admin.SortName, []string{"client-2", "client-10", "client-11"}},
-		{admin.SortBacklog, []string{"client-2", "client-10", "client-11"}},
-		{admin.SortDLQ, []string{"client-2", "client-10", "client-11"}},
-	} {
-		admin.SortPartitions(ps, admin.SortName)
-		slices.Reverse(ps)
-		admin.SortPartitions(ps, tt.by)
-		if diff := cmp.Diff(tt.want, keys()); diff != "" {
-			t.Errorf("sort by %s (-want +got):\n%s", tt.by, diff)
-		}
-	}
-}
-
 // The JSON form: null for absent values, the same fields back after a round trip.
 func TestPartitionJSON(t *testing.T) {
 	unowned := admin.Partition{Category: "order", Key: "a", Stream: "order:a", Handler: "H", Backlog: -1, Lag: -1, State: admin.StateUnowned}
