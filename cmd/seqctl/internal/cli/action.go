@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/spf13/cobra"
+
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
@@ -165,6 +167,13 @@ func (g *guardedAction) refuseErr(outcome string, err error) error {
 // was under way, and the command that shows whether it was applied.
 func mayOrMayNot(what, check string) string {
 	return fmt.Sprintf("the %s: it may or may not have been applied; check with %s and 'seqctl audit'", what, check)
+}
+
+// addGuardFlags adds the flags of every guarded action: --yes, and --dry-run, which
+// does dryRunDoes ("print what would happen") and changes nothing.
+func addGuardFlags(cmd *cobra.Command, yes, dryRun *bool, dryRunDoes string) {
+	cmd.Flags().BoolVarP(yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
+	cmd.Flags().BoolVar(dryRun, "dry-run", false, dryRunDoes+"; change nothing")
 }
 
 // auditEntryBy starts the audit entry of an action by who: the user, the host and the

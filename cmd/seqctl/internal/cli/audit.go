@@ -134,10 +134,9 @@ func parseSince(s string) (time.Duration, error) {
 }
 
 func auditRun(opts *AuditOptions) error {
-	ctx := orBackground(opts.Ctx)
-	adm, closeAdm, err := opts.Admin(ctx)
+	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
 	if err != nil {
-		return exitFor(err)
+		return err
 	}
 	defer closeAdm()
 	entries, err := adm.AuditEntries(ctx, admin.AuditQuery{Since: opts.Since, Limit: opts.Limit, Stream: opts.Stream, Outcome: opts.Outcome})
@@ -145,17 +144,8 @@ func auditRun(opts *AuditOptions) error {
 		return exitFor(err)
 	}
 	ios := opts.IO
-	if structured(opts.Output) {
-		if entries == nil {
-			entries = []admin.AuditEntry{} // always an array
-		}
-		return writeData(ios.Out, opts.Output, entries)
-	}
-	if len(entries) == 0 {
-		if ios.IsTerminal {
-			fmt.Fprintln(ios.ErrOut, "No operator actions recorded.")
-		}
-		return nil
+	if done, err := writeList(ios, opts.Output, entries, "No operator actions recorded."); done {
+		return err
 	}
 	header := []string{"TIME", "OS USER", "REDIS USER", "HOST", "COMMAND", "STREAM", "HANDLER", "ENTRY"}
 	wide := opts.Output == "wide"

@@ -135,11 +135,7 @@ const completionTimeout = 3 * time.Second
 // withCompletionAdmin runs fn with an admin connection, returning no completions when
 // Redis cannot be reached in time.
 func withCompletionAdmin(f *Factory, cmd *cobra.Command, fn func(ctx context.Context, adm Admin) []string) []string {
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	ctx, cancel := context.WithTimeout(ctx, completionTimeout)
+	ctx, cancel := context.WithTimeout(orBackground(cmd.Context()), completionTimeout)
 	defer cancel()
 	adm, closeAdm, err := f.openAdmin(ctx)
 	if err != nil {

@@ -92,9 +92,7 @@ func otherShellHint(url string, lookPath func(string) (string, error)) string {
 }
 
 func devRun(ctx context.Context, opts *DevOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx = orBackground(ctx)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if opts.Duration > 0 {

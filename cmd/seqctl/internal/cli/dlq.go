@@ -87,10 +87,9 @@ STREAM is the partition ({category}:{key}) or its DLQ ({category}:{key}:dlq).`,
 }
 
 func dlqListRun(opts *DLQListOptions) error {
-	ctx := orBackground(opts.Ctx)
-	adm, closeAdm, err := opts.Admin(ctx)
+	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
 	if err != nil {
-		return exitFor(err)
+		return err
 	}
 	defer closeAdm()
 	if opts.Stream == "" {
@@ -101,17 +100,8 @@ func dlqListRun(opts *DLQListOptions) error {
 		return exitFor(err)
 	}
 	ios := opts.IO
-	if structured(opts.Output) {
-		if entries == nil {
-			entries = []admin.DLQEntry{} // always an array
-		}
-		return writeData(ios.Out, opts.Output, entries)
-	}
-	if len(entries) == 0 {
-		if ios.IsTerminal {
-			fmt.Fprintf(ios.ErrOut, "The DLQ of %s is empty.\n", opts.Stream)
-		}
-		return nil
+	if done, err := writeList(ios, opts.Output, entries, fmt.Sprintf("The DLQ of %s is empty.", opts.Stream)); done {
+		return err
 	}
 	header := []string{"ID", "ORIGINAL ID", "HANDLER", "TYPE", "EVENT ID", "ATTEMPTS", "MOVED AT", "MOVED BY"}
 	if opts.Output == "wide" {
@@ -136,17 +126,8 @@ func printDLQs(opts *DLQListOptions, adm Admin) error {
 	if err != nil {
 		return exitFor(err)
 	}
-	if structured(opts.Output) {
-		if ds == nil {
-			ds = []admin.DLQSummary{}
-		}
-		return writeData(ios.Out, opts.Output, ds)
-	}
-	if len(ds) == 0 {
-		if ios.IsTerminal {
-			fmt.Fprintln(ios.ErrOut, "No DLQ has entries.")
-		}
-		return nil
+	if done, err := writeList(ios, opts.Output, ds, "No DLQ has entries."); done {
+		return err
 	}
 	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, "STREAM", "ENTRIES", "OLDEST", "NEWEST", "OLDEST AGE")
 	for _, d := range ds {
@@ -225,17 +206,15 @@ left alone, and the replay stops at the first failure, saying how many were repl
 	fl := cmd.Flags()
 	fl.StringVar(&opts.ID, "id", "", "the DLQ entry id to replay")
 	fl.BoolVar(&opts.All, "all", false, "replay every entry of the DLQ, oldest first")
-	fl.BoolVarP(&opts.Yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
-	fl.BoolVar(&opts.DryRun, "dry-run", false, "print what would happen; change nothing")
+	addGuardFlags(cmd, &opts.Yes, &opts.DryRun, "print what would happen")
 	_ = cmd.RegisterFlagCompletionFunc("id", completeDLQIDs(f))
 	return cmd
 }
 
 func dlqReplayRun(opts *DLQReplayOptions) error {
-	ctx := orBackground(opts.Ctx)
-	adm, closeAdm, err := opts.Admin(ctx)
+	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
 	if err != nil {
-		return exitFor(err)
+		return err
 	}
 	defer closeAdm()
 	who := actor("dlq replay")
@@ -439,17 +418,15 @@ when the DLQ is empty.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Through, "through", "", "delete entries up to and including this id (default: the newest entry, shown first)")
-	fl.BoolVarP(&opts.Yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
-	fl.BoolVar(&opts.DryRun, "dry-run", false, "print what would be deleted; change nothing")
+	addGuardFlags(cmd, &opts.Yes, &opts.DryRun, "print what would be deleted")
 	_ = cmd.RegisterFlagCompletionFunc("through", completeDLQIDs(f))
 	return cmd
 }
 
 func dlqPurgeRun(opts *DLQPurgeOptions) error {
-	ctx := orBackground(opts.Ctx)
-	adm, closeAdm, err := opts.Admin(ctx)
+	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
 	if err != nil {
-		return exitFor(err)
+		return err
 	}
 	defer closeAdm()
 	p := &dlqPurge{opts: opts, who: actor("dlq purge")}

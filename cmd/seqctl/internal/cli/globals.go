@@ -114,6 +114,26 @@ var _ Admin = (*admin.Admin)(nil)
 // AdminOpener connects the operator API; close releases it.
 type AdminOpener func(ctx context.Context) (a Admin, close func(), err error)
 
+// open connects the operator API for a command's run function, in ctx: the command's,
+// or context.Background() when nil (a test calling the run function). An error comes
+// with its exit code.
+func (o AdminOpener) open(ctx context.Context) (context.Context, Admin, func(), error) {
+	ctx = orBackground(ctx)
+	adm, closeAdm, err := o(ctx)
+	if err != nil {
+		return ctx, nil, nil, exitFor(err)
+	}
+	return ctx, adm, closeAdm, nil
+}
+
+// orBackground is ctx, or context.Background() when ctx is nil.
+func orBackground(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
+}
+
 // openAdmin returns f.OpenAdmin when set (tests), else connects to Redis as the global
 // flags say.
 func (f *Factory) openAdmin(ctx context.Context) (Admin, func(), error) {
@@ -256,6 +276,26 @@ func writeData(w io.Writer, output string, v any) error {
 		return err
 	}
 	return fmt.Errorf("internal error: -o %q is not a data format", output)
+}
+
+// writeList prints the items of a list command as -o json|yaml asks (always an array,
+// [] for none), or, when there are none, says empty on stderr when stdout is a
+// terminal (a pipe gets nothing). It reports whether it printed the list: false leaves
+// the table to the caller.
+func writeList[T any](ios *IOStreams, output string, items []T, empty string) (bool, error) {
+	if structured(output) {
+		if items == nil {
+			items = []T{}
+		}
+		return true, writeData(ios.Out, output, items)
+	}
+	if len(items) == 0 {
+		if ios.IsTerminal {
+			fmt.Fprintln(ios.ErrOut, empty)
+		}
+		return true, nil
+	}
+	return false, nil
 }
 
 // exitFor gives an operator error its exit code: not found 3, head moved or fenced 4,

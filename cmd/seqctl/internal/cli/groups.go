@@ -94,10 +94,9 @@ behind, unread, pending, read, live_leases and halted.`,
 }
 
 func groupsListRun(opts *GroupsListOptions) error {
-	ctx := orBackground(opts.Ctx)
-	adm, closeAdm, err := opts.Admin(ctx)
+	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
 	if err != nil {
-		return exitFor(err)
+		return err
 	}
 	defer closeAdm()
 	gs, err := adm.Groups(ctx, opts.Category)
@@ -105,17 +104,8 @@ func groupsListRun(opts *GroupsListOptions) error {
 		return exitFor(err)
 	}
 	ios := opts.IO
-	if structured(opts.Output) {
-		if gs == nil {
-			gs = []admin.Group{} // always a list
-		}
-		return writeData(ios.Out, opts.Output, gs)
-	}
-	if len(gs) == 0 {
-		if ios.IsTerminal {
-			fmt.Fprintln(ios.ErrOut, "No consumer groups registered or declared.")
-		}
-		return nil
+	if done, err := writeList(ios, opts.Output, gs, "No consumer groups registered or declared."); done {
+		return err
 	}
 	// DECLARED is last: its colour codes cannot upset the alignment of a column after it.
 	t := newTablePrinter(ios, "CATEGORY", "GROUP", "REGISTERED", "LEASES", "PARTITIONS", "BEHIND", "UNREAD", "PENDING", "READ", "HALTED", "DECLARED")
@@ -228,8 +218,7 @@ Exit status: 0 done; 4 refused by a check (nothing changed); 1 declined or faile
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Category, "category", "", "the category to remove the group from (required)")
 	fl.Int64Var(&expect, "expect-read", 0, "act only if the group has still read this many entries (the READ of 'groups list'; default: the current figure, shown first)")
-	fl.BoolVarP(&opts.Yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
-	fl.BoolVar(&opts.DryRun, "dry-run", false, "run every check; change nothing")
+	addGuardFlags(cmd, &opts.Yes, &opts.DryRun, "run every check")
 	fl.StringVar(&opts.Reason, "reason", "", "why, for the audit log")
 	return cmd
 }
@@ -237,10 +226,9 @@ Exit status: 0 done; 4 refused by a check (nothing changed); 1 declined or faile
 const groupsRemoveCommand = "groups remove"
 
 func groupsRemoveRun(opts *GroupsRemoveOptions) error {
-	ctx := orBackground(opts.Ctx)
-	adm, closeAdm, err := opts.Admin(ctx)
+	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
 	if err != nil {
-		return exitFor(err)
+		return err
 	}
 	defer closeAdm()
 	r := &groupsRemove{opts: opts, who: actor(groupsRemoveCommand)}

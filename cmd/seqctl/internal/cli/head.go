@@ -97,10 +97,9 @@ category has one handler. Exit status 3 when the handler is caught up.`,
 }
 
 func headShowRun(opts *HeadShowOptions) error {
-	ctx := orBackground(opts.Ctx)
-	adm, closeAdm, err := opts.Admin(ctx)
+	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
 	if err != nil {
-		return exitFor(err)
+		return err
 	}
 	defer closeAdm()
 	handler, err := resolveHandler(ctx, adm, "seqctl head show", opts.Stream, opts.Handler)
@@ -395,8 +394,7 @@ handler or head; 1 refused (not halted, declined) or failed.`
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Handler, "handler", "", "the handler (consumer group); required when the category has several")
 	fl.StringVar(&opts.ExpectID, "expect-id", "", "act only if the head is still this entry id (default: the current head, shown first)")
-	fl.BoolVarP(&opts.Yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
-	fl.BoolVar(&opts.DryRun, "dry-run", false, "print what would happen; change nothing")
+	addGuardFlags(cmd, &opts.Yes, &opts.DryRun, "print what would happen")
 	fl.StringVar(&opts.Reason, "reason", "", "why, for the audit log (and the DLQ entry)")
 	if kind != admin.ActionRetry {
 		fl.BoolVar(&opts.Force, "force", false, "act on a head that is not halted")
@@ -409,10 +407,9 @@ handler or head; 1 refused (not halted, declined) or failed.`
 func (o *HeadActionOptions) auditCommand() string { return "head " + string(o.Kind) }
 
 func headActionRun(opts *HeadActionOptions) error {
-	ctx := orBackground(opts.Ctx)
-	adm, closeAdm, err := opts.Admin(ctx)
+	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
 	if err != nil {
-		return exitFor(err)
+		return err
 	}
 	defer closeAdm()
 	if opts.Handler, err = resolveHandler(ctx, adm, "seqctl "+opts.auditCommand(), opts.Stream, opts.Handler); err != nil {

@@ -184,13 +184,9 @@ func (o *PartitionsListOptions) check(command string) error {
 }
 
 func partitionsListRun(opts *PartitionsListOptions) error {
-	ctx := opts.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	adm, closeAdm, err := opts.Admin(ctx)
+	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
 	if err != nil {
-		return exitFor(err)
+		return err
 	}
 	defer closeAdm()
 	filter := admin.Filter{Category: opts.Category, Handler: opts.Handler, Halted: opts.Halted, Owner: opts.Owner, KeyGlob: opts.Key}
@@ -322,17 +318,8 @@ func (nw *ndjsonWatch) write(w io.Writer, sortBy string, ps []admin.Partition, a
 func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 	admin.SortPartitions(ps, admin.SortBy(opts.Sort))
 	ios := opts.IO
-	if structured(opts.Output) {
-		if ps == nil {
-			ps = []admin.Partition{} // always an array
-		}
-		return writeData(ios.Out, opts.Output, ps)
-	}
-	if len(ps) == 0 {
-		if ios.IsTerminal {
-			fmt.Fprintln(ios.ErrOut, "No partitions match.")
-		}
-		return nil
+	if done, err := writeList(ios, opts.Output, ps, "No partitions match."); done {
+		return err
 	}
 	wide := opts.Output == "wide"
 	// STATE comes before the long columns of -o wide, so it stays on screen when an
@@ -444,10 +431,9 @@ Exit status 3 when the partition has no stream, no DLQ and is not indexed.`,
 }
 
 func partitionsInspectRun(opts *PartitionsInspectOptions) error {
-	ctx := orBackground(opts.Ctx)
-	adm, closeAdm, err := opts.Admin(ctx)
+	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
 	if err != nil {
-		return exitFor(err)
+		return err
 	}
 	defer closeAdm()
 	in, err := adm.Inspect(ctx, opts.Stream, opts.Handler)
@@ -539,11 +525,4 @@ func printInspection(ios *IOStreams, in *admin.Inspection) error {
 // indentRest indents every line of s after the first.
 func indentRest(s, indent string) string {
 	return strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+indent)
-}
-
-func orBackground(ctx context.Context) context.Context {
-	if ctx == nil {
-		return context.Background()
-	}
-	return ctx
 }

@@ -293,9 +293,7 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 }
 
 func publishRun(ctx context.Context, opts *PublishOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx = orBackground(ctx)
 	p, closeFn, err := newPublisher(opts)
 	if err != nil {
 		return err

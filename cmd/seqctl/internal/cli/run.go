@@ -274,9 +274,7 @@ func containsString(xs []string, x string) bool {
 }
 
 func runRun(ctx context.Context, opts *RunOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx = orBackground(ctx)
 	log := newLogger(opts.IO.ErrOut, opts.LogFormat, opts.LogLevel)
 	procs := &deliver.Procs{}
 	plan, err := loadRunPlan(opts, procs)

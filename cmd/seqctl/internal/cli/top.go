@@ -75,9 +75,7 @@ next column, O reverse, / filter, p pause, ? help, q quit.`,
 }
 
 func topRun(ctx context.Context, opts *TopOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx = orBackground(ctx)
 	a, shown, closeAdmin, err := opts.open(ctx)
 	if err != nil {
 		return err
