@@ -3,22 +3,12 @@ package admin_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
 )
-
-// addEntry appends an OrderPlaced entry with the given id to a stream.
-func addEntry(t *testing.T, rdb *redis.Client, stream, id string) {
-	t.Helper()
-	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, ID: id, Values: []any{"type", "OrderPlaced"}}).Err(); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func TestDLQsAndPurge(t *testing.T) {
 	srv := redistest.Start(t)
@@ -87,77 +77,5 @@ func TestDLQsAndPurge(t *testing.T) {
 	if entries[1].Detail != "removed 1 entries of order:client-2:dlq through 2000; 0 left" ||
 		entries[2].Detail != "removed 2 entries of order:client-2:dlq through 2000-0; 1 left" || entries[1].Stream != "order:client-2" {
 		t.Errorf("audit = %+v, %+v", entries[1], entries[2])
-	}
-}
-
-func TestAuditEntries(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	ctx := context.Background()
-	adm := admin.New(rdb, admin.Options{})
-	for i := 0; i < 1200; i++ {
-		e := admin.AuditEntry{User: "u", Command: "head skip", Stream: "order:a", Outcome: admin.OutcomeOK, EntryID: "1-0"}
-		if i%3 == 0 {
-			e.Stream, e.Outcome = "order:b", admin.OutcomeHeadMoved
-		}
-		if i == 1199 {
-			e.Command, e.Stream = "dlq purge", "order:b:dlq"
-		}
-		if err := adm.Record(ctx, e); err != nil {
-			t.Fatal(err)
-		}
-	}
-	all, _ := adm.AuditEntries(ctx, admin.AuditQuery{})
-	if len(all) != 1200 || all[0].ID > all[1].ID {
-		t.Fatalf("all: %d entries, oldest first? %v", len(all), len(all) > 1 && all[0].ID < all[1].ID)
-	}
-	tests := []struct {
-		name   string
-		q      admin.AuditQuery
-		want   int
-		newest string // the first entry's id
-	}{
-		{"limit: newest first", admin.AuditQuery{Limit: 3}, 3, all[1199].ID},
-		{"limit across pages with a filter", admin.AuditQuery{Limit: 450, Outcome: admin.OutcomeHeadMoved}, 400, all[1197].ID},
-		{"stream matches its DLQ too", admin.AuditQuery{Limit: 1, Stream: "order:b"}, 1, all[1199].ID},
-		{"outcome without a limit", admin.AuditQuery{Outcome: admin.OutcomeOK}, 800, all[1].ID},
-		{"since", admin.AuditQuery{Since: time.Hour, Stream: "order:a"}, 799, all[1].ID},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := adm.AuditEntries(ctx, tt.q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) != tt.want || got[0].ID != tt.newest {
-				t.Errorf("%d entries starting %s, want %d starting %s", len(got), got[0].ID, tt.want, tt.newest)
-			}
-		})
-	}
-}
-
-// A partition published before braces were refused in keys is still listed, so an
-// operator sees it (the engine's discovery decides whether it is still read).
-func TestListPartitionsKeepsLegacyKeys(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	ctx := context.Background()
-	rdb.SAdd(ctx, "order:__partitions__", "{legacy}", "client-1")
-	rdb.SAdd(ctx, "order:__groups__", "H")
-	addEntry(t, rdb, "order:{legacy}", "1-0")
-	addEntry(t, rdb, "order:client-1", "1-0")
-	ps, err := admin.New(rdb, admin.Options{}).ListPartitions(ctx, admin.Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for _, p := range ps {
-		keys = append(keys, p.Key)
-	}
-	if diff := cmp.Diff([]string{"client-1", "{legacy}"}, keys); diff != "" {
-		t.Errorf("keys (-want +got):\n%s", diff)
-	}
-	if _, err := admin.New(rdb, admin.Options{}).ParseStream("order:{legacy}"); err != nil {
-		t.Errorf("ParseStream of a legacy key: %v", err)
 	}
 }

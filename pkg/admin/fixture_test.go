@@ -125,3 +125,50 @@ func logOf(tb testing.TB, rdb redis.UniversalClient, key string) []string {
 	}
 	return v
 }
+
+// addEntry appends an OrderPlaced entry with the given id to a stream.
+func addEntry(t *testing.T, rdb *redis.Client, stream, id string) {
+	t.Helper()
+	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, ID: id, Values: []any{"type", "OrderPlaced"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// world is a running engine with order:A halted on a poison head, order:B drained, and
+// a registered group "Mailer" that no instance runs.
+type world struct {
+	srv    *redistest.Server
+	rdb    *redis.Client
+	broker *engine.RedisBroker
+	dom    *engine.Domain
+	poison engine.Published
+	first  engine.Published // order:A seq 0
+}
+
+func haltedWorld(t *testing.T) *world {
+	t.Helper()
+	srv := redistest.Start(t)
+	w := &world{srv: srv, rdb: srv.Client(t)}
+	w.broker = engine.NewRedisBroker(w.rdb)
+	w.dom = orderDomain(t, poisonHandler(srv.Client(t)))
+	// Registered before anything is published, so the owner's trim keeps its entries.
+	if err := w.rdb.SAdd(context.Background(), engine.GroupRegistry("order"), "Mailer").Err(); err != nil {
+		t.Fatal(err)
+	}
+	startEngine(t, srv, w.dom, "i1")
+	for seq := 0; seq < 5; seq++ {
+		p := publish(t, w.broker, w.dom, "A", seq, seq == 2)
+		switch seq {
+		case 0:
+			w.first = p
+		case 2:
+			w.poison = p
+		}
+	}
+	for seq := 0; seq < 3; seq++ {
+		publish(t, w.broker, w.dom, "B", seq, false)
+	}
+	waitHalted(t, w.broker, "A")
+	waitFor(t, 10*time.Second, "order:B drained", func() bool { return len(logOf(t, w.rdb, "B")) == 3 })
+	return w
+}
