@@ -1,7 +1,6 @@
 package tui
 
 import (
-	"io"
 	"testing"
 	"time"
 
@@ -21,10 +20,7 @@ func benchModel(b *testing.B, colour bool) *harness {
 	b.Helper()
 	h := newHarness(b, newFake(bigSnapshot(benchPartitions)), Options{NoColor: !colour}, 120, 40)
 	if colour {
-		r := newRenderer(io.Discard, false)
-		r.SetColorProfile(termenv.TrueColor)
-		h.m.st = newStyles(r)
-		h.m.help.Styles = h.m.st.help
+		h.colour(termenv.TrueColor)
 	}
 	return h
 }

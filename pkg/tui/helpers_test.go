@@ -10,6 +10,7 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/muesli/termenv"
 	"go.uber.org/goleak"
 )
 
@@ -249,12 +250,20 @@ func (h *harness) keys() []string {
 	return out
 }
 
-func (h *harness) selected() string {
-	p, ok := h.m.cursorPartition()
-	if !ok {
-		return ""
-	}
+// selected is the key under the cursor, "" when there is none.
+func (h *harness) selected() string { return h.m.selected() }
+
+func (m *model) selected() string {
+	p, _ := m.cursorPartition() // the zero Partition when there is none
 	return p.Key
+}
+
+// colour makes the model draw in colour, in the given profile, as on a terminal.
+func (h *harness) colour(p termenv.Profile) {
+	r := newRenderer(io.Discard, false)
+	r.SetColorProfile(p)
+	h.m.st = newStyles(r)
+	h.m.help.Styles = h.m.st.help
 }
 
 // part is a fixture partition of category "order", handler "projector".

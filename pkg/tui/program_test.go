@@ -48,12 +48,6 @@ func TestProgram(t *testing.T) {
 	}
 }
 
-// selected is the key under the cursor (for the program test, which has no harness).
-func (m *model) selected() string {
-	p, _ := m.cursorPartition()
-	return p.Key
-}
-
 // TestRunStopsWithContext runs Run on the alternate screen and ends it by cancelling the
 // context: it returns nil and leaves the alternate screen.
 func TestRunStopsWithContext(t *testing.T) {

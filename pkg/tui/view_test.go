@@ -2,7 +2,6 @@ package tui
 
 import (
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -191,15 +190,10 @@ func TestViewTellsGenerationsApart(t *testing.T) {
 // checkScreen: exactly h lines, none wider than w, and no escape sequence (colour off).
 func checkScreen(t testing.TB, out string, w, h int) {
 	t.Helper()
-	lines := strings.Split(out, "\n")
-	if len(lines) != h {
-		t.Errorf("%d lines, want %d", len(lines), h)
+	if n := strings.Count(out, "\n") + 1; n != h {
+		t.Errorf("%d lines, want %d", n, h)
 	}
-	for i, l := range lines {
-		if n := ansi.StringWidth(l); n > w {
-			t.Errorf("line %d is %d cells wide, more than %d: %q", i+1, n, w, l)
-		}
-	}
+	checkScreenWidth(t, out, w)
 	if strings.Contains(out, "\x1b") {
 		t.Error("escape sequences with NoColor")
 	}
@@ -210,10 +204,7 @@ func checkScreen(t testing.TB, out string, w, h int) {
 func TestViewColour(t *testing.T) {
 	src := newFake(fixture(true))
 	h := newHarness(t, src, Options{}, 80, 24)
-	r := newRenderer(io.Discard, false)
-	r.SetColorProfile(termenv.ANSI256)
-	h.m.st = newStyles(r)
-	h.m.help.Styles = h.m.st.help
+	h.colour(termenv.ANSI256)
 	src.set(Snapshot{}, errRedisDown)
 	h.advance(time.Second)
 	out := h.m.View()
@@ -229,11 +220,12 @@ func TestViewColour(t *testing.T) {
 	checkScreenWidth(t, out, 80)
 }
 
+// checkScreenWidth: no line wider than w.
 func checkScreenWidth(t testing.TB, out string, w int) {
 	t.Helper()
 	for i, l := range strings.Split(out, "\n") {
 		if n := ansi.StringWidth(l); n > w {
-			t.Errorf("line %d is %d cells wide, more than %d", i+1, n, w)
+			t.Errorf("line %d is %d cells wide, more than %d: %q", i+1, n, w, l)
 		}
 	}
 }
