@@ -153,229 +153,50 @@ func TestDetailChoosesThePartition(t *testing.T) {
 	}
 }
 
-func TestSortAndHaltedPinnedFirst(t *testing.T) {
-	tests := []struct {
-		name    string
-		halted  bool
-		presses int // times o is pressed
-		want    []string
-	}{
-		{"lag", false, 0, []string{"client-4", "globex", "client-1", "eu-west", "client-5", "client-2", "acme-corp", "client-3"}},
-		{"head age", false, 1, []string{"client-4", "globex", "client-5", "eu-west", "client-1", "client-2", "acme-corp", "client-3"}},
-		{"name", false, 2, []string{"eu-west", "acme-corp", "client-1", "client-2", "client-3", "client-4", "client-5", "globex"}},
-		{"back to lag", false, int(sortKeys), []string{"client-4", "globex", "client-1", "eu-west", "client-5", "client-2", "acme-corp", "client-3"}},
-		{"halted/lag", true, 0, []string{"client-3", "acme-corp", "client-4", "globex", "client-1", "eu-west", "client-5", "client-2"}},
-		{"halted/head age", true, 1, []string{"acme-corp", "client-3", "client-4", "globex", "client-5", "eu-west", "client-1", "client-2"}},
-		{"halted/name", true, 2, []string{"acme-corp", "client-3", "eu-west", "client-1", "client-2", "client-4", "client-5", "globex"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, newFake(fixture(tt.halted)), Options{}, 80, 24)
-			for range tt.presses {
-				h.press("o")
-			}
-			if diff := cmp.Diff(tt.want, h.keys()); diff != "" {
-				t.Errorf("order (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestHaltedStayPinnedAfterRefresh(t *testing.T) {
-	src := newFake(fixture(false))
-	h := newHarness(t, src, Options{}, 80, 24)
-	h.press("o", "o") // by name
-	src.set(fixture(true), nil)
-	h.advance(time.Second)
-	if got := h.keys()[:2]; !cmp.Equal(got, []string{"acme-corp", "client-3"}) {
-		t.Fatalf("first rows after a partition halted: %v, want the halted ones", got)
-	}
-}
-
-func TestFilter(t *testing.T) {
-	h := newHarness(t, newFake(fixture(true)), Options{}, 80, 24)
-	h.press("/")
-	if !h.m.filtering {
-		t.Fatal("/ did not open the filter input")
-	}
-	h.typeText("client")
-	if diff := cmp.Diff([]string{"client-3", "client-4", "client-1", "client-5", "client-2"}, h.keys()); diff != "" {
-		t.Fatalf("filter client (-want +got):\n%s", diff)
-	}
-	h.typeText(" halt") // every word must match
-	if diff := cmp.Diff([]string{"client-3"}, h.keys()); diff != "" {
-		t.Fatalf("filter 'client halt' (-want +got):\n%s", diff)
-	}
-	// q is text while typing, not quit.
-	h.typeText("q")
-	if h.quit || len(h.keys()) != 0 {
-		t.Fatalf("q while filtering: quit=%v rows=%v", h.quit, h.keys())
-	}
-	h.press("backspace", "enter")
-	if h.m.filtering || h.m.filterTxt != "client halt" {
-		t.Fatalf("enter: filtering=%v filter=%q, want false and the text kept", h.m.filtering, h.m.filterTxt)
-	}
-	// The kept filter survives a refresh.
-	h.advance(time.Second)
-	if diff := cmp.Diff([]string{"client-3"}, h.keys()); diff != "" {
-		t.Fatalf("after refresh (-want +got):\n%s", diff)
-	}
-	// Matches the handler, the owner and the category too.
-	h.press("/")
-	h.send(tea.KeyMsg{Type: tea.KeyCtrlU}) // textinput: delete to start
-	h.typeText("MAILER")
-	if diff := cmp.Diff([]string{"eu-west"}, h.keys()); diff != "" {
-		t.Fatalf("filter mailer (-want +got):\n%s", diff)
-	}
-	h.press("esc") // esc in the input clears it
-	if h.m.filtering || h.m.filterTxt != "" || len(h.keys()) != 8 {
-		t.Fatalf("esc: filtering=%v filter=%q rows=%d", h.m.filtering, h.m.filterTxt, len(h.keys()))
-	}
-	// esc in the table clears a kept filter.
-	h.press("/")
-	h.typeText("globex")
-	h.press("enter", "esc")
-	if h.m.filterTxt != "" || len(h.keys()) != 8 {
-		t.Fatalf("esc in the table: filter=%q rows=%d", h.m.filterTxt, len(h.keys()))
-	}
-}
-
-func TestActionsConfirmed(t *testing.T) {
-	for _, tt := range []struct{ key, act, done string }{
-		{"s", "skip", "skipped:"},
-		{"d", "dlq", "moved to the DLQ:"},
-		{"r", "retry", "retrying:"},
-	} {
-		t.Run(tt.act, func(t *testing.T) {
-			src := newFake(fixture(true))
-			h := newHarness(t, src, Options{}, 80, 24)
-			// The cursor is on client-3, halted on 1741944000000-14.
-			h.press(tt.key)
-			if h.m.dialog == nil {
-				t.Fatalf("%s did not open the confirmation dialog (status %q)", tt.key, h.m.status)
-			}
-			if h.m.dialog.expectID != "1741944000000-14" {
-				t.Fatalf("dialog expects %q", h.m.dialog.expectID)
-			}
-			if !strings.Contains(h.m.View(), "1741944000000-14") {
-				t.Fatal("the dialog does not show the head entry id")
-			}
-			// Keys other than y / n do nothing while the dialog is open.
-			h.press("j", "s", "enter")
-			if h.m.dialog == nil || len(src.actions) != 0 {
-				t.Fatal("a stray key closed the dialog or acted")
-			}
-			before := src.calls()
-			h.press("y")
-			want := []actionCall{{tt.act, PartitionRef{"order", "client-3", "projector"}, "1741944000000-14"}}
-			if diff := cmp.Diff(want, src.actions); diff != "" {
-				t.Fatalf("actions (-want +got):\n%s", diff)
-			}
-			if h.m.dialog != nil || h.m.acting {
-				t.Fatal("dialog still open or action still marked running")
-			}
-			if h.m.statusKind != statusOK || !strings.HasPrefix(h.m.status, tt.done) {
-				t.Fatalf("status %q (%d), want %q...", h.m.status, h.m.statusKind, tt.done)
-			}
-			if src.calls() != before+1 {
-				t.Fatalf("no refresh after the action: %d Snapshot calls, want %d", src.calls(), before+1)
-			}
-		})
-	}
-}
-
-func TestActionHeadMoved(t *testing.T) {
+// The selection stays on the partition the operator chose while the rows re-sort; when
+// that partition is no longer listed, no key acts on the row that took its place.
+func TestSelectionStaysOnTheChosenKey(t *testing.T) {
 	src := newFake(fixture(true))
 	h := newHarness(t, src, Options{}, 80, 24)
-	h.press("s")
-	// While the dialog is open a refresh shows another head; the action still names the
-	// id the operator saw, and the source says it moved.
+	h.press("j") // client-3 (halted) then acme-corp: lag order puts client-3 first
+	chosen := h.selected()
+	if chosen != "acme-corp" {
+		t.Fatalf("selected %q", chosen)
+	}
+	// Three refreshes that re-sort the rows: acme-corp's lag changes each time.
+	for i, lag := range []int64{1, 90_000, 2} {
+		s := fixture(true)
+		s.Partitions[6].Lag = lag
+		src.set(s, nil)
+		h.advance(time.Second)
+		if got := h.selected(); got != chosen {
+			t.Fatalf("refresh %d: selected %q, want %q", i, got, chosen)
+		}
+	}
+	// acme-corp is resolved elsewhere and filtered out by state: the row under the
+	// cursor is another halted partition, but a key press must not act on it.
+	h.press("/")
+	h.typeText("state:halted")
+	h.press("enter")
 	s := fixture(true)
-	s.Partitions[2].HaltedEntryID = "1741944000001-0"
+	s.Partitions[6] = part("acme-corp", StateRunning, 1, time.Second)
 	src.set(s, nil)
 	h.advance(time.Second)
-	src.actErr = fmt.Errorf("admin: skip order:client-3: %w", ErrHeadMoved)
-	h.press("y")
-	if len(src.actions) != 1 || src.actions[0].ExpectID != "1741944000000-14" {
-		t.Fatalf("actions %+v, want one naming 1741944000000-14", src.actions)
+	if !h.m.selGone {
+		t.Fatal("the chosen partition left the list, but selGone is false")
 	}
-	if h.m.statusKind != statusWarn || !strings.HasPrefix(h.m.status, "head moved, nothing done") {
-		t.Fatalf("status %q (%d)", h.m.status, h.m.statusKind)
-	}
-}
-
-func TestActionFailedOtherwise(t *testing.T) {
-	src := newFake(fixture(true))
-	src.actErr = errRedisDown
-	h := newHarness(t, src, Options{}, 80, 24)
-	h.press("d", "y")
-	if h.m.statusKind != statusErr || !strings.Contains(h.m.status, "dlq failed") ||
-		!strings.Contains(h.m.status, "connection refused") {
-		t.Fatalf("status %q (%d)", h.m.status, h.m.statusKind)
-	}
-}
-
-func TestActionCancelled(t *testing.T) {
-	for _, k := range []string{"n", "esc"} {
-		t.Run(k, func(t *testing.T) {
-			src := newFake(fixture(true))
-			h := newHarness(t, src, Options{}, 80, 24)
-			h.press("r", k)
-			if h.m.dialog != nil || len(src.actions) != 0 {
-				t.Fatalf("after %s: dialog %v, actions %v", k, h.m.dialog, src.actions)
-			}
-			if !strings.Contains(h.m.status, "cancelled") {
-				t.Fatalf("status %q", h.m.status)
-			}
-		})
-	}
-}
-
-func TestActionNeedsHaltedHead(t *testing.T) {
-	src := newFake(fixture(true))
-	h := newHarness(t, src, Options{}, 80, 24)
-	h.press("G") // client-2, running
 	h.press("s")
-	if h.m.dialog != nil || h.m.statusKind != statusWarn || !strings.Contains(h.m.status, "not halted") {
-		t.Fatalf("dialog %v, status %q", h.m.dialog, h.m.status)
-	}
-}
-
-func TestReadOnlyRefusesActions(t *testing.T) {
-	src := newFake(fixture(true))
-	h := newHarness(t, src, Options{ReadOnly: true}, 80, 24)
-	for _, k := range []string{"s", "d", "r"} {
-		h.press(k)
-		if h.m.dialog != nil {
-			t.Fatalf("%s opened a dialog in read-only mode", k)
-		}
-		if h.m.statusKind != statusWarn || !strings.HasPrefix(h.m.status, "read-only") {
-			t.Fatalf("%s: status %q", k, h.m.status)
-		}
-	}
-	h.press("enter", "s") // from the detail pane too
 	if h.m.dialog != nil || len(src.actions) != 0 {
-		t.Fatal("read-only mode acted")
+		t.Fatalf("s opened a dialog on %v after the chosen partition left", h.m.dialog)
 	}
-}
-
-func TestActionFromDetailPane(t *testing.T) {
-	src := newFake(fixture(true))
-	ref := PartitionRef{"order", "acme-corp", "projector"}
-	src.heads[ref] = HeadDetail{EntryID: "1741944000000-3", Stream: "order:acme-corp", Attempts: 5,
-		Error: "boom", Since: base.Add(-2 * time.Hour)}
-	h := newHarness(t, src, Options{}, 80, 24)
-	h.press("down", "enter")
-	if h.m.view != viewDetail || h.m.detail == nil || h.m.detail.EntryID != "1741944000000-3" {
-		t.Fatalf("detail pane: view %d detail %+v", h.m.view, h.m.detail)
+	if !strings.Contains(h.m.status, "order:acme-corp (projector) is no longer listed") {
+		t.Errorf("status %q", h.m.status)
 	}
-	h.press("s", "y")
-	if len(src.actions) != 1 || src.actions[0].Ref != ref || src.actions[0].ExpectID != "1741944000000-3" {
-		t.Fatalf("actions %+v", src.actions)
-	}
-	// The pane re-reads its head after the action.
-	if n := len(src.headCalls); n != 2 { // opening the pane, then once after the action
-		t.Fatalf("%d Head calls, want 2: %v", n, src.headCalls)
+	// Moving the cursor chooses again.
+	h.press("g")
+	h.press("s")
+	if h.m.dialog == nil || h.m.dialog.ref.Key != "client-3" {
+		t.Fatalf("after choosing client-3, s: dialog %+v", h.m.dialog)
 	}
 }
 
@@ -549,6 +370,37 @@ func TestRefreshInterval(t *testing.T) {
 	}
 }
 
+// A status message goes after a few seconds (a warning after longer), so an old
+// message never reads as news.
+func TestStatusExpires(t *testing.T) {
+	h := newHarness(t, newFake(fixture(true)), Options{}, 80, 24)
+	h.press("o")
+	if !strings.HasPrefix(h.m.status, "sorted by head age") {
+		t.Fatalf("status %q", h.m.status)
+	}
+	h.advance(4 * time.Second)
+	if h.m.status == "" {
+		t.Fatal("the status went before statusTTL")
+	}
+	h.advance(time.Second)
+	if h.m.status != "" {
+		t.Fatalf("status %q still shown after %v", h.m.status, statusTTL)
+	}
+	h.press("g", "j", "j", "s") // client-4 is running: skip warns
+
+	if h.m.statusKind != statusWarn || h.m.status == "" {
+		t.Fatalf("status %q kind %d, want a warning", h.m.status, h.m.statusKind)
+	}
+	h.advance(10 * time.Second)
+	if h.m.status == "" {
+		t.Fatal("a warning went after 10s")
+	}
+	h.advance(5 * time.Second)
+	if h.m.status != "" {
+		t.Fatalf("warning %q still shown after %v", h.m.status, statusWarnTTL)
+	}
+}
+
 func TestEventsPerSecond(t *testing.T) {
 	src := newFake(fixture(false))
 	h := newHarness(t, src, Options{}, 80, 24)
@@ -576,6 +428,18 @@ func TestEventsPerSecond(t *testing.T) {
 	h.advance(time.Second)
 	if h.m.rateKnown {
 		t.Fatal("a rate without Handled counts")
+	}
+}
+
+func TestUnknownLag(t *testing.T) {
+	s := fixture(false)
+	s.Partitions[0].Lag = -1 // client-1: Redis cannot tell
+	h := newHarness(t, newFake(s), Options{}, 120, 40)
+	if want := int64(4 + 9800 + 37 + 56 + 1500); h.m.sum.lag != want {
+		t.Fatalf("total lag %d, want %d (the unknown one left out)", h.m.sum.lag, want)
+	}
+	if got := h.m.partitionCell(&h.m.snap.Partitions[0], colLag, nil); got != "?" {
+		t.Fatalf("lag cell %q, want ?", got)
 	}
 }
 
@@ -614,117 +478,5 @@ func TestResize(t *testing.T) {
 	h.send(tea.WindowSizeMsg{Width: 30, Height: 8})
 	if v := h.m.View(); !strings.Contains(v, "terminal too small") {
 		t.Fatalf("tiny terminal: %q", v)
-	}
-}
-
-func TestLayoutColumns(t *testing.T) {
-	titles := func(w int) []string {
-		var want [colCount]int
-		want[colKey], want[colHandler] = 30, 10
-		ws := layoutColumns(partitionCols, want[:], w)
-		var out []string
-		total := gutterWidth - 1
-		for i, c := range partitionCols {
-			if ws[i] > 0 {
-				out = append(out, c.title)
-				total += ws[i] + 1
-			}
-		}
-		if total > w {
-			t.Errorf("width %d: the columns take %d", w, total)
-		}
-		return out
-	}
-	all := []string{"KEY", "CATEGORY", "HANDLER", "OWNER", "GEN", "LEASE", "BACKLOG", "", "PENDING", "HEAD AGE", "STATE"}
-	for _, tt := range []struct {
-		width int
-		want  []string
-	}{
-		{120, all},
-		{96, all},
-		{90, []string{"KEY", "CATEGORY", "HANDLER", "OWNER", "LEASE", "BACKLOG", "", "PENDING", "HEAD AGE", "STATE"}},
-		{80, []string{"KEY", "CATEGORY", "HANDLER", "BACKLOG", "", "PENDING", "HEAD AGE", "STATE"}},
-		{60, []string{"KEY", "CATEGORY", "HANDLER", "BACKLOG", "HEAD AGE", "STATE"}},
-		{40, []string{"KEY", "BACKLOG", "HEAD AGE", "STATE"}},
-	} {
-		if diff := cmp.Diff(tt.want, titles(tt.width)); diff != "" {
-			t.Errorf("width %d (-want +got):\n%s", tt.width, diff)
-		}
-	}
-}
-
-func TestFormat(t *testing.T) {
-	durs := map[time.Duration]string{
-		850 * time.Millisecond: "850ms", 4200 * time.Millisecond: "4.2s", 42 * time.Second: "42s",
-		3*time.Minute + 12*time.Second: "3m12s", 2*time.Hour + 5*time.Minute: "2h05m", 76 * time.Hour: "3d04h",
-	}
-	for d, want := range durs {
-		if got := fmtDur(d); got != want {
-			t.Errorf("fmtDur(%v) = %q, want %q", d, got, want)
-		}
-	}
-	counts := map[int64]string{0: "0", 9999: "9999", 12_345: "12.3k", 123_456: "123k", 1_234_567: "1.2M", 2_500_000_000: "2.5G"}
-	for n, want := range counts {
-		if got := fmtCount(n); got != want {
-			t.Errorf("fmtCount(%d) = %q, want %q", n, got, want)
-		}
-	}
-	gens := map[int64]string{0: "-", 7: "7", 9_999_999: "9999999", 10_000_000: "…000000", 1796123456789012: "…789012"}
-	for g, want := range gens {
-		if got := ShortGeneration(g); got != want {
-			t.Errorf("ShortGeneration(%d) = %q, want %q", g, got, want)
-		}
-	}
-	if got := fmtThousands(1234567); got != "1,234,567" {
-		t.Errorf("fmtThousands = %q", got)
-	}
-	bars := []struct {
-		lag, max int64
-		want     string
-	}{{0, 100, "     "}, {1, 1000, "▏    "}, {50, 100, "██▌  "}, {100, 100, "█████"}}
-	for _, b := range bars {
-		if got := lagBar(b.lag, b.max, 5); got != b.want {
-			t.Errorf("lagBar(%d, %d) = %q, want %q", b.lag, b.max, got, b.want)
-		}
-	}
-}
-
-func TestUnknownLag(t *testing.T) {
-	s := fixture(false)
-	s.Partitions[0].Lag = -1 // client-1: Redis cannot tell
-	h := newHarness(t, newFake(s), Options{}, 120, 40)
-	if want := int64(4 + 9800 + 37 + 56 + 1500); h.m.sum.lag != want {
-		t.Fatalf("total lag %d, want %d (the unknown one left out)", h.m.sum.lag, want)
-	}
-	if got := h.m.partitionCell(&h.m.snap.Partitions[0], colLag, nil); got != "?" {
-		t.Fatalf("lag cell %q, want ?", got)
-	}
-}
-
-// The header sums the handler slots of the live instances; one unbounded instance makes
-// the total unbounded, shown without a limit.
-func TestHeaderSlotQueue(t *testing.T) {
-	for _, tt := range []struct {
-		name      string
-		instances []Instance
-		want      string
-	}{
-		{"bounded", []Instance{
-			{ID: "a", LastHeartbeat: base, SlotsInUse: 4, SlotsLimit: 4, SlotsWaiting: 4996},
-			{ID: "b", LastHeartbeat: base, SlotsInUse: 3, SlotsLimit: 4, SlotsWaiting: 1},
-		}, "slots 7/8  waiting 4,997"},
-		{"one unbounded", []Instance{
-			{ID: "a", LastHeartbeat: base, SlotsInUse: 4, SlotsLimit: 4},
-			{ID: "go", LastHeartbeat: base, SlotsInUse: 12},
-		}, "slots 16  waiting 0"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			s := fixture(false)
-			s.Instances = tt.instances
-			h := newHarness(t, newFake(s), Options{}, 160, 30)
-			if v := h.m.View(); !strings.Contains(v, tt.want) {
-				t.Errorf("header lacks %q:\n%s", tt.want, strings.Join(strings.SplitN(v, "\n", 3)[:2], "\n"))
-			}
-		})
 	}
 }

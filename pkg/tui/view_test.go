@@ -229,3 +229,47 @@ func checkScreenWidth(t testing.TB, out string, w int) {
 		}
 	}
 }
+
+// "partitions" counts partition streams, as the CLI and seqctl dev do; "rows" counts the
+// table's (handler, partition) rows.
+func TestPartitionsCountStreams(t *testing.T) {
+	s := fixture(false)
+	second := s.Partitions[0]
+	second.Handler = "mailer"
+	s.Partitions = append(s.Partitions, second)
+	h := newHarness(t, newFake(s), Options{}, 120, 40)
+	if h.m.sum.streams != 8 || h.m.sum.total != 9 {
+		t.Fatalf("streams %d rows %d, want 8 and 9", h.m.sum.streams, h.m.sum.total)
+	}
+	if v := h.m.View(); !strings.Contains(v, "partitions 8  rows 9") {
+		t.Errorf("header lacks \"partitions 8  rows 9\":\n%s", v)
+	}
+}
+
+// The header sums the handler slots of the live instances; one unbounded instance makes
+// the total unbounded, shown without a limit.
+func TestHeaderSlotQueue(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		instances []Instance
+		want      string
+	}{
+		{"bounded", []Instance{
+			{ID: "a", LastHeartbeat: base, SlotsInUse: 4, SlotsLimit: 4, SlotsWaiting: 4996},
+			{ID: "b", LastHeartbeat: base, SlotsInUse: 3, SlotsLimit: 4, SlotsWaiting: 1},
+		}, "slots 7/8  waiting 4,997"},
+		{"one unbounded", []Instance{
+			{ID: "a", LastHeartbeat: base, SlotsInUse: 4, SlotsLimit: 4},
+			{ID: "go", LastHeartbeat: base, SlotsInUse: 12},
+		}, "slots 16  waiting 0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fixture(false)
+			s.Instances = tt.instances
+			h := newHarness(t, newFake(s), Options{}, 160, 30)
+			if v := h.m.View(); !strings.Contains(v, tt.want) {
+				t.Errorf("header lacks %q:\n%s", tt.want, strings.Join(strings.SplitN(v, "\n", 3)[:2], "\n"))
+			}
+		})
+	}
+}
