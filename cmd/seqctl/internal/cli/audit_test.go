@@ -1,24 +1,14 @@
 package cli
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 )
 
 func TestAuditParse(t *testing.T) {
-	tests := []struct {
-		name    string
-		argv    []string
-		want    AuditOptions
-		wantErr string
-	}{
+	testParse(t, "", newCmdAudit, []parseCase[AuditOptions]{
 		{name: "everything", want: AuditOptions{}},
 		{name: "hours", argv: []string{"--since", "12h"}, want: AuditOptions{Since: 12 * time.Hour}},
 		{name: "days and json", argv: []string{"--since", "7d", "-o", "json"}, want: AuditOptions{Since: 7 * 24 * time.Hour, Output: "json"}},
@@ -30,39 +20,11 @@ func TestAuditParse(t *testing.T) {
 		{name: "-n", argv: []string{"-n", "3"}, want: AuditOptions{Limit: 3}},
 		{name: "negative limit", argv: []string{"--limit", "-1"}, wantErr: `invalid value -1 for --limit`},
 		{name: "unknown outcome", argv: []string{"--outcome", "moved"}, wantErr: `invalid value "moved" for --outcome: want one of ok, head_moved`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := testFactory()
-			var got *AuditOptions
-			err := parseOps(t, f, "", newCmdAudit(f, func(o *AuditOptions) error { got = o; return nil }), tt.argv...)
-			if tt.wantErr != "" {
-				var ue *UsageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(AuditOptions{}, "IO", "Admin", "Ctx")); diff != "" {
-				t.Errorf("options (-want +got):\n%s", diff)
-			}
-		})
-	}
+	}, ignoreOpsInputs(AuditOptions{}))
 }
 
 func TestAuditRun(t *testing.T) {
-	tests := []struct {
-		name      string
-		args      []string
-		tm        ttyMode
-		fa        *fakeAdmin
-		golden    string
-		stderrHas []string
-		query     admin.AuditQuery
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{audit: sampleAudit()} }, []runCase{
 		{name: "terminal", args: []string{"audit"}, tm: onTTY, golden: "testdata/ops/audit.tty.golden"},
 		{name: "wide", args: []string{"audit", "-o", "wide"}, tm: onTTY, golden: "testdata/ops/audit.wide.golden"},
 		{name: "pipe", args: []string{"audit"}, tm: inPipe, golden: "testdata/ops/audit.pipe.golden"},
@@ -70,18 +32,5 @@ func TestAuditRun(t *testing.T) {
 		{name: "filters reach the admin", args: []string{"audit", "--limit", "5", "--stream", "order:client-1", "--outcome", "ok"}, tm: inPipe,
 			query: admin.AuditQuery{Limit: 5, Stream: "order:client-1", Outcome: "ok"}},
 		{name: "nothing", args: []string{"audit"}, tm: onTTY, fa: &fakeAdmin{}, stderrHas: []string{"No operator actions recorded."}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{audit: sampleAudit()}
-			}
-			r := runOps(t, fa, tt.tm, "", tt.args...)
-			checkResult(t, r, 0, tt.golden, nil, tt.stderrHas)
-			if diff := cmp.Diff(tt.query, fa.auditQuery); diff != "" {
-				t.Errorf("query (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }

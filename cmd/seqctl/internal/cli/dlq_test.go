@@ -1,93 +1,32 @@
 package cli
 
 import (
-	"errors"
-	"strings"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 )
 
 func TestDLQParse(t *testing.T) {
 	t.Run("list", func(t *testing.T) {
-		for _, tt := range []struct {
-			name    string
-			argv    []string
-			want    DLQListOptions
-			wantErr string
-		}{
+		testParse(t, "dlq", newCmdDLQList, []parseCase[DLQListOptions]{
 			{name: "stream", argv: []string{"order:c"}, want: DLQListOptions{Stream: "order:c"}},
 			{name: "dlq stream and json", argv: []string{"order:c:dlq", "-o", "json"}, want: DLQListOptions{Stream: "order:c:dlq", Output: "json"}},
 			{name: "no stream lists every DLQ", want: DLQListOptions{}},
 			{name: "two streams", argv: []string{"a:b", "c:d"}, wantErr: `unexpected argument "c:d"`},
-		} {
-			t.Run(tt.name, func(t *testing.T) {
-				f := testFactory()
-				var got *DLQListOptions
-				err := parseOps(t, f, "dlq", newCmdDLQList(f, func(o *DLQListOptions) error { got = o; return nil }), tt.argv...)
-				if tt.wantErr != "" {
-					var ue *UsageError
-					if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-						t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-					}
-					return
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(DLQListOptions{}, "IO", "Admin", "Ctx")); diff != "" {
-					t.Errorf("options (-want +got):\n%s", diff)
-				}
-			})
-		}
+		}, ignoreOpsInputs(DLQListOptions{}))
 	})
 	t.Run("replay", func(t *testing.T) {
-		for _, tt := range []struct {
-			name    string
-			argv    []string
-			want    DLQReplayOptions
-			wantErr string
-		}{
+		testParse(t, "dlq", newCmdDLQReplay, []parseCase[DLQReplayOptions]{
 			{name: "id and yes", argv: []string{"order:c", "--id", "1-0", "--yes"}, want: DLQReplayOptions{Stream: "order:c", ID: "1-0", Yes: true}},
 			{name: "dry run", argv: []string{"order:c", "--id", "1-0", "--dry-run"}, want: DLQReplayOptions{Stream: "order:c", ID: "1-0", DryRun: true}},
 			{name: "id required", argv: []string{"order:c", "--yes"}, wantErr: "--id is required"},
 			{name: "malformed id", argv: []string{"order:c", "--id", "garbage", "--yes"}, wantErr: `invalid value "garbage" for --id`},
-		} {
-			t.Run(tt.name, func(t *testing.T) {
-				f := testFactory()
-				var got *DLQReplayOptions
-				err := parseOps(t, f, "dlq", newCmdDLQReplay(f, func(o *DLQReplayOptions) error { got = o; return nil }), tt.argv...)
-				if tt.wantErr != "" {
-					var ue *UsageError
-					if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-						t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-					}
-					return
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(DLQReplayOptions{}, "IO", "Admin", "Ctx")); diff != "" {
-					t.Errorf("options (-want +got):\n%s", diff)
-				}
-			})
-		}
+		}, ignoreOpsInputs(DLQReplayOptions{}))
 	})
 }
 
 func TestDLQListRun(t *testing.T) {
-	tests := []struct {
-		name      string
-		args      []string
-		tm        ttyMode
-		fa        *fakeAdmin
-		code      int
-		golden    string
-		stderrHas []string
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{dlq: sampleDLQ()} }, []runCase{
 		{name: "terminal", args: []string{"dlq", "list", "order:client-1"}, tm: onTTY, golden: "testdata/ops/dlq-list.tty.golden"},
 		{name: "wide", args: []string{"dlq", "list", "order:client-1", "-o", "wide"}, tm: onTTY, golden: "testdata/ops/dlq-list.wide.golden"},
 		{name: "pipe", args: []string{"dlq", "list", "order:client-1"}, tm: inPipe, golden: "testdata/ops/dlq-list.pipe.golden"},
@@ -97,17 +36,7 @@ func TestDLQListRun(t *testing.T) {
 			name: "not a partition", args: []string{"dlq", "list", "order"}, tm: inPipe, code: ExitUsage,
 			fa: &fakeAdmin{dlqErr: admin.ErrInvalidStream}, stderrHas: []string{"invalid stream name"},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{dlq: sampleDLQ()}
-			}
-			r := runOps(t, fa, tt.tm, "", tt.args...)
-			checkResult(t, r, tt.code, tt.golden, nil, tt.stderrHas)
-		})
-	}
+	})
 }
 
 func TestDLQReplayRun(t *testing.T) {
@@ -118,26 +47,14 @@ func TestDLQReplayRun(t *testing.T) {
 	notRemoved.Removed, notRemoved.Warning = false, "re-published, but the DLQ entry was not removed: connection reset"
 	replay := []string{"dlq", "replay", "order:client-1", "--id", "1738318000000-0"}
 	with := func(more ...string) []string { return append(append([]string(nil), replay...), more...) }
-	tests := []struct {
-		name       string
-		args       []string
-		tm         ttyMode
-		stdin      string
-		fa         *fakeAdmin
-		code       int
-		golden     string
-		stdoutHas  []string
-		stderrHas  []string
-		replays    int
-		wantRecord string
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{plan: plan, replay: done} }, []runCase{
 		{
-			name: "replay with --yes", args: with("--yes"), tm: inPipe, replays: 1,
+			name: "replay with --yes", args: with("--yes"), tm: inPipe, replayed: []string{"1738318000000-0"},
 			stdoutHas: []string{"at the tail of order:client-1", "its position changed", "Removed 1738318000000-0 from order:client-1:dlq."},
 		},
-		{name: "json", args: with("--yes", "-o", "json"), tm: inPipe, replays: 1, golden: "testdata/ops/dlq-replay.json.golden"},
+		{name: "json", args: with("--yes", "-o", "json"), tm: inPipe, replayed: []string{"1738318000000-0"}, golden: "testdata/ops/dlq-replay.json.golden"},
 		{
-			name: "not removed", args: with("--yes"), tm: inPipe, replays: 1, fa: &fakeAdmin{plan: plan, replay: &notRemoved},
+			name: "not removed", args: with("--yes"), tm: inPipe, replayed: []string{"1738318000000-0"}, fa: &fakeAdmin{plan: plan, replay: &notRemoved},
 			stdoutHas: []string{"is still in order:client-1:dlq: do not replay it again"}, stderrHas: []string{"warning: re-published, but"},
 		},
 		{
@@ -145,7 +62,7 @@ func TestDLQReplayRun(t *testing.T) {
 			stderrHas: []string{"refusing to replay 1738318000000-0 without confirmation"}, wantRecord: admin.OutcomeRefused,
 		},
 		{
-			name: "confirmed on a terminal", args: replay, tm: onTTY, stdin: "yes\n", replays: 1,
+			name: "confirmed on a terminal", args: replay, tm: onTTY, stdin: "yes\n", replayed: []string{"1738318000000-0"},
 			stderrHas: []string{"goes to the TAIL of order:client-1", "every handler of order receives it again", "Replay it? [y/N]"},
 		},
 		{name: "declined", args: replay, tm: onTTY, stdin: "no\n", code: ExitFailure, wantRecord: admin.OutcomeDeclined},
@@ -156,88 +73,25 @@ func TestDLQReplayRun(t *testing.T) {
 			stderrHas:  []string{"DLQ entry 1-0 in order:client-1:dlq not found"},
 			wantRecord: admin.OutcomeNotFound,
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{plan: plan, replay: done}
-			}
-			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
-			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
-			if fa.replays != tt.replays {
-				t.Errorf("%d replays, want %d", fa.replays, tt.replays)
-			}
-			var outcomes []string
-			for _, rec := range fa.records {
-				outcomes = append(outcomes, rec.Outcome)
-			}
-			var want []string
-			if tt.wantRecord != "" {
-				want = []string{tt.wantRecord}
-			}
-			if diff := cmp.Diff(want, outcomes); diff != "" {
-				t.Errorf("audit records (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func sampleDLQs() []admin.DLQSummary {
-	return []admin.DLQSummary{
-		{Stream: "order:client-1", DLQStream: "order:client-1:dlq", Category: "order", Key: "client-1", Length: 2,
-			OldestID: "1738318000000-0", NewestID: "1738318060000-0", OldestAgeMS: 3600000},
-		{Stream: "order:client-10", DLQStream: "order:client-10:dlq", Category: "order", Key: "client-10", Length: 1,
-			OldestID: "1738318100000-0", NewestID: "1738318100000-0", OldestAgeMS: 60000},
-	}
+	})
 }
 
 func TestDLQListAll(t *testing.T) {
-	tests := []struct {
-		name      string
-		args      []string
-		tm        ttyMode
-		fa        *fakeAdmin
-		code      int
-		golden    string
-		stdoutHas []string
-		stderrHas []string
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{dlqs: sampleDLQs()} }, []runCase{
 		{name: "terminal", args: []string{"dlq", "list"}, tm: onTTY, golden: "testdata/ops/dlq-list-all.tty.golden"},
 		{name: "pipe", args: []string{"dlq", "list"}, tm: inPipe, stdoutHas: []string{"order:client-1\t2\t1738318000000-0\t1738318060000-0\t1h00m\n"}},
 		{name: "json", args: []string{"dlq", "list", "-o", "json"}, tm: inPipe, golden: "testdata/ops/dlq-list-all.json.golden"},
 		{name: "yaml", args: []string{"dlq", "list", "-o", "yaml"}, tm: inPipe, golden: "testdata/ops/dlq-list-all.yaml.golden"},
 		{name: "none", args: []string{"dlq", "list"}, tm: onTTY, fa: &fakeAdmin{}, stderrHas: []string{"No DLQ has entries."}},
 		{name: "two streams", args: []string{"dlq", "list", "a:b", "c:d"}, tm: inPipe, code: ExitUsage, stderrHas: []string{`unexpected argument "c:d"`}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{dlqs: sampleDLQs()}
-			}
-			r := runOps(t, fa, tt.tm, "", tt.args...)
-			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
-		})
-	}
+	})
 }
 
 func TestDLQReplayAll(t *testing.T) {
 	two := append(sampleDLQ(), sampleDLQ()[0])
 	two[1].ID = "1738318060000-0"
 	done := &admin.ReplayResult{DLQStream: "order:client-1:dlq", Stream: "order:client-1", Removed: true, Outcome: admin.OutcomeOK}
-	tests := []struct {
-		name       string
-		args       []string
-		tm         ttyMode
-		stdin      string
-		fa         *fakeAdmin
-		code       int
-		stdoutHas  []string
-		stderrHas  []string
-		replayed   []string
-		wantRecord string
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{dlq: two, replay: done} }, []runCase{
 		{name: "--all --yes replays every entry, oldest first", args: []string{"dlq", "replay", "order:client-1", "--all", "--yes"}, tm: inPipe,
 			replayed: []string{"1738318000000-0", "1738318060000-0"}, stdoutHas: []string{"Replayed 2 entries of order:client-1"}},
 		{name: "confirmed once on a terminal", args: []string{"dlq", "replay", "order:client-1", "--all"}, tm: onTTY, stdin: "y\n",
@@ -255,48 +109,13 @@ func TestDLQReplayAll(t *testing.T) {
 			code: ExitNotFound, replayed: []string{"1738318000000-0"}, stderrHas: []string{"replayed 0 of 2 entries; 1738318000000-0 failed"}},
 		{name: "--id and --all", args: []string{"dlq", "replay", "order:client-1", "--all", "--id", "1-0"}, tm: inPipe, code: ExitUsage,
 			stderrHas: []string{"--id and --all exclude each other"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{dlq: two, replay: done}
-			}
-			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
-			checkResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
-			if diff := cmp.Diff(tt.replayed, fa.replayed); diff != "" {
-				t.Errorf("replayed (-want +got):\n%s", diff)
-			}
-			var outcomes []string
-			for _, rec := range fa.records {
-				outcomes = append(outcomes, rec.Outcome)
-			}
-			var want []string
-			if tt.wantRecord != "" {
-				want = []string{tt.wantRecord}
-			}
-			if diff := cmp.Diff(want, outcomes); diff != "" {
-				t.Errorf("audit records (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }
 
 func TestDLQPurge(t *testing.T) {
 	two := append(sampleDLQ(), sampleDLQ()[0])
 	two[1].ID = "1738318060000-0"
-	tests := []struct {
-		name       string
-		args       []string
-		tm         ttyMode
-		stdin      string
-		fa         *fakeAdmin
-		code       int
-		stdoutHas  []string
-		stderrHas  []string
-		purges     []string
-		wantRecord string
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{dlq: two} }, []runCase{
 		{name: "through the newest entry shown", args: []string{"dlq", "purge", "order:client-1", "--yes"}, tm: inPipe,
 			purges: []string{"1738318060000-0"}, stdoutHas: []string{"Deleted 2 entries of order:client-1:dlq, through 1738318060000-0"}},
 		{name: "through an id", args: []string{"dlq", "purge", "order:client-1", "--through", "1738318000000-0", "--yes"}, tm: inPipe,
@@ -313,29 +132,5 @@ func TestDLQPurge(t *testing.T) {
 			stderrHas: []string{"nothing to purge"}},
 		{name: "malformed --through: exit 2", args: []string{"dlq", "purge", "order:client-1", "--through", "yesterday", "--yes"}, tm: inPipe,
 			code: ExitUsage, stderrHas: []string{`invalid value "yesterday" for --through`}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{dlq: two}
-			}
-			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
-			checkResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
-			if diff := cmp.Diff(tt.purges, fa.purges); diff != "" {
-				t.Errorf("purges (-want +got):\n%s", diff)
-			}
-			var outcomes []string
-			for _, rec := range fa.records {
-				outcomes = append(outcomes, rec.Outcome)
-			}
-			var want []string
-			if tt.wantRecord != "" {
-				want = []string{tt.wantRecord}
-			}
-			if diff := cmp.Diff(want, outcomes); diff != "" {
-				t.Errorf("audit records (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }

@@ -1,16 +1,11 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"path"
 	"slices"
-	"strings"
-	"testing"
 	"time"
-
-	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -42,7 +37,6 @@ type fakeAdmin struct {
 	planErr    error
 	replay     *admin.ReplayResult
 	replayErr  error
-	replays    int
 	audit      []admin.AuditEntry
 	auditQuery admin.AuditQuery
 	dlqs       []admin.DLQSummary
@@ -56,6 +50,11 @@ type fakeAdmin struct {
 	groupsErr error
 	removeErr error
 	removals  []admin.GroupRemoval
+}
+
+// opener opens f, and closes nothing.
+func (f *fakeAdmin) opener() AdminOpener {
+	return func(context.Context) (Admin, func(), error) { return f, func() {}, nil }
 }
 
 func (f *fakeAdmin) ListPartitions(_ context.Context, flt admin.Filter) ([]admin.Partition, error) {
@@ -105,7 +104,6 @@ func (f *fakeAdmin) PlanReplay(context.Context, string, string) (*admin.ReplayPl
 }
 
 func (f *fakeAdmin) Replay(_ context.Context, _, id string, _ admin.Actor) (*admin.ReplayResult, error) {
-	f.replays++
 	f.replayed = append(f.replayed, id)
 	return f.replay, f.replayErr
 }
@@ -145,54 +143,6 @@ func (f *fakeAdmin) RemoveGroup(_ context.Context, r admin.GroupRemoval) (*admin
 	}
 	return &admin.GroupRemoved{Category: r.Category, Group: r.Group, DryRun: r.DryRun, Outcome: admin.OutcomeOK,
 		GroupRetired: engine.GroupRetired{Partitions: 2, Read: *r.ExpectRead, Destroyed: 1, Halts: 1}}, nil
-}
-
-// term describes the test's terminal: stdout and stdin.
-type ttyMode struct{ out, in bool }
-
-var (
-	onTTY  = ttyMode{out: true, in: true}
-	inPipe = ttyMode{}
-)
-
-// runOps runs seqctl in process against a fake admin.
-func runOps(t testing.TB, fa *fakeAdmin, tm ttyMode, stdin string, args ...string) result {
-	t.Helper()
-	ios, in, out, errOut := NewTestIOStreams()
-	ios.IsTerminal, ios.InIsTerminal = tm.out, tm.in
-	in.WriteString(stdin)
-	f := &Factory{IOStreams: ios, Build: testBuild, OpenAdmin: func(context.Context) (Admin, func(), error) {
-		return fa, func() {}, nil
-	}}
-	code := run(context.Background(), f, args)
-	return result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
-}
-
-// parseOps runs argv through a root holding the global flags, parent (when not "") and
-// cmd, the way Main would; the command's runF captures the options.
-func parseOps(t testing.TB, f *Factory, parent string, cmd *cobra.Command, argv ...string) error {
-	t.Helper()
-	root := newRootCommand()
-	addGlobalFlags(root, f)
-	path := []string{cmd.Name()}
-	if parent != "" {
-		p := &cobra.Command{Use: parent}
-		p.AddCommand(cmd)
-		root.AddCommand(p)
-		path = []string{parent, cmd.Name()}
-	} else {
-		root.AddCommand(cmd)
-	}
-	root.SetArgs(append(path, argv...))
-	var sink bytes.Buffer
-	root.SetOut(&sink)
-	root.SetErr(&sink)
-	return root.Execute()
-}
-
-func testFactory() *Factory {
-	ios, _, _, _ := NewTestIOStreams()
-	return &Factory{IOStreams: ios, Build: testBuild}
 }
 
 // Fixed data of the run tables.
@@ -272,24 +222,20 @@ func sampleAudit() []admin.AuditEntry {
 	}
 }
 
-// checkResult compares a run's exit code and checks stdout and stderr: against a golden
-// file when golden is set, else for fragments.
-func checkResult(t *testing.T, r result, code int, goldenPath string, stdoutHas, stderrHas []string) {
-	t.Helper()
-	if r.Code != code {
-		t.Errorf("exit code = %d, want %d\nstdout:\n%s\nstderr:\n%s", r.Code, code, r.Stdout, r.Stderr)
+func sampleDLQs() []admin.DLQSummary {
+	return []admin.DLQSummary{
+		{Stream: "order:client-1", DLQStream: "order:client-1:dlq", Category: "order", Key: "client-1", Length: 2,
+			OldestID: "1738318000000-0", NewestID: "1738318060000-0", OldestAgeMS: 3600000},
+		{Stream: "order:client-10", DLQStream: "order:client-10:dlq", Category: "order", Key: "client-10", Length: 1,
+			OldestID: "1738318100000-0", NewestID: "1738318100000-0", OldestAgeMS: 60000},
 	}
-	if goldenPath != "" {
-		golden(t, goldenPath, r.Stdout)
-	}
-	for _, s := range stdoutHas {
-		if !strings.Contains(r.Stdout, s) {
-			t.Errorf("stdout lacks %q:\n%s", s, r.Stdout)
-		}
-	}
-	for _, s := range stderrHas {
-		if !strings.Contains(r.Stderr, s) {
-			t.Errorf("stderr lacks %q:\n%s", s, r.Stderr)
-		}
+}
+
+func sampleGroups() []admin.Group {
+	yes, no := true, false
+	return []admin.Group{
+		{Category: "order", Name: "Mailer", Registered: true, Declared: &no, Partitions: 20, Behind: 20, Unread: 517, Read: 83},
+		{Category: "order", Name: "Projector", Registered: true, Declared: &yes, Partitions: 20, Read: 600, LiveLeases: 20, Pending: 1, Halted: 1},
+		{Category: "payment", Name: "Ledger", Registered: false, Declared: &yes, Unread: -1},
 	}
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -11,56 +10,24 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
-	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 func TestGroupsListParse(t *testing.T) {
-	tests := []struct {
-		name    string
-		argv    []string
-		want    GroupsListOptions
-		wantErr string
-	}{
+	testParse(t, "groups", newCmdGroupsList, []parseCase[GroupsListOptions]{
 		{name: "everything", want: GroupsListOptions{}},
 		{name: "one category as json", argv: []string{"--category", "order", "-o", "json"}, want: GroupsListOptions{Category: "order", Output: "json"}},
 		{name: "no arguments", argv: []string{"order"}, wantErr: `unexpected argument "order"`},
 		{name: "bad output", argv: []string{"-o", "csv"}, wantErr: `invalid value "csv" for --output`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := testFactory()
-			var got *GroupsListOptions
-			err := parseOps(t, f, "groups", newCmdGroupsList(f, func(o *GroupsListOptions) error { got = o; return nil }), tt.argv...)
-			if tt.wantErr != "" {
-				var ue *UsageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(GroupsListOptions{}, "IO", "Admin", "Ctx")); diff != "" {
-				t.Errorf("options (-want +got):\n%s", diff)
-			}
-		})
-	}
+	}, ignoreOpsInputs(GroupsListOptions{}))
 }
 
 func TestGroupsRemoveParse(t *testing.T) {
 	zero, seven := int64(0), int64(7)
-	tests := []struct {
-		name    string
-		argv    []string
-		want    GroupsRemoveOptions
-		wantErr string
-	}{
+	testParse(t, "groups", newCmdGroupsRemove, []parseCase[GroupsRemoveOptions]{
 		{name: "minimal", argv: []string{"Mailer", "--category", "order"}, want: GroupsRemoveOptions{Group: "Mailer", Category: "order"}},
 		{name: "expect zero is a comparison", argv: []string{"Mailer", "--category", "order", "--expect-read", "0", "--yes"},
 			want: GroupsRemoveOptions{Group: "Mailer", Category: "order", ExpectRead: &zero, Yes: true}},
@@ -70,49 +37,11 @@ func TestGroupsRemoveParse(t *testing.T) {
 		{name: "name required", argv: []string{"--category", "order"}, wantErr: "missing the NAME argument"},
 		{name: "one name", argv: []string{"A", "B", "--category", "order"}, wantErr: `unexpected argument "B"`},
 		{name: "negative figure", argv: []string{"Mailer", "--category", "order", "--expect-read", "-1"}, wantErr: "must not be negative"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := testFactory()
-			var got *GroupsRemoveOptions
-			err := parseOps(t, f, "groups", newCmdGroupsRemove(f, func(o *GroupsRemoveOptions) error { got = o; return nil }), tt.argv...)
-			if tt.wantErr != "" {
-				var ue *UsageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(GroupsRemoveOptions{}, "IO", "Admin", "Ctx")); diff != "" {
-				t.Errorf("options (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func sampleGroups() []admin.Group {
-	yes, no := true, false
-	return []admin.Group{
-		{Category: "order", Name: "Mailer", Registered: true, Declared: &no, Partitions: 20, Behind: 20, Unread: 517, Read: 83},
-		{Category: "order", Name: "Projector", Registered: true, Declared: &yes, Partitions: 20, Read: 600, LiveLeases: 20, Pending: 1, Halted: 1},
-		{Category: "payment", Name: "Ledger", Registered: false, Declared: &yes, Unread: -1},
-	}
+	}, ignoreOpsInputs(GroupsRemoveOptions{}))
 }
 
 func TestGroupsListRun(t *testing.T) {
-	tests := []struct {
-		name      string
-		args      []string
-		tm        ttyMode
-		fa        *fakeAdmin
-		code      int
-		golden    string
-		stdoutHas []string
-		stderrHas []string
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{groups: sampleGroups()} }, []runCase{
 		{name: "terminal", args: []string{"groups", "list"}, tm: onTTY, golden: "testdata/ops/groups-list.tty.golden"},
 		{name: "pipe", args: []string{"groups", "list"}, tm: inPipe, golden: "testdata/ops/groups-list.pipe.golden"},
 		{name: "json", args: []string{"groups", "list", "-o", "json"}, tm: inPipe, golden: "testdata/ops/groups-list.json.golden"},
@@ -120,17 +49,7 @@ func TestGroupsListRun(t *testing.T) {
 		{name: "nothing as json is an array", args: []string{"groups", "list", "-o", "json"}, tm: inPipe, fa: &fakeAdmin{}, stdoutHas: []string{"[]"}},
 		{name: "redis down", args: []string{"groups", "list"}, tm: inPipe, code: ExitFailure,
 			fa: &fakeAdmin{groupsErr: fmt.Errorf("%w: connection refused", engine.ErrRedisUnavailable)}, stderrHas: []string{"redis unavailable"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{groups: sampleGroups()}
-			}
-			r := runOps(t, fa, tt.tm, "", tt.args...)
-			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
-		})
-	}
+	})
 }
 
 func TestGroupsRemoveRun(t *testing.T) {
@@ -141,18 +60,7 @@ func TestGroupsRemoveRun(t *testing.T) {
 	noConfig := sampleGroups()
 	noConfig[0].Declared = nil
 	read83 := int64(83)
-	tests := []struct {
-		name       string
-		args       []string
-		tm         ttyMode
-		stdin      string
-		fa         *fakeAdmin
-		code       int
-		stdoutHas  []string
-		stderrHas  []string
-		wantRemove []admin.GroupRemoval // what reached the admin (Actor ignored)
-		wantRecord string               // outcome of the refused attempt the command records itself
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{groups: sampleGroups()} }, []runCase{
 		{
 			name: "remove what was inspected", args: with("--expect-read", "83", "--yes", "--reason", "OPS-7"), tm: inPipe,
 			stdoutHas:  []string{"Removed Mailer from order: its consumer group was destroyed on 1 streams and 1 halt records deleted. Trim and reap no longer wait for it."},
@@ -234,47 +142,8 @@ func TestGroupsRemoveRun(t *testing.T) {
 			stderrHas:  []string{"it may or may not have been applied; check with 'seqctl groups list --category order'"},
 			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{groups: sampleGroups()}
-			}
-			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
-			checkResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
-			if diff := cmp.Diff(tt.wantRemove, fa.removals, cmpopts.IgnoreFields(admin.GroupRemoval{}, "Actor")); diff != "" {
-				t.Errorf("removals (-want +got):\n%s", diff)
-			}
-			for _, rm := range fa.removals {
-				if rm.Actor.Command != "groups remove" || rm.Actor.User == "" {
-					t.Errorf("actor = %+v, want the command and the user", rm.Actor)
-				}
-			}
-			var outcomes []string
-			for _, rec := range fa.records {
-				outcomes = append(outcomes, rec.Outcome)
-			}
-			var want []string
-			if tt.wantRecord != "" {
-				want = []string{tt.wantRecord}
-			}
-			if diff := cmp.Diff(want, outcomes); diff != "" {
-				t.Errorf("audit records the command wrote itself (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }
-
-// groupsDomain is opsDomain with a second handler, Mailer, on order; groupsDomainV2 is
-// the domain after Mailer was removed.
-const groupsDomain = opsDomain + `
-[[handlers]]
-name = "Mailer"
-part_of = "order"
-handles = ["OrderPlaced"]
-sequential_by = "client_id"
-`
 
 // Issue 12, acceptance 10, end to end: one engine runs only Projector of a domain that
 // also declares Mailer. Nothing Mailer has not read is trimmed or reaped; 'groups list'
@@ -285,51 +154,28 @@ func TestGroupsRemoveEndToEnd(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	oldConfig, newConfig := writeConfig(t, groupsDomain), writeConfig(t, opsDomain)
-	cfg, err := config.Load(oldConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dom, err := cfg.InitDomain()
-	if err != nil {
-		t.Fatal(err)
-	}
+	oldConfig, newConfig := writeDomain(t, "ops-mailer"), writeDomain(t, "ops")
+	_, dom := loadDomain(t, oldConfig)
 	var handled atomic.Int64
 	for i := range dom.Handlers {
 		dom.Handlers[i].Func = func(context.Context, engine.Event) error { handled.Add(1); return nil }
 	}
-	e, err := engine.New(engine.EngineConfig{
+	startTestEngine(t, engine.EngineConfig{
 		Domain: dom, Client: srv.Client(t), InstanceID: "w1", Handlers: []string{"Projector"},
 		Timing: engine.LeaseTiming{LeaseTTL: time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			PollInterval: 50 * time.Millisecond, ReapIdle: time.Second},
 		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
-	b := engine.NewRedisBroker(rdb)
+	orders := opsEngine{dom: dom, broker: engine.NewRedisBroker(rdb)}
 	const perKey = 300 // above the trim period of 256 handled events
 	for seq := 0; seq < perKey; seq++ {
 		for _, k := range []string{"A", "B"} {
-			data, _ := json.Marshal(opsPayload{Client: k, Seq: seq})
-			if _, err := b.Publish(ctx, dom, "OrderPlaced", data, engine.PublishOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			orders.publish(t, opsPayload{Client: k, Seq: seq})
 		}
 	}
 	waitUntil(t, 20*time.Second, "Projector handled everything", func() bool { return handled.Load() == 2*perKey })
 	time.Sleep(3 * time.Second) // three reap periods
-	cli := func(config string, args ...string) result {
-		args = append(args, "--redis-url", srv.URL)
-		if config != "" {
-			args = append(args, "--config", config)
-		}
-		return runCLI(t, false, args...)
-	}
+	cli := func(config string, args ...string) result { return cliAt(t, srv.URL, config, args...) }
 	left := rdb.XLen(ctx, "order:A").Val() + rdb.XLen(ctx, "order:B").Val()
 	t.Logf("after %d events handled by Projector and 3 s idle: %d of %d entries left for Mailer", handled.Load(), left, 2*perKey)
 	if left != 2*perKey || rdb.SCard(ctx, engine.PartitionIndex("order")).Val() != 2 {
@@ -370,17 +216,14 @@ func TestGroupsRemoveEndToEnd(t *testing.T) {
 	})
 	t.Logf("reaped %v after 'groups remove'", time.Since(removed).Round(10*time.Millisecond))
 	for seq := 0; seq < perKey; seq++ {
-		data, _ := json.Marshal(opsPayload{Client: "C", Seq: seq})
-		if _, err := b.Publish(ctx, dom, "OrderPlaced", data, engine.PublishOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		orders.publish(t, opsPayload{Client: "C", Seq: seq})
 	}
 	waitUntil(t, 20*time.Second, "order:C handled", func() bool { return handled.Load() == 3*perKey })
 	waitUntil(t, 5*time.Second, "order:C trimmed", func() bool { return rdb.XLen(ctx, "order:C").Val() < perKey })
 	t.Logf("order:C holds %d of %d entries once handled", rdb.XLen(ctx, "order:C").Val(), perKey)
 
 	var outcomes []string
-	for _, a := range auditOf(t, &opsWorld{srv: srv}) {
+	for _, a := range auditOf(t, srv.URL) {
 		outcomes = append(outcomes, a.Command+" "+a.Handler+" "+a.Outcome)
 	}
 	want := []string{"groups remove Mailer declared", "groups remove Projector live_lease", "groups remove Mailer read_moved", "groups remove Mailer ok"}

@@ -1,52 +1,25 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 func TestHeadShowParse(t *testing.T) {
-	tests := []struct {
-		name    string
-		argv    []string
-		want    HeadShowOptions
-		wantErr string
-	}{
+	testParse(t, "head", newCmdHeadShow, []parseCase[HeadShowOptions]{
 		{name: "stream only", argv: []string{"order:client-1"}, want: HeadShowOptions{Stream: "order:client-1"}},
 		{name: "everything", argv: []string{"order:client-1", "--handler", "P", "--full", "-o", "json"},
 			want: HeadShowOptions{Stream: "order:client-1", Handler: "P", Full: true, Output: "json"}},
 		{name: "no stream", wantErr: "missing the STREAM argument"},
 		{name: "bad output", argv: []string{"a:b", "-o", "csv"}, wantErr: `invalid value "csv" for --output`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := testFactory()
-			var got *HeadShowOptions
-			err := parseOps(t, f, "head", newCmdHeadShow(f, func(o *HeadShowOptions) error { got = o; return nil }), tt.argv...)
-			if tt.wantErr != "" {
-				var ue *UsageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(HeadShowOptions{}, "IO", "Admin", "Ctx")); diff != "" {
-				t.Errorf("options (-want +got):\n%s", diff)
-			}
-		})
-	}
+	}, ignoreOpsInputs(HeadShowOptions{}))
 }
 
 func TestHeadShowRun(t *testing.T) {
@@ -54,16 +27,7 @@ func TestHeadShowRun(t *testing.T) {
 	long.LastError = strings.Repeat("x", 700)
 	long.Envelope.Data = []byte(`{"items":[` + strings.Repeat(`1,`, 60) + `1]}`)
 	long.Envelope.Fields = map[string]string{"trace": "abc"}
-	tests := []struct {
-		name      string
-		args      []string
-		tm        ttyMode
-		fa        *fakeAdmin
-		code      int
-		golden    string
-		stdoutHas []string
-		stderrHas []string
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{head: sampleHead()} }, []runCase{
 		{name: "terminal", args: []string{"head", "show", "order:client-1", "--handler", "OrderProjector"}, tm: onTTY, golden: "testdata/ops/head-show.tty.golden"},
 		{name: "pipe", args: []string{"head", "show", "order:client-1", "--handler", "OrderProjector"}, tm: inPipe, golden: "testdata/ops/head-show.pipe.golden"},
 		{name: "json", args: []string{"head", "show", "order:client-1", "--handler", "OrderProjector", "-o", "json"}, tm: inPipe, golden: "testdata/ops/head-show.json.golden"},
@@ -88,62 +52,39 @@ func TestHeadShowRun(t *testing.T) {
 			fa:        &fakeAdmin{headErr: &admin.NotFoundError{What: "head", Name: "of order:client-1 for P", Hint: "the handler is caught up"}},
 			stderrHas: []string{"head of order:client-1 for P not found: the handler is caught up"},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{head: sampleHead()}
-			}
-			r := runOps(t, fa, tt.tm, "", tt.args...)
-			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
-		})
-	}
+	})
 }
 
 func TestHeadActionParse(t *testing.T) {
-	tests := []struct {
-		name    string
-		kind    admin.ActionKind
-		argv    []string
-		want    HeadActionOptions
-		wantErr string
-	}{
-		{name: "skip", kind: admin.ActionSkip, argv: []string{"order:c", "--handler", "P", "--expect-id", "1-0", "--yes"},
-			want: HeadActionOptions{Kind: admin.ActionSkip, Stream: "order:c", Handler: "P", ExpectID: "1-0", Yes: true}},
-		{name: "dlq with everything", kind: admin.ActionDLQ, argv: []string{"order:c", "--handler", "P", "-y", "--dry-run", "--force", "--reason", "OPS-1", "-o", "json"},
-			want: HeadActionOptions{Kind: admin.ActionDLQ, Stream: "order:c", Handler: "P", Yes: true, DryRun: true, Force: true, Reason: "OPS-1", Output: "json"}},
-		{name: "retry", kind: admin.ActionRetry, argv: []string{"order:c", "--handler", "P", "--expect-id", "1-0"},
-			want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", Handler: "P", ExpectID: "1-0"}},
-		{name: "retry has no --force", kind: admin.ActionRetry, argv: []string{"order:c", "--handler", "P", "--force"}, wantErr: "unknown flag: --force"},
-		{name: "handler may be left out", kind: admin.ActionSkip, argv: []string{"order:c", "--yes"},
-			want: HeadActionOptions{Kind: admin.ActionSkip, Stream: "order:c", Yes: true}},
-		{name: "malformed --expect-id", kind: admin.ActionSkip, argv: []string{"order:c", "--expect-id", "garbage"},
-			wantErr: `invalid value "garbage" for --expect-id: an entry id is MILLISECONDS-SEQUENCE`},
-		{name: "--expect-id with a bad sequence", kind: admin.ActionDLQ, argv: []string{"order:c", "--expect-id", "1-x"}, wantErr: `invalid value "1-x" for --expect-id`},
-		{name: "--expect-id with a sign", kind: admin.ActionRetry, argv: []string{"order:c", "--expect-id", "+1-0"}, wantErr: `invalid value "+1-0" for --expect-id`},
-		{name: "--expect-id milliseconds only", kind: admin.ActionRetry, argv: []string{"order:c", "--expect-id", "1718000000000"},
-			want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", ExpectID: "1718000000000"}},
-		{name: "stream required", kind: admin.ActionDLQ, argv: []string{"--handler", "P"}, wantErr: "missing the STREAM argument"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := testFactory()
-			var got *HeadActionOptions
-			err := parseOps(t, f, "head", newCmdHeadAction(f, tt.kind, func(o *HeadActionOptions) error { got = o; return nil }), tt.argv...)
-			if tt.wantErr != "" {
-				var ue *UsageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-				}
-				return
+	for kind, cases := range map[admin.ActionKind][]parseCase[HeadActionOptions]{
+		admin.ActionSkip: {
+			{name: "skip", argv: []string{"order:c", "--handler", "P", "--expect-id", "1-0", "--yes"},
+				want: HeadActionOptions{Kind: admin.ActionSkip, Stream: "order:c", Handler: "P", ExpectID: "1-0", Yes: true}},
+			{name: "handler may be left out", argv: []string{"order:c", "--yes"},
+				want: HeadActionOptions{Kind: admin.ActionSkip, Stream: "order:c", Yes: true}},
+			{name: "malformed --expect-id", argv: []string{"order:c", "--expect-id", "garbage"},
+				wantErr: `invalid value "garbage" for --expect-id: an entry id is MILLISECONDS-SEQUENCE`},
+		},
+		admin.ActionDLQ: {
+			{name: "dlq with everything", argv: []string{"order:c", "--handler", "P", "-y", "--dry-run", "--force", "--reason", "OPS-1", "-o", "json"},
+				want: HeadActionOptions{Kind: admin.ActionDLQ, Stream: "order:c", Handler: "P", Yes: true, DryRun: true, Force: true, Reason: "OPS-1", Output: "json"}},
+			{name: "--expect-id with a bad sequence", argv: []string{"order:c", "--expect-id", "1-x"}, wantErr: `invalid value "1-x" for --expect-id`},
+			{name: "stream required", argv: []string{"--handler", "P"}, wantErr: "missing the STREAM argument"},
+		},
+		admin.ActionRetry: {
+			{name: "retry", argv: []string{"order:c", "--handler", "P", "--expect-id", "1-0"},
+				want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", Handler: "P", ExpectID: "1-0"}},
+			{name: "retry has no --force", argv: []string{"order:c", "--handler", "P", "--force"}, wantErr: "unknown flag: --force"},
+			{name: "--expect-id with a sign", argv: []string{"order:c", "--expect-id", "+1-0"}, wantErr: `invalid value "+1-0" for --expect-id`},
+			{name: "--expect-id milliseconds only", argv: []string{"order:c", "--expect-id", "1718000000000"},
+				want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", ExpectID: "1718000000000"}},
+		},
+	} {
+		t.Run(string(kind), func(t *testing.T) {
+			newCmd := func(f *Factory, runF func(*HeadActionOptions) error) *cobra.Command {
+				return newCmdHeadAction(f, kind, runF)
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(HeadActionOptions{}, "IO", "Admin", "Ctx")); diff != "" {
-				t.Errorf("options (-want +got):\n%s", diff)
-			}
+			testParse(t, "head", newCmd, cases, ignoreOpsInputs(HeadActionOptions{}))
 		})
 	}
 }
@@ -155,19 +96,7 @@ func TestHeadActionRun(t *testing.T) {
 	undelivered.Status, undelivered.HaltedSince, undelivered.LastError, undelivered.Attempts = admin.HeadUndelivered, nil, "", 0
 	skip := []string{"head", "skip", "order:client-1", "--handler", "OrderProjector"}
 	with := func(base []string, more ...string) []string { return append(append([]string(nil), base...), more...) }
-	tests := []struct {
-		name       string
-		args       []string
-		tm         ttyMode
-		stdin      string
-		fa         *fakeAdmin
-		code       int
-		golden     string
-		stdoutHas  []string
-		stderrHas  []string
-		wantAct    *admin.Action // nil: no action may run
-		wantRecord string        // outcome of the one refused attempt the command records itself
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{head: sampleHead()} }, []runCase{
 		{
 			name: "skip the expected head", args: with(skip, "--expect-id", poisonID, "--yes", "--reason", "OPS-42"), tm: inPipe,
 			stdoutHas: []string{"Skipped 1738317600000-0 on order:client-1 for OrderProjector: acknowledged without handling"},
@@ -291,39 +220,5 @@ func TestHeadActionRun(t *testing.T) {
 		{
 			name: "dry run with a stale id: exit 4", args: with(skip, "--dry-run", "--expect-id", "1-1"), tm: inPipe, code: ExitConflict,
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{head: sampleHead()}
-			}
-			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
-			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
-			switch {
-			case tt.wantAct == nil && len(fa.actions) > 0:
-				t.Errorf("an action ran: %+v", fa.actions)
-			case tt.wantAct != nil && len(fa.actions) != 1:
-				t.Errorf("%d actions ran, want 1", len(fa.actions))
-			case tt.wantAct != nil:
-				if diff := cmp.Diff(*tt.wantAct, fa.actions[0], cmpopts.IgnoreFields(admin.Action{}, "Actor")); diff != "" {
-					t.Errorf("action (-want +got):\n%s", diff)
-				}
-				if a := fa.actions[0].Actor; a.Command != "head "+string(tt.wantAct.Kind) || a.User == "" {
-					t.Errorf("actor = %+v, want the command and the user", a)
-				}
-			}
-			var outcomes []string
-			for _, rec := range fa.records {
-				outcomes = append(outcomes, rec.Outcome)
-			}
-			var want []string
-			if tt.wantRecord != "" {
-				want = []string{tt.wantRecord}
-			}
-			if diff := cmp.Diff(want, outcomes); diff != "" {
-				t.Errorf("audit records the command wrote itself (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
-	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/engine/outbox"
 )
@@ -32,26 +30,8 @@ func TestOutboxCommandsSQLite(t *testing.T) {
 }
 
 func outboxCommands(t *testing.T, url string, rdb redis.UniversalClient, global ...string) {
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "domain.toml")
-	dsn := "sqlite://" + filepath.Join(dir, "outbox.db")
-	if err := os.WriteFile(cfgPath, []byte(`name = "t"
-[broker]
-kind = "redis"
-[outbox]
-dsn = "`+dsn+`"
-[[events]]
-name = "OrderPlaced"
-category = "order"
-fields = ["client_id"]
-[[handlers]]
-name = "P"
-part_of = "order"
-handles = ["OrderPlaced"]
-sequential_by = "client_id"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "outbox.db")
+	cfgPath := writeDomain(t, "outbox", "DSN", dsn)
 	if r := runCLI(t, false, "outbox", "migrate", "--config", cfgPath); r.Code != 0 {
 		t.Fatalf("migrate: %d %s", r.Code, r.Stderr)
 	}
@@ -59,35 +39,7 @@ sequential_by = "client_id"
 		t.Fatalf("migrate is idempotent: %d %s", r.Code, r.Stderr)
 	}
 
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dom, err := cfg.InitDomain()
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, dialect, err := outbox.Open(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ob, err := outbox.New(db, dialect, dom)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []string{"a", "b", "a"} {
-		if _, err := ob.Enqueue(context.Background(), tx, outbox.Event{Type: "OrderPlaced", Data: []byte(`{"client_id":"` + c + `"}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	enqueueOrders(t, cfgPath, dsn, "a", "b", "a")
 
 	if r := runCLI(t, false, append([]string{"relay", "--once", "--config", cfgPath, "--redis-url", url}, global...)...); r.Code != 0 {
 		t.Fatalf("relay --once: %d %s", r.Code, r.Stderr)
@@ -130,59 +82,12 @@ func TestOutboxCommandsNeedTheTable(t *testing.T) {
 func TestRelayOnceMinReplicas(t *testing.T) {
 	srv := redistest.Start(t)
 	replica := redistest.StartReplica(t, srv)
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "domain.toml")
-	dsn := "sqlite://" + filepath.Join(dir, "outbox.db")
-	if err := os.WriteFile(cfgPath, []byte(`name = "t"
-[broker]
-min_replicas = 1
-replica_timeout_ms = 300
-[outbox]
-dsn = "`+dsn+`"
-[[events]]
-name = "OrderPlaced"
-category = "order"
-fields = ["client_id"]
-[[handlers]]
-name = "P"
-part_of = "order"
-handles = ["OrderPlaced"]
-sequential_by = "client_id"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "outbox.db")
+	cfgPath := writeDomain(t, "outbox-replicas", "DSN", dsn)
 	if r := runCLI(t, false, "outbox", "migrate", "--config", cfgPath); r.Code != 0 {
 		t.Fatalf("migrate: %d %s", r.Code, r.Stderr)
 	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dom, err := cfg.InitDomain()
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, dialect, err := outbox.Open(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ob, err := outbox.New(db, dialect, dom)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []string{"a", "b"} {
-		if _, err := ob.Enqueue(context.Background(), tx, outbox.Event{Type: "OrderPlaced", Data: []byte(`{"client_id":"` + c + `"}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	enqueueOrders(t, cfgPath, dsn, "a", "b")
 	published := func() int {
 		t.Helper()
 		r := runCLI(t, false, "outbox", "status", "--config", cfgPath, "-o", "json")
@@ -219,5 +124,33 @@ sequential_by = "client_id"
 	}
 	if a, b := rdb.XLen(context.Background(), "order:a").Val(), rdb.XLen(context.Background(), "order:b").Val(); a != 1 || b != 1 {
 		t.Fatalf("streams: order:a=%d order:b=%d, want each row appended once", a, b)
+	}
+}
+
+// enqueueOrders enqueues an OrderPlaced event for each client, in one transaction of the
+// application, in the outbox at dsn of the domain at cfgPath.
+func enqueueOrders(t *testing.T, cfgPath, dsn string, clients ...string) {
+	t.Helper()
+	_, dom := loadDomain(t, cfgPath)
+	db, dialect, err := outbox.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ob, err := outbox.New(db, dialect, dom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range clients {
+		if _, err := ob.Enqueue(context.Background(), tx, outbox.Event{Type: "OrderPlaced", Data: []byte(`{"client_id":"` + c + `"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
 	}
 }

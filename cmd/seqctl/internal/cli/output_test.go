@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -47,12 +46,7 @@ func outputAdmin() *fakeAdmin {
 // JSON, each an object or a list, and both hold the same data.
 func TestStructuredOutputEveryCommand(t *testing.T) {
 	// outbox status reads an SQLite outbox; publish writes to a Redis.
-	dir := t.TempDir()
-	config := filepath.Join(dir, "domain.toml")
-	domain := opsDomain + "\n[outbox]\ndsn = \"sqlite://" + filepath.Join(dir, "outbox.db") + "\"\n"
-	if err := os.WriteFile(config, []byte(domain), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := writeConfig(t, domainText(t, "ops")+"\n[outbox]\ndsn = \"sqlite://"+filepath.Join(t.TempDir(), "outbox.db")+"\"\n")
 	if r := runOps(t, outputAdmin(), inPipe, "", "outbox", "migrate", "--config", config); r.Code != 0 {
 		t.Fatalf("outbox migrate: exit %d\n%s", r.Code, r.Stderr)
 	}

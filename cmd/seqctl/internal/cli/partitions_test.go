@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -18,12 +17,7 @@ import (
 
 func TestPartitionsListParse(t *testing.T) {
 	def := PartitionsListOptions{Sort: "name", Interval: 2 * time.Second}
-	tests := []struct {
-		name    string
-		argv    []string
-		want    PartitionsListOptions
-		wantErr string
-	}{
+	testParse(t, "partitions", newCmdPartitionsList, []parseCase[PartitionsListOptions]{
 		{name: "defaults", want: def},
 		{name: "filters", argv: []string{"--category", "order", "--handler", "P", "--halted", "--owner", "w-1"},
 			want: PartitionsListOptions{Category: "order", Handler: "P", Halted: true, Owner: "w-1", Sort: "name", Interval: 2 * time.Second}},
@@ -44,42 +38,11 @@ func TestPartitionsListParse(t *testing.T) {
 		{name: "bad interval", argv: []string{"--interval", "0s"}, wantErr: "--interval must be positive"},
 		{name: "argument", argv: []string{"order:a"}, wantErr: `unexpected argument "order:a"`},
 		{name: "unknown flag", argv: []string{"--stale"}, wantErr: "unknown flag: --stale"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := testFactory()
-			var got *PartitionsListOptions
-			cmd := newCmdPartitionsList(f, func(o *PartitionsListOptions) error { got = o; return nil })
-			err := parseOps(t, f, "partitions", cmd, tt.argv...)
-			if tt.wantErr != "" {
-				var ue *UsageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(PartitionsListOptions{}, "IO", "Admin", "Ctx")); diff != "" {
-				t.Errorf("options (-want +got):\n%s", diff)
-			}
-		})
-	}
+	}, ignoreOpsInputs(PartitionsListOptions{}))
 }
 
 func TestPartitionsListRun(t *testing.T) {
-	tests := []struct {
-		name       string
-		args       []string
-		tm         ttyMode
-		fa         *fakeAdmin
-		code       int
-		golden     string
-		stdoutHas  []string
-		stderrHas  []string
-		wantFilter admin.Filter
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{partitions: samplePartitions()} }, []runCase{
 		{name: "terminal table", args: []string{"partitions", "list"}, tm: onTTY, golden: "testdata/ops/partitions-list.tty.golden"},
 		{name: "pipe rows", args: []string{"partitions", "list"}, tm: inPipe, golden: "testdata/ops/partitions-list.pipe.golden"},
 		{name: "wide", args: []string{"partitions", "list", "-o", "wide"}, tm: onTTY, golden: "testdata/ops/partitions-list.wide.golden"},
@@ -107,20 +70,7 @@ func TestPartitionsListRun(t *testing.T) {
 			fa:        &fakeAdmin{listErr: errors.New("engine: redis unavailable: dial tcp: connection refused")},
 			stderrHas: []string{"seqctl: engine: redis unavailable"},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{partitions: samplePartitions()}
-			}
-			r := runOps(t, fa, tt.tm, "", tt.args...)
-			checkResult(t, r, tt.code, tt.golden, tt.stdoutHas, tt.stderrHas)
-			if diff := cmp.Diff(tt.wantFilter, fa.filter); tt.fa != nil && tt.fa.listErr == nil && diff != "" {
-				t.Errorf("filter (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }
 
 // Two partitions whose generations (Redis times in microseconds) differ only in their
@@ -178,7 +128,7 @@ func TestPartitionsListColor(t *testing.T) {
 	ios, _, out, _ := NewTestIOStreams()
 	ios.IsTerminal, ios.Color = true, true
 	fa := &fakeAdmin{partitions: samplePartitions()}
-	f := &Factory{IOStreams: ios, OpenAdmin: func(context.Context) (Admin, func(), error) { return fa, func() {}, nil }}
+	f := &Factory{IOStreams: ios, OpenAdmin: fa.opener()}
 	if code := run(context.Background(), f, []string{"partitions", "list"}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -206,7 +156,7 @@ func TestPartitionsListWatch(t *testing.T) {
 			}
 		}}
 		opts := &PartitionsListOptions{IO: ios, Sort: "name", Watch: true, Interval: time.Millisecond, Ctx: ctx,
-			Admin: func(context.Context) (Admin, func(), error) { return fa, func() {}, nil }}
+			Admin: fa.opener()}
 		if err := partitionsListRun(opts); err != nil {
 			t.Fatal(err)
 		}
@@ -244,7 +194,7 @@ func TestPartitionsListWatchNDJSON(t *testing.T) {
 	n := 0
 	opts := &PartitionsListOptions{IO: ios, Output: "json", Sort: "name", Watch: true, Interval: time.Millisecond, Ctx: ctx,
 		Now:   func() time.Time { n++; return t0.Add(time.Duration(n) * time.Second) },
-		Admin: func(context.Context) (Admin, func(), error) { return fa, func() {}, nil }}
+		Admin: fa.opener()}
 	if err := partitionsListRun(opts); err != nil {
 		t.Fatal(err)
 	}
@@ -262,12 +212,7 @@ func TestPartitionsListWatchNDJSON(t *testing.T) {
 }
 
 func TestPartitionsInspectParse(t *testing.T) {
-	tests := []struct {
-		name    string
-		argv    []string
-		want    PartitionsInspectOptions
-		wantErr string
-	}{
+	testParse(t, "partitions", newCmdPartitionsInspect, []parseCase[PartitionsInspectOptions]{
 		{name: "stream", argv: []string{"order:client-1"}, want: PartitionsInspectOptions{Stream: "order:client-1"}},
 		{name: "handler and json", argv: []string{"order:client-1", "--handler", "P", "-o", "json"},
 			want: PartitionsInspectOptions{Stream: "order:client-1", Handler: "P", Output: "json"}},
@@ -275,28 +220,7 @@ func TestPartitionsInspectParse(t *testing.T) {
 			want: PartitionsInspectOptions{Stream: "order:c"}},
 		{name: "no stream", argv: nil, wantErr: "missing the STREAM argument"},
 		{name: "two streams", argv: []string{"a:b", "c:d"}, wantErr: `unexpected argument "c:d"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := testFactory()
-			var got *PartitionsInspectOptions
-			cmd := newCmdPartitionsInspect(f, func(o *PartitionsInspectOptions) error { got = o; return nil })
-			err := parseOps(t, f, "partitions", cmd, tt.argv...)
-			if tt.wantErr != "" {
-				var ue *UsageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(PartitionsInspectOptions{}, "IO", "Admin", "Ctx")); diff != "" {
-				t.Errorf("options (-want +got):\n%s", diff)
-			}
-		})
-	}
+	}, ignoreOpsInputs(PartitionsInspectOptions{}))
 	// The global flags land in the factory.
 	f := testFactory()
 	cmd := newCmdPartitionsInspect(f, func(*PartitionsInspectOptions) error { return nil })
@@ -309,15 +233,7 @@ func TestPartitionsInspectParse(t *testing.T) {
 }
 
 func TestPartitionsInspectRun(t *testing.T) {
-	tests := []struct {
-		name      string
-		args      []string
-		tm        ttyMode
-		fa        *fakeAdmin
-		code      int
-		golden    string
-		stderrHas []string
-	}{
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{inspection: sampleInspection()} }, []runCase{
 		{name: "terminal", args: []string{"partitions", "inspect", "order:client-1"}, tm: onTTY, golden: "testdata/ops/partitions-inspect.tty.golden"},
 		{name: "pipe", args: []string{"partitions", "inspect", "order:client-1"}, tm: inPipe, golden: "testdata/ops/partitions-inspect.pipe.golden"},
 		{name: "json", args: []string{"partitions", "inspect", "order:client-1", "-o", "json"}, tm: inPipe, golden: "testdata/ops/partitions-inspect.json.golden"},
@@ -331,15 +247,5 @@ func TestPartitionsInspectRun(t *testing.T) {
 			fa:        &fakeAdmin{inspectErr: errors.Join(admin.ErrInvalidStream, &engine.InvalidKeyError{Key: "x"})},
 			stderrHas: []string{"invalid stream name"},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fa := tt.fa
-			if fa == nil {
-				fa = &fakeAdmin{inspection: sampleInspection()}
-			}
-			r := runOps(t, fa, tt.tm, "", tt.args...)
-			checkResult(t, r, tt.code, tt.golden, nil, tt.stderrHas)
-		})
-	}
+	})
 }

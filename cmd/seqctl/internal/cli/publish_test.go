@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,12 +18,7 @@ import (
 )
 
 func TestPublishParse(t *testing.T) {
-	tests := []struct {
-		name    string
-		argv    []string
-		want    PublishOptions
-		wantErr string
-	}{
+	testParse(t, "", newCmdPublish, []parseCase[PublishOptions]{
 		{
 			name: "one event",
 			argv: []string{"--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`, "--priority", "-1", "--id", "e-1"},
@@ -54,65 +47,15 @@ func TestPublishParse(t *testing.T) {
 			want: PublishOptions{ConfigPath: "domain.toml", Event: "X", Data: "{}", Output: "table"},
 		},
 		{name: "bad priority", argv: []string{"--event", "X", "--data", "{}", "--priority", "high"}, wantErr: `invalid argument "high"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ios, _, _, _ := NewTestIOStreams()
-			f := &Factory{IOStreams: ios}
-			var got *PublishOptions
-			cmd := newCmdPublish(f, func(o *PublishOptions) error { got = o; return nil })
-			err := parseWithGlobals(t, f, cmd, tt.argv...)
-			if tt.wantErr != "" {
-				var ue *UsageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(PublishOptions{}, "IO")); diff != "" {
-				t.Errorf("options (-want +got):\n%s", diff)
-			}
-		})
-	}
+	}, cmpopts.IgnoreFields(PublishOptions{}, "IO"))
 }
-
-// publishDomain partitions "order" by client_id and keeps "audit" unpartitioned; lanes
-// are on, so a negative priority goes to the backfill lane.
-const publishDomain = `name = "shop"
-
-[server.priority_lanes]
-enabled = true
-threshold = 0
-
-[[events]]
-name = "OrderPlaced"
-category = "order"
-fields = ["order_id", "client_id"]
-
-[[events]]
-name = "Audited"
-category = "audit"
-fields = ["what"]
-
-[[handlers]]
-name = "OrderProjector"
-handles = ["OrderPlaced"]
-sequential_by = "client_id"
-
-[[handlers]]
-name = "Auditor"
-handles = ["Audited"]
-`
 
 // publishFixture is a Redis server and a config pointing at it.
 func publishFixture(t *testing.T) (*redis.Client, string, string) {
 	t.Helper()
 	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
-	return srv.Client(t), writeConfig(t, publishDomain), srv.URL
+	return srv.Client(t), writeDomain(t, "publish"), srv.URL
 }
 
 // keys lists every key in Redis, sorted.
@@ -199,9 +142,7 @@ func TestPublishInvalidKeys(t *testing.T) {
 	rdb, cfg, url := publishFixture(t)
 	ctx := context.Background()
 	// Something in Redis first, so "unchanged" means more than "still empty".
-	if res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`); res.Code != 0 {
-		t.Fatalf("valid publish: exit %d: %s", res.Code, res.Stderr)
-	}
+	publishOne(t, cfg, url, `{"client_id":"c-1"}`)
 	before := keys(t, rdb)
 	lenBefore, _ := rdb.XLen(ctx, "order:c-1").Result()
 	tests := []struct {
@@ -372,17 +313,19 @@ func TestPublishFile(t *testing.T) {
 
 func TestPublishRedisDown(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
-	cfg := writeConfig(t, publishDomain)
+	cfg := writeDomain(t, "publish")
 	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", "redis://127.0.0.1:1/0", "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)
 	if res.Code != ExitFailure || !strings.Contains(res.Stderr, "redis unavailable") {
 		t.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
 	}
 }
 
-func writeFile(t *testing.T, path, content string) {
+// publishOne publishes one OrderPlaced event with seqctl publish, failing the test when
+// it fails.
+func publishOne(t *testing.T, config, url, data string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
+	if res := runCLI(t, false, "publish", "--config", config, "--redis-url", url, "--event", "OrderPlaced", "--data", data); res.Code != 0 {
+		t.Fatalf("publish: exit %d: %s", res.Code, res.Stderr)
 	}
 }
 
@@ -392,7 +335,7 @@ func writeFile(t *testing.T, path, content string) {
 func TestPublishWaitsForReplicas(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	primary := redistest.Start(t)
-	domain := strings.Replace(publishDomain, `name = "shop"`, "name = \"shop\"\n\n[broker]\nmin_replicas = 1\nreplica_timeout_ms = 300", 1)
+	domain := strings.Replace(domainText(t, "publish"), `name = "shop"`, "name = \"shop\"\n\n[broker]\nmin_replicas = 1\nreplica_timeout_ms = 300", 1)
 	cfg := writeConfig(t, domain)
 	base := []string{"publish", "--config", cfg, "--redis-url", primary.URL}
 	file := filepath.Join(t.TempDir(), "events.jsonl")

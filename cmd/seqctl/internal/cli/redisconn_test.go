@@ -98,14 +98,7 @@ func TestResolveRedisCluster(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			conn, err := resolveRedis(tt.flags, tt.cfg, func(k string) string { return tt.env[k] })
 			if tt.wantErr != nil {
-				if err == nil || ExitCode(err) != ExitUsage {
-					t.Fatalf("err = %v (exit %d), want a usage error", err, ExitCode(err))
-				}
-				for _, w := range tt.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q does not mention %q", err, w)
-					}
-				}
+				checkUsageError(t, err, tt.wantErr...)
 				return
 			}
 			if err != nil {

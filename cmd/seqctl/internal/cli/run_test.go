@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/config"
@@ -22,12 +19,7 @@ import (
 
 func TestRunParse(t *testing.T) {
 	defaults := RunOptions{ConfigPath: "domain.toml", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 30 * time.Second}
-	tests := []struct {
-		name    string
-		argv    []string
-		want    RunOptions
-		wantErr string
-	}{
+	testParse(t, "", newCmdRun, []parseCase[RunOptions]{
 		{name: "defaults", want: defaults},
 		{
 			name: "every flag",
@@ -43,60 +35,15 @@ func TestRunParse(t *testing.T) {
 		{name: "bad duration", argv: []string{"--shutdown-timeout", "soon"}, wantErr: `invalid argument "soon"`},
 		{name: "instance id with a space", argv: []string{"--instance-id", "a b"}, wantErr: "contains white space"},
 		{name: "positional argument", argv: []string{"domain.toml"}, wantErr: `unexpected argument "domain.toml"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ios, _, _, _ := NewTestIOStreams()
-			f := &Factory{IOStreams: ios}
-			var got *RunOptions
-			cmd := newCmdRun(f, func(o *RunOptions) error { got = o; return nil })
-			err := parseWithGlobals(t, f, cmd, tt.argv...)
-			if tt.wantErr != "" {
-				var ue *UsageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(RunOptions{}, "IO"), cmpopts.IgnoreUnexported(RunOptions{})); diff != "" {
-				t.Errorf("options (-want +got):\n%s", diff)
-			}
-		})
-	}
+	}, cmpopts.IgnoreFields(RunOptions{}, "IO"), cmpopts.IgnoreUnexported(RunOptions{}))
 }
-
-// runDomain is a domain.toml with an exec handler; fmt verbs: the handler's deliver
-// table body.
-const runDomain = `name = "shop"
-
-[broker]
-url = "redis://127.0.0.1:1/0"
-
-[[events]]
-name = "OrderPlaced"
-category = "order"
-fields = ["order_id", "client_id"]
-
-[[commands]]
-name = "PlaceOrder"
-category = "order_command"
-fields = ["order_id", "client_id"]
-
-[[handlers]]
-name = "PlaceOrderHandler"
-kind = "command"
-handles = ["PlaceOrder"]
-sequential_by = "client_id"
-`
 
 // TestRunConfigProblems checks the failures 'seqctl run' finds before it connects to
 // anything: each exits 2 and names the problem.
 func TestRunConfigProblems(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	t.Setenv("RUN_TEST_SECRET", "")
+	commands := domainText(t, "commands")
 	tests := []struct {
 		name       string
 		config     string
@@ -105,7 +52,7 @@ func TestRunConfigProblems(t *testing.T) {
 	}{
 		{
 			name: "handler without a deliver table",
-			config: runDomain + `
+			config: commands + `
 [[handlers]]
 name = "OrderProjector"
 handles = ["OrderPlaced"]
@@ -115,7 +62,7 @@ sequential_by = "client_id"
 		},
 		{
 			name: "unset signing secret and a missing program",
-			config: runDomain + `
+			config: commands + `
 [[handlers]]
 name = "A"
 handles = ["OrderPlaced"]
@@ -136,12 +83,12 @@ exec = ["/nonexistent/handler"]
 		},
 		{
 			name:       "only command handlers",
-			config:     runDomain,
+			config:     commands,
 			wantStderr: []string{"nothing to run"},
 		},
 		{
 			name: "inline broker",
-			config: strings.Replace(runDomain, `url = "redis://127.0.0.1:1/0"`, `kind = "inline"`, 1) + `
+			config: strings.Replace(commands, `url = "redis://127.0.0.1:1/0"`, `kind = "inline"`, 1) + `
 [[handlers]]
 name = "A"
 handles = ["OrderPlaced"]
@@ -152,7 +99,7 @@ exec = ["cat"]
 		},
 		{
 			name:       "bad redis url flag",
-			config:     runDomain + "\n[[handlers]]\nname = \"A\"\nhandles = [\"OrderPlaced\"]\n[handlers.deliver]\nexec = [\"cat\"]\n",
+			config:     commands + "\n[[handlers]]\nname = \"A\"\nhandles = [\"OrderPlaced\"]\n[handlers.deliver]\nexec = [\"cat\"]\n",
 			extraArgs:  []string{"--redis-url", "http://nope"},
 			wantStderr: []string{"invalid Redis URL http://nope (from --redis-url)"},
 		},
@@ -196,20 +143,6 @@ func TestRunHelp(t *testing.T) {
 	}
 }
 
-// parseWithGlobals is parseCmd with the global flags (--config, --redis-url, -o) bound
-// to f, as newCmdRoot binds them.
-func parseWithGlobals(t testing.TB, f *Factory, cmd *cobra.Command, argv ...string) error {
-	t.Helper()
-	root := newRootCommand()
-	root.AddCommand(cmd)
-	addGlobalFlags(root, f)
-	root.SetArgs(append([]string{cmd.Name()}, argv...))
-	var sink bytes.Buffer
-	root.SetOut(&sink)
-	root.SetErr(&sink)
-	return root.Execute()
-}
-
 func TestDiscoveryInterval(t *testing.T) {
 	for _, tt := range []struct{ ttl, want time.Duration }{
 		{0, 2 * time.Second},
@@ -242,9 +175,43 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestRunInProcess drives runRun in the test process (so the race detector sees it):
-// it delivers an event to an exec handler, shuts down on the first signal with nil
-// (exit 0), and on a second signal during a slow shutdown returns exit status 1 at once.
+// inProcessRun is a 'seqctl run' in the test process, so the race detector sees it: the
+// signals it gets, what it returns, and its log.
+type inProcessRun struct {
+	sigs chan os.Signal
+	errc chan error
+	logs *lockedBuffer
+}
+
+// startRun starts runRun with opts, its stderr and its signals the test's, and waits
+// until it is ready.
+func startRun(t *testing.T, opts RunOptions) *inProcessRun {
+	t.Helper()
+	r := &inProcessRun{sigs: make(chan os.Signal, 2), errc: make(chan error, 1), logs: &lockedBuffer{}}
+	ios, _, _, _ := NewTestIOStreams()
+	ios.ErrOut = r.logs
+	opts.IO, opts.signals = ios, r.sigs
+	go func() { r.errc <- runRun(context.Background(), &opts) }()
+	waitUntil(t, 10*time.Second, "seqctl run to be ready", func() bool { return strings.Contains(r.logs.String(), "seqctl run: ready") })
+	return r
+}
+
+// wait returns what runRun returned, failing the test when it has not returned within
+// timeout.
+func (r *inProcessRun) wait(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-r.errc:
+		return err
+	case <-time.After(timeout):
+		t.Fatalf("runRun did not return within %v of the signal", timeout)
+		return nil
+	}
+}
+
+// TestRunInProcess drives runRun in the test process: it delivers an event to an exec
+// handler, shuts down on the first signal with nil (exit 0), and on a second signal
+// during a slow shutdown returns exit status 1 at once.
 func TestRunInProcess(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
@@ -255,82 +222,31 @@ func TestRunInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("OUT", dir)
-	cfg := writeConfig(t, `name = "shop"
-[server.partitioning]
-lease_ttl_ms = 1000
-[[events]]
-name = "OrderPlaced"
-category = "order"
-fields = ["client_id"]
-[[handlers]]
-name = "Projector"
-handles = ["OrderPlaced"]
-sequential_by = "client_id"
-[handlers.deliver]
-exec = ["`+handler+`"]
-`)
-	start := func(t *testing.T) (chan os.Signal, chan error, *lockedBuffer) {
-		sigs := make(chan os.Signal, 2)
-		errc := make(chan error, 1)
-		logs := &lockedBuffer{}
-		ios, _, _, _ := NewTestIOStreams()
-		ios.ErrOut = logs
-		opts := &RunOptions{IO: ios, ConfigPath: cfg, RedisURL: srv.URL, InstanceID: "in-process",
-			LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second, signals: sigs}
-		go func() { errc <- runRun(context.Background(), opts) }()
-		waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "seqctl run: ready") })
-		return sigs, errc, logs
-	}
-	publish := func(t *testing.T, key string) {
-		t.Helper()
-		if res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.URL, "--event", "OrderPlaced", "--data", `{"client_id":"`+key+`"}`); res.Code != 0 {
-			t.Fatalf("publish: %s", res.Stderr)
-		}
-	}
+	cfg := writeDomain(t, "exec", "HANDLER", handler)
+	opts := RunOptions{ConfigPath: cfg, RedisURL: srv.URL, InstanceID: "in-process", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second}
 	got := func() string { b, _ := os.ReadFile(filepath.Join(dir, "got")); return string(b) }
 
 	t.Run("graceful", func(t *testing.T) {
-		sigs, errc, logs := start(t)
-		publish(t, "c-1")
-		waitFor(t, 10*time.Second, func() bool { return strings.Contains(got(), `"key":"c-1"`) })
-		sigs <- syscall.SIGTERM
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Errorf("runRun = %v, want nil (exit 0)", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("runRun did not return after SIGTERM")
+		r := startRun(t, opts)
+		publishOne(t, cfg, srv.URL, `{"client_id":"c-1"}`)
+		waitUntil(t, 10*time.Second, "the event of c-1 delivered", func() bool { return strings.Contains(got(), `"key":"c-1"`) })
+		r.sigs <- syscall.SIGTERM
+		if err := r.wait(t, 10*time.Second); err != nil {
+			t.Errorf("runRun = %v, want nil (exit 0)", err)
 		}
-		if !strings.Contains(logs.String(), "signal received: shutting down gracefully") {
-			t.Errorf("logs:\n%s", logs.String())
+		if !strings.Contains(r.logs.String(), "signal received: shutting down gracefully") {
+			t.Errorf("logs:\n%s", r.logs.String())
 		}
 	})
 	t.Run("second signal", func(t *testing.T) {
 		t.Setenv("HOLD", "30")
-		sigs, errc, _ := start(t)
-		publish(t, "c-2")
-		waitFor(t, 10*time.Second, func() bool { return strings.Contains(got(), `"key":"c-2"`) })
-		sigs <- syscall.SIGTERM
-		sigs <- syscall.SIGINT
-		select {
-		case err := <-errc:
-			if ExitCode(err) != ExitFailure {
-				t.Errorf("runRun = %v, want exit 1", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("runRun did not return after the second signal")
+		r := startRun(t, opts)
+		publishOne(t, cfg, srv.URL, `{"client_id":"c-2"}`)
+		waitUntil(t, 10*time.Second, "the event of c-2 delivered", func() bool { return strings.Contains(got(), `"key":"c-2"`) })
+		r.sigs <- syscall.SIGTERM
+		r.sigs <- syscall.SIGINT
+		if err := r.wait(t, 5*time.Second); ExitCode(err) != ExitFailure {
+			t.Errorf("runRun = %v, want exit 1", err)
 		}
 	})
-}
-
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +25,7 @@ import (
 // startup log line, its errors and the failure reasons that become halt records, and the
 // demo. None of the outputs may contain the secret.
 func TestSecretsNeverPrinted(t *testing.T) {
+	commands := domainText(t, "commands")
 	t.Setenv(config.EnvRedisURL, "")
 	t.Setenv(config.EnvOutboxDSN, "")
 	srv := redistest.Start(t)
@@ -94,7 +94,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			} else {
 				check("resolveRedis cluster shown", conn.shown+" "+conn.where())
 			}
-			clusterDomain := strings.Replace(runDomain, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("kind = \"redis-cluster\"\nurl = %q", clusterURL), 1)
+			clusterDomain := strings.Replace(commands, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("kind = \"redis-cluster\"\nurl = %q", clusterURL), 1)
 			if _, err := config.Parse("domain.toml", []byte(clusterDomain)); err != nil {
 				check("redis-cluster config problems", err.Error())
 			}
@@ -127,7 +127,7 @@ http = "http://127.0.0.1:1/orders"
 					code := run(ctx, &Factory{IOStreams: ios, Build: testBuild}, args)
 					return result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
 				}
-				path := writeConfig(t, strings.Replace(runDomain, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("url = %q", broker), 1)+fmt.Sprintf(`
+				path := writeConfig(t, strings.Replace(commands, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("url = %q", broker), 1)+fmt.Sprintf(`
 [[handlers]]
 name = "A"
 handles = ["OrderPlaced"]
@@ -150,7 +150,7 @@ http = %q
 			}
 
 			// The config loader: a deliver URL that does not parse, and the broker URL.
-			_, err := config.Parse("domain.toml", []byte(strings.Replace(runDomain, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("url = %q", redisURL), 1)+fmt.Sprintf(`
+			_, err := config.Parse("domain.toml", []byte(strings.Replace(commands, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("url = %q", redisURL), 1)+fmt.Sprintf(`
 [[handlers]]
 name = "A"
 handles = ["OrderPlaced"]
@@ -205,47 +205,20 @@ func TestSecretsNotInHaltRecords(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
 	const token = "tok-3f9a-secret"
-	cfg := writeConfig(t, fmt.Sprintf(`name = "shop"
-[[events]]
-name = "OrderPlaced"
-category = "order"
-fields = ["client_id"]
-[[handlers]]
-name = "Projector"
-handles = ["OrderPlaced"]
-sequential_by = "client_id"
-max_retries = 1
-[handlers.deliver]
-http = "http://hook:p@ss:w0rd%%25@127.0.0.1:1/orders?token=%s"
-timeout = "2s"
-`, token))
-	errc := make(chan error, 1)
-	logs := &lockedBuffer{}
-	ios, _, _, _ := NewTestIOStreams()
-	ios.ErrOut = logs
-	sigs := make(chan os.Signal, 2)
-	opts := &RunOptions{IO: ios, ConfigPath: cfg, RedisURL: srv.URL, InstanceID: "secrets",
-		LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second, signals: sigs}
-	go func() { errc <- runRun(context.Background(), opts) }()
+	cfg := writeDomain(t, "http-unreachable", "TOKEN", token)
+	r := startRun(t, RunOptions{ConfigPath: cfg, RedisURL: srv.URL, InstanceID: "secrets", LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second})
 	defer func() {
-		sigs <- syscall.SIGTERM
-		select {
-		case <-errc:
-		case <-time.After(10 * time.Second):
-			t.Error("runRun did not return after SIGTERM")
-		}
+		r.sigs <- syscall.SIGTERM
+		r.wait(t, 10*time.Second)
 	}()
-	waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "seqctl run: ready") })
-	if res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.URL, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`); res.Code != 0 {
-		t.Fatalf("publish: %s", res.Stderr)
-	}
+	publishOne(t, cfg, srv.URL, `{"client_id":"c-1"}`)
 	var shown result
-	waitFor(t, 20*time.Second, func() bool {
+	waitUntil(t, 20*time.Second, "the halt record of order:c-1", func() bool {
 		shown = runCLI(t, false, "head", "show", "order:c-1", "--handler", "Projector", "--config", cfg, "--redis-url", srv.URL, "-o", "json")
 		return strings.Contains(shown.Stdout, "connection refused")
 	})
 	t.Logf("head show:\n%s", shown.Stdout)
-	for what, out := range map[string]string{"head show": shown.Stdout + shown.Stderr, "run log": logs.String()} {
+	for what, out := range map[string]string{"head show": shown.Stdout + shown.Stderr, "run log": r.logs.String()} {
 		for _, s := range []string{"w0rd", token} {
 			if strings.Contains(out, s) {
 				t.Errorf("%s shows %q:\n%s", what, s, out)

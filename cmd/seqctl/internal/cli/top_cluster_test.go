@@ -32,7 +32,7 @@ func startClusterOpsWorld(t *testing.T) *clusterOpsWorld {
 	t.Helper()
 	cl := redistest.StartCluster(t, 3)
 	w := &clusterOpsWorld{cl: cl, rdb: cl.Client(t)}
-	w.opsEngine = startOpsEngine(t, writeConfig(t, opsDomain), w.rdb, cl.Client(t), w.rdb)
+	w.opsEngine = startOpsEngine(t, writeDomain(t, "ops"), w.rdb, cl.Client(t), w.rdb)
 	w.keys = cl.OnEachMaster(t, 3, func(j int) (string, string) {
 		k := fmt.Sprintf("client-%d", j)
 		return k, engine.ClusterKeys.PartitionStream("order", k)

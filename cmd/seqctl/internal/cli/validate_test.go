@@ -14,12 +14,7 @@ import (
 )
 
 func TestValidateParse(t *testing.T) {
-	tests := []struct {
-		name    string
-		argv    []string
-		want    ValidateOptions
-		wantErr string // fragment of a usage error
-	}{
+	for _, tt := range []parseCase[ValidateOptions]{
 		{name: "defaults", argv: nil, want: ValidateOptions{ConfigPath: "domain.toml"}},
 		{name: "config", argv: []string{"--config", "deploy/domain.toml"}, want: ValidateOptions{ConfigPath: "deploy/domain.toml"}},
 		{name: "short flags", argv: []string{"-c", "x.toml", "-o", "json"}, want: ValidateOptions{ConfigPath: "x.toml", Output: "json"}},
@@ -29,65 +24,28 @@ func TestValidateParse(t *testing.T) {
 		{name: "config without value", argv: []string{"--config"}, wantErr: "flag needs an argument"},
 		{name: "positional argument", argv: []string{"domain.toml"}, wantErr: `unexpected argument "domain.toml"`},
 		{name: "unknown flag", argv: []string{"--strict"}, wantErr: "unknown flag: --strict"},
-	}
-	for _, tt := range tests {
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ios, _, _, _ := NewTestIOStreams()
 			var got *ValidateOptions
 			cmd := newCmdValidate(&Factory{IOStreams: ios}, func(o *ValidateOptions) error { got = o; return nil })
 			err := parseCmd(t, cmd, tt.argv...)
-			if tt.wantErr != "" {
-				var ue *UsageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-				}
-				if ue.Command != "seqctl validate" {
-					t.Errorf("UsageError.Command = %q, want seqctl validate", ue.Command)
-				}
-				return
+			checkParsed(t, err, got, tt.want, tt.wantErr, cmpopts.IgnoreFields(ValidateOptions{}, "IO"))
+			var ue *UsageError
+			if errors.As(err, &ue) && ue.Command != "seqctl validate" {
+				t.Errorf("UsageError.Command = %q, want seqctl validate", ue.Command)
 			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
-			}
-			if got == nil || got.IO != ios {
-				t.Fatalf("run function not called with the factory's streams")
-			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(ValidateOptions{}, "IO")); diff != "" {
-				t.Errorf("options mismatch (-want +got):\n%s", diff)
+			if err == nil && got.IO != ios {
+				t.Errorf("run function not called with the factory's streams")
 			}
 		})
 	}
 }
 
-const inlineDomain = `name = "lab"
-
-[broker]
-kind = "inline"
-
-[[events]]
-name = "Ping"
-category = "ping"
-fields = ["host"]
-
-[[events]]
-name = "Tick"
-category = "clock"
-fields = ["n"]
-
-[[handlers]]
-name = "Pinger"
-handles = ["Ping"]
-sequential_by = "host"
-
-[[handlers]]
-name = "Ticker"
-handles = ["Tick"]
-`
-
 func TestValidateRun(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	t.Setenv(config.EnvOutboxDSN, "")
-	inline := writeConfig(t, inlineDomain)
+	inline := writeDomain(t, "inline")
 	invalid := writeConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
 	missing := filepath.Join(t.TempDir(), "absent.toml")
 	tests := []struct {
@@ -165,7 +123,7 @@ func TestValidateRun(t *testing.T) {
 
 func TestValidateJSON(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
-	path := writeConfig(t, inlineDomain)
+	path := writeDomain(t, "inline")
 	r := runCLI(t, false, "validate", "--config", path, "-o", "json")
 	if r.Code != 0 || r.Stderr != "" {
 		t.Fatalf("code %d, stderr %q", r.Code, r.Stderr)

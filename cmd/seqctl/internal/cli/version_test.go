@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
@@ -12,12 +11,7 @@ import (
 )
 
 func TestVersionParse(t *testing.T) {
-	tests := []struct {
-		name    string
-		argv    []string
-		want    VersionOptions
-		wantErr string
-	}{
+	tests := []parseCase[VersionOptions]{
 		{name: "text", argv: nil, want: VersionOptions{Build: testBuild}},
 		{name: "json", argv: []string{"-o", "json"}, want: VersionOptions{Build: testBuild, Output: "json"}},
 		{name: "unknown output", argv: []string{"--output", "xml"}, wantErr: `invalid value "xml" for --output`},
@@ -28,20 +22,7 @@ func TestVersionParse(t *testing.T) {
 			ios, _, _, _ := NewTestIOStreams()
 			var got *VersionOptions
 			cmd := newCmdVersion(&Factory{IOStreams: ios, Build: testBuild}, func(o *VersionOptions) error { got = o; return nil })
-			err := parseCmd(t, cmd, tt.argv...)
-			if tt.wantErr != "" {
-				var ue *UsageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
-			}
-			if diff := cmp.Diff(tt.want, *got, cmpopts.IgnoreFields(VersionOptions{}, "IO")); diff != "" {
-				t.Errorf("options mismatch (-want +got):\n%s", diff)
-			}
+			checkParsed(t, parseCmd(t, cmd, tt.argv...), got, tt.want, tt.wantErr, cmpopts.IgnoreFields(VersionOptions{}, "IO"))
 		})
 	}
 }

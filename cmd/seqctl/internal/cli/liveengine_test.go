@@ -1,0 +1,208 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// The end-to-end tests run seqctl against a real Redis and a running engine of the
+// domain testdata/domains/ops.toml: OrderPlaced in "order", partitioned by client_id,
+// handled by Projector (2 attempts, 10 ms apart).
+
+type opsPayload struct {
+	Client string `json:"client_id"`
+	Seq    int    `json:"seq"`
+	Poison bool   `json:"poison,omitempty"`
+	Block  bool   `json:"block,omitempty"`
+}
+
+// opsWorld is a real Redis, the domain.toml, and a running engine whose Projector
+// refuses a poison payload, blocks on a "block" payload until the test ends, and
+// records every handled seq in "t:log:{key}".
+type opsWorld struct {
+	opsEngine
+	srv    *redistest.Server
+	rdb    *redis.Client
+	config string
+}
+
+func startOpsWorld(t *testing.T) *opsWorld {
+	t.Helper()
+	srv := redistest.Start(t)
+	w := &opsWorld{srv: srv, rdb: srv.Client(t), config: writeDomain(t, "ops")}
+	w.opsEngine = startOpsEngine(t, w.config, srv.Client(t), srv.Client(t), w.rdb)
+	return w
+}
+
+// opsEngine is a domain and a broker to publish to it.
+type opsEngine struct {
+	dom    *engine.Domain
+	broker *engine.RedisBroker
+}
+
+// startOpsEngine loads the domain at config and starts an engine on client (stopped at
+// cleanup) whose Projector refuses a poison payload, holds a blocking one until cleanup
+// or its context ends, and records every handled seq in "t:log:{key}" through sink. The
+// broker publishes through pub.
+func startOpsEngine(t *testing.T, configPath string, client, sink, pub redis.UniversalClient) opsEngine {
+	t.Helper()
+	_, dom := loadDomain(t, configPath)
+	release := make(chan struct{})
+	dom.Handlers[0].Func = func(ctx context.Context, ev engine.Event) error {
+		var p opsPayload
+		if err := json.Unmarshal(ev.Data, &p); err != nil {
+			return err
+		}
+		if p.Poison {
+			return fmt.Errorf("poison payload %s/%d refused", p.Client, p.Seq)
+		}
+		if p.Block {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return sink.RPush(context.Background(), "t:log:"+p.Client, p.Seq).Err()
+	}
+	startTestEngine(t, engine.EngineConfig{
+		Domain: dom, Client: client, InstanceID: "w1",
+		Timing:            engine.LeaseTiming{LeaseTTL: 2 * time.Second, HeartbeatInterval: 400 * time.Millisecond, PollInterval: 50 * time.Millisecond},
+		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+	})
+	t.Cleanup(func() { close(release) }) // before the engine's shutdown: cleanups run last first
+	return opsEngine{dom: dom, broker: engine.NewRedisBroker(pub)}
+}
+
+// startTestEngine starts an engine of ecfg and shuts it down at cleanup.
+func startTestEngine(t *testing.T, ecfg engine.EngineConfig) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	return e
+}
+
+// publish publishes an OrderPlaced event of p.
+func (o opsEngine) publish(t *testing.T, p opsPayload) engine.Published {
+	t.Helper()
+	data, _ := json.Marshal(p)
+	pub, err := o.broker.Publish(context.Background(), o.dom, "OrderPlaced", data, engine.PublishOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+// log is what Projector handled of key, in order.
+func (w *opsWorld) log(t *testing.T, key string) []string {
+	t.Helper()
+	return w.rdb.LRange(context.Background(), "t:log:"+key, 0, -1).Val()
+}
+
+// cli runs seqctl against the world's Redis; withConfig adds --config.
+func (w *opsWorld) cli(t *testing.T, withConfig bool, args ...string) result {
+	t.Helper()
+	config := ""
+	if withConfig {
+		config = w.config
+	}
+	return cliAt(t, w.srv.URL, config, args...)
+}
+
+// cliAt runs seqctl against the Redis at url, with --config when config is not "".
+func cliAt(t *testing.T, url, config string, args ...string) result {
+	t.Helper()
+	args = append(args, "--redis-url", url)
+	if config != "" {
+		args = append(args, "--config", config)
+	}
+	return runCLI(t, false, args...)
+}
+
+// haltA publishes order:A seq 0..4 with seq 2 poisoned and waits until seqctl lists
+// the partition as halted; it returns the poison entry.
+func (w *opsWorld) haltA(t *testing.T, withConfig bool) engine.Published {
+	t.Helper()
+	var poison engine.Published
+	for seq := 0; seq < 5; seq++ {
+		p := w.publish(t, opsPayload{Client: "A", Seq: seq, Poison: seq == 2})
+		if seq == 2 {
+			poison = p
+		}
+	}
+	var rows []admin.Partition
+	waitUntil(t, 20*time.Second, "partitions list --halted shows order:A", func() bool {
+		r := w.cli(t, withConfig, "partitions", "list", "--halted", "-o", "json")
+		if r.Code != 0 {
+			t.Fatalf("partitions list: exit %d: %s", r.Code, r.Stderr)
+		}
+		rows = nil
+		if err := json.Unmarshal([]byte(r.Stdout), &rows); err != nil {
+			t.Fatalf("partitions list -o json: %v\n%s", err, r.Stdout)
+		}
+		return len(rows) == 1
+	})
+	p := rows[0]
+	if p.Stream != "order:A" || p.Handler != "Projector" || p.State != admin.StateHalted || p.HaltedEntryID != poison.EntryID ||
+		!strings.HasPrefix(p.Owner, "w1.") || p.Generation <= 0 || p.LeaseRemainingMS <= 0 || p.HeadAgeMS < 0 {
+		t.Fatalf("halted row = %+v, want order:A halted on %s, owned by w1", p, poison.EntryID)
+	}
+	if diff := cmp.Diff([]string{"0", "1"}, w.log(t, "A")); diff != "" {
+		t.Fatalf("order:A before the halt (-want +got):\n%s", diff)
+	}
+	return poison
+}
+
+// waitUntil polls cond until it holds, failing the test after timeout.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s", timeout, what)
+}
+
+// auditOf returns the operator actions recorded in the Redis at url in the last hour,
+// as 'seqctl audit -o json' prints them.
+func auditOf(t *testing.T, url string) []admin.AuditEntry {
+	t.Helper()
+	r := cliAt(t, url, "", "audit", "--since", "1h", "-o", "json")
+	if r.Code != 0 {
+		t.Fatalf("audit: exit %d: %s", r.Code, r.Stderr)
+	}
+	var entries []admin.AuditEntry
+	if err := json.Unmarshal([]byte(r.Stdout), &entries); err != nil {
+		t.Fatal(err)
+	}
+	return entries
+}
+
+// outcomes lists audit entries as "COMMAND OUTCOME" lines.
+func outcomes(entries []admin.AuditEntry) []string {
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Command+" "+e.Outcome)
+	}
+	return out
+}
