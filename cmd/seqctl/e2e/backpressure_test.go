@@ -14,12 +14,12 @@ import (
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
-// TestRunBackPressureTenThousandPartitions is the back-pressure acceptance test: 10,000
-// keys with one event each, delivered by two 'seqctl run' processes to an exec handler
-// that forks (/bin/sh -c) with a 10 s timeout. Every partition's handler is ready at
-// once; the handler slots make them wait in line instead of forking 10,000 processes, so
-// every event is handled, no partition halts and no attempt is killed at the timeout.
-// The drain time, from the moment both resume with the backlog in place, is logged
+// TestRunBackPressureTenThousandPartitions checks back pressure under load: 10,000 keys
+// with one event each, delivered by two 'seqctl run' processes to an exec handler that
+// forks (/bin/sh -c) with a 10 s timeout. Every partition's handler is ready at once;
+// the handler slots make them wait in line instead of forking 10,000 processes, so every
+// event is handled, no partition halts and no attempt is killed at the timeout. The
+// drain time, from the moment both resume with the backlog in place, is logged
 // (docs/benchmarks.md records it).
 //
 // The 1 s variant shows that the wait never counts against the timeout. Before handler

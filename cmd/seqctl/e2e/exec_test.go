@@ -49,10 +49,10 @@ func lineCount(m map[string][]int) int {
 	return n
 }
 
-// TestRunExecTwoInstancesOrderAndCrash is acceptance 1: two 'seqctl run' processes
-// deliver to an exec handler that takes a per-key lock. Per key, the order of first
-// occurrences is the publish order and no two events overlap; different keys do
-// overlap; SIGKILL of one process mid-stream loses nothing.
+// TestRunExecTwoInstancesOrderAndCrash: two 'seqctl run' processes deliver to an exec
+// handler that takes a per-key lock. Per key, the order of first occurrences is the
+// publish order and no two events overlap; different keys do overlap; SIGKILL of one
+// process mid-stream loses nothing.
 func TestRunExecTwoInstancesOrderAndCrash(t *testing.T) {
 	script, err := filepath.Abs(filepath.Join(fixtures, "lock.sh"))
 	if err != nil {

@@ -118,8 +118,8 @@ func (s *sink) snapshot() (map[string][]int, []string, int) {
 	return log, append([]string(nil), s.violations...), s.maxRunning
 }
 
-// TestRunHTTPTwoInstancesOrderCrashAndHalt is acceptance 2: the same guarantees with an
-// HTTP handler served by the test (signed requests), and a key whose every answer is
+// TestRunHTTPTwoInstancesOrderCrashAndHalt checks the guarantees of the exec test with
+// an HTTP handler served by the test (signed requests), and a key whose every answer is
 // 500 halts after its retries with the status and a body excerpt as the reason, while
 // the other keys keep flowing.
 func TestRunHTTPTwoInstancesOrderCrashAndHalt(t *testing.T) {
@@ -209,9 +209,9 @@ func orderCrashAndHalt(t *testing.T, f *fixture, s *sink, workerArgs []string, a
 	}
 }
 
-// TestRunSIGTERMHandsOver is acceptance 3: on SIGTERM an instance finishes its in-flight
-// events and exits 0 within the shutdown timeout, and the other instance owns its
-// partitions within 2 s of the exit.
+// TestRunSIGTERMHandsOver: on SIGTERM an instance finishes its in-flight events and
+// exits 0 within the shutdown timeout, and the other instance owns its partitions within
+// 2 s of the exit.
 func TestRunSIGTERMHandsOver(t *testing.T) {
 	const secret = "x"
 	s := newSink(t, secret, 150*time.Millisecond)

@@ -42,8 +42,8 @@ var sampleRE = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)`
 // labelRE matches one label pair inside the braces.
 var labelRE = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
 
-// TestRunMetricsScrape is acceptance 4: /metrics exposes the documented metrics, no label
-// value carries a partition key, and /healthz and /readyz answer.
+// TestRunMetricsScrape: /metrics exposes the documented metrics, no label value carries
+// a partition key, and /healthz and /readyz answer.
 func TestRunMetricsScrape(t *testing.T) {
 	script, _ := filepath.Abs(filepath.Join(fixtures, "lock.sh"))
 	f := newFixture(t, "exec.domain.toml", map[string]string{"SCRIPT": script})

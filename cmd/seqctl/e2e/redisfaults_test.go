@@ -32,12 +32,11 @@ func (f *fixture) allOwned(streams []string) bool {
 	return true
 }
 
-// TestRunSurvivesRedisRestartsWithAOF is issue acceptance 1 of the Redis faults: Redis
-// with appendfsync always is stopped for longer than the lease TTL, twice, while two
-// 'seqctl run' processes have events in flight. Each time, every partition is owned again
-// within 2 x TTL after Redis is back, without restarting seqctl; no event is lost, no two
-// events of one key run at once, and per-key order holds (the HTTP sink also refuses a
-// generation lower than one it saw).
+// TestRunSurvivesRedisRestartsWithAOF: Redis with appendfsync always is stopped for
+// longer than the lease TTL, twice, while two 'seqctl run' processes have events in
+// flight. Each time, every partition is owned again within 2 x TTL after Redis is back,
+// without restarting seqctl; no event is lost, no two events of one key run at once, and
+// per-key order holds (the HTTP sink also refuses a generation lower than one it saw).
 func TestRunSurvivesRedisRestartsWithAOF(t *testing.T) {
 	const secret = "aof"
 	const ttl = time.Second // lease_ttl_ms of http.domain.toml
@@ -99,9 +98,9 @@ func TestRunSurvivesRedisRestartsWithAOF(t *testing.T) {
 	}
 }
 
-// TestRunPermanentRedisErrorsExit is issue acceptance 9 of the Redis faults: a problem
-// that waiting cannot fix ends 'seqctl run' with exit 1 within 5 s and a message naming
-// the setting to fix; it is never retried as "unreachable".
+// TestRunPermanentRedisErrorsExit: a Redis problem that waiting cannot fix ends
+// 'seqctl run' with exit 1 within 5 s and a message naming the setting to fix; it is
+// never retried as "unreachable".
 func TestRunPermanentRedisErrorsExit(t *testing.T) {
 	f := newFixture(t, "http.domain.toml", map[string]string{"URL": "http://127.0.0.1:9/"})
 	protected := redistest.StartWith(t, redistest.Options{Args: []string{"--requirepass", "right"}})

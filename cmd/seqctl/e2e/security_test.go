@@ -54,11 +54,11 @@ func (f *fixture) waitHalt(key string) *engine.HaltRecord {
 	return halt
 }
 
-// TestTLSClientCertificates is acceptance 1 of the security issue: against a TLS-only
-// redis-server with a private CA that requires client certificates, 'seqctl run' (TLS
-// from [broker.tls]), publish, partitions list and head skip (TLS from the flags) work;
-// without the CA, with the wrong CA or without the client certificate each fails with a
-// message naming the setting to fix, and run exits 1 at once.
+// TestTLSClientCertificates: against a TLS-only redis-server with a private CA that
+// requires client certificates, 'seqctl run' (TLS from [broker.tls]), publish,
+// partitions list and head skip (TLS from the flags) work; without the CA, with the
+// wrong CA or without the client certificate each fails with a message naming the
+// setting to fix, and run exits 1 at once.
 func TestTLSClientCertificates(t *testing.T) {
 	s, sinkURL := startSink(t)
 	f := newFixtureWith(t, "http.domain.toml", map[string]string{"URL": sinkURL}, redistest.Options{TLS: true})
@@ -192,11 +192,10 @@ func aclUsers(t *testing.T) (lines []string, passwords map[string]string) {
 	return lines, passwords
 }
 
-// TestACLUsersGuarantees is acceptance 2 of the security issue: with the ACL users of
-// docs/security.md, two workers keep per-key order across a SIGKILL, the poison key
-// halts, a read-only operator lists the partitions but its head skip fails with the
-// NOPERM message, an acting operator's skip resumes the partition, and the audit log
-// names the Redis user.
+// TestACLUsersGuarantees: with the ACL users of docs/security.md, two workers keep
+// per-key order across a SIGKILL, the poison key halts, a read-only operator lists the
+// partitions but its head skip fails with the NOPERM message, an acting operator's skip
+// resumes the partition, and the audit log names the Redis user.
 func TestACLUsersGuarantees(t *testing.T) {
 	lines, pw := aclUsers(t)
 	s, sinkURL := startSink(t)

@@ -145,11 +145,11 @@ func TestGroupsRemoveRun(t *testing.T) {
 	})
 }
 
-// Issue 12, acceptance 10, end to end: one engine runs only Projector of a domain that
-// also declares Mailer. Nothing Mailer has not read is trimmed or reaped; 'groups list'
-// shows Mailer behind; after the handler is removed from the domain, 'groups remove'
-// (refused while it is declared, for the running handler and with a stale figure) retires
-// it, and reap and trim resume.
+// Retiring a removed handler, end to end: one engine runs only Projector of a domain
+// that also declares Mailer. Nothing Mailer has not read is trimmed or reaped;
+// 'groups list' shows Mailer behind; after the handler is removed from the domain,
+// 'groups remove' (refused while it is declared, for the running handler and with a
+// stale figure) retires it, and reap and trim resume.
 func TestGroupsRemoveEndToEnd(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)

@@ -13,9 +13,9 @@ import (
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
-// Acceptance 1: a poison event halts order:A; partitions list --halted -o json shows it
-// with its halted_entry_id; head show prints the payload and the error; head skip with
-// that id resumes the partition and later events are handled; audit lists the action.
+// A poison event halts order:A; partitions list --halted -o json shows it with its
+// halted_entry_id; head show prints the payload and the error; head skip with that id
+// resumes the partition and later events are handled; audit lists the action.
 func TestOperatorSkipEndToEnd(t *testing.T) {
 	w := startOpsWorld(t)
 	poison := w.haltA(t, true)
@@ -59,9 +59,9 @@ func TestOperatorSkipEndToEnd(t *testing.T) {
 	}
 }
 
-// Acceptance 2: head dlq moves the head with its error to order:A:dlq, the partition
-// resumes, dlq list shows it (and a replay puts it back at the tail). Without --config:
-// categories and handlers come from Redis.
+// head dlq moves the head with its error to order:A:dlq, the partition resumes, dlq list
+// shows it (and a replay puts it back at the tail). Without --config: categories and
+// handlers come from Redis.
 func TestOperatorDLQEndToEnd(t *testing.T) {
 	w := startOpsWorld(t)
 	poison := w.haltA(t, false)
@@ -108,9 +108,9 @@ func TestOperatorDLQEndToEnd(t *testing.T) {
 	}
 }
 
-// Acceptance 3: a stale --expect-id exits 4 and changes nothing; a head that is not
-// halted is refused without --force; no --yes without a terminal exits 2 and changes
-// nothing. Each refusal is in the audit log.
+// A stale --expect-id exits 4 and changes nothing; a head that is not halted is refused
+// without --force; no --yes without a terminal exits 2 and changes nothing. Each refusal
+// is in the audit log.
 func TestOperatorRefusalsEndToEnd(t *testing.T) {
 	w := startOpsWorld(t)
 	poison := w.haltA(t, true)
@@ -166,9 +166,9 @@ func TestOperatorRefusalsEndToEnd(t *testing.T) {
 	checkResult(t, r, 0, "", []string{"Skipped " + blocked.EntryID}, nil)
 }
 
-// The design card's own command: 'head skip STREAM --yes' with neither --handler nor
-// --expect-id, against a live engine whose category has one handler, resumes the
-// partition; a malformed --expect-id is a usage error (exit 2) that changes nothing.
+// The shortest resolve, 'head skip STREAM --yes' with neither --handler nor --expect-id,
+// against a live engine whose category has one handler, resumes the partition; a
+// malformed --expect-id is a usage error (exit 2) that changes nothing.
 func TestOperatorSkipInfersHandlerEndToEnd(t *testing.T) {
 	w := startOpsWorld(t)
 	poison := w.haltA(t, false)

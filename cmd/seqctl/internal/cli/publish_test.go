@@ -136,8 +136,8 @@ func TestPublishOne(t *testing.T) {
 	}
 }
 
-// TestPublishInvalidKeys is acceptance 5: every kind of invalid key exits 2 with the
-// reason and Redis is unchanged.
+// TestPublishInvalidKeys: every kind of invalid key exits 2 with the reason, and Redis
+// is unchanged.
 func TestPublishInvalidKeys(t *testing.T) {
 	rdb, cfg, url := publishFixture(t)
 	ctx := context.Background()

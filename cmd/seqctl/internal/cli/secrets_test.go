@@ -16,11 +16,10 @@ import (
 	"github.com/seqctl/seqctl/pkg/engine/outbox"
 )
 
-// TestSecretsNeverPrinted is acceptance 3 of the security work: passwords holding %, @
-// and : (some of which make the URL unparsable) and secret query values go through every
-// path that shows a URL or DSN: the Redis URL of operator commands and of seqctl run,
-// for one node and in cluster mode (parse errors, connection errors against a real
-// Redis, the dashboard header), the
+// TestSecretsNeverPrinted sends passwords holding %, @ and : (some of which make the URL
+// unparsable) and secret query values through every path that shows a URL or DSN: the
+// Redis URL of operator commands and of seqctl run, for one node and in cluster mode
+// (parse errors, connection errors against a real Redis, the dashboard header), the
 // config loader's problems, the outbox DSN errors, the HTTP delivery target in its
 // startup log line, its errors and the failure reasons that become halt records, and the
 // demo. None of the outputs may contain the secret.
