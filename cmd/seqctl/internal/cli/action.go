@@ -40,8 +40,8 @@ type guardedAction struct {
 	refusal admin.AuditEntry
 	// detailPrefix starts the detail of every recorded refusal (e.g. "force; ").
 	detailPrefix string
-	// quietAudit prints no warning when a refusal cannot be recorded ('dlq replay --all'
-	// has never warned).
+	// quietAudit prints no warning when a refusal cannot be recorded (so does 'dlq
+	// replay --all', unlike the other commands).
 	quietAudit bool
 	// inDoubt completes "the connection failed during " when Redis becomes unavailable
 	// during the act: what was under way, what may have happened and how to check. ""
