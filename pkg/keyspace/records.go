@@ -1,0 +1,210 @@
+package keyspace
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Every record seqctl stores in Redis is written and read by the functions of this file,
+// and only here (the Lua scripts, which cannot call Go, read a lease value and a halt
+// record's fields as their headers say).
+
+// Lease is the value of a lease key: "{owner}:{generation}". The same string is the
+// owner's fencing token in the scripts and the name of its consumer in the partition's
+// consumer groups.
+type Lease struct {
+	Owner      string
+	Generation int64
+}
+
+// String encodes the lease value.
+func (l Lease) String() string { return l.Owner + ":" + strconv.FormatInt(l.Generation, 10) }
+
+// ParseLease decodes a lease value; ok is false for anything else (an empty value, a
+// consumer name that is not an owner's).
+func ParseLease(v string) (l Lease, ok bool) {
+	i := strings.LastIndexByte(v, ':')
+	if i <= 0 {
+		return Lease{}, false
+	}
+	gen, err := strconv.ParseInt(v[i+1:], 10, 64)
+	if err != nil {
+		return Lease{}, false
+	}
+	return Lease{Owner: v[:i], Generation: gen}, true
+}
+
+// Owner names one incarnation of an instance: "{instance}.{incarnation}", a new random
+// incarnation for every session, so that two processes started with one instance id
+// never share a fence.
+func Owner(instance, incarnation string) string { return instance + "." + incarnation }
+
+// InstanceOfOwner returns the instance id of an owner name (the owner itself when it
+// has no incarnation part).
+func InstanceOfOwner(owner string) string {
+	if i := strings.LastIndexByte(owner, '.'); i > 0 {
+		return owner[:i]
+	}
+	return owner
+}
+
+// RegistryField is one process's field in the instance registry (InstancesKey):
+// "{instance}#{random}", one per process for its whole life.
+func RegistryField(instance, random string) string { return instance + "#" + random }
+
+// Instance is an engine instance's registry entry (InstancesKey), JSON.
+type Instance struct {
+	ID          string `json:"id"`
+	Owner       string `json:"owner"`
+	Host        string `json:"host"`
+	PID         int    `json:"pid"`
+	StartedMS   int64  `json:"started_ms"`
+	HeartbeatMS int64  `json:"heartbeat_ms"`
+	// Handler slots at the heartbeat: calls running, the instance's limit (0: unbounded)
+	// and the partitions waiting for a slot.
+	SlotsInUse   int `json:"slots_in_use"`
+	SlotsLimit   int `json:"slots_limit"`
+	SlotsWaiting int `json:"slots_waiting"`
+}
+
+// Encode renders the registry entry.
+func (i Instance) Encode() string {
+	b, _ := json.Marshal(i) // plain fields: never fails
+	return string(b)
+}
+
+// DecodeInstance reads a registry entry.
+func DecodeInstance(raw string) (Instance, error) {
+	var i Instance
+	if err := json.Unmarshal([]byte(raw), &i); err != nil {
+		return Instance{}, fmt.Errorf("keyspace: instance registry entry: %w", err)
+	}
+	return i, nil
+}
+
+// Halt is a partition's halt record (HaltKey, a hash with the fields entry, lane,
+// stream, attempts, error, since_ms, owner, generation): the head that failed its
+// retries, and the attempt that halted it.
+type Halt struct {
+	EntryID    string    `json:"entry_id"`
+	Stream     string    `json:"stream"` // the lane the head is on
+	Lane       int       `json:"lane"`   // 0 primary, 1 backfill
+	Attempts   int       `json:"attempts"`
+	Error      string    `json:"error"`
+	Since      time.Time `json:"since"` // UTC
+	Owner      string    `json:"owner"`
+	Generation int64     `json:"generation"`
+}
+
+// Fields renders the record as field/value pairs for HSET, without since_ms, which
+// halt.lua sets from Redis TIME.
+func (h Halt) Fields() []any {
+	return []any{
+		"entry", h.EntryID, "lane", strconv.Itoa(h.Lane), "stream", h.Stream,
+		"attempts", strconv.Itoa(h.Attempts), "error", h.Error,
+		"owner", h.Owner, "generation", strconv.FormatInt(h.Generation, 10),
+	}
+}
+
+// DecodeHalt reads a halt record (HGETALL of HaltKey); nil when there is none.
+func DecodeHalt(m map[string]string) *Halt {
+	if len(m) == 0 || m["entry"] == "" {
+		return nil
+	}
+	h := &Halt{EntryID: m["entry"], Stream: m["stream"], Error: m["error"], Owner: m["owner"]}
+	h.Lane, _ = strconv.Atoi(m["lane"])
+	h.Attempts, _ = strconv.Atoi(m["attempts"])
+	h.Generation, _ = strconv.ParseInt(m["generation"], 10, 64)
+	if ms, err := strconv.ParseInt(m["since_ms"], 10, 64); err == nil {
+		h.Since = time.UnixMilli(ms).UTC()
+	}
+	return h
+}
+
+// Envelope is an event as a stream entry holds it (the README's envelope): the fields id,
+// type, category, key, data, priority and published_at.
+type Envelope struct {
+	ID          string    // the event id (unique, assigned at publish when empty)
+	Type        string    // the event type name
+	Category    string    // the stream category
+	Key         string    // the partition key, "" when the category is not partitioned
+	Data        []byte    // the JSON payload
+	PublishedAt time.Time // when it was published (Redis server time)
+	Priority    int       // lane priority; below the lanes threshold means backfill
+}
+
+// Envelope field names of a stream entry.
+const (
+	FieldID          = "id"
+	FieldType        = "type"
+	FieldCategory    = "category"
+	FieldKey         = "key"
+	FieldData        = "data"
+	FieldPriority    = "priority"
+	FieldPublishedAt = "published_at"
+)
+
+// Fields renders the envelope as field/value pairs for XADD, without published_at, which
+// the publish script sets from Redis TIME.
+func (e Envelope) Fields() []any {
+	return []any{
+		FieldID, e.ID, FieldType, e.Type, FieldCategory, e.Category,
+		FieldKey, e.Key, FieldData, string(e.Data), FieldPriority, strconv.Itoa(e.Priority),
+	}
+}
+
+// DecodeEnvelope reads a stream entry. An entry without an id or a type is not a seqctl
+// envelope: an error says so, in words an operator reads in a halt record (the other
+// fields are read as far as they go).
+func DecodeEnvelope(m redis.XMessage) (Envelope, error) {
+	str := func(k string) string { s, _ := m.Values[k].(string); return s }
+	e := Envelope{
+		ID: str(FieldID), Type: str(FieldType), Category: str(FieldCategory),
+		Key: str(FieldKey), Data: []byte(str(FieldData)),
+	}
+	if p := str(FieldPriority); p != "" {
+		e.Priority, _ = strconv.Atoi(p)
+	}
+	if ms, err := strconv.ParseInt(str(FieldPublishedAt), 10, 64); err == nil {
+		e.PublishedAt = time.UnixMilli(ms)
+	}
+	if e.ID == "" || e.Type == "" {
+		return e, fmt.Errorf("entry %s is not a seqctl envelope (missing id or type)", m.ID)
+	}
+	return e, nil
+}
+
+// StreamID is a stream entry id "{ms}-{seq}", parsed (keeping one allocates nothing).
+type StreamID struct{ MS, Seq uint64 }
+
+// ParseStreamID reads an entry id; a bare "{ms}" has sequence 0, and anything else reads
+// as 0-0.
+func ParseStreamID(id string) StreamID {
+	i := strings.IndexByte(id, '-')
+	if i < 0 {
+		ms, _ := strconv.ParseUint(id, 10, 64)
+		return StreamID{MS: ms}
+	}
+	ms, _ := strconv.ParseUint(id[:i], 10, 64)
+	seq, _ := strconv.ParseUint(id[i+1:], 10, 64)
+	return StreamID{MS: ms, Seq: seq}
+}
+
+// String formats the id as Redis does.
+func (a StreamID) String() string {
+	return strconv.FormatUint(a.MS, 10) + "-" + strconv.FormatUint(a.Seq, 10)
+}
+
+// Less orders ids as Redis does.
+func (a StreamID) Less(b StreamID) bool { return a.MS < b.MS || (a.MS == b.MS && a.Seq < b.Seq) }
+
+// IndexValue is what an index write stores for a partition key in cluster mode (see
+// PartitionIndex): the entry id it indexes and a random part, so that no two writes store
+// the same value and a reaper's compare-and-remove never matches a write that came after
+// its read.
+func IndexValue(entryID, random string) string { return entryID + "/" + random }
