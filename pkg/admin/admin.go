@@ -31,6 +31,7 @@ import (
 
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Options configure an Admin. The zero value discovers everything from Redis.
@@ -106,7 +107,7 @@ type GroupTopology struct {
 // Admin runs operator operations over a Redis client the caller owns.
 type Admin struct {
 	rdb    redis.UniversalClient
-	keys   engine.Keys // the deployment's key layout, from the client (engine.KeysFor)
+	keys   keyspace.Keys // the deployment's key layout, from the client (engine.KeysFor)
 	broker *engine.RedisBroker
 	opts   Options
 
@@ -122,7 +123,7 @@ func New(rdb redis.UniversalClient, opts Options) *Admin {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Admin{rdb: rdb, keys: engine.KeysFor(rdb), broker: engine.NewRedisBroker(rdb).WithReplicas(opts.MinReplicas, opts.ReplicaTimeout), opts: opts}
+	return &Admin{rdb: rdb, keys: keyspace.For(rdb), broker: engine.NewRedisBroker(rdb).WithReplicas(opts.MinReplicas, opts.ReplicaTimeout), opts: opts}
 }
 
 // FromConfig derives Options from a domain.toml: the partitioned event categories with
@@ -228,7 +229,7 @@ type PartitionName struct {
 	Category string
 	Key      string // "" for an unpartitioned category stream
 
-	keys engine.Keys // the layout its stream names are built in; the zero value is a single node
+	keys keyspace.Keys // the layout its stream names are built in; the zero value is a single node
 }
 
 // Stream is the primary stream of the partition, in the layout of the Admin that parsed
@@ -432,9 +433,9 @@ func (a *Admin) unit(ref engine.HeadRef) string {
 }
 
 // indexed queues the check that a partition's key is in its category's index: a set on
-// one node, a hash on Redis Cluster (see engine.Keys.PartitionIndex).
+// one node, a hash on Redis Cluster (see keyspace.Keys.PartitionIndex).
 func (a *Admin) indexed(ctx context.Context, c redis.Cmdable, p PartitionName) *redis.BoolCmd {
-	if a.keys.Cluster() {
+	if a.keys.IsCluster() {
 		return c.HExists(ctx, a.keys.PartitionIndex(p.Category), p.Key)
 	}
 	return c.SIsMember(ctx, a.keys.PartitionIndex(p.Category), p.Key)

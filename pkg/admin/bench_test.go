@@ -11,7 +11,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // buildPartitions writes n partitions of category "order" the way a live deployment
@@ -23,27 +23,27 @@ func buildPartitions(tb testing.TB, rdb redis.UniversalClient, n int) {
 	tb.Helper()
 	ctx := context.Background()
 	const owner = "i1.1"
-	if err := rdb.Set(ctx, engine.SessionKey(owner), "i1", time.Minute).Err(); err != nil {
+	if err := rdb.Set(ctx, keyspace.SingleNode.SessionKey(owner), "i1", time.Minute).Err(); err != nil {
 		tb.Fatal(err)
 	}
-	rdb.SAdd(ctx, engine.GroupRegistry("order"), "Projector")
+	rdb.SAdd(ctx, keyspace.SingleNode.GroupRegistry("order"), "Projector")
 	for start := 0; start < n; start += 1000 {
 		pipe := rdb.Pipeline()
 		for i := start; i < min(start+1000, n); i++ {
 			key := "client-" + strconv.Itoa(i)
-			stream := engine.PartitionStream("order", key)
+			stream := keyspace.SingleNode.PartitionStream("order", key)
 			for seq := 0; seq < 3; seq++ {
 				pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{
 					"id", fmt.Sprintf("ev-%d-%d", i, seq), "type", "OrderPlaced", "category", "order", "key", key,
 					"data", fmt.Sprintf(`{"client_id":%q,"seq":%d}`, key, seq), "priority", "0", "published_at", "0",
 				}})
 			}
-			pipe.SAdd(ctx, engine.PartitionIndex("order"), key)
+			pipe.SAdd(ctx, keyspace.SingleNode.PartitionIndex("order"), key)
 			pipe.XGroupCreate(ctx, stream, "Projector", "0")
 			pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "Projector", Consumer: owner + ":1", Streams: []string{stream, ">"}, Count: 2})
-			pipe.Set(ctx, engine.LeaseKey(stream, "Projector"), owner+":"+strconv.Itoa(i+1), 0)
+			pipe.Set(ctx, keyspace.SingleNode.LeaseKey(stream, "Projector"), owner+":"+strconv.Itoa(i+1), 0)
 			if i%100 == 0 {
-				pipe.HSet(ctx, engine.HaltKey(stream, "Projector"), "entry", "0-1", "lane", "0", "stream", stream,
+				pipe.HSet(ctx, keyspace.SingleNode.HaltKey(stream, "Projector"), "entry", "0-1", "lane", "0", "stream", stream,
 					"attempts", "3", "error", "boom", "since_ms", "1", "owner", owner, "generation", strconv.Itoa(i+1))
 			}
 		}

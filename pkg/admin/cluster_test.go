@@ -15,6 +15,7 @@ import (
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // clusterWorld is a running engine on a 3-master Redis Cluster with one poison partition
@@ -36,7 +37,7 @@ func keysOnEachMaster(tb testing.TB, cl *redistest.Cluster, n int) []string {
 	tb.Helper()
 	return cl.OnEachMaster(tb, n, func(j int) (string, string) {
 		k := fmt.Sprintf("client-%d", j)
-		return k, engine.ClusterKeys.PartitionStream("order", k)
+		return k, keyspace.Cluster.PartitionStream("order", k)
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 func TestMain(m *testing.M) {
@@ -152,7 +153,7 @@ func haltedWorld(t *testing.T) *world {
 	w.broker = engine.NewRedisBroker(w.rdb)
 	w.dom = orderDomain(t, poisonHandler(srv.Client(t)))
 	// Registered before anything is published, so the owner's trim keeps its entries.
-	if err := w.rdb.SAdd(context.Background(), engine.GroupRegistry("order"), "Mailer").Err(); err != nil {
+	if err := w.rdb.SAdd(context.Background(), keyspace.SingleNode.GroupRegistry("order"), "Mailer").Err(); err != nil {
 		t.Fatal(err)
 	}
 	startEngine(t, srv, w.dom, "i1")

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Envelope is a stream entry's seqctl envelope (see the README's "Stream entry envelope").
@@ -33,18 +33,17 @@ type Envelope struct {
 }
 
 // envelopeFields are the envelope's own field names.
-var envelopeFields = []string{"id", "type", "category", "key", "data", "priority", "published_at"}
+var envelopeFields = []string{keyspace.FieldID, keyspace.FieldType, keyspace.FieldCategory, keyspace.FieldKey,
+	keyspace.FieldData, keyspace.FieldPriority, keyspace.FieldPublishedAt}
 
-// envelopeOf decodes an entry; fields named in skip are left out of Fields.
+// envelopeOf decodes an entry (keyspace.DecodeEnvelope) for operators; fields named in
+// skip are left out of Fields.
 func envelopeOf(m redis.XMessage, skip func(string) bool) Envelope {
-	str := func(k string) string { s, _ := m.Values[k].(string); return s }
-	e := Envelope{ID: str("id"), Type: str("type"), Category: str("category"), Key: str("key")}
-	e.Data = rawJSON(str("data"), m.Values["data"] != nil)
-	if p := str("priority"); p != "" {
-		e.Priority, _ = strconv.Atoi(p)
-	}
-	if ms, err := strconv.ParseInt(str("published_at"), 10, 64); err == nil {
-		t := time.UnixMilli(ms).UTC()
+	env, err := keyspace.DecodeEnvelope(m)
+	e := Envelope{ID: env.ID, Type: env.Type, Category: env.Category, Key: env.Key, Priority: env.Priority}
+	e.Data = rawJSON(string(env.Data), m.Values[keyspace.FieldData] != nil)
+	if !env.PublishedAt.IsZero() {
+		t := env.PublishedAt.UTC()
 		e.PublishedAt = &t
 	}
 	for k, v := range m.Values {
@@ -57,7 +56,7 @@ func envelopeOf(m redis.XMessage, skip func(string) bool) Envelope {
 		s, _ := v.(string)
 		e.Fields[k] = s
 	}
-	if e.ID == "" || e.Type == "" {
+	if err != nil {
 		e.Problem = "not a seqctl envelope: the entry has no id or type field"
 	}
 	return e

@@ -2,14 +2,13 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Instance is one registered engine instance (engine.InstancesKey).
@@ -40,8 +39,8 @@ func (a *Admin) Instances(ctx context.Context) ([]Instance, error) {
 	}
 	out := make([]Instance, 0, len(raw))
 	for id, v := range raw {
-		var info engine.InstanceInfo
-		if json.Unmarshal([]byte(v), &info) != nil {
+		info, err := keyspace.DecodeInstance(v)
+		if err != nil {
 			out = append(out, Instance{ID: id})
 			continue
 		}

@@ -14,13 +14,14 @@ import (
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 func TestListPartitions(t *testing.T) {
 	w := haltedWorld(t)
 	ctx := context.Background()
 	adm := admin.New(w.rdb, admin.Options{})
-	if err := w.rdb.XAdd(ctx, &redis.XAddArgs{Stream: engine.DLQStream("order", "A"), Values: []any{"k", "v"}}).Err(); err != nil {
+	if err := w.rdb.XAdd(ctx, &redis.XAddArgs{Stream: keyspace.SingleNode.DLQStream("order", "A"), Values: []any{"k", "v"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var all []admin.Partition

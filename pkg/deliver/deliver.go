@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Envelope is the JSON document an HTTP or exec handler receives: the event and where it
@@ -123,7 +124,7 @@ func deliveryOf(ctx context.Context, ev engine.Event) engine.Delivery {
 	}
 	stream := ev.Category
 	if ev.Key != "" {
-		stream = engine.PartitionStream(ev.Category, ev.Key)
+		stream = keyspace.SingleNode.PartitionStream(ev.Category, ev.Key)
 	}
 	return engine.Delivery{Category: ev.Category, Key: ev.Key, Stream: stream}
 }

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine/scripts"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // acker sends the fenced acknowledgements of the instance's workers, batched: one
@@ -95,7 +98,7 @@ func (a *acker) flush() (retry bool) {
 		}
 		live = append(live, w)
 	}
-	if a.e.keys.cluster {
+	if a.e.keys.IsCluster() {
 		var failed []*worker
 		live, failed = a.sendByNode(live, batch)
 		if len(failed) > 0 {
@@ -112,8 +115,8 @@ func (a *acker) flush() (retry bool) {
 		// One call per session owner; on Redis Cluster one per owner and slot tag, since
 		// a script touches one slot there.
 		g := w.owner
-		if a.e.keys.cluster {
-			g += "\x00" + slotTag(w.leaseKey)
+		if a.e.keys.IsCluster() {
+			g += "\x00" + keyspace.SlotTag(w.leaseKey)
 		}
 		byOwner[g] = append(byOwner[g], w)
 	}
@@ -138,9 +141,9 @@ func (a *acker) flush() (retry bool) {
 }
 
 type ackPair struct {
-	w     *worker
-	lane  int
-	items []ackItem
+	w       *worker
+	laneIdx int
+	items   []ackItem
 }
 
 // sendByNode acknowledges, on Redis Cluster, the workers' entries with one acknode.lua
@@ -156,8 +159,7 @@ func (a *acker) sendByNode(ws []*worker, batch map[*worker][]ackItem) (notLocal,
 	defer cancel()
 	type nodeCall struct {
 		pairs []ackPair
-		first string
-		args  []any
+		call  scripts.AckNode
 	}
 	byNode := map[string]*nodeCall{}
 	var calls []*nodeCall
@@ -165,23 +167,23 @@ func (a *acker) sendByNode(ws []*worker, batch map[*worker][]ackItem) (notLocal,
 		addr, _ := masterAddr(ctx, cc, w.leaseKey) // "" when unknown: a call whose -2s go to ackmany.lua
 		c := byNode[addr]
 		if c == nil {
-			c = &nodeCall{first: w.leaseKey}
+			c = &nodeCall{}
 			byNode[addr] = c
 			calls = append(calls, c)
 		}
 		for _, p := range ackPairsOf(w, batch[w]) {
 			c.pairs = append(c.pairs, p)
-			c.args = p.idArgs(append(c.args, w.leaseKey, w.lanes[p.lane], w.token, w.sub.group))
+			c.call.Lanes = append(c.call.Lanes, p.lane())
 		}
 	}
 	cmds, err := runPipelined(ctx, a.e.rdb, len(calls), func(pipe redis.Pipeliner, i int) *redis.Cmd {
-		return scriptAckNode.EvalSha(ctx, pipe, []string{calls[i].first}, calls[i].args...)
+		return calls[i].call.EvalSha(ctx, pipe)
 	})
 	again := map[*worker]bool{}
 	for i, c := range calls {
 		var res []int64
 		if err == nil {
-			res, _ = cmds[i].Int64Slice()
+			res, _ = scripts.ParseAckNode(cmds[i])
 		}
 		if len(res) != len(c.pairs) {
 			cause := err
@@ -200,7 +202,7 @@ func (a *acker) sendByNode(ws []*worker, batch map[*worker][]ackItem) (notLocal,
 		// A worker's lanes share a slot: all of them are local or none.
 		for k, p := range c.pairs {
 			switch {
-			case res[k] == -2:
+			case res[k] == scripts.AckNotServed:
 				if !again[p.w] {
 					again[p.w] = true
 					notLocal = append(notLocal, p.w)
@@ -219,17 +221,15 @@ func (a *acker) sendByNode(ws []*worker, batch map[*worker][]ackItem) (notLocal,
 // on Redis Cluster, where the first lease is then the liveness key, see liveKey).
 type ackCall struct {
 	pairs []ackPair
-	keys  []string
-	args  []any
+	call  scripts.AckMany
 }
 
 func newAckCall(ws []*worker, batch map[*worker][]ackItem) *ackCall {
-	c := &ackCall{keys: []string{ws[0].liveKey}}
+	c := &ackCall{call: scripts.AckMany{Session: ws[0].liveKey}}
 	for _, w := range ws {
 		for _, p := range ackPairsOf(w, batch[w]) {
 			c.pairs = append(c.pairs, p)
-			c.keys = append(c.keys, w.leaseKey, w.lanes[p.lane])
-			c.args = p.idArgs(append(c.args, w.token, w.sub.group))
+			c.call.Lanes = append(c.call.Lanes, p.lane())
 		}
 	}
 	return c
@@ -243,18 +243,18 @@ func ackPairsOf(w *worker, items []ackItem) []ackPair {
 	}
 	pairs := make([]ackPair, 0, len(byLane))
 	for lane, its := range byLane {
-		pairs = append(pairs, ackPair{w: w, lane: lane, items: its})
+		pairs = append(pairs, ackPair{w: w, laneIdx: lane, items: its})
 	}
 	return pairs
 }
 
-// idArgs appends the count and the entry ids of the pair, as both ack scripts take them.
-func (p ackPair) idArgs(args []any) []any {
-	args = append(args, len(p.items))
-	for _, it := range p.items {
-		args = append(args, it.id)
+// lane returns the pair as a lane of the ack scripts.
+func (p ackPair) lane() scripts.AckLane {
+	ids := make([]string, len(p.items))
+	for i, it := range p.items {
+		ids[i] = it.id
 	}
-	return args
+	return scripts.AckLane{Lease: p.w.leaseKey, Stream: p.w.lanes[p.laneIdx], Token: p.w.token, Group: p.w.sub.group, IDs: ids}
 }
 
 // send makes the ackmany.lua calls of the groups in one pipeline (one call per group:
@@ -269,26 +269,26 @@ func (a *acker) send(groups [][]*worker, batch map[*worker][]ackItem) []error {
 	ctx, cancel := context.WithTimeout(a.e.hardCtx, a.e.cfg.Timing.LeaseTTL/2)
 	defer cancel()
 	cmds, err := runPipelined(ctx, a.e.rdb, len(calls), func(pipe redis.Pipeliner, i int) *redis.Cmd {
-		return scriptAckMany.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+		return calls[i].call.EvalSha(ctx, pipe)
 	})
 	for i, c := range calls {
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		res, cerr := cmds[i].Int64Slice()
+		res, sessionGone, cerr := scripts.ParseAckMany(cmds[i])
 		if cerr != nil {
 			errs[i] = translateRedisErr(cerr)
 			continue
 		}
-		c.apply(res)
+		c.apply(res, sessionGone)
 	}
 	return errs
 }
 
 // apply hands each worker the outcome of its acknowledgements.
-func (c *ackCall) apply(res []int64) {
-	if len(res) == 1 && res[0] == -3 {
+func (c *ackCall) apply(res []int64, sessionGone bool) {
+	if sessionGone {
 		for _, p := range c.pairs {
 			p.w.acked(ackResult{fenced: true})
 		}
@@ -301,4 +301,125 @@ func (c *ackCall) apply(res []int64) {
 			p.w.acked(ackResult{fenced: true})
 		}
 	}
+}
+
+// acked is called by the acker with the outcome of a flush that carried this worker's
+// acknowledgements.
+func (w *worker) acked(r ackResult) {
+	w.ackMu.Lock()
+	w.ackIn = append(w.ackIn, r.ids...)
+	w.ackFenced = w.ackFenced || r.fenced
+	note := w.ackNote
+	w.ackMu.Unlock()
+	if note != nil {
+		select {
+		case note <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// ackWait returns the channel acked signals, made on first use, or nil when
+// acknowledgements or the fence came since the last applyAcks (apply them first).
+func (w *worker) ackWait() <-chan struct{} {
+	w.ackMu.Lock()
+	defer w.ackMu.Unlock()
+	if len(w.ackIn) > 0 || w.ackFenced {
+		return nil
+	}
+	if w.ackNote == nil {
+		w.ackNote = make(chan struct{}, 1)
+	}
+	return w.ackNote
+}
+
+// applyAcks removes the confirmed acknowledgements from w.unacked. It reports whether the
+// acker found the lease gone.
+func (w *worker) applyAcks() (fenced bool) {
+	w.ackMu.Lock()
+	in, fenced := w.ackIn, w.ackFenced
+	w.ackIn = nil
+	w.ackMu.Unlock()
+	if len(in) > 0 {
+		done := make(map[ackItem]bool, len(in))
+		for _, it := range in {
+			done[it] = true
+		}
+		kept, sent := w.unacked[:0], int(w.sent)
+		for i, it := range w.unacked {
+			switch {
+			case !done[it]:
+				kept = append(kept, it)
+			case i < int(w.sent):
+				sent--
+			}
+		}
+		w.unacked, w.sent = kept, int32(sent)
+	}
+	return fenced
+}
+
+// awaitAcks waits until at most limit handled events of the partition lack a confirmed
+// acknowledgement (max_unacked - 1 before an event starts): with max_unacked = 1 an
+// event starts only after Redis confirmed the previous one's ack, so a failure of any
+// kind re-runs at most the event in flight. It returns ErrFenced when the lease is gone,
+// and nil when the worker must stop (its context ended).
+func (w *worker) awaitAcks(limit int) error {
+	for {
+		if w.applyAcks() {
+			return ErrFenced
+		}
+		if len(w.unacked) <= limit || w.ctx.Err() != nil {
+			return nil
+		}
+		if int(w.sent) < len(w.unacked) {
+			w.e.acker.submit(w, w.unacked[w.sent:]...)
+			w.sent = int32(len(w.unacked))
+		}
+		note := w.ackWait()
+		if note == nil {
+			continue
+		}
+		select {
+		case <-note:
+		case <-w.ctx.Done():
+		}
+	}
+}
+
+// ack acknowledges handled entries of one lane, fenced (ack.lua).
+func (w *worker) ack(ctx context.Context, lane int, ids []string) error {
+	_, fenced, err := scripts.Ack{Lease: w.leaseKey, Live: w.liveKey, Lane: w.lanes[lane],
+		Token: w.token, Group: w.sub.group, IDs: ids}.Run(ctx, w.e.rdb)
+	switch {
+	case err != nil:
+		return translateRedisErr(err)
+	case fenced:
+		return ErrFenced
+	}
+	return nil
+}
+
+// flushAcks synchronously acks every handled entry whose ack Redis has not confirmed.
+func (w *worker) flushAcks(ctx context.Context) error {
+	w.applyAcks()
+	for lane, ids := range w.unackedByLane() {
+		if len(ids) == 0 {
+			continue
+		}
+		if err := w.ack(ctx, lane, ids); err != nil {
+			return err
+		}
+	}
+	w.unacked, w.sent = w.unacked[:0], 0
+	return nil
+}
+
+// unackedByLane returns the ids of w.unacked per lane, in handling order.
+func (w *worker) unackedByLane() [][]string {
+	out := make([][]string, len(w.lanes))
+	for _, it := range w.unacked {
+		out[it.lane] = append(out[it.lane], it.id)
+	}
+	return out
 }

@@ -2,12 +2,13 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine/scripts"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // PublishOptions are the optional parts of a publish.
@@ -40,7 +41,7 @@ type Published struct {
 // It takes a redis.UniversalClient that the caller owns.
 type RedisBroker struct {
 	rdb  redis.UniversalClient
-	keys Keys          // the key layout: Redis Cluster for a cluster client
+	keys keyspace.Keys // the key layout: Redis Cluster for a cluster client
 	repl replicaPolicy // operator writes wait for replicas; see WithReplicas
 	// stepHook, when set (tests), runs between the steps of a publish on Redis Cluster
 	// ("appended", "indexed"); false stops the publish there, as a crash would.
@@ -48,13 +49,13 @@ type RedisBroker struct {
 }
 
 // NewRedisBroker returns a broker over the client; a *redis.ClusterClient selects the
-// Redis Cluster key layout (see Keys).
+// Redis Cluster key layout (see keyspace.Keys).
 func NewRedisBroker(c redis.UniversalClient) *RedisBroker {
-	return &RedisBroker{rdb: c, keys: KeysFor(c)}
+	return &RedisBroker{rdb: c, keys: keyspace.For(c)}
 }
 
-// Keys returns the key layout the broker writes.
-func (b *RedisBroker) Keys() Keys { return b.keys }
+// keyspace.Keys returns the key layout the broker writes.
+func (b *RedisBroker) Keys() keyspace.Keys { return b.keys }
 
 // Kind returns "redis".
 func (b *RedisBroker) Kind() string { return BrokerKindRedis }
@@ -74,13 +75,9 @@ func (b *RedisBroker) Client() redis.UniversalClient { return b.rdb }
 // of the event, which is on the primary, with a *ReplicaShortfallError: a failover may
 // lose it.
 func (b *RedisBroker) Publish(ctx context.Context, d *Domain, eventType string, data []byte, opt PublishOptions) (Published, error) {
-	r, err := d.Route(eventType, data, opt.Priority)
+	r, ev, err := d.routeEvent(eventType, data, opt)
 	if err != nil {
 		return Published{}, err
-	}
-	ev := Event{ID: opt.ID, Type: eventType, Category: r.Category, Key: r.Key, Data: data, Priority: opt.Priority}
-	if ev.ID == "" {
-		ev.ID = NewEventID()
 	}
 	pub, err := b.PublishRouted(ctx, r, ev, 0)
 	if err != nil || opt.SkipReplicaWait {
@@ -112,9 +109,8 @@ const PublishDedupeWindow = time.Minute
 // PublishDedupeWindow. Published.Duplicate reports a skipped append (the entry id is
 // then the one appended before).
 func (b *RedisBroker) PublishRouted(ctx context.Context, r Route, ev Event, dedupeSeq int64) (Published, error) {
-	r = b.keys.Place(r)
-	keys, args := b.publishCall(r, ev, dedupeSeq)
-	res, err := scriptPublish.Run(ctx, b.rdb, keys, args...).Slice()
+	r = r.In(b.keys)
+	res, err := b.publishCall(r, ev, dedupeSeq).Run(ctx, b.rdb)
 	if err != nil {
 		return Published{}, translateRedisErr(err)
 	}
@@ -123,44 +119,37 @@ func (b *RedisBroker) PublishRouted(ctx context.Context, r Route, ev Event, dedu
 
 // published reads publish.lua's reply and, on Redis Cluster, writes the index when the
 // script asks for it (see indexAfterAppend).
-func (b *RedisBroker) published(ctx context.Context, r Route, ev Event, res []any) (Published, error) {
-	code, _ := res[0].(int64)
-	id, _ := res[1].(string)
-	pub := Published{EventID: ev.ID, Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: id, Duplicate: code == 0}
-	if x, _ := res[2].(int64); x == 1 {
+func (b *RedisBroker) published(ctx context.Context, r Route, ev Event, res scripts.PublishReply) (Published, error) {
+	pub := Published{EventID: ev.ID, Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: res.EntryID, Duplicate: !res.Appended}
+	if res.IndexNeeded {
 		if b.stepHook != nil && !b.stepHook("appended") {
 			return pub, nil
 		}
-		if err := b.indexAfterAppend(ctx, r, id); err != nil {
+		if err := b.indexAfterAppend(ctx, r, res.EntryID); err != nil {
 			return pub, err
 		}
 	}
 	return pub, nil
 }
 
-// publishCall returns the KEYS and ARGV of publish.lua for a placed route.
-func (b *RedisBroker) publishCall(r Route, ev Event, dedupeSeq int64) ([]string, []any) {
+// publishCall is the publish.lua call of an event on a placed route.
+func (b *RedisBroker) publishCall(r Route, ev Event, dedupeSeq int64) scripts.Publish {
 	k := b.keys
-	keys := []string{r.Stream, r.Stream, r.Stream, r.Stream, r.Stream, k.BellChannel(r.Stream), r.Stream}
-	flags := ""
+	c := scripts.Publish{Stream: r.Stream, Bell: k.BellChannel(r.Stream), Key: r.Key, Category: r.Category,
+		DedupeSeq: dedupeSeq, WindowMS: PublishDedupeWindow.Milliseconds(), Fields: ev.Fields()}
 	if r.Key != "" {
-		if k.cluster {
-			flags += "c"
-			keys[6] = k.IndexedMarkKey(k.PartitionStream(r.Category, r.Key))
+		if k.IsCluster() {
+			c.IndexedMark = k.IndexedMarkKey(k.PartitionStream(r.Category, r.Key))
 		} else {
-			flags += "i"
-			keys[1], keys[2] = r.Index, k.ControlStream()
+			c.Index, c.Control = r.Index, k.ControlStream()
 		}
 	}
 	if dedupeSeq > 0 {
-		flags += "m"
-		keys[3] = k.OutboxMarkKey(r.Stream)
+		c.OutboxMark = k.OutboxMarkKey(r.Stream)
 	} else if ev.ID != "" {
-		flags += "e"
-		keys[4] = k.EventMarkKey(r.Stream, ev.ID)
+		c.EventMark = k.EventMarkKey(r.Stream, ev.ID)
 	}
-	args := append([]any{r.Key, r.Category, dedupeSeq, PublishDedupeWindow.Milliseconds(), flags}, envelopeArgs(ev)...)
-	return keys, args
+	return c
 }
 
 // indexAfterAppend is the second step of a publish on Redis Cluster, when the script
@@ -177,7 +166,7 @@ func (b *RedisBroker) indexAfterAppend(ctx context.Context, r Route, id string) 
 // entry id it indexes and a random part, so that no two writes store the same value and
 // a reaper's compare-and-remove (unindex.lua) never matches a write that came after its
 // read, even a retried publish's, which indexes an entry appended before.
-func indexValue(entryID string) string { return entryID + "/" + randomToken() }
+func indexValue(entryID string) string { return keyspace.IndexValue(entryID, randomToken()) }
 
 // indexPartition writes a partition key into its category's index on Redis Cluster (see
 // indexAfterAppend), announces it (discovery adds it to its view; an instance that
@@ -185,7 +174,7 @@ func indexValue(entryID string) string { return entryID + "/" + randomToken() }
 // indexed mark only while the lane exists (mark.lua): after a reap that came in between,
 // the mark stays missing and the key's next publish indexes it again. The reaper uses it
 // too, to heal a partition whose publisher stopped between the append and the index.
-func indexPartition(ctx context.Context, c redis.UniversalClient, k Keys, category, key, lane, id string, hook func(string) bool) error {
+func indexPartition(ctx context.Context, c redis.UniversalClient, k keyspace.Keys, category, key, lane, id string, hook func(string) bool) error {
 	stream := k.PartitionStream(category, key)
 	if err := c.HSet(ctx, k.PartitionIndex(category), key, indexValue(id)).Err(); err != nil {
 		return fmt.Errorf("engine: appended %s to %s but could not index it yet (the next publish of the key does): %w",
@@ -199,169 +188,11 @@ func indexPartition(ctx context.Context, c redis.UniversalClient, k Keys, catego
 	if hook != nil && !hook("indexed") {
 		return nil
 	}
-	if err := scriptMark.Run(ctx, c, []string{k.IndexedMarkKey(stream), lane}).Err(); err != nil {
+	if _, err := (scripts.Mark{Mark: k.IndexedMarkKey(stream), Lane: lane}).Run(ctx, c); err != nil {
 		return fmt.Errorf("engine: indexed %s but could not mark it (the next publish indexes it again): %w",
 			stream, translateRedisErr(err))
 	}
 	return nil
 }
 
-// InlineBroker runs handlers in-process, in strict submission order, one event at a time.
-// It does not advertise StreamPartitioning: sequential_by is an accepted no-op there,
-// since submission order already holds. Partition operations return ErrNotSupported.
-type InlineBroker struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	queue  []inlineItem // guarded by mu
-	busy   bool         // the dispatcher is handling an item; guarded by mu
-	closed bool         // guarded by mu
-	failed []InlineFailure
-	dom    *Domain
-	done   chan struct{}
-}
-
-type inlineItem struct {
-	ev Event
-}
-
-// InlineFailure records an event a handler gave up on after its retries.
-type InlineFailure struct {
-	Handler string
-	Event   Event
-	Err     error
-}
-
-// NewInlineBroker returns an inline broker. Call Start with the initialized domain.
-func NewInlineBroker() *InlineBroker {
-	b := &InlineBroker{done: make(chan struct{})}
-	b.cond = sync.NewCond(&b.mu)
-	return b
-}
-
-// Kind returns "inline".
-func (b *InlineBroker) Kind() string { return BrokerKindInline }
-
-// Has reports no capability.
-func (b *InlineBroker) Has(Capability) bool { return false }
-
-// Start begins dispatching to the domain's handlers (those with a Func).
-func (b *InlineBroker) Start(d *Domain) error {
-	if !d.Initialized() {
-		return errors.New("engine: domain not initialized: call Init first")
-	}
-	b.mu.Lock()
-	b.dom = d
-	b.mu.Unlock()
-	go b.dispatch()
-	return nil
-}
-
-// Publish validates and enqueues an event; handlers run in submission order.
-func (b *InlineBroker) Publish(_ context.Context, d *Domain, eventType string, data []byte, opt PublishOptions) (Published, error) {
-	r, err := d.Route(eventType, data, opt.Priority)
-	if err != nil {
-		return Published{}, err
-	}
-	ev := Event{ID: opt.ID, Type: eventType, Category: r.Category, Key: r.Key, Data: data, Priority: opt.Priority}
-	if ev.ID == "" {
-		ev.ID = NewEventID()
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return Published{}, errors.New("engine: inline broker closed")
-	}
-	b.queue = append(b.queue, inlineItem{ev: ev})
-	b.cond.Broadcast()
-	return Published{EventID: ev.ID, Category: r.Category, Key: r.Key, Stream: r.Stream}, nil
-}
-
-func (b *InlineBroker) dispatch() {
-	defer close(b.done)
-	for {
-		b.mu.Lock()
-		for len(b.queue) == 0 && !b.closed {
-			b.cond.Wait()
-		}
-		if len(b.queue) == 0 {
-			b.mu.Unlock()
-			return
-		}
-		it := b.queue[0]
-		b.queue = b.queue[1:]
-		b.busy = true
-		d := b.dom
-		b.mu.Unlock()
-		for _, h := range d.Handlers {
-			if h.Func == nil || !contains(h.Handles, it.ev.Type) {
-				continue
-			}
-			var err error
-			for attempt := 1; attempt <= orInt(h.MaxRetries, DefaultMaxRetries); attempt++ {
-				ctx := WithDelivery(context.Background(), Delivery{Handler: h.Name, Category: it.ev.Category, Key: it.ev.Key, Stream: it.ev.Category, Attempt: attempt})
-				if err = h.Func(ctx, it.ev); err == nil {
-					break
-				}
-			}
-			if err != nil {
-				b.mu.Lock()
-				b.failed = append(b.failed, InlineFailure{Handler: h.Name, Event: it.ev, Err: err})
-				b.mu.Unlock()
-			}
-		}
-		b.mu.Lock()
-		b.busy = false
-		b.cond.Broadcast()
-		b.mu.Unlock()
-	}
-}
-
-// Wait blocks until every published event has been handled.
-func (b *InlineBroker) Wait() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for len(b.queue) > 0 || b.busy {
-		b.cond.Wait()
-	}
-}
-
-// Failures returns the events handlers gave up on.
-func (b *InlineBroker) Failures() []InlineFailure {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]InlineFailure(nil), b.failed...)
-}
-
-// Close stops the dispatcher after the queue is drained.
-func (b *InlineBroker) Close() {
-	b.mu.Lock()
-	b.closed = true
-	b.cond.Broadcast()
-	started := b.dom != nil
-	b.mu.Unlock()
-	if started {
-		<-b.done
-	}
-}
-
 // Partition operations are not supported inline.
-
-// Skip is not supported by the inline broker.
-func (b *InlineBroker) Skip(context.Context, HeadRef, string, bool) error {
-	return fmt.Errorf("%w: skip (the inline broker has no partitions)", ErrNotSupported)
-}
-
-// MoveToDLQ is not supported by the inline broker.
-func (b *InlineBroker) MoveToDLQ(context.Context, HeadRef, string, bool) error {
-	return fmt.Errorf("%w: move to DLQ (the inline broker has no partitions)", ErrNotSupported)
-}
-
-// Retry is not supported by the inline broker.
-func (b *InlineBroker) Retry(context.Context, HeadRef, string) error {
-	return fmt.Errorf("%w: retry (the inline broker has no partitions)", ErrNotSupported)
-}
-
-// Halt is not supported by the inline broker.
-func (b *InlineBroker) Halt(context.Context, HeadRef) (*HaltRecord, error) {
-	return nil, fmt.Errorf("%w: halt records (the inline broker has no partitions)", ErrNotSupported)
-}

@@ -2,13 +2,14 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // unit is one leasable piece of work for one consumer group: a partition of a category,
@@ -28,7 +29,7 @@ func (u unit) id() string { return u.sub.group + "\x00" + u.name }
 func (e *Engine) unitFor(s *subscription, key string) unit {
 	u := unit{sub: s, key: key}
 	if !s.partitioned {
-		u.name = CategoryStream(s.categories[0])
+		u.name = keyspace.SingleNode.CategoryStream(s.categories[0])
 		u.lanes, u.laneCats = []string{u.name}, []string{s.categories[0]}
 		return u
 	}
@@ -157,11 +158,29 @@ func (e *Engine) discover() (err error) {
 		return err
 	}
 
-	// Fair share: aim at ceil(units / live instances); hand over what is clearly above it.
+	try, room := e.fairShare(all, alive, instancesAlive, owner)
+	if len(try) > room {
+		if try, err = e.narrowToRoom(ctx, try, room, alive, passStart, owner); err != nil {
+			return err
+		}
+	}
+	if len(try) == 0 || e.stopping() {
+		return nil
+	}
+	var dead []string
+	if e.keys.IsCluster() {
+		dead = deadOwners(alive)
+	}
+	return e.acquire(ctx, in, try, passStart, room, dead)
+}
+
+// fairShare aims at ceil(units / live instances): it hands over what is clearly above the
+// share, and returns the units to try and the room below the share.
+func (e *Engine) fairShare(all []unit, alive map[string]bool, instancesAlive int, owner string) (try []unit, room int) {
 	target := (len(all) + instancesAlive - 1) / instancesAlive
 	e.mu.Lock()
 	owned := len(e.workers)
-	try := e.candidatesLocked(all, alive, owner)
+	try = e.candidatesLocked(all, alive, owner)
 	short := false
 	if floor := len(all) / instancesAlive; owned+len(try) < floor {
 		// Below even the rounded-down share with too few candidates: some cached owners
@@ -181,51 +200,31 @@ func (e *Engine) discover() (err error) {
 	if short {
 		e.view.wantFull(time.Now(), fullReadMinGap*e.cfg.DiscoveryInterval)
 	}
-	room := target - owned
-	if len(try) > room {
-		// Only free units may use the room: learn the owners of units never seen before
-		// (one pipelined GET each, cached), so the room is not spent on attempts that
-		// would fail against a live owner while a free unit waits for a later pass.
-		if try, err = e.dropLiveOwned(ctx, try, alive, passStart, owner); err != nil {
-			return err
-		}
-		// A lease this session still holds without a worker (its worker exited and
-		// could not give it back: a release that timed out under load) is re-adopted
-		// whatever the room: no other instance can take it while this one lives, so
-		// leaving it would strand the partition. Fair share hands it over later if
-		// this instance is above its share.
-		own, free := e.splitSelfHeld(try, owner)
-		if len(free) > room {
-			// A random choice, so that instances whose passes overlap (started
-			// together) mostly try different units.
-			rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
-			free = free[:max(room, 0)]
-		}
-		try = append(own, free...)
-	}
-	if len(try) == 0 || e.stopping() {
-		return nil
-	}
-	var dead []any
-	if e.keys.cluster {
-		dead = deadOwners(alive)
-	}
-	return e.acquire(ctx, in, try, passStart, room, dead)
+	return try, target - owned
 }
 
-// maxDeadOwners bounds how many owners found gone a pass names to acquire.lua.
-const maxDeadOwners = 64
-
-// deadOwners returns the owners of alive found gone (at most maxDeadOwners): on Redis
-// Cluster acquire.lua takes their dormant leases. A later pass names the rest.
-func deadOwners(alive map[string]bool) []any {
-	var out []any
-	for o, ok := range alive {
-		if !ok && len(out) < maxDeadOwners {
-			out = append(out, o)
-		}
+// narrowToRoom keeps, of more candidates than the room, the ones to try: only free units
+// may use the room.
+func (e *Engine) narrowToRoom(ctx context.Context, try []unit, room int, alive map[string]bool, passStart uint64, owner string) ([]unit, error) {
+	// Learn the owners of units never seen before (one pipelined GET each, cached), so
+	// the room is not spent on attempts that would fail against a live owner while a
+	// free unit waits for a later pass.
+	try, err := e.dropLiveOwned(ctx, try, alive, passStart, owner)
+	if err != nil {
+		return nil, err
 	}
-	return out
+	// A lease this session still holds without a worker (its worker exited and could not
+	// give it back: a release that timed out under load) is re-adopted whatever the room:
+	// no other instance can take it while this one lives, so leaving it would strand the
+	// partition. Fair share hands it over later if this instance is above its share.
+	own, free := e.splitSelfHeld(try, owner)
+	if len(free) > room {
+		// A random choice, so that instances whose passes overlap (started together)
+		// mostly try different units.
+		rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+		free = free[:max(room, 0)]
+	}
+	return append(own, free...), nil
 }
 
 // readPass reads what a pass needs besides liveness: the instance registry (registry
@@ -312,8 +311,7 @@ func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]
 	e.mu.Unlock()
 	registered := map[string]string{} // registry field -> session owner
 	for id, raw := range instances {
-		var info InstanceInfo
-		if json.Unmarshal([]byte(raw), &info) == nil && info.Owner != "" {
+		if info, err := keyspace.DecodeInstance(raw); err == nil && info.Owner != "" {
 			registered[id] = info.Owner
 			if info.Owner != owner {
 				owners[info.Owner] = true
@@ -342,79 +340,6 @@ func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]
 	}
 	e.pruneInstances(ctx, registered, alive)
 	return alive, max(instancesAlive, 1), nil
-}
-
-// acquire runs acquire.lua for each unit of try (pipelined) and starts a worker for each
-// lease taken. room is the instance's room below its fair share before the pass; dead
-// names owners whose session was found gone (given on Redis Cluster only, see
-// acquire.lua).
-func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passStart uint64, room int, dead []any) error {
-	owner := in.owner
-	seq := e.view.noticeSeq() // a -4 drops a key only when no notice re-announced it after this
-	cmds, err := runPipelined(ctx, e.rdb, len(try), func(pipe redis.Pipeliner, i int) *redis.Cmd {
-		u := try[i]
-		keys := make([]string, 0, 3+len(u.guards)+len(u.lanes))
-		lease := e.keys.LeaseKey(u.name, u.sub.group)
-		keys = append(keys, lease, e.keys.GenerationKey(u.name, u.sub.group), e.liveKey(owner, lease))
-		keys = append(append(keys, u.guards...), u.lanes...)
-		args := append([]any{owner, e.keys.SessionPrefix(), len(u.guards), e.leasePX()}, dead...)
-		return scriptAcquire.EvalSha(ctx, pipe, keys, args...)
-	})
-	if err != nil {
-		return err
-	}
-	if !e.leasesReplicated(ctx, owner, try, cmds) {
-		return nil
-	}
-	var failed error
-	nFailed, taken, lost := 0, 0, 0
-	dropped := false
-	for i, u := range try {
-		res, err := cmds[i].Slice()
-		if err != nil || len(res) == 0 {
-			if err != nil && !errors.Is(err, redis.Nil) {
-				failed = translateRedisErr(err)
-				nFailed++
-			}
-			continue
-		}
-		code, _ := res[0].(int64)
-		switch code {
-		case 1, 2:
-			gen, _ := res[1].(int64)
-			e.startWorker(u, in, gen)
-			taken++
-		case 0:
-			lv, _ := res[1].(string)
-			e.cacheOwner(u.id(), lv, passStart)
-			lost++
-		case -3:
-			e.sess.lose(in, "the session key is gone (seen when taking a lease): Redis restarted or lost data, or this process stalled past the lease TTL")
-			return nil
-		case -4:
-			// Reaped since the view learnt of it: nothing to own until a publish
-			// re-creates it (and announces it on the control stream).
-			dropped = e.view.drop(u, seq) || dropped
-		}
-	}
-	if dropped {
-		e.forgetGoneUnits()
-	}
-	if failed != nil {
-		e.health.set(healthLeases, "lease taking fails: "+failed.Error())
-		e.logs.warn("acquire:"+errorCause(failed), "cannot take leases", "failed", nFailed, "of", len(try), "err", failed)
-	} else {
-		e.health.clear(healthLeases)
-	}
-	if lost > 0 && taken < room && e.view.raceKicks < maxRaceKicks {
-		// Another instance took some of these meanwhile (passes of instances started
-		// together overlap): their owners are cached now, so run again for the rest of
-		// the share rather than a discovery interval later. Bounded per incarnation: an
-		// instance kept short of its share by the slack must not spin.
-		e.view.raceKicks++
-		e.kickDiscovery()
-	}
-	return nil
 }
 
 // controlRead takes the control-stream entries the doorbell read, in stream order: each
@@ -633,8 +558,8 @@ func (e *Engine) pruneInstances(ctx context.Context, registered map[string]strin
 		if err != nil {
 			continue
 		}
-		var info InstanceInfo
-		if json.Unmarshal([]byte(raw), &info) != nil {
+		info, err := keyspace.DecodeInstance(raw)
+		if err != nil {
 			continue
 		}
 		if time.Since(time.UnixMilli(info.HeartbeatMS)) > 10*e.cfg.Timing.LeaseTTL {
@@ -680,13 +605,4 @@ func (e *Engine) checkCardinality(live map[string]int) {
 		}
 		e.overThreshold[c] = over
 	}
-}
-
-// ownerOf returns the owner part of a lease value "{owner}:{generation}".
-func ownerOf(lease string) string {
-	i := strings.LastIndexByte(lease, ':')
-	if i < 0 {
-		return ""
-	}
-	return lease[:i]
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // cmdCounter counts the commands of one name a client sends, alone or in pipelines
@@ -93,9 +93,9 @@ func TestLostPartitionNoticeOwnedByBackstop(t *testing.T) {
 
 	// What publish.lua does, without the notice.
 	ev := Event{ID: NewEventID(), Type: "OrderPlaced", Category: "order", Key: "lost", Data: []byte(`{"client_id":"lost"}`)}
-	values := append([]any{"published_at", strconv.FormatInt(time.Now().UnixMilli(), 10)}, envelopeArgs(ev)...)
-	rdb.XAdd(ctx, &redis.XAddArgs{Stream: PartitionStream("order", "lost"), Values: values})
-	rdb.SAdd(ctx, PartitionIndex("order"), "lost")
+	values := append([]any{"published_at", strconv.FormatInt(time.Now().UnixMilli(), 10)}, ev.Fields()...)
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: keyspace.SingleNode.PartitionStream("order", "lost"), Values: values})
+	rdb.SAdd(ctx, keyspace.SingleNode.PartitionIndex("order"), "lost")
 	start := time.Now()
 	bound := (fullReadEvery + 1) * e.cfg.DiscoveryInterval
 	waitFor(t, bound+time.Second, "the partition without a notice owned", func() bool { return len(e.Owned()) == 21 })
@@ -120,7 +120,7 @@ func TestTrimmedPartitionNoticeOwnedAfterGap(t *testing.T) {
 	// In one step (the doorbell cannot read in between): index "gap" and announce it,
 	// then append enough other notices that the capped stream trims the announcement.
 	ev := Event{ID: NewEventID(), Type: "OrderPlaced", Category: "order", Key: "gap", Data: []byte(`{"client_id":"gap"}`)}
-	args := append([]any{strconv.FormatInt(time.Now().UnixMilli(), 10)}, envelopeArgs(ev)...)
+	args := append([]any{strconv.FormatInt(time.Now().UnixMilli(), 10)}, ev.Fields()...)
 	const flood = `
 redis.call('XADD', KEYS[1], '*', 'published_at', unpack(ARGV))
 redis.call('SADD', KEYS[2], 'gap')
@@ -129,7 +129,7 @@ for i = 1, 1500 do
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', '1000', '*', 'op', 'noise')
 end
 return 1`
-	if err := rdb.Eval(ctx, flood, []string{PartitionStream("order", "gap"), PartitionIndex("order"), ControlStream()}, args...).Err(); err != nil {
+	if err := rdb.Eval(ctx, flood, []string{keyspace.SingleNode.PartitionStream("order", "gap"), keyspace.SingleNode.PartitionIndex("order"), keyspace.SingleNode.ControlStream()}, args...).Err(); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -232,7 +232,7 @@ func TestOwnerCacheForgetsReapedPartitions(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	k := KeysFor(rdb)
+	k := keyspace.For(rdb)
 	s := &sink{rdb: srv.Client(t), instance: "i"}
 	d := testDomain(t, s.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
 	b := NewRedisBroker(rdb)
@@ -241,9 +241,9 @@ func TestOwnerCacheForgetsReapedPartitions(t *testing.T) {
 	}
 	// Another instance, alive, owns partition "other".
 	other := "x.peer0001"
-	info, _ := json.Marshal(InstanceInfo{ID: "x", Owner: other, HeartbeatMS: time.Now().UnixMilli()})
+	info := keyspace.Instance{ID: "x", Owner: other, HeartbeatMS: time.Now().UnixMilli()}.Encode()
 	rdb.Set(ctx, k.SessionKey(other), "x", 0)
-	rdb.HSet(ctx, k.InstancesKey(), "x#peer", string(info))
+	rdb.HSet(ctx, k.InstancesKey(), "x#peer", info)
 	publish(t, b, d, "other", 0, false)
 	stream := k.PartitionStream("order", "other")
 	rdb.Set(ctx, k.LeaseKey(stream, "Projector"), other+":5", 0)

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // EventType declares an event: its name, the stream category it is published to, and the
@@ -98,16 +100,9 @@ type ProcessManager struct {
 	Func         HandlerFunc
 }
 
-// Event is one event as a handler sees it.
-type Event struct {
-	ID          string    // the event id (unique, assigned at publish when empty)
-	Type        string    // the event type name
-	Category    string    // the stream category
-	Key         string    // the partition key, "" when the category is not partitioned
-	Data        []byte    // the JSON payload
-	PublishedAt time.Time // when it was published (Redis server time)
-	Priority    int       // lane priority; below the lanes threshold means backfill
-}
+// Event is one event as a handler sees it: the envelope its stream entry holds, encoded
+// and decoded by package keyspace.
+type Event = keyspace.Envelope
 
 // Domain is a set of declared events, commands, handlers and process managers. Build it
 // with the Add methods (or config.Load from domain.toml), then call Init once before use.

@@ -3,13 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // doorbellBlock is how long one blocking XREAD of the wake and control streams blocks.
@@ -126,22 +127,7 @@ type bellLane struct {
 type bellOwner struct {
 	w       *worker
 	waiting bool
-	after   streamID
-}
-
-// streamID is a stream entry id "ms-seq", parsed (so that keeping one allocates nothing).
-type streamID struct{ ms, seq uint64 }
-
-func parseStreamID(id string) streamID {
-	ms, seq := splitID(id)
-	return streamID{ms, seq}
-}
-
-func (a streamID) less(b streamID) bool { return a.ms < b.ms || (a.ms == b.ms && a.seq < b.seq) }
-
-// String formats the id as Redis does: "ms-seq".
-func (a streamID) String() string {
-	return strconv.FormatUint(a.ms, 10) + "-" + strconv.FormatUint(a.seq, 10)
+	after   keyspace.StreamID
 }
 
 // owners iterates over the lane's owners.
@@ -232,34 +218,18 @@ func (d *doorbell) channel(stream string, ks bool) string {
 // Keys.KeyspaceChannel) is channel: normally one, the layouts give distinct streams
 // distinct channels. Called with mu held.
 func (d *doorbell) bellLanes(channel string, f func(*bellLane)) {
-	if stream, ok := cutKeyspacePrefix(channel); ok {
+	if stream, ok := keyspace.KeyOfKeyspaceChannel(channel); ok {
 		if b := d.lanes[stream]; b != nil {
 			f(b)
 		}
 		return
 	}
-	base, ok := strings.CutSuffix(channel, bellSuffix)
-	if !ok {
-		return
-	}
-	// Keys.tagged leaves a Redis Cluster stream that has a hash tag as it is, and wraps
-	// any other stream in braces.
-	if d.e.keys.cluster && strings.Contains(base, "{") {
-		if b := d.lanes[base]; b != nil {
+	for _, stream := range d.e.keys.BellStreams(channel) {
+		if b := d.lanes[stream]; b != nil {
 			f(b)
 		}
 	}
-	if inner, ok := strings.CutPrefix(base, "{"); ok {
-		if inner, ok = strings.CutSuffix(inner, "}"); ok && !(d.e.keys.cluster && strings.Contains(inner, "{")) {
-			if b := d.lanes[inner]; b != nil {
-				f(b)
-			}
-		}
-	}
 }
-
-// bellSuffix ends every bell channel (Keys.BellChannel).
-const bellSuffix = ":__bell__"
 
 // init positions the doorbell at the current tails of the wake and control streams.
 func (d *doorbell) init(ctx context.Context) error {
@@ -297,7 +267,7 @@ func (d *doorbell) mark(w *worker) []uint64 {
 // rang since mark: the worker must read again instead of waiting. A lane the worker
 // watches for the first time is subscribed; the confirmation wakes the worker to read
 // once more, since an entry published before the subscription took effect rang nobody.
-func (d *doorbell) watch(w *worker, mark []uint64, lastIDs []streamID) bool {
+func (d *doorbell) watch(w *worker, mark []uint64, lastIDs []keyspace.StreamID) bool {
 	if f := d.onIdle.Load(); f != nil {
 		(*f)(w)
 	}
@@ -572,7 +542,7 @@ func (d *doorbell) listen(ps *redis.PubSub, addr string) {
 				// A refused SSUBSCRIBE (NOPERM, an unknown command, a slot that moved):
 				// poll until a subscription is confirmed.
 				d.polling.Store(true)
-				if d.e.keys.cluster {
+				if d.e.keys.IsCluster() {
 					d.e.logs.warn("doorbell-pubsub", "doorbell subscription refused; subscribing again through a fresh slot map, waking every idle worker meanwhile", "node", addr, "err", translateRedisErr(err))
 					d.lost()
 					d.resetShard(ps, addr)
@@ -588,7 +558,7 @@ func (d *doorbell) listen(ps *redis.PubSub, addr string) {
 		backoff, pinged = 50*time.Millisecond, false
 		switch m := msg.(type) {
 		case *redis.Message:
-			if _, ks := cutKeyspacePrefix(m.Channel); ks {
+			if _, ks := keyspace.KeyOfKeyspaceChannel(m.Channel); ks {
 				if m.Payload == "xadd" { // not the other stream events (xtrim, xgroup-...)
 					d.rang(m.Channel, "")
 				}
@@ -609,7 +579,7 @@ func (d *doorbell) listen(ps *redis.PubSub, addr string) {
 
 // takeWaiting ends the wait of the lane's waiting workers whose last-seen entry id
 // passes behind, and appends them to out, to be woken. doorbell.mu is held.
-func (b *bellLane) takeWaiting(out []*worker, behind func(lastSeen streamID) bool) []*worker {
+func (b *bellLane) takeWaiting(out []*worker, behind func(lastSeen keyspace.StreamID) bool) []*worker {
 	for o := range b.owners {
 		if o.waiting && behind(o.after) {
 			out = append(out, o.w)
@@ -621,13 +591,13 @@ func (b *bellLane) takeWaiting(out []*worker, behind func(lastSeen streamID) boo
 
 // rang handles a ring: id was appended to the channel's lane.
 func (d *doorbell) rang(channel, id string) {
-	at := parseStreamID(id)
+	at := keyspace.ParseStreamID(id)
 	d.mu.Lock()
 	var wake []*worker
 	d.bellLanes(channel, func(b *bellLane) {
 		d.seq++
 		b.seq = d.seq
-		wake = b.takeWaiting(wake, func(last streamID) bool { return id == "" || last.less(at) })
+		wake = b.takeWaiting(wake, func(last keyspace.StreamID) bool { return id == "" || last.Less(at) })
 	})
 	d.mu.Unlock()
 	for _, w := range wake {
@@ -681,9 +651,9 @@ func (d *doorbell) check() {
 		var wake []*worker
 		d.mu.Lock()
 		for i, b := range batch {
-			last := parseStreamID(firstID(cmds[i].Val(), "0-0"))
+			last := keyspace.ParseStreamID(firstID(cmds[i].Val(), "0-0"))
 			failed := err != nil && !errors.Is(err, redis.Nil)
-			wake = b.takeWaiting(wake, func(seen streamID) bool { return failed || seen.less(last) })
+			wake = b.takeWaiting(wake, func(seen keyspace.StreamID) bool { return failed || seen.Less(last) })
 		}
 		d.mu.Unlock()
 		for _, w := range wake {
@@ -728,7 +698,7 @@ func (d *doorbell) wakeAll() {
 		d.seq++
 		b.seq = d.seq
 		b.unsubs = 0
-		wake = b.takeWaiting(wake, func(streamID) bool { return true })
+		wake = b.takeWaiting(wake, func(keyspace.StreamID) bool { return true })
 		d.drop(b)
 	}
 	d.mu.Unlock()
@@ -762,16 +732,52 @@ func (d *doorbell) manage() {
 // sync subscribes the channels of held lanes and unsubscribes those nobody holds. While
 // the engine stops, channels stay subscribed: the connection closes at the end anyway.
 func (d *doorbell) sync() {
-	stopping := d.e.stopping()
-	type change struct {
-		b       *bellLane
-		channel string
-		ks      bool          // a keyspace channel (SUBSCRIBE), else a bell (SSUBSCRIBE)
-		unsub   *redis.PubSub // the connection to unsubscribe on; nil to subscribe
+	changes := d.takeChanges(d.e.stopping(), d.keyspace.Load())
+	subs, unsubs := d.placeChanges(changes)
+	// Channels go in batches per connection; on Redis Cluster one command may name the
+	// channels of one slot only, so each goes on its own there.
+	batch := bellBatch
+	if d.e.keys.IsCluster() {
+		batch = 1
 	}
-	var changes []change
-	ks := d.keyspace.Load()
+	for c, chs := range subs {
+		if c.ks {
+			d.sendSubscriptions(chs, batch, c.ps.Subscribe)
+		} else {
+			d.sendSubscriptions(chs, batch, c.ps.SSubscribe)
+		}
+	}
+	for c, chs := range unsubs {
+		if c.ks {
+			d.sendSubscriptions(chs, batch, c.ps.Unsubscribe)
+		} else {
+			d.sendSubscriptions(chs, batch, c.ps.SUnsubscribe)
+		}
+	}
+	d.check()
+}
+
+// subChange is a subscription sync sends or ends.
+type subChange struct {
+	b       *bellLane
+	channel string
+	ks      bool          // a keyspace channel (SUBSCRIBE), else a bell (SSUBSCRIBE)
+	unsub   *redis.PubSub // the connection to unsubscribe on; nil to subscribe
+}
+
+// subConn is a pub/sub connection and the kind of channel sent on it.
+type subConn struct {
+	ps *redis.PubSub
+	ks bool
+}
+
+// takeChanges takes the dirty lanes and returns the subscriptions to end (a lane given
+// up, or subscribed on the other mode's channel) and to send (a held lane), marking the
+// lanes as they will be.
+func (d *doorbell) takeChanges(stopping, ks bool) []subChange {
+	var changes []subChange
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	dirty := d.dirty
 	if len(dirty) > 0 {
 		d.dirty = map[*bellLane]struct{}{} // not cleared: a map keeps the room it grew to
@@ -783,36 +789,32 @@ func (d *doorbell) sync() {
 			b.subscribed = false
 			if b.shard != nil {
 				b.unsubs++
-				changes = append(changes, change{b: b, channel: d.channel(b.stream, b.ks), ks: b.ks, unsub: b.shard})
+				changes = append(changes, subChange{b: b, channel: d.channel(b.stream, b.ks), ks: b.ks, unsub: b.shard})
 			}
 		}
 		if held && !b.subscribed {
 			b.subscribed, b.ks = true, ks
-			changes = append(changes, change{b: b, channel: d.channel(b.stream, ks), ks: ks})
+			changes = append(changes, subChange{b: b, channel: d.channel(b.stream, ks), ks: ks})
 		}
 	}
-	d.mu.Unlock()
-	// Channels go in batches per connection; on Redis Cluster one command may name the
-	// channels of one slot only, so each goes on its own there.
-	batch := bellBatch
-	if d.e.keys.cluster {
-		batch = 1
-	}
-	type conn struct {
-		ps *redis.PubSub
-		ks bool
-	}
-	subs := map[conn][]string{}
-	unsubs := map[conn][]string{}
+	return changes
+}
+
+// placeChanges finds the connection of each change: the one it was subscribed on for an
+// end, the shard of its channel for a subscription (opened when needed). A lane whose
+// shard is unknown now (no slot map) is tried again shortly; idle workers poll meanwhile.
+func (d *doorbell) placeChanges(changes []subChange) (subs, unsubs map[subConn][]string) {
+	subs, unsubs = map[subConn][]string{}, map[subConn][]string{}
 	ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
+	defer cancel()
 	for _, c := range changes {
 		if c.unsub != nil {
-			unsubs[conn{c.unsub, c.ks}] = append(unsubs[conn{c.unsub, c.ks}], c.channel)
+			unsubs[subConn{c.unsub, c.ks}] = append(unsubs[subConn{c.unsub, c.ks}], c.channel)
 			continue
 		}
 		ps, subscribed := d.shardFor(ctx, c.channel, c.ks)
 		d.mu.Lock()
-		if ps == nil { // no slot map now: try again shortly, idle workers poll meanwhile
+		if ps == nil {
 			c.b.subscribed = false
 			d.dirty[c.b] = struct{}{}
 			if !d.polling.Swap(true) {
@@ -827,50 +829,26 @@ func (d *doorbell) sync() {
 		}
 		d.mu.Unlock()
 		if ps != nil && !subscribed {
-			subs[conn{ps, c.ks}] = append(subs[conn{ps, c.ks}], c.channel)
+			subs[subConn{ps, c.ks}] = append(subs[subConn{ps, c.ks}], c.channel)
 		}
 	}
-	cancel()
-	send := func(chs []string, f func(context.Context, ...string) error) {
-		for len(chs) > 0 && d.e.hardCtx.Err() == nil {
-			n := min(len(chs), batch)
-			ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
-			err := f(ctx, chs[:n]...)
-			cancel()
-			if err != nil && d.e.hardCtx.Err() == nil {
-				// The client keeps the channels and subscribes them again when it
-				// reconnects; until then every idle worker reads again.
-				d.e.logs.warn("doorbell-pubsub", "doorbell subscription failed; waking every idle worker", "err", translateRedisErr(err))
-				d.lost()
-			}
-			chs = chs[n:]
-		}
-	}
-	for c, chs := range subs {
-		if c.ks {
-			send(chs, c.ps.Subscribe)
-		} else {
-			send(chs, c.ps.SSubscribe)
-		}
-	}
-	for c, chs := range unsubs {
-		if c.ks {
-			send(chs, c.ps.Unsubscribe)
-		} else {
-			send(chs, c.ps.SUnsubscribe)
-		}
-	}
-	d.check()
+	return subs, unsubs
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+// sendSubscriptions sends channels with f (SUBSCRIBE, SSUBSCRIBE or their ends), batch at
+// a time. A failure wakes every idle worker: the client keeps the channels and subscribes
+// them again when it reconnects; until then every idle worker reads again.
+func (d *doorbell) sendSubscriptions(chs []string, batch int, f func(context.Context, ...string) error) {
+	for len(chs) > 0 && d.e.hardCtx.Err() == nil {
+		n := min(len(chs), batch)
+		ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
+		err := f(ctx, chs[:n]...)
+		cancel()
+		if err != nil && d.e.hardCtx.Err() == nil {
+			d.e.logs.warn("doorbell-pubsub", "doorbell subscription failed; waking every idle worker", "err", translateRedisErr(err))
+			d.lost()
+		}
+		chs = chs[n:]
 	}
 }
 
@@ -880,15 +858,4 @@ func laneKey(group, lane string) string {
 }
 
 // idLess compares two stream ids "ms-seq".
-func idLess(a, b string) bool { return parseStreamID(a).less(parseStreamID(b)) }
-
-func splitID(id string) (ms, seq uint64) {
-	i := strings.IndexByte(id, '-')
-	if i < 0 {
-		ms, _ = strconv.ParseUint(id, 10, 64)
-		return ms, 0
-	}
-	ms, _ = strconv.ParseUint(id[:i], 10, 64)
-	seq, _ = strconv.ParseUint(id[i+1:], 10, 64)
-	return ms, seq
-}
+func idLess(a, b string) bool { return keyspace.ParseStreamID(a).Less(keyspace.ParseStreamID(b)) }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // The publish and replay scripts ring the lane's doorbell: SPUBLISH from inside a Lua
@@ -24,8 +25,8 @@ func TestScriptsRingTheLaneBell(t *testing.T) {
 	b := NewRedisBroker(rdb)
 	ctx := context.Background()
 	d := testDomain(t, nil, nil)
-	stream := PartitionStream("order", "A")
-	ps := srv.Client(t).SSubscribe(ctx, BellChannel(stream))
+	stream := keyspace.SingleNode.PartitionStream("order", "A")
+	ps := srv.Client(t).SSubscribe(ctx, keyspace.SingleNode.BellChannel(stream))
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil { // the confirmation
 		t.Fatal(err)
@@ -42,7 +43,7 @@ func TestScriptsRingTheLaneBell(t *testing.T) {
 	}
 
 	p := publish(t, b, d, "A", 0, true)
-	if diff := cmp.Diff(BellChannel(stream)+" "+p.EntryID, next()); diff != "" {
+	if diff := cmp.Diff(keyspace.SingleNode.BellChannel(stream)+" "+p.EntryID, next()); diff != "" {
 		t.Errorf("publish ring (-want +got):\n%s", diff)
 	}
 
@@ -55,7 +56,7 @@ func TestScriptsRingTheLaneBell(t *testing.T) {
 	if dup, err := b.Publish(ctx, d, "OrderPlaced", data, PublishOptions{ID: "ev-1"}); err != nil || !dup.Duplicate {
 		t.Fatalf("second publish of ev-1: %+v, %v; want a duplicate", dup, err)
 	}
-	if got := next(); got != BellChannel(stream)+" "+first.EntryID {
+	if got := next(); got != keyspace.SingleNode.BellChannel(stream)+" "+first.EntryID {
 		t.Errorf("ring of ev-1: %q", got)
 	}
 	ref := HeadRef{Group: "Projector", Category: "order", Key: "A"}
@@ -72,15 +73,15 @@ func TestScriptsRingTheLaneBell(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dl, err := rdb.XRange(ctx, DLQStream("order", "A"), "-", "+").Result()
+	dl, err := rdb.XRange(ctx, keyspace.SingleNode.DLQStream("order", "A"), "-", "+").Result()
 	if err != nil || len(dl) != 1 {
 		t.Fatalf("DLQ: %v, %v", dl, err)
 	}
-	rp, err := b.ReplayDLQ(ctx, DLQStream("order", "A"), dl[0].ID, r)
+	rp, err := b.ReplayDLQ(ctx, keyspace.SingleNode.DLQStream("order", "A"), dl[0].ID, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != BellChannel(stream)+" "+rp.EntryID {
+	if got := next(); got != keyspace.SingleNode.BellChannel(stream)+" "+rp.EntryID {
 		t.Errorf("replay ring: %q, want the replayed entry %s", got, rp.EntryID)
 	}
 }
@@ -128,7 +129,7 @@ func onBothWakeups(t *testing.T, fn func(t *testing.T, mode string)) {
 func subscribers(t *testing.T, rdb *redis.Client, stream string) int64 {
 	t.Helper()
 	ctx := context.Background()
-	bell, ks := BellChannel(stream), SingleNodeKeys.KeyspaceChannel(0, stream)
+	bell, ks := keyspace.SingleNode.BellChannel(stream), keyspace.SingleNode.KeyspaceChannel(0, stream)
 	return rdb.PubSubShardNumSub(ctx, bell).Val()[bell] + rdb.PubSubNumSub(ctx, ks).Val()[ks]
 }
 
@@ -186,7 +187,7 @@ func testDoorbellEntryPublishedAsPartitionGoesIdle(t *testing.T, mode string) {
 	if subscribedRounds.Load() == 0 {
 		t.Error("no round ran with the lane already subscribed")
 	}
-	t.Logf("%d rounds, %d with the lane subscribed; subscribers of the lane: %d", rounds, subscribedRounds.Load(), subscribers(t, rdb, PartitionStream("order", "A")))
+	t.Logf("%d rounds, %d with the lane subscribed; subscribers of the lane: %d", rounds, subscribedRounds.Load(), subscribers(t, rdb, keyspace.SingleNode.PartitionStream("order", "A")))
 }
 
 // Redis restarts (from its append-only file, so sessions and leases survive) while the
@@ -218,7 +219,7 @@ func TestDoorbellAfterRedisRestart(t *testing.T) {
 	leases := func() map[string]string {
 		out := map[string]string{}
 		for _, k := range keys {
-			out[k] = rdb.Get(context.Background(), LeaseKey(PartitionStream("order", k), "Projector")).Val()
+			out[k] = rdb.Get(context.Background(), keyspace.SingleNode.LeaseKey(keyspace.SingleNode.PartitionStream("order", k), "Projector")).Val()
 		}
 		return out
 	}
@@ -276,7 +277,7 @@ func testDoorbellUnsubscribesOnExit(t *testing.T, mode string) {
 		c.Timing.ReapIdle = 1500 * time.Millisecond
 		c.KeyspaceNotifications = mode
 	})
-	stream := PartitionStream("order", "A")
+	stream := keyspace.SingleNode.PartitionStream("order", "A")
 	subs := func() int64 { return subscribers(t, rdb, stream) }
 	publish(t, b, d, "A", 0, false)
 	waitFor(t, 5*time.Second, "the lane subscribed", func() bool { return subs() == 1 })
@@ -298,7 +299,7 @@ func testDoorbellUnsubscribesOnExit(t *testing.T, mode string) {
 // Keys.BellChannel in both layouts, for every kind of lane stream, and finds nothing for
 // another channel.
 func TestBellLanesInvertBellChannel(t *testing.T) {
-	for _, k := range []Keys{SingleNodeKeys, ClusterKeys} {
+	for _, k := range []keyspace.Keys{keyspace.SingleNode, keyspace.Cluster} {
 		streams := []string{
 			k.CategoryStream("order"), k.PartitionStream("order", "A"), k.LaneStream("order", "A", "backfill"),
 			k.PartitionStream("order", "a:b}{c"), k.PMUnit("pm", "v"), "{odd}", "odd",
@@ -311,16 +312,16 @@ func TestBellLanesInvertBellChannel(t *testing.T) {
 			var found []string
 			d.bellLanes(k.BellChannel(s), func(b *bellLane) { found = append(found, b.stream) })
 			if !slices.Contains(found, s) {
-				t.Errorf("cluster %v: the channel %q of %q finds %q", k.Cluster(), k.BellChannel(s), s, found)
+				t.Errorf("cluster %v: the channel %q of %q finds %q", k.IsCluster(), k.BellChannel(s), s, found)
 			}
 			for _, f := range found {
 				if k.BellChannel(f) != k.BellChannel(s) {
-					t.Errorf("cluster %v: the channel %q finds %q, whose channel is %q", k.Cluster(), k.BellChannel(s), f, k.BellChannel(f))
+					t.Errorf("cluster %v: the channel %q finds %q, whose channel is %q", k.IsCluster(), k.BellChannel(s), f, k.BellChannel(f))
 				}
 			}
 		}
 		for _, ch := range []string{"order", "{order}", "{order}:__bell", "order:__bell__", "x" + k.BellChannel(streams[1])} {
-			d.bellLanes(ch, func(b *bellLane) { t.Errorf("cluster %v: the channel %q finds %q", k.Cluster(), ch, b.stream) })
+			d.bellLanes(ch, func(b *bellLane) { t.Errorf("cluster %v: the channel %q finds %q", k.IsCluster(), ch, b.stream) })
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/engine/scripts"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // On Redis Cluster every lease carries its own expiry; an idle partition's lease goes
@@ -35,7 +37,7 @@ func dormantCluster(t *testing.T) (redisTarget, redis.UniversalClient, *RedisBro
 // partitions are taken over once its session is gone, at a higher generation.
 func TestDormantLeasesOnCluster(t *testing.T) {
 	tg, rdb, b := dormantCluster(t)
-	k, ctx := KeysFor(rdb), context.Background()
+	k, ctx := keyspace.For(rdb), context.Background()
 	const ttl = dormantTTL
 	timing := func(c *EngineConfig) { c.Timing = fastTiming(ttl) }
 	s1 := &sink{rdb: tg.client(t), instance: "i1"}
@@ -135,7 +137,7 @@ func TestDormantLeasesOnCluster(t *testing.T) {
 // never run the partition at once.
 func TestDormantLeaseRearmedBeforeAnEvent(t *testing.T) {
 	tg, rdb, b := dormantCluster(t)
-	k, ctx := KeysFor(rdb), context.Background()
+	k, ctx := keyspace.For(rdb), context.Background()
 	const ttl = dormantTTL
 
 	var mu sync.Mutex
@@ -286,7 +288,7 @@ func (h *lostDormancyReply) ProcessHook(next redis.ProcessHook) redis.ProcessHoo
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		a := cmd.Args()
-		if len(a) > 4 && fmt.Sprint(a[0]) == "evalsha" && fmt.Sprint(a[1]) == scriptRenew.Hash() && fmt.Sprint(a[4]) == "0" &&
+		if len(a) > 4 && fmt.Sprint(a[0]) == "evalsha" && fmt.Sprint(a[1]) == scripts.Hash("renew.lua") && fmt.Sprint(a[4]) == "0" &&
 			err == nil && h.lost.CompareAndSwap(0, 1) {
 			cmd.SetErr(context.DeadlineExceeded)
 			return context.DeadlineExceeded
@@ -302,7 +304,7 @@ func (h *lostDormancyReply) ProcessHook(next redis.ProcessHook) redis.ProcessHoo
 // lost it) would take the partition while the event runs.
 func TestDormancyWithoutAnAnswerRearmsBeforeTheNextEvent(t *testing.T) {
 	tg, rdb, b := dormantCluster(t)
-	k, ctx := KeysFor(rdb), context.Background()
+	k, ctx := keyspace.For(rdb), context.Background()
 	lease := k.LeaseKey(k.PartitionStream("order", "k1"), "Projector")
 	var ttlAtRun sync.Map // seq -> the lease's PTTL when the handler ran
 	handler := func(ctx context.Context, ev Event) error {

@@ -5,34 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// LeaseTiming is the partitioned consumer's timing ([server.partitioning]).
-type LeaseTiming struct {
-	// LeaseTTL is how long a lease survives without renewal (default 15s). Shorter means
-	// faster failover after a crash.
-	LeaseTTL time.Duration
-	// HeartbeatInterval is how often the session is renewed (default LeaseTTL/5). It must
-	// be below LeaseTTL.
-	HeartbeatInterval time.Duration
-	// PollInterval is the fallback wait of a worker whose wake-up path failed (default
-	// 250ms). Idle partitions do not poll: they are woken by the doorbell.
-	PollInterval time.Duration
-	// ReapIdle is how long a drained partition must sit idle before its owner retires it
-	// (default 1h).
-	ReapIdle time.Duration
-	// SweepInterval is how often idle owned partitions are checked for entries that rang
-	// no doorbell, while Redis sends no keyspace notifications for streams (default 2s;
-	// see sweep.go).
-	SweepInterval time.Duration
-}
+	"github.com/seqctl/seqctl/pkg/keyspace"
+)
 
 // Defaults of the specification.
 const (
@@ -46,171 +27,6 @@ const (
 	// plain XADD waits for its idle owner when Redis sends no keyspace notifications.
 	DefaultSweepInterval = 2 * time.Second
 )
-
-func (t *LeaseTiming) applyDefaults() {
-	if t.LeaseTTL <= 0 {
-		t.LeaseTTL = DefaultLeaseTTL
-	}
-	if t.HeartbeatInterval <= 0 {
-		t.HeartbeatInterval = t.LeaseTTL / 5
-	}
-	if t.PollInterval <= 0 {
-		t.PollInterval = DefaultPollInterval
-	}
-	if t.ReapIdle <= 0 {
-		t.ReapIdle = DefaultReapIdle
-	}
-	if t.SweepInterval <= 0 {
-		t.SweepInterval = DefaultSweepInterval
-	}
-}
-
-// EngineConfig configures an Engine. Zero values take the documented defaults.
-type EngineConfig struct {
-	// Domain is the initialized domain whose handlers (with Func set) the engine runs.
-	Domain *Domain
-	// Client is the Redis client; the caller owns it and closes it after the engine stops.
-	// Set ContextTimeoutEnabled on its options: the engine bounds every call by a context
-	// deadline, and without that option go-redis waits for its own socket timeouts, so a
-	// frozen link can hold a call past the local lease deadline (handlers are still
-	// cancelled at the deadline by a timer).
-	Client redis.UniversalClient
-	// InstanceID names this instance in leases and the registry (default host-pid-random).
-	// It must not contain white space.
-	InstanceID string
-	// Timing is the lease timing.
-	Timing LeaseTiming
-	// BatchSize is how many new entries one fenced read may return (default 16). Each is
-	// started only while the local lease deadline holds.
-	BatchSize int
-	// MaxUnacked is how many handled events of one partition may lack an acknowledgement
-	// that Redis confirmed (default 1): with 1, an event starts only after the previous
-	// one's ack was confirmed, so after any failure (a crash, a Redis pause or restart) at
-	// most the event in flight runs again. With N, up to N handled events may run again
-	// after a failure, always in order. Acks of all partitions of the instance share one
-	// call per flush, so the strict default pays a round trip per flush, not per event.
-	MaxUnacked int
-	// KeyspaceNotifications is whether idle partitions are woken by Redis keyspace
-	// notifications, so that entries other publishers append with a plain XADD wake their
-	// owner within a round trip (see sweep.go): KeyspaceAuto (the default: adds K and t
-	// to notify-keyspace-events where they are missing and CONFIG SET is allowed),
-	// KeyspaceUse (only where already on, never CONFIG SET) or KeyspaceOff (never: such
-	// entries wait for the sweep, every Timing.SweepInterval).
-	KeyspaceNotifications string
-	// DiscoveryInterval is how often the liveness of other owners and the fair share are
-	// checked (default 2s): the crash-detection period. New partitions and released
-	// leases are announced on the control stream and handled at once; the whole
-	// partition indexes are read only every 15 intervals as a backstop, and when notices
-	// may have been lost (see indexView). The first pass after Start waits an eighth of
-	// an interval (at most 250 ms) so that instances started together share the
-	// partitions from the start (see startSettle).
-	DiscoveryInterval time.Duration
-	// ShutdownTimeout bounds how long Shutdown waits for in-flight handlers (default 30s).
-	ShutdownTimeout time.Duration
-	// Logger receives structured logs (default slog.Default()).
-	Logger *slog.Logger
-	// MaxPartitionsWarning is the live partitions per category above which a warning is
-	// logged, once per crossing (default 2000; negative turns the warning off).
-	MaxPartitionsWarning int
-	// Observer receives metrics events (default: none).
-	Observer Observer
-	// Handlers restricts the engine to these handler / process manager names (default:
-	// every handler and process manager with a Func).
-	Handlers []string
-	// MinReplicas is how many replicas must acknowledge a lease grant before the new
-	// owner starts working the partition ([broker] min_replicas, default 0: no wait).
-	// On a shortfall the leases of the pass are given back and a warning is logged; see
-	// WaitReplicas and replicas.go.
-	MinReplicas int
-	// ReplicaTimeout bounds each wait for replicas ([broker] replica_timeout_ms; default
-	// DefaultReplicaTimeout or LeaseTTL/4, whichever is shorter). It must be below the
-	// lease TTL.
-	ReplicaTimeout time.Duration
-	// MaxConcurrentHandlers caps the handler calls running at once in this instance,
-	// across every handler ([server] max_concurrent_handlers). Default 0: no cap of the
-	// instance's own, only each handler's (HandlerLimits). A partition whose event waits
-	// for a slot is not failing: its handler's timeout has not started and the wait is
-	// not an attempt (see slots.go). Slots are handed out first come, first served.
-	MaxConcurrentHandlers int
-	// HandlerLimits caps the calls running at once per handler or process manager, by
-	// name ([handlers.deliver] max_concurrent; Config.EngineConfig fills the defaults per
-	// delivery kind: exec DefaultExecConcurrency, http DefaultHTTPConcurrency). A name
-	// that is missing or mapped to 0 has no limit of its own, which is the default for Go
-	// handlers: their goroutines are cheap and what they call is theirs to bound.
-	HandlerLimits map[string]int
-}
-
-// Validate checks the configuration and fills defaults.
-func (c *EngineConfig) Validate() error {
-	if c.Domain == nil || !c.Domain.Initialized() {
-		return errors.New("engine: EngineConfig.Domain must be an initialized domain (call Domain.Init)")
-	}
-	if c.Client == nil {
-		return errors.New("engine: EngineConfig.Client is nil")
-	}
-	c.Timing.applyDefaults()
-	if c.Timing.HeartbeatInterval >= c.Timing.LeaseTTL {
-		return fmt.Errorf("engine: heartbeat interval %v must be below the lease TTL %v", c.Timing.HeartbeatInterval, c.Timing.LeaseTTL)
-	}
-	if c.InstanceID == "" {
-		host, _ := os.Hostname()
-		c.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), NewEventID()[:6])
-	}
-	for _, r := range c.InstanceID {
-		if isSpace(r) {
-			return fmt.Errorf("engine: instance id %q contains white space", c.InstanceID)
-		}
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = 16
-	}
-	switch c.KeyspaceNotifications {
-	case "":
-		c.KeyspaceNotifications = KeyspaceAuto
-	case KeyspaceAuto, KeyspaceUse, KeyspaceOff:
-	default:
-		return fmt.Errorf("engine: KeyspaceNotifications %q: want %q, %q or %q", c.KeyspaceNotifications, KeyspaceAuto, KeyspaceUse, KeyspaceOff)
-	}
-	if c.MaxUnacked < 0 {
-		return fmt.Errorf("engine: MaxUnacked %d is negative; use 1 (the default) or more", c.MaxUnacked)
-	}
-	if c.MaxUnacked == 0 {
-		c.MaxUnacked = DefaultMaxUnacked
-	}
-	if c.DiscoveryInterval <= 0 {
-		c.DiscoveryInterval = 2 * time.Second
-	}
-	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Observer == nil {
-		c.Observer = nopObserver{}
-	}
-	if c.MaxPartitionsWarning == 0 {
-		c.MaxPartitionsWarning = 2000
-	}
-	switch {
-	case c.MinReplicas < 0:
-		return fmt.Errorf("engine: MinReplicas must be 0 (no wait) or a replica count, got %d", c.MinReplicas)
-	case c.MinReplicas > 0 && KeysFor(c.Client).cluster:
-		return errReplicasOnCluster
-	case c.ReplicaTimeout < 0:
-		return fmt.Errorf("engine: ReplicaTimeout must not be negative, got %v", c.ReplicaTimeout)
-	case c.ReplicaTimeout >= c.Timing.LeaseTTL:
-		return fmt.Errorf("engine: ReplicaTimeout %v must be below the lease TTL %v", c.ReplicaTimeout, c.Timing.LeaseTTL)
-	case c.MaxConcurrentHandlers < 0:
-		return fmt.Errorf("engine: MaxConcurrentHandlers must be 0 (no instance-wide cap) or positive, got %d", c.MaxConcurrentHandlers)
-	}
-	for name, n := range c.HandlerLimits {
-		if n < 0 {
-			return fmt.Errorf("engine: HandlerLimits[%q] must be 0 (no limit) or positive, got %d", name, n)
-		}
-	}
-	return nil
-}
 
 // subscription is one consumer group's interest in one or more categories: a handler on
 // its category, or a sequential process manager on all of its categories at once.
@@ -233,7 +49,7 @@ type subscription struct {
 type Engine struct {
 	cfg  EngineConfig
 	rdb  redis.UniversalClient
-	keys Keys // the key layout: Redis Cluster for a cluster client
+	keys keyspace.Keys // the key layout: Redis Cluster for a cluster client
 	// reapHook, when set (tests), runs between the steps of a reap on Redis Cluster.
 	reapHook atomic.Pointer[func(step, unit string) bool]
 	// parkHook, when set (tests), runs in a parking worker's goroutine once the worker is
@@ -283,7 +99,7 @@ func New(cfg EngineConfig) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{
-		cfg: cfg, rdb: cfg.Client, keys: KeysFor(cfg.Client), dom: cfg.Domain,
+		cfg: cfg, rdb: cfg.Client, keys: keyspace.For(cfg.Client), dom: cfg.Domain,
 		log:         cfg.Logger.With("instance", cfg.InstanceID),
 		stopped:     make(chan struct{}),
 		discoverNow: make(chan struct{}, 1),
@@ -296,60 +112,8 @@ func New(cfg EngineConfig) (*Engine, error) {
 		overThreshold:  map[string]bool{},
 	}
 	e.logs = newRateLog(e.log, logEvery)
-	e.regID = cfg.InstanceID + "#" + randomToken()
-	only := map[string]bool{}
-	for _, n := range cfg.Handlers {
-		only[n] = true
-	}
-	want := func(name string, fn HandlerFunc) bool { return fn != nil && (len(only) == 0 || only[name]) }
-	for _, h := range cfg.Domain.Handlers {
-		if h.Kind == CommandHandlerKind || !want(h.Name, h.Func) {
-			continue // command handlers never consume from streams
-		}
-		cat := h.PartOf
-		if cat == "" && len(h.Handles) > 0 {
-			et, _ := cfg.Domain.Event(h.Handles[0])
-			cat = et.Category
-		}
-		// A partitioned category's events all live on partition streams, so every
-		// handler of the category reads those, including one that did not ask for
-		// sequential_by itself (it gets per-key order as a side effect).
-		_, part := cfg.Domain.PartitionField(cat)
-		e.subs = append(e.subs, &subscription{
-			group: h.Name, categories: []string{cat}, partitioned: part,
-			fn: h.Func, maxRetries: orInt(h.MaxRetries, DefaultMaxRetries), retryDelay: orDur(h.RetryDelay, DefaultRetryDelay),
-		})
-	}
-	for _, pm := range cfg.Domain.ProcessManagers {
-		if !want(pm.Name, pm.Func) {
-			continue
-		}
-		var cats []string
-		allPart := true
-		for _, ph := range pm.Handles {
-			et, _ := cfg.Domain.Event(ph.Event)
-			if !contains(cats, et.Category) {
-				cats = append(cats, et.Category)
-			}
-			if _, part := cfg.Domain.PartitionField(et.Category); !part {
-				allPart = false
-			}
-		}
-		base := subscription{group: pm.Name, fn: pm.Func,
-			maxRetries: orInt(pm.MaxRetries, DefaultMaxRetries), retryDelay: orDur(pm.RetryDelay, DefaultRetryDelay)}
-		if pm.SequentialBy && allPart {
-			s := base
-			s.categories, s.partitioned, s.pm = cats, true, true
-			e.subs = append(e.subs, &s)
-			continue
-		}
-		for _, c := range cats {
-			s := base
-			_, part := cfg.Domain.PartitionField(c)
-			s.categories, s.partitioned = []string{c}, part
-			e.subs = append(e.subs, &s)
-		}
-	}
+	e.regID = keyspace.RegistryField(cfg.InstanceID, randomToken())
+	e.subs = subscriptions(cfg.Domain, cfg.Handlers)
 	if len(e.subs) == 0 {
 		return nil, errors.New("engine: no handler to run: give each event handler or process manager a Func")
 	}
@@ -374,6 +138,73 @@ func New(cfg EngineConfig) (*Engine, error) {
 	return e, nil
 }
 
+// subscriptions returns what the engine consumes: one subscription per event handler
+// with a Func, and per process manager one over all its categories when it is sequential
+// and all of them are partitioned, else one per category. only, when not empty, keeps
+// the handlers it names.
+func subscriptions(d *Domain, only []string) []*subscription {
+	keep := map[string]bool{}
+	for _, n := range only {
+		keep[n] = true
+	}
+	want := func(name string, fn HandlerFunc) bool { return fn != nil && (len(keep) == 0 || keep[name]) }
+	var subs []*subscription
+	for _, h := range d.Handlers {
+		if h.Kind == CommandHandlerKind || !want(h.Name, h.Func) {
+			continue // command handlers never consume from streams
+		}
+		cat := h.PartOf
+		if cat == "" && len(h.Handles) > 0 {
+			et, _ := d.Event(h.Handles[0])
+			cat = et.Category
+		}
+		// A partitioned category's events all live on partition streams, so every
+		// handler of the category reads those, including one that did not ask for
+		// sequential_by itself (it gets per-key order as a side effect).
+		_, part := d.PartitionField(cat)
+		subs = append(subs, &subscription{
+			group: h.Name, categories: []string{cat}, partitioned: part,
+			fn: h.Func, maxRetries: orInt(h.MaxRetries, DefaultMaxRetries), retryDelay: orDur(h.RetryDelay, DefaultRetryDelay),
+		})
+	}
+	for _, pm := range d.ProcessManagers {
+		if want(pm.Name, pm.Func) {
+			subs = append(subs, pmSubscriptions(d, pm)...)
+		}
+	}
+	return subs
+}
+
+// pmSubscriptions returns a process manager's subscriptions (see subscriptions).
+func pmSubscriptions(d *Domain, pm ProcessManager) []*subscription {
+	var cats []string
+	allPart := true
+	for _, ph := range pm.Handles {
+		et, _ := d.Event(ph.Event)
+		if !contains(cats, et.Category) {
+			cats = append(cats, et.Category)
+		}
+		if _, part := d.PartitionField(et.Category); !part {
+			allPart = false
+		}
+	}
+	base := subscription{group: pm.Name, fn: pm.Func,
+		maxRetries: orInt(pm.MaxRetries, DefaultMaxRetries), retryDelay: orDur(pm.RetryDelay, DefaultRetryDelay)}
+	if pm.SequentialBy && allPart {
+		s := base
+		s.categories, s.partitioned, s.pm = cats, true, true
+		return []*subscription{&s}
+	}
+	var subs []*subscription
+	for _, c := range cats {
+		s := base
+		_, part := d.PartitionField(c)
+		s.categories, s.partitioned = []string{c}, part
+		subs = append(subs, &s)
+	}
+	return subs
+}
+
 // waitWorkers waits until every worker of incarnation in has exited.
 func (e *Engine) waitWorkers(in *incarnation) {
 	if in == nil {
@@ -391,20 +222,6 @@ func (e *Engine) waitWorkers(in *incarnation) {
 		e.cfg.Observer.LeaseLost(w.sub.group, "session_expired")
 		<-w.done
 	}
-}
-
-func orInt(v, d int) int {
-	if v <= 0 {
-		return d
-	}
-	return v
-}
-
-func orDur(v, d time.Duration) time.Duration {
-	if v <= 0 {
-		return d
-	}
-	return v
 }
 
 // logEvery is the interval of rate-limited log lines: one line per cause per interval.

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -10,10 +9,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // publisher publishes perKey events for each key, round-robin, one every gap, in the
@@ -55,14 +54,16 @@ func checkLogsOn(t *testing.T, rdb redis.UniversalClient, keys []string, perKey 
 	return dups
 }
 
+// leaseGen returns the generation of the lease Projector holds on key's partition.
 func leaseGen(t *testing.T, rdb redis.UniversalClient, key string) int64 {
-	k := KeysFor(rdb)
+	t.Helper()
+	k := keyspace.For(rdb)
 	v := rdb.Get(context.Background(), k.LeaseKey(k.PartitionStream("order", key), "Projector")).Val()
-	g, err := strconv.ParseInt(v[strings.LastIndexByte(v, ':')+1:], 10, 64)
-	if err != nil {
-		t.Fatalf("lease value %q: %v", v, err)
+	l, ok := keyspace.ParseLease(v)
+	if !ok {
+		t.Fatalf("lease of %s = %q, not a lease value", key, v)
 	}
-	return g
+	return l.Generation
 }
 
 func skipShort(t *testing.T) {

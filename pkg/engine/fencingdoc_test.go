@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/seqctl/seqctl/pkg/engine/scripts"
 )
 
 // docs/concepts.md says which actions on a partition check both the lease and the
@@ -23,7 +25,7 @@ func TestConceptsNameTheScriptsThatCheckTheSession(t *testing.T) {
 	}
 	list := text[i+len(lead):]
 	list = list[:strings.IndexAny(list, ".(")]
-	scripts := map[string][]string{
+	checking := map[string][]string{
 		"reading":               {"drain.lua"},
 		"acknowledging":         {"ack.lua", "ackmany.lua"},
 		"reclaiming":            {"drain.lua"},
@@ -36,15 +38,15 @@ func TestConceptsNameTheScriptsThatCheckTheSession(t *testing.T) {
 	session := regexp.MustCompile(`redis\.call\('EXISTS', KEYS\[\d\]\) == 0`)
 	lease := regexp.MustCompile(`redis\.call\('GET', KEYS\[1\]\) ~= ARGV\[1\]`)
 	for _, action := range regexp.MustCompile(`,\s*(?:and\s+)?|\s+and\s+`).Split(strings.TrimSpace(list), -1) {
-		files, ok := scripts[action]
+		files, ok := checking[action]
 		if !ok {
 			t.Errorf("concepts.md names %q among the actions that check the session: add it to this test", action)
 			continue
 		}
 		for _, f := range files {
-			src, err := scriptFS.ReadFile("scripts/" + f)
-			if err != nil {
-				t.Fatal(err)
+			src := []byte(scripts.Source(f))
+			if len(src) == 0 {
+				t.Fatalf("no script %s", f)
 			}
 			if f != "ackmany.lua" && !lease.Match(src) {
 				t.Errorf("%s (%s) does not compare the lease with the caller's token", action, f)

@@ -16,6 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/engine/scripts"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 func TestMain(m *testing.M) {
@@ -155,16 +157,19 @@ func bulkPublish(tb testing.TB, b *RedisBroker, d *Domain, events []testPayload)
 			if err != nil {
 				tb.Fatal(err)
 			}
-			routes[i] = b.keys.Place(r)
+			routes[i] = r.In(b.keys)
 			evs[i] = Event{ID: NewEventID(), Type: "OrderPlaced", Category: r.Category, Key: r.Key, Data: data}
-			keys, args := b.publishCall(routes[i], evs[i], 0)
-			cmds[i] = scriptPublish.EvalSha(ctx, pipe, keys, args...)
+			cmds[i] = b.publishCall(routes[i], evs[i], 0).EvalSha(ctx, pipe)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			tb.Fatal(err)
 		}
 		for i, c := range cmds {
-			if _, err := b.published(ctx, routes[i], evs[i], c.Val().([]any)); err != nil {
+			res, err := scripts.ParsePublish(c)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if _, err := b.published(ctx, routes[i], evs[i], res); err != nil {
 				tb.Fatal(err)
 			}
 		}
@@ -283,7 +288,7 @@ func (s *sink) handle(ctx context.Context, ev Event) error {
 // node, a hash on Redis Cluster).
 func isIndexed(tb testing.TB, rdb redis.UniversalClient, category, key string) bool {
 	tb.Helper()
-	members, err := KeysFor(rdb).IndexMembers(context.Background(), rdb, category).Result()
+	members, err := keyspace.For(rdb).IndexMembers(context.Background(), rdb, category).Result()
 	if err != nil {
 		tb.Fatal(err)
 	}

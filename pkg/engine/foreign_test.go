@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // foreignAppend appends an event to a partition stream as another publisher that follows
@@ -18,7 +19,7 @@ import (
 func foreignAppend(t *testing.T, rdb redis.UniversalClient, key string, seq int) {
 	t.Helper()
 	data, _ := json.Marshal(testPayload{Client: key, Seq: seq})
-	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: KeysFor(rdb).PartitionStream("order", key), Values: []any{
+	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: keyspace.For(rdb).PartitionStream("order", key), Values: []any{
 		"id", fmt.Sprintf("foreign-%s-%d", key, seq), "type", "OrderPlaced", "category", "order", "key", key,
 		"data", string(data), "priority", "0", "published_at", time.Now().UnixMilli(),
 	}}).Err(); err != nil {
@@ -30,9 +31,9 @@ func foreignAppend(t *testing.T, rdb redis.UniversalClient, key string, seq int)
 // node, HSET on Redis Cluster (any value), with no notice on the control stream.
 func foreignIndex(t *testing.T, rdb redis.UniversalClient, key string) {
 	t.Helper()
-	k, ctx := KeysFor(rdb), context.Background()
+	k, ctx := keyspace.For(rdb), context.Background()
 	var err error
-	if k.Cluster() {
+	if k.IsCluster() {
 		err = rdb.HSet(ctx, k.PartitionIndex("order"), key, "foreign").Err()
 	} else {
 		err = rdb.SAdd(ctx, k.PartitionIndex("order"), key).Err()
@@ -93,7 +94,7 @@ func TestEntryThatIsNotAnEnvelopeHalts(t *testing.T) {
 	s := &sink{rdb: tg.client(t), instance: "i1"}
 	d := testDomain(t, s.handle, nil)
 	startEngineOn(t, tg, d, "i1", nil)
-	stream := PartitionStream("order", "bad")
+	stream := keyspace.SingleNode.PartitionStream("order", "bad")
 	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: []any{"foo", "bar"}}).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/seqctl/seqctl/pkg/engine/scripts"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // The group registry ({category}:__groups__) is what trim and reap protect: a lane is
@@ -77,10 +80,6 @@ func (e *Engine) registerGroups(ctx context.Context) error {
 	}
 	return nil
 }
-
-// scriptRetire retires a consumer group from a category (retire.lua). Script.Run loads
-// it on NOSCRIPT, so it needs no preloading: it is never pipelined.
-var scriptRetire = mustScript("retire.lua")
 
 // Errors of RetireGroup. Nothing was changed when one is returned.
 var (
@@ -174,66 +173,53 @@ func (b *RedisBroker) RetireGroup(ctx context.Context, r GroupRetirement) (Group
 	if suffix == "" {
 		suffix = DefaultBackfillSuffix
 	}
-	mode := "apply"
-	if r.DryRun {
-		mode = "check"
-	}
 	expect := ""
 	if r.ExpectRead != nil {
 		expect = strconv.FormatInt(*r.ExpectRead, 10)
 	}
-	if b.keys.cluster {
-		return GroupRetired{}, fmt.Errorf("%w: retiring a consumer group checks and deletes every partition of the category in one script, which Redis Cluster cannot run across slots; on Redis Cluster, stop the handler and delete the group from each stream with XGROUP DESTROY, then remove it from %s with SREM", ErrNotSupported, GroupRegistry(r.Category))
+	ks := keyspace.SingleNode
+	if b.keys.IsCluster() {
+		return GroupRetired{}, fmt.Errorf("%w: retiring a consumer group checks and deletes every partition of the category in one script, which Redis Cluster cannot run across slots; on Redis Cluster, stop the handler and delete the group from each stream with XGROUP DESTROY, then remove it from %s with SREM", ErrNotSupported, ks.GroupRegistry(r.Category))
 	}
 	for attempt := 0; attempt < retireAttempts; attempt++ {
-		members, err := b.rdb.SMembers(ctx, PartitionIndex(r.Category)).Result()
+		members, err := b.rdb.SMembers(ctx, ks.PartitionIndex(r.Category)).Result()
 		if err != nil {
 			return GroupRetired{}, translateRedisErr(err)
 		}
-		lanes := []string{CategoryStream(r.Category)}
-		leases := []string{LeaseKey(CategoryStream(r.Category), r.Group)}
-		halts := []string{HaltKey(CategoryStream(r.Category), r.Group)}
+		lanes := []string{ks.CategoryStream(r.Category)}
+		leases := []string{ks.LeaseKey(ks.CategoryStream(r.Category), r.Group)}
+		halts := []string{ks.HaltKey(ks.CategoryStream(r.Category), r.Group)}
 		for _, k := range members {
 			if ValidateStreamKey(k, suffix) != nil {
 				continue // never written by the publisher
 			}
-			s := PartitionStream(r.Category, k)
-			lanes = append(lanes, s, LaneStream(r.Category, k, suffix))
-			leases = append(leases, LeaseKey(s, r.Group), LeaseKey(PMUnit(r.Group, k), r.Group))
-			halts = append(halts, HaltKey(s, r.Group))
+			s := ks.PartitionStream(r.Category, k)
+			lanes = append(lanes, s, ks.LaneStream(r.Category, k, suffix))
+			leases = append(leases, ks.LeaseKey(s, r.Group), ks.LeaseKey(ks.PMUnit(r.Group, k), r.Group))
+			halts = append(halts, ks.HaltKey(s, r.Group))
 		}
-		keys := make([]string, 0, 2+len(lanes)+len(leases)+len(halts))
-		keys = append(keys, GroupRegistry(r.Category), PartitionIndex(r.Category))
-		keys = append(append(append(keys, lanes...), leases...), halts...)
-		args := make([]any, 0, 6+len(members))
-		args = append(args, r.Group, len(lanes), len(leases), sessionPrefix, expect, mode)
-		for _, k := range members {
-			args = append(args, k)
-		}
-		res, err := scriptRetire.Run(ctx, b.rdb, keys, args...).Slice()
+		res, err := scripts.Retire{
+			Registry: ks.GroupRegistry(r.Category), Index: ks.PartitionIndex(r.Category),
+			Lanes: lanes, Leases: leases, Halts: halts,
+			Group: r.Group, SessionPrefix: ks.SessionPrefix(), ExpectRead: expect,
+			Apply: !r.DryRun, Members: members,
+		}.Run(ctx, b.rdb)
 		if err != nil {
 			return GroupRetired{}, translateRedisErr(err)
 		}
-		code, _ := res[0].(int64)
-		switch code {
-		case 1:
-			read, _ := res[1].(int64)
-			destroyed, _ := res[2].(int64)
-			deleted, _ := res[3].(int64)
-			return GroupRetired{Partitions: len(members), Read: read, Destroyed: int(destroyed), Halts: int(deleted)}, nil
-		case -9:
-			return GroupRetired{}, fmt.Errorf("%w: %s is not in %s", ErrGroupNotRegistered, r.Group, GroupRegistry(r.Category))
-		case -10:
+		switch res.Code {
+		case scripts.Retired:
+			return GroupRetired{Partitions: len(members), Read: res.Read, Destroyed: int(res.Destroyed), Halts: int(res.HaltsGone)}, nil
+		case scripts.RetireUnknown:
+			return GroupRetired{}, fmt.Errorf("%w: %s is not in %s", ErrGroupNotRegistered, r.Group, ks.GroupRegistry(r.Category))
+		case scripts.RetireIndexMoved:
 			continue // a partition was created or reaped meanwhile
-		case -8:
-			key, _ := res[1].(string)
-			val, _ := res[2].(string)
-			return GroupRetired{}, &GroupLiveError{Group: r.Group, Category: r.Category, LeaseKey: key, Lease: val}
-		case -4:
-			read, _ := res[1].(int64)
-			return GroupRetired{}, &GroupReadError{Group: r.Group, Category: r.Category, Expected: *r.ExpectRead, Read: read}
+		case scripts.RetireLeaseHeld:
+			return GroupRetired{}, &GroupLiveError{Group: r.Group, Category: r.Category, LeaseKey: res.LeaseKey, Lease: res.LeaseValue}
+		case scripts.RetireReadMoved:
+			return GroupRetired{}, &GroupReadError{Group: r.Group, Category: r.Category, Expected: *r.ExpectRead, Read: res.Read}
 		}
-		return GroupRetired{}, fmt.Errorf("engine: unexpected retire reply %v", res)
+		return GroupRetired{}, fmt.Errorf("engine: unexpected retire reply %+v", res)
 	}
 	return GroupRetired{}, fmt.Errorf("engine: the partition index of %s kept changing during %d attempts; try again", r.Category, retireAttempts)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // twoHandlerDomain is testDomain with a second handler, Mailer, on the same partitioned
@@ -68,7 +69,7 @@ func TestGroupRegistryProtectsUnservedHandler(t *testing.T) {
 		c.Timing = fastTiming(time.Second)
 		c.Timing.ReapIdle = idle
 	})
-	if got := rdb.SMembers(ctx, GroupRegistry("order")).Val(); !slices.Equal(sorted(got), []string{"Mailer", "Projector"}) {
+	if got := rdb.SMembers(ctx, keyspace.SingleNode.GroupRegistry("order")).Val(); !slices.Equal(sorted(got), []string{"Mailer", "Projector"}) {
 		t.Errorf("registry = %v, want both declared handlers", got)
 	}
 
@@ -103,7 +104,7 @@ func TestGroupRegistryProtectsUnservedHandler(t *testing.T) {
 	if unreadA != perKey || unreadB != perKey-100 {
 		t.Errorf("entries Mailer has not read were trimmed or reaped: order:a %d of %d left, order:b %d of %d", unreadA, perKey, unreadB, perKey-100)
 	}
-	if got := sorted(rdb.SMembers(ctx, PartitionIndex("order")).Val()); !slices.Equal(got, []string{"a", "b"}) {
+	if got := sorted(rdb.SMembers(ctx, keyspace.SingleNode.PartitionIndex("order")).Val()); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("partition index = %v, want a and b (nothing reaped)", got)
 	}
 
@@ -121,8 +122,8 @@ func TestGroupRegistryProtectsUnservedHandler(t *testing.T) {
 	}
 	expect := int64(100)
 	dry, err := b.RetireGroup(ctx, GroupRetirement{Category: "order", Group: "Mailer", ExpectRead: &expect, DryRun: true})
-	if err != nil || !rdb.SIsMember(ctx, GroupRegistry("order"), "Mailer").Val() {
-		t.Fatalf("dry run: %v (registered afterwards: %v)", err, rdb.SIsMember(ctx, GroupRegistry("order"), "Mailer").Val())
+	if err != nil || !rdb.SIsMember(ctx, keyspace.SingleNode.GroupRegistry("order"), "Mailer").Val() {
+		t.Fatalf("dry run: %v (registered afterwards: %v)", err, rdb.SIsMember(ctx, keyspace.SingleNode.GroupRegistry("order"), "Mailer").Val())
 	}
 	res, err := b.RetireGroup(ctx, GroupRetirement{Category: "order", Group: "Mailer", ExpectRead: &expect})
 	if err != nil {
@@ -135,7 +136,7 @@ func TestGroupRegistryProtectsUnservedHandler(t *testing.T) {
 
 	removed := time.Now()
 	waitFor(t, 10*time.Second, "order:a and order:b reaped", func() bool {
-		return rdb.Exists(ctx, "order:a", "order:b").Val() == 0 && rdb.SCard(ctx, PartitionIndex("order")).Val() == 0
+		return rdb.Exists(ctx, "order:a", "order:b").Val() == 0 && rdb.SCard(ctx, keyspace.SingleNode.PartitionIndex("order")).Val() == 0
 	})
 	t.Logf("reaped %v after the retirement", time.Since(removed).Round(10*time.Millisecond))
 	cEvents := make([]testPayload, perKey)
@@ -162,7 +163,7 @@ func TestGroupRegistryRebuiltWhenSessionOpens(t *testing.T) {
 		c.Timing = fastTiming(time.Second)
 	})
 	both := []string{"Mailer", "Projector"}
-	if got := sorted(rdb.SMembers(ctx, GroupRegistry("order")).Val()); !slices.Equal(got, both) {
+	if got := sorted(rdb.SMembers(ctx, keyspace.SingleNode.GroupRegistry("order")).Val()); !slices.Equal(got, both) {
 		t.Fatalf("registry after Start = %v, want %v", got, both)
 	}
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
@@ -170,7 +171,7 @@ func TestGroupRegistryRebuiltWhenSessionOpens(t *testing.T) {
 	}
 	lost := time.Now()
 	waitFor(t, 10*time.Second, "registry rebuilt", func() bool {
-		return slices.Equal(sorted(rdb.SMembers(ctx, GroupRegistry("order")).Val()), both)
+		return slices.Equal(sorted(rdb.SMembers(ctx, keyspace.SingleNode.GroupRegistry("order")).Val()), both)
 	})
 	t.Logf("registry rebuilt %v after FLUSHALL", time.Since(lost).Round(10*time.Millisecond))
 	// The engine works on the new session, and a trim after 256 events keeps what Mailer

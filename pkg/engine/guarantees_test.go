@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Acceptance 1 and 2: two instances, interleaved events for several keys; each key's
@@ -174,7 +176,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	})
 	inflight := rdb.XPending(context.Background(), "order:A", "Projector").Val().Lower
 	// Simulate a stall past the TTL: the session expires and another instance takes over.
-	rdb.Del(context.Background(), SessionKey(w.owner))
+	rdb.Del(context.Background(), keyspace.SingleNode.SessionKey(w.owner))
 	e2 := startEngine(t, srv, testDomain(t, func(ctx context.Context, ev Event) error { <-block; return nil }, nil), "fresh", time.Second)
 	waitFor(t, 5*time.Second, "fresh owns A", func() bool { return len(e2.Owned()) == 1 })
 	if got := e2.Owned()[0].Generation; got <= w.gen {
@@ -194,13 +196,13 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 
 	stale := &worker{e: e1, sub: w.sub, u: w.u, lanes: w.lanes, leaseKey: w.leaseKey, haltKey: w.haltKey,
 		owner: w.owner, token: w.token, gen: w.gen, consumer: w.consumer, ctx: context.Background()}
-	if _, err := stale.drain(""); !errors.Is(err, ErrFenced) {
+	if _, err := stale.drain(nil); !errors.Is(err, ErrFenced) {
 		t.Errorf("stale read: err = %v, want ErrFenced", err)
 	}
 	if err := stale.ack(context.Background(), 0, []string{inflight}); !errors.Is(err, ErrFenced) {
 		t.Errorf("stale ack: err = %v, want ErrFenced", err)
 	}
-	if _, err := stale.drain("1|" + inflight); !errors.Is(err, ErrFenced) {
+	if _, err := stale.drain(&entry{msg: redis.XMessage{ID: inflight}}); !errors.Is(err, ErrFenced) {
 		t.Errorf("stale reclaim: err = %v, want ErrFenced", err)
 	}
 	after := rdb.XInfoGroups(context.Background(), "order:A").Val()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // indexView is the instance's copy of the discovery index ({category}:__partitions__) of
@@ -39,7 +41,7 @@ import (
 // default 2 s interval).
 type indexView struct {
 	mu   sync.Mutex
-	keys Keys // the key layout, set before use
+	keys keyspace.Keys // the key layout, set before use
 	// cats: category -> key -> the notice sequence number that last announced the key
 	// (0: read by a full read). Guarded by mu.
 	cats map[string]map[string]uint64
@@ -237,7 +239,7 @@ func (r *indexRead) err() error {
 	return nil
 }
 
-// install replaces the view by a full read done in incarnation in. Keys announced
+// install replaces the view by a full read done in incarnation in. keyspace.Keys announced
 // while the read was in flight are kept even when the read missed them. It reports
 // whether a key the view held is gone from it.
 func (v *indexView) install(r *indexRead, in *incarnation, now time.Time, interval time.Duration, suffix string) (dropped bool) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // The view's units are the units unitFor gives, one per key and subscription, in both
@@ -25,7 +27,7 @@ func TestViewUnitsAreUnitForCompacted(t *testing.T) {
 				t.Fatal(err)
 			}
 			if cluster {
-				e.keys, e.view.keys = ClusterKeys, ClusterKeys
+				e.keys, e.view.keys = keyspace.Cluster, keyspace.Cluster
 			}
 			for c := range e.view.cats {
 				for i := range 50 {

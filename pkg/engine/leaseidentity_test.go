@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Lease units and lanes depend only on the domain (consumer group + stream), never on
@@ -156,6 +157,6 @@ func TestBackfillLaneDrainedWithLanesOff(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the partition reaped with both lanes", func() bool {
 		n, _ := rdb.Exists(context.Background(), "order:K", "order:K:backfill").Result()
-		return n == 0 && !rdb.SIsMember(context.Background(), PartitionIndex("order"), "K").Val()
+		return n == 0 && !rdb.SIsMember(context.Background(), keyspace.SingleNode.PartitionIndex("order"), "K").Val()
 	})
 }

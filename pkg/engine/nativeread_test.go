@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // A busy partition reads its next batch with a plain XREADGROUP in the same transaction
@@ -122,7 +123,7 @@ func startNativeReadFixture(t *testing.T, tg redisTarget, n, gate, maxUnacked in
 		events[i] = testPayload{Client: "K", Seq: i}
 	}
 	bulkPublish(t, NewRedisBroker(f.rdb), d, events)
-	k := KeysFor(f.rdb)
+	k := keyspace.For(f.rdb)
 	f.stream, f.lease = k.PartitionStream("order", "K"), k.LeaseKey(k.PartitionStream("order", "K"), "Projector")
 	f.e = startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
 		c.Timing = fastTiming(2 * time.Second)

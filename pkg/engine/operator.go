@@ -3,11 +3,12 @@ package engine
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine/scripts"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // HeadRef names a partition (or an unpartitioned category stream) for one consumer group.
@@ -27,20 +28,20 @@ type HeadRef struct {
 // correlation unit.
 func (r HeadRef) Unit() string {
 	if r.ProcessManager {
-		return PMUnit(r.Group, r.Key)
+		return keyspace.SingleNode.PMUnit(r.Group, r.Key)
 	}
 	return r.Stream()
 }
 
 // unitIn and streamIn name the unit and the primary stream in the layout k.
-func (r HeadRef) unitIn(k Keys) string {
+func (r HeadRef) unitIn(k keyspace.Keys) string {
 	if r.ProcessManager {
 		return k.PMUnit(r.Group, r.Key)
 	}
 	return r.streamIn(k)
 }
 
-func (r HeadRef) streamIn(k Keys) string {
+func (r HeadRef) streamIn(k keyspace.Keys) string {
 	if r.Key == "" {
 		return k.CategoryStream(r.Category)
 	}
@@ -51,22 +52,14 @@ func (r HeadRef) streamIn(k Keys) string {
 // its own layout).
 func (r HeadRef) Stream() string {
 	if r.Key == "" {
-		return CategoryStream(r.Category)
+		return keyspace.SingleNode.CategoryStream(r.Category)
 	}
-	return PartitionStream(r.Category, r.Key)
+	return keyspace.SingleNode.PartitionStream(r.Category, r.Key)
 }
 
-// HaltRecord is the durable record of a halted partition.
-type HaltRecord struct {
-	EntryID    string    `json:"entry_id"`
-	Stream     string    `json:"stream"` // the lane the head is on
-	Lane       int       `json:"lane"`   // 0 primary, 1 backfill
-	Attempts   int       `json:"attempts"`
-	Error      string    `json:"error"`
-	Since      time.Time `json:"since"`
-	Owner      string    `json:"owner"`
-	Generation int64     `json:"generation"`
-}
+// HaltRecord is the durable record of a halted partition (stored and read by the
+// keyspace package, its one codec).
+type HaltRecord = keyspace.Halt
 
 // Halt reads the halt record of a partition, or nil when it is not halted.
 func (b *RedisBroker) Halt(ctx context.Context, ref HeadRef) (*HaltRecord, error) {
@@ -74,21 +67,7 @@ func (b *RedisBroker) Halt(ctx context.Context, ref HeadRef) (*HaltRecord, error
 	if err != nil {
 		return nil, translateRedisErr(err)
 	}
-	return haltFromHash(m), nil
-}
-
-func haltFromHash(m map[string]string) *HaltRecord {
-	if len(m) == 0 || m["entry"] == "" {
-		return nil
-	}
-	h := &HaltRecord{EntryID: m["entry"], Stream: m["stream"], Error: m["error"], Owner: m["owner"]}
-	h.Lane, _ = strconv.Atoi(m["lane"])
-	h.Attempts, _ = strconv.Atoi(m["attempts"])
-	h.Generation, _ = strconv.ParseInt(m["generation"], 10, 64)
-	if ms, err := strconv.ParseInt(m["since_ms"], 10, 64); err == nil {
-		h.Since = time.UnixMilli(ms)
-	}
-	return h
+	return keyspace.DecodeHalt(m), nil
 }
 
 // HeadMovedError is returned by a compare-and-act operator call whose expected entry is
@@ -163,46 +142,32 @@ func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID
 		dlq = k.DLQStream(parts[0], strings.Trim(parts[1], "{}"))
 	}
 	unit := ref.unitIn(k)
-	keys := []string{k.HaltKey(unit, ref.Group), lane, dlq, k.LeaseKey(unit, ref.Group)}
-	f := ""
-	if force {
-		f = "force"
-	}
-	wake := k.WakeStream("")
-	if k.cluster {
-		wake = "" // in another slot: woken below
-	}
-	args := []any{action, ref.Group, expectID, f, wake}
-	for _, x := range extra {
-		args = append(args, x)
-	}
-	if len(extra)%2 == 1 {
-		args = append(args, "")
+	c := scripts.Resolve{Halt: k.HaltKey(unit, ref.Group), Lane: lane, DLQ: dlq, Lease: k.LeaseKey(unit, ref.Group),
+		Action: action, Group: ref.Group, Expect: expectID, Force: force, WakePrefix: k.WakeStream(""), Extra: extra}
+	if k.IsCluster() {
+		c.WakePrefix = "" // in another slot: woken below
 	}
 	if err := loadScripts(ctx, b.rdb); err != nil {
 		return err
 	}
-	res, err := scriptResolve.Run(ctx, b.rdb, keys, args...).Slice()
+	res, err := c.Run(ctx, b.rdb)
 	if err != nil {
 		return translateRedisErr(err)
 	}
-	code, _ := res[0].(int64)
-	switch code {
-	case 1:
-		if lease, _ := res[2].(string); k.cluster && lease != "" {
-			b.wakeOwner(ctx, lease, ref.Group, lane)
+	switch res.Code {
+	case scripts.Resolved:
+		if k.IsCluster() && res.Lease != "" {
+			b.wakeOwner(ctx, res.Lease, ref.Group, lane)
 		}
 		return b.waitReplicas(ctx, actionNames[action])
-	case -4:
-		head, _ := res[1].(string)
-		return &HeadMovedError{Expected: expectID, Head: head}
-	case -5:
+	case scripts.ResolveMoved:
+		return &HeadMovedError{Expected: expectID, Head: res.Head}
+	case scripts.ResolveNotHalt:
 		return fmt.Errorf("%w: the head %s of %s is not halted; pass force to act on a running partition", ErrNotHalted, expectID, ref.streamIn(k))
+	case scripts.ResolveGone:
+		return ErrEntryGone
 	}
-	if err := codeErr(code); err != nil {
-		return err
-	}
-	return fmt.Errorf("engine: unexpected resolve reply %v", res)
+	return fmt.Errorf("engine: unexpected resolve reply %+v", res)
 }
 
 // wakeOwner asks the owner of a lease to resume at once (op=resume on its wake stream),
@@ -210,11 +175,10 @@ func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID
 // without it the owner re-checks the halt record on its backstop.
 func (b *RedisBroker) wakeOwner(ctx context.Context, lease, group, lane string) {
 	owner := ownerOf(lease)
-	dot := strings.LastIndexByte(owner, '.')
-	if dot <= 0 {
+	if owner == "" {
 		return
 	}
-	_ = b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.keys.WakeStream(owner[:dot]), MaxLen: 100, Approx: true,
+	_ = b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.keys.WakeStream(keyspace.InstanceOfOwner(owner)), MaxLen: 100, Approx: true,
 		Values: []any{"op", "resume", "group", group, "unit", lane}}).Err()
 }
 
@@ -236,24 +200,23 @@ func (b *RedisBroker) ReplayDLQ(ctx context.Context, dlqStream, dlqID string, r 
 		return Published{}, err
 	}
 	k := b.keys
-	r = k.Place(r)
-	keys := []string{dlqStream, r.Stream, r.Stream, r.Stream, k.BellChannel(r.Stream), r.Stream}
-	flags := ""
-	if r.Key != "" && k.cluster {
-		flags, keys[5] = "c", k.IndexedMarkKey(k.PartitionStream(r.Category, r.Key))
+	r = r.In(k)
+	c := scripts.Replay{DLQ: dlqStream, Lane: r.Stream, Bell: k.BellChannel(r.Stream), ID: dlqID, Key: r.Key, Category: r.Category}
+	if r.Key != "" && k.IsCluster() {
+		c.IndexedMark = k.IndexedMarkKey(k.PartitionStream(r.Category, r.Key))
 	} else if r.Key != "" {
-		flags, keys[2], keys[3] = "i", r.Index, k.ControlStream()
+		c.Index, c.Control = r.Index, k.ControlStream()
 	}
-	res, err := scriptReplay.Run(ctx, b.rdb, keys, dlqID, r.Key, r.Category, flags).Slice()
+	res, gone, err := c.Run(ctx, b.rdb)
 	if err != nil {
 		return Published{}, translateRedisErr(err)
 	}
-	if code, _ := res[0].(int64); code != 1 {
+	if gone {
 		return Published{}, fmt.Errorf("%w: DLQ entry %s of %s", ErrEntryGone, dlqID, dlqStream)
 	}
-	id, _ := res[1].(string)
+	id := res.EntryID
 	pub := Published{Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: id}
-	if x, _ := res[2].(int64); x == 1 {
+	if res.IndexNeeded {
 		if err := b.indexAfterAppend(ctx, r, id); err != nil {
 			return pub, err
 		}

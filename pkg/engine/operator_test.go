@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // MoveToDLQ then ReplayDLQ: the event is back at the tail once, with its id kept, and a
@@ -26,20 +27,20 @@ func TestDLQMoveAndReplayOnce(t *testing.T) {
 	if err := b.MoveToDLQ(ctx, ref, poison.EntryID, false, "moved_by", "test"); err != nil {
 		t.Fatal(err)
 	}
-	dl := rdb.XRange(ctx, DLQStream("order", "A"), "-", "+").Val()
+	dl := rdb.XRange(ctx, keyspace.SingleNode.DLQStream("order", "A"), "-", "+").Val()
 	if len(dl) != 1 || dl[0].Values["original_id"] != poison.EntryID || dl[0].Values["halt_error"] == "" || dl[0].Values["moved_by"] != "test" {
 		t.Fatalf("DLQ = %+v", dl)
 	}
 	before := rdb.XLen(ctx, "order:A").Val()
-	r := Route{Category: "order", Key: "A", Stream: "order:A", Index: PartitionIndex("order")}
-	p, err := b.ReplayDLQ(ctx, DLQStream("order", "A"), dl[0].ID, r)
+	r := Route{Category: "order", Key: "A", Stream: "order:A", Index: keyspace.SingleNode.PartitionIndex("order")}
+	p, err := b.ReplayDLQ(ctx, keyspace.SingleNode.DLQStream("order", "A"), dl[0].ID, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ReplayDLQ(ctx, DLQStream("order", "A"), dl[0].ID, r); !errors.Is(err, ErrEntryGone) {
+	if _, err := b.ReplayDLQ(ctx, keyspace.SingleNode.DLQStream("order", "A"), dl[0].ID, r); !errors.Is(err, ErrEntryGone) {
 		t.Fatalf("second replay: err = %v, want ErrEntryGone", err)
 	}
-	if n := rdb.XLen(ctx, DLQStream("order", "A")).Val(); n != 0 {
+	if n := rdb.XLen(ctx, keyspace.SingleNode.DLQStream("order", "A")).Val(); n != 0 {
 		t.Fatalf("DLQ still holds %d entries", n)
 	}
 	msgs := rdb.XRange(ctx, "order:A", p.EntryID, p.EntryID).Val()

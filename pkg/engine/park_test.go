@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Issue 14, point 6: an owned idle partition costs no goroutine. 300 partitions are
@@ -45,7 +46,7 @@ func TestIdlePartitionsCostNoGoroutine(t *testing.T) {
 	if err := e.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ks := KeysFor(rdb)
+	ks := keyspace.For(rdb)
 	for i := 0; i < parts; i++ {
 		if n := rdb.Exists(context.Background(), ks.LeaseKey(ks.PartitionStream("order", "p"+strconv.Itoa(i)), "Projector")).Val(); n != 0 {
 			t.Fatalf("lease of p%d still held after shutdown", i)

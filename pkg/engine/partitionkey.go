@@ -7,18 +7,17 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-// MaxKeyBytes is the longest partition key accepted, in bytes. Keys become a segment of a
+// MaxKeyBytes is the longest partition key accepted, in bytes. keyspace.Keys become a segment of a
 // Redis key name, so they are bounded to keep stream names readable and cheap.
 const MaxKeyBytes = 255
 
 // DefaultBackfillSuffix is the lane token used when [server.priority_lanes] does not set
 // backfill_suffix.
 const DefaultBackfillSuffix = "backfill"
-
-// dlqToken is the reserved last segment of a partition's dead-letter stream.
-const dlqToken = "dlq"
 
 // KeyRule names the rule a rejected partition key broke. ValidateKey applies its rules in
 // the order its doc gives, and the first one broken is reported.
@@ -120,7 +119,7 @@ func (e *InvalidKeyError) Error() string {
 	case KeyHasColon:
 		fmt.Fprintf(&b, "%q contains ':', which would split the stream name {category}:{key}", shown)
 	case KeyReservedToken:
-		fmt.Fprintf(&b, "%q equals the reserved lane token %q (reserved tokens: %q and the backfill suffix)", shown, e.Token, dlqToken)
+		fmt.Fprintf(&b, "%q equals the reserved lane token %q (reserved tokens: %q and the backfill suffix)", shown, e.Token, keyspace.DLQToken)
 	case KeySentinel:
 		fmt.Fprintf(&b, "%q has the reserved __name__ form used by internal keys such as __partitions__", shown)
 	case KeyWrongType:
@@ -154,8 +153,8 @@ func ValidateKey(key, backfillSuffix string) error {
 		return fail(KeyTooLong, "")
 	case strings.IndexByte(key, ':') >= 0:
 		return fail(KeyHasColon, "")
-	case key == dlqToken:
-		return fail(KeyReservedToken, dlqToken)
+	case key == keyspace.DLQToken:
+		return fail(KeyReservedToken, keyspace.DLQToken)
 	case key == backfillSuffix:
 		return fail(KeyReservedToken, backfillSuffix)
 	case isSentinel(key):

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // expectedKeyRule is an independent statement of the key rules, in order, for the fuzzer
@@ -74,19 +76,19 @@ func FuzzValidateKey(f *testing.F) {
 				}
 			}
 			const cat = "order"
-			parts := strings.Split(PartitionStream(cat, key), ":")
+			parts := strings.Split(keyspace.SingleNode.PartitionStream(cat, key), ":")
 			if len(parts) != 2 || parts[0] != cat || parts[1] != key {
-				t.Fatalf("PartitionStream(%q, %q) splits into %q, want [%q %q]", cat, key, parts, cat, key)
+				t.Fatalf("keyspace.SingleNode.PartitionStream(%q, %q) splits into %q, want [%q %q]", cat, key, parts, cat, key)
 			}
 			// A valid key's streams never collide with the category's internal keys.
-			for _, internal := range []string{PartitionIndex(cat), GroupRegistry(cat)} {
-				if PartitionStream(cat, key) == internal {
-					t.Fatalf("PartitionStream(%q, %q) collides with %q", cat, key, internal)
+			for _, internal := range []string{keyspace.SingleNode.PartitionIndex(cat), keyspace.SingleNode.GroupRegistry(cat)} {
+				if keyspace.SingleNode.PartitionStream(cat, key) == internal {
+					t.Fatalf("keyspace.SingleNode.PartitionStream(%q, %q) collides with %q", cat, key, internal)
 				}
 			}
 			// With a well-formed suffix (Init rejects any other), the lane splits into 3.
 			if ValidateBackfillSuffix(suffix) == nil {
-				if lane := strings.Split(LaneStream(cat, key, effective), ":"); len(lane) != 3 || lane[1] != key {
+				if lane := strings.Split(keyspace.SingleNode.LaneStream(cat, key, effective), ":"); len(lane) != 3 || lane[1] != key {
 					t.Fatalf("LaneStream splits into %q, want [%q %q %q]", lane, cat, key, effective)
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Issue 14, point 4: on Redis Cluster a publish (append; index write; indexed mark) and a
@@ -20,7 +21,7 @@ import (
 func TestReapNeverStrandsAPublishOnCluster(t *testing.T) {
 	tg := redisTarget{cl: redistest.StartCluster(t, 3)}
 	rdb := tg.client(t)
-	ks := KeysFor(rdb)
+	ks := keyspace.For(rdb)
 	s := &sink{rdb: tg.client(t), instance: "i1"}
 	d := testDomain(t, s.handle, nil)
 	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
@@ -172,7 +173,7 @@ func TestReapNeverStrandsAPublishOnCluster(t *testing.T) {
 func TestReapNeverStrandsARetriedPublishOnCluster(t *testing.T) {
 	tg := redisTarget{cl: redistest.StartCluster(t, 3)}
 	rdb := tg.client(t)
-	ks := KeysFor(rdb)
+	ks := keyspace.For(rdb)
 	s := &sink{rdb: tg.client(t), instance: "i1"}
 	d := testDomain(t, s.handle, nil)
 	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {

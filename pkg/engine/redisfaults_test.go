@@ -16,6 +16,8 @@ import (
 
 	"github.com/seqctl/seqctl/internal/faultproxy"
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/engine/scripts"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // The tests of this file break Redis itself, for real: restarts with and without
@@ -28,15 +30,15 @@ func maxLeaseGen(t *testing.T, rdb redis.UniversalClient, keys []string) int64 {
 	t.Helper()
 	var g int64
 	for _, k := range keys {
-		v, err := rdb.Get(context.Background(), LeaseKey(PartitionStream("order", k), "Projector")).Result()
+		v, err := rdb.Get(context.Background(), keyspace.SingleNode.LeaseKey(keyspace.SingleNode.PartitionStream("order", k), "Projector")).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, _ := strconv.ParseInt(v[strings.LastIndexByte(v, ':')+1:], 10, 64)
-		g = max(g, n)
+		l, _ := keyspace.ParseLease(v)
+		g = max(g, l.Generation)
 	}
 	return g
 }
@@ -46,11 +48,11 @@ func maxLeaseGen(t *testing.T, rdb redis.UniversalClient, keys []string) int64 {
 func allOwned(rdb redis.UniversalClient, keys []string) bool {
 	ctx := context.Background()
 	for _, k := range keys {
-		v, err := rdb.Get(ctx, LeaseKey(PartitionStream("order", k), "Projector")).Result()
+		v, err := rdb.Get(ctx, keyspace.SingleNode.LeaseKey(keyspace.SingleNode.PartitionStream("order", k), "Projector")).Result()
 		if err != nil {
 			return false
 		}
-		if rdb.Exists(ctx, SessionKey(ownerOf(v))).Val() != 1 {
+		if rdb.Exists(ctx, keyspace.SingleNode.SessionKey(ownerOf(v))).Val() != 1 {
 			return false
 		}
 	}
@@ -319,7 +321,7 @@ func TestSameInstanceIDTwoProcesses(t *testing.T) {
 	owners := map[string]bool{}
 	waitFor(t, 20*time.Second, "both processes own partitions", func() bool {
 		for _, k := range keys {
-			if v := rdb.Get(context.Background(), LeaseKey(PartitionStream("order", k), "Projector")).Val(); v != "" {
+			if v := rdb.Get(context.Background(), keyspace.SingleNode.LeaseKey(keyspace.SingleNode.PartitionStream("order", k), "Projector")).Val(); v != "" {
 				owners[ownerOf(v)] = true
 			}
 		}
@@ -388,7 +390,7 @@ func TestDoubleLossOpensOneSession(t *testing.T) {
 		oldGens[o.Generation] = true
 	}
 	mu.Unlock()
-	if err := rdb.Del(context.Background(), SessionKey(in.owner)).Err(); err != nil {
+	if err := rdb.Del(context.Background(), keyspace.SingleNode.SessionKey(in.owner)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// Both notice at once: the heartbeat's renewal and discovery's acquire.
@@ -408,7 +410,7 @@ func TestDoubleLossOpensOneSession(t *testing.T) {
 	})
 	<-done
 	time.Sleep(300 * time.Millisecond)
-	sessions := rdb.Keys(context.Background(), SessionKey("i1.*")).Val()
+	sessions := rdb.Keys(context.Background(), keyspace.SingleNode.SessionKey("i1.*")).Val()
 	if len(sessions) != 1 {
 		t.Errorf("session keys of i1: %v, want exactly one", sessions)
 	}
@@ -445,7 +447,7 @@ func TestPublishRetriedAfterLostReplyAppendsOnce(t *testing.T) {
 	const n = 10
 	ids := map[string]string{}
 	for seq := 0; seq < n; seq++ {
-		proxy.DropReplyAfter([]byte(scriptPublish.Hash()), 1)
+		proxy.DropReplyAfter([]byte(scripts.Hash("publish.lua")), 1)
 		data := []byte(fmt.Sprintf(`{"client_id":"K","seq":%d}`, seq))
 		p, err := b.Publish(ctx, d, "OrderPlaced", data, PublishOptions{})
 		if err != nil {
@@ -456,10 +458,10 @@ func TestPublishRetriedAfterLostReplyAppendsOnce(t *testing.T) {
 	if got := proxy.Dropped(); got != n {
 		t.Fatalf("the proxy dropped %d replies, want %d", got, n)
 	}
-	entries := rdb.XRange(ctx, PartitionStream("order", "K"), "-", "+").Val()
+	entries := rdb.XRange(ctx, keyspace.SingleNode.PartitionStream("order", "K"), "-", "+").Val()
 	count := map[string]int{}
 	for _, m := range entries {
-		id, _ := m.Values[fieldID].(string)
+		id, _ := m.Values[keyspace.FieldID].(string)
 		count[id]++
 		if want := ids[id]; want != m.ID {
 			t.Errorf("event %s: publish reported entry %s, the stream has it at %s", id, want, m.ID)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Capability is a feature a broker advertises.
@@ -63,141 +65,182 @@ type declaration struct {
 //
 // On success PartitionKeys returns the category -> field map.
 func (d *Domain) Init(b BrokerInfo) error {
-	var problems []string
-	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-
-	events := map[string]EventType{}
-	commands := map[string]CommandType{}
-	seenType := map[string]string{}
-	for _, e := range d.Events {
-		if prev, dup := seenType[e.Name]; dup {
-			add("event %q is declared twice (also as %s)", e.Name, prev)
-			continue
-		}
-		if err := ValidateCategory(e.Category); err != nil {
-			add("event %q: %v", e.Name, err)
-		}
-		seenType[e.Name] = "an event"
-		events[e.Name] = e
+	r := registration{
+		events: map[string]EventType{}, commands: map[string]CommandType{},
+		decls: map[string][]declaration{}, names: map[string]bool{},
 	}
-	for _, c := range d.Commands {
-		if prev, dup := seenType[c.Name]; dup {
-			add("command %q is declared twice (also as %s)", c.Name, prev)
-			continue
-		}
-		if err := ValidateCategory(c.Category); err != nil {
-			add("command %q: %v", c.Name, err)
-		}
-		seenType[c.Name] = "a command"
-		commands[c.Name] = c
-	}
-
-	decls := map[string][]declaration{} // category -> declarations, in declaration order
-	declare := func(category, field, by string) {
-		decls[category] = append(decls[category], declaration{field: field, by: by})
-	}
-	names := map[string]bool{}
+	r.types(d.Events, d.Commands)
 	for _, h := range d.Handlers {
-		who := "handler " + quote(h.Name)
-		if h.Name == "" {
-			add("a handler has no name")
-		} else if names[h.Name] {
-			add("%s is declared twice", who)
-		}
-		names[h.Name] = true
-		if len(h.Handles) == 0 {
-			add("%s handles no %s", who, kindNoun(h.Kind))
-		}
-		for _, tname := range h.Handles {
-			var fields []string
-			var category string
-			switch h.Kind {
-			case CommandHandlerKind:
-				c, ok := commands[tname]
-				if !ok {
-					add("%s handles %q, which is not a declared command", who, tname)
-					continue
-				}
-				fields, category = c.Fields, c.Category
-			default:
-				e, ok := events[tname]
-				if !ok {
-					add("%s handles %q, which is not a declared event", who, tname)
-					continue
-				}
-				fields, category = e.Fields, e.Category
-			}
-			if h.PartOf != "" && category != h.PartOf {
-				add("%s is part of category %q but handles %q of category %q", who, h.PartOf, tname, category)
-			}
-			if h.SequentialBy != "" && !contains(fields, h.SequentialBy) {
-				add("%s: sequential_by field %q is missing from %s %q (fields: %s)",
-					who, h.SequentialBy, kindNoun(h.Kind), tname, strings.Join(fields, ", "))
-			}
-		}
-		if h.SequentialBy != "" {
-			cat := h.PartOf
-			if cat == "" && len(h.Handles) > 0 {
-				if e, ok := events[h.Handles[0]]; ok {
-					cat = e.Category
-				} else if c, ok := commands[h.Handles[0]]; ok {
-					cat = c.Category
-				}
-			}
-			if cat != "" {
-				declare(cat, h.SequentialBy, who)
-			}
-		}
+		r.handler(h)
 	}
 	for _, pm := range d.ProcessManagers {
-		who := "process manager " + quote(pm.Name)
-		if pm.Name == "" {
-			add("a process manager has no name")
-		} else if names[pm.Name] {
-			add("%s: the name is already used by another handler or process manager", who)
+		r.processManager(pm)
+	}
+	keys, cats := r.partitionKeys()
+	active := r.brokerCapable(b, cats)
+	if err := ValidateBackfillSuffix(d.BackfillSuffix); err != nil {
+		r.add("%v", err)
+	}
+	if len(r.problems) > 0 {
+		return &IncorrectUsageError{Problems: r.problems}
+	}
+	d.partitionKeys = keys
+	d.eventsByName = r.events
+	d.active = active
+	d.initialized = true
+	return nil
+}
+
+// registration is Domain.Init's work: what it learnt of the domain so far, and every
+// problem found, in the order found.
+type registration struct {
+	problems []string
+	events   map[string]EventType
+	commands map[string]CommandType
+	decls    map[string][]declaration // category -> declarations, in declaration order
+	names    map[string]bool          // handler and process manager names
+}
+
+func (r *registration) add(format string, args ...any) {
+	r.problems = append(r.problems, fmt.Sprintf(format, args...))
+}
+
+func (r *registration) declare(category, field, by string) {
+	r.decls[category] = append(r.decls[category], declaration{field: field, by: by})
+}
+
+// types checks the declared events and commands: unique names, valid categories.
+func (r *registration) types(events []EventType, commands []CommandType) {
+	seenType := map[string]string{}
+	declared := func(kind, as, name, category string) bool {
+		if prev, dup := seenType[name]; dup {
+			r.add("%s %q is declared twice (also as %s)", kind, name, prev)
+			return false
 		}
-		names[pm.Name] = true
-		if len(pm.Handles) == 0 {
-			add("%s handles no events", who)
+		if err := ValidateCategory(category); err != nil {
+			r.add("%s %q: %v", kind, name, err)
 		}
-		pmField := ""
-		for _, ph := range pm.Handles {
-			e, ok := events[ph.Event]
-			if !ok {
-				add("%s handles %q, which is not a declared event", who, ph.Event)
-				continue
-			}
-			if ph.Correlate.EventField == "" || ph.Correlate.PMField == "" {
-				add("%s: the correlate spec for %q is empty", who, ph.Event)
-				continue
-			}
-			if pmField == "" {
-				pmField = ph.Correlate.PMField
-			} else if pmField != ph.Correlate.PMField {
-				add("%s correlates on two process-manager fields, %q and %q; one instance is identified by one field",
-					who, pmField, ph.Correlate.PMField)
-			}
-			if !contains(e.Fields, ph.Correlate.EventField) {
-				add("%s: event %q lacks field %q, which its correlate spec resolves (fields: %s)",
-					who, ph.Event, ph.Correlate.EventField, strings.Join(e.Fields, ", "))
-				continue
-			}
-			if pm.SequentialBy {
-				declare(e.Category, ph.Correlate.EventField, who)
-			}
+		seenType[name] = as
+		return true
+	}
+	for _, e := range events {
+		if declared("event", "an event", e.Name, e.Category) {
+			r.events[e.Name] = e
 		}
 	}
+	for _, c := range commands {
+		if declared("command", "a command", c.Name, c.Category) {
+			r.commands[c.Name] = c
+		}
+	}
+}
 
-	// One key per category.
-	keys := map[string]string{}
-	cats := sortedKeys(decls)
+// name checks that a handler or process manager has a name no other one uses.
+func (r *registration) name(name, who, missing, dup string) {
+	if name == "" {
+		r.add("%s", missing)
+	} else if r.names[name] {
+		r.add("%s%s", who, dup)
+	}
+	r.names[name] = true
+}
+
+// handler checks one handler and records its sequential_by declaration.
+func (r *registration) handler(h Handler) {
+	who := "handler " + quote(h.Name)
+	r.name(h.Name, who, "a handler has no name", " is declared twice")
+	if len(h.Handles) == 0 {
+		r.add("%s handles no %s", who, kindNoun(h.Kind))
+	}
+	for _, tname := range h.Handles {
+		fields, category, ok := r.handledType(h.Kind, tname)
+		if !ok {
+			r.add("%s handles %q, which is not a declared %s", who, tname, kindNoun(h.Kind))
+			continue
+		}
+		if h.PartOf != "" && category != h.PartOf {
+			r.add("%s is part of category %q but handles %q of category %q", who, h.PartOf, tname, category)
+		}
+		if h.SequentialBy != "" && !contains(fields, h.SequentialBy) {
+			r.add("%s: sequential_by field %q is missing from %s %q (fields: %s)",
+				who, h.SequentialBy, kindNoun(h.Kind), tname, strings.Join(fields, ", "))
+		}
+	}
+	if h.SequentialBy == "" {
+		return
+	}
+	cat := h.PartOf
+	if cat == "" && len(h.Handles) > 0 {
+		if e, ok := r.events[h.Handles[0]]; ok {
+			cat = e.Category
+		} else if c, ok := r.commands[h.Handles[0]]; ok {
+			cat = c.Category
+		}
+	}
+	if cat != "" {
+		r.declare(cat, h.SequentialBy, who)
+	}
+}
+
+// handledType returns the fields and category of the command (for a command handler) or
+// event a handler handles, and whether it is declared.
+func (r *registration) handledType(kind HandlerKind, name string) (fields []string, category string, ok bool) {
+	if kind == CommandHandlerKind {
+		c, ok := r.commands[name]
+		return c.Fields, c.Category, ok
+	}
+	e, ok := r.events[name]
+	return e.Fields, e.Category, ok
+}
+
+// processManager checks one process manager and, when it is sequential, records its
+// correlation field as a declaration on each category it handles.
+func (r *registration) processManager(pm ProcessManager) {
+	who := "process manager " + quote(pm.Name)
+	r.name(pm.Name, who, "a process manager has no name", ": the name is already used by another handler or process manager")
+	if len(pm.Handles) == 0 {
+		r.add("%s handles no events", who)
+	}
+	pmField := ""
+	for _, ph := range pm.Handles {
+		e, ok := r.events[ph.Event]
+		if !ok {
+			r.add("%s handles %q, which is not a declared event", who, ph.Event)
+			continue
+		}
+		if ph.Correlate.EventField == "" || ph.Correlate.PMField == "" {
+			r.add("%s: the correlate spec for %q is empty", who, ph.Event)
+			continue
+		}
+		if pmField == "" {
+			pmField = ph.Correlate.PMField
+		} else if pmField != ph.Correlate.PMField {
+			r.add("%s correlates on two process-manager fields, %q and %q; one instance is identified by one field",
+				who, pmField, ph.Correlate.PMField)
+		}
+		if !contains(e.Fields, ph.Correlate.EventField) {
+			r.add("%s: event %q lacks field %q, which its correlate spec resolves (fields: %s)",
+				who, ph.Event, ph.Correlate.EventField, strings.Join(e.Fields, ", "))
+			continue
+		}
+		if pm.SequentialBy {
+			r.declare(e.Category, ph.Correlate.EventField, who)
+		}
+	}
+}
+
+// partitionKeys checks one key per category and returns the partition map of the event
+// categories, and every category declared partitioned (sorted).
+func (r *registration) partitionKeys() (keys map[string]string, cats []string) {
+	keys = map[string]string{}
+	cats = sortedKeys(r.decls)
 	for _, cat := range cats {
-		ds := decls[cat]
+		ds := r.decls[cat]
 		first := ds[0]
 		ok := true
 		for _, other := range ds[1:] {
 			if other.field != first.field {
-				add("conflicting partition keys on category %q: %s asks for %q but %s asks for %q; all handlers on a category must agree on one key or not partition it",
+				r.add("conflicting partition keys on category %q: %s asks for %q but %s asks for %q; all handlers on a category must agree on one key or not partition it",
 					cat, first.by, first.field, other.by, other.field)
 				ok = false
 			}
@@ -206,11 +249,10 @@ func (d *Domain) Init(b BrokerInfo) error {
 			keys[cat] = first.field
 		}
 	}
-
 	// Command categories never reach the outbox: their declarations are checked above and
 	// are inert at runtime, so only event categories go into the partition map.
 	eventCats := map[string]bool{}
-	for _, e := range events {
+	for _, e := range r.events {
 		eventCats[e.Category] = true
 	}
 	for cat := range keys {
@@ -218,32 +260,24 @@ func (d *Domain) Init(b BrokerInfo) error {
 			delete(keys, cat)
 		}
 	}
+	return keys, cats
+}
 
-	// Broker capability.
-	active := false
+// brokerCapable checks the broker against the partitioned categories; it reports whether
+// partitioning is active (the broker advertises StreamPartitioning).
+func (r *registration) brokerCapable(b BrokerInfo, cats []string) (active bool) {
 	switch {
 	case b == nil:
-		add("no broker given to Init")
+		r.add("no broker given to Init")
 	case b.Has(StreamPartitioning):
-		active = true
+		return true
 	case b.Kind() == BrokerKindInline:
 		// Accepted no-op: the inline broker already handles messages in submission order.
 	case len(cats) > 0:
-		add("broker %q does not advertise %s, required by sequential_by on categories %s; use the redis broker, or the inline broker for tests",
+		r.add("broker %q does not advertise %s, required by sequential_by on categories %s; use the redis broker, or the inline broker for tests",
 			b.Kind(), StreamPartitioning, strings.Join(quoteAll(cats), ", "))
 	}
-	if err := ValidateBackfillSuffix(d.BackfillSuffix); err != nil {
-		add("%v", err)
-	}
-
-	if len(problems) > 0 {
-		return &IncorrectUsageError{Problems: problems}
-	}
-	d.partitionKeys = keys
-	d.eventsByName = events
-	d.active = active
-	d.initialized = true
-	return nil
+	return false
 }
 
 // ValidateCategory checks a category name: non-empty, no ':' or white space, and not the
@@ -271,8 +305,8 @@ func ValidateBackfillSuffix(s string) error {
 	switch {
 	case strings.ContainsRune(s, ':'), strings.IndexFunc(s, isSpace) >= 0:
 		return fmt.Errorf("backfill_suffix %q must not contain ':' or white space", s)
-	case s == dlqToken:
-		return fmt.Errorf("backfill_suffix must not be %q, the dead-letter token", dlqToken)
+	case s == keyspace.DLQToken:
+		return fmt.Errorf("backfill_suffix must not be %q, the dead-letter token", keyspace.DLQToken)
 	case isSentinel(s):
 		return fmt.Errorf("backfill_suffix %q has the reserved __name__ form", s)
 	}

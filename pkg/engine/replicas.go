@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Replication safety ([broker] min_replicas).
@@ -93,7 +95,7 @@ func WaitReplicas(ctx context.Context, c redis.UniversalClient, write string, n 
 	if n <= 0 {
 		return nil
 	}
-	if KeysFor(c).cluster {
+	if keyspace.For(c).IsCluster() {
 		return errReplicasOnCluster
 	}
 	if timeout <= 0 {
@@ -104,13 +106,13 @@ func WaitReplicas(ctx context.Context, c redis.UniversalClient, write string, n 
 	if pc, ok := c.(interface{ Conn() *redis.Conn }); ok {
 		conn := pc.Conn()
 		defer conn.Close()
-		if err = conn.Set(ctx, KeysFor(c).ReplicaBarrierKey(), "1", barrierTTL).Err(); err == nil {
+		if err = conn.Set(ctx, keyspace.For(c).ReplicaBarrierKey(), "1", barrierTTL).Err(); err == nil {
 			got, err = conn.Wait(ctx, n, timeout).Result()
 		}
 	} else {
 		var wait *redis.Cmd
 		_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.Set(ctx, KeysFor(c).ReplicaBarrierKey(), "1", barrierTTL)
+			p.Set(ctx, keyspace.For(c).ReplicaBarrierKey(), "1", barrierTTL)
 			wait = p.Do(ctx, "wait", n, timeout.Milliseconds())
 			return nil
 		})
@@ -148,66 +150,4 @@ func (b *RedisBroker) WithReplicas(n int, timeout time.Duration) *RedisBroker {
 // waitReplicas applies the broker's replica policy after an operator write.
 func (b *RedisBroker) waitReplicas(ctx context.Context, write string) error {
 	return WaitReplicas(ctx, b.rdb, write, b.repl.n, b.repl.timeout)
-}
-
-// replicaTimeout is the engine's effective wait: the configured one, else
-// DefaultReplicaTimeout capped at a quarter of the lease TTL.
-func (c *EngineConfig) replicaTimeout() time.Duration {
-	if c.ReplicaTimeout > 0 {
-		return c.ReplicaTimeout
-	}
-	return min(DefaultReplicaTimeout, c.Timing.LeaseTTL/4)
-}
-
-// leasesReplicated is called by a discovery pass after its acquire scripts ran (cmds[i]
-// is the reply for units[i]) and before it starts a worker for any unit it took. With
-// MinReplicas = 0, or when the pass took nothing, it returns true at once. Otherwise it
-// waits for the replicas; when they fall short (or the wait fails) it gives every lease
-// the pass took back, fenced, logs once for the pass, and returns false: the caller
-// starts none of them.
-//
-// Why give them back rather than keep them unworked: a kept lease blocks the partition for
-// as long as this instance lives, and nothing here would look at it again; a released one
-// is free at once, so the next pass (here or elsewhere) takes it under a new generation
-// and waits again. While the replicas stay short every pass repeats that, at most one per
-// timeout per instance, with one log line each; the partitions wait, which is what
-// min_replicas asks for. Workers already running keep running: their lease grants were
-// replicated when they started.
-func (e *Engine) leasesReplicated(ctx context.Context, owner string, units []unit, cmds []*redis.Cmd) bool {
-	if e.cfg.MinReplicas <= 0 {
-		return true
-	}
-	type taken struct {
-		u   unit
-		gen int64
-	}
-	var got []taken
-	for i, u := range units {
-		res, err := cmds[i].Slice()
-		if err != nil || len(res) < 2 {
-			continue
-		}
-		if code, _ := res[0].(int64); code == 1 || code == 2 {
-			gen, _ := res[1].(int64)
-			got = append(got, taken{u, gen})
-		}
-	}
-	if len(got) == 0 {
-		return true
-	}
-	err := WaitReplicas(ctx, e.rdb, "lease grant", e.cfg.MinReplicas, e.cfg.replicaTimeout())
-	if err == nil {
-		return true
-	}
-	released := 0
-	for _, t := range got {
-		token := fmt.Sprintf("%s:%d", owner, t.gen)
-		if e.releaseLease(ctx, t.u, token, owner) == nil {
-			released++
-		}
-	}
-	e.health.set(healthLeases, "leases not replicated: "+err.Error())
-	e.logs.warn("replicas", "leases taken but not replicated: gave them back without starting them; the next discovery pass tries again",
-		"leases", len(got), "released", released, "min_replicas", e.cfg.MinReplicas, "err", err)
-	return false
 }

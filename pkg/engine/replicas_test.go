@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // linesWith returns the lines of a log that contain substr.
@@ -55,7 +56,7 @@ func TestReplicaWaitAtLeaseTaking(t *testing.T) {
 		t.Errorf("WAIT calls = %d, want 1 (one per discovery pass that took leases)", waits)
 	}
 	for _, k := range keys {
-		lk := LeaseKey(PartitionStream("order", k), "Projector")
+		lk := keyspace.SingleNode.LeaseKey(keyspace.SingleNode.PartitionStream("order", k), "Projector")
 		if p, r := prc.Get(ctx, lk).Val(), rrc.Get(ctx, lk).Val(); p == "" || p != r {
 			t.Errorf("lease %s: primary %q, replica %q; want the grant replicated", lk, p, r)
 		}
@@ -178,11 +179,11 @@ func TestReplicaWaitAfterOperatorActions(t *testing.T) {
 	step("retry", func(head string) error { return b.Retry(ctx, ref, head) })
 	step("move to DLQ", func(head string) error { return b.MoveToDLQ(ctx, ref, head, false, "moved_by", "test") })
 	before := waits()
-	dl := prc.XRange(ctx, DLQStream("order", "A"), "-", "+").Val()
+	dl := prc.XRange(ctx, keyspace.SingleNode.DLQStream("order", "A"), "-", "+").Val()
 	if len(dl) != 1 {
 		t.Fatalf("DLQ = %v", dl)
 	}
-	if _, err := b.ReplayDLQ(ctx, DLQStream("order", "A"), dl[0].ID, Route{Category: "order", Key: "A", Stream: "order:A", Index: PartitionIndex("order")}); err != nil {
+	if _, err := b.ReplayDLQ(ctx, keyspace.SingleNode.DLQStream("order", "A"), dl[0].ID, Route{Category: "order", Key: "A", Stream: "order:A", Index: keyspace.SingleNode.PartitionIndex("order")}); err != nil {
 		t.Fatal(err)
 	}
 	if n := waits() - before; n != 1 {

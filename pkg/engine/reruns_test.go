@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // The re-run promise under Redis faults: with max_unacked = N, after a failure at most N
@@ -246,7 +247,7 @@ func TestRedisRestartReruns(t *testing.T) {
 				cl := redistest.StartClusterWith(t, 3, redistest.Options{AOF: true})
 				nodes := cl.Nodes
 				if which != "every master" {
-					nodes = []*redistest.Server{cl.Nodes[cl.NodeOf(t, ClusterKeys.SessionKey("x"))]}
+					nodes = []*redistest.Server{cl.Nodes[cl.NodeOf(t, keyspace.Cluster.SessionKey("x"))]}
 				}
 				faultRun(t, redisTarget{cl: cl}, maxUnacked, func() {
 					for _, n := range nodes {
@@ -273,7 +274,7 @@ func TestClusterFailoverReruns(t *testing.T) {
 	for _, maxUnacked := range []int{1, 16} {
 		t.Run(fmt.Sprintf("max_unacked=%d", maxUnacked), func(t *testing.T) {
 			cl := redistest.StartClusterReplicated(t, 3, redistest.Options{})
-			probe := ClusterKeys.SessionKey("x")
+			probe := keyspace.Cluster.SessionKey("x")
 			old := cl.Nodes[cl.NodeOf(t, probe)]
 			runFault(t, redisTarget{cl: cl}, maxUnacked, false, func() {
 				old.Stop()

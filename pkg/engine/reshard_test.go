@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Issue 14, acceptance 2: the slots holding live partitions move to another master while
@@ -30,7 +31,7 @@ func TestSlotMigrationWhileEventsFlow(t *testing.T) {
 				if i%2 == 1 {
 					continue
 				}
-				stream := ClusterKeys.PartitionStream("order", k)
+				stream := keyspace.Cluster.PartitionStream("order", k)
 				from := cl.NodeOf(t, stream)
 				to := (from + 1) % len(cl.Nodes)
 				cl.MoveSlot(t, redistest.Slot(stream), from, to)
@@ -54,7 +55,7 @@ func TestSlotMigrationWhileEventsFlow(t *testing.T) {
 		var inMoved, elsewhere []string
 		for i := 0; len(inMoved) < 6 || len(elsewhere) < 2; i++ {
 			k := "rk-" + strconv.Itoa(i)
-			if lowest[redistest.Slot(ClusterKeys.PartitionStream("order", k))] {
+			if lowest[redistest.Slot(keyspace.Cluster.PartitionStream("order", k))] {
 				if len(inMoved) < 6 {
 					inMoved = append(inMoved, k)
 				}
@@ -66,7 +67,7 @@ func TestSlotMigrationWhileEventsFlow(t *testing.T) {
 		migrateWhileFlowing(t, cl, keys, func() int {
 			cl.Reshard(t, 0, 1, nslots)
 			for _, k := range inMoved {
-				if got := cl.NodeOf(t, ClusterKeys.PartitionStream("order", k)); got != 1 {
+				if got := cl.NodeOf(t, keyspace.Cluster.PartitionStream("order", k)); got != 1 {
 					t.Fatalf("%s is on node %d after the reshard, want 1", k, got)
 				}
 			}

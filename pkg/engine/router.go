@@ -5,11 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Route is where one event goes.
@@ -22,15 +22,15 @@ type Route struct {
 	Suffix   string // the backfill suffix when Backfill
 }
 
-// Place names a route's streams in the layout k: Domain.Route and the outbox give
+// In names the route's streams in the layout k: Domain.Route and the outbox give
 // single-node names, and the Redis broker places them for the server it writes to.
-func (k Keys) Place(r Route) Route {
-	if r.Key == "" || (!k.cluster && r.Stream != "") {
+func (r Route) In(k keyspace.Keys) Route {
+	if r.Key == "" || (!k.IsCluster() && r.Stream != "") {
 		return r // single-node names are the ones routes are built with
 	}
 	if r.Backfill && r.Suffix == "" {
 		// A route built by hand with only the single-node lane name: take its suffix.
-		r.Suffix = strings.TrimPrefix(r.Stream, PartitionStream(r.Category, r.Key)+":")
+		r.Suffix = strings.TrimPrefix(r.Stream, keyspace.SingleNode.PartitionStream(r.Category, r.Key)+":")
 		if r.Suffix == r.Stream || r.Suffix == "" {
 			r.Suffix = DefaultBackfillSuffix
 		}
@@ -59,7 +59,7 @@ func (d *Domain) Route(eventType string, data []byte, priority int) (Route, erro
 	if !ok {
 		return Route{}, fmt.Errorf("%w %q: declare it in the domain", ErrUnknownEvent, eventType)
 	}
-	r := Route{Category: et.Category, Stream: CategoryStream(et.Category)}
+	r := Route{Category: et.Category, Stream: keyspace.SingleNode.CategoryStream(et.Category)}
 	field, partitioned := d.PartitionField(et.Category)
 	if !partitioned {
 		return r, nil
@@ -73,25 +73,28 @@ func (d *Domain) Route(eventType string, data []byte, priority int) (Route, erro
 		return Route{}, err
 	}
 	r.Key = key
-	r.Index = PartitionIndex(et.Category)
-	r.Stream = PartitionStream(et.Category, key)
+	r.Index = keyspace.SingleNode.PartitionIndex(et.Category)
+	r.Stream = keyspace.SingleNode.PartitionStream(et.Category, key)
 	if d.LanesEnabled && priority < d.LanesThreshold {
 		r.Backfill, r.Suffix = true, d.backfillSuffix()
-		r.Stream = LaneStream(et.Category, key, d.backfillSuffix())
+		r.Stream = keyspace.SingleNode.LaneStream(et.Category, key, d.backfillSuffix())
 	}
 	return r, nil
 }
 
-// Envelope field names of a stream entry (documented in the README).
-const (
-	fieldID          = "id"
-	fieldType        = "type"
-	fieldCategory    = "category"
-	fieldKey         = "key"
-	fieldData        = "data"
-	fieldPriority    = "priority"
-	fieldPublishedAt = "published_at"
-)
+// routeEvent routes an event to publish and makes its envelope (with a new event id
+// unless opt gives one).
+func (d *Domain) routeEvent(eventType string, data []byte, opt PublishOptions) (Route, Event, error) {
+	r, err := d.Route(eventType, data, opt.Priority)
+	if err != nil {
+		return Route{}, Event{}, err
+	}
+	ev := Event{ID: opt.ID, Type: eventType, Category: r.Category, Key: r.Key, Data: data, Priority: opt.Priority}
+	if ev.ID == "" {
+		ev.ID = NewEventID()
+	}
+	return r, ev, nil
+}
 
 // NewEventID returns a random 128-bit event id in UUID text form.
 func NewEventID() string {
@@ -103,30 +106,11 @@ func NewEventID() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// envelopeArgs renders the envelope as field/value pairs (published_at is added by the
-// publish script from Redis TIME).
-func envelopeArgs(ev Event) []any {
-	return []any{
-		fieldID, ev.ID, fieldType, ev.Type, fieldCategory, ev.Category,
-		fieldKey, ev.Key, fieldData, string(ev.Data), fieldPriority, strconv.Itoa(ev.Priority),
-	}
-}
-
 // EventFromMessage decodes a stream entry's envelope.
 func EventFromMessage(m redis.XMessage) (Event, error) {
-	str := func(k string) string { s, _ := m.Values[k].(string); return s }
-	ev := Event{
-		ID: str(fieldID), Type: str(fieldType), Category: str(fieldCategory),
-		Key: str(fieldKey), Data: []byte(str(fieldData)),
+	env, err := keyspace.DecodeEnvelope(m)
+	if err != nil {
+		return env, fmt.Errorf("engine: %w", err)
 	}
-	if ev.ID == "" || ev.Type == "" {
-		return ev, fmt.Errorf("engine: entry %s is not a seqctl envelope (missing id or type)", m.ID)
-	}
-	if p := str(fieldPriority); p != "" {
-		ev.Priority, _ = strconv.Atoi(p)
-	}
-	if ms, err := strconv.ParseInt(str(fieldPublishedAt), 10, 64); err == nil {
-		ev.PublishedAt = time.UnixMilli(ms)
-	}
-	return ev, nil
+	return env, nil
 }

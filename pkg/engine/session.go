@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // session is the instance's liveness in Redis. Every lease the instance holds is valid
@@ -236,7 +237,7 @@ func (s *session) ended(in *incarnation, reason string) {
 }
 
 // newOwner returns a fresh owner name: the instance id, a dot, and 8 random characters.
-func (s *session) newOwner() string { return s.e.cfg.InstanceID + "." + randomToken() }
+func (s *session) newOwner() string { return keyspace.Owner(s.e.cfg.InstanceID, randomToken()) }
 
 // randomToken returns 8 random characters of [a-z2-7].
 func randomToken() string {
@@ -297,8 +298,8 @@ func (s *session) warnSameID(ctx context.Context) {
 		return
 	}
 	for field, raw := range all {
-		var info InstanceInfo
-		if field == s.e.regID || json.Unmarshal([]byte(raw), &info) != nil || info.ID != s.e.cfg.InstanceID || info.Owner == "" {
+		info, err := keyspace.DecodeInstance(raw)
+		if field == s.e.regID || err != nil || info.ID != s.e.cfg.InstanceID || info.Owner == "" {
 			continue
 		}
 		if n, err := s.rdb.Exists(ctx, s.e.keys.SessionKey(info.Owner)).Result(); err == nil && n == 1 {
@@ -309,29 +310,13 @@ func (s *session) warnSameID(ctx context.Context) {
 	}
 }
 
-// InstanceInfo is an engine instance's registry entry.
-type InstanceInfo struct {
-	ID          string `json:"id"`
-	Owner       string `json:"owner"`
-	Host        string `json:"host"`
-	PID         int    `json:"pid"`
-	StartedMS   int64  `json:"started_ms"`
-	HeartbeatMS int64  `json:"heartbeat_ms"`
-	// Handler slots at the heartbeat (see EngineConfig.MaxConcurrentHandlers): calls
-	// running, the instance's limit (0: unbounded) and the partitions waiting for a slot.
-	SlotsInUse   int `json:"slots_in_use"`
-	SlotsLimit   int `json:"slots_limit"`
-	SlotsWaiting int `json:"slots_waiting"`
-}
-
 func (s *session) info(owner string) string {
 	slots, _ := s.e.slots.stats()
-	b, _ := json.Marshal(InstanceInfo{
+	return keyspace.Instance{
 		ID: s.e.cfg.InstanceID, Owner: owner, Host: s.host, PID: os.Getpid(),
 		StartedMS: s.started.UnixMilli(), HeartbeatMS: time.Now().UnixMilli(),
 		SlotsInUse: slots.InUse, SlotsLimit: slots.Limit, SlotsWaiting: slots.Waiting,
-	})
-	return string(b)
+	}.Encode()
 }
 
 // heartbeatLoop renews the session every HeartbeatInterval and, when an incarnation is

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // leaseCounter counts the leases taken.
@@ -122,7 +123,7 @@ func TestFailedStartLeavesNoSession(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	k := KeysFor(rdb)
+	k := keyspace.For(rdb)
 	if err := rdb.Set(ctx, k.ControlStream(), "not a stream", 0).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine/scripts"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Entries from other publishers.
@@ -60,10 +63,6 @@ const keyspaceRecheck = 30 * time.Second
 
 // sweepBatch is the most lanes one sweep.lua call checks.
 const sweepBatch = 512
-
-// scriptSweepCluster is sweep.lua for Redis Cluster, where one call reads the lanes of
-// one master, of many slots.
-var scriptSweepCluster = newScript("#!lua flags=allow-cross-slot-keys\n" + scriptSource[scriptSweep])
 
 // keyspaceOn reports whether every master sends keyspace notifications for streams,
 // after adding the flags where they are missing and allowed; the error says why not. It
@@ -243,14 +242,14 @@ func (d *doorbell) setKeyspace(on bool) {
 func (d *doorbell) sweep() {
 	type waiting struct {
 		b     *bellLane
-		after streamID // the earliest last-seen id of its waiting owners
+		after keyspace.StreamID // the earliest last-seen id of its waiting owners
 	}
 	d.mu.Lock()
 	var lanes []waiting
 	for _, b := range d.lanes {
-		first, any := streamID{}, false
+		first, any := keyspace.StreamID{}, false
 		for o := range b.owners {
-			if o.waiting && (!any || o.after.less(first)) {
+			if o.waiting && (!any || o.after.Less(first)) {
 				first, any = o.after, true
 			}
 		}
@@ -262,10 +261,10 @@ func (d *doorbell) sweep() {
 	if len(lanes) == 0 {
 		return
 	}
-	script := scriptSweep
 	byNode := map[string][]waiting{"": lanes}
-	if cc, ok := d.e.rdb.(*redis.ClusterClient); ok {
-		script, byNode = scriptSweepCluster, map[string][]waiting{}
+	cc, cluster := d.e.rdb.(*redis.ClusterClient)
+	if cluster {
+		byNode = map[string][]waiting{}
 		for _, l := range lanes {
 			addr, _ := masterAddr(d.e.hardCtx, cc, l.b.stream)
 			byNode[addr] = append(byNode[addr], l)
@@ -275,28 +274,28 @@ func (d *doorbell) sweep() {
 	ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
 	defer cancel()
 	cmds, err := runPipelined(ctx, d.e.rdb, len(chunks), func(pipe redis.Pipeliner, i int) *redis.Cmd {
-		args := make([]any, 0, 2*len(chunks[i]))
+		c := scripts.Sweep{Cluster: cluster, Lanes: make([]scripts.SweepLane, 0, len(chunks[i]))}
 		for _, l := range chunks[i] {
-			args = append(args, l.b.stream, l.after.String())
+			c.Lanes = append(c.Lanes, scripts.SweepLane{Stream: l.b.stream, After: l.after.String()})
 		}
-		return script.EvalSha(ctx, pipe, []string{chunks[i][0].b.stream}, args...)
+		return c.EvalSha(ctx, pipe)
 	})
 	var wake []*worker
 	d.mu.Lock()
 	for i, ls := range chunks {
-		var found []int64
+		var found []int
 		if err == nil {
 			var ferr error
-			if found, ferr = cmds[i].Int64Slice(); ferr != nil {
+			if found, ferr = scripts.ParseSweep(cmds[i]); ferr != nil {
 				err = ferr
 			}
 		}
 		for _, k := range found {
-			if k >= 1 && int(k) <= len(ls) {
-				l := ls[k-1]
+			if k >= 0 && k < len(ls) {
+				l := ls[k]
 				d.seq++
 				l.b.seq = d.seq
-				wake = l.b.takeWaiting(wake, func(streamID) bool { return true })
+				wake = l.b.takeWaiting(wake, func(keyspace.StreamID) bool { return true })
 			}
 		}
 	}

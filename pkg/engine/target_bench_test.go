@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // The benchmarks run on one redis-server, and with SEQCTL_BENCH_CLUSTER=1 also on a
@@ -27,7 +28,7 @@ type benchTarget struct {
 	tg    redisTarget
 	admin redis.UniversalClient // the harness's own client: publishing, the lease watch
 	nodes []*redis.Client       // one per master: INFO and CONFIG RESETSTAT go to each
-	keys  Keys                  // the key layout the engines use on this target
+	keys  keyspace.Keys         // the key layout the engines use on this target
 }
 
 // startTarget starts a private redis-server, or a 3-master Redis Cluster, for one
@@ -47,7 +48,7 @@ func startTarget(b *testing.B, cluster bool) *benchTarget {
 		t.nodes = []*redis.Client{srv.Client(b)}
 	}
 	t.admin = t.tg.client(b)
-	t.keys = KeysFor(t.admin)
+	t.keys = keyspace.For(t.admin)
 	return t
 }
 

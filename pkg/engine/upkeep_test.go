@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Issue 4, acceptance 1: low-priority events land on the backfill lane; a key with events
@@ -25,7 +25,7 @@ func TestPriorityLanes(t *testing.T) { onBoth(t, testPriorityLanes) }
 
 func testPriorityLanes(t *testing.T, tg redisTarget) {
 	rdb := tg.client(t)
-	ks := KeysFor(rdb)
+	ks := keyspace.For(rdb)
 	b := NewRedisBroker(rdb)
 	var mu sync.Mutex
 	var got []string // "lane/seq"
@@ -209,7 +209,7 @@ func TestReaping(t *testing.T) { onBoth(t, testReaping) }
 
 func testReaping(t *testing.T, tg redisTarget) {
 	rdb := tg.client(t)
-	ks := KeysFor(rdb)
+	ks := keyspace.For(rdb)
 	ctx := context.Background()
 	b := NewRedisBroker(rdb)
 	s := &sink{rdb: tg.client(t), instance: "i1"}
@@ -228,7 +228,7 @@ func testReaping(t *testing.T, tg redisTarget) {
 		return len(logOf(t, rdb, "cold")) == 1 && len(logOf(t, rdb, "behind")) == 1 && len(logOf(t, rdb, "ghost")) == 1 &&
 			len(logOf(t, rdb, "stray")) == 1
 	})
-	genBefore := leaseGenOf(t, rdb, "cold")
+	genBefore := leaseGen(t, rdb, "cold")
 	// Two more groups are expected on the category. Both are caught up on "cold" and
 	// "halted"; "Lagging" has read nothing of "behind"; "Ghost" has never read "ghost".
 	for _, k := range []string{"cold", "halted", "behind", "ghost", "stray"} {
@@ -242,7 +242,7 @@ func testReaping(t *testing.T, tg redisTarget) {
 			}
 		}
 	}
-	rdb.SAdd(ctx, GroupRegistry("order"), "Lagging", "Ghost")
+	rdb.SAdd(ctx, keyspace.SingleNode.GroupRegistry("order"), "Lagging", "Ghost")
 	// "stray" has a group that no registry names (it registered after the reaper read the
 	// registry, say, or was never registered): present on the stream and behind, it keeps
 	// the partition too.
@@ -266,21 +266,10 @@ func testReaping(t *testing.T, tg redisTarget) {
 	// A publish to the just-reaped key is handled, under a higher generation.
 	publish(t, b, d, "cold", 1, false)
 	waitFor(t, 5*time.Second, "re-created partition handled", func() bool { return len(logOf(t, rdb, "cold")) == 2 })
-	if g := leaseGenOf(t, rdb, "cold"); g <= genBefore {
+	if g := leaseGen(t, rdb, "cold"); g <= genBefore {
 		t.Errorf("generation after re-creation %d, want above %d", g, genBefore)
 	}
 	_ = e
-}
-
-func leaseGenOf(t *testing.T, rdb redis.UniversalClient, key string) int64 {
-	t.Helper()
-	ks := KeysFor(rdb)
-	v := rdb.Get(context.Background(), ks.LeaseKey(ks.PartitionStream("order", key), "Projector")).Val()
-	g, err := strconv.ParseInt(v[strings.LastIndexByte(v, ':')+1:], 10, 64)
-	if err != nil {
-		t.Fatalf("lease of %s = %q", key, v)
-	}
-	return g
 }
 
 // Issue 4, acceptance 4: 60 partitions; one instance, then a second, then a third: each
@@ -451,17 +440,17 @@ func TestFairShareRoomGoesToFreeUnits(t *testing.T) {
 	// Nine live instances (sessions and registry entries) hold every key but the last.
 	for i := 0; i < 9; i++ {
 		owner := fmt.Sprintf("ghost%d.1", i)
-		rdb.Set(ctx, SessionKey(owner), "x", time.Hour)
-		info, _ := json.Marshal(InstanceInfo{ID: fmt.Sprintf("ghost%d", i), Owner: owner})
-		rdb.HSet(ctx, InstancesKey(), fmt.Sprintf("ghost%d", i), info)
+		rdb.Set(ctx, keyspace.SingleNode.SessionKey(owner), "x", time.Hour)
+		info := keyspace.Instance{ID: fmt.Sprintf("ghost%d", i), Owner: owner}.Encode()
+		rdb.HSet(ctx, keyspace.SingleNode.InstancesKey(), fmt.Sprintf("ghost%d", i), info)
 	}
 	for i, k := range keys[:30] {
-		rdb.Set(ctx, LeaseKey(PartitionStream("order", k), "Projector"), fmt.Sprintf("ghost%d.1:%d", i%9, i+1), 0)
+		rdb.Set(ctx, keyspace.SingleNode.LeaseKey(keyspace.SingleNode.PartitionStream("order", k), "Projector"), fmt.Sprintf("ghost%d.1:%d", i%9, i+1), 0)
 	}
 	e := startEngineWith(t, srv, d, "fresh", func(c *EngineConfig) { c.DiscoveryInterval = time.Hour }) // the first pass only
 	waitFor(t, 5*time.Second, "the free unit owned", func() bool {
 		o := e.Owned()
-		return len(o) == 1 && o[0].Stream == PartitionStream("order", keys[30])
+		return len(o) == 1 && o[0].Stream == keyspace.SingleNode.PartitionStream("order", keys[30])
 	})
 }
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // startWorker indexes a worker's first lane under the unit's id itself (one string for
@@ -20,12 +22,12 @@ func TestUnitIDIsLaneKeyOfItsName(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, keys := range []Keys{SingleNodeKeys, ClusterKeys} {
+		for _, keys := range []keyspace.Keys{keyspace.SingleNode, keyspace.Cluster} {
 			e.keys = keys
 			for _, s := range e.subs {
 				u := e.unitFor(s, "A")
 				if u.id() != laneKey(s.group, u.name) {
-					t.Errorf("cluster %v: unit id %q, laneKey of its name %q", keys.Cluster(), u.id(), laneKey(s.group, u.name))
+					t.Errorf("cluster %v: unit id %q, laneKey of its name %q", keys.IsCluster(), u.id(), laneKey(s.group, u.name))
 				}
 			}
 		}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/config"
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // curableSink is an HTTP handler endpoint that refuses seq 2 of the keys in poison until
@@ -123,7 +123,7 @@ func TestClusterOperatorCommands(t *testing.T) {
 	f, cl := clusterFixture(t, map[string]string{"URL": srv.URL})
 	keys := cl.OnEachMaster(t, 3, func(j int) (string, string) {
 		k := fmt.Sprintf("k%d", j)
-		return k, engine.ClusterKeys.PartitionStream("step", k)
+		return k, keyspace.Cluster.PartitionStream("step", k)
 	})
 	skipped, moved, healthy := keys[0], keys[1], keys[2]
 	s.poison[skipped], s.poison[moved] = true, true

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // readExecLog parses the exec handler's log ("KEY SEQ" lines) per key, in order.
@@ -105,7 +105,7 @@ func execOrderAndCrash(t *testing.T, f *fixture) {
 func (f *fixture) ownersOf(keys []string) map[string]bool {
 	streams := make([]string, len(keys))
 	for i, k := range keys {
-		streams[i] = engine.KeysFor(f.rdb).PartitionStream("step", k)
+		streams[i] = keyspace.For(f.rdb).PartitionStream("step", k)
 	}
 	out := map[string]bool{}
 	for _, o := range f.leaseOwners(streams) {

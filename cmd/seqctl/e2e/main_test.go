@@ -22,7 +22,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/config"
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // seqctlBin is the binary under test, built by TestMain.
@@ -341,7 +341,7 @@ func (f *fixture) leaseOwners(streams []string) map[string]string {
 	out := map[string]string{}
 	ctx := context.Background()
 	for _, s := range streams {
-		v, err := f.rdb.Get(ctx, engine.KeysFor(f.rdb).LeaseKey(s, "Stepper")).Result()
+		v, err := f.rdb.Get(ctx, keyspace.For(f.rdb).LeaseKey(s, "Stepper")).Result()
 		if err != nil && err != redis.Nil {
 			f.t.Fatal(err)
 		}

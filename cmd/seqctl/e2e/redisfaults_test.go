@@ -12,7 +12,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/config"
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // allOwned reports whether every stream's Stepper lease is held by an owner whose session
@@ -20,12 +20,12 @@ import (
 func (f *fixture) allOwned(streams []string) bool {
 	ctx := context.Background()
 	for _, s := range streams {
-		v, err := f.rdb.Get(ctx, engine.LeaseKey(s, "Stepper")).Result()
+		v, err := f.rdb.Get(ctx, keyspace.SingleNode.LeaseKey(s, "Stepper")).Result()
 		if err != nil {
 			return false
 		}
 		owner := v[:strings.LastIndexByte(v, ':')]
-		if f.rdb.Exists(ctx, engine.SessionKey(owner)).Val() != 1 {
+		if f.rdb.Exists(ctx, keyspace.SingleNode.SessionKey(owner)).Val() != 1 {
 			return false
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // row is one unpublished outbox row as the relay reads it. During the publish phase each
@@ -283,7 +284,7 @@ func (r *Relay) routeRow(rw *row) error {
 		return fmt.Errorf("outbox: the row's category %q is not %q, the category the domain declares for %s", rw.category, et.Category, rw.typ)
 	}
 	d := r.o.dom
-	rt := engine.Route{Category: rw.category, Stream: engine.CategoryStream(rw.category)}
+	rt := engine.Route{Category: rw.category, Stream: keyspace.SingleNode.CategoryStream(rw.category)}
 	if field, partitioned := r.o.keys[rw.category]; partitioned {
 		if err := engine.ValidateKey(rw.key.String, r.o.suffix); err != nil {
 			var ike *engine.InvalidKeyError
@@ -294,14 +295,14 @@ func (r *Relay) routeRow(rw *row) error {
 		}
 		if _, active := d.PartitionField(rw.category); active {
 			key := rw.key.String
-			rt.Key, rt.Index, rt.Stream = key, engine.PartitionIndex(rw.category), engine.PartitionStream(rw.category, key)
+			rt.Key, rt.Index, rt.Stream = key, keyspace.SingleNode.PartitionIndex(rw.category), keyspace.SingleNode.PartitionStream(rw.category, key)
 			if d.LanesEnabled && rw.priority < d.LanesThreshold {
-				rt.Backfill, rt.Suffix, rt.Stream = true, r.o.suffix, engine.LaneStream(rw.category, key, r.o.suffix)
+				rt.Backfill, rt.Suffix, rt.Stream = true, r.o.suffix, keyspace.SingleNode.LaneStream(rw.category, key, r.o.suffix)
 			}
 		}
 	}
-	if kp, ok := r.cfg.Publisher.(interface{ Keys() engine.Keys }); ok {
-		rt = kp.Keys().Place(rt) // the stream names of the server it writes to
+	if kp, ok := r.cfg.Publisher.(interface{ Keys() keyspace.Keys }); ok {
+		rt = rt.In(kp.Keys()) // the stream names of the server it writes to
 	}
 	rw.route = rt
 	rw.event = engine.Event{ID: rw.eventID, Type: rw.typ, Category: rt.Category, Key: rt.Key, Data: []byte(rw.payload), Priority: rw.priority}
@@ -460,7 +461,7 @@ func (r *Relay) findEntry(ctx context.Context, rw *row, markID string) string {
 		return ""
 	}
 	for _, m := range msgs {
-		if id, _ := m.Values["id"].(string); id == rw.eventID {
+		if id, _ := m.Values[keyspace.FieldID].(string); id == rw.eventID {
 			return m.ID
 		}
 	}

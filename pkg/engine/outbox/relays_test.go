@@ -193,7 +193,7 @@ func testTwoRelays(t *testing.T, e *env) {
 	if s1.Published == 0 || s2.Published == 0 || s1.Published+s2.Published+s1.Duplicates+s2.Duplicates != uint64(total) {
 		t.Errorf("r1 %+v, r2 %+v: want both to publish and the sum to be %d", s1, s2, total)
 	}
-	if ks.Cluster() {
+	if ks.IsCluster() {
 		for _, k := range keys {
 			if !slices.Contains(ks.IndexMembers(context.Background(), e.rdb, "order").Val(), k) {
 				t.Errorf("partition %s is not in the category index", k)

@@ -1,3 +1,4 @@
+--#prelude
 -- drain.lua: the owner's one call per batch: acknowledge what it handled, then read what
 -- comes next, all under the fence.
 --
@@ -65,27 +66,11 @@ local group, consumer = ARGV[2], ARGV[3]
 local nlanes = #KEYS - 3
 local first = KEYS[4]
 
--- parse splits a stream id "ms-seq"; less compares two.
-local function parse(id)
-  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
-  return tonumber(ms or 0), tonumber(seq or 0)
-end
-local function less(a, b)
-  local am, as = parse(a)
-  local bm, bs = parse(b)
-  return am < bm or (am == bm and as < bs)
-end
-
 -- give_back gives the entries of the first lane after id that are pending under the
 -- caller with a delivery count of 1 (read, never started) their count of 0 back, under
 -- the consumer __unstarted__.
 local function give_back(id)
-  -- right after id: "ms-(seq+1)", which every server understands, or the exclusive form
-  -- "(id" for a sequence number too large for Lua's numbers
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  local from = '(' .. id
-  if ms and #seq < 15 then from = ms .. '-' .. string.format('%d', tonumber(seq) + 1) end
-  local p = redis.pcall('XPENDING', first, group, from, '+', ARGV[4], consumer)
+  local p = redis.pcall('XPENDING', first, group, after(id), '+', ARGV[4], consumer)
   if type(p) ~= 'table' or p.err then return end
   -- XCLAIM stream group __unstarted__ 0 id... RETRYCOUNT 0 JUSTID (ids must come last in
   -- a Lua call's argument list to all be passed, so the command is built whole)

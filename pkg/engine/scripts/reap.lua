@@ -1,3 +1,4 @@
+--#prelude
 -- reap.lua: retire a cold partition (or process-manager unit), fenced: delete its lane
 -- streams, remove its key from each category's discovery index, and drop the lease.
 --
@@ -39,6 +40,9 @@
 --   {1}            reaped (the lease is gone: the caller stops owning the unit)
 --   {0, ms}        not idle long enough: try again in ms
 --   {-7, reason}   not reapable now (halted, pending entries, a group behind)
+--   {-9, lane}     Redis Cluster: the partition's indexed mark is missing (a publisher
+--                  stopped between its append and the index write): the caller indexes
+--                  the partition itself and tries later
 --   {-1}           fenced
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 0 then
   return {-1}
@@ -53,14 +57,7 @@ local cluster = ARGV[5] == 'cluster'
 -- registry returns the groups registered for lane i's category.
 local registries = {}
 if cluster then
-  local a = 6 + n
-  for i = 1, n do
-    local m = tonumber(ARGV[a])
-    local names = {}
-    for j = 1, m do names[j] = ARGV[a + j] end
-    registries[i] = names
-    a = a + m + 1
-  end
+  registries = read_registries(6 + n, n)
 end
 local function registry(i)
   if cluster then return registries[i] end
@@ -68,21 +65,6 @@ local function registry(i)
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-
--- parse splits a stream id "ms-seq"; a bare "ms" (or anything else) is read leniently so
--- that servers that report ids differently never break the comparison.
-local function parse(id)
-  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
-  if not ms then
-    ms, seq = string.match(id or '', '^(%d+)$') or '0', '0'
-  end
-  return tonumber(ms), tonumber(seq)
-end
-local function less(a, b)
-  local am, as = parse(a)
-  local bm, bs = parse(b)
-  return am < bm or (am == bm and as < bs)
-end
 
 for i = 1, n do
   local lane = KEYS[3 + i]

@@ -1,3 +1,4 @@
+--#prelude
 -- sweep.lua: find, among idle lanes an instance owns, those with an entry after the last
 -- one their owner saw (an entry appended by a plain XADD of another publisher, which
 -- rings no doorbell), while Redis sends no keyspace notifications for streams. One call
@@ -8,15 +9,6 @@
 -- KEYS[1]   the first lane (routes the call to its node on Redis Cluster)
 -- ARGV[1..] pairs: a lane stream, the last entry id its owner saw ("ms-seq")
 -- Returns: the 1-based indexes (in pairs) of the lanes that hold a later entry
--- after returns the range start right after id: "ms-(seq+1)", which every server
--- understands, or the exclusive form "(id" for a sequence number too large for Lua's
--- numbers.
-local function after(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  if not ms then return '-' end
-  if #seq < 15 then return ms .. '-' .. string.format('%d', tonumber(seq) + 1) end
-  return '(' .. id
-end
 local out = {}
 for i = 1, #ARGV, 2 do
   if redis.call('XRANGE', ARGV[i], after(ARGV[i + 1]), '+', 'COUNT', 1)[1] then

@@ -1,3 +1,4 @@
+--#prelude
 -- trim.lua: bound a busy partition's growth, fenced. For each lane, drop the prefix that
 -- every consumer group has been delivered and acknowledged (XTRIM MINID to the lowest of:
 -- each group's oldest pending entry, or its last-delivered id when nothing is pending), and
@@ -24,32 +25,11 @@ end
 local group, me, n = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local registries = {}
 if ARGV[5] == 'cluster' then
-  local a = 6
-  for i = 1, n do
-    local m = tonumber(ARGV[a])
-    local names = {}
-    for j = 1, m do names[j] = ARGV[a + j] end
-    registries[i] = names
-    a = a + m + 1
-  end
+  registries = read_registries(6, n)
 end
 local function registry(i)
   if registries[i] then return registries[i] end
   return redis.call('SMEMBERS', KEYS[2 + n + i])
-end
--- parse splits a stream id "ms-seq"; a bare "ms" (or anything else) is read leniently so
--- that servers that report ids differently never break the comparison.
-local function parse(id)
-  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
-  if not ms then
-    ms, seq = string.match(id or '', '^(%d+)$') or '0', '0'
-  end
-  return tonumber(ms), tonumber(seq)
-end
-local function less(a, b)
-  local am, as = parse(a)
-  local bm, bs = parse(b)
-  return am < bm or (am == bm and as < bs)
 end
 local trimmed, deleted = 0, 0
 for i = 1, n do

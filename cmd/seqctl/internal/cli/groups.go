@@ -11,6 +11,7 @@ import (
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 func newCmdGroups(f *Factory) *cobra.Command {
@@ -235,7 +236,7 @@ func groupsRemoveRun(opts *GroupsRemoveOptions) error {
 	r.guardedAction = guardedAction{ctx: ctx, ios: opts.IO, adm: adm, output: opts.Output, yes: opts.Yes, dryRun: opts.DryRun,
 		refusal: auditEntryBy(r.who), exit: groupsExit,
 		inDoubt: mayOrMayNot("removal", fmt.Sprintf("'seqctl groups list --category %s'", opts.Category))}
-	r.refusal.Stream, r.refusal.Handler, r.refusal.Reason = engine.CategoryStream(opts.Category), opts.Group, opts.Reason
+	r.refusal.Stream, r.refusal.Handler, r.refusal.Reason = keyspace.SingleNode.CategoryStream(opts.Category), opts.Group, opts.Reason
 	return r.run(r)
 }
 

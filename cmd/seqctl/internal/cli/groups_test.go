@@ -14,6 +14,7 @@ import (
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 func TestGroupsListParse(t *testing.T) {
@@ -178,8 +179,8 @@ func TestGroupsRemoveEndToEnd(t *testing.T) {
 	cli := func(config string, args ...string) result { return cliAt(t, srv.URL, config, args...) }
 	left := rdb.XLen(ctx, "order:A").Val() + rdb.XLen(ctx, "order:B").Val()
 	t.Logf("after %d events handled by Projector and 3 s idle: %d of %d entries left for Mailer", handled.Load(), left, 2*perKey)
-	if left != 2*perKey || rdb.SCard(ctx, engine.PartitionIndex("order")).Val() != 2 {
-		t.Fatalf("%d of %d entries left, %d partitions indexed: Mailer's entries were trimmed or reaped", left, 2*perKey, rdb.SCard(ctx, engine.PartitionIndex("order")).Val())
+	if left != 2*perKey || rdb.SCard(ctx, keyspace.SingleNode.PartitionIndex("order")).Val() != 2 {
+		t.Fatalf("%d of %d entries left, %d partitions indexed: Mailer's entries were trimmed or reaped", left, 2*perKey, rdb.SCard(ctx, keyspace.SingleNode.PartitionIndex("order")).Val())
 	}
 
 	r := cli(newConfig, "groups", "list", "-o", "json")
@@ -204,7 +205,7 @@ func TestGroupsRemoveEndToEnd(t *testing.T) {
 	checkResult(t, r, ExitConflict, "", nil, []string{"has read 0 entries of order, expected 5"})
 	r = cli(newConfig, "groups", "remove", "Mailer", "--category", "order", "--expect-read", "0", "--dry-run")
 	checkResult(t, r, 0, "", []string{"Nothing changed (--dry-run)"}, nil)
-	if !rdb.SIsMember(ctx, engine.GroupRegistry("order"), "Mailer").Val() {
+	if !rdb.SIsMember(ctx, keyspace.SingleNode.GroupRegistry("order"), "Mailer").Val() {
 		t.Fatal("the refusals or the dry run removed Mailer")
 	}
 	r = cli(newConfig, "groups", "remove", "Mailer", "--category", "order", "--expect-read", "0", "--yes", "--reason", "retired")
@@ -212,7 +213,7 @@ func TestGroupsRemoveEndToEnd(t *testing.T) {
 
 	removed := time.Now()
 	waitUntil(t, 10*time.Second, "order:A and order:B reaped", func() bool {
-		return rdb.Exists(ctx, "order:A", "order:B").Val() == 0 && rdb.SCard(ctx, engine.PartitionIndex("order")).Val() == 0
+		return rdb.Exists(ctx, "order:A", "order:B").Val() == 0 && rdb.SCard(ctx, keyspace.SingleNode.PartitionIndex("order")).Val() == 0
 	})
 	t.Logf("reaped %v after 'groups remove'", time.Since(removed).Round(10*time.Millisecond))
 	for seq := 0; seq < perKey; seq++ {

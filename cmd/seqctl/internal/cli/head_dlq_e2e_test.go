@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/pkg/admin"
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // A poison event halts order:A; partitions list --halted -o json shows it with its
@@ -70,7 +70,7 @@ func TestOperatorDLQEndToEnd(t *testing.T) {
 	checkResult(t, r, 0, "", []string{"to order:A:dlq with its error"}, nil)
 	waitUntil(t, 10*time.Second, "order:A resumed", func() bool { return len(w.log(t, "A")) == 4 })
 
-	msgs := w.rdb.XRange(context.Background(), engine.DLQStream("order", "A"), "-", "+").Val()
+	msgs := w.rdb.XRange(context.Background(), keyspace.SingleNode.DLQStream("order", "A"), "-", "+").Val()
 	if len(msgs) != 1 || msgs[0].Values["halt_error"] != "poison payload A/2 refused" || msgs[0].Values["original_id"] != poison.EntryID ||
 		msgs[0].Values["reason"] != "bad payload" || msgs[0].Values["data"] != `{"client_id":"A","seq":2,"poison":true}` {
 		t.Fatalf("order:A:dlq = %+v", msgs)
@@ -96,7 +96,7 @@ func TestOperatorDLQEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.Stdout), &rr); err != nil || !rr.Removed || rr.EventID != poison.EventID {
 		t.Fatalf("dlq replay: %v %+v (stderr %s)", err, rr, r.Stderr)
 	}
-	if n := w.rdb.XLen(context.Background(), engine.DLQStream("order", "A")).Val(); n != 0 {
+	if n := w.rdb.XLen(context.Background(), keyspace.SingleNode.DLQStream("order", "A")).Val(); n != 0 {
 		t.Errorf("the DLQ still has %d entries after the replay", n)
 	}
 	waitUntil(t, 10*time.Second, "halted on the replayed entry", func() bool {
@@ -115,7 +115,7 @@ func TestOperatorRefusalsEndToEnd(t *testing.T) {
 	w := startOpsWorld(t)
 	poison := w.haltA(t, true)
 	haltOf := func() map[string]string {
-		return w.rdb.HGetAll(context.Background(), engine.HaltKey("order:A", "Projector")).Val()
+		return w.rdb.HGetAll(context.Background(), keyspace.SingleNode.HaltKey("order:A", "Projector")).Val()
 	}
 	pending := func(stream string) int64 {
 		p, err := w.rdb.XPending(context.Background(), stream, "Projector").Result()
@@ -139,7 +139,7 @@ func TestOperatorRefusalsEndToEnd(t *testing.T) {
 	if n := pending("order:A"); n != pendingA {
 		t.Errorf("pending entries changed: %d -> %d", pendingA, n)
 	}
-	if n := w.rdb.Exists(context.Background(), engine.DLQStream("order", "A")).Val(); n != 0 {
+	if n := w.rdb.Exists(context.Background(), keyspace.SingleNode.DLQStream("order", "A")).Val(); n != 0 {
 		t.Error("something was moved to the DLQ")
 	}
 

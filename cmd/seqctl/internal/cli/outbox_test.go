@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
-	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/engine/outbox"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // migrate, enqueue in the application's transaction, relay --once, status: the rows are
@@ -44,7 +44,7 @@ func outboxCommands(t *testing.T, url string, rdb redis.UniversalClient, global 
 	if r := runCLI(t, false, append([]string{"relay", "--once", "--config", cfgPath, "--redis-url", url}, global...)...); r.Code != 0 {
 		t.Fatalf("relay --once: %d %s", r.Code, r.Stderr)
 	}
-	ks := engine.KeysFor(rdb)
+	ks := keyspace.For(rdb)
 	sa, sb := ks.PartitionStream("order", "a"), ks.PartitionStream("order", "b")
 	if a, b := rdb.XLen(context.Background(), sa).Val(), rdb.XLen(context.Background(), sb).Val(); a != 2 || b != 1 {
 		t.Fatalf("streams: %s=%d %s=%d, want 2 and 1", sa, a, sb, b)

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
-	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // TestPartitionsList10kCLI measures 'seqctl partitions list' over 10,000 partitions,
@@ -25,20 +25,20 @@ func TestPartitionsList10kCLI(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	rdb.Set(ctx, engine.SessionKey("i1.1"), "i1", time.Minute)
-	rdb.SAdd(ctx, engine.GroupRegistry("order"), "Projector")
+	rdb.Set(ctx, keyspace.SingleNode.SessionKey("i1.1"), "i1", time.Minute)
+	rdb.SAdd(ctx, keyspace.SingleNode.GroupRegistry("order"), "Projector")
 	for start := 0; start < 10000; start += 1000 {
 		pipe := rdb.Pipeline()
 		for i := start; i < start+1000; i++ {
 			key := "client-" + strconv.Itoa(i)
-			stream := engine.PartitionStream("order", key)
+			stream := keyspace.SingleNode.PartitionStream("order", key)
 			for seq := 0; seq < 3; seq++ {
 				pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"id", fmt.Sprint(i, "-", seq), "type", "OrderPlaced", "data", "{}"}})
 			}
-			pipe.SAdd(ctx, engine.PartitionIndex("order"), key)
+			pipe.SAdd(ctx, keyspace.SingleNode.PartitionIndex("order"), key)
 			pipe.XGroupCreate(ctx, stream, "Projector", "0")
 			pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "Projector", Consumer: "i1.1:1", Streams: []string{stream, ">"}, Count: 2})
-			pipe.Set(ctx, engine.LeaseKey(stream, "Projector"), "i1.1:"+strconv.Itoa(i+1), 0)
+			pipe.Set(ctx, keyspace.SingleNode.LeaseKey(stream, "Projector"), "i1.1:"+strconv.Itoa(i+1), 0)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)

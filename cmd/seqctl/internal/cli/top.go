@@ -5,13 +5,13 @@ import (
 	"errors"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 	"github.com/seqctl/seqctl/pkg/tui"
 )
 
@@ -110,7 +110,7 @@ func (s *adminSource) Snapshot(ctx context.Context) (tui.Snapshot, error) {
 	snap := tui.Snapshot{Taken: time.Now()}
 	owned := map[string]int{}
 	for _, p := range parts {
-		inst := instanceOf(p.Owner)
+		inst := keyspace.InstanceOfOwner(p.Owner)
 		if inst != "" {
 			owned[inst]++
 		}
@@ -135,14 +135,6 @@ func (s *adminSource) Snapshot(ctx context.Context) (tui.Snapshot, error) {
 		})
 	}
 	return snap, nil
-}
-
-// instanceOf turns a session owner "{instance}.{incarnation}" into the instance id.
-func instanceOf(owner string) string {
-	if i := strings.LastIndexByte(owner, '.'); i > 0 {
-		return owner[:i]
-	}
-	return owner
 }
 
 func (s *adminSource) Head(ctx context.Context, p tui.PartitionRef) (tui.HeadDetail, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 	"github.com/seqctl/seqctl/pkg/tui"
 )
 
@@ -35,7 +36,7 @@ func startClusterOpsWorld(t *testing.T) *clusterOpsWorld {
 	w.opsEngine = startOpsEngine(t, writeDomain(t, "ops"), w.rdb, cl.Client(t), w.rdb)
 	w.keys = cl.OnEachMaster(t, 3, func(j int) (string, string) {
 		k := fmt.Sprintf("client-%d", j)
-		return k, engine.ClusterKeys.PartitionStream("order", k)
+		return k, keyspace.Cluster.PartitionStream("order", k)
 	})
 	return w
 }

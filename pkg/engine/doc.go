@@ -1,0 +1,55 @@
+// Package engine is seqctl's runtime: per-key ordered event processing on Redis Streams.
+//
+// The promise, for every handler that declares sequential_by: two events of one key are
+// never in a handler at once, and they run in publish order; events of different keys run
+// in parallel, across every instance. Delivery is at least once: after a failure the event
+// in flight of a partition runs again (up to max_unacked events with that setting), and
+// nothing else. A handler that keeps failing halts its key, durably, until an operator
+// resolves the head; other keys keep flowing. docs/concepts.md tells how each part is
+// kept, and under which faults.
+//
+// Declare a domain, initialize it against a broker (every registration problem is
+// reported together), start an engine, publish:
+//
+//	dom := engine.NewDomain("shop").
+//		AddEvent(engine.EventType{Name: "OrderPlaced", Category: "order", Fields: []string{"order_id", "client_id"}}).
+//		AddHandler(engine.Handler{
+//			Name: "OrderProjector", Kind: engine.EventHandlerKind, PartOf: "order",
+//			Handles: []string{"OrderPlaced"}, SequentialBy: "client_id",
+//			Func: func(ctx context.Context, ev engine.Event) error {
+//				d, _ := engine.DeliveryFrom(ctx) // d.Generation is the fencing token
+//				return project(ctx, ev, d.Generation)
+//			},
+//		})
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	broker := engine.NewRedisBroker(rdb)
+//	if err := dom.Init(broker); err != nil {
+//		log.Fatal(err)
+//	}
+//	eng, err := engine.New(engine.EngineConfig{Domain: dom, Client: rdb})
+//	go eng.Run(ctx) // a graceful shutdown when ctx ends
+//	_, err = broker.Publish(ctx, dom, "OrderPlaced", payload, engine.PublishOptions{})
+//
+// Keys and the records stored in Redis are named and encoded by package keyspace; every
+// Lua script has its Go wrapper in package scripts; domain.toml is decoded by package
+// config; the outbox and its relay are package outbox.
+//
+// Files, by what happens to a thing over its life:
+//
+//   - The domain: domain.go (the model), register.go (Domain.Init, every registration
+//     rule), partitionkey.go (what a partition key may be), router.go (an event's route
+//     and envelope), groups.go (consumer groups: registry, retiring one).
+//   - Publishing: broker.go (the Redis broker), inline.go (the in-process broker),
+//     replicas.go (waiting for replicas after a write).
+//   - The engine: engineconfig.go (its settings), engine.go (New, Start, Run, Shutdown,
+//     health and stats), session.go (the instance's session and heartbeat).
+//   - Partitions: discovery.go (finding partitions and taking a fair share),
+//     indexview.go (the view of the partition index), lease.go (a lease taken, renewed,
+//     made dormant, released), worker.go (one partition's owner: handle, retry, halt),
+//     drain.go (the fenced read), acker.go (acknowledgements), rungate.go and slots.go
+//     (handler concurrency), reap.go (trimming and reaping cold partitions),
+//     doorbell.go and sweep.go (waking idle owners when an entry arrives).
+//   - Operators: operator.go (inspect, skip, move to the DLQ, retry, DLQ replay).
+//   - Around them: errors.go, redis.go (calls to Redis), noperm.go (ACL refusals),
+//     health.go, observer.go, delivery.go.
+package engine

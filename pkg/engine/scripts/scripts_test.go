@@ -1,0 +1,136 @@
+package scripts
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+)
+
+// Every embedded script compiles on Redis as it is sent (prelude and flags line
+// included), and Load puts every one-node script in the cache.
+func TestEveryScriptCompilesAndLoads(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	entries, err := files.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if name == "prelude.lua" {
+			continue
+		}
+		src := Source(name)
+		if src == "" {
+			t.Errorf("%s is embedded but registered by no wrapper", name)
+			continue
+		}
+		sha, err := rdb.ScriptLoad(ctx, src).Result()
+		if err != nil {
+			t.Errorf("%s does not compile: %v", name, err)
+		} else if sha != Hash(name) {
+			t.Errorf("%s: Redis knows it as %s, Hash says %s", name, sha, Hash(name))
+		}
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Load(ctx, rdb); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all {
+		if ok, _ := rdb.ScriptExists(ctx, s.Hash()).Result(); len(ok) != 1 || !ok[0] {
+			t.Errorf("Load did not cache %s", s.name)
+		}
+	}
+}
+
+// A script that asks for the prelude gets it in place of its marker line; the others run
+// as written.
+func TestPreludeReplacesItsMarker(t *testing.T) {
+	prelude, err := files.ReadFile("prelude.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"reap.lua", "trim.lua", "drain.lua", "sweep.lua"} {
+		src := Source(name)
+		rest, ok := strings.CutPrefix(src, string(prelude))
+		if !ok || strings.Contains(rest, "--#prelude") {
+			t.Errorf("%s does not start with the prelude in place of its marker", name)
+		}
+	}
+	raw, _ := files.ReadFile("ack.lua")
+	if Source("ack.lua") != string(raw) {
+		t.Error("ack.lua does not ask for the prelude, yet its source was changed")
+	}
+	if c := byName("sweep.lua"); c == nil || strings.HasPrefix(c.src, "#!") {
+		t.Error("the one-node sweep.lua must not carry the Redis Cluster flags line")
+	}
+	cluster := sweepClusterScript.src
+	if !strings.HasPrefix(cluster, "#!lua flags=allow-cross-slot-keys\n") || !strings.Contains(cluster, string(prelude)) {
+		t.Error("the Redis Cluster sweep.lua must open with its flags line, then the prelude")
+	}
+}
+
+// The typed call puts each key and argument where acquire.lua's header says, and its
+// answers come back named.
+func TestAcquireAnswersByName(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	for _, s := range []string{"sess:a", "sess:b"} {
+		rdb.Set(ctx, s, "1", 0)
+	}
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: "order:{k}", Values: []any{"f", "v"}})
+	take := func(owner string, lanes ...string) AcquireReply {
+		t.Helper()
+		cmds, err := RunPipelined(ctx, rdb, 1, func(p redis.Pipeliner, _ int) *redis.Cmd {
+			return Acquire{Lease: "lease", Generation: "gen", Live: "sess:" + owner, Lanes: lanes,
+				Owner: owner, SessionPrefix: "sess:"}.EvalSha(ctx, p)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := ParseAcquire(cmds[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := take("a", "order:{k}")
+	if a.Code != Acquired || a.Generation <= 0 {
+		t.Fatalf("first take: %+v, want Acquired with a generation", a)
+	}
+	if r := take("a", "order:{k}"); r.Code != Readopted || r.Generation != a.Generation {
+		t.Errorf("the holder again: %+v, want Readopted at %d", r, a.Generation)
+	}
+	if r := take("b", "order:{k}"); r.Code != HeldByOther || r.Holder != "a:"+strconv.FormatInt(a.Generation, 10) {
+		t.Errorf("another owner: %+v, want HeldByOther by a", r)
+	}
+	rdb.Del(ctx, "sess:b")
+	if r := take("b", "order:{k}"); r.Code != SessionGone {
+		t.Errorf("an owner without a session: %+v, want SessionGone", r)
+	}
+	rdb.Set(ctx, "sess:b", "1", 0)
+	rdb.Del(ctx, "lease")
+	if r := take("b", "order:{gone}"); r.Code != NoLane {
+		t.Errorf("a unit without a lane: %+v, want NoLane", r)
+	}
+}
+
+// A reply of another shape is an error that names the script, never a zero answer.
+func TestUnexpectedReplyIsAnError(t *testing.T) {
+	for _, v := range []any{nil, "OK", []any{}, []any{"1"}} {
+		if _, _, err := head("acquire.lua", v); !errors.Is(err, ErrReply) || !strings.Contains(err.Error(), "acquire.lua") {
+			t.Errorf("head(%#v): %v, want ErrReply naming the script", v, err)
+		}
+	}
+	if _, err := ints("renew.lua", []any{int64(1), "x"}); !errors.Is(err, ErrReply) {
+		t.Errorf("ints with a string: %v, want ErrReply", err)
+	}
+}
