@@ -80,7 +80,7 @@ func (rc *receiver) captured(t *testing.T, base string) (*http.Request, []byte) 
 	return req, append([]byte(nil), rc.body...)
 }
 
-// TestVerifyRejectsReplayedOrAlteredRequests is acceptance 4 of the security work: a
+// TestVerifyRejectsReplayedOrAlteredRequests: a
 // signed delivery is accepted by a receiver using Verifier; the same request replayed
 // later than the tolerance, or altered in its generation, attempt, timestamp, body,
 // path, query, method or X-Seq-* headers, or signed with another key, is refused.

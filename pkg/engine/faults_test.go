@@ -72,7 +72,7 @@ func skipShort(t *testing.T) {
 	}
 }
 
-// Acceptance 4: the owner runs as a separate process and is killed with SIGKILL
+// The owner runs as a separate process and is killed with SIGKILL
 // mid-stream; another instance takes over at a higher generation, reclaims the pending
 // entries and resumes: no event lost, per-key order kept (an event may run twice).
 func TestCrashFailoverLosesNothing(t *testing.T) {
@@ -111,7 +111,7 @@ func testCrashFailoverLosesNothing(t *testing.T, tg redisTarget) {
 	}
 }
 
-// Acceptance 5: the owner is frozen with SIGSTOP past its lease TTL, another instance
+// The owner is frozen with SIGSTOP past its lease TTL, another instance
 // takes over, then SIGCONT: the stale owner never starts another event, and the committed
 // order stays intact (its late write, if any, is rejected by the generation-fenced sink).
 func TestStallFailoverFenceHolds(t *testing.T) {
@@ -189,7 +189,7 @@ func testStallFailoverFenceHolds(t *testing.T, tg redisTarget) {
 	})
 }
 
-// Acceptance 11: SIGTERM to the owner: it finishes in-flight work, releases its leases,
+// SIGTERM to the owner: it finishes in-flight work, releases its leases,
 // and another instance owns its partitions within 2 s, with nothing lost.
 func TestGracefulShutdownHandsOver(t *testing.T) {
 	skipShort(t)

@@ -52,7 +52,7 @@ func TestDeclaredGroups(t *testing.T) {
 	}
 }
 
-// Issue 12, acceptance 10: a domain with two handlers on one partitioned category, only
+// A domain with two handlers on one partitioned category, only
 // one of them running: nothing the other has not read is trimmed or reaped, however many
 // events the running one handles and however long the partitions stay idle; after
 // RetireGroup (what 'seqctl groups remove' runs) trim and reap resume.
@@ -149,7 +149,7 @@ func TestGroupRegistryProtectsUnservedHandler(t *testing.T) {
 	t.Logf("order:c holds %d of %d entries after Projector handled them", rdb.XLen(ctx, "order:c").Val(), perKey)
 }
 
-// Issue 12, item 9: the registry is rebuilt when a session opens, so a Redis that lost
+// The registry is rebuilt when a session opens, so a Redis that lost
 // its data (here FLUSHALL) protects the handler no instance runs again before any lease
 // is used.
 func TestGroupRegistryRebuiltWhenSessionOpens(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-// Acceptance 1 and 2: two instances, interleaved events for several keys; each key's
+// Two instances, interleaved events for several keys; each key's
 // committed sequence equals its publish sequence, no two events of one key are ever in
 // the handler at once (cross-instance marker), and different keys do run concurrently.
 // Half-way the first instance shuts down, so ownership changes hands mid-stream.
@@ -87,7 +87,7 @@ func testPerKeyOrderAndNoOverlap(t *testing.T, tg redisTarget) {
 	}
 }
 
-// Acceptance 3: a poison event at A's head halts A only; B drains; the halt record is
+// A poison event at A's head halts A only; B drains; the halt record is
 // readable; nothing goes to a DLQ; a stale Skip changes nothing; the right Skip resumes A
 // without a restart.
 func TestHaltIsScopedAndSkipResumes(t *testing.T) { onBoth(t, testHaltIsScopedAndSkipResumes) }
@@ -153,7 +153,7 @@ func testHaltIsScopedAndSkipResumes(t *testing.T, tg redisTarget) {
 	}
 }
 
-// Acceptance 5 (in-process part): once another instance has taken the lease, the stale
+// In one process: once another instance has taken the lease, the stale
 // owner's read, ack and reclaim are each rejected with ErrFenced and change nothing.
 func TestStaleOwnerIsFenced(t *testing.T) {
 	srv := redistest.Start(t)
@@ -211,7 +211,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	}
 }
 
-// Acceptance 6: a handler that runs longer than the lease TTL in a healthy process keeps
+// A handler that runs longer than the lease TTL in a healthy process keeps
 // its lease: no takeover, no duplicate.
 func TestLongHandlerKeepsLease(t *testing.T) { onBoth(t, testLongHandlerKeepsLease) }
 
@@ -242,7 +242,7 @@ func testLongHandlerKeepsLease(t *testing.T, tg redisTarget) {
 	}
 }
 
-// Acceptance 7: unsafe keys fail at publish with the typed reason; nothing is written.
+// Unsafe keys fail at publish with the typed reason; nothing is written.
 func TestUnsafeKeysFailAtPublish(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -281,7 +281,7 @@ func TestUnsafeKeysFailAtPublish(t *testing.T) {
 	}
 }
 
-// Acceptance 8: the inline broker handles events in submission order and refuses
+// The inline broker handles events in submission order and refuses
 // partition operations with ErrNotSupported.
 func TestInlineBroker(t *testing.T) {
 	var got []int

@@ -15,7 +15,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-// Issue 14, point 6: an owned idle partition costs no goroutine. 300 partitions are
+// An owned idle partition costs no goroutine. 300 partitions are
 // owned and idle: the engine's goroutines do not grow with them; an event on one of them
 // is handled at once (its worker resumes), and shutting down releases every lease.
 func TestIdlePartitionsCostNoGoroutine(t *testing.T) {

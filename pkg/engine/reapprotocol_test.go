@@ -11,7 +11,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-// Issue 14, point 4: on Redis Cluster a publish (append; index write; indexed mark) and a
+// On Redis Cluster a publish (append; index write; indexed mark) and a
 // reap (read the index value; delete the idle partition; compare-and-remove it from the
 // index) are separate calls on different nodes. Every interleaving of the two is forced,
 // step by step, through the steps' hooks, along with a publisher that stops after its

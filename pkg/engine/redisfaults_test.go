@@ -93,7 +93,7 @@ func checkOrderAndOverlap(t *testing.T, rdb redis.UniversalClient, keys []string
 	return dups
 }
 
-// Acceptance 2: Redis restarts without persistence (every key lost). Events published
+// Redis restarts without persistence (every key lost). Events published
 // after the restart are all handled in order within 2 x TTL, and the generations handed
 // out after the restart are higher than those before it (a sink that refuses a lower
 // generation keeps accepting the new owners).
@@ -137,7 +137,7 @@ func TestRedisRestartWithoutPersistence(t *testing.T) {
 	}
 }
 
-// Acceptance 3: SCRIPT FLUSH empties the script cache under a running engine; a key
+// SCRIPT FLUSH empties the script cache under a running engine; a key
 // published afterwards is still taken and handled within 2 s.
 func TestScriptFlushWhileRunning(t *testing.T) { onBoth(t, testScriptFlushWhileRunning) }
 
@@ -166,7 +166,7 @@ func testScriptFlushWhileRunning(t *testing.T, tg redisTarget) {
 	}
 }
 
-// Acceptance 4: Redis reaches maxmemory with noeviction. Publishing fails with an error
+// Redis reaches maxmemory with noeviction. Publishing fails with an error
 // that says so; the engine keeps its session (the renewal needs no memory) and, once
 // memory is freed, handles what is published next within 2 x TTL, nothing lost.
 func TestOutOfMemoryRecovers(t *testing.T) {
@@ -230,7 +230,7 @@ func usedMemory(t *testing.T, rdb redis.UniversalClient) int64 {
 	return 0
 }
 
-// Acceptance 5: a TCP proxy freezes one owner's link to Redis (TTL 2 s). Its running
+// A TCP proxy freezes one owner's link to Redis (TTL 2 s). Its running
 // handler's context is cancelled before the other instance starts that key: zero
 // overlap, in 5 runs.
 func TestFrozenLinkCancelsHandlerBeforeTakeover(t *testing.T) {
@@ -305,7 +305,7 @@ func sinceOrNever(t, from time.Time) string {
 	return t.Sub(from).String()
 }
 
-// Acceptance 6: two processes started with the same instance id each get their own owner
+// Two processes started with the same instance id each get their own owner
 // name and fence: zero overlap, and their leases carry different owners.
 func TestSameInstanceIDTwoProcesses(t *testing.T) {
 	skipShort(t)
@@ -346,7 +346,7 @@ func TestSameInstanceIDTwoProcesses(t *testing.T) {
 	}
 }
 
-// Acceptance 7: the heartbeat and discovery notice the loss of the session at the same
+// The heartbeat and discovery notice the loss of the session at the same
 // time. Exactly one new session opens, and no worker of the old one starts an event once
 // the loss was noticed.
 func TestDoubleLossOpensOneSession(t *testing.T) {
@@ -429,7 +429,7 @@ func TestDoubleLossOpensOneSession(t *testing.T) {
 	}
 }
 
-// Acceptance 8: a proxy drops the reply of a publish (after Redis ran it) and closes the
+// A proxy drops the reply of a publish (after Redis ran it) and closes the
 // connection; go-redis sends the script again. Each event id is appended exactly once,
 // and the retried call reports the entry it appended the first time.
 func TestPublishRetriedAfterLostReplyAppendsOnce(t *testing.T) {

@@ -188,7 +188,7 @@ func runFault(t *testing.T, tg redisTarget, maxUnacked int, bounded bool, fault 
 		maxUnacked, len(events), totalDups, totalInv, maxRun, sink.refused, strings.Join(report, " "))
 }
 
-// Issue 13 acceptance 1: CLIENT PAUSE for 2.5 x TTL in the middle of a 20-key stream, two
+// CLIENT PAUSE for 2.5 x TTL in the middle of a 20-key stream, two
 // engines, a generation-fenced sink. max_unacked = 1: at most one duplicate per key per
 // ownership change and no inversion, in 5 runs; max_unacked = 16: re-runs in order, at
 // most 16 in a row.

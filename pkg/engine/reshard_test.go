@@ -14,7 +14,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-// Issue 14, acceptance 2: the slots holding live partitions move to another master while
+// The slots holding live partitions move to another master while
 // events flow and two instances own the partitions. Clients see ASK and MOVED (and
 // TRYAGAIN for a script over keys half moved); nothing is lost, no two events of a key
 // overlap, and every key's order holds.

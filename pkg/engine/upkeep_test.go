@@ -18,7 +18,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-// Issue 4, acceptance 1: low-priority events land on the backfill lane; a key with events
+// Low-priority events land on the backfill lane; a key with events
 // on both lanes has its primary events handled first; order within each lane equals
 // publish order; reaping removes both lanes.
 func TestPriorityLanes(t *testing.T) { onBoth(t, testPriorityLanes) }
@@ -106,7 +106,7 @@ func pmDomainWith(tb testing.TB, sequential bool, fn HandlerFunc, mod func(*Doma
 	return d
 }
 
-// Issue 4, acceptance 2: a process manager over order and payment correlated by order id,
+// A process manager over order and payment correlated by order id,
 // two instances, two correlation values with interleaved events: no two events of one
 // value in the handler at once (cross-instance marker), the two values progress in
 // parallel, and a category partition that appears after the lease joins the unit.
@@ -201,7 +201,7 @@ func testProcessManagerOwnsCorrelationValue(t *testing.T, tg redisTarget) {
 	_ = e1
 }
 
-// Issue 4, acceptance 3: a drained idle partition disappears from the index and Redis;
+// A drained idle partition disappears from the index and Redis;
 // a partition with a pending (halted) head, with a group that is behind, or with a
 // registered group that has never read it, is not reaped; a publish to a just-reaped key
 // is handled, under a higher generation than before.
@@ -272,7 +272,7 @@ func testReaping(t *testing.T, tg redisTarget) {
 	_ = e
 }
 
-// Issue 4, acceptance 4: 60 partitions; one instance, then a second, then a third: each
+// 60 partitions; one instance, then a second, then a third: each
 // ends up owning 20 +/- 2 within 10 heartbeat intervals, with no event lost or reordered.
 func TestFairShare(t *testing.T) {
 	srv := redistest.Start(t)
@@ -340,7 +340,7 @@ func TestFairShare(t *testing.T) {
 	}
 }
 
-// Issue 4, acceptance 5: after 100,000 events through one hot partition the stream holds
+// After 100,000 events through one hot partition the stream holds
 // only a small bounded number of acknowledged entries; after 5 takeovers the group has at
 // most 2 consumers.
 func TestBoundedGrowth(t *testing.T) {
@@ -385,7 +385,7 @@ func TestBoundedGrowth(t *testing.T) {
 	})
 }
 
-// Issue 4, acceptance 6: crossing the live-partitions threshold logs a warning once and
+// Crossing the live-partitions threshold logs a warning once and
 // shows in Stats.
 func TestCardinalityWarning(t *testing.T) {
 	srv := redistest.Start(t)

@@ -82,7 +82,7 @@ func (nopTB) Fatalf(f string, args ...any) {
 	os.Exit(2)
 }
 
-// Acceptance 4: a relay killed between the append and the row update; after a restart every
+// A relay killed between the append and the row update; after a restart every
 // event is in its stream exactly once, and the rows record the right entry ids.
 func TestRelayCrashBetweenAppendAndMarkPublishesOnce(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d Dialect) {

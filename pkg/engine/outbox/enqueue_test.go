@@ -39,7 +39,7 @@ func (e *env) count(tb testing.TB, table string) int {
 	return n
 }
 
-// Acceptance 1: a bad key fails the caller's operation: the caller rolls back and neither
+// A bad key fails the caller's operation: the caller rolls back and neither
 // its own row nor any outbox row remains. Enqueue itself writes nothing for a bad key.
 func TestEnqueueBadKeyRollsBackAndWritesNothing(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d Dialect) {

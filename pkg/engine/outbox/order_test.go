@@ -50,7 +50,7 @@ func (f *flaky) PublishRouted(ctx context.Context, r engine.Route, ev engine.Eve
 	return f.RedisBroker.PublishRouted(ctx, r, ev, seq)
 }
 
-// Acceptance 3: a key whose head fails holds its later rows back while other keys flow;
+// A key whose head fails holds its later rows back while other keys flow;
 // once the failure clears, the held rows go out in commit order.
 func TestFailingRowHoldsBackItsKeyOnly(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d Dialect) {

@@ -54,7 +54,7 @@ func (p exclusivePub) PublishRouted(ctx context.Context, r engine.Route, ev engi
 	return p.RedisBroker.PublishRouted(ctx, r, ev, seq)
 }
 
-// Acceptance 5: two relays over one database, each with its own connections; writers
+// Two relays over one database, each with its own connections; writers
 // commit concurrently (same keys from several writers); the first relay stops halfway.
 // Every row is published exactly once, per-key order is commit order, and no category is
 // ever published by both relays at once.

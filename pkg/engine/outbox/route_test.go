@@ -97,7 +97,7 @@ func (e *env) streams(tb testing.TB) map[string][]string {
 	return out
 }
 
-// Acceptance 2: the relay routes each row as the router does.
+// The relay routes each row as the router does.
 func TestRelayRoutesRows(t *testing.T) {
 	valid := func(k string) sql.NullString { return sql.NullString{String: k, Valid: true} }
 	type want struct {

@@ -41,7 +41,7 @@ var directKeys = []struct {
 
 func valid(s string) sql.NullString { return sql.NullString{String: s, Valid: true} }
 
-// Acceptance 1 (direct SQL): the CHECK constraint refuses every rule, generated from the
+// In direct SQL: the CHECK constraint refuses every rule, generated from the
 // configured backfill suffix; the refusal fails the inserting transaction.
 func TestCheckConstraintRefusesBadKeysOnDirectInsert(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d Dialect) {
