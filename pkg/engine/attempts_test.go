@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/internal/testkit"
 )
 
 // The attempt number a handler gets is the number of times that event reached a handler,
@@ -33,7 +35,7 @@ func TestAttemptsCountHandlerRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 			return func() {
-				waitFor(t, 10*time.Second, "the owner's read refused by the fence", func() bool {
+				testkit.WaitFor(t, 10*time.Second, "the owner's read refused by the fence", func() bool {
 					n, _ := f.rdb.XPending(ctx, f.stream, "Projector").Result()
 					return n != nil && n.Count > 16
 				})
@@ -69,7 +71,7 @@ func TestAttemptsCountHandlerRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 			return func() {
-				waitFor(t, 10*time.Second, "the owner's read refused by the halt", func() bool {
+				testkit.WaitFor(t, 10*time.Second, "the owner's read refused by the halt", func() bool {
 					n, _ := f.rdb.XPending(ctx, f.stream, "Projector").Result()
 					return n != nil && n.Count >= 16
 				})
@@ -89,7 +91,7 @@ func TestAttemptsCountHandlerRuns(t *testing.T) {
 					after := tc.refuse(t, f)
 					close(f.rec.release)
 					after()
-					waitFor(t, 20*time.Second, "the poison event halted its partition", func() bool {
+					testkit.WaitFor(t, 20*time.Second, "the poison event halted its partition", func() bool {
 						return f.rdb.Exists(context.Background(), f.e.keys.HaltKey(f.stream, "Projector")).Val() == 1 &&
 							f.rec.runsOf(poison) >= 1
 					})
@@ -144,7 +146,7 @@ func TestAttemptsAfterAnOwnerChange(t *testing.T) {
 		{name: "crashed", change: func(t *testing.T, f *nativeReadFixture, tg redisTarget) {
 			done := make(chan struct{})
 			go func() { crash(f.e); close(done) }()
-			waitFor(t, 5*time.Second, "the engine killed", f.e.killed.Load)
+			testkit.WaitFor(t, 5*time.Second, "the engine killed", f.e.killed.Load)
 			close(f.rec.release)
 			<-done
 			startEngineOn(t, tg, f.e.cfg.Domain, "i2", func(c *EngineConfig) {
@@ -158,7 +160,7 @@ func TestAttemptsAfterAnOwnerChange(t *testing.T) {
 				t.Fatal(err)
 			}
 			close(f.rec.release)
-			waitFor(t, 10*time.Second, "the owner fenced", func() bool { return len(f.e.Owned()) == 0 })
+			testkit.WaitFor(t, 10*time.Second, "the owner fenced", func() bool { return len(f.e.Owned()) == 0 })
 			if err := f.rdb.Del(ctx, f.lease).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -169,7 +171,7 @@ func TestAttemptsAfterAnOwnerChange(t *testing.T) {
 			if err := f.rdb.Del(ctx, f.e.keys.SessionKey(owner)).Err(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, "the session over", func() bool { return f.e.sess.live() == nil || f.e.sess.live().owner != owner })
+			testkit.WaitFor(t, 10*time.Second, "the session over", func() bool { return f.e.sess.live() == nil || f.e.sess.live().owner != owner })
 			close(f.rec.release)
 		}},
 	}
@@ -179,7 +181,7 @@ func TestAttemptsAfterAnOwnerChange(t *testing.T) {
 				const poison = 25 // read ahead by the first owner
 				f := startNativeReadFixture(t, tg, 60, 20, 1, poison)
 				tc.change(t, f, tg)
-				waitFor(t, 30*time.Second, "the poison event halted its partition", func() bool {
+				testkit.WaitFor(t, 30*time.Second, "the poison event halted its partition", func() bool {
 					return f.rdb.Exists(context.Background(), f.e.keys.HaltKey(f.stream, "Projector")).Val() == 1
 				})
 				runs := f.rec.snapshot()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -67,7 +70,7 @@ func TestDiscoveryDoesNotReadIndexEveryPass(t *testing.T) {
 		c.Client.(*redis.Client).AddHook(cmdCounter{"smembers", &smembers})
 		c.Client.(*redis.Client).AddHook(cmdCounter{"hgetall", &hgetall})
 	})
-	waitFor(t, 10*time.Second, "every partition owned", func() bool { return len(e.Owned()) == parts })
+	testkit.WaitFor(t, 10*time.Second, "every partition owned", func() bool { return len(e.Owned()) == parts })
 	s0, h0 := smembers.Load(), hgetall.Load()
 	time.Sleep(10 * e.cfg.DiscoveryInterval)
 	reads, passes := smembers.Load()-s0, hgetall.Load()-h0
@@ -89,7 +92,7 @@ func TestLostPartitionNoticeOwnedByBackstop(t *testing.T) {
 	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
 	publishPayloads(t, rdb, d, keysOf(20))
 	e := startEngine(t, srv, d, "i1", time.Second)
-	waitFor(t, 5*time.Second, "every partition owned", func() bool { return len(e.Owned()) == 20 })
+	testkit.WaitFor(t, 5*time.Second, "every partition owned", func() bool { return len(e.Owned()) == 20 })
 
 	// What publish.lua does, without the notice.
 	ev := Event{ID: NewEventID(), Type: "OrderPlaced", Category: "order", Key: "lost", Data: []byte(`{"client_id":"lost"}`)}
@@ -98,7 +101,7 @@ func TestLostPartitionNoticeOwnedByBackstop(t *testing.T) {
 	rdb.SAdd(ctx, keyspace.SingleNode.PartitionIndex("order"), "lost")
 	start := time.Now()
 	bound := (fullReadEvery + 1) * e.cfg.DiscoveryInterval
-	waitFor(t, bound+time.Second, "the partition without a notice owned", func() bool { return len(e.Owned()) == 21 })
+	testkit.WaitFor(t, bound+time.Second, "the partition without a notice owned", func() bool { return len(e.Owned()) == 21 })
 	t.Logf("owned %v after the publish without a notice (bound %v)", time.Since(start).Round(time.Millisecond), bound)
 }
 
@@ -115,7 +118,7 @@ func TestTrimmedPartitionNoticeOwnedAfterGap(t *testing.T) {
 		c.Timing = fastTiming(time.Second)
 		c.DiscoveryInterval = time.Second // backstop 12-15 s
 	})
-	waitFor(t, 5*time.Second, "every partition owned", func() bool { return len(e.Owned()) == 5 })
+	testkit.WaitFor(t, 5*time.Second, "every partition owned", func() bool { return len(e.Owned()) == 5 })
 
 	// In one step (the doorbell cannot read in between): index "gap" and announce it,
 	// then append enough other notices that the capped stream trims the announcement.
@@ -133,7 +136,7 @@ return 1`
 		t.Fatal(err)
 	}
 	start := time.Now()
-	waitFor(t, 5*time.Second, "the partition whose notice was trimmed owned", func() bool { return len(e.Owned()) == 6 })
+	testkit.WaitFor(t, 5*time.Second, "the partition whose notice was trimmed owned", func() bool { return len(e.Owned()) == 6 })
 	t.Logf("owned %v after its notice was trimmed (backstop at %d-%d intervals of %v)",
 		time.Since(start).Round(time.Millisecond), fullReadEvery*4/5, fullReadEvery, e.cfg.DiscoveryInterval)
 }
@@ -255,9 +258,56 @@ func TestOwnerCacheForgetsReapedPartitions(t *testing.T) {
 		_, ok := e.knownOwner[id]
 		return ok
 	}
-	waitFor(t, 10*time.Second, "the other instance's partition remembered", remembered)
+	testkit.WaitFor(t, 10*time.Second, "the other instance's partition remembered", remembered)
 	// The other instance reaps it.
 	rdb.Del(ctx, stream, k.LeaseKey(stream, "Projector"))
 	rdb.SRem(ctx, k.PartitionIndex("order"), "other")
-	waitFor(t, 10*time.Second, "the reaped partition's owner forgotten", func() bool { return !remembered() })
+	testkit.WaitFor(t, 10*time.Second, "the reaped partition's owner forgotten", func() bool { return !remembered() })
+}
+
+// Crossing the live-partitions threshold logs a warning once and
+// shows in Stats.
+func TestCardinalityWarning(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := NewRedisBroker(rdb)
+	var buf testkit.Buffer
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
+		c.MaxPartitionsWarning = 3
+		c.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	})
+	for _, k := range keysOf(5) {
+		publish(t, b, d, k, 0, false)
+	}
+	testkit.WaitFor(t, 5*time.Second, "stats", func() bool { return e.Stats().LivePartitions["order"] == 5 })
+	time.Sleep(300 * time.Millisecond) // several discovery passes
+	if n := strings.Count(buf.String(), "live partitions above the threshold"); n != 1 {
+		t.Errorf("warning logged %d times, want once per crossing:\n%s", n, buf.String())
+	}
+}
+
+// startWorker indexes a worker's first lane under the unit's id itself (one string for
+// both): laneKey of a unit's name is its id, for every kind of unit.
+func TestUnitIDIsLaneKeyOfItsName(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never used
+	defer rdb.Close()
+	nop := func(context.Context, Event) error { return nil }
+	for _, d := range []*Domain{twoHandlerDomain(t, nop), pmDomain(t, nop), testDomain(t, nop, func(d *Domain) {
+		d.AddHandler(Handler{Name: "Audit", Kind: EventHandlerKind, PartOf: "order", Handles: []string{"OrderPlaced"}, Func: nop})
+	})} {
+		e, err := New(EngineConfig{Domain: d, Client: rdb, InstanceID: "i"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, keys := range []keyspace.Keys{keyspace.SingleNode, keyspace.Cluster} {
+			e.keys = keys
+			for _, s := range e.subs {
+				u := e.unitFor(s, "A")
+				if u.id() != laneKey(s.group, u.name) {
+					t.Errorf("cluster %v: unit id %q, laneKey of its name %q", keys.IsCluster(), u.id(), laneKey(s.group, u.name))
+				}
+			}
+		}
+	}
 }

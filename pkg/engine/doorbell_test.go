@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -183,7 +184,7 @@ func testDoorbellEntryPublishedAsPartitionGoesIdle(t *testing.T, mode string) {
 	t.Cleanup(func() { e.bell.onIdle.Store(nil) })
 
 	publish(t, b, d, "A", 0, false)
-	waitFor(t, 10*time.Second, fmt.Sprintf("all %d events of A handled", rounds+1), func() bool { return h.count("A") >= rounds+1 })
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("all %d events of A handled", rounds+1), func() bool { return h.count("A") >= rounds+1 })
 	if subscribedRounds.Load() == 0 {
 		t.Error("no round ran with the lane already subscribed")
 	}
@@ -207,7 +208,7 @@ func TestDoorbellAfterRedisRestart(t *testing.T) {
 	for _, k := range keys {
 		publish(t, b, d, k, 0, false)
 	}
-	waitFor(t, 10*time.Second, "the first events handled", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the first events handled", func() bool {
 		for _, k := range keys {
 			if h.count(k) < 1 {
 				return false
@@ -232,7 +233,7 @@ func TestDoorbellAfterRedisRestart(t *testing.T) {
 	for _, k := range keys {
 		publish(t, b, d, k, 1, false)
 	}
-	waitFor(t, 5*time.Second, "the events published after the restart handled", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the events published after the restart handled", func() bool {
 		for _, k := range keys {
 			if h.count(k) < 2 {
 				return false
@@ -251,7 +252,7 @@ func TestDoorbellAfterRedisRestart(t *testing.T) {
 	for _, k := range keys {
 		publish(t, b, d, k, 2, false)
 	}
-	waitFor(t, 3*time.Second, "the next events handled", func() bool {
+	testkit.WaitFor(t, 3*time.Second, "the next events handled", func() bool {
 		for _, k := range keys {
 			if h.count(k) < 3 {
 				return false
@@ -280,19 +281,19 @@ func testDoorbellUnsubscribesOnExit(t *testing.T, mode string) {
 	stream := keyspace.SingleNode.PartitionStream("order", "A")
 	subs := func() int64 { return subscribers(t, rdb, stream) }
 	publish(t, b, d, "A", 0, false)
-	waitFor(t, 5*time.Second, "the lane subscribed", func() bool { return subs() == 1 })
-	waitFor(t, 10*time.Second, "the partition reaped", func() bool { return rdb.Exists(context.Background(), stream).Val() == 0 })
-	waitFor(t, 5*time.Second, "the subscription gone", func() bool { return subs() == 0 })
-	waitFor(t, 5*time.Second, "the doorbell to forget the lane", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the lane subscribed", func() bool { return subs() == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the partition reaped", func() bool { return rdb.Exists(context.Background(), stream).Val() == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the subscription gone", func() bool { return subs() == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the doorbell to forget the lane", func() bool {
 		e.bell.mu.Lock()
 		defer e.bell.mu.Unlock()
 		return len(e.bell.lanes) == 0
 	})
 	// Published again, the partition is discovered, owned and woken as before.
 	publish(t, b, d, "A", 1, false)
-	waitFor(t, 5*time.Second, "the partition back", func() bool { return h.count("A") == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the partition back", func() bool { return h.count("A") == 2 })
 	publish(t, b, d, "A", 2, false)
-	waitFor(t, 5*time.Second, "the next event", func() bool { return h.count("A") == 3 })
+	testkit.WaitFor(t, 5*time.Second, "the next event", func() bool { return h.count("A") == 3 })
 }
 
 // A ring or a confirmation finds its lane from the channel's name: bellLanes inverts

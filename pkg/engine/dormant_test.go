@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine/scripts"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -59,7 +60,7 @@ func TestDormantLeasesOnCluster(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, 10*ttl, "every idle lease dormant (no expiry)", dormant)
+	testkit.WaitFor(t, 10*ttl, "every idle lease dormant (no expiry)", dormant)
 	gens := map[string]int64{}
 	for _, o := range append(e1.Owned(), e2.Owned()...) {
 		gens[o.Stream] = o.Generation
@@ -100,7 +101,7 @@ func TestDormantLeasesOnCluster(t *testing.T) {
 	if armed == 0 {
 		t.Error("no lease carries an expiry right after its partition woke: dormant leases are not re-armed")
 	}
-	waitFor(t, 10*ttl, "leases dormant again", dormant)
+	testkit.WaitFor(t, 10*ttl, "leases dormant again", dormant)
 
 	// e1 crashes: its dormant partitions go to e2 once e1's session is gone, at a
 	// higher generation, and their next events are handled there in order.
@@ -112,7 +113,7 @@ func TestDormantLeasesOnCluster(t *testing.T) {
 		t.Fatal("i1 owns nothing: the shares did not settle")
 	}
 	crash(e1)
-	waitFor(t, 20*ttl, "i2 owns every partition", func() bool { return len(e2.Owned()) == len(keys) })
+	testkit.WaitFor(t, 20*ttl, "i2 owns every partition", func() bool { return len(e2.Owned()) == len(keys) })
 	took := map[string]bool{}
 	for _, m := range mine {
 		took[m] = true
@@ -176,18 +177,18 @@ func TestDormantLeaseRearmedBeforeAnEvent(t *testing.T) {
 	d1 := testDomain(t, handler("i1"), nil)
 	publish(t, b, d1, "A", 0, false)
 	e1 := startEngineOn(t, tg, d1, "i1", timing)
-	waitFor(t, 5*time.Second, "i1 owns A", func() bool { return len(e1.Owned()) == 1 })
+	testkit.WaitFor(t, 5*time.Second, "i1 owns A", func() bool { return len(e1.Owned()) == 1 })
 	lease := k.LeaseKey(k.PartitionStream("order", "A"), "Projector")
-	waitFor(t, 10*ttl, "A's lease dormant", func() bool { return rdb.PTTL(ctx, lease).Val() == -1 })
+	testkit.WaitFor(t, 10*ttl, "A's lease dormant", func() bool { return rdb.PTTL(ctx, lease).Val() == -1 })
 	startEngineOn(t, tg, testDomain(t, handler("i2"), nil), "i2", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
 
 	publish(t, b, d1, "A", 1, false)
-	waitFor(t, 5*time.Second, "i1 runs A's slow event", running.Load)
+	testkit.WaitFor(t, 5*time.Second, "i1 runs A's slow event", running.Load)
 	v := rdb.Get(ctx, lease).Val()
 	if err := rdb.Del(ctx, k.SessionKey(ownerOf(v))).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*ttl, "A's slow event handled again after the loss", func() bool {
+	testkit.WaitFor(t, 20*ttl, "A's slow event handled again after the loss", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(runs) >= 3
@@ -251,7 +252,7 @@ func TestDormantProcessManagerUnitOnCluster(t *testing.T) {
 	pub("OrderPlaced", "order_id", 0)
 	pub("PaymentConfirmed", "order_ref", 0)
 	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
-	waitFor(t, 5*time.Second, "both events handled", func() bool { return handled.Load() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "both events handled", func() bool { return handled.Load() == 2 })
 	e.mu.Lock()
 	for _, w := range e.workers {
 		keys = append([]string{w.leaseKey}, w.u.guards...)
@@ -260,7 +261,7 @@ func TestDormantProcessManagerUnitOnCluster(t *testing.T) {
 	if len(keys) != 3 {
 		t.Fatalf("the unit holds %d lease keys, want its lease and 2 guards", len(keys))
 	}
-	waitFor(t, 10*ttl, "the lease and guards dormant", func() bool {
+	testkit.WaitFor(t, 10*ttl, "the lease and guards dormant", func() bool {
 		for _, k := range keys {
 			if rdb.PTTL(ctx, k).Val() != -1 {
 				return false
@@ -269,7 +270,7 @@ func TestDormantProcessManagerUnitOnCluster(t *testing.T) {
 		return true
 	})
 	pub("PaymentConfirmed", "order_ref", 1)
-	waitFor(t, 5*time.Second, "the next event handled", func() bool { return handled.Load() == 3 })
+	testkit.WaitFor(t, 5*time.Second, "the next event handled", func() bool { return handled.Load() == 3 })
 	if !armedAtStart.Load() {
 		t.Error("the event started while the unit's lease or a guard had no expiry")
 	}
@@ -324,13 +325,13 @@ func TestDormancyWithoutAnAnswerRearmsBeforeTheNextEvent(t *testing.T) {
 		c.Timing = fastTiming(3 * time.Second) // heartbeats 600 ms apart
 	})
 	publish(t, b, d, "k1", 0, false)
-	waitFor(t, 10*time.Second, "the first event handled", func() bool { _, ok := ttlAtRun.Load(0); return ok })
-	waitFor(t, 20*time.Second, "the move to dormancy sent, its reply lost", func() bool { return hook.lost.Load() == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the first event handled", func() bool { _, ok := ttlAtRun.Load(0); return ok })
+	testkit.WaitFor(t, 20*time.Second, "the move to dormancy sent, its reply lost", func() bool { return hook.lost.Load() == 1 })
 	if pttl := rdb.PTTL(ctx, lease).Val(); pttl != -1 {
 		t.Fatalf("the lease has a PTTL of %v after the dormancy call ran: the call did not run", pttl)
 	}
 	publish(t, b, d, "k1", 1, false)
-	waitFor(t, 10*time.Second, "the next event handled", func() bool { _, ok := ttlAtRun.Load(1); return ok })
+	testkit.WaitFor(t, 10*time.Second, "the next event handled", func() bool { _, ok := ttlAtRun.Load(1); return ok })
 	if v, _ := ttlAtRun.Load(1); v.(time.Duration) <= 0 {
 		t.Errorf("the next event ran on a lease without an expiry (PTTL %v): it was not re-armed first", v)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -41,7 +42,7 @@ func checkLogs(t *testing.T, srv *redistest.Server, keys []string, perKey int) (
 func checkLogsOn(t *testing.T, rdb redis.UniversalClient, keys []string, perKey int) (dups int) {
 	t.Helper()
 	for _, k := range keys {
-		waitFor(t, 30*time.Second, "key "+k+" complete", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "key "+k+" complete", func() bool {
 			got, _ := dedupFirst(logOf(t, rdb, k))
 			return len(got) >= perKey
 		})
@@ -90,7 +91,7 @@ func testCrashFailoverLosesNothing(t *testing.T, tg redisTarget) {
 
 	p1 := startProcOn(t, tg, "p1", ttl, 2*time.Millisecond)
 	done := backgroundPublish(t, b, d, keys, perKey, time.Millisecond)
-	waitFor(t, 20*time.Second, "p1 handling", func() bool { return rdb.LLen(context.Background(), "t:starts:p1").Val() > 150 })
+	testkit.WaitFor(t, 20*time.Second, "p1 handling", func() bool { return rdb.LLen(context.Background(), "t:starts:p1").Val() > 150 })
 	genBefore := leaseGen(t, rdb, keys[0])
 	p1.signal(syscall.SIGKILL)
 	<-p1.exited
@@ -129,7 +130,7 @@ func testStallFailoverFenceHolds(t *testing.T, tg redisTarget) {
 
 	p1 := startProcOn(t, tg, "p1", ttl, 5*time.Millisecond)
 	done := backgroundPublish(t, b, d, keys, perKey, 2*time.Millisecond)
-	waitFor(t, 20*time.Second, "p1 owns every key", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "p1 owns every key", func() bool {
 		for _, k := range keys {
 			if rdb.LLen(context.Background(), sinkKey("log", k)).Val() < 5 {
 				return false
@@ -141,7 +142,7 @@ func testStallFailoverFenceHolds(t *testing.T, tg redisTarget) {
 	frozenAt := time.Now()
 	s2 := &sink{rdb: tg.client(t), instance: "p2", work: time.Millisecond, fenced: true}
 	e2 := startEngineOn(t, tg, testDomain(t, s2.handle, nil), "p2", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
-	waitFor(t, 20*time.Second, "p2 owns every key", func() bool { return len(e2.Owned()) == len(keys) })
+	testkit.WaitFor(t, 20*time.Second, "p2 owns every key", func() bool { return len(e2.Owned()) == len(keys) })
 	// The session expires one TTL after the last heartbeat before the freeze, which came
 	// at most one heartbeat interval (TTL/5) before it.
 	if took := time.Since(frozenAt); took < ttl-ttl/5 {
@@ -183,7 +184,7 @@ func testStallFailoverFenceHolds(t *testing.T, tg redisTarget) {
 		}
 	}
 	t.Logf("in-flight events the stale owner finished after waking: %v", late)
-	waitFor(t, 5*time.Second, "the stale owner notices", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the stale owner notices", func() bool {
 		s := p1.stderr.String()
 		return strings.Contains(s, "session over") || strings.Contains(s, "fenced")
 	})
@@ -206,7 +207,7 @@ func testGracefulShutdownHandsOver(t *testing.T, tg redisTarget) {
 
 	p1 := startProcOn(t, tg, "p1", ttl, 2*time.Millisecond)
 	done := backgroundPublish(t, b, d, keys, perKey, time.Millisecond)
-	waitFor(t, 20*time.Second, "p1 owns every key", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "p1 owns every key", func() bool {
 		for _, k := range keys {
 			if rdb.LLen(context.Background(), sinkKey("log", k)).Val() < 5 {
 				return false
@@ -216,10 +217,10 @@ func testGracefulShutdownHandsOver(t *testing.T, tg redisTarget) {
 	})
 	s2 := &sink{rdb: tg.client(t), instance: "p2", work: time.Millisecond}
 	e2 := startEngineOn(t, tg, testDomain(t, s2.handle, nil), "p2", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
-	waitFor(t, 10*time.Second, "p2 takes its fair share", func() bool { return len(e2.Owned()) == len(keys)/2 })
+	testkit.WaitFor(t, 10*time.Second, "p2 takes its fair share", func() bool { return len(e2.Owned()) == len(keys)/2 })
 	term := time.Now()
 	p1.signal(syscall.SIGTERM)
-	waitFor(t, 10*time.Second, "p2 owns every key", func() bool { return len(e2.Owned()) == len(keys) })
+	testkit.WaitFor(t, 10*time.Second, "p2 owns every key", func() bool { return len(e2.Owned()) == len(keys) })
 	took := time.Since(term)
 	t.Logf("hand-over after SIGTERM took %v", took)
 	if took > 2*time.Second {

@@ -326,19 +326,6 @@ func dedupFirst(xs []int) (out []int, dups int) {
 	return out, dups
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-}
-
 func seqs(from, to int) []int {
 	out := make([]int, 0, to-from)
 	for i := from; i < to; i++ {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -64,19 +65,19 @@ func TestEventsFromAnotherPublisher(t *testing.T) {
 			const bound = 5 * time.Second
 			// Past the instances' first full read of the index: a seqctl event first.
 			publish(t, NewRedisBroker(rdb), d, "warm-"+mode, 1, false)
-			waitFor(t, bound, "the first event handled", func() bool { return len(logOf(t, rdb, "warm-"+mode)) == 1 })
+			testkit.WaitFor(t, bound, "the first event handled", func() bool { return len(logOf(t, rdb, "warm-"+mode)) == 1 })
 			key := "x-" + mode // both modes run on one Redis
 			for i := 1; i <= 3; i++ {
 				foreignAppend(t, rdb, key, i)
 			}
 			foreignIndex(t, rdb, key)
 			start := time.Now()
-			waitFor(t, bound, "a new partition's events handled", func() bool { return len(logOf(t, rdb, key)) == 3 })
+			testkit.WaitFor(t, bound, "a new partition's events handled", func() bool { return len(logOf(t, rdb, key)) == 3 })
 			t.Logf("new partition: handled in %v", time.Since(start).Round(time.Millisecond))
 			time.Sleep(500 * time.Millisecond) // its owner is idle now
 			foreignAppend(t, rdb, key, 4)
 			start = time.Now()
-			waitFor(t, bound, "an owned idle partition's event handled", func() bool { return len(logOf(t, rdb, key)) == 4 })
+			testkit.WaitFor(t, bound, "an owned idle partition's event handled", func() bool { return len(logOf(t, rdb, key)) == 4 })
 			t.Logf("owned idle partition: handled in %v", time.Since(start).Round(time.Millisecond))
 			if got := joinInts(logOf(t, rdb, key)); got != "1,2,3,4" {
 				t.Errorf("handled %s, want 1,2,3,4 in publish order", got)
@@ -101,7 +102,7 @@ func TestEntryThatIsNotAnEnvelopeHalts(t *testing.T) {
 	foreignAppend(t, rdb, "bad", 1)
 	foreignIndex(t, rdb, "bad")
 	var h *HaltRecord
-	waitFor(t, 10*time.Second, "the partition halted on the entry", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the partition halted on the entry", func() bool {
 		h, _ = NewRedisBroker(rdb).Halt(context.Background(), HeadRef{Group: "Projector", Category: "order", Key: "bad"})
 		return h != nil
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -95,7 +96,7 @@ func TestGroupRegistryProtectsUnservedHandler(t *testing.T) {
 	rdb.XAck(ctx, "order:b", "Mailer", ids...)
 	mailerAt := ids[len(ids)-1]
 
-	waitFor(t, 20*time.Second, "Projector handled everything", func() bool { return handled.Load() == 2*perKey })
+	testkit.WaitFor(t, 20*time.Second, "Projector handled everything", func() bool { return handled.Load() == 2*perKey })
 	time.Sleep(3 * idle) // reap attempts every idle period; a trim ran after 256 events of each key
 	unreadA := rdb.XLen(ctx, "order:a").Val()
 	unreadB := int64(len(rdb.XRange(ctx, "order:b", "("+mailerAt, "+").Val()))
@@ -135,7 +136,7 @@ func TestGroupRegistryProtectsUnservedHandler(t *testing.T) {
 	}
 
 	removed := time.Now()
-	waitFor(t, 10*time.Second, "order:a and order:b reaped", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "order:a and order:b reaped", func() bool {
 		return rdb.Exists(ctx, "order:a", "order:b").Val() == 0 && rdb.SCard(ctx, keyspace.SingleNode.PartitionIndex("order")).Val() == 0
 	})
 	t.Logf("reaped %v after the retirement", time.Since(removed).Round(10*time.Millisecond))
@@ -144,8 +145,8 @@ func TestGroupRegistryProtectsUnservedHandler(t *testing.T) {
 		cEvents[i] = testPayload{Client: "c", Seq: i}
 	}
 	bulkPublish(t, b, d, cEvents)
-	waitFor(t, 20*time.Second, "order:c handled", func() bool { return handled.Load() == 3*perKey })
-	waitFor(t, 5*time.Second, "order:c trimmed", func() bool { return rdb.XLen(ctx, "order:c").Val() < perKey })
+	testkit.WaitFor(t, 20*time.Second, "order:c handled", func() bool { return handled.Load() == 3*perKey })
+	testkit.WaitFor(t, 5*time.Second, "order:c trimmed", func() bool { return rdb.XLen(ctx, "order:c").Val() < perKey })
 	t.Logf("order:c holds %d of %d entries after Projector handled them", rdb.XLen(ctx, "order:c").Val(), perKey)
 }
 
@@ -170,7 +171,7 @@ func TestGroupRegistryRebuiltWhenSessionOpens(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := time.Now()
-	waitFor(t, 10*time.Second, "registry rebuilt", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "registry rebuilt", func() bool {
 		return slices.Equal(sorted(rdb.SMembers(ctx, keyspace.SingleNode.GroupRegistry("order")).Val()), both)
 	})
 	t.Logf("registry rebuilt %v after FLUSHALL", time.Since(lost).Round(10*time.Millisecond))
@@ -181,7 +182,7 @@ func TestGroupRegistryRebuiltWhenSessionOpens(t *testing.T) {
 		events[i] = testPayload{Client: "a", Seq: i}
 	}
 	bulkPublish(t, NewRedisBroker(rdb), d, events)
-	waitFor(t, 20*time.Second, "handled after the loss", func() bool { return handled.Load() == 300 })
+	testkit.WaitFor(t, 20*time.Second, "handled after the loss", func() bool { return handled.Load() == 300 })
 	if n := rdb.XLen(ctx, "order:a").Val(); n != 300 {
 		t.Errorf("order:a holds %d entries, want all 300 (Mailer has read none)", n)
 	}

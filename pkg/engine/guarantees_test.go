@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -43,7 +44,7 @@ func testPerKeyOrderAndNoOverlap(t *testing.T, tg redisTarget) {
 	for _, k := range keys {
 		publish(t, b, d1, k, 0, false)
 	}
-	waitFor(t, 10*time.Second, "i1 owns every key", func() bool { return len(e1.Owned()) == len(keys) })
+	testkit.WaitFor(t, 10*time.Second, "i1 owns every key", func() bool { return len(e1.Owned()) == len(keys) })
 	startEngineOn(t, tg, d2, "i2", timing)
 
 	for seq := 1; seq < perKey; seq++ {
@@ -57,7 +58,7 @@ func testPerKeyOrderAndNoOverlap(t *testing.T, tg redisTarget) {
 		}
 	}
 	for _, k := range keys {
-		waitFor(t, 30*time.Second, "key "+k+" drained", func() bool { return len(logOf(t, rdb, k)) >= perKey })
+		testkit.WaitFor(t, 30*time.Second, "key "+k+" drained", func() bool { return len(logOf(t, rdb, k)) >= perKey })
 	}
 	for _, k := range keys {
 		if diff := cmp.Diff(seqs(0, perKey), logOf(t, rdb, k)); diff != "" {
@@ -111,10 +112,10 @@ func testHaltIsScopedAndSkipResumes(t *testing.T, tg redisTarget) {
 		}
 		publish(t, b, d, "B", seq, false)
 	}
-	waitFor(t, 20*time.Second, "B drained", func() bool { return len(logOf(t, rdb, "B")) == 20 })
+	testkit.WaitFor(t, 20*time.Second, "B drained", func() bool { return len(logOf(t, rdb, "B")) == 20 })
 	ref := HeadRef{Group: "Projector", Category: "order", Key: "A"}
 	var h *HaltRecord
-	waitFor(t, 20*time.Second, "A halted", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "A halted", func() bool {
 		var err error
 		h, err = b.Halt(context.Background(), ref)
 		return err == nil && h != nil
@@ -143,7 +144,7 @@ func testHaltIsScopedAndSkipResumes(t *testing.T, tg redisTarget) {
 	if err := b.Skip(context.Background(), ref, first.EntryID, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "A resumed", func() bool { return len(logOf(t, rdb, "A")) == 19 })
+	testkit.WaitFor(t, 10*time.Second, "A resumed", func() bool { return len(logOf(t, rdb, "A")) == 19 })
 	want := append(seqs(0, 5), seqs(6, 20)...)
 	if diff := cmp.Diff(want, logOf(t, rdb, "A")); diff != "" {
 		t.Fatalf("A after skip (-want +got):\n%s", diff)
@@ -167,7 +168,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 		publish(t, b, d, "A", i, false)
 	}
 	var w *worker
-	waitFor(t, 5*time.Second, "stale owns A with entries in flight", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "stale owns A with entries in flight", func() bool {
 		e1.mu.Lock()
 		w = e1.workers["Projector\x00order:A"]
 		e1.mu.Unlock()
@@ -178,13 +179,13 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	// Simulate a stall past the TTL: the session expires and another instance takes over.
 	rdb.Del(context.Background(), keyspace.SingleNode.SessionKey(w.owner))
 	e2 := startEngine(t, srv, testDomain(t, func(ctx context.Context, ev Event) error { <-block; return nil }, nil), "fresh", time.Second)
-	waitFor(t, 5*time.Second, "fresh owns A", func() bool { return len(e2.Owned()) == 1 })
+	testkit.WaitFor(t, 5*time.Second, "fresh owns A", func() bool { return len(e2.Owned()) == 1 })
 	if got := e2.Owned()[0].Generation; got <= w.gen {
 		t.Fatalf("takeover generation %d is not above the stale %d", got, w.gen)
 	}
 	// The new owner's first read creates its consumer (claiming the in-flight head, whose
 	// handler then blocks): wait for it, so the group holds still from here on.
-	waitFor(t, 5*time.Second, "fresh's first read", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "fresh's first read", func() bool {
 		for _, c := range rdb.XInfoConsumers(context.Background(), "order:A", "Projector").Val() {
 			if strings.HasPrefix(c.Name, "fresh.") && c.Pending > 0 {
 				return true
@@ -225,12 +226,12 @@ func testLongHandlerKeepsLease(t *testing.T, tg redisTarget) {
 	d := testDomain(t, s1.handle, nil)
 	e1 := startEngineOn(t, tg, d, "i1", timing)
 	publish(t, b, d, "A", 0, false)
-	waitFor(t, 5*time.Second, "i1 owns A", func() bool { return len(e1.Owned()) == 1 })
+	testkit.WaitFor(t, 5*time.Second, "i1 owns A", func() bool { return len(e1.Owned()) == 1 })
 	gen := e1.Owned()[0].Generation
 	s2 := &sink{rdb: tg.client(t), instance: "i2", work: 3 * ttl}
 	startEngineOn(t, tg, testDomain(t, s2.handle, nil), "i2", timing)
 	publish(t, b, d, "A", 1, false)
-	waitFor(t, 10*time.Second, "A handled", func() bool { return len(logOf(t, rdb, "A")) == 2 })
+	testkit.WaitFor(t, 10*time.Second, "A handled", func() bool { return len(logOf(t, rdb, "A")) == 2 })
 	if diff := cmp.Diff([]int{0, 1}, logOf(t, rdb, "A")); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
@@ -371,7 +372,7 @@ func TestGracefulHandOverKeepsAttemptCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	startEngine(t, srv, d2, "i2", 2*time.Second)
-	waitFor(t, 5*time.Second, "the rest handled by i2", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) == 5 })
+	testkit.WaitFor(t, 5*time.Second, "the rest handled by i2", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) == 5 })
 	mu.Lock()
 	defer mu.Unlock()
 	if diff := cmp.Diff(map[int]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 1}, attempts); diff != "" {
@@ -404,11 +405,11 @@ func TestTwoGroupsOnOneStreamBothWake(t *testing.T) {
 		return func() bool { mu.Lock(); defer mu.Unlock(); return seen["Projector"] == n && seen["Auditor"] == n }
 	}
 	publish(t, b, d, "A", 0, false)
-	waitFor(t, 5*time.Second, "both handled the first event", count(1))
+	testkit.WaitFor(t, 5*time.Second, "both handled the first event", count(1))
 	time.Sleep(300 * time.Millisecond) // both workers now wait on order:A
 	for i := 1; i <= 3; i++ {
 		publish(t, b, d, "A", i, false)
-		waitFor(t, 3*time.Second, fmt.Sprintf("both handled event %d", i), count(i+1))
+		testkit.WaitFor(t, 3*time.Second, fmt.Sprintf("both handled event %d", i), count(i+1))
 		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/seqctl/seqctl/internal/testkit"
 )
 
 // ---------------------------------------------------------------------------
@@ -83,7 +85,7 @@ func benchIdleProcs(b *testing.B, t *benchTarget) {
 type engineProc struct {
 	id      string
 	cmd     *exec.Cmd
-	stderr  *lockedWriter
+	stderr  *testkit.Buffer
 	owned   atomic.Int64
 	handled atomic.Int64
 	mem     chan memUsage
@@ -108,7 +110,7 @@ func startEngineProc(b *testing.B, t *benchTarget, id string) *engineProc {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := &engineProc{id: id, cmd: cmd, stderr: &lockedWriter{}, mem: make(chan memUsage, 1)}
+	p := &engineProc{id: id, cmd: cmd, stderr: &testkit.Buffer{}, mem: make(chan memUsage, 1)}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

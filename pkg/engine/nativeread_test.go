@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -141,7 +142,7 @@ func startNativeReadFixture(t *testing.T, tg redisTarget, n, gate, maxUnacked in
 // order, no overlap, nothing left pending in the group.
 func (f *nativeReadFixture) check(t *testing.T) []recordedRun {
 	t.Helper()
-	waitFor(t, 20*time.Second, "every event handled", func() bool { return f.rec.handledAll(f.n) })
+	testkit.WaitFor(t, 20*time.Second, "every event handled", func() bool { return f.rec.handledAll(f.n) })
 	runs := f.rec.snapshot()
 	seqsRun := make([]int, len(runs))
 	for i, r := range runs {
@@ -154,7 +155,7 @@ func (f *nativeReadFixture) check(t *testing.T) []recordedRun {
 	if f.rec.overlaps > 0 {
 		t.Errorf("%d runs overlapped another of the same key", f.rec.overlaps)
 	}
-	waitFor(t, 10*time.Second, "the group's pending list empty", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the group's pending list empty", func() bool {
 		p, err := f.rdb.XPending(context.Background(), f.stream, "Projector").Result()
 		return err == nil && p.Count == 0
 	})
@@ -210,7 +211,7 @@ func testNativeReadFenced(t *testing.T, tg redisTarget) {
 	close(f.rec.release)
 	// The owner handles the rest of its batch (acks ride on the next read), then its
 	// transaction is fenced. Give the lease back only after that.
-	waitFor(t, 10*time.Second, "the old owner's read fenced", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the old owner's read fenced", func() bool {
 		n, _ := f.rdb.XPending(ctx, f.stream, "Projector").Result()
 		return n != nil && n.Count > 16
 	})
@@ -273,7 +274,7 @@ func TestNativeReadWithoutTransactions(t *testing.T) {
 	bulkPublish(t, NewRedisBroker(srv.Client(t)), d, events)
 	logs := &countingHandler{counts: map[string]int{}}
 	startEngineWith(t, srv, d, "i1", func(c *EngineConfig) { c.Client, c.Logger = worker, slog.New(logs) })
-	waitFor(t, 20*time.Second, "every event handled", func() bool { return rec.handledAll(n) })
+	testkit.WaitFor(t, 20*time.Second, "every event handled", func() bool { return rec.handledAll(n) })
 	var got []int
 	for _, r := range rec.snapshot() {
 		got = append(got, r.seq)

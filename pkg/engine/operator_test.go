@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -23,7 +24,7 @@ func TestDLQMoveAndReplayOnce(t *testing.T) {
 	startEngine(t, srv, d, "i1", time.Second)
 	poison := publish(t, b, d, "A", 0, true)
 	ref := HeadRef{Group: "Projector", Category: "order", Key: "A"}
-	waitFor(t, 5*time.Second, "halted", func() bool { h, _ := b.Halt(ctx, ref); return h != nil })
+	testkit.WaitFor(t, 5*time.Second, "halted", func() bool { h, _ := b.Halt(ctx, ref); return h != nil })
 	if err := b.MoveToDLQ(ctx, ref, poison.EntryID, false, "moved_by", "test"); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -30,18 +31,18 @@ func TestIdlePartitionsCostNoGoroutine(t *testing.T) {
 	}
 	before := runtime.NumGoroutine()
 	e := startEngine(t, srv, d, "i1", 2*time.Second)
-	waitFor(t, 20*time.Second, "every partition handled and owned", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "every partition handled and owned", func() bool {
 		return len(e.Owned()) == parts && len(logOf(t, rdb, "p"+strconv.Itoa(parts-1))) == 1 && len(logOf(t, rdb, "p0")) == 1
 	})
 	var grown int
-	waitFor(t, 10*time.Second, "idle partitions parked", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "idle partitions parked", func() bool {
 		grown = runtime.NumGoroutine() - before
 		return grown < 60
 	})
 	t.Logf("goroutines: %d before the engine, %d more with %d idle owned partitions", before, grown, parts)
 
 	publish(t, b, d, "p7", 1, false)
-	waitFor(t, 5*time.Second, "a parked partition's event handled", func() bool { return len(logOf(t, rdb, "p7")) == 2 })
+	testkit.WaitFor(t, 5*time.Second, "a parked partition's event handled", func() bool { return len(logOf(t, rdb, "p7")) == 2 })
 
 	if err := e.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -69,9 +70,9 @@ func TestParkNeverTakesALaterWakeUp(t *testing.T) {
 	d := testDomain(t, s.handle, nil)
 	publish(t, b, d, "k1", 0, false)
 	e := startEngine(t, srv, d, "i1", 2*time.Second)
-	waitFor(t, 10*time.Second, "the first event handled", func() bool { return len(logOf(t, rdb, "k1")) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the first event handled", func() bool { return len(logOf(t, rdb, "k1")) == 1 })
 	var w *worker
-	waitFor(t, 10*time.Second, "the worker parked", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the worker parked", func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		for _, x := range e.workers {
@@ -105,7 +106,7 @@ func TestParkNeverTakesALaterWakeUp(t *testing.T) {
 	e.parkHook.Store(&park)
 	// Park the worker again, through the hooks: poke it; its read finds nothing and it parks.
 	w.poke()
-	waitFor(t, 5*time.Second, "the entry that rang nobody handled", func() bool { return len(logOf(t, rdb, "k1")) == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the entry that rang nobody handled", func() bool { return len(logOf(t, rdb, "k1")) == 2 })
 	e.parkHook.Store(nil)
 	e.bell.onIdle.Store(nil)
 }

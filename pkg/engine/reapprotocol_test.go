@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -53,7 +54,7 @@ func TestReapNeverStrandsAPublishOnCluster(t *testing.T) {
 		name := fmt.Sprintf("%s append@%d index@%d mark@%d pubStops=%v reapStops=%v", key, tc.at[0], tc.at[1], tc.at[2], tc.pubStops, tc.reapStops)
 		stream := ks.PartitionStream("order", key)
 		publish(t, NewRedisBroker(rdb), d, key, 0, false)
-		waitFor(t, 5*time.Second, name+": first event handled", func() bool { return len(logOf(t, rdb, key)) == 1 })
+		testkit.WaitFor(t, 5*time.Second, name+": first event handled", func() bool { return len(logOf(t, rdb, key)) == 1 })
 
 		// The reaper of this partition stops at each of its points until told to go on.
 		point := map[string]int{"read-index": 0, "reaped": 1, "done": 2}
@@ -154,7 +155,7 @@ func TestReapNeverStrandsAPublishOnCluster(t *testing.T) {
 		if exists && !(isIndexed(t, rdb, "order", key) && marked) {
 			t.Errorf("%s: the stream exists but indexed=%v marked=%v", name, isIndexed(t, rdb, "order", key), marked)
 		}
-		waitFor(t, 10*time.Second, name+": racing event handled", func() bool { return len(logOf(t, rdb, key)) >= 2 })
+		testkit.WaitFor(t, 10*time.Second, name+": racing event handled", func() bool { return len(logOf(t, rdb, key)) >= 2 })
 		e.reapHook.Store(nil)
 		t.Logf("%s: stream exists=%v, handled %v", name, exists, logOf(t, rdb, key))
 	}
@@ -190,7 +191,7 @@ func TestReapNeverStrandsARetriedPublishOnCluster(t *testing.T) {
 		if _, err := NewRedisBroker(rdb).Publish(ctx, d, "OrderPlaced", data, PublishOptions{ID: id}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, where+": first event handled", func() bool { return len(logOf(t, rdb, key)) == 1 })
+		testkit.WaitFor(t, 5*time.Second, where+": first event handled", func() bool { return len(logOf(t, rdb, key)) == 1 })
 
 		point := map[string]int{"read-index": 0, "reaped": 1, "done": 2}
 		reached := make(chan int)
@@ -239,7 +240,7 @@ func TestReapNeverStrandsARetriedPublishOnCluster(t *testing.T) {
 		if _, err := NewRedisBroker(rdb).Publish(ctx, d, "OrderPlaced", next, PublishOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, where+": the next event handled", func() bool { return len(logOf(t, rdb, key)) >= 2 })
+		testkit.WaitFor(t, 10*time.Second, where+": the next event handled", func() bool { return len(logOf(t, rdb, key)) >= 2 })
 		if !isIndexed(t, rdb, "order", key) {
 			t.Errorf("%s: the partition's stream exists but its key is not indexed", where)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/faultproxy"
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine/scripts"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -64,7 +65,7 @@ func allOwned(rdb redis.UniversalClient, keys []string) bool {
 func handledAll(t *testing.T, rdb redis.UniversalClient, keys []string, n int, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	waitFor(t, timeout, fmt.Sprintf("%d keys x %d events handled", len(keys), n), func() bool {
+	testkit.WaitFor(t, timeout, fmt.Sprintf("%d keys x %d events handled", len(keys), n), func() bool {
 		for _, k := range keys {
 			got, _ := dedupFirst(logOf(t, rdb, k))
 			if len(got) < n {
@@ -284,7 +285,7 @@ func frozenLinkRun(t *testing.T) {
 	proxy.Freeze()
 	frozen := time.Now()
 	defer proxy.Thaw()
-	waitFor(t, 5*ttl, "b starts the key", func() bool {
+	testkit.WaitFor(t, 5*ttl, "b starts the key", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return !startedB.IsZero()
@@ -319,7 +320,7 @@ func TestSameInstanceIDTwoProcesses(t *testing.T) {
 	p2 := startProc(t, srv.URL, "same", time.Second, 2*time.Millisecond)
 	done := backgroundPublish(t, b, d, keys, perKey, 5*time.Millisecond)
 	owners := map[string]bool{}
-	waitFor(t, 20*time.Second, "both processes own partitions", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "both processes own partitions", func() bool {
 		for _, k := range keys {
 			if v := rdb.Get(context.Background(), keyspace.SingleNode.LeaseKey(keyspace.SingleNode.PartitionStream("order", k), "Projector")).Val(); v != "" {
 				owners[ownerOf(v)] = true
@@ -382,7 +383,7 @@ func TestDoubleLossOpensOneSession(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 5*time.Second, "every key owned", func() bool { return len(e.Owned()) == len(keys) })
+	testkit.WaitFor(t, 5*time.Second, "every key owned", func() bool { return len(e.Owned()) == len(keys) })
 	in := e.sess.live()
 	mu.Lock()
 	oldGens = map[int64]bool{}
@@ -404,7 +405,7 @@ func TestDoubleLossOpensOneSession(t *testing.T) {
 	noticed = true
 	mu.Unlock()
 	e.kickDiscovery()
-	waitFor(t, 5*time.Second, "a new session owns every key", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "a new session owns every key", func() bool {
 		n := e.sess.live()
 		return n != nil && n != in && len(e.Owned()) == len(keys)
 	})
@@ -484,10 +485,10 @@ func TestHealthFollowsRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	const ttl = time.Second
 	e := startEngine(t, srv, testDomain(t, func(context.Context, Event) error { return nil }, nil), "i1", ttl)
-	waitFor(t, 5*time.Second, "ready", func() bool { ok, _ := e.Health(); return ok })
+	testkit.WaitFor(t, 5*time.Second, "ready", func() bool { ok, _ := e.Health(); return ok })
 	srv.Stop()
 	var reason string
-	waitFor(t, 3*ttl, "not ready while Redis is down", func() bool {
+	testkit.WaitFor(t, 3*ttl, "not ready while Redis is down", func() bool {
 		var ok bool
 		ok, reason = e.Health()
 		return !ok
@@ -498,7 +499,7 @@ func TestHealthFollowsRedis(t *testing.T) {
 	}
 	srv.StartAgain()
 	back := time.Now()
-	waitFor(t, 2*ttl, "ready again after Redis is back", func() bool { ok, _ := e.Health(); return ok })
+	testkit.WaitFor(t, 2*ttl, "ready again after Redis is back", func() bool { ok, _ := e.Health(); return ok })
 	t.Logf("ready %v after Redis was back", time.Since(back).Round(time.Millisecond))
 }
 
@@ -533,14 +534,14 @@ func TestOutageLogsOncePerCause(t *testing.T) {
 	for _, k := range keys {
 		publish(t, b, d, k, 0, false)
 	}
-	waitFor(t, 5*time.Second, "every key owned", func() bool { return len(e.Owned()) == len(keys) })
+	testkit.WaitFor(t, 5*time.Second, "every key owned", func() bool { return len(e.Owned()) == len(keys) })
 	logs.mu.Lock()
 	clear(logs.counts)
 	logs.mu.Unlock()
 	srv.Stop()
 	time.Sleep(3 * time.Second)
 	srv.StartAgain()
-	waitFor(t, 5*time.Second, "every key owned again", func() bool { return len(e.Owned()) == len(keys) && allOwned(srv.Client(t), keys) })
+	testkit.WaitFor(t, 5*time.Second, "every key owned again", func() bool { return len(e.Owned()) == len(keys) && allOwned(srv.Client(t), keys) })
 	logs.mu.Lock()
 	defer logs.mu.Unlock()
 	warn := 0

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -42,7 +43,7 @@ func TestReplicaWaitAtLeaseTaking(t *testing.T) {
 	}
 	before := redistest.CommandCalls(t, prc, "wait")
 	startEngineWith(t, primary, d, "i1", func(c *EngineConfig) { c.MinReplicas = 1 })
-	waitFor(t, 5*time.Second, "every key handled", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "every key handled", func() bool {
 		for _, k := range keys {
 			if len(logOf(t, prc, k)) != 1 {
 				return false
@@ -78,7 +79,7 @@ func TestReplicaNoWaitByDefault(t *testing.T) {
 	before := redistest.CommandCalls(t, prc, "wait")
 	startEngine(t, primary, d, "i1", time.Second)
 	ref := HeadRef{Group: "Projector", Category: "order", Key: "B"}
-	waitFor(t, 5*time.Second, "B halted", func() bool { h, _ := b.Halt(ctx, ref); return h != nil })
+	testkit.WaitFor(t, 5*time.Second, "B halted", func() bool { h, _ := b.Halt(ctx, ref); return h != nil })
 	if err := b.Skip(ctx, ref, poison.EntryID, false); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestReplicaShortfallAtLeaseTaking(t *testing.T) {
 		publish(t, b, d, k, 1, false)
 	}
 	replica.Stop()
-	var logs syncBuffer
+	var logs testkit.Buffer
 	e := startEngineWith(t, primary, d, "i1", func(c *EngineConfig) {
 		c.MinReplicas = 1
 		c.ReplicaTimeout = 200 * time.Millisecond
@@ -130,7 +131,7 @@ func TestReplicaShortfallAtLeaseTaking(t *testing.T) {
 
 	replica.StartAgain()
 	replica.WaitLinkUp(t)
-	waitFor(t, 5*time.Second, "every key handled after the replica came back", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "every key handled after the replica came back", func() bool {
 		for _, k := range keys {
 			if len(logOf(t, prc, k)) != 1 {
 				return false
@@ -157,7 +158,7 @@ func TestReplicaWaitAfterOperatorActions(t *testing.T) {
 	haltedOn := func() string {
 		t.Helper()
 		var h *HaltRecord
-		waitFor(t, 5*time.Second, "A halted", func() bool { h, _ = b.Halt(ctx, ref); return h != nil })
+		testkit.WaitFor(t, 5*time.Second, "A halted", func() bool { h, _ = b.Halt(ctx, ref); return h != nil })
 		return h.EntryID
 	}
 	waits := func() int64 { return redistest.CommandCalls(t, prc, "wait") }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -142,9 +143,9 @@ func runFault(t *testing.T, tg redisTarget, maxUnacked int, bounded bool, fault 
 		}
 		return c
 	}
-	waitFor(t, 20*time.Second, "a third applied", func() bool { return count() >= len(events)/3 })
+	testkit.WaitFor(t, 20*time.Second, "a third applied", func() bool { return count() >= len(events)/3 })
 	fault()
-	waitFor(t, 30*time.Second, "every event applied", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every event applied", func() bool {
 		sink.mu.Lock()
 		defer sink.mu.Unlock()
 		for _, k := range keys {

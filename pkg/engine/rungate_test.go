@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seqctl/seqctl/internal/testkit"
 )
 
 // The run gate lets at most its tokens' worth of worker goroutines run at once, starts
@@ -35,7 +37,7 @@ func TestRunGate(t *testing.T) {
 			w.ungate() // a second call gives nothing back
 		})
 	}
-	waitFor(t, 5*time.Second, "the first runs started", func() bool { return running.Load() == tokens })
+	testkit.WaitFor(t, 5*time.Second, "the first runs started", func() bool { return running.Load() == tokens })
 
 	// A worker whose lease ended passes the full gate.
 	ctx, cancel := context.WithCancel(context.Background())

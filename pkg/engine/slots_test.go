@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 )
 
 func granted(t *slotTicket) bool {
@@ -133,7 +134,7 @@ func TestWaitingForASlotIsNotAnAttempt(t *testing.T) {
 		publish(t, b, d, k, 1, false)
 	}
 	sawWaiting := false
-	waitFor(t, 10*time.Second, "every event handled", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "every event handled", func() bool {
 		if st := e.Stats(); st.Slots.Waiting > 0 {
 			sawWaiting = true
 		}
@@ -180,7 +181,7 @@ func TestShutdownEndsSlotWaitsWithoutAnAttempt(t *testing.T) {
 		publish(t, b, d1, k, 1, false)
 	}
 	first := <-started
-	waitFor(t, 5*time.Second, "three partitions waiting", func() bool { return e1.Stats().Slots.Waiting == 3 })
+	testkit.WaitFor(t, 5*time.Second, "three partitions waiting", func() bool { return e1.Stats().Slots.Waiting == 3 })
 	go func() { time.Sleep(100 * time.Millisecond); close(release) }()
 	if err := e1.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -200,7 +201,7 @@ func TestShutdownEndsSlotWaitsWithoutAnAttempt(t *testing.T) {
 		return nil
 	}, nil)
 	startEngine(t, srv, d2, "i2", 2*time.Second)
-	waitFor(t, 5*time.Second, "the waiting partitions handled by i2", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the waiting partitions handled by i2", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(attempts) == 3

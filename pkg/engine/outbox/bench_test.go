@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 )
 
 // benchDialects runs fn per dialect; PostgreSQL skips (fails under CI=true) without a server.
@@ -115,7 +116,7 @@ func BenchmarkCommitToStreamLatency(b *testing.B) {
 			r := e.relay(b, nil, func(c *RelayConfig) { c.PollInterval = 0; c.LeaseTTL = DefaultLeaseTTL })
 			run(b, r)
 			if v.dialect == Postgres {
-				waitFor(b, 5*time.Second, "LISTEN", func() bool { return r.Stats().Listening })
+				testkit.WaitFor(b, 5*time.Second, "LISTEN", func() bool { return r.Stats().Listening })
 			}
 			ctx := context.Background()
 			last := "0"

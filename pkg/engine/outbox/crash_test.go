@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -115,7 +116,7 @@ func TestRelayCrashBetweenAppendAndMarkPublishesOnce(t *testing.T) {
 		// A new relay takes over once the dead one's lease expires.
 		r := e.relay(t, nil, nil)
 		var total DrainResult
-		waitFor(t, 10*time.Second, "the new relay to publish every row", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the new relay to publish every row", func() bool {
 			res, err := r.Drain(context.Background())
 			if err != nil {
 				t.Fatal(err)

@@ -392,18 +392,6 @@ func (e *env) stream(tb testing.TB, name string) []entry {
 	return out
 }
 
-// waitFor polls cond every 10 ms until it holds or the timeout passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func (e *env) countStatus(tb testing.TB, s Status) int {
 	tb.Helper()
 	n := 0

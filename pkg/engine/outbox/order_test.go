@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -64,7 +65,7 @@ func TestFailingRowHoldsBackItsKeyOnly(t *testing.T) {
 		}
 		run(t, e.relay(t, pub, nil))
 
-		waitFor(t, 10*time.Second, "c-2 published and c-1's head retried twice", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "c-2 published and c-1's head retried twice", func() bool {
 			return len(e.stream(t, "order:c-2")) == 3 && pub.attempts("c-1") >= 3
 		})
 		if got := e.stream(t, "order:c-1"); len(got) != 0 {
@@ -81,7 +82,7 @@ func TestFailingRowHoldsBackItsKeyOnly(t *testing.T) {
 		}
 
 		pub.fail("")
-		waitFor(t, 10*time.Second, "c-1 published after the failure cleared", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "c-1 published after the failure cleared", func() bool {
 			return len(e.stream(t, "order:c-1")) == 3
 		})
 		for key, ids := range map[string][]string{"order:c-1": c1, "order:c-2": c2} {
@@ -125,7 +126,7 @@ func TestLongBacklogBehindFailingKeyDoesNotStarveOtherKeys(t *testing.T) {
 		for n := 1; n <= 5; n++ {
 			free = append(free, e.enqueue(t, Event{Type: "OrderPlaced", Data: orderData("free", n)}).EventID)
 		}
-		waitFor(t, 10*time.Second, "the other key published", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the other key published", func() bool {
 			if _, err := r.Drain(ctx); err != nil {
 				t.Fatal(err)
 			}

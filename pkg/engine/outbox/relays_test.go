@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -90,7 +91,7 @@ func testTwoRelays(t *testing.T, e *env) {
 		}
 	}
 	stop1 := run(t, r1)
-	waitFor(t, 5*time.Second, "r1 to publish", func() bool { return r1.Stats().Published > 0 })
+	testkit.WaitFor(t, 5*time.Second, "r1 to publish", func() bool { return r1.Stats().Published > 0 })
 	run(t, r2)
 
 	var wg sync.WaitGroup
@@ -133,7 +134,7 @@ func testTwoRelays(t *testing.T, e *env) {
 		return
 	}
 	total := writers*perWriter + early + early/4
-	waitFor(t, 20*time.Second, "every row published", func() bool { return e.countStatus(t, StatusPublished) == total })
+	testkit.WaitFor(t, 20*time.Second, "every row published", func() bool { return e.countStatus(t, StatusPublished) == total })
 
 	rows := e.rows(t)
 	byEvent := map[string]stored{}
@@ -240,7 +241,7 @@ func TestStalledRelayIsFenced(t *testing.T) {
 		<-st.stalled
 
 		fresh := e.relay(t, nil, func(c *RelayConfig) { c.Owner = "fresh" })
-		waitFor(t, 5*time.Second, "the fresh relay to take over and publish", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the fresh relay to take over and publish", func() bool {
 			if _, err := fresh.Drain(context.Background()); err != nil {
 				t.Fatal(err)
 			}

@@ -1,37 +1,18 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
-
-// lockedBuffer is a log destination safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // With min_replicas = 1 a relay round WAITs for the replica once before it marks its rows
 // PUBLISHED. With the replica stopped, the rows are appended but not marked, and the relay
@@ -81,13 +62,13 @@ func TestRelayWaitsForReplicas(t *testing.T) {
 				t.Errorf("row %s: status %s, last error %q; want unpublished with the shortfall as the reason", id, rw.Status, rw.LastError)
 			}
 		}
-		var logs lockedBuffer
+		var logs testkit.Buffer
 		r := e.relay(t, nil, func(c *RelayConfig) {
 			replicated(c)
 			c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		})
 		stop := run(t, r)
-		waitFor(t, 5*time.Second, "the relay to log the shortfall", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the relay to log the shortfall", func() bool {
 			return strings.Contains(logs.String(), "0 of the 1 required replicas")
 		})
 		stop()
@@ -106,7 +87,7 @@ func TestRelayWaitsForReplicas(t *testing.T) {
 		// The replica is back: the rows are marked, each appended once.
 		replica.StartAgain()
 		replica.WaitLinkUp(t)
-		waitFor(t, 5*time.Second, "every row published", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "every row published", func() bool {
 			if _, err := e.relay(t, nil, replicated).Drain(ctx); err != nil {
 				t.Logf("Drain: %v", err)
 			}

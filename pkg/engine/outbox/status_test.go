@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/seqctl/seqctl/internal/testkit"
 )
 
 func TestStatusReportsCountsBacklogAndReasons(t *testing.T) {
@@ -166,10 +168,10 @@ func TestPostgresNotifyWakesTheRelay(t *testing.T) {
 	e := newEnv(t, Postgres, domainOpts{})
 	r := e.relay(t, nil, func(c *RelayConfig) { c.PollInterval = time.Minute; c.LeaseTTL = 10 * time.Minute })
 	run(t, r)
-	waitFor(t, 5*time.Second, "the LISTEN connection", func() bool { return r.Stats().Listening })
+	testkit.WaitFor(t, 5*time.Second, "the LISTEN connection", func() bool { return r.Stats().Listening })
 	for n := 1; n <= 3; n++ {
 		en := e.enqueue(t, Event{Type: "OrderPlaced", Data: orderData("c-1", n)})
-		waitFor(t, 5*time.Second, "the relay to be woken by NOTIFY", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the relay to be woken by NOTIFY", func() bool {
 			return e.row(t, en.EventID).Status == StatusPublished
 		})
 	}

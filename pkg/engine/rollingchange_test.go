@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -94,7 +95,7 @@ func TestProcessManagerFlagChangeNeverSharesAStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range streams {
-		waitFor(t, 20*time.Second, s+" handled", func() bool {
+		testkit.WaitFor(t, 20*time.Second, s+" handled", func() bool {
 			got, _ := dedupFirst(intsOf(rdb.LRange(context.Background(), "t:log:"+s, 0, -1).Val()))
 			return len(got) >= n
 		})
@@ -155,7 +156,7 @@ func TestBackfillLaneDrainedWithLanesOff(t *testing.T) {
 			t.Fatalf("handled %v of 3 events (the backfill lane was not drained)", handled)
 		}
 	}
-	waitFor(t, 10*time.Second, "the partition reaped with both lanes", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the partition reaped with both lanes", func() bool {
 		n, _ := rdb.Exists(context.Background(), "order:K", "order:K:backfill").Result()
 		return n == 0 && !rdb.SIsMember(context.Background(), keyspace.SingleNode.PartitionIndex("order"), "K").Val()
 	})

@@ -9,8 +9,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 )
 
 // The fault tests run engine instances as separate OS processes: the test binary itself,
@@ -101,7 +100,7 @@ func (nopTB) Fatalf(f string, args ...any) {
 // proc is an engine instance running in its own process.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *lockedWriter
+	stderr *testkit.Buffer
 	exited chan error
 }
 
@@ -124,7 +123,7 @@ func startProcOn(tb testing.TB, tg redisTarget, id string, ttl time.Duration, wo
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &proc{cmd: cmd, stderr: &lockedWriter{}, exited: make(chan error, 1)}
+	p := &proc{cmd: cmd, stderr: &testkit.Buffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
@@ -152,20 +151,3 @@ func startProcOn(tb testing.TB, tg redisTarget, id string, ttl time.Duration, wo
 }
 
 func (p *proc) signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }
-
-type lockedWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *lockedWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(b)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
