@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
@@ -34,7 +35,7 @@ func TestActions(t *testing.T) {
 	if err := act(admin.ActionRetry, w.poison.EntryID, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "halted again after the retry", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "halted again after the retry", func() bool {
 		h, err := adm.Head(ctx, "order:A", "Projector")
 		return err == nil && h.Status == admin.HeadHalted && h.Attempts == 3
 	})
@@ -46,7 +47,7 @@ func TestActions(t *testing.T) {
 	if res.DLQStream != "order:A:dlq" || res.Outcome != admin.OutcomeOK {
 		t.Errorf("dlq result = %+v", res)
 	}
-	waitFor(t, 10*time.Second, "order:A resumed", func() bool { return len(logOf(t, w.rdb, "A")) == 4 })
+	testkit.WaitFor(t, 10*time.Second, "order:A resumed", func() bool { return len(logOf(t, w.rdb, "A")) == 4 })
 	dlq, err := adm.DLQ(ctx, "order:A")
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +78,7 @@ func TestActions(t *testing.T) {
 	if left, _ := adm.DLQ(ctx, "order:A"); len(left) != 0 {
 		t.Errorf("DLQ after the replay = %+v, want empty", left)
 	}
-	waitFor(t, 10*time.Second, "halted on the replayed entry", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "halted on the replayed entry", func() bool {
 		h, err := adm.Head(ctx, "order:A", "Projector")
 		return err == nil && h.Status == admin.HeadHalted && h.ID == rr.EntryID
 	})
@@ -145,7 +146,7 @@ func TestActionsWaitForReplicas(t *testing.T) {
 	}
 	haltedOn := func(id string, attempts int64) {
 		t.Helper()
-		waitFor(t, 10*time.Second, "halted on "+id, func() bool {
+		testkit.WaitFor(t, 10*time.Second, "halted on "+id, func() bool {
 			h, err := adm.Head(ctx, "order:A", "Projector")
 			return err == nil && h.Status == admin.HeadHalted && h.ID == id && h.Attempts == attempts
 		})

@@ -440,3 +440,18 @@ func (a *Admin) indexed(ctx context.Context, c redis.Cmdable, p PartitionName) *
 	}
 	return c.SIsMember(ctx, a.keys.PartitionIndex(p.Category), p.Key)
 }
+
+// execTolerant runs a pipeline, accepting Redis reply errors of single commands (a
+// missing stream answers XINFO with an error, a missing key GET with nil) and failing on
+// anything else (the connection).
+func execTolerant(ctx context.Context, pipe redis.Pipeliner) error {
+	_, err := pipe.Exec(ctx)
+	if err == nil || errors.Is(err, redis.Nil) {
+		return nil
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return nil
+	}
+	return translate(err)
+}

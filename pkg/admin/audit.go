@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Outcomes of an operator action, as recorded in the audit log.
@@ -209,7 +210,7 @@ func (a *Admin) AuditEntries(ctx context.Context, q AuditQuery) ([]AuditEntry, e
 func auditEntryOf(m redis.XMessage) AuditEntry {
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
 	return AuditEntry{
-		ID: m.ID, Time: time.UnixMilli(idMillis(m.ID)).UTC(),
+		ID: m.ID, Time: time.UnixMilli(int64(keyspace.ParseStreamID(m.ID).MS)).UTC(),
 		User: str("user"), RedisUser: str("redis_user"), Host: str("host"), Command: str("command"), Stream: str("stream"),
 		Handler: str("handler"), EntryID: str("entry"), Outcome: str("outcome"),
 		Detail: str("detail"), Reason: str("reason"),

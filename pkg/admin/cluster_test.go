@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/keyspace"
@@ -64,7 +65,7 @@ func haltedClusterWorld(t *testing.T) *clusterWorld {
 	for _, k := range w.halted {
 		waitHalted(t, w.broker, k)
 	}
-	waitFor(t, 10*time.Second, "the healthy partition drained", func() bool { return len(logOf(t, w.rdb, w.healthy)) == 2 })
+	testkit.WaitFor(t, 10*time.Second, "the healthy partition drained", func() bool { return len(logOf(t, w.rdb, w.healthy)) == 2 })
 	return w
 }
 
@@ -89,7 +90,7 @@ func TestClusterListPartitions(t *testing.T) {
 	}
 	slices.SortFunc(want, func(x, y summary) int { return admin.NaturalCompare(x.Stream, y.Stream) })
 	var got []summary
-	waitFor(t, 5*time.Second, "every partition listed as expected", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "every partition listed as expected", func() bool {
 		all, err := adm.ListPartitions(ctx, admin.Filter{})
 		if err != nil {
 			t.Fatal(err)
@@ -188,7 +189,7 @@ func TestClusterActionsAndDLQ(t *testing.T) {
 		}
 	}
 	for _, k := range w.halted {
-		waitFor(t, 10*time.Second, "order:"+k+" resumed", func() bool { return cmp.Equal(logOf(t, w.rdb, k), []string{"0", "2"}) })
+		testkit.WaitFor(t, 10*time.Second, "order:"+k+" resumed", func() bool { return cmp.Equal(logOf(t, w.rdb, k), []string{"0", "2"}) })
 	}
 
 	dlqs, err := adm.DLQs(ctx)
@@ -227,7 +228,7 @@ func TestClusterActionsAndDLQ(t *testing.T) {
 	if rr.Stream != clusterStream(k) {
 		t.Errorf("replay result = %+v, want it published to %s", rr, clusterStream(k))
 	}
-	waitFor(t, 10*time.Second, "the replayed event handled", func() bool { return cmp.Equal(logOf(t, w.rdb, k), []string{"0", "2", "1"}) })
+	testkit.WaitFor(t, 10*time.Second, "the replayed event handled", func() bool { return cmp.Equal(logOf(t, w.rdb, k), []string{"0", "2", "1"}) })
 	if left, err := adm.DLQ(ctx, clusterStream(k)); err != nil || len(left) != 0 {
 		t.Errorf("DLQ after the replay = %+v, %v; want empty", left, err)
 	}

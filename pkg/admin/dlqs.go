@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // DLQSummary is one partition's dead-letter stream: a row of 'seqctl dlq list' without a
@@ -68,7 +70,7 @@ func (a *Admin) DLQs(ctx context.Context) ([]DLQSummary, error) {
 		s := DLQSummary{Stream: p.Stream(), DLQStream: n, Category: p.Category, Key: p.Key, Length: c.n.Val()}
 		if f := c.first.Val(); len(f) > 0 {
 			s.OldestID = f[0].ID
-			s.OldestAgeMS = max(now.Val().UnixMilli()-idMillis(s.OldestID), 0)
+			s.OldestAgeMS = max(now.Val().UnixMilli()-int64(keyspace.ParseStreamID(s.OldestID).MS), 0)
 		}
 		if l := c.last.Val(); len(l) > 0 {
 			s.NewestID = l[0].ID

@@ -10,7 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/seqctl/seqctl/internal/enginetest"
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -71,19 +73,7 @@ func startEngine(tb testing.TB, srv *redistest.Server, d *engine.Domain, id stri
 // startEngineOn is startEngine over any client: one node or a Redis Cluster.
 func startEngineOn(tb testing.TB, rdb redis.UniversalClient, d *engine.Domain, id string) *engine.Engine {
 	tb.Helper()
-	e, err := engine.New(engine.EngineConfig{
-		Domain: d, Client: rdb, InstanceID: id,
-		Timing:            engine.LeaseTiming{LeaseTTL: 2 * time.Second, HeartbeatInterval: 400 * time.Millisecond, PollInterval: 50 * time.Millisecond},
-		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = e.Shutdown(context.Background()) })
-	return e
+	return enginetest.Start(tb, engine.EngineConfig{Domain: d, Client: rdb, InstanceID: id})
 }
 
 func publish(tb testing.TB, b *engine.RedisBroker, d *engine.Domain, key string, seq int, poison bool) engine.Published {
@@ -96,23 +86,11 @@ func publish(tb testing.TB, b *engine.RedisBroker, d *engine.Domain, key string,
 	return p
 }
 
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-}
-
 // waitHalted waits until the Projector has halted on the partition key of "order".
 func waitHalted(tb testing.TB, b *engine.RedisBroker, key string) {
 	tb.Helper()
 	ref := engine.HeadRef{Group: "Projector", Category: "order", Key: key}
-	waitFor(tb, 20*time.Second, "order:"+key+" halted", func() bool {
+	testkit.WaitFor(tb, 20*time.Second, "order:"+key+" halted", func() bool {
 		h, err := b.Halt(context.Background(), ref)
 		return err == nil && h != nil
 	})
@@ -170,6 +148,6 @@ func haltedWorld(t *testing.T) *world {
 		publish(t, w.broker, w.dom, "B", seq, false)
 	}
 	waitHalted(t, w.broker, "A")
-	waitFor(t, 10*time.Second, "order:B drained", func() bool { return len(logOf(t, w.rdb, "B")) == 3 })
+	testkit.WaitFor(t, 10*time.Second, "order:B drained", func() bool { return len(logOf(t, w.rdb, "B")) == 3 })
 	return w
 }

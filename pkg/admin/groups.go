@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Group is one consumer group of one category, as the group registry and the streams
@@ -207,8 +208,8 @@ func leaseOwner(l *redis.StringCmd) string {
 	if l.Err() != nil {
 		return ""
 	}
-	owner, _ := splitLease(l.Val())
-	return owner
+	lease, _ := keyspace.ParseLease(l.Val())
+	return lease.Owner
 }
 
 // tally counts the group's live leases and halted units, and adds up, over the streams of

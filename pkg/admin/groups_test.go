@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
@@ -38,7 +39,7 @@ func TestGroupsListAndRemove(t *testing.T) {
 		publish(t, b, d, "A", seq, false)
 		publish(t, b, d, "B", seq, false)
 	}
-	waitFor(t, 10*time.Second, "Projector handled everything", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "Projector handled everything", func() bool {
 		return len(logOf(t, rdb, "A")) == 3 && len(logOf(t, rdb, "B")) == 3
 	})
 
@@ -51,7 +52,7 @@ func TestGroupsListAndRemove(t *testing.T) {
 	}
 	var gs []admin.Group
 	var err error
-	waitFor(t, 5*time.Second, "every ack applied", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "every ack applied", func() bool {
 		if gs, err = adm.Groups(ctx, ""); err != nil {
 			t.Fatal(err)
 		}

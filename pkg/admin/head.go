@@ -219,7 +219,7 @@ func (a *Admin) headOf(ctx context.Context, p PartitionName, ref engine.HeadRef,
 			return nil, nil
 		}
 	}
-	h.AgeMS = max(now.UnixMilli()-idMillis(h.ID), 0)
+	h.AgeMS = max(now.UnixMilli()-int64(keyspace.ParseStreamID(h.ID).MS), 0)
 	msgs, err := a.rdb.XRange(ctx, h.Lane, h.ID, h.ID).Result()
 	if err != nil && !isNoKey(err) {
 		return nil, translate(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 )
 
@@ -36,7 +37,7 @@ func TestHeadAndInspect(t *testing.T) {
 		t.Errorf("Mailer head = %+v, want the first entry, undelivered", h)
 	}
 	// B is caught up for the Projector.
-	waitFor(t, 5*time.Second, "order:B caught up", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "order:B caught up", func() bool {
 		_, err := adm.Head(ctx, "order:B", "Projector")
 		return errors.Is(err, admin.ErrNotFound)
 	})

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Inspection is everything about one partition: its lanes, each handler's lease, halt
@@ -300,12 +301,12 @@ func (a *Admin) lease(ctx context.Context, ref engine.HeadRef) (*Lease, error) {
 	if err != nil {
 		return nil, translate(err)
 	}
-	owner, gen := splitLease(v)
-	l := &Lease{Owner: owner, Instance: instanceOf(owner), Generation: gen}
-	if owner == "" || strings.ContainsAny(owner, " \t") {
+	lv, _ := keyspace.ParseLease(v)
+	l := &Lease{Owner: lv.Owner, Instance: keyspace.InstanceOfOwner(lv.Owner), Generation: lv.Generation}
+	if l.Owner == "" || strings.ContainsAny(l.Owner, " \t") {
 		return l, nil
 	}
-	ttl, err := a.rdb.PTTL(ctx, a.keys.SessionKey(owner)).Result()
+	ttl, err := a.rdb.PTTL(ctx, a.keys.SessionKey(l.Owner)).Result()
 	if err != nil {
 		return nil, translate(err)
 	}

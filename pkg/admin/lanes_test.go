@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
@@ -34,7 +35,7 @@ func TestBackfillLane(t *testing.T) {
 	for _, opts := range []admin.Options{{}, {Lanes: admin.LanesOn}} {
 		adm := admin.New(rdb, opts)
 		var ps []admin.Partition
-		waitFor(t, 10*time.Second, "halted on the backfill lane", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "halted on the backfill lane", func() bool {
 			var err error
 			ps, err = adm.ListPartitions(ctx, admin.Filter{Halted: true})
 			return err == nil && len(ps) == 1

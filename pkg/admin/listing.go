@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // categories returns the categories to list: the filter's, the topology's, or the
@@ -309,10 +310,11 @@ func (r *row) resolveUnit() {
 		}
 	}
 	if lease != nil && lease.Err() == nil {
-		r.owner, r.gen = splitLease(lease.Val())
+		l, _ := keyspace.ParseLease(lease.Val())
+		r.owner, r.gen = l.Owner, l.Generation
 	}
 	if halt != nil {
-		r.p.Halt = haltFromHash(halt.Val())
+		r.p.Halt = keyspace.DecodeHalt(halt.Val())
 	}
 	if r.p.Halt != nil {
 		r.p.HaltedEntryID = r.p.Halt.EntryID
@@ -449,7 +451,7 @@ func (r *row) settleHead(nowMS int64) {
 		p.HeadID = r.headNext.Val()[0].ID
 	}
 	if p.HeadID != "" {
-		p.HeadAgeMS = max(nowMS-idMillis(p.HeadID), 0)
+		p.HeadAgeMS = max(nowMS-int64(keyspace.ParseStreamID(p.HeadID).MS), 0)
 	}
 }
 
@@ -469,7 +471,7 @@ func stateOf(p *Partition) State {
 // keeps reports whether the filter keeps a listed partition by its live owner and state
 // (the rest of the filter applies earlier, before those are known).
 func (f Filter) keeps(p *Partition) bool {
-	if f.Owner != "" && p.Owner != f.Owner && instanceOf(p.Owner) != f.Owner {
+	if f.Owner != "" && p.Owner != f.Owner && keyspace.InstanceOfOwner(p.Owner) != f.Owner {
 		return false
 	}
 	return len(f.States) == 0 || slices.Contains(f.States, p.State)

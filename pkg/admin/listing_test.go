@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -25,7 +26,7 @@ func TestListPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	var all []admin.Partition
-	waitFor(t, 5*time.Second, "order:B acknowledged", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "order:B acknowledged", func() bool {
 		var err error
 		all, err = adm.ListPartitions(ctx, admin.Filter{})
 		if err != nil {
@@ -207,7 +208,7 @@ func TestProcessManagerDetection(t *testing.T) {
 	}
 	adm := admin.New(rdb, admin.Options{})
 	var ps []admin.Partition
-	waitFor(t, 10*time.Second, "the correlation value halted", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the correlation value halted", func() bool {
 		ps, err = adm.ListPartitions(ctx, admin.Filter{Halted: true})
 		return err == nil && len(ps) == 2
 	})
@@ -232,7 +233,7 @@ func TestProcessManagerDetection(t *testing.T) {
 	if _, err := adm.Act(ctx, admin.Action{Kind: admin.ActionSkip, Stream: "payment:o-1", Handler: "Fulfillment", ExpectID: bad.EntryID}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "resumed", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "resumed", func() bool {
 		ps, err = adm.ListPartitions(ctx, admin.Filter{Halted: true})
 		return err == nil && len(ps) == 0
 	})

@@ -5,12 +5,13 @@ import (
 	"context"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/teatest"
+
+	"github.com/seqctl/seqctl/internal/testkit"
 )
 
 // TestProgram runs the whole program: it starts, shows the first snapshot, picks up a
@@ -55,7 +56,7 @@ func TestRunStopsWithContext(t *testing.T) {
 	defer cancel()
 	in, inW := io.Pipe()
 	defer inW.Close()
-	out := &syncBuffer{}
+	out := &testkit.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Options{Source: newFake(fixture(true)), NoColor: true}, in, out)
@@ -83,21 +84,4 @@ func TestRunStopsWithContext(t *testing.T) {
 	if err := Run(ctx, Options{}, in, out); err == nil {
 		t.Error("Run without a Source: no error")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
