@@ -31,10 +31,7 @@ func (c AckMany) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
 // is gone (nothing acknowledged), else one count per lane, AckFenced for a lane whose
 // lease is not the caller's.
 func ParseAckMany(cmd *redis.Cmd) (counts []int64, sessionGone bool, err error) {
-	if cmd.Err() != nil {
-		return nil, false, cmd.Err()
-	}
-	res, err := ints("ackmany.lua", cmd.Val())
+	res, err := ints("ackmany.lua", cmd)
 	if err != nil {
 		return nil, false, err
 	}

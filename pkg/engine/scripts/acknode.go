@@ -26,8 +26,5 @@ func (c AckNode) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
 // ParseAckNode reads the reply of a queued call: one count per lane, AckFenced or
 // AckNotServed where nothing was done.
 func ParseAckNode(cmd *redis.Cmd) ([]int64, error) {
-	if cmd.Err() != nil {
-		return nil, cmd.Err()
-	}
-	return ints("acknode.lua", cmd.Val())
+	return ints("acknode.lua", cmd)
 }

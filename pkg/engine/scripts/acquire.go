@@ -59,10 +59,7 @@ func (c Acquire) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
 
 // ParseAcquire reads the reply of a queued call.
 func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
-	code, rest, err := head("acquire.lua", cmd.Val())
-	if cmd.Err() != nil {
-		return AcquireReply{}, cmd.Err()
-	}
+	code, rest, err := head("acquire.lua", cmd)
 	if err != nil {
 		return AcquireReply{}, err
 	}

@@ -85,22 +85,17 @@ func (c Drain) args() ([]string, []any) {
 
 // Run calls the script.
 func (c Drain) Run(ctx context.Context, rdb redis.Scripter) (DrainReply, error) {
-	keys, args := c.args()
-	return ParseDrain(drainScript.Run(ctx, rdb, keys, args...))
+	return ParseDrain(drainScript.run(ctx, rdb, c))
 }
 
 // EvalSha queues the call on a pipeline or a transaction.
 func (c Drain) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
-	keys, args := c.args()
-	return drainScript.EvalSha(ctx, pipe, keys, args...)
+	return drainScript.evalSha(ctx, pipe, c)
 }
 
 // ParseDrain reads the reply of a call.
 func ParseDrain(cmd *redis.Cmd) (DrainReply, error) {
-	if cmd.Err() != nil {
-		return DrainReply{}, cmd.Err()
-	}
-	code, rest, err := head("drain.lua", cmd.Val())
+	code, rest, err := head("drain.lua", cmd)
 	if err != nil {
 		return DrainReply{}, err
 	}

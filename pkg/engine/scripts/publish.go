@@ -64,24 +64,19 @@ func (c Publish) args() ([]string, []any) {
 	return keys, args
 }
 
-// Run calls the script.
-func (c Publish) Run(ctx context.Context, rdb redis.Scripter) (PublishReply, error) {
-	keys, args := c.args()
-	return ParsePublish(publishScript.Run(ctx, rdb, keys, args...))
-}
-
 // EvalSha queues the call on a pipeline (see RunPipelined).
 func (c Publish) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
-	keys, args := c.args()
-	return publishScript.EvalSha(ctx, pipe, keys, args...)
+	return publishScript.evalSha(ctx, pipe, c)
+}
+
+// Run calls the script.
+func (c Publish) Run(ctx context.Context, rdb redis.Scripter) (PublishReply, error) {
+	return ParsePublish(publishScript.run(ctx, rdb, c))
 }
 
 // ParsePublish reads the reply of a call.
 func ParsePublish(cmd *redis.Cmd) (PublishReply, error) {
-	if cmd.Err() != nil {
-		return PublishReply{}, cmd.Err()
-	}
-	code, rest, err := head("publish.lua", cmd.Val())
+	code, rest, err := head("publish.lua", cmd)
 	if err != nil {
 		return PublishReply{}, err
 	}

@@ -82,10 +82,7 @@ func (c Reap) Run(ctx context.Context, rdb redis.Scripter) (ReapReply, error) {
 		args = registryArgs(args, c.RegistryNames)
 	}
 	cmd := reapScript.Run(ctx, rdb, keys, args...)
-	if cmd.Err() != nil {
-		return ReapReply{}, cmd.Err()
-	}
-	code, rest, err := head("reap.lua", cmd.Val())
+	code, rest, err := head("reap.lua", cmd)
 	if err != nil {
 		return ReapReply{}, err
 	}

@@ -47,8 +47,5 @@ func (c Renew) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
 
 // ParseRenew reads the reply of a queued call: one answer per lease.
 func ParseRenew(cmd *redis.Cmd) ([]int64, error) {
-	if cmd.Err() != nil {
-		return nil, cmd.Err()
-	}
-	return ints("renew.lua", cmd.Val())
+	return ints("renew.lua", cmd)
 }

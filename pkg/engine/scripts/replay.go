@@ -31,10 +31,7 @@ func (c Replay) Run(ctx context.Context, rdb redis.Scripter) (r PublishReply, go
 		flags, keys[5] = "c", c.IndexedMark
 	}
 	cmd := replayScript.Run(ctx, rdb, keys, c.ID, c.Key, c.Category, flags)
-	if cmd.Err() != nil {
-		return PublishReply{}, false, cmd.Err()
-	}
-	code, rest, err := head("replay.lua", cmd.Val())
+	code, rest, err := head("replay.lua", cmd)
 	if err != nil || code != 1 {
 		return PublishReply{}, err == nil, err
 	}

@@ -54,10 +54,7 @@ func (c Resolve) Run(ctx context.Context, rdb redis.Scripter) (ResolveReply, err
 		args = append(args, "")
 	}
 	cmd := resolveScript.Run(ctx, rdb, []string{c.Halt, c.Lane, c.DLQ, c.Lease}, args...)
-	if cmd.Err() != nil {
-		return ResolveReply{}, cmd.Err()
-	}
-	code, rest, err := head("resolve.lua", cmd.Val())
+	code, rest, err := head("resolve.lua", cmd)
 	if err != nil {
 		return ResolveReply{}, err
 	}

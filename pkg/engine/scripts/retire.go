@@ -58,10 +58,7 @@ func (c Retire) Run(ctx context.Context, rdb redis.Scripter) (RetireReply, error
 		args = append(args, m)
 	}
 	cmd := retireScript.Run(ctx, rdb, keys, args...)
-	if cmd.Err() != nil {
-		return RetireReply{}, cmd.Err()
-	}
-	code, rest, err := head("retire.lua", cmd.Val())
+	code, rest, err := head("retire.lua", cmd)
 	if err != nil {
 		return RetireReply{}, err
 	}

@@ -100,6 +100,21 @@ func Source(name string) string {
 	return ""
 }
 
+// call is a typed call that knows its KEYS and ARGV.
+type call interface{ args() ([]string, []any) }
+
+// run runs c with EVALSHA, falling back to EVAL (which caches the script) on NOSCRIPT.
+func (s *script) run(ctx context.Context, rdb redis.Scripter, c call) *redis.Cmd {
+	keys, args := c.args()
+	return s.Run(ctx, rdb, keys, args...)
+}
+
+// evalSha queues c on a pipeline or a transaction.
+func (s *script) evalSha(ctx context.Context, pipe redis.Pipeliner, c call) *redis.Cmd {
+	keys, args := c.args()
+	return s.EvalSha(ctx, pipe, keys, args...)
+}
+
 // Pipeliner is the part of a client that Load and RunPipelined use.
 type Pipeliner interface{ Pipeline() redis.Pipeliner }
 
@@ -178,8 +193,16 @@ var ErrReply = errors.New("scripts: unexpected reply")
 // replyError says which script gave an unexpected reply.
 func replyError(name string, v any) error { return fmt.Errorf("%w from %s: %v", ErrReply, name, v) }
 
-// ints reads an integer array reply.
-func ints(name string, v any) ([]int64, error) {
+// ints reads an integer array reply, or returns the call's error.
+func ints(name string, cmd *redis.Cmd) ([]int64, error) {
+	if err := cmd.Err(); err != nil {
+		return nil, err
+	}
+	return intsOf(name, cmd.Val())
+}
+
+// intsOf reads an integer array.
+func intsOf(name string, v any) ([]int64, error) {
 	list, ok := v.([]any)
 	if !ok {
 		return nil, replyError(name, v)
@@ -195,8 +218,17 @@ func ints(name string, v any) ([]int64, error) {
 	return out, nil
 }
 
-// head reads the first element of an array reply as its code, and the rest.
-func head(name string, v any) (int64, []any, error) {
+// head reads the first element of an array reply as its code, and the rest, or returns
+// the call's error.
+func head(name string, cmd *redis.Cmd) (int64, []any, error) {
+	if err := cmd.Err(); err != nil {
+		return 0, nil, err
+	}
+	return headOf(name, cmd.Val())
+}
+
+// headOf reads the first element of an array as its code, and the rest.
+func headOf(name string, v any) (int64, []any, error) {
 	list, ok := v.([]any)
 	if !ok || len(list) == 0 {
 		return 0, nil, replyError(name, v)

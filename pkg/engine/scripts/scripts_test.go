@@ -126,11 +126,11 @@ func TestAcquireAnswersByName(t *testing.T) {
 // A reply of another shape is an error that names the script, never a zero answer.
 func TestUnexpectedReplyIsAnError(t *testing.T) {
 	for _, v := range []any{nil, "OK", []any{}, []any{"1"}} {
-		if _, _, err := head("acquire.lua", v); !errors.Is(err, ErrReply) || !strings.Contains(err.Error(), "acquire.lua") {
+		if _, _, err := headOf("acquire.lua", v); !errors.Is(err, ErrReply) || !strings.Contains(err.Error(), "acquire.lua") {
 			t.Errorf("head(%#v): %v, want ErrReply naming the script", v, err)
 		}
 	}
-	if _, err := ints("renew.lua", []any{int64(1), "x"}); !errors.Is(err, ErrReply) {
+	if _, err := intsOf("renew.lua", []any{int64(1), "x"}); !errors.Is(err, ErrReply) {
 		t.Errorf("ints with a string: %v, want ErrReply", err)
 	}
 }

@@ -42,10 +42,7 @@ func (c Sweep) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
 // ParseSweep reads the reply of a queued call: the indexes (from 0) of the lanes that
 // hold a later entry.
 func ParseSweep(cmd *redis.Cmd) ([]int, error) {
-	if cmd.Err() != nil {
-		return nil, cmd.Err()
-	}
-	res, err := ints("sweep.lua", cmd.Val())
+	res, err := ints("sweep.lua", cmd)
 	if err != nil {
 		return nil, err
 	}
