@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
@@ -60,7 +61,7 @@ func testBackPressure(t *testing.T, timeout string) {
 	a.signal(syscall.SIGCONT)
 	b.signal(syscall.SIGCONT)
 	var handled map[string][]string
-	eventually(t, 4*time.Minute, "every event to be handled", func() bool {
+	testkit.WaitFor(t, 4*time.Minute, "every event to be handled", func() bool {
 		handled = readHandled(t, f.dir)
 		return len(handled) == n
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -134,7 +135,7 @@ func TestClusterOperatorCommands(t *testing.T) {
 
 	stream := func(k string) string { return "step:{" + k + "}" }
 	var rows []listedPartition
-	eventually(t, 30*time.Second, "two halted partitions and a drained one", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "two halted partitions and a drained one", func() bool {
 		out := f.mustSeqctl("partitions", "list", "-o", "json")
 		rows = nil
 		if err := json.Unmarshal([]byte(out), &rows); err != nil {
@@ -194,7 +195,7 @@ func TestClusterOperatorCommands(t *testing.T) {
 		t.Errorf("head skip printed no %s:\n%s", stream(skipped), out)
 	}
 	f.mustSeqctl("head", "dlq", "step:"+moved, "--handler", "Stepper", "--yes", "--reason", "e2e")
-	eventually(t, 20*time.Second, "both partitions resumed past their heads", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "both partitions resumed past their heads", func() bool {
 		return cmp.Equal(s.logOf(skipped), []int{1, 3}) && cmp.Equal(s.logOf(moved), []int{1, 3})
 	})
 
@@ -216,7 +217,7 @@ func TestClusterOperatorCommands(t *testing.T) {
 	}
 	s.cure(moved)
 	f.mustSeqctl("dlq", "replay", stream(moved), "--id", entries[0].ID, "--yes")
-	eventually(t, 20*time.Second, "the replayed event handled", func() bool { return cmp.Equal(s.logOf(moved), []int{1, 3, 2}) })
+	testkit.WaitFor(t, 20*time.Second, "the replayed event handled", func() bool { return cmp.Equal(s.logOf(moved), []int{1, 3, 2}) })
 	if out := f.mustSeqctl("dlq", "list", stream(moved), "-o", "json"); strings.TrimSpace(out) != "[]" {
 		t.Errorf("dlq list after the replay = %s, want []", out)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -75,14 +76,14 @@ func execOrderAndCrash(t *testing.T, f *fixture) {
 
 	f.publish(steps(keys, 1, perKey/2))
 	// Kill b while it is delivering: once both have handled something.
-	eventually(t, 20*time.Second, "both instances to deliver", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "both instances to deliver", func() bool {
 		return lineCount(readExecLog(t, f.dir)) >= len(keys)*3 && len(f.ownersOf(keys)) == 2
 	})
 	b.signal(syscall.SIGKILL)
 	b.wait(5 * time.Second)
 	f.publish(steps(keys, perKey/2+1, perKey))
 
-	eventually(t, 40*time.Second, "every event to be delivered", func() bool {
+	testkit.WaitFor(t, 40*time.Second, "every event to be delivered", func() bool {
 		return complete(readExecLog(t, f.dir), keys, perKey)
 	})
 	log := readExecLog(t, f.dir)
@@ -124,7 +125,7 @@ func TestRunSecondSignalForcesExit(t *testing.T) {
 	a := f.run("a", []string{"SEQTEST_SLEEP=30"}, "--shutdown-timeout", "60s")
 	a.waitLog("seqctl run: ready", 10*time.Second)
 	f.publish([]step{{"k0", 1}})
-	eventually(t, 10*time.Second, "the handler to hold the lock", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the handler to hold the lock", func() bool {
 		_, err := os.Stat(filepath.Join(f.dir, "locks", "k0"))
 		return err == nil
 	})

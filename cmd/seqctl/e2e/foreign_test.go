@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -159,13 +160,13 @@ func TestRunEventsFromRedisCli(t *testing.T) {
 			within := func(bound time.Duration, what string, cond func() bool) {
 				t.Helper()
 				start := time.Now()
-				eventually(t, bound, what, cond)
+				testkit.WaitFor(t, bound, what, cond)
 				t.Logf("%s: %v", what, time.Since(start).Round(time.Millisecond))
 			}
 
 			// Past the instances' first full read of the index: a seqctl event first.
 			f.publish([]step{{"warm", 1}})
-			eventually(t, 10*time.Second, "the first event handled", handled("warm", 1))
+			testkit.WaitFor(t, 10*time.Second, "the first event handled", handled("warm", 1))
 			for i := 1; i <= 3; i++ {
 				p.xadd("n1", i)
 			}

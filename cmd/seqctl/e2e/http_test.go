@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
@@ -156,7 +157,7 @@ func orderCrashAndHalt(t *testing.T, f *fixture, s *sink, workerArgs []string, a
 	b.waitLog("seqctl run: ready", 10*time.Second)
 
 	f.publish(append(steps(keys, 1, perKey/2), step{"poison-1", 1}, step{"poison-1", 2}))
-	eventually(t, 20*time.Second, "both instances to deliver", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "both instances to deliver", func() bool {
 		log, _, _ := s.snapshot()
 		return lineCount(log) >= len(keys)*3 && len(f.ownersOf(keys)) == 2
 	})
@@ -164,7 +165,7 @@ func orderCrashAndHalt(t *testing.T, f *fixture, s *sink, workerArgs []string, a
 	b.wait(5 * time.Second)
 	f.publish(steps(keys, perKey/2+1, perKey))
 
-	eventually(t, 30*time.Second, "every event to be delivered", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every event to be delivered", func() bool {
 		log, _, _ := s.snapshot()
 		return complete(log, keys, perKey)
 	})
@@ -183,7 +184,7 @@ func orderCrashAndHalt(t *testing.T, f *fixture, s *sink, workerArgs []string, a
 	// The poison key halts with the status and the body excerpt as its reason.
 	broker := engine.NewRedisBroker(f.rdb)
 	var halt *engine.HaltRecord
-	eventually(t, 15*time.Second, "the poison key to halt", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the poison key to halt", func() bool {
 		var err error
 		halt, err = broker.Halt(context.Background(), engine.HeadRef{Group: "Stepper", Category: "step", Key: "poison-1"})
 		if err != nil {
@@ -232,7 +233,7 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 		streams[i] = "step:" + k
 	}
 	var ofA []string
-	eventually(t, 15*time.Second, "both instances to own partitions", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "both instances to own partitions", func() bool {
 		ofA = ofA[:0]
 		nb := 0
 		for st, o := range f.leaseOwners(streams) {
@@ -256,7 +257,7 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 		t.Errorf("a took %v to exit, more than its 5s shutdown timeout", exitAfter)
 	}
 	exited := time.Now()
-	eventually(t, 5*time.Second, "b to own a's partitions", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "b to own a's partitions", func() bool {
 		for _, o := range f.leaseOwners(ofA) {
 			if o != "b" {
 				return false
@@ -270,7 +271,7 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 	t.Logf("a exited %v after SIGTERM; b owned its %d partitions %v after the exit (%v after the SIGTERM)",
 		exitAfter.Round(time.Millisecond), len(ofA), time.Since(exited).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 
-	eventually(t, 30*time.Second, "every event to be delivered", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every event to be delivered", func() bool {
 		log, _, _ := s.snapshot()
 		return complete(log, keys, 20)
 	})

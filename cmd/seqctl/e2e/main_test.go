@@ -322,18 +322,6 @@ func complete(log map[string][]int, keys []string, n int) bool {
 	return true
 }
 
-// eventually polls cond every 20 ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // leaseOwners returns, for each given partition stream, the instance id holding
 // Stepper's lease ("" when free).
 func (f *fixture) leaseOwners(streams []string) map[string]string {

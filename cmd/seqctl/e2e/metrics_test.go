@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/seqctl/seqctl/internal/testkit"
 )
 
 // metricsAddr reads the address 'seqctl run' serves metrics on from its JSON log.
@@ -60,7 +62,7 @@ func TestRunMetricsScrape(t *testing.T) {
 	keys := []string{"secret-key-alpha", "secret-key-beta", "secret-key-gamma"}
 	f.publish(append(steps(keys, 1, 5), step{"poison-secret-key", 1}))
 	var body string
-	eventually(t, 20*time.Second, "15 processed events and a halt in the metrics", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "15 processed events and a halt in the metrics", func() bool {
 		_, body = get(t, base+"/metrics")
 		return strings.Contains(body, `seqctl_events_processed_total{category="step",handler="Stepper"} 15`) &&
 			strings.Contains(body, `seqctl_partition_halts_total{category="step",handler="Stepper"} 1`)
@@ -149,7 +151,7 @@ func TestRunWaitsForRedis(t *testing.T) {
 	f.srv.Restart()
 	a.waitLog("seqctl run: ready", 15*time.Second)
 	f.publish([]step{{"k0", 1}})
-	eventually(t, 10*time.Second, "the event to be delivered", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the event to be delivered", func() bool {
 		return complete(readExecLog(t, f.dir), []string{"k0"}, 1)
 	})
 	a.signal(syscall.SIGINT)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -59,7 +60,7 @@ func TestRunSurvivesRedisRestartsWithAOF(t *testing.T) {
 	for round := 0; round < 2; round++ {
 		from := round*perRound + 1
 		f.publish(steps(keys, from, from+perRound-1))
-		eventually(t, 15*time.Second, "delivery under way", func() bool {
+		testkit.WaitFor(t, 15*time.Second, "delivery under way", func() bool {
 			log, _, _ := s.snapshot()
 			return lineCount(log) >= len(keys)*(from+2)
 		})
@@ -67,7 +68,7 @@ func TestRunSurvivesRedisRestartsWithAOF(t *testing.T) {
 		time.Sleep(ttl + ttl/2) // down longer than the lease TTL
 		f.srv.StartAgain()
 		back := time.Now()
-		eventually(t, 10*time.Second, "every partition owned again", func() bool { return f.allOwned(streams) })
+		testkit.WaitFor(t, 10*time.Second, "every partition owned again", func() bool { return f.allOwned(streams) })
 		took := time.Since(back)
 		t.Logf("restart %d: every partition owned again %v after Redis was back", round+1, took.Round(time.Millisecond))
 		if took > 2*ttl {
@@ -75,7 +76,7 @@ func TestRunSurvivesRedisRestartsWithAOF(t *testing.T) {
 		}
 	}
 	f.publish(steps(keys, 2*perRound+1, 3*perRound))
-	eventually(t, 30*time.Second, "every event delivered", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every event delivered", func() bool {
 		log, _, _ := s.snapshot()
 		return complete(log, keys, 3*perRound)
 	})

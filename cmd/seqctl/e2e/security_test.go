@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -43,7 +44,7 @@ func (f *fixture) waitHalt(key string) *engine.HaltRecord {
 	f.t.Helper()
 	broker := engine.NewRedisBroker(f.rdb)
 	var halt *engine.HaltRecord
-	eventually(f.t, 15*time.Second, "partition "+key+" to halt", func() bool {
+	testkit.WaitFor(f.t, 15*time.Second, "partition "+key+" to halt", func() bool {
 		var err error
 		halt, err = broker.Halt(context.Background(), engine.HeadRef{Group: "Stepper", Category: "step", Key: key})
 		if err != nil {
@@ -81,7 +82,7 @@ func TestTLSClientCertificates(t *testing.T) {
 	f.global = withTLS
 	keys := keyNames("t", 3)
 	f.publish(append(steps(keys, 1, 5), step{"poison-1", 1}))
-	eventually(t, 15*time.Second, "every event to be delivered", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "every event to be delivered", func() bool {
 		log, _, _ := s.snapshot()
 		return complete(log, keys, 5)
 	})
@@ -96,7 +97,7 @@ func TestTLSClientCertificates(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("head skip over TLS: exit %d\n%s", code, out)
 	}
-	eventually(t, 10*time.Second, "the skipped partition to resume", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the skipped partition to resume", func() bool {
 		h, err := engine.NewRedisBroker(f.rdb).Halt(context.Background(), engine.HeadRef{Group: "Stepper", Category: "step", Key: "poison-1"})
 		return err == nil && h == nil
 	})
@@ -228,7 +229,7 @@ func TestACLUsersGuarantees(t *testing.T) {
 			t.Fatalf("head skip as the operator: exit %d\n%s", code, out)
 		}
 		var next *engine.HaltRecord
-		eventually(t, 15*time.Second, "the worker to resume past the skipped entry", func() bool {
+		testkit.WaitFor(t, 15*time.Second, "the worker to resume past the skipped entry", func() bool {
 			next = f.waitHalt("poison-1")
 			return next.EntryID != halt.EntryID
 		})
@@ -265,7 +266,7 @@ func TestACLUsersGuarantees(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("dlq replay as the operator: exit %d\n%s", code, out)
 		}
-		eventually(t, 15*time.Second, "the worker to take the replayed entry", func() bool {
+		testkit.WaitFor(t, 15*time.Second, "the worker to take the replayed entry", func() bool {
 			h := f.waitHalt("poison-1")
 			return h.EntryID != next.EntryID
 		})
@@ -300,7 +301,7 @@ func TestACLUsersGuarantees(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "Stepper") {
 		t.Fatalf("groups list as the viewer: exit %d\n%s", code, out)
 	}
-	eventually(t, 10*time.Second, "the operator to retire the group", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the operator to retire the group", func() bool {
 		out, code, _ = seqctlCmd(t, nil, "groups", "remove", "Stepper", "--category", "step", "--yes", "--redis-url", url("seqctl-operator"))
 		if code != 0 && code != 4 { // 4 while a lease of a stopped worker lives on
 			t.Fatalf("groups remove as the operator: exit %d\n%s", code, out)

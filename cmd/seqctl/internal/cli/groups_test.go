@@ -11,7 +11,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/seqctl/seqctl/internal/enginetest"
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/keyspace"
@@ -161,7 +163,7 @@ func TestGroupsRemoveEndToEnd(t *testing.T) {
 	for i := range dom.Handlers {
 		dom.Handlers[i].Func = func(context.Context, engine.Event) error { handled.Add(1); return nil }
 	}
-	startTestEngine(t, engine.EngineConfig{
+	enginetest.Start(t, engine.EngineConfig{
 		Domain: dom, Client: srv.Client(t), InstanceID: "w1", Handlers: []string{"Projector"},
 		Timing: engine.LeaseTiming{LeaseTTL: time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			PollInterval: 50 * time.Millisecond, ReapIdle: time.Second},
@@ -174,7 +176,7 @@ func TestGroupsRemoveEndToEnd(t *testing.T) {
 			orders.publish(t, opsPayload{Client: k, Seq: seq})
 		}
 	}
-	waitUntil(t, 20*time.Second, "Projector handled everything", func() bool { return handled.Load() == 2*perKey })
+	testkit.WaitFor(t, 20*time.Second, "Projector handled everything", func() bool { return handled.Load() == 2*perKey })
 	time.Sleep(3 * time.Second) // three reap periods
 	cli := func(config string, args ...string) result { return cliAt(t, srv.URL, config, args...) }
 	left := rdb.XLen(ctx, "order:A").Val() + rdb.XLen(ctx, "order:B").Val()
@@ -212,15 +214,15 @@ func TestGroupsRemoveEndToEnd(t *testing.T) {
 	checkResult(t, r, 0, "", []string{"Removed Mailer from order"}, nil)
 
 	removed := time.Now()
-	waitUntil(t, 10*time.Second, "order:A and order:B reaped", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "order:A and order:B reaped", func() bool {
 		return rdb.Exists(ctx, "order:A", "order:B").Val() == 0 && rdb.SCard(ctx, keyspace.SingleNode.PartitionIndex("order")).Val() == 0
 	})
 	t.Logf("reaped %v after 'groups remove'", time.Since(removed).Round(10*time.Millisecond))
 	for seq := 0; seq < perKey; seq++ {
 		orders.publish(t, opsPayload{Client: "C", Seq: seq})
 	}
-	waitUntil(t, 20*time.Second, "order:C handled", func() bool { return handled.Load() == 3*perKey })
-	waitUntil(t, 5*time.Second, "order:C trimmed", func() bool { return rdb.XLen(ctx, "order:C").Val() < perKey })
+	testkit.WaitFor(t, 20*time.Second, "order:C handled", func() bool { return handled.Load() == 3*perKey })
+	testkit.WaitFor(t, 5*time.Second, "order:C trimmed", func() bool { return rdb.XLen(ctx, "order:C").Val() < perKey })
 	t.Logf("order:C holds %d of %d entries once handled", rdb.XLen(ctx, "order:C").Val(), perKey)
 
 	var outcomes []string

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -33,9 +34,9 @@ func TestOperatorSkipEndToEnd(t *testing.T) {
 
 	r = w.cli(t, true, "head", "skip", "order:A", "--handler", "Projector", "--expect-id", poison.EntryID, "--yes", "--reason", "e2e")
 	checkResult(t, r, 0, "", []string{"Skipped " + poison.EntryID + " on order:A for Projector"}, nil)
-	waitUntil(t, 10*time.Second, "order:A resumed", func() bool { return len(w.log(t, "A")) == 4 })
+	testkit.WaitFor(t, 10*time.Second, "order:A resumed", func() bool { return len(w.log(t, "A")) == 4 })
 	w.publish(t, opsPayload{Client: "A", Seq: 5})
-	waitUntil(t, 10*time.Second, "a later event handled", func() bool { return len(w.log(t, "A")) == 5 })
+	testkit.WaitFor(t, 10*time.Second, "a later event handled", func() bool { return len(w.log(t, "A")) == 5 })
 	if diff := cmp.Diff([]string{"0", "1", "3", "4", "5"}, w.log(t, "A")); diff != "" {
 		t.Errorf("order:A after the skip (-want +got):\n%s", diff)
 	}
@@ -68,7 +69,7 @@ func TestOperatorDLQEndToEnd(t *testing.T) {
 
 	r := w.cli(t, false, "head", "dlq", "order:A", "--handler", "Projector", "--expect-id", poison.EntryID, "--yes", "--reason", "bad payload")
 	checkResult(t, r, 0, "", []string{"to order:A:dlq with its error"}, nil)
-	waitUntil(t, 10*time.Second, "order:A resumed", func() bool { return len(w.log(t, "A")) == 4 })
+	testkit.WaitFor(t, 10*time.Second, "order:A resumed", func() bool { return len(w.log(t, "A")) == 4 })
 
 	msgs := w.rdb.XRange(context.Background(), keyspace.SingleNode.DLQStream("order", "A"), "-", "+").Val()
 	if len(msgs) != 1 || msgs[0].Values["halt_error"] != "poison payload A/2 refused" || msgs[0].Values["original_id"] != poison.EntryID ||
@@ -99,7 +100,7 @@ func TestOperatorDLQEndToEnd(t *testing.T) {
 	if n := w.rdb.XLen(context.Background(), keyspace.SingleNode.DLQStream("order", "A")).Val(); n != 0 {
 		t.Errorf("the DLQ still has %d entries after the replay", n)
 	}
-	waitUntil(t, 10*time.Second, "halted on the replayed entry", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "halted on the replayed entry", func() bool {
 		r := w.cli(t, false, "partitions", "list", "--halted", "-o", "json")
 		return strings.Contains(r.Stdout, `"halted_entry_id": "`+rr.EntryID+`"`)
 	})
@@ -145,7 +146,7 @@ func TestOperatorRefusalsEndToEnd(t *testing.T) {
 
 	// A head in flight (the handler is still working on it) is not halted.
 	blocked := w.publish(t, opsPayload{Client: "C", Seq: 0, Block: true})
-	waitUntil(t, 10*time.Second, "order:C in flight", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "order:C in flight", func() bool {
 		return pending("order:C") == 1
 	})
 	r = w.cli(t, true, "head", "skip", "order:C", "--handler", "Projector", "--yes")
@@ -181,7 +182,7 @@ func TestOperatorSkipInfersHandlerEndToEnd(t *testing.T) {
 
 	r = w.cli(t, false, "head", "skip", "order:A", "--yes")
 	checkResult(t, r, 0, "", []string{"Skipped " + poison.EntryID + " on order:A for Projector"}, []string{"Current head of order:A for Projector"})
-	waitUntil(t, 10*time.Second, "order:A resumed", func() bool { return len(w.log(t, "A")) == 4 })
+	testkit.WaitFor(t, 10*time.Second, "order:A resumed", func() bool { return len(w.log(t, "A")) == 4 })
 	if diff := cmp.Diff([]string{"0", "1", "3", "4"}, w.log(t, "A")); diff != "" {
 		t.Errorf("order:A after the skip (-want +got):\n%s", diff)
 	}

@@ -11,7 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/internal/enginetest"
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
@@ -76,27 +78,9 @@ func startOpsEngine(t *testing.T, configPath string, client, sink, pub redis.Uni
 		}
 		return sink.RPush(context.Background(), "t:log:"+p.Client, p.Seq).Err()
 	}
-	startTestEngine(t, engine.EngineConfig{
-		Domain: dom, Client: client, InstanceID: "w1",
-		Timing:            engine.LeaseTiming{LeaseTTL: 2 * time.Second, HeartbeatInterval: 400 * time.Millisecond, PollInterval: 50 * time.Millisecond},
-		DiscoveryInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-	})
+	enginetest.Start(t, engine.EngineConfig{Domain: dom, Client: client, InstanceID: "w1"})
 	t.Cleanup(func() { close(release) }) // before the engine's shutdown: cleanups run last first
 	return opsEngine{dom: dom, broker: engine.NewRedisBroker(pub)}
-}
-
-// startTestEngine starts an engine of ecfg and shuts it down at cleanup.
-func startTestEngine(t *testing.T, ecfg engine.EngineConfig) *engine.Engine {
-	t.Helper()
-	e, err := engine.New(ecfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
-	return e
 }
 
 // publish publishes an OrderPlaced event of p.
@@ -148,7 +132,7 @@ func (w *opsWorld) haltA(t *testing.T, withConfig bool) engine.Published {
 		}
 	}
 	var rows []admin.Partition
-	waitUntil(t, 20*time.Second, "partitions list --halted shows order:A", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "partitions list --halted shows order:A", func() bool {
 		r := w.cli(t, withConfig, "partitions", "list", "--halted", "-o", "json")
 		if r.Code != 0 {
 			t.Fatalf("partitions list: exit %d: %s", r.Code, r.Stderr)
@@ -168,19 +152,6 @@ func (w *opsWorld) haltA(t *testing.T, withConfig bool) engine.Published {
 		t.Fatalf("order:A before the halt (-want +got):\n%s", diff)
 	}
 	return poison
-}
-
-// waitUntil polls cond until it holds, failing the test after timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %v waiting for %s", timeout, what)
 }
 
 // auditOf returns the operator actions recorded in the Redis at url in the last hour,

@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/config"
 )
 
@@ -157,42 +156,24 @@ func TestDiscoveryInterval(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for the logger's writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // inProcessRun is a 'seqctl run' in the test process, so the race detector sees it: the
 // signals it gets, what it returns, and its log.
 type inProcessRun struct {
 	sigs chan os.Signal
 	errc chan error
-	logs *lockedBuffer
+	logs *testkit.Buffer
 }
 
 // startRun starts runRun with opts, its stderr and its signals the test's, and waits
 // until it is ready.
 func startRun(t *testing.T, opts RunOptions) *inProcessRun {
 	t.Helper()
-	r := &inProcessRun{sigs: make(chan os.Signal, 2), errc: make(chan error, 1), logs: &lockedBuffer{}}
+	r := &inProcessRun{sigs: make(chan os.Signal, 2), errc: make(chan error, 1), logs: &testkit.Buffer{}}
 	ios, _, _, _ := NewTestIOStreams()
 	ios.ErrOut = r.logs
 	opts.IO, opts.signals = ios, r.sigs
 	go func() { r.errc <- runRun(context.Background(), &opts) }()
-	waitUntil(t, 10*time.Second, "seqctl run to be ready", func() bool { return strings.Contains(r.logs.String(), "seqctl run: ready") })
+	testkit.WaitFor(t, 10*time.Second, "seqctl run to be ready", func() bool { return strings.Contains(r.logs.String(), "seqctl run: ready") })
 	return r
 }
 
@@ -229,7 +210,7 @@ func TestRunInProcess(t *testing.T) {
 	t.Run("graceful", func(t *testing.T) {
 		r := startRun(t, opts)
 		publishOne(t, cfg, srv.URL, `{"client_id":"c-1"}`)
-		waitUntil(t, 10*time.Second, "the event of c-1 delivered", func() bool { return strings.Contains(got(), `"key":"c-1"`) })
+		testkit.WaitFor(t, 10*time.Second, "the event of c-1 delivered", func() bool { return strings.Contains(got(), `"key":"c-1"`) })
 		r.sigs <- syscall.SIGTERM
 		if err := r.wait(t, 10*time.Second); err != nil {
 			t.Errorf("runRun = %v, want nil (exit 0)", err)
@@ -242,7 +223,7 @@ func TestRunInProcess(t *testing.T) {
 		t.Setenv("HOLD", "30")
 		r := startRun(t, opts)
 		publishOne(t, cfg, srv.URL, `{"client_id":"c-2"}`)
-		waitUntil(t, 10*time.Second, "the event of c-2 delivered", func() bool { return strings.Contains(got(), `"key":"c-2"`) })
+		testkit.WaitFor(t, 10*time.Second, "the event of c-2 delivered", func() bool { return strings.Contains(got(), `"key":"c-2"`) })
 		r.sigs <- syscall.SIGTERM
 		r.sigs <- syscall.SIGINT
 		if err := r.wait(t, 5*time.Second); ExitCode(err) != ExitFailure {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/demo"
@@ -212,7 +213,7 @@ func TestSecretsNotInHaltRecords(t *testing.T) {
 	}()
 	publishOne(t, cfg, srv.URL, `{"client_id":"c-1"}`)
 	var shown result
-	waitUntil(t, 20*time.Second, "the halt record of order:c-1", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the halt record of order:c-1", func() bool {
 		shown = runCLI(t, false, "head", "show", "order:c-1", "--handler", "Projector", "--config", cfg, "--redis-url", srv.URL, "-o", "json")
 		return strings.Contains(shown.Stdout, "connection refused")
 	})

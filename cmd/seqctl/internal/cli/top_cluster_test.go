@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/keyspace"
@@ -61,14 +62,14 @@ func TestTopOnCluster(t *testing.T) {
 	defer cancel()
 	in, inW := io.Pipe()
 	defer inW.Close()
-	out := &lockedBuffer{}
+	out := &testkit.Buffer{}
 	ios := &IOStreams{In: in, Out: out, ErrOut: io.Discard}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, &Factory{IOStreams: ios, Build: testBuild},
 			[]string{"top", "--cluster", "--redis-url", w.cl.URL, "--refresh", "200ms"})
 	}()
-	waitUntil(t, 20*time.Second, "the dashboard to show every partition and the halted one", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the dashboard to show every partition and the halted one", func() bool {
 		o := out.String()
 		for _, k := range w.keys {
 			if !strings.Contains(o, k) {
@@ -103,7 +104,7 @@ func TestTopOnCluster(t *testing.T) {
 	slices.SortFunc(want, byStream)
 	var snap tui.Snapshot
 	var got []row
-	waitUntil(t, 10*time.Second, "the healthy partitions drained", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the healthy partitions drained", func() bool {
 		var err error
 		if snap, err = src.Snapshot(context.Background()); err != nil {
 			t.Fatal(err)
@@ -129,7 +130,7 @@ func TestTopOnCluster(t *testing.T) {
 	if err := src.Skip(context.Background(), ref, poison.EntryID); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "the halted partition resumed", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the halted partition resumed", func() bool {
 		return cmp.Equal(w.rdb.LRange(context.Background(), "t:log:"+halted, 0, -1).Val(), []string{"0", "2"})
 	})
 }
