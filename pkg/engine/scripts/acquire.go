@@ -59,16 +59,14 @@ func (c Acquire) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
 
 // ParseAcquire reads the reply of a queued call.
 func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
-	code, rest, err := head("acquire.lua", cmd)
-	if err != nil {
-		return AcquireReply{}, err
-	}
-	r := AcquireReply{Code: AcquireCode(code)}
-	switch r.Code {
-	case Acquired, Readopted:
-		r.Generation = num(rest, 0)
-	case HeldByOther:
-		r.Holder = str(rest, 0)
-	}
-	return r, nil
+	return reply("acquire.lua", cmd, func(code int64, rest []any) (AcquireReply, error) {
+		r := AcquireReply{Code: AcquireCode(code)}
+		switch r.Code {
+		case Acquired, Readopted:
+			r.Generation = num(rest, 0)
+		case HeldByOther:
+			r.Holder = str(rest, 0)
+		}
+		return r, nil
+	})
 }

@@ -95,27 +95,26 @@ func (c Drain) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
 
 // ParseDrain reads the reply of a call.
 func ParseDrain(cmd *redis.Cmd) (DrainReply, error) {
-	code, rest, err := head("drain.lua", cmd)
-	if err != nil {
-		return DrainReply{}, err
-	}
-	r := DrainReply{Code: DrainCode(code)}
-	switch r.Code {
-	case DrainEmpty:
-		r.LastIDs = make([]string, len(rest))
-		for i := range rest {
-			r.LastIDs[i] = str(rest, i)
+	return reply("drain.lua", cmd, func(code int64, rest []any) (DrainReply, error) {
+		r := DrainReply{Code: DrainCode(code)}
+		switch r.Code {
+		case DrainEmpty:
+			r.LastIDs = make([]string, len(rest))
+			for i := range rest {
+				r.LastIDs[i] = str(rest, i)
+			}
+		case DrainEntries:
+			r.Lane, r.Deliveries = int(num(rest, 0))-1, num(rest, 1)
+			if len(rest) < 3 {
+				return DrainReply{}, replyError("drain.lua", cmd.Val())
+			}
+			var err error
+			if r.Entries, err = entries(rest[2]); err != nil {
+				return DrainReply{}, err
+			}
 		}
-	case DrainEntries:
-		r.Lane, r.Deliveries = int(num(rest, 0))-1, num(rest, 1)
-		if len(rest) < 3 {
-			return DrainReply{}, replyError("drain.lua", cmd.Val())
-		}
-		if r.Entries, err = entries(rest[2]); err != nil {
-			return DrainReply{}, err
-		}
-	}
-	return r, nil
+		return r, nil
+	})
 }
 
 // entries decodes a Lua-returned list of stream entries ({id, {f, v, ...}}).

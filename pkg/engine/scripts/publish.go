@@ -76,9 +76,7 @@ func (c Publish) Run(ctx context.Context, rdb redis.Scripter) (PublishReply, err
 
 // ParsePublish reads the reply of a call.
 func ParsePublish(cmd *redis.Cmd) (PublishReply, error) {
-	code, rest, err := head("publish.lua", cmd)
-	if err != nil {
-		return PublishReply{}, err
-	}
-	return PublishReply{Appended: code == 1, EntryID: str(rest, 0), IndexNeeded: num(rest, 1) == 1}, nil
+	return reply("publish.lua", cmd, func(code int64, rest []any) (PublishReply, error) {
+		return PublishReply{Appended: code == 1, EntryID: str(rest, 0), IndexNeeded: num(rest, 1) == 1}, nil
+	})
 }

@@ -82,20 +82,18 @@ func (c Reap) Run(ctx context.Context, rdb redis.Scripter) (ReapReply, error) {
 		args = registryArgs(args, c.RegistryNames)
 	}
 	cmd := reapScript.Run(ctx, rdb, keys, args...)
-	code, rest, err := head("reap.lua", cmd)
-	if err != nil {
-		return ReapReply{}, err
-	}
-	r := ReapReply{Code: ReapCode(code)}
-	switch r.Code {
-	case ReapNotIdle:
-		r.WaitMS, _ = strconv.ParseInt(str(rest, 0), 10, 64)
-	case ReapNotNow:
-		r.Reason = str(rest, 0)
-	case ReapUnindexed:
-		r.Lane = str(rest, 0)
-	}
-	return r, nil
+	return reply("reap.lua", cmd, func(code int64, rest []any) (ReapReply, error) {
+		r := ReapReply{Code: ReapCode(code)}
+		switch r.Code {
+		case ReapNotIdle:
+			r.WaitMS, _ = strconv.ParseInt(str(rest, 0), 10, 64)
+		case ReapNotNow:
+			r.Reason = str(rest, 0)
+		case ReapUnindexed:
+			r.Lane = str(rest, 0)
+		}
+		return r, nil
+	})
 }
 
 // registryArgs appends, per lane, the count and the names of its registry (see

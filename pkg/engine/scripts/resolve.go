@@ -54,9 +54,7 @@ func (c Resolve) Run(ctx context.Context, rdb redis.Scripter) (ResolveReply, err
 		args = append(args, "")
 	}
 	cmd := resolveScript.Run(ctx, rdb, []string{c.Halt, c.Lane, c.DLQ, c.Lease}, args...)
-	code, rest, err := head("resolve.lua", cmd)
-	if err != nil {
-		return ResolveReply{}, err
-	}
-	return ResolveReply{Code: ResolveCode(code), Head: str(rest, 0), Lease: str(rest, 1)}, nil
+	return reply("resolve.lua", cmd, func(code int64, rest []any) (ResolveReply, error) {
+		return ResolveReply{Code: ResolveCode(code), Head: str(rest, 0), Lease: str(rest, 1)}, nil
+	})
 }

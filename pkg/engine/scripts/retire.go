@@ -58,18 +58,16 @@ func (c Retire) Run(ctx context.Context, rdb redis.Scripter) (RetireReply, error
 		args = append(args, m)
 	}
 	cmd := retireScript.Run(ctx, rdb, keys, args...)
-	code, rest, err := head("retire.lua", cmd)
-	if err != nil {
-		return RetireReply{}, err
-	}
-	r := RetireReply{Code: RetireCode(code)}
-	switch r.Code {
-	case Retired:
-		r.Read, r.Destroyed, r.HaltsGone = num(rest, 0), num(rest, 1), num(rest, 2)
-	case RetireReadMoved:
-		r.Read = num(rest, 0)
-	case RetireLeaseHeld:
-		r.LeaseKey, r.LeaseValue = str(rest, 0), str(rest, 1)
-	}
-	return r, nil
+	return reply("retire.lua", cmd, func(code int64, rest []any) (RetireReply, error) {
+		r := RetireReply{Code: RetireCode(code)}
+		switch r.Code {
+		case Retired:
+			r.Read, r.Destroyed, r.HaltsGone = num(rest, 0), num(rest, 1), num(rest, 2)
+		case RetireReadMoved:
+			r.Read = num(rest, 0)
+		case RetireLeaseHeld:
+			r.LeaseKey, r.LeaseValue = str(rest, 0), str(rest, 1)
+		}
+		return r, nil
+	})
 }

@@ -227,6 +227,17 @@ func head(name string, cmd *redis.Cmd) (int64, []any, error) {
 	return headOf(name, cmd.Val())
 }
 
+// reply reads a reply whose first element is the script's answer: read turns the answer
+// and the rest into R.
+func reply[R any](name string, cmd *redis.Cmd, read func(code int64, rest []any) (R, error)) (R, error) {
+	code, rest, err := head(name, cmd)
+	if err != nil {
+		var none R
+		return none, err
+	}
+	return read(code, rest)
+}
+
 // headOf reads the first element of an array as its code, and the rest.
 func headOf(name string, v any) (int64, []any, error) {
 	list, ok := v.([]any)
