@@ -60,31 +60,64 @@ func receive[T any](l *listState, msg listMsg[T], shown []T, page int) []T {
 	return shown
 }
 
-var dlqCols = []column{
-	{id: 0, title: "STREAM", min: 16, max: 48},
-	{id: 1, title: "ENTRIES", min: 7, max: 7, right: true},
-	{id: 2, title: "OLDEST", min: 15, max: 20, drop: 2},
-	{id: 3, title: "NEWEST", min: 15, max: 20, drop: 1},
-	{id: 4, title: "OLDEST AGE", min: 10, max: 10, right: true},
+// listColumn is a column of a list view of T rows: its layout, its cell for a row and,
+// for a column whose width follows its content, the width a row asks for (nil: the
+// column keeps its minimum). A column's id is its index.
+type listColumn[T any] struct {
+	column
+	cell  func(T) string
+	width func(T) int
 }
 
-var auditCols = []column{
-	{id: 0, title: "TIME", min: 8, max: 8},
-	{id: 1, title: "USER", min: 6, max: 16, drop: 3},
-	{id: 2, title: "COMMAND", min: 10, max: 12},
-	{id: 3, title: "STREAM", min: 12, max: 32},
-	{id: 4, title: "HANDLER", min: 8, max: 20, drop: 2},
-	{id: 5, title: "ENTRY", min: 8, max: 20, drop: 1},
-	{id: 6, title: "OUTCOME", min: 11, max: 11},
-	{id: 7, title: "DETAIL", min: 6, max: 60, drop: 4},
+var dlqCols = []listColumn[DLQInfo]{
+	{column{id: 0, title: "STREAM", min: 16, max: 48},
+		func(d DLQInfo) string { return d.Stream }, func(d DLQInfo) int { return textWidth(d.Stream) }},
+	{column{id: 1, title: "ENTRIES", min: 7, max: 7, right: true},
+		func(d DLQInfo) string { return fmtCount(d.Length) }, nil},
+	{column{id: 2, title: "OLDEST", min: 15, max: 20, drop: 2},
+		func(d DLQInfo) string { return orDash(d.OldestID) }, func(d DLQInfo) int { return len(d.OldestID) }},
+	{column{id: 3, title: "NEWEST", min: 15, max: 20, drop: 1},
+		func(d DLQInfo) string { return orDash(d.NewestID) }, func(d DLQInfo) int { return len(d.NewestID) }},
+	{column{id: 4, title: "OLDEST AGE", min: 10, max: 10, right: true},
+		func(d DLQInfo) string { return fmtDurOr(d.OldestAge) }, nil},
 }
 
-// listBody draws a list view: the title row, then the rows from l.top, or why there are
-// none.
-func (m *model) listBody(cols []column, want []int, w, h int, l listState, n int, empty string, ok bool, cell func(i int, id colID) string, rowStyle func(i int, sel bool) lipgloss.Style) []string {
-	widths := layoutColumns(cols, want, w)
+var auditCols = []listColumn[AuditRecord]{
+	{column{id: 0, title: "TIME", min: 8, max: 8},
+		func(a AuditRecord) string { return a.Time.UTC().Format("15:04:05") }, nil},
+	{column{id: 1, title: "USER", min: 6, max: 16, drop: 3},
+		func(a AuditRecord) string { return orDash(a.User) }, func(a AuditRecord) int { return textWidth(a.User) }},
+	{column{id: 2, title: "COMMAND", min: 10, max: 12},
+		func(a AuditRecord) string { return orDash(a.Command) }, func(a AuditRecord) int { return textWidth(a.Command) }},
+	{column{id: 3, title: "STREAM", min: 12, max: 32},
+		func(a AuditRecord) string { return orDash(a.Stream) }, func(a AuditRecord) int { return textWidth(a.Stream) }},
+	{column{id: 4, title: "HANDLER", min: 8, max: 20, drop: 2},
+		func(a AuditRecord) string { return orDash(a.Handler) }, func(a AuditRecord) int { return textWidth(a.Handler) }},
+	{column{id: 5, title: "ENTRY", min: 8, max: 20, drop: 1},
+		func(a AuditRecord) string { return orDash(a.EntryID) }, func(a AuditRecord) int { return len(a.EntryID) }},
+	{column{id: 6, title: "OUTCOME", min: 11, max: 11},
+		func(a AuditRecord) string { return orDash(a.Outcome) }, nil},
+	{column{id: 7, title: "DETAIL", min: 6, max: 60, drop: 4},
+		func(a AuditRecord) string { return orDash(oneLine(a.Detail)) }, func(a AuditRecord) int { return textWidth(a.Detail) }},
+}
+
+// listBody draws a list view of rows: the title row, then the rows from l.top, or why
+// there are none (ok says the source has the view at all). style is a row's style before
+// the cursor reverses it.
+func listBody[T any](m *model, cols []listColumn[T], rows []T, w, h int, l listState, empty string, ok bool, style func(T) lipgloss.Style) []string {
+	layout, want := make([]column, len(cols)), make([]int, len(cols))
+	for i, c := range cols {
+		layout[i] = c.column
+		if c.width == nil {
+			continue
+		}
+		for _, r := range rows {
+			want[i] = max(want[i], c.width(r))
+		}
+	}
+	widths := layoutColumns(layout, want, w)
 	var b strings.Builder
-	tableLine(&b, strings.Repeat(" ", gutterWidth), cols, widths, func(id colID) string { return cols[id].title })
+	tableLine(&b, strings.Repeat(" ", gutterWidth), layout, widths, func(id colID) string { return cols[id].title })
 	lines := []string{m.st.tableHeader.Render(b.String())}
 	switch {
 	case !ok:
@@ -93,87 +126,34 @@ func (m *model) listBody(cols []column, want []int, w, h int, l listState, n int
 		return append(lines, m.st.statusErr.Render("  "+oneLine(l.err.Error())))
 	case !l.loaded:
 		return append(lines, m.st.dim.Render("  loading…"))
-	case n == 0:
+	case len(rows) == 0:
 		return append(lines, m.st.dim.Render("  "+empty))
 	}
-	from, to := visibleRows(l.top, n, h)
+	from, to := visibleRows(l.top, len(rows), h)
 	for i := from; i < to; i++ {
 		b.Reset()
 		sel := i == l.cursor
-		tableLine(&b, gutter(sel, false), cols, widths, func(id colID) string { return cell(i, id) })
-		lines = append(lines, rowStyle(i, sel).Render(b.String()))
+		tableLine(&b, gutter(sel, false), layout, widths, func(id colID) string { return cols[id].cell(rows[i]) })
+		lines = append(lines, style(rows[i]).Reverse(sel).Render(b.String()))
 	}
 	return lines
 }
 
 func (m *model) viewDLQs(w, h int) []string {
-	want := make([]int, len(dlqCols))
-	for _, d := range m.dlqRows {
-		want[0] = max(want[0], textWidth(d.Stream))
-		want[2] = max(want[2], len(d.OldestID))
-		want[3] = max(want[3], len(d.NewestID))
-	}
 	_, ok := m.src.(DLQSource)
-	lines := m.listBody(dlqCols, want, w, h, m.dlq, len(m.dlqRows), "no DLQ has entries", ok,
-		func(i int, id colID) string {
-			d := m.dlqRows[i]
-			switch id {
-			case 0:
-				return d.Stream
-			case 1:
-				return fmtCount(d.Length)
-			case 2:
-				return orDash(d.OldestID)
-			case 3:
-				return orDash(d.NewestID)
-			case 4:
-				return fmtDurOr(d.OldestAge)
-			}
-			return ""
-		}, func(_ int, sel bool) lipgloss.Style { return m.st.row.Reverse(sel) })
-	return lines
+	return listBody(m, dlqCols, m.dlqRows, w, h, m.dlq, "no DLQ has entries", ok,
+		func(DLQInfo) lipgloss.Style { return m.st.row })
 }
 
 func (m *model) viewAuditLog(w, h int) []string {
-	want := make([]int, len(auditCols))
-	for _, a := range m.auditRows {
-		want[1] = max(want[1], textWidth(a.User))
-		want[2] = max(want[2], textWidth(a.Command))
-		want[3] = max(want[3], textWidth(a.Stream))
-		want[4] = max(want[4], textWidth(a.Handler))
-		want[5] = max(want[5], len(a.EntryID))
-		want[7] = max(want[7], textWidth(a.Detail))
-	}
 	_, ok := m.src.(AuditSource)
-	lines := m.listBody(auditCols, want, w, h, m.audit, len(m.auditRows), "no operator actions recorded", ok,
-		func(i int, id colID) string {
-			a := m.auditRows[i]
-			switch id {
-			case 0:
-				return a.Time.UTC().Format("15:04:05")
-			case 1:
-				return orDash(a.User)
-			case 2:
-				return orDash(a.Command)
-			case 3:
-				return orDash(a.Stream)
-			case 4:
-				return orDash(a.Handler)
-			case 5:
-				return orDash(a.EntryID)
-			case 6:
-				return orDash(a.Outcome)
-			case 7:
-				return orDash(oneLine(a.Detail))
+	return listBody(m, auditCols, m.auditRows, w, h, m.audit, "no operator actions recorded", ok,
+		func(a AuditRecord) lipgloss.Style {
+			if a.Outcome != "ok" {
+				return m.st.rowUnowned // the action was not done
 			}
-			return ""
-		}, func(i int, sel bool) lipgloss.Style {
-			if m.auditRows[i].Outcome != "ok" {
-				return m.st.rowUnowned.Reverse(sel)
-			}
-			return m.st.row.Reverse(sel)
+			return m.st.row
 		})
-	return lines
 }
 
 // listInfo is the position shown on the right of the status line of a list view.

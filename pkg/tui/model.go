@@ -45,59 +45,48 @@ const (
 	sortKeys                   // number of sort keys, for cycling
 )
 
-func (s sortKey) String() string {
-	switch s {
-	case sortHeadAge:
-		return "head age"
-	case sortName:
-		return "name"
-	case sortPending:
-		return "pending"
-	case sortOwner:
-		return "owner"
-	case sortLease:
-		return "lease"
-	case sortGen:
-		return "generation"
-	case sortState:
-		return "state"
-	case sortHandler:
-		return "handler"
-	}
-	return "backlog"
+// sortOrder is what a sort key means: its name, the column carrying the sort mark, and
+// the order of the partitions by the column, the useful one first.
+type sortOrder struct {
+	name string
+	col  colID
+	// descending says the column's useful order is largest first.
+	descending bool
+	compare    func(a, b *Partition) int
 }
 
-// sortColumn is the column whose title carries the sort mark.
-func (s sortKey) column() colID {
-	switch s {
-	case sortHeadAge:
-		return colHeadAge
-	case sortName:
-		return colKey
-	case sortPending:
-		return colPending
-	case sortOwner:
-		return colOwner
-	case sortLease:
-		return colLease
-	case sortGen:
-		return colGen
-	case sortState:
-		return colState
-	case sortHandler:
-		return colHandler
-	}
-	return colLag
+// byName orders partitions by category, key and handler.
+func byName(a, b *Partition) int {
+	return cmp.Or(naturalCompare(a.Category, b.Category), naturalCompare(a.Key, b.Key), naturalCompare(a.Handler, b.Handler))
 }
+
+var sortOrders = [sortKeys]sortOrder{
+	sortLag:     {"backlog", colLag, true, func(a, b *Partition) int { return cmp.Compare(b.Backlog(), a.Backlog()) }},
+	sortHeadAge: {"head age", colHeadAge, true, func(a, b *Partition) int { return cmp.Compare(b.HeadAge, a.HeadAge) }},
+	sortName:    {"name", colKey, false, byName},
+	sortPending: {"pending", colPending, true, func(a, b *Partition) int { return cmp.Compare(b.Pending, a.Pending) }},
+	sortOwner:   {"owner", colOwner, false, func(a, b *Partition) int { return naturalCompare(a.Owner, b.Owner) }},
+	sortLease:   {"lease", colLease, false, func(a, b *Partition) int { return cmp.Compare(a.LeaseTTL, b.LeaseTTL) }},
+	sortGen:     {"generation", colGen, true, func(a, b *Partition) int { return cmp.Compare(b.Generation, a.Generation) }},
+	sortState:   {"state", colState, false, func(a, b *Partition) int { return cmp.Compare(a.State, b.State) }},
+	sortHandler: {"handler", colHandler, false, func(a, b *Partition) int { return naturalCompare(a.Handler, b.Handler) }},
+}
+
+// order is what s means; an unknown key means sortLag.
+func (s sortKey) order() sortOrder {
+	if s < 0 || s >= sortKeys {
+		s = sortLag
+	}
+	return sortOrders[s]
+}
+
+func (s sortKey) String() string { return s.order().name }
+
+// column is the column whose title carries the sort mark.
+func (s sortKey) column() colID { return s.order().col }
 
 // descendingByDefault says the column's useful order is largest first.
-func (s sortKey) descendingByDefault() bool {
-	switch s {
-	case sortLag, sortHeadAge, sortPending, sortGen:
-		return true
-	}
-	return false
-}
+func (s sortKey) descendingByDefault() bool { return s.order().descending }
 
 // action is an operator action on a halted head.
 type action int
@@ -390,10 +379,7 @@ func (m *model) resort() {
 	for i := range ps {
 		m.order = append(m.order, i)
 	}
-	by, flip := m.sortBy, m.sortDesc
-	name := func(pa, pb *Partition) int {
-		return cmp.Or(naturalCompare(pa.Category, pb.Category), naturalCompare(pa.Key, pb.Key), naturalCompare(pa.Handler, pb.Handler))
-	}
+	compare, flip := m.sortBy.order().compare, m.sortDesc
 	slices.SortFunc(m.order, func(a, b int) int {
 		pa, pb := &ps[a], &ps[b]
 		if ha, hb := pa.State == StateHalted, pb.State == StateHalted; ha != hb {
@@ -402,34 +388,14 @@ func (m *model) resort() {
 			}
 			return 1
 		}
-		var c int
-		switch by {
-		case sortLag:
-			c = cmp.Compare(pb.Backlog(), pa.Backlog())
-		case sortHeadAge:
-			c = cmp.Compare(pb.HeadAge, pa.HeadAge)
-		case sortPending:
-			c = cmp.Compare(pb.Pending, pa.Pending)
-		case sortOwner:
-			c = naturalCompare(pa.Owner, pb.Owner)
-		case sortLease:
-			c = cmp.Compare(pa.LeaseTTL, pb.LeaseTTL)
-		case sortGen:
-			c = cmp.Compare(pb.Generation, pa.Generation)
-		case sortState:
-			c = cmp.Compare(pa.State, pb.State)
-		case sortHandler:
-			c = naturalCompare(pa.Handler, pb.Handler)
-		case sortName:
-			c = name(pa, pb)
-		}
+		c := compare(pa, pb)
 		if flip {
 			c = -c
 		}
 		if c != 0 {
 			return c
 		}
-		return name(pa, pb)
+		return byName(pa, pb)
 	})
 	m.refilter()
 }
