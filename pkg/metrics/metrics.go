@@ -64,55 +64,52 @@ var DurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 
 // since a backlog after an outage or a halt resolved late is what this histogram is for.
 var LatencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
+// counterVec is a seqctl counter with the given labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+}
+
+// histogramVec is a seqctl histogram with the given buckets and labels.
+func histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
+}
+
 // New builds the collectors and registers them, with the Go runtime and process
 // collectors, on a new registry.
 func New() *Metrics {
 	hc := []string{"handler", "category"}
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
-		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "events_processed_total",
-			Help: "Handler attempts that succeeded (the event was acknowledged).",
-		}, hc),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "events_failed_total",
-			Help: "Handler attempts that failed: a retried attempt, the last attempt before a halt, or an attempt cut off by a lost lease.",
-		}, hc),
-		retried: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "events_retried_total",
-			Help: "Failed handler attempts that will be retried (a subset of events_failed_total).",
-		}, hc),
-		halts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "partition_halts_total",
-			Help: "Partitions this instance halted on a poison head, after the handler's retries.",
-		}, hc),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "handler_duration_seconds",
-			Help:    "Time inside the handler, per attempt (HTTP: request to answer; exec: process start to exit).",
-			Buckets: DurationBuckets,
-		}, hc),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "publish_to_handle_latency_seconds",
-			Help:    "Time from the publish (Redis time of the XADD) to the start of the first handler attempt.",
-			Buckets: LatencyBuckets,
-		}, hc),
-		acquired: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "lease_acquisitions_total",
-			Help: "Partition leases this instance acquired (a new owner at a new generation).",
-		}, []string{"handler"}),
-		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "lease_losses_total",
-			Help: "Partition leases this instance lost without releasing them, by reason.",
-		}, []string{"handler", "reason"}),
-		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "fenced_rejections_total",
-			Help: "Fenced Redis calls refused because this instance no longer held the lease at its generation (one per lost lease: the engine stops at the first).",
-		}, []string{"handler"}),
-		slotWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "handler_slot_wait_seconds",
-			Help:    "Time a partition with an event ready waited for a handler slot before the call (not part of the attempt or its timeout).",
-			Buckets: LatencyBuckets,
-		}, []string{"handler"}),
+		processed: counterVec("events_processed_total",
+			"Handler attempts that succeeded (the event was acknowledged).",
+			hc...),
+		failed: counterVec("events_failed_total",
+			"Handler attempts that failed: a retried attempt, the last attempt before a halt, or an attempt cut off by a lost lease.",
+			hc...),
+		retried: counterVec("events_retried_total",
+			"Failed handler attempts that will be retried (a subset of events_failed_total).",
+			hc...),
+		halts: counterVec("partition_halts_total",
+			"Partitions this instance halted on a poison head, after the handler's retries.",
+			hc...),
+		duration: histogramVec("handler_duration_seconds",
+			"Time inside the handler, per attempt (HTTP: request to answer; exec: process start to exit).",
+			DurationBuckets, hc...),
+		latency: histogramVec("publish_to_handle_latency_seconds",
+			"Time from the publish (Redis time of the XADD) to the start of the first handler attempt.",
+			LatencyBuckets, hc...),
+		acquired: counterVec("lease_acquisitions_total",
+			"Partition leases this instance acquired (a new owner at a new generation).",
+			"handler"),
+		lost: counterVec("lease_losses_total",
+			"Partition leases this instance lost without releasing them, by reason.",
+			"handler", "reason"),
+		fenced: counterVec("fenced_rejections_total",
+			"Fenced Redis calls refused because this instance no longer held the lease at its generation (one per lost lease: the engine stops at the first).",
+			"handler"),
+		slotWait: histogramVec("handler_slot_wait_seconds",
+			"Time a partition with an event ready waited for a handler slot before the call (not part of the attempt or its timeout).",
+			LatencyBuckets, "handler"),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "relay_backlog",
 			Help: "Outbox rows waiting to be published by the relay; 0 when no outbox relay runs in this process.",
