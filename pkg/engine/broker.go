@@ -180,8 +180,7 @@ func indexPartition(ctx context.Context, c redis.UniversalClient, k keyspace.Key
 		return fmt.Errorf("engine: appended %s to %s but could not index it yet (the next publish of the key does): %w",
 			id, stream, translateRedisErr(err))
 	}
-	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: k.ControlStream(), MaxLen: 1000, Approx: true,
-		Values: []any{"op", "partition", "category", category, "key", key}}).Err(); err != nil {
+	if err := announce(ctx, c, k, keyspace.Notice{Op: keyspace.NoticePartition, Category: category, Key: key}); err != nil {
 		return fmt.Errorf("engine: indexed %s but could not announce it (discovery finds it on its next full read): %w",
 			stream, translateRedisErr(err))
 	}

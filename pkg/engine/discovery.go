@@ -364,19 +364,18 @@ func (e *Engine) controlRead(msgs []redis.XMessage) {
 		v.checkGap, v.checkFrom = true, v.cursor
 	}
 	for _, m := range msgs {
-		op, _ := m.Values["op"].(string)
-		if op != "partition" && op != "reaped" {
+		n := keyspace.DecodeNotice(m)
+		if n.Op != keyspace.NoticePartition && n.Op != keyspace.NoticeReaped {
 			continue
 		}
-		c, _ := m.Values["category"].(string)
-		k, _ := m.Values["key"].(string)
+		c, k := n.Category, n.Key
 		keys, ok := v.cats[c]
 		if !ok || ValidateStreamKey(k, suffix) != nil {
 			continue
 		}
 		v.seq++
 		delete(v.ghosts[c], k)
-		if op == "reaped" {
+		if n.Op == keyspace.NoticeReaped {
 			if _, had := keys[k]; had {
 				delete(keys, k)
 				v.units = nil

@@ -357,7 +357,7 @@ func (d *doorbell) kickSync() {
 func (d *doorbell) interrupt() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = d.e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: d.wake, MaxLen: 100, Approx: true, Values: []any{"op", "interrupt"}}).Err()
+	_ = notify(ctx, d.e.rdb, d.wake, keyspace.Notice{Op: keyspace.NoticeInterrupt})
 }
 
 // loop runs the doorbell: the pub/sub listener and the subscription manager on their own
@@ -477,10 +477,8 @@ func (d *doorbell) readNotices() {
 				d.ctrlLast = lastID
 				d.e.controlRead(s.Messages)
 				for _, m := range s.Messages {
-					if op, _ := m.Values["op"].(string); op == "released" {
-						g, _ := m.Values["group"].(string)
-						u, _ := m.Values["unit"].(string)
-						d.e.forgetOwner(g, u)
+					if n := keyspace.DecodeNotice(m); n.Op == keyspace.NoticeReleased {
+						d.e.forgetOwner(n.Group, n.Unit)
 					}
 				}
 				d.e.kickDiscovery()
@@ -491,14 +489,12 @@ func (d *doorbell) readNotices() {
 
 // onWake handles a notice on the instance's wake stream.
 func (d *doorbell) onWake(m redis.XMessage) {
-	op, _ := m.Values["op"].(string)
-	if op != "resume" {
+	n := keyspace.DecodeNotice(m)
+	if n.Op != keyspace.NoticeResume {
 		return
 	}
-	group, _ := m.Values["group"].(string)
-	lane, _ := m.Values["unit"].(string)
 	d.e.mu.Lock()
-	w := d.e.byLane[group+"\x00"+lane]
+	w := d.e.byLane[laneKey(n.Group, n.Unit)]
 	d.e.mu.Unlock()
 	if w != nil {
 		w.poke()

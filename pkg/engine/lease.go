@@ -213,8 +213,7 @@ func (e *Engine) releaseLease(ctx context.Context, u unit, token, consumer strin
 		return ErrFenced
 	}
 	if k.IsCluster() {
-		_ = e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.ControlStream(), MaxLen: 1000, Approx: true,
-			Values: []any{"op", "released", "group", u.sub.group, "unit", u.name}}).Err()
+		_ = announce(ctx, e.rdb, k, keyspace.Notice{Op: keyspace.NoticeReleased, Group: u.sub.group, Unit: u.name})
 	}
 	return nil
 }

@@ -178,8 +178,7 @@ func (b *RedisBroker) wakeOwner(ctx context.Context, lease, group, lane string) 
 	if owner == "" {
 		return
 	}
-	_ = b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.keys.WakeStream(keyspace.InstanceOfOwner(owner)), MaxLen: 100, Approx: true,
-		Values: []any{"op", "resume", "group", group, "unit", lane}}).Err()
+	_ = notify(ctx, b.rdb, b.keys.WakeStream(keyspace.InstanceOfOwner(owner)), keyspace.Notice{Op: keyspace.NoticeResume, Group: group, Unit: lane})
 }
 
 // Compile-time checks that both brokers satisfy BrokerInfo.

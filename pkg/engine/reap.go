@@ -199,8 +199,7 @@ func (e *Engine) unindex(ctx context.Context, vers map[string]string, key string
 			continue
 		}
 		if removed {
-			_ = e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.keys.ControlStream(), MaxLen: 1000, Approx: true,
-				Values: []any{"op", "reaped", "category", c, "key", key}}).Err()
+			_ = announce(ctx, e.rdb, e.keys, keyspace.Notice{Op: keyspace.NoticeReaped, Category: c, Key: key})
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine/scripts"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // loadScripts puts every script into the server's script cache (see scripts.Load).
@@ -60,4 +61,14 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// announce appends a notice to the control stream, which every instance reads.
+func announce(ctx context.Context, c redis.Cmdable, k keyspace.Keys, n keyspace.Notice) error {
+	return c.XAdd(ctx, &redis.XAddArgs{Stream: k.ControlStream(), MaxLen: keyspace.ControlStreamCap, Approx: true, Values: n.Fields()}).Err()
+}
+
+// notify appends a notice to an instance's wake stream.
+func notify(ctx context.Context, c redis.Cmdable, wake string, n keyspace.Notice) error {
+	return c.XAdd(ctx, &redis.XAddArgs{Stream: wake, MaxLen: keyspace.WakeStreamCap, Approx: true, Values: n.Fields()}).Err()
 }

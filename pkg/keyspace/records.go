@@ -208,3 +208,48 @@ func (a StreamID) Less(b StreamID) bool { return a.MS < b.MS || (a.MS == b.MS &&
 // the same value and a reaper's compare-and-remove never matches a write that came after
 // its read.
 func IndexValue(entryID, random string) string { return entryID + "/" + random }
+
+// Notice is an entry of the control stream (ControlStream: what every instance must
+// learn) or of an instance's wake stream (WakeStream: what that instance must do now).
+// publish.lua, replay.lua, reap.lua, release.lua and resolve.lua write the same fields.
+type Notice struct {
+	Op       string // one of the Notice* operations
+	Category string // NoticePartition, NoticeReaped: the partition's category
+	Key      string // NoticePartition, NoticeReaped: the partition key
+	Group    string // NoticeReleased, NoticeResume: the consumer group
+	Unit     string // NoticeReleased, NoticeResume: the unit (lane stream or process-manager unit)
+}
+
+// The operations of a Notice.
+const (
+	NoticePartition = "partition" // control: a partition key was indexed (or again)
+	NoticeReaped    = "reaped"    // control: a partition key left its index
+	NoticeReleased  = "released"  // control: a lease was given back
+	NoticeResume    = "resume"    // wake: an operator resolved the unit's head
+	NoticeInterrupt = "interrupt" // wake: end the blocking read (shutdown)
+)
+
+// Capped lengths (approximate) of the notice streams.
+const (
+	ControlStreamCap = 1000
+	WakeStreamCap    = 100
+)
+
+// Fields returns the notice as stream entry field/value pairs: op, then the fields the
+// operation carries.
+func (n Notice) Fields() []any {
+	out := []any{"op", n.Op}
+	if n.Category != "" || n.Key != "" {
+		out = append(out, "category", n.Category, "key", n.Key)
+	}
+	if n.Group != "" || n.Unit != "" {
+		out = append(out, "group", n.Group, "unit", n.Unit)
+	}
+	return out
+}
+
+// DecodeNotice reads a notice entry; fields it lacks read as "".
+func DecodeNotice(m redis.XMessage) Notice {
+	get := func(f string) string { s, _ := m.Values[f].(string); return s }
+	return Notice{Op: get("op"), Category: get("category"), Key: get("key"), Group: get("group"), Unit: get("unit")}
+}

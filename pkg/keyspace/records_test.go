@@ -78,3 +78,29 @@ func TestRecordsRoundTrip(t *testing.T) {
 		t.Error("a bare millisecond id")
 	}
 }
+
+// A notice written by Fields reads back the same, and an entry a script wrote with the
+// same fields reads as the notice it means.
+func TestNoticeRoundTrip(t *testing.T) {
+	for _, n := range []Notice{
+		{Op: NoticePartition, Category: "order", Key: "c-9"},
+		{Op: NoticeReaped, Category: "order", Key: "c-9"},
+		{Op: NoticeReleased, Group: "Projector", Unit: "order:c-9"},
+		{Op: NoticeResume, Group: "Projector", Unit: "order:{c-9}"},
+		{Op: NoticeInterrupt},
+	} {
+		f := n.Fields()
+		vals := map[string]any{}
+		for i := 0; i+1 < len(f); i += 2 {
+			vals[f[i].(string)] = f[i+1]
+		}
+		if got := DecodeNotice(redis.XMessage{ID: "1-0", Values: vals}); got != n {
+			t.Errorf("%+v read back as %+v", n, got)
+		}
+	}
+	// release.lua's entry: op, group, unit.
+	m := redis.XMessage{Values: map[string]any{"op": "released", "group": "G", "unit": "order:k"}}
+	if got := DecodeNotice(m); got != (Notice{Op: NoticeReleased, Group: "G", Unit: "order:k"}) {
+		t.Errorf("release.lua's notice read as %+v", got)
+	}
+}
