@@ -169,11 +169,33 @@ func mayOrMayNot(what, check string) string {
 	return fmt.Sprintf("the %s: it may or may not have been applied; check with %s and 'seqctl audit'", what, check)
 }
 
+// GuardedOptions are the inputs of an operator command that runs a guardedAction: those
+// of every operator command, --yes and --dry-run.
+type GuardedOptions struct {
+	OpsOptions
+	// Yes skips the confirmation; required when stdin is not a terminal.
+	Yes bool
+	// DryRun prints what would happen and changes nothing.
+	DryRun bool
+}
+
+// guardedOptions returns the inputs of a guarded operator command built by f.
+func (f *Factory) guardedOptions() GuardedOptions {
+	return GuardedOptions{OpsOptions: f.opsOptions()}
+}
+
 // addGuardFlags adds the flags of every guarded action: --yes, and --dry-run, which
 // does dryRunDoes ("print what would happen") and changes nothing.
-func addGuardFlags(cmd *cobra.Command, yes, dryRun *bool, dryRunDoes string) {
-	cmd.Flags().BoolVarP(yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
-	cmd.Flags().BoolVar(dryRun, "dry-run", false, dryRunDoes+"; change nothing")
+func (o *GuardedOptions) addGuardFlags(cmd *cobra.Command, dryRunDoes string) {
+	cmd.Flags().BoolVarP(&o.Yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, dryRunDoes+"; change nothing")
+}
+
+// guarded starts the guarded action of a command run by who, with the operator API adm
+// connected in ctx: its streams, -o, --yes and --dry-run, and the audit entry of its
+// refusals, which the command completes.
+func (o *GuardedOptions) guarded(ctx context.Context, adm Admin, who admin.Actor) guardedAction {
+	return guardedAction{ctx: ctx, ios: o.IO, adm: adm, output: o.Output, yes: o.Yes, dryRun: o.DryRun, refusal: auditEntryBy(who)}
 }
 
 // auditEntryBy starts the audit entry of an action by who: the user, the host and the

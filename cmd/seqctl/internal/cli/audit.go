@@ -15,11 +15,7 @@ import (
 
 // AuditOptions are the inputs of 'seqctl audit'.
 type AuditOptions struct {
-	IO     *IOStreams
-	Admin  AdminOpener
-	Output string
-	// NoHeaders drops the table header (--no-headers).
-	NoHeaders bool
+	OpsOptions
 	// Since keeps the actions of the last Since (0: all of them).
 	Since time.Duration
 	// Limit keeps the newest Limit actions, newest first (0: all, oldest first).
@@ -27,7 +23,6 @@ type AuditOptions struct {
 	// Stream and Outcome keep the actions on this stream, with this outcome.
 	Stream  string
 	Outcome string
-	Ctx     context.Context
 }
 
 // auditOutcomes are the values of audit --outcome.
@@ -36,7 +31,7 @@ var auditOutcomes = []string{admin.OutcomeOK, admin.OutcomeHeadMoved, admin.Outc
 	admin.OutcomeNotReplicated, admin.OutcomeNotRegistered, admin.OutcomeDeclared, admin.OutcomeLiveLease, admin.OutcomeReadMoved}
 
 func newCmdAudit(f *Factory, runF func(*AuditOptions) error) *cobra.Command {
-	opts := &AuditOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	opts := &AuditOptions{OpsOptions: f.opsOptions()}
 	var since string
 	cmd := &cobra.Command{
 		Use:   "audit [--since DURATION] [--limit N] [--stream S] [--outcome O]",
@@ -78,11 +73,7 @@ the actions on one partition (its DLQ included) or, for groups remove, one categ
   # everything, as JSON
   $ seqctl audit -o json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.NoHeaders, opts.Ctx = f.Global.Output, f.Global.NoHeaders, cmd.Context()
-			if err := checkFormat(cmd, opts.Output); err != nil {
-				return err
-			}
+		RunE: opsRunE(f, opts, func(cmd *cobra.Command, _ []string) error {
 			if since != "" {
 				d, err := parseSince(since)
 				if err != nil {
@@ -96,11 +87,8 @@ the actions on one partition (its DLQ included) or, for groups remove, one categ
 			if opts.Outcome != "" && !slices.Contains(auditOutcomes, opts.Outcome) {
 				return usageErrorf(cmd.CommandPath(), "invalid value %q for --outcome: want one of %s", opts.Outcome, strings.Join(auditOutcomes, ", "))
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return auditRun(opts)
-		},
+			return nil
+		}, runF, auditRun),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&since, "since", "", "only the actions of the last DURATION (e.g. 90m, 12h, 7d)")
@@ -133,12 +121,7 @@ func parseSince(s string) (time.Duration, error) {
 	return d, nil
 }
 
-func auditRun(opts *AuditOptions) error {
-	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
-	if err != nil {
-		return err
-	}
-	defer closeAdm()
+func auditRun(ctx context.Context, adm Admin, opts *AuditOptions) error {
 	entries, err := adm.AuditEntries(ctx, admin.AuditQuery{Since: opts.Since, Limit: opts.Limit, Stream: opts.Stream, Outcome: opts.Outcome})
 	if err != nil {
 		return exitFor(err)
@@ -152,7 +135,7 @@ func auditRun(opts *AuditOptions) error {
 	if wide {
 		header = append(header, "REASON", "DETAIL")
 	}
-	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, append(header, "OUTCOME")...)
+	t := newTable(ios, opts.layout(), append(header, "OUTCOME")...)
 	for _, e := range entries {
 		row := []string{fmtTime(&e.Time), orDash(e.User), orDash(e.RedisUser), orDash(e.Host), orDash(e.Command), orDash(e.Stream), orDash(e.Handler), orDash(e.EntryID)}
 		if wide {

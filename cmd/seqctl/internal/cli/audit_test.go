@@ -11,7 +11,7 @@ func TestAuditParse(t *testing.T) {
 	testParse(t, "", newCmdAudit, []parseCase[AuditOptions]{
 		{name: "everything", want: AuditOptions{}},
 		{name: "hours", argv: []string{"--since", "12h"}, want: AuditOptions{Since: 12 * time.Hour}},
-		{name: "days and json", argv: []string{"--since", "7d", "-o", "json"}, want: AuditOptions{Since: 7 * 24 * time.Hour, Output: "json"}},
+		{name: "days and json", argv: []string{"--since", "7d", "-o", "json"}, want: AuditOptions{OpsOptions: OpsOptions{Output: "json"}, Since: 7 * 24 * time.Hour}},
 		{name: "bad duration", argv: []string{"--since", "yesterday"}, wantErr: `invalid value "yesterday" for --since`},
 		{name: "negative", argv: []string{"--since", "-1h"}, wantErr: "must be positive"},
 		{name: "argument", argv: []string{"order:c"}, wantErr: `unexpected argument "order:c"`},

@@ -32,17 +32,12 @@ the handler, who moved it, when and why.`,
 
 // DLQListOptions are the inputs of 'seqctl dlq list'.
 type DLQListOptions struct {
-	IO     *IOStreams
-	Admin  AdminOpener
-	Output string
-	// NoHeaders drops the table header (--no-headers).
-	NoHeaders bool
-	Stream    string
-	Ctx       context.Context
+	OpsOptions
+	Stream string
 }
 
 func newCmdDLQList(f *Factory, runF func(*DLQListOptions) error) *cobra.Command {
-	opts := &DLQListOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	opts := &DLQListOptions{OpsOptions: f.opsOptions()}
 	cmd := &cobra.Command{
 		Use:   "list [STREAM]",
 		Short: "List every DLQ with its length, or a partition's dead-letter entries with their errors",
@@ -69,31 +64,19 @@ STREAM is the partition ({category}:{key}) or its DLQ ({category}:{key}:dlq).`,
 			return nil
 		},
 		ValidArgsFunction: completeStreams(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.NoHeaders, opts.Ctx = f.Global.Output, f.Global.NoHeaders, cmd.Context()
+		RunE: opsRunE(f, opts, func(_ *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.Stream = args[0]
 			}
-			if err := checkFormat(cmd, opts.Output); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return dlqListRun(opts)
-		},
+			return nil
+		}, runF, dlqListRun),
 	}
 	return cmd
 }
 
-func dlqListRun(opts *DLQListOptions) error {
-	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
-	if err != nil {
-		return err
-	}
-	defer closeAdm()
+func dlqListRun(ctx context.Context, adm Admin, opts *DLQListOptions) error {
 	if opts.Stream == "" {
-		return printDLQs(opts, adm)
+		return printDLQs(ctx, adm, opts)
 	}
 	entries, err := adm.DLQ(ctx, opts.Stream)
 	if err != nil {
@@ -107,7 +90,7 @@ func dlqListRun(opts *DLQListOptions) error {
 	if opts.Output == "wide" {
 		header = append(header, "LANE", "REASON")
 	}
-	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, append(header, "ERROR")...)
+	t := newTable(ios, opts.layout(), append(header, "ERROR")...)
 	for _, e := range entries {
 		row := []string{e.ID, orDash(e.OriginalID), orDash(e.Handler), orDash(e.Envelope.Type), orDash(e.Envelope.ID),
 			strconv.Itoa(e.Attempts), fmtTime(e.MovedAt), orDash(e.MovedBy)}
@@ -120,16 +103,16 @@ func dlqListRun(opts *DLQListOptions) error {
 }
 
 // printDLQs lists every non-empty DLQ.
-func printDLQs(opts *DLQListOptions, adm Admin) error {
+func printDLQs(ctx context.Context, adm Admin, opts *DLQListOptions) error {
 	ios := opts.IO
-	ds, err := adm.DLQs(orBackground(opts.Ctx))
+	ds, err := adm.DLQs(ctx)
 	if err != nil {
 		return exitFor(err)
 	}
 	if done, err := writeList(ios, opts.Output, ds, "No DLQ has entries."); done {
 		return err
 	}
-	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, "STREAM", "ENTRIES", "OLDEST", "NEWEST", "OLDEST AGE")
+	t := newTable(ios, opts.layout(), "STREAM", "ENTRIES", "OLDEST", "NEWEST", "OLDEST AGE")
 	for _, d := range ds {
 		t.AddRow(d.Stream, strconv.FormatInt(d.Length, 10), orDash(d.OldestID), orDash(d.NewestID), msCell(d.OldestAgeMS, d.OldestID != ""))
 	}
@@ -138,20 +121,15 @@ func printDLQs(opts *DLQListOptions, adm Admin) error {
 
 // DLQReplayOptions are the inputs of 'seqctl dlq replay'.
 type DLQReplayOptions struct {
-	IO     *IOStreams
-	Admin  AdminOpener
-	Output string
+	GuardedOptions
 	Stream string
 	ID     string
 	// All replays every entry of the DLQ, oldest first.
-	All    bool
-	Yes    bool
-	DryRun bool
-	Ctx    context.Context
+	All bool
 }
 
 func newCmdDLQReplay(f *Factory, runF func(*DLQReplayOptions) error) *cobra.Command {
-	opts := &DLQReplayOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	opts := &DLQReplayOptions{GuardedOptions: f.guardedOptions()}
 	cmd := &cobra.Command{
 		Use:   "replay STREAM --id ID|--all [--yes] [--dry-run]",
 		Short: "Re-publish a DLQ entry at the tail of its partition, then remove it from the DLQ",
@@ -183,42 +161,28 @@ left alone, and the replay stops at the first failure, saying how many were repl
   $ seqctl dlq replay order:client-123 --all --yes`,
 		Args:              streamArg,
 		ValidArgsFunction: completeStreams(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx, opts.Stream = f.Global.Output, cmd.Context(), args[0]
-			if err := checkFormat(cmd, opts.Output); err != nil {
-				return err
-			}
+		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+			opts.Stream = args[0]
 			switch {
 			case opts.ID == "" && !opts.All:
 				return usageErrorf(cmd.CommandPath(), "--id is required: the DLQ entry id to replay (see 'seqctl dlq list %s'), or --all for every entry", opts.Stream)
 			case opts.ID != "" && opts.All:
 				return usageErrorf(cmd.CommandPath(), "--id and --all exclude each other: name one entry, or replay them all")
 			}
-			if err := checkEntryID(cmd.CommandPath(), "--id", opts.ID); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return dlqReplayRun(opts)
-		},
+			return checkEntryID(cmd.CommandPath(), "--id", opts.ID)
+		}, runF, dlqReplayRun),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.ID, "id", "", "the DLQ entry id to replay")
 	fl.BoolVar(&opts.All, "all", false, "replay every entry of the DLQ, oldest first")
-	addGuardFlags(cmd, &opts.Yes, &opts.DryRun, "print what would happen")
+	opts.addGuardFlags(cmd, "print what would happen")
 	_ = cmd.RegisterFlagCompletionFunc("id", completeDLQIDs(f))
 	return cmd
 }
 
-func dlqReplayRun(opts *DLQReplayOptions) error {
-	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
-	if err != nil {
-		return err
-	}
-	defer closeAdm()
+func dlqReplayRun(ctx context.Context, adm Admin, opts *DLQReplayOptions) error {
 	who := actor("dlq replay")
-	g := guardedAction{ctx: ctx, ios: opts.IO, adm: adm, output: opts.Output, yes: opts.Yes, dryRun: opts.DryRun, refusal: auditEntryBy(who)}
+	g := opts.guarded(ctx, adm, who)
 	g.refusal.Stream = opts.Stream
 	if opts.All {
 		g.quietAudit = true
@@ -372,19 +336,14 @@ func (r *dlqReplayAll) done() string {
 
 // DLQPurgeOptions are the inputs of 'seqctl dlq purge'.
 type DLQPurgeOptions struct {
-	IO     *IOStreams
-	Admin  AdminOpener
-	Output string
+	GuardedOptions
 	Stream string
 	// Through is the newest entry to delete; "" means the newest entry shown.
 	Through string
-	Yes     bool
-	DryRun  bool
-	Ctx     context.Context
 }
 
 func newCmdDLQPurge(f *Factory, runF func(*DLQPurgeOptions) error) *cobra.Command {
-	opts := &DLQPurgeOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	opts := &DLQPurgeOptions{GuardedOptions: f.guardedOptions()}
 	cmd := &cobra.Command{
 		Use:   "purge STREAM [--through ID] [--yes] [--dry-run]",
 		Short: "Delete a partition's dead-letter entries, up to the newest one you saw",
@@ -402,35 +361,21 @@ when the DLQ is empty.`,
   $ seqctl dlq purge order:client-123 --through 1718000000123-0 --yes`,
 		Args:              streamArg,
 		ValidArgsFunction: completeStreams(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx, opts.Stream = f.Global.Output, cmd.Context(), args[0]
-			if err := checkFormat(cmd, opts.Output); err != nil {
-				return err
-			}
-			if err := checkEntryID(cmd.CommandPath(), "--through", opts.Through); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return dlqPurgeRun(opts)
-		},
+		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+			opts.Stream = args[0]
+			return checkEntryID(cmd.CommandPath(), "--through", opts.Through)
+		}, runF, dlqPurgeRun),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Through, "through", "", "delete entries up to and including this id (default: the newest entry, shown first)")
-	addGuardFlags(cmd, &opts.Yes, &opts.DryRun, "print what would be deleted")
+	opts.addGuardFlags(cmd, "print what would be deleted")
 	_ = cmd.RegisterFlagCompletionFunc("through", completeDLQIDs(f))
 	return cmd
 }
 
-func dlqPurgeRun(opts *DLQPurgeOptions) error {
-	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
-	if err != nil {
-		return err
-	}
-	defer closeAdm()
+func dlqPurgeRun(ctx context.Context, adm Admin, opts *DLQPurgeOptions) error {
 	p := &dlqPurge{opts: opts, who: actor("dlq purge")}
-	p.guardedAction = guardedAction{ctx: ctx, ios: opts.IO, adm: adm, output: opts.Output, yes: opts.Yes, dryRun: opts.DryRun, refusal: auditEntryBy(p.who)}
+	p.guardedAction = opts.guarded(ctx, adm, p.who)
 	p.refusal.Stream, p.refusal.EntryID = opts.Stream, opts.Through
 	return p.run(p)
 }

@@ -10,15 +10,15 @@ func TestDLQParse(t *testing.T) {
 	t.Run("list", func(t *testing.T) {
 		testParse(t, "dlq", newCmdDLQList, []parseCase[DLQListOptions]{
 			{name: "stream", argv: []string{"order:c"}, want: DLQListOptions{Stream: "order:c"}},
-			{name: "dlq stream and json", argv: []string{"order:c:dlq", "-o", "json"}, want: DLQListOptions{Stream: "order:c:dlq", Output: "json"}},
+			{name: "dlq stream and json", argv: []string{"order:c:dlq", "-o", "json"}, want: DLQListOptions{OpsOptions: OpsOptions{Output: "json"}, Stream: "order:c:dlq"}},
 			{name: "no stream lists every DLQ", want: DLQListOptions{}},
 			{name: "two streams", argv: []string{"a:b", "c:d"}, wantErr: `unexpected argument "c:d"`},
 		}, ignoreOpsInputs(DLQListOptions{}))
 	})
 	t.Run("replay", func(t *testing.T) {
 		testParse(t, "dlq", newCmdDLQReplay, []parseCase[DLQReplayOptions]{
-			{name: "id and yes", argv: []string{"order:c", "--id", "1-0", "--yes"}, want: DLQReplayOptions{Stream: "order:c", ID: "1-0", Yes: true}},
-			{name: "dry run", argv: []string{"order:c", "--id", "1-0", "--dry-run"}, want: DLQReplayOptions{Stream: "order:c", ID: "1-0", DryRun: true}},
+			{name: "id and yes", argv: []string{"order:c", "--id", "1-0", "--yes"}, want: DLQReplayOptions{GuardedOptions: GuardedOptions{Yes: true}, Stream: "order:c", ID: "1-0"}},
+			{name: "dry run", argv: []string{"order:c", "--id", "1-0", "--dry-run"}, want: DLQReplayOptions{GuardedOptions: GuardedOptions{DryRun: true}, Stream: "order:c", ID: "1-0"}},
 			{name: "id required", argv: []string{"order:c", "--yes"}, wantErr: "--id is required"},
 			{name: "malformed id", argv: []string{"order:c", "--id", "garbage", "--yes"}, wantErr: `invalid value "garbage" for --id`},
 		}, ignoreOpsInputs(DLQReplayOptions{}))

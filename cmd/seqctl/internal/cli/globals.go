@@ -114,18 +114,6 @@ var _ Admin = (*admin.Admin)(nil)
 // AdminOpener connects the operator API; close releases it.
 type AdminOpener func(ctx context.Context) (a Admin, close func(), err error)
 
-// open connects the operator API for a command's run function, in ctx: the command's,
-// or context.Background() when nil (a test calling the run function). An error comes
-// with its exit code.
-func (o AdminOpener) open(ctx context.Context) (context.Context, Admin, func(), error) {
-	ctx = orBackground(ctx)
-	adm, closeAdm, err := o(ctx)
-	if err != nil {
-		return ctx, nil, nil, exitFor(err)
-	}
-	return ctx, adm, closeAdm, nil
-}
-
 // orBackground is ctx, or context.Background() when ctx is nil.
 func orBackground(ctx context.Context) context.Context {
 	if ctx == nil {

@@ -44,16 +44,13 @@ and reap resume.`,
 
 // GroupsListOptions are the inputs of 'seqctl groups list'.
 type GroupsListOptions struct {
-	IO     *IOStreams
-	Admin  AdminOpener
-	Output string
+	OpsOptions
 	// Category lists only this category ("" for all).
 	Category string
-	Ctx      context.Context
 }
 
 func newCmdGroupsList(f *Factory, runF func(*GroupsListOptions) error) *cobra.Command {
-	opts := &GroupsListOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	opts := &GroupsListOptions{OpsOptions: f.opsOptions()}
 	cmd := &cobra.Command{
 		Use:   "list [--category C]",
 		Short: "List each category's consumer groups: registered, declared, leases, unread, read",
@@ -79,27 +76,13 @@ behind, unread, pending, read, live_leases and halted.`,
 		Example: `  $ seqctl groups list --config domain.toml
   $ seqctl groups list --category order -o json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx = f.Global.Output, cmd.Context()
-			if err := checkFormat(cmd, opts.Output); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return groupsListRun(opts)
-		},
+		RunE: opsRunE(f, opts, nil, runF, groupsListRun),
 	}
 	cmd.Flags().StringVar(&opts.Category, "category", "", "only this category")
 	return cmd
 }
 
-func groupsListRun(opts *GroupsListOptions) error {
-	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
-	if err != nil {
-		return err
-	}
-	defer closeAdm()
+func groupsListRun(ctx context.Context, adm Admin, opts *GroupsListOptions) error {
 	gs, err := adm.Groups(ctx, opts.Category)
 	if err != nil {
 		return exitFor(err)
@@ -140,24 +123,18 @@ func declaredCell(ios *IOStreams, g admin.Group) string {
 
 // GroupsRemoveOptions are the inputs of 'seqctl groups remove'.
 type GroupsRemoveOptions struct {
-	IO       *IOStreams
-	Admin    AdminOpener
-	Output   string
+	// GuardedOptions: with --dry-run, every check runs and nothing changes.
+	GuardedOptions
 	Group    string
 	Category string
 	// ExpectRead is the READ figure the operator inspected; nil means the current one,
 	// shown first.
 	ExpectRead *int64
-	// Yes skips the confirmation; required when stdin is not a terminal.
-	Yes bool
-	// DryRun checks everything and changes nothing.
-	DryRun bool
-	Reason string
-	Ctx    context.Context
+	Reason     string
 }
 
 func newCmdGroupsRemove(f *Factory, runF func(*GroupsRemoveOptions) error) *cobra.Command {
-	opts := &GroupsRemoveOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	opts := &GroupsRemoveOptions{GuardedOptions: f.guardedOptions()}
 	var expect int64
 	cmd := &cobra.Command{
 		Use:   "remove NAME --category C [--expect-read N] [--yes] [--dry-run] [--reason R]",
@@ -196,11 +173,8 @@ Exit status: 0 done; 4 refused by a check (nothing changed); 1 declined or faile
 			}
 			return usageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one NAME", args[1], cmd.CommandPath())
 		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx, opts.Group = f.Global.Output, cmd.Context(), args[0]
-			if err := checkFormat(cmd, opts.Output); err != nil {
-				return err
-			}
+		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+			opts.Group = args[0]
 			if opts.Category == "" {
 				return usageErrorf(cmd.CommandPath(), "--category is required: name the category to remove %s from", opts.Group)
 			}
@@ -210,32 +184,24 @@ Exit status: 0 done; 4 refused by a check (nothing changed); 1 declined or faile
 				}
 				opts.ExpectRead = &expect
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return groupsRemoveRun(opts)
-		},
+			return nil
+		}, runF, groupsRemoveRun),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Category, "category", "", "the category to remove the group from (required)")
 	fl.Int64Var(&expect, "expect-read", 0, "act only if the group has still read this many entries (the READ of 'groups list'; default: the current figure, shown first)")
-	addGuardFlags(cmd, &opts.Yes, &opts.DryRun, "run every check")
+	opts.addGuardFlags(cmd, "run every check")
 	fl.StringVar(&opts.Reason, "reason", "", "why, for the audit log")
 	return cmd
 }
 
 const groupsRemoveCommand = "groups remove"
 
-func groupsRemoveRun(opts *GroupsRemoveOptions) error {
-	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
-	if err != nil {
-		return err
-	}
-	defer closeAdm()
+func groupsRemoveRun(ctx context.Context, adm Admin, opts *GroupsRemoveOptions) error {
 	r := &groupsRemove{opts: opts, who: actor(groupsRemoveCommand)}
-	r.guardedAction = guardedAction{ctx: ctx, ios: opts.IO, adm: adm, output: opts.Output, yes: opts.Yes, dryRun: opts.DryRun,
-		refusal: auditEntryBy(r.who), exit: groupsExit,
-		inDoubt: mayOrMayNot("removal", fmt.Sprintf("'seqctl groups list --category %s'", opts.Category))}
+	r.guardedAction = opts.guarded(ctx, adm, r.who)
+	r.exit = groupsExit
+	r.inDoubt = mayOrMayNot("removal", fmt.Sprintf("'seqctl groups list --category %s'", opts.Category))
 	r.refusal.Stream, r.refusal.Handler, r.refusal.Reason = keyspace.SingleNode.CategoryStream(opts.Category), opts.Group, opts.Reason
 	return r.run(r)
 }

@@ -22,7 +22,7 @@ import (
 func TestGroupsListParse(t *testing.T) {
 	testParse(t, "groups", newCmdGroupsList, []parseCase[GroupsListOptions]{
 		{name: "everything", want: GroupsListOptions{}},
-		{name: "one category as json", argv: []string{"--category", "order", "-o", "json"}, want: GroupsListOptions{Category: "order", Output: "json"}},
+		{name: "one category as json", argv: []string{"--category", "order", "-o", "json"}, want: GroupsListOptions{OpsOptions: OpsOptions{Output: "json"}, Category: "order"}},
 		{name: "no arguments", argv: []string{"order"}, wantErr: `unexpected argument "order"`},
 		{name: "bad output", argv: []string{"-o", "csv"}, wantErr: `invalid value "csv" for --output`},
 	}, ignoreOpsInputs(GroupsListOptions{}))
@@ -33,9 +33,9 @@ func TestGroupsRemoveParse(t *testing.T) {
 	testParse(t, "groups", newCmdGroupsRemove, []parseCase[GroupsRemoveOptions]{
 		{name: "minimal", argv: []string{"Mailer", "--category", "order"}, want: GroupsRemoveOptions{Group: "Mailer", Category: "order"}},
 		{name: "expect zero is a comparison", argv: []string{"Mailer", "--category", "order", "--expect-read", "0", "--yes"},
-			want: GroupsRemoveOptions{Group: "Mailer", Category: "order", ExpectRead: &zero, Yes: true}},
+			want: GroupsRemoveOptions{GuardedOptions: GuardedOptions{Yes: true}, Group: "Mailer", Category: "order", ExpectRead: &zero}},
 		{name: "everything", argv: []string{"Mailer", "--category", "order", "--expect-read", "7", "-y", "--dry-run", "--reason", "OPS-7", "-o", "json"},
-			want: GroupsRemoveOptions{Group: "Mailer", Category: "order", ExpectRead: &seven, Yes: true, DryRun: true, Reason: "OPS-7", Output: "json"}},
+			want: GroupsRemoveOptions{GuardedOptions: GuardedOptions{OpsOptions: OpsOptions{Output: "json"}, Yes: true, DryRun: true}, Group: "Mailer", Category: "order", ExpectRead: &seven, Reason: "OPS-7"}},
 		{name: "category required", argv: []string{"Mailer"}, wantErr: "--category is required"},
 		{name: "name required", argv: []string{"--category", "order"}, wantErr: "missing the NAME argument"},
 		{name: "one name", argv: []string{"A", "B", "--category", "order"}, wantErr: `unexpected argument "B"`},

@@ -49,18 +49,15 @@ Every attempt is recorded in the audit log ('seqctl audit').`,
 
 // HeadShowOptions are the inputs of 'seqctl head show'.
 type HeadShowOptions struct {
-	IO      *IOStreams
-	Admin   AdminOpener
-	Output  string
+	OpsOptions
 	Stream  string
 	Handler string // "" when the category has exactly one handler
 	// Full prints the whole payload and error and every extra field.
 	Full bool
-	Ctx  context.Context
 }
 
 func newCmdHeadShow(f *Factory, runF func(*HeadShowOptions) error) *cobra.Command {
-	opts := &HeadShowOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	opts := &HeadShowOptions{OpsOptions: f.opsOptions()}
 	cmd := &cobra.Command{
 		Use:   "show STREAM [--handler H] [--full]",
 		Short: "Show the head entry: id, envelope, payload, attempts, last error",
@@ -79,16 +76,7 @@ category has one handler. Exit status 3 when the handler is caught up.`,
   $ seqctl head show order:client-123 --handler OrderProjector -o json > head.json`,
 		Args:              streamArg,
 		ValidArgsFunction: completeStreams(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx, opts.Stream = f.Global.Output, cmd.Context(), args[0]
-			if err := checkFormat(cmd, opts.Output); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return headShowRun(opts)
-		},
+		RunE:              opsRunE(f, opts, takeStream(&opts.Stream), runF, headShowRun),
 	}
 	cmd.Flags().StringVar(&opts.Handler, "handler", "", "the handler (consumer group); required when the category has several")
 	cmd.Flags().BoolVar(&opts.Full, "full", false, "print the whole payload and error, and every extra field")
@@ -96,12 +84,7 @@ category has one handler. Exit status 3 when the handler is caught up.`,
 	return cmd
 }
 
-func headShowRun(opts *HeadShowOptions) error {
-	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
-	if err != nil {
-		return err
-	}
-	defer closeAdm()
+func headShowRun(ctx context.Context, adm Admin, opts *HeadShowOptions) error {
 	handler, err := resolveHandler(ctx, adm, "seqctl head show", opts.Stream, opts.Handler)
 	if err != nil {
 		return err
@@ -275,22 +258,15 @@ func compactJSON(raw json.RawMessage) string {
 
 // HeadActionOptions are the inputs of 'seqctl head skip|dlq|retry'.
 type HeadActionOptions struct {
-	IO      *IOStreams
-	Admin   AdminOpener
-	Output  string
+	GuardedOptions
 	Kind    admin.ActionKind
 	Stream  string
 	Handler string
 	// ExpectID is the head entry to act on; "" means the current head, shown first.
 	ExpectID string
-	// Yes skips the confirmation; required when stdin is not a terminal.
-	Yes bool
-	// DryRun prints what would happen and changes nothing.
-	DryRun bool
 	// Force acts on a head that is not halted (skip and dlq).
 	Force  bool
 	Reason string
-	Ctx    context.Context
 }
 
 // headActionText is what differs between skip, dlq and retry.
@@ -351,7 +327,7 @@ Only a halted head can be retried.`,
 
 func newCmdHeadAction(f *Factory, kind admin.ActionKind, runF func(*HeadActionOptions) error) *cobra.Command {
 	text := headActions[kind]
-	opts := &HeadActionOptions{IO: f.IOStreams, Admin: f.openAdmin, Kind: kind}
+	opts := &HeadActionOptions{GuardedOptions: f.guardedOptions(), Kind: kind}
 	common := `
 
 --handler may be left out when the category has one handler; with several, the
@@ -377,24 +353,15 @@ handler or head; 1 refused (not halted, declined) or failed.`
 		Example:           text.example,
 		Args:              streamArg,
 		ValidArgsFunction: completeStreams(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx, opts.Stream = f.Global.Output, cmd.Context(), args[0]
-			if err := checkFormat(cmd, opts.Output); err != nil {
-				return err
-			}
-			if err := checkEntryID(cmd.CommandPath(), "--expect-id", opts.ExpectID); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return headActionRun(opts)
-		},
+		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+			opts.Stream = args[0]
+			return checkEntryID(cmd.CommandPath(), "--expect-id", opts.ExpectID)
+		}, runF, headActionRun),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Handler, "handler", "", "the handler (consumer group); required when the category has several")
 	fl.StringVar(&opts.ExpectID, "expect-id", "", "act only if the head is still this entry id (default: the current head, shown first)")
-	addGuardFlags(cmd, &opts.Yes, &opts.DryRun, "print what would happen")
+	opts.addGuardFlags(cmd, "print what would happen")
 	fl.StringVar(&opts.Reason, "reason", "", "why, for the audit log (and the DLQ entry)")
 	if kind != admin.ActionRetry {
 		fl.BoolVar(&opts.Force, "force", false, "act on a head that is not halted")
@@ -406,21 +373,16 @@ handler or head; 1 refused (not halted, declined) or failed.`
 // auditCommand is the command name recorded in the audit log.
 func (o *HeadActionOptions) auditCommand() string { return "head " + string(o.Kind) }
 
-func headActionRun(opts *HeadActionOptions) error {
-	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
+func headActionRun(ctx context.Context, adm Admin, opts *HeadActionOptions) error {
+	handler, err := resolveHandler(ctx, adm, "seqctl "+opts.auditCommand(), opts.Stream, opts.Handler)
 	if err != nil {
 		return err
 	}
-	defer closeAdm()
-	if opts.Handler, err = resolveHandler(ctx, adm, "seqctl "+opts.auditCommand(), opts.Stream, opts.Handler); err != nil {
-		return err
-	}
+	opts.Handler = handler
 	a := &headAction{opts: opts, text: headActions[opts.Kind], who: actor(opts.auditCommand())}
-	refusal := auditEntryBy(a.who)
-	refusal.Stream, refusal.Handler, refusal.EntryID, refusal.Reason = opts.Stream, opts.Handler, opts.ExpectID, opts.Reason
-	a.guardedAction = guardedAction{ctx: ctx, ios: opts.IO, adm: adm, output: opts.Output, yes: opts.Yes, dryRun: opts.DryRun,
-		refusal: refusal,
-		inDoubt: mayOrMayNot(a.text.verb, fmt.Sprintf("'seqctl head show %s --handler %s'", opts.Stream, opts.Handler))}
+	a.guardedAction = opts.guarded(ctx, adm, a.who)
+	a.refusal.Stream, a.refusal.Handler, a.refusal.EntryID, a.refusal.Reason = opts.Stream, opts.Handler, opts.ExpectID, opts.Reason
+	a.inDoubt = mayOrMayNot(a.text.verb, fmt.Sprintf("'seqctl head show %s --handler %s'", opts.Stream, opts.Handler))
 	if opts.Force {
 		a.detailPrefix = "force; "
 	}

@@ -16,7 +16,7 @@ func TestHeadShowParse(t *testing.T) {
 	testParse(t, "head", newCmdHeadShow, []parseCase[HeadShowOptions]{
 		{name: "stream only", argv: []string{"order:client-1"}, want: HeadShowOptions{Stream: "order:client-1"}},
 		{name: "everything", argv: []string{"order:client-1", "--handler", "P", "--full", "-o", "json"},
-			want: HeadShowOptions{Stream: "order:client-1", Handler: "P", Full: true, Output: "json"}},
+			want: HeadShowOptions{OpsOptions: OpsOptions{Output: "json"}, Stream: "order:client-1", Handler: "P", Full: true}},
 		{name: "no stream", wantErr: "missing the STREAM argument"},
 		{name: "bad output", argv: []string{"a:b", "-o", "csv"}, wantErr: `invalid value "csv" for --output`},
 	}, ignoreOpsInputs(HeadShowOptions{}))
@@ -59,15 +59,15 @@ func TestHeadActionParse(t *testing.T) {
 	for kind, cases := range map[admin.ActionKind][]parseCase[HeadActionOptions]{
 		admin.ActionSkip: {
 			{name: "skip", argv: []string{"order:c", "--handler", "P", "--expect-id", "1-0", "--yes"},
-				want: HeadActionOptions{Kind: admin.ActionSkip, Stream: "order:c", Handler: "P", ExpectID: "1-0", Yes: true}},
+				want: HeadActionOptions{GuardedOptions: GuardedOptions{Yes: true}, Kind: admin.ActionSkip, Stream: "order:c", Handler: "P", ExpectID: "1-0"}},
 			{name: "handler may be left out", argv: []string{"order:c", "--yes"},
-				want: HeadActionOptions{Kind: admin.ActionSkip, Stream: "order:c", Yes: true}},
+				want: HeadActionOptions{GuardedOptions: GuardedOptions{Yes: true}, Kind: admin.ActionSkip, Stream: "order:c"}},
 			{name: "malformed --expect-id", argv: []string{"order:c", "--expect-id", "garbage"},
 				wantErr: `invalid value "garbage" for --expect-id: an entry id is MILLISECONDS-SEQUENCE`},
 		},
 		admin.ActionDLQ: {
 			{name: "dlq with everything", argv: []string{"order:c", "--handler", "P", "-y", "--dry-run", "--force", "--reason", "OPS-1", "-o", "json"},
-				want: HeadActionOptions{Kind: admin.ActionDLQ, Stream: "order:c", Handler: "P", Yes: true, DryRun: true, Force: true, Reason: "OPS-1", Output: "json"}},
+				want: HeadActionOptions{GuardedOptions: GuardedOptions{OpsOptions: OpsOptions{Output: "json"}, Yes: true, DryRun: true}, Kind: admin.ActionDLQ, Stream: "order:c", Handler: "P", Force: true, Reason: "OPS-1"}},
 			{name: "--expect-id with a bad sequence", argv: []string{"order:c", "--expect-id", "1-x"}, wantErr: `invalid value "1-x" for --expect-id`},
 			{name: "stream required", argv: []string{"--handler", "P"}, wantErr: "missing the STREAM argument"},
 		},

@@ -45,15 +45,10 @@ group registry.`,
 
 // PartitionsListOptions are the inputs of 'seqctl partitions list'.
 type PartitionsListOptions struct {
-	IO    *IOStreams
-	Admin AdminOpener
-	// Output is "", "table", "wide", "json" or "yaml" (-o).
-	Output string
-	// NoHeaders drops the table header (--no-headers).
-	NoHeaders bool
-	Category  string
-	Handler   string
-	Halted    bool
+	OpsOptions
+	Category string
+	Handler  string
+	Halted   bool
 	// States keeps only these states (--state, repeatable or comma-separated).
 	States []string
 	// Key keeps only keys matching this glob (--key).
@@ -64,8 +59,6 @@ type PartitionsListOptions struct {
 	// Watch refreshes the list every Interval until interrupted.
 	Watch    bool
 	Interval time.Duration
-	// Ctx is the command's context (tests cancel it to end a watch).
-	Ctx context.Context
 	// Now stamps each refresh of --watch -o json (default time.Now).
 	Now func() time.Time
 }
@@ -74,7 +67,7 @@ type PartitionsListOptions struct {
 var sortOrders = []string{"name", "backlog", "lag", "age", "dlq"}
 
 func newCmdPartitionsList(f *Factory, runF func(*PartitionsListOptions) error) *cobra.Command {
-	opts := &PartitionsListOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	opts := &PartitionsListOptions{OpsOptions: f.opsOptions()}
 	cmd := &cobra.Command{
 		Use:   "list [--category C] [--handler H] [--state S] [--key GLOB] [--owner ID] [--sort name|backlog|lag|age|dlq] [--watch]",
 		Short: "List partitions with owner, generation, lease, backlog, DLQ, head age and state",
@@ -124,19 +117,9 @@ The listing is pipelined: a few round trips to Redis however many partitions the
   # the partitions one instance owns, refreshed every 2s, one JSON object per line
   $ seqctl partitions list --owner worker-7 --watch -o json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.NoHeaders, opts.Ctx = f.Global.Output, f.Global.NoHeaders, cmd.Context()
-			if err := checkFormat(cmd, opts.Output); err != nil {
-				return err
-			}
-			if err := opts.check(cmd.CommandPath()); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return partitionsListRun(opts)
-		},
+		RunE: opsRunE(f, opts, func(cmd *cobra.Command, _ []string) error {
+			return opts.check(cmd.CommandPath())
+		}, runF, partitionsListRun),
 	}
 	opts.addFlags(cmd, f)
 	return cmd
@@ -183,12 +166,7 @@ func (o *PartitionsListOptions) check(command string) error {
 	return nil
 }
 
-func partitionsListRun(opts *PartitionsListOptions) error {
-	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
-	if err != nil {
-		return err
-	}
-	defer closeAdm()
+func partitionsListRun(ctx context.Context, adm Admin, opts *PartitionsListOptions) error {
 	filter := admin.Filter{Category: opts.Category, Handler: opts.Handler, Halted: opts.Halted, Owner: opts.Owner, KeyGlob: opts.Key}
 	for _, s := range opts.States {
 		st, err := admin.ParseState(s)
@@ -328,7 +306,7 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 	if wide {
 		header = append(header, "STREAM", "HALTED ENTRY", "ATTEMPTS", "ERROR")
 	}
-	t := newTable(ios, tableLayout{Output: opts.Output, NoHeaders: opts.NoHeaders}, header...)
+	t := newTable(ios, opts.layout(), header...)
 	// The aligned table, read by a person, shows the last digits of a generation (the
 	// ones that differ between owners) so a row fits a 120-column terminal; the rows of a
 	// pipe, read by programs, and -o wide keep the whole number.
@@ -387,16 +365,13 @@ func stateCell(ios *IOStreams, s admin.State) string {
 
 // PartitionsInspectOptions are the inputs of 'seqctl partitions inspect'.
 type PartitionsInspectOptions struct {
-	IO      *IOStreams
-	Admin   AdminOpener
-	Output  string
+	OpsOptions
 	Stream  string
 	Handler string // "" for every handler of the category
-	Ctx     context.Context
 }
 
 func newCmdPartitionsInspect(f *Factory, runF func(*PartitionsInspectOptions) error) *cobra.Command {
-	opts := &PartitionsInspectOptions{IO: f.IOStreams, Admin: f.openAdmin}
+	opts := &PartitionsInspectOptions{OpsOptions: f.opsOptions()}
 	cmd := &cobra.Command{
 		Use:   "inspect STREAM [--handler H]",
 		Short: "Show a partition's lanes, groups, pending entries, halt record, lease and head",
@@ -414,28 +389,14 @@ Exit status 3 when the partition has no stream, no DLQ and is not indexed.`,
   $ seqctl partitions inspect order:client-123 --handler OrderProjector -o json`,
 		Args:              streamArg,
 		ValidArgsFunction: completeStreams(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Output, opts.Ctx, opts.Stream = f.Global.Output, cmd.Context(), args[0]
-			if err := checkFormat(cmd, opts.Output); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return partitionsInspectRun(opts)
-		},
+		RunE:              opsRunE(f, opts, takeStream(&opts.Stream), runF, partitionsInspectRun),
 	}
 	cmd.Flags().StringVar(&opts.Handler, "handler", "", "only this handler (default: every handler of the category)")
 	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
 	return cmd
 }
 
-func partitionsInspectRun(opts *PartitionsInspectOptions) error {
-	ctx, adm, closeAdm, err := opts.Admin.open(opts.Ctx)
-	if err != nil {
-		return err
-	}
-	defer closeAdm()
+func partitionsInspectRun(ctx context.Context, adm Admin, opts *PartitionsInspectOptions) error {
 	in, err := adm.Inspect(ctx, opts.Stream, opts.Handler)
 	if err != nil {
 		return exitFor(err)

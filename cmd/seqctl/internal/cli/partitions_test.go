@@ -23,10 +23,10 @@ func TestPartitionsListParse(t *testing.T) {
 			want: PartitionsListOptions{Category: "order", Handler: "P", Halted: true, Owner: "w-1", Sort: "name", Interval: 2 * time.Second}},
 		{name: "sort and watch", argv: []string{"--sort", "lag", "--watch", "--interval", "500ms"},
 			want: PartitionsListOptions{Sort: "lag", Watch: true, Interval: 500 * time.Millisecond}},
-		{name: "json", argv: []string{"-o", "json"}, want: PartitionsListOptions{Output: "json", Sort: "name", Interval: 2 * time.Second}},
-		{name: "wide, long form", argv: []string{"--output=wide"}, want: PartitionsListOptions{Output: "wide", Sort: "name", Interval: 2 * time.Second}},
-		{name: "yaml", argv: []string{"-o", "yaml"}, want: PartitionsListOptions{Output: "yaml", Sort: "name", Interval: 2 * time.Second}},
-		{name: "no headers", argv: []string{"--no-headers"}, want: PartitionsListOptions{NoHeaders: true, Sort: "name", Interval: 2 * time.Second}},
+		{name: "json", argv: []string{"-o", "json"}, want: PartitionsListOptions{OpsOptions: OpsOptions{Output: "json"}, Sort: "name", Interval: 2 * time.Second}},
+		{name: "wide, long form", argv: []string{"--output=wide"}, want: PartitionsListOptions{OpsOptions: OpsOptions{Output: "wide"}, Sort: "name", Interval: 2 * time.Second}},
+		{name: "yaml", argv: []string{"-o", "yaml"}, want: PartitionsListOptions{OpsOptions: OpsOptions{Output: "yaml"}, Sort: "name", Interval: 2 * time.Second}},
+		{name: "no headers", argv: []string{"--no-headers"}, want: PartitionsListOptions{OpsOptions: OpsOptions{NoHeaders: true}, Sort: "name", Interval: 2 * time.Second}},
 		{name: "states and key", argv: []string{"--state", "running,idle", "--state", "halted", "--key", "client-1*"},
 			want: PartitionsListOptions{States: []string{"running", "idle", "halted"}, Key: "client-1*", Sort: "name", Interval: 2 * time.Second}},
 		{name: "--halted with another state", argv: []string{"--halted", "--state", "idle"}, wantErr: "--halted keeps only halted partitions and --state idle none of them"},
@@ -155,9 +155,9 @@ func TestPartitionsListWatch(t *testing.T) {
 				cancel()
 			}
 		}}
-		opts := &PartitionsListOptions{IO: ios, Sort: "name", Watch: true, Interval: time.Millisecond, Ctx: ctx,
-			Admin: fa.opener()}
-		if err := partitionsListRun(opts); err != nil {
+		opts := &PartitionsListOptions{OpsOptions: OpsOptions{IO: ios, Ctx: ctx, Admin: fa.opener()},
+			Sort: "name", Watch: true, Interval: time.Millisecond}
+		if err := runWithAdmin(opts, partitionsListRun); err != nil {
 			t.Fatal(err)
 		}
 		if fa.listCalls != 3 {
@@ -192,10 +192,10 @@ func TestPartitionsListWatchNDJSON(t *testing.T) {
 		}
 	}
 	n := 0
-	opts := &PartitionsListOptions{IO: ios, Output: "json", Sort: "name", Watch: true, Interval: time.Millisecond, Ctx: ctx,
-		Now:   func() time.Time { n++; return t0.Add(time.Duration(n) * time.Second) },
-		Admin: fa.opener()}
-	if err := partitionsListRun(opts); err != nil {
+	opts := &PartitionsListOptions{OpsOptions: OpsOptions{IO: ios, Output: "json", Ctx: ctx, Admin: fa.opener()},
+		Sort: "name", Watch: true, Interval: time.Millisecond,
+		Now: func() time.Time { n++; return t0.Add(time.Duration(n) * time.Second) }}
+	if err := runWithAdmin(opts, partitionsListRun); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "testdata/ops/partitions-list.watch.ndjson.golden", out.String())
@@ -215,7 +215,7 @@ func TestPartitionsInspectParse(t *testing.T) {
 	testParse(t, "partitions", newCmdPartitionsInspect, []parseCase[PartitionsInspectOptions]{
 		{name: "stream", argv: []string{"order:client-1"}, want: PartitionsInspectOptions{Stream: "order:client-1"}},
 		{name: "handler and json", argv: []string{"order:client-1", "--handler", "P", "-o", "json"},
-			want: PartitionsInspectOptions{Stream: "order:client-1", Handler: "P", Output: "json"}},
+			want: PartitionsInspectOptions{OpsOptions: OpsOptions{Output: "json"}, Stream: "order:client-1", Handler: "P"}},
 		{name: "global flags before the command", argv: []string{"order:c", "--redis-url", "redis://x:1/0", "--config", "d.toml"},
 			want: PartitionsInspectOptions{Stream: "order:c"}},
 		{name: "no stream", argv: nil, wantErr: "missing the STREAM argument"},

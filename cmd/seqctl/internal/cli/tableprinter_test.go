@@ -53,7 +53,7 @@ func TestWideTableColourKeepsAlignment(t *testing.T) {
 	render := func(color bool) string {
 		ios, _, out, _ := NewTestIOStreams()
 		ios.IsTerminal, ios.Color = true, color
-		opts := &PartitionsListOptions{IO: ios, Output: "wide", Sort: "name"}
+		opts := &PartitionsListOptions{OpsOptions: OpsOptions{IO: ios, Output: "wide"}, Sort: "name"}
 		if err := printPartitions(opts, samplePartitions()); err != nil {
 			t.Fatal(err)
 		}
