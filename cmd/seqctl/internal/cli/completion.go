@@ -132,69 +132,70 @@ fi
 // completionTimeout bounds a dynamic completion's Redis calls: a shell must not hang.
 const completionTimeout = 3 * time.Second
 
-// withCompletionAdmin runs fn with an admin connection, returning no completions when
-// Redis cannot be reached in time.
-func withCompletionAdmin(f *Factory, cmd *cobra.Command, fn func(ctx context.Context, adm Admin) []string) []string {
-	ctx, cancel := context.WithTimeout(orBackground(cmd.Context()), completionTimeout)
-	defer cancel()
-	adm, closeAdm, err := f.openAdmin(ctx)
-	if err != nil {
-		return nil
+// completeWith returns a completion function offering, of the candidates list finds
+// with an admin connection (values, or values with a description: see
+// cobra.CompletionWithDesc), those whose value starts with the word being completed.
+// want (nil: always) says from the arguments so far whether the word is completed at
+// all, before connecting. It offers nothing when Redis cannot be reached in time, and
+// never file names.
+func completeWith(f *Factory, want func(args []string) bool, list func(ctx context.Context, adm Admin, args []string) []cobra.Completion) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if want != nil && !want(args) {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(orBackground(cmd.Context()), completionTimeout)
+		defer cancel()
+		adm, closeAdm, err := f.openAdmin(ctx)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer closeAdm()
+		var keep []cobra.Completion
+		for _, c := range list(ctx, adm, args) {
+			if value, _, _ := strings.Cut(c, "\t"); strings.HasPrefix(value, toComplete) {
+				keep = append(keep, c)
+			}
+		}
+		return keep, cobra.ShellCompDirectiveNoFileComp
 	}
-	defer closeAdm()
-	return fn(ctx, adm)
 }
 
 // completeStreams completes the STREAM argument with the indexed partition streams.
 func completeStreams(f *Factory) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) > 0 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
+	noStreamYet := func(args []string) bool { return len(args) == 0 }
+	return completeWith(f, noStreamYet, func(ctx context.Context, adm Admin, _ []string) []cobra.Completion {
+		streams, err := adm.Streams(ctx)
+		if err != nil {
+			return nil
 		}
-		out := withCompletionAdmin(f, cmd, func(ctx context.Context, adm Admin) []string {
-			streams, err := adm.Streams(ctx)
-			if err != nil {
-				return nil
-			}
-			var keep []string
-			for _, s := range streams {
-				if strings.HasPrefix(s, toComplete) {
-					keep = append(keep, s)
-				}
-			}
-			return keep
-		})
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+		return streams
+	})
 }
 
 // completeHandlers completes --handler with the consumer groups of the STREAM's
 // category, or of every category when the command has no STREAM (partitions list).
 func completeHandlers(f *Factory) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		out := withCompletionAdmin(f, cmd, func(ctx context.Context, adm Admin) []string {
-			streams := args[:min(len(args), 1)]
-			if len(streams) == 0 {
-				streams = oneStreamPerCategory(ctx, adm)
+	return completeWith(f, nil, func(ctx context.Context, adm Admin, args []string) []cobra.Completion {
+		streams := args[:min(len(args), 1)]
+		if len(streams) == 0 {
+			streams = oneStreamPerCategory(ctx, adm)
+		}
+		seen := map[string]bool{}
+		var handlers []cobra.Completion
+		for _, s := range streams {
+			hs, err := adm.Handlers(ctx, s)
+			if err != nil {
+				continue
 			}
-			seen := map[string]bool{}
-			var keep []string
-			for _, s := range streams {
-				hs, err := adm.Handlers(ctx, s)
-				if err != nil {
-					continue
-				}
-				for _, h := range hs {
-					if strings.HasPrefix(h, toComplete) && !seen[h] {
-						seen[h] = true
-						keep = append(keep, h)
-					}
+			for _, h := range hs {
+				if !seen[h] {
+					seen[h] = true
+					handlers = append(handlers, h)
 				}
 			}
-			return keep
-		})
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+		}
+		return handlers
+	})
 }
 
 // oneStreamPerCategory returns an indexed stream of every category (Handlers takes a
@@ -218,68 +219,51 @@ func oneStreamPerCategory(ctx context.Context, adm Admin) []string {
 
 // completeCategories completes --category with the categories that have partitions.
 func completeCategories(f *Factory) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		out := withCompletionAdmin(f, cmd, func(ctx context.Context, adm Admin) []string {
-			var keep []string
-			for _, s := range oneStreamPerCategory(ctx, adm) {
-				if c, _, _ := strings.Cut(s, ":"); strings.HasPrefix(c, toComplete) {
-					keep = append(keep, c)
-				}
-			}
-			return keep
-		})
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+	return completeWith(f, nil, func(ctx context.Context, adm Admin, _ []string) []cobra.Completion {
+		var categories []cobra.Completion
+		for _, s := range oneStreamPerCategory(ctx, adm) {
+			c, _, _ := strings.Cut(s, ":")
+			categories = append(categories, c)
+		}
+		return categories
+	})
 }
 
 // completeOwners completes --owner with the live instances: their ids and their session
 // owners (instance.N), as leases name them.
 func completeOwners(f *Factory) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		out := withCompletionAdmin(f, cmd, func(ctx context.Context, adm Admin) []string {
-			ins, err := adm.Instances(ctx)
-			if err != nil {
-				return nil
+	return completeWith(f, nil, func(ctx context.Context, adm Admin, _ []string) []cobra.Completion {
+		ins, err := adm.Instances(ctx)
+		if err != nil {
+			return nil
+		}
+		var owners []cobra.Completion
+		for _, in := range ins {
+			if !in.Live {
+				continue
 			}
-			var keep []string
-			for _, in := range ins {
-				if !in.Live {
-					continue
-				}
-				desc := "instance on " + orDash(in.Host)
-				if strings.HasPrefix(in.ID, toComplete) {
-					keep = append(keep, cobra.CompletionWithDesc(in.ID, desc))
-				}
-				if in.Owner != "" && strings.HasPrefix(in.Owner, toComplete) {
-					keep = append(keep, cobra.CompletionWithDesc(in.Owner, "current session of "+in.ID))
-				}
+			owners = append(owners, cobra.CompletionWithDesc(in.ID, "instance on "+orDash(in.Host)))
+			if in.Owner != "" {
+				owners = append(owners, cobra.CompletionWithDesc(in.Owner, "current session of "+in.ID))
 			}
-			return keep
-		})
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+		}
+		return owners
+	})
 }
 
 // completeDLQIDs completes --id with the STREAM's DLQ entry ids, described by their
 // event type and error.
 func completeDLQIDs(f *Factory) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) == 0 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
+	afterStream := func(args []string) bool { return len(args) > 0 }
+	return completeWith(f, afterStream, func(ctx context.Context, adm Admin, args []string) []cobra.Completion {
+		entries, err := adm.DLQ(ctx, args[0])
+		if err != nil {
+			return nil
 		}
-		out := withCompletionAdmin(f, cmd, func(ctx context.Context, adm Admin) []string {
-			entries, err := adm.DLQ(ctx, args[0])
-			if err != nil {
-				return nil
-			}
-			var keep []string
-			for _, e := range entries {
-				if strings.HasPrefix(e.ID, toComplete) {
-					keep = append(keep, cobra.CompletionWithDesc(e.ID, firstLine(e.Envelope.Type+": "+e.Error, 60)))
-				}
-			}
-			return keep
-		})
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+		var ids []cobra.Completion
+		for _, e := range entries {
+			ids = append(ids, cobra.CompletionWithDesc(e.ID, firstLine(e.Envelope.Type+": "+e.Error, 60)))
+		}
+		return ids
+	})
 }
