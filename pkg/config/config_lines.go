@@ -326,51 +326,42 @@ func (s *scanner) value(p keyPath) {
 	case '"', '\'':
 		s.skipString()
 	case '[':
-		s.pos++
-		for i := 0; ; {
-			s.skipTrivia()
-			if s.eof() {
-				return
-			}
-			switch s.peek() {
-			case ']':
-				s.pos++
-				return
-			case ',':
-				s.pos++
-				continue
-			}
-			start := s.pos
-			s.record(p.index(i), start)
+		i := 0
+		s.items(']', func() {
+			s.record(p.index(i), s.pos)
 			s.value(p.index(i))
 			i++
-			if s.pos == start {
-				s.pos++
-			}
-		}
+		})
 	case '{':
-		s.pos++
-		for {
-			s.skipTrivia()
-			if s.eof() {
-				return
-			}
-			switch s.peek() {
-			case '}':
-				s.pos++
-				return
-			case ',':
-				s.pos++
-				continue
-			}
-			start := s.pos
-			s.keyValue(p)
-			if s.pos == start {
-				s.pos++
-			}
-		}
+		s.items('}', func() { s.keyValue(p) })
 	default: // number, boolean, date-time
 		for !s.eof() && strings.IndexByte(",]}#\r\n", s.peek()) < 0 {
+			s.pos++
+		}
+	}
+}
+
+// items reads the items of an inline array or table, from its opening bracket to end,
+// calling item at the start of each one. An item that reads nothing is stepped over, so
+// the scan always moves on.
+func (s *scanner) items(end byte, item func()) {
+	s.pos++
+	for {
+		s.skipTrivia()
+		if s.eof() {
+			return
+		}
+		switch s.peek() {
+		case end:
+			s.pos++
+			return
+		case ',':
+			s.pos++
+			continue
+		}
+		start := s.pos
+		item()
+		if s.pos == start {
 			s.pos++
 		}
 	}
