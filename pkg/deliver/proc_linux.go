@@ -56,14 +56,3 @@ func starterLoop(ch chan startReq) {
 		r.done <- r.c.Start()
 	}
 }
-
-// killProcessGroup kills the command's process group (SIGKILL).
-func killProcessGroup(c *exec.Cmd) error {
-	if c.Process == nil {
-		return nil
-	}
-	if err := syscall.Kill(-c.Process.Pid, syscall.SIGKILL); err != nil {
-		return c.Process.Kill()
-	}
-	return nil
-}
