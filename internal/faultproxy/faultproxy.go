@@ -137,50 +137,50 @@ func (l *link) close() {
 	l.p.mu.Unlock()
 }
 
-// up forwards client -> server.
+// up forwards client -> server, marking the link when a write carries the drop marker.
 func (l *link) up() {
-	defer l.close()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := l.client.Read(buf)
-		if n > 0 {
-			l.p.gate()
-			l.p.mu.Lock()
-			if l.p.dropLeft > 0 && bytes.Contains(buf[:n], l.p.dropOn) {
-				l.p.dropLeft--
-				l.mu.Lock()
-				l.dropNext = true
-				l.mu.Unlock()
-			}
-			l.p.mu.Unlock()
-			if _, werr := l.server.Write(buf[:n]); werr != nil {
-				return
-			}
+	l.pump(l.client, l.server, func(b []byte) bool {
+		l.p.mu.Lock()
+		if l.p.dropLeft > 0 && bytes.Contains(b, l.p.dropOn) {
+			l.p.dropLeft--
+			l.mu.Lock()
+			l.dropNext = true
+			l.mu.Unlock()
 		}
-		if err != nil {
-			return
-		}
-	}
+		l.p.mu.Unlock()
+		return true
+	})
 }
 
-// down forwards server -> client.
+// down forwards server -> client, unless the reply is to be dropped.
 func (l *link) down() {
+	l.pump(l.server, l.client, func([]byte) bool {
+		l.mu.Lock()
+		drop := l.dropNext
+		l.mu.Unlock()
+		if drop {
+			l.p.mu.Lock()
+			l.p.dropped++
+			l.p.mu.Unlock()
+			return false // the reply is lost and the client sees its connection close
+		}
+		return true
+	})
+}
+
+// pump forwards from src to dst, waiting while the proxy is frozen, until either side
+// fails or pass refuses a chunk; then it closes the link.
+func (l *link) pump(src, dst net.Conn, pass func([]byte) bool) {
 	defer l.close()
 	buf := make([]byte, 64<<10)
 	for {
-		n, err := l.server.Read(buf)
+		n, err := src.Read(buf)
 		if n > 0 {
 			l.p.gate()
-			l.mu.Lock()
-			drop := l.dropNext
-			l.mu.Unlock()
-			if drop {
-				l.p.mu.Lock()
-				l.p.dropped++
-				l.p.mu.Unlock()
-				return // the reply is lost and the client sees its connection close
+			if !pass(buf[:n]) {
+				return
 			}
-			if _, werr := l.client.Write(buf[:n]); werr != nil {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
