@@ -83,38 +83,41 @@ func resolveRedis(flags redisFlags, cfg *config.Config, getenv func(string) stri
 	}
 	c := &redisConn{shown: maskURL(raw), clusterFrom: clusterFrom}
 	tlsc := resolveTLS(flags.TLS, cfg, getenv)
+	var tlsErr error
 	if len(clusterFrom) > 0 {
 		opt, err := config.ParseClusterURL(raw)
 		if err != nil {
 			return c, &ExitError{Code: ExitUsage, Err: fmt.Errorf("invalid Redis Cluster URL %s (from %s): %v; want %s", c.shown, from, redact.Error(err, raw), config.ClusterURLForm)}
 		}
-		if opt.Password == "" {
-			opt.Password = getenv(EnvRedisPassword)
+		commandDefaults(getenv, &opt.Password, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout)
+		if tlsErr = tlsc.ApplyClusterTLS(opt); tlsErr == nil {
+			c.cluster = opt
 		}
-		if err := tlsc.ApplyClusterTLS(opt); err != nil {
-			return c, &ExitError{Code: ExitUsage, Err: tlsSettingError(err, flags.TLS, cfg, getenv)}
+	} else {
+		opt, err := redis.ParseURL(raw)
+		if err != nil {
+			return c, &ExitError{Code: ExitUsage, Err: fmt.Errorf("invalid Redis URL %s (from %s): %v; want redis://[user:password@]host:port/db or rediss:// for TLS", c.shown, from, redact.Error(err, raw))}
 		}
-		opt.DialTimeout = 5 * time.Second
-		opt.ReadTimeout = 30 * time.Second
-		opt.WriteTimeout = 30 * time.Second
-		c.cluster = opt
-		return c, nil
+		commandDefaults(getenv, &opt.Password, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout)
+		if tlsErr = tlsc.ApplyTLS(opt); tlsErr == nil {
+			c.node = opt
+		}
 	}
-	opt, err := redis.ParseURL(raw)
-	if err != nil {
-		return c, &ExitError{Code: ExitUsage, Err: fmt.Errorf("invalid Redis URL %s (from %s): %v; want redis://[user:password@]host:port/db or rediss:// for TLS", c.shown, from, redact.Error(err, raw))}
+	if tlsErr != nil {
+		return c, &ExitError{Code: ExitUsage, Err: tlsSettingError(tlsErr, flags.TLS, cfg, getenv)}
 	}
-	if opt.Password == "" {
-		opt.Password = getenv(EnvRedisPassword)
-	}
-	if err := tlsc.ApplyTLS(opt); err != nil {
-		return c, &ExitError{Code: ExitUsage, Err: tlsSettingError(err, flags.TLS, cfg, getenv)}
-	}
-	opt.DialTimeout = 5 * time.Second
-	opt.ReadTimeout = 30 * time.Second
-	opt.WriteTimeout = 30 * time.Second
-	c.node = opt
 	return c, nil
+}
+
+// commandDefaults sets, on the fields of the options of either client (one Redis or a
+// cluster), what resolveRedis gives every connection: the password of
+// $SEQCTL_REDIS_PASSWORD when the URL carries none, and the operator commands'
+// timeouts, 5 s to dial and 30 s to read or write.
+func commandDefaults(getenv func(string) string, password *string, dial, read, write *time.Duration) {
+	if *password == "" {
+		*password = getenv(EnvRedisPassword)
+	}
+	*dial, *read, *write = 5*time.Second, 30*time.Second, 30*time.Second
 }
 
 // clusterMode returns what asks for cluster mode, nil for none. A value of
