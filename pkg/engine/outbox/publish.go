@@ -249,23 +249,15 @@ func (r *Relay) heldBack(blocked map[string]bool) any {
 }
 
 func (r *Relay) selectRows(ctx context.Context, query string, args ...any) ([]*row, error) {
-	rows, err := r.o.db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: read unpublished rows of %s: %w", r.o.table, err)
-	}
-	defer rows.Close()
-	var out []*row
-	for rows.Next() {
+	out, err := queryRows(ctx, r.o.db, query, func(rows *sql.Rows) (*row, error) {
 		rw := &row{}
 		var status string
-		if err := rows.Scan(&rw.id, &rw.eventID, &rw.typ, &rw.category, &rw.key, &rw.payload, &rw.priority,
-			&status, &rw.attempts, &rw.nextMs, &rw.seq, &rw.stream); err != nil {
-			return nil, fmt.Errorf("outbox: read unpublished rows of %s: %w", r.o.table, err)
-		}
+		err := rows.Scan(&rw.id, &rw.eventID, &rw.typ, &rw.category, &rw.key, &rw.payload, &rw.priority,
+			&status, &rw.attempts, &rw.nextMs, &rw.seq, &rw.stream)
 		rw.status = Status(status)
-		out = append(out, rw)
-	}
-	if err := rows.Err(); err != nil {
+		return rw, err
+	}, args...)
+	if err != nil {
 		return nil, fmt.Errorf("outbox: read unpublished rows of %s: %w", r.o.table, err)
 	}
 	return out, nil
@@ -353,6 +345,36 @@ func (r *Relay) prepare(ctx context.Context, l *lease, p *plan) error {
 	return nil
 }
 
+// column returns one value of each row, for an array parameter of a PostgreSQL batch
+// statement.
+func column[T any](rows []*row, value func(*row) T) []T {
+	out := make([]T, len(rows))
+	for i, rw := range rows {
+		out[i] = value(rw)
+	}
+	return out
+}
+
+func rowID(rw *row) int64      { return rw.id }
+func rowStream(rw *row) string { return rw.route.Stream }
+
+// eachRow prepares query and runs exec with the statement for each row, stopping at the
+// first error; a failed prepare is wrapped with what the statement does. It is the form of
+// a batch write where there is no batch statement over arrays (SQLite).
+func eachRow(ctx context.Context, tx *sql.Tx, query, does string, rows []*row, exec func(*sql.Stmt, *row) error) error {
+	stmt, err := tx.PrepareContext(ctx, query)
+	if err != nil {
+		return fmt.Errorf("outbox: %s: %w", does, err)
+	}
+	defer stmt.Close()
+	for _, rw := range rows {
+		if err := exec(stmt, rw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // errRowsChanged: a row the relay read changed under it (an operator edited the table).
 var errRowsChanged = errors.New("outbox: unpublished rows changed while the relay held the lease; planning again")
 
@@ -361,11 +383,8 @@ func (r *Relay) assign(ctx context.Context, tx *sql.Tx, need []*row) error {
 		return nil
 	}
 	if r.o.dialect == Postgres {
-		ids, seqs, streams := make([]int64, len(need)), make([]int64, len(need)), make([]string, len(need))
-		for i, rw := range need {
-			ids[i], seqs[i], streams[i] = rw.id, rw.seq.Int64, rw.route.Stream
-		}
-		res, err := tx.ExecContext(ctx, r.o.q.assignSeqBatch, ids, seqs, streams)
+		res, err := tx.ExecContext(ctx, r.o.q.assignSeqBatch,
+			column(need, rowID), column(need, func(rw *row) int64 { return rw.seq.Int64 }), column(need, rowStream))
 		if err != nil {
 			return fmt.Errorf("outbox: assign dedupe sequences: %w", err)
 		}
@@ -374,12 +393,7 @@ func (r *Relay) assign(ctx context.Context, tx *sql.Tx, need []*row) error {
 		}
 		return nil
 	}
-	stmt, err := tx.PrepareContext(ctx, r.o.q.assignSeq)
-	if err != nil {
-		return fmt.Errorf("outbox: assign dedupe sequences: %w", err)
-	}
-	defer stmt.Close()
-	for _, rw := range need {
+	return eachRow(ctx, tx, r.o.q.assignSeq, "assign dedupe sequences", need, func(stmt *sql.Stmt, rw *row) error {
 		res, err := stmt.ExecContext(ctx, rw.seq.Int64, rw.route.Stream, rw.id)
 		if err != nil {
 			return fmt.Errorf("outbox: assign dedupe sequences: %w", err)
@@ -387,8 +401,8 @@ func (r *Relay) assign(ctx context.Context, tx *sql.Tx, need []*row) error {
 		if n, _ := res.RowsAffected(); n != 1 {
 			return errRowsChanged
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // publish appends the ready rows: units in parallel (at most Concurrency at once), the rows
@@ -525,11 +539,7 @@ func (r *Relay) releaseUnused(ctx context.Context, tx *sql.Tx, unused []*row) er
 		return nil
 	}
 	if r.o.dialect == Postgres {
-		ids := make([]int64, len(unused))
-		for i, rw := range unused {
-			ids[i] = rw.id
-		}
-		if _, err := tx.ExecContext(ctx, r.o.q.releaseSeqBatch, ids); err != nil {
+		if _, err := tx.ExecContext(ctx, r.o.q.releaseSeqBatch, column(unused, rowID)); err != nil {
 			return fmt.Errorf("outbox: release unused dedupe sequences: %w", err)
 		}
 		return nil
@@ -547,24 +557,16 @@ func (r *Relay) markDone(ctx context.Context, tx *sql.Tx, done []*row) error {
 		return nil
 	}
 	if r.o.dialect == Postgres {
-		ids, streams, entries := make([]int64, len(done)), make([]string, len(done)), make([]string, len(done))
-		for i, rw := range done {
-			ids[i], streams[i], entries[i] = rw.id, rw.route.Stream, rw.out.entryID
-		}
-		if _, err := tx.ExecContext(ctx, r.o.q.markPublishedBatch, ids, streams, entries); err != nil {
+		if _, err := tx.ExecContext(ctx, r.o.q.markPublishedBatch,
+			column(done, rowID), column(done, rowStream), column(done, func(rw *row) string { return rw.out.entryID })); err != nil {
 			return fmt.Errorf("outbox: mark rows published: %w", err)
 		}
 		return nil
 	}
-	stmt, err := tx.PrepareContext(ctx, r.o.q.markPublished)
-	if err != nil {
-		return fmt.Errorf("outbox: mark rows published: %w", err)
-	}
-	defer stmt.Close()
-	for _, rw := range done {
+	return eachRow(ctx, tx, r.o.q.markPublished, "mark rows published", done, func(stmt *sql.Stmt, rw *row) error {
 		if _, err := stmt.ExecContext(ctx, rw.route.Stream, rw.out.entryID, rw.id); err != nil {
 			return fmt.Errorf("outbox: mark row %d published: %w", rw.id, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }

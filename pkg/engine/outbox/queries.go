@@ -1,6 +1,8 @@
 package outbox
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"strconv"
 	"strings"
@@ -140,4 +142,28 @@ func rebind(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// queryer runs a query: a *sql.DB or a *sql.Tx.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// queryRows runs a query and returns its rows as scan reads them (an empty slice when there
+// are none), or the first error of the query, a scan or the iteration.
+func queryRows[T any](ctx context.Context, q queryer, query string, scan func(*sql.Rows) (T, error), args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }

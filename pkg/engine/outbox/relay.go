@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -427,23 +428,18 @@ func (r *Relay) discover(ctx context.Context) error {
 	if !r.discovered.IsZero() && time.Since(r.discovered) < r.cfg.DiscoverInterval {
 		return nil
 	}
-	rows, err := r.o.db.QueryContext(ctx, r.o.q.categories)
+	found, err := queryRows(ctx, r.o.db, r.o.q.categories, func(rows *sql.Rows) (c string, err error) {
+		err = rows.Scan(&c)
+		return c, err
+	})
 	if err != nil {
 		return fmt.Errorf("outbox: list the categories of %s: %w", r.o.table, err)
 	}
-	defer rows.Close()
 	var cats []string
-	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
-			return fmt.Errorf("outbox: list the categories of %s: %w", r.o.table, err)
-		}
+	for _, c := range found {
 		if !r.declared(c) {
 			cats = append(cats, c)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("outbox: list the categories of %s: %w", r.o.table, err)
 	}
 	r.extra = cats
 	r.discovered = time.Now()

@@ -306,18 +306,16 @@ type meta struct {
 }
 
 func (o *Outbox) readMeta(ctx context.Context, tx *sql.Tx) (meta, error) {
-	rows, err := tx.QueryContext(ctx, o.q.readMeta)
+	pairs, err := queryRows(ctx, tx, o.q.readMeta, func(rows *sql.Rows) (kv [2]string, err error) {
+		err = rows.Scan(&kv[0], &kv[1])
+		return kv, err
+	})
 	if err != nil {
 		return meta{}, fmt.Errorf("outbox: migrate %s: read %[1]s_meta: %w", o.table, err)
 	}
-	defer rows.Close()
 	var m meta
-	for rows.Next() {
-		var name, value string
-		if err := rows.Scan(&name, &value); err != nil {
-			return meta{}, fmt.Errorf("outbox: migrate %s: read %[1]s_meta: %w", o.table, err)
-		}
-		switch name {
+	for _, kv := range pairs {
+		switch name, value := kv[0], kv[1]; name {
 		case "schema_version":
 			m.version, _ = strconv.Atoi(value)
 		case "backfill_suffix":
@@ -325,9 +323,6 @@ func (o *Outbox) readMeta(ctx context.Context, tx *sql.Tx) (meta, error) {
 		case "key_rules":
 			m.keyRules, _ = strconv.Atoi(value)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return meta{}, fmt.Errorf("outbox: migrate %s: read %[1]s_meta: %w", o.table, err)
 	}
 	if m.version > schemaVersion {
 		return meta{}, fmt.Errorf("%w: %s has schema version %d, newer than this seqctl's %d: upgrade seqctl", ErrSchema, o.table, m.version, schemaVersion)

@@ -85,31 +85,28 @@ func (o *Outbox) Status(ctx context.Context, opt StatusOptions) (StatusReport, e
 		return fmt.Errorf("outbox: status of %s: %s: %w", o.table, what, err)
 	}
 
-	rows, err := o.db.QueryContext(ctx, o.q.statusCounts)
+	type count struct {
+		status string
+		rows   int64
+	}
+	counts, err := queryRows(ctx, o.db, o.q.statusCounts, func(rows *sql.Rows) (c count, err error) {
+		err = rows.Scan(&c.status, &c.rows)
+		return c, err
+	})
 	if err != nil {
 		return rep, wrap("count rows", err)
 	}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			rows.Close()
-			return rep, wrap("count rows", err)
-		}
-		switch Status(s) {
+	for _, c := range counts {
+		switch Status(c.status) {
 		case StatusPending:
-			rep.Counts.Pending = n
+			rep.Counts.Pending = c.rows
 		case StatusFailed:
-			rep.Counts.Failed = n
+			rep.Counts.Failed = c.rows
 		case StatusPublished:
-			rep.Counts.Published = n
+			rep.Counts.Published = c.rows
 		case StatusAbandoned:
-			rep.Counts.Abandoned = n
+			rep.Counts.Abandoned = c.rows
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return rep, wrap("count rows", err)
 	}
 	if rep.Backlog, err = o.Backlog(ctx); err != nil {
 		return rep, err
@@ -169,43 +166,23 @@ func ageSeconds(nowMs, thenMs int64) float64 {
 }
 
 func (o *Outbox) rowInfos(ctx context.Context, query string, limit int) ([]RowInfo, error) {
-	rows, err := o.db.QueryContext(ctx, query, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []RowInfo{}
-	for rows.Next() {
-		var ri RowInfo
+	return queryRows(ctx, o.db, query, func(rows *sql.Rows) (ri RowInfo, err error) {
 		var key, reason sql.NullString
 		var created, updated int64
-		if err := rows.Scan(&ri.RowID, &ri.EventID, &ri.Type, &ri.Category, &key, &ri.Attempts, &reason, &created, &updated); err != nil {
-			return nil, err
-		}
+		err = rows.Scan(&ri.RowID, &ri.EventID, &ri.Type, &ri.Category, &key, &ri.Attempts, &reason, &created, &updated)
 		ri.Key, ri.Reason = key.String, reason.String
 		ri.CreatedAt, ri.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
-		out = append(out, ri)
-	}
-	return out, rows.Err()
+		return ri, err
+	}, limit)
 }
 
 func (o *Outbox) leaseInfos(ctx context.Context) ([]LeaseInfo, error) {
-	rows, err := o.db.QueryContext(ctx, o.q.leases)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []LeaseInfo{}
-	for rows.Next() {
-		var li LeaseInfo
+	return queryRows(ctx, o.db, o.q.leases, func(rows *sql.Rows) (li LeaseInfo, err error) {
 		var expires, now int64
-		if err := rows.Scan(&li.Category, &li.Owner, &li.Generation, &expires, &now); err != nil {
-			return nil, err
-		}
+		err = rows.Scan(&li.Category, &li.Owner, &li.Generation, &expires, &now)
 		li.ExpiresAt, li.Live = time.UnixMilli(expires).UTC(), expires > now
-		out = append(out, li)
-	}
-	return out, rows.Err()
+		return li, err
+	})
 }
 
 // Purge deletes PUBLISHED rows published before the given time and returns how many. The
