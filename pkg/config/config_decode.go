@@ -204,16 +204,8 @@ func (d *decoder) brokerTLS(t table) TLSConfig {
 
 // replicas decodes [broker] min_replicas and replica_timeout_ms.
 func (d *decoder) replicas(t table, b *BrokerConfig) {
-	if n, ok := t.integer("min_replicas"); ok {
-		switch {
-		case n < 0:
-			d.problem(t.path.key("min_replicas"), "must be 0 (do not wait for replicas, the default) or the number of replicas that must acknowledge each lease grant, operator action and outbox append, got %d", n)
-		case n > math.MaxInt32:
-			d.problem(t.path.key("min_replicas"), "%d is out of range", n)
-		default:
-			b.MinReplicas = int(n)
-		}
-	}
+	d.integerIn(t, "min_replicas", 0, math.MaxInt32, "", &b.MinReplicas,
+		"must be 0 (do not wait for replicas, the default) or the number of replicas that must acknowledge each lease grant, operator action and outbox append, got %d")
 	if ms, ok := t.integer("replica_timeout_ms"); ok {
 		d.millis(t, "replica_timeout_ms", ms, "1000", &b.ReplicaTimeout)
 	}
@@ -229,9 +221,7 @@ func (d *decoder) server(root table) ServerConfig {
 		return s
 	}
 	t.known("partitioning", "priority_lanes", "max_concurrent_handlers")
-	if n, ok := t.integer("max_concurrent_handlers"); ok {
-		d.concurrency(t, "max_concurrent_handlers", n, "no cap beyond each handler's max_concurrent", &s.MaxConcurrentHandlers)
-	}
+	d.concurrency(t, "max_concurrent_handlers", "no cap beyond each handler's max_concurrent", &s.MaxConcurrentHandlers)
 	if pt, ok := t.sub("partitioning"); ok {
 		d.partitioning(pt, &s.Partitioning)
 	}
@@ -240,13 +230,8 @@ func (d *decoder) server(root table) ServerConfig {
 		if b, ok := pl.boolean("enabled"); ok {
 			s.PriorityLanes.Enabled = b
 		}
-		if n, ok := pl.integer("threshold"); ok {
-			if n < math.MinInt32 || n > math.MaxInt32 {
-				d.problem(pl.path.key("threshold"), "%d is out of range; priorities are 32-bit integers", n)
-			} else {
-				s.PriorityLanes.Threshold = int(n)
-			}
-		}
+		d.integerIn(pl, "threshold", math.MinInt32, math.MaxInt32, "; priorities are 32-bit integers", &s.PriorityLanes.Threshold,
+			"%d is out of range; priorities are 32-bit integers")
 		if sfx, ok := pl.nonEmpty("backfill_suffix", `omit the key for the default "backfill"`); ok {
 			if err := engine.ValidateBackfillSuffix(sfx); err != nil {
 				d.problem(pl.path.key("backfill_suffix"), "%v; it becomes the last segment of {category}:{key}:{suffix}, pick a plain word such as \"backfill\" or \"slow\"", err)
@@ -307,38 +292,34 @@ func (d *decoder) partitioning(t table, p *PartitioningConfig) {
 	}
 	d.oneOf(t, "keyspace_notifications", &p.KeyspaceNotifications, []string{engine.KeyspaceAuto, engine.KeyspaceUse, engine.KeyspaceOff},
 		"is %q; want \"auto\" (the default: turn Redis keyspace notifications for streams on where allowed), \"use\" (only where they are on) or \"off\"")
-	if n, ok := t.integer("max_unacked"); ok {
-		switch {
-		case n < 1:
-			d.problem(t.path.key("max_unacked"), "must be 1 or more, got %d; 1 (the default) re-runs at most the event in flight after a failure, N lets up to N handled events run again", n)
-		case n > 1<<16:
-			d.problem(t.path.key("max_unacked"), "%d is out of range (at most 65536)", n)
-		default:
-			p.MaxUnacked = int(n)
-		}
+	d.integerIn(t, "max_unacked", 1, 1<<16, " (at most 65536)", &p.MaxUnacked,
+		"must be 1 or more, got %d; 1 (the default) re-runs at most the event in flight after a failure, N lets up to N handled events run again")
+	d.integerIn(t, "max_partitions_warning", 0, math.MaxInt32, "", &p.MaxPartitionsWarning,
+		"must be 0 (no warning) or a positive partition count, got %d; the default is 2000")
+}
+
+// integerIn decodes an integer key into out when it lies between lo and hi. A value
+// below lo is reported with the format below, whose first verb is the value and whose
+// other verbs take args; a value above hi as "N is out of range" followed by note.
+func (d *decoder) integerIn(t table, key string, lo, hi int64, note string, out *int, below string, args ...any) {
+	n, ok := t.integer(key)
+	if !ok {
+		return
 	}
-	if n, ok := t.integer("max_partitions_warning"); ok {
-		switch {
-		case n < 0:
-			d.problem(t.path.key("max_partitions_warning"), "must be 0 (no warning) or a positive partition count, got %d; the default is 2000", n)
-		case n > math.MaxInt32:
-			d.problem(t.path.key("max_partitions_warning"), "%d is out of range", n)
-		default:
-			p.MaxPartitionsWarning = int(n)
-		}
+	switch {
+	case n < lo:
+		d.problem(t.path.key(key), below, append([]any{n}, args...)...)
+	case n > hi:
+		d.problem(t.path.key(key), "%d is out of range%s", n, note)
+	default:
+		*out = int(n)
 	}
 }
 
 // concurrency decodes a positive count of handler calls running at once.
-func (d *decoder) concurrency(t table, key string, n int64, def string, out *int) {
-	switch {
-	case n < 1:
-		d.problem(t.path.key(key), "must be a positive number of handler calls running at once, got %d; remove the key for the default (%s)", n, def)
-	case n > math.MaxInt32:
-		d.problem(t.path.key(key), "%d is out of range", n)
-	default:
-		*out = int(n)
-	}
+func (d *decoder) concurrency(t table, key, def string, out *int) {
+	d.integerIn(t, key, 1, math.MaxInt32, "", out,
+		"must be a positive number of handler calls running at once, got %d; remove the key for the default (%s)", def)
 }
 
 func (d *decoder) millis(t table, key string, ms int64, def string, out *time.Duration) bool {
@@ -492,16 +473,8 @@ func (d *decoder) name(t table, kind string, names map[string]declared) string {
 // retries decodes max_retries and retry_delay.
 func (d *decoder) retries(t table) (int, time.Duration) {
 	maxRetries, delay := engine.DefaultMaxRetries, engine.DefaultRetryDelay
-	if n, ok := t.integer("max_retries"); ok {
-		switch {
-		case n < 1:
-			d.problem(t.path.key("max_retries"), "must be at least 1 (the number of attempts before the partition halts), got %d; the default is %d", n, engine.DefaultMaxRetries)
-		case n > math.MaxInt32:
-			d.problem(t.path.key("max_retries"), "%d is out of range", n)
-		default:
-			maxRetries = int(n)
-		}
-	}
+	d.integerIn(t, "max_retries", 1, math.MaxInt32, "", &maxRetries,
+		"must be at least 1 (the number of attempts before the partition halts), got %d; the default is %d", engine.DefaultMaxRetries)
 	if dur, ok := t.duration("retry_delay"); ok {
 		delay = dur
 	}
@@ -617,9 +590,7 @@ func (d *decoder) deliver(t table) *DeliverConfig {
 	if dur, ok := t.duration("timeout"); ok {
 		dc.Timeout = dur
 	}
-	if n, ok := t.integer("max_concurrent"); ok {
-		d.concurrency(t, "max_concurrent", n, fmt.Sprintf("%d for exec (twice the cores), %d for http", DefaultExecConcurrency, DefaultHTTPConcurrency), &dc.MaxConcurrent)
-	}
+	d.concurrency(t, "max_concurrent", fmt.Sprintf("%d for exec (twice the cores), %d for http", DefaultExecConcurrency, DefaultHTTPConcurrency), &dc.MaxConcurrent)
 	if _, ok := t.str("signing_secret_env"); ok {
 		d.problem(t.path.key("signing_secret_env"), "was replaced by signing_key_env (the same environment variable name works): requests are now signed over the method, path, X-Seq-* headers, X-Seq-Timestamp and the body, in a new X-Seq-Signature format; update the receivers' verification (docs/delivery.md, Signing), then rename the key")
 	}
