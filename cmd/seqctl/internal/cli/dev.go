@@ -55,7 +55,7 @@ With --redis-url the demo runs on that Redis instead of the embedded one.`,
   # meanwhile, from another shell, with the URL dev printed
   $ seqctl partitions list --redis-url redis://127.0.0.1:40123/0`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runE(opts, func(*cobra.Command, []string) error {
 			switch {
 			case opts.Rate <= 0:
 				return &ExitError{Code: ExitUsage, Err: errors.New("--rate must be a positive number of events per second")}
@@ -66,11 +66,8 @@ With --redis-url the demo runs on that Redis instead of the embedded one.`,
 			case opts.Global.RedisCluster:
 				return &ExitError{Code: ExitUsage, Err: errors.New("seqctl dev runs on one Redis (the embedded one, or --redis-url's), not on a Redis Cluster: drop --cluster")}
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return devRun(cmd.Context(), opts)
-		},
+			return nil
+		}, runF, devRun),
 	}
 	cmd.Flags().IntVar(&opts.Rate, "rate", 50, "events published per second")
 	cmd.Flags().IntVar(&opts.Instances, "instances", 3, "engine instances to run")

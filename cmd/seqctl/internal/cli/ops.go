@@ -42,22 +42,17 @@ type opsCommand interface{ ops() *OpsOptions }
 // when a test set it, else run, with the operator API connected (see runWithAdmin).
 func opsRunE[O opsCommand](f *Factory, opts O, prepare func(cmd *cobra.Command, args []string) error,
 	runF func(O) error, run func(context.Context, Admin, O) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
+	return runE(opts, func(cmd *cobra.Command, args []string) error {
 		o := opts.ops()
 		o.Output, o.NoHeaders, o.Ctx = f.Global.Output, f.Global.NoHeaders, cmd.Context()
 		if err := checkFormat(cmd, o.Output); err != nil {
 			return err
 		}
-		if prepare != nil {
-			if err := prepare(cmd, args); err != nil {
-				return err
-			}
+		if prepare == nil {
+			return nil
 		}
-		if runF != nil {
-			return runF(opts)
-		}
-		return runWithAdmin(opts, run)
-	}
+		return prepare(cmd, args)
+	}, runF, func(context.Context, O) error { return runWithAdmin(opts, run) })
 }
 
 // runWithAdmin connects the operator API in the command's context, or in

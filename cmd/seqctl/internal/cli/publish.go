@@ -26,12 +26,8 @@ type PublishOptions struct {
 	// ConfigPath is the domain.toml whose router is used (the global --config;
 	// "domain.toml" when not given).
 	ConfigPath string
-	// RedisURL is the global --redis-url: "" means $SEQCTL_REDIS_URL, else [broker] url.
-	RedisURL string
-	// RedisCluster is the global --cluster (see resolveRedis).
-	RedisCluster bool
-	// RedisTLS are the global --redis-tls-* flags.
-	RedisTLS config.TLSConfig
+	// Redis are the global connection flags (see resolveRedis).
+	Redis redisFlags
 	// Event is the event type (--event). With a file, it says every line is a payload of
 	// this type; without it, every line is an object {"event", "data", "priority"}.
 	Event string
@@ -92,19 +88,13 @@ fails mid-file, publishing stops there (exit status 1): the summary says how far
   # a file whose lines name their events
   $ seqctl publish --data @events.jsonl`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.ConfigPath, opts.RedisURL, opts.RedisCluster, opts.RedisTLS, opts.Output = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.RedisCluster, f.Global.RedisTLS, f.Global.Output
+		RunE: runE(opts, func(cmd *cobra.Command, _ []string) error {
+			opts.ConfigPath, opts.Redis, opts.Output = configOrDefault(f.Global.ConfigPath), f.Global.redisFlags(), f.Global.Output
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
-			if err := opts.check(cmd.CommandPath()); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return publishRun(cmd.Context(), opts)
-		},
+			return opts.check(cmd.CommandPath())
+		}, runF, publishRun),
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&opts.Event, "event", "e", "", "event type name; with a file, the type of every line")
@@ -277,7 +267,7 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 		return nil, nil, &config.Error{File: cfg.File, Problems: []config.Problem{{Path: "broker.kind", Message: fmt.Sprintf(
 			"seqctl publish needs the redis broker, not %q: the inline broker lives inside one Go process", cfg.Broker.Kind)}}}
 	}
-	conn, err := resolveRedis(redisFlags{URL: opts.RedisURL, Cluster: opts.RedisCluster, TLS: opts.RedisTLS}, cfg, os.Getenv)
+	conn, err := resolveRedis(opts.Redis, cfg, os.Getenv)
 	if err != nil {
 		return nil, nil, err
 	}

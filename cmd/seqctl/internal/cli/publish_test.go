@@ -27,7 +27,7 @@ func TestPublishParse(t *testing.T) {
 		{
 			name: "a file of payloads",
 			argv: []string{"--config", "d.toml", "-e", "OrderPlaced", "-d", "@orders.jsonl", "-o", "json", "--redis-url", "redis://x:1/2"},
-			want: PublishOptions{ConfigPath: "d.toml", Event: "OrderPlaced", Data: "@orders.jsonl", Output: "json", RedisURL: "redis://x:1/2"},
+			want: PublishOptions{ConfigPath: "d.toml", Event: "OrderPlaced", Data: "@orders.jsonl", Output: "json", Redis: redisFlags{URL: "redis://x:1/2"}},
 		},
 		{
 			name: "a file of event lines",
@@ -290,7 +290,7 @@ func TestPublishFile(t *testing.T) {
 	t.Run("progress bar on a terminal", func(t *testing.T) {
 		ios, _, out, errOut := NewTestIOStreams()
 		ios.IsTerminal = true
-		opts := &PublishOptions{IO: ios, ConfigPath: cfg, RedisURL: url, Event: "OrderPlaced", Data: "@" + payloads, ProgressTTY: true}
+		opts := &PublishOptions{IO: ios, ConfigPath: cfg, Redis: redisFlags{URL: url}, Event: "OrderPlaced", Data: "@" + payloads, ProgressTTY: true}
 		err := publishRun(context.Background(), opts)
 		if ExitCode(err) != ExitUsage {
 			t.Errorf("err = %v", err)

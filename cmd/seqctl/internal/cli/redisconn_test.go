@@ -139,7 +139,7 @@ func TestClusterFlag(t *testing.T) {
 	if err := parseOps(t, f, "", newCmdRun(f, func(o *RunOptions) error { run = o; return nil }), "--cluster", "--redis-url", url); err != nil {
 		t.Fatal(err)
 	}
-	if run == nil || !run.RedisCluster || run.RedisURL != url {
+	if run == nil || !run.Redis.Cluster || run.Redis.URL != url {
 		t.Errorf("run options %+v, want --cluster and the URL", run)
 	}
 	f = testFactory()
@@ -147,7 +147,7 @@ func TestClusterFlag(t *testing.T) {
 	if err := parseOps(t, f, "", newCmdPublish(f, func(o *PublishOptions) error { pub = o; return nil }), "--cluster", "--event", "E", "--data", "{}"); err != nil {
 		t.Fatal(err)
 	}
-	if pub == nil || !pub.RedisCluster {
+	if pub == nil || !pub.Redis.Cluster {
 		t.Errorf("publish options %+v, want --cluster", pub)
 	}
 	f = testFactory()

@@ -146,6 +146,22 @@ Exit codes:
 	return cmd
 }
 
+// runE is the RunE of a command whose inputs are opts and whose run function takes the
+// command's context: prepare takes the command line into opts and checks it (an error
+// stops the command), then runF runs when a test set it, else run.
+func runE[O any](opts O, prepare func(cmd *cobra.Command, args []string) error,
+	runF func(O) error, run func(context.Context, O) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := prepare(cmd, args); err != nil {
+			return err
+		}
+		if runF != nil {
+			return runF(opts)
+		}
+		return run(cmd.Context(), opts)
+	}
+}
+
 // noArgs rejects positional arguments as a usage error.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {

@@ -30,12 +30,8 @@ type RunOptions struct {
 	// ConfigPath is the domain.toml to run (the global --config; "domain.toml" when
 	// not given).
 	ConfigPath string
-	// RedisURL is the global --redis-url: "" means $SEQCTL_REDIS_URL, else [broker] url.
-	RedisURL string
-	// RedisCluster is the global --cluster (see resolveRedis).
-	RedisCluster bool
-	// RedisTLS are the global --redis-tls-* flags.
-	RedisTLS config.TLSConfig
+	// Redis are the global connection flags (see resolveRedis).
+	Redis redisFlags
 	// InstanceID names this instance in leases and the registry (--instance-id; "" lets
 	// the engine pick host-pid-random).
 	InstanceID string
@@ -110,16 +106,10 @@ shutdown).`,
   # stop it gracefully (a second signal forces the exit)
   $ kill -TERM <pid>`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.ConfigPath, opts.RedisURL, opts.RedisCluster, opts.RedisTLS = configOrDefault(f.Global.ConfigPath), f.Global.RedisURL, f.Global.RedisCluster, f.Global.RedisTLS
-			if err := opts.check(cmd.CommandPath()); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return runRun(cmd.Context(), opts)
-		},
+		RunE: runE(opts, func(cmd *cobra.Command, _ []string) error {
+			opts.ConfigPath, opts.Redis = configOrDefault(f.Global.ConfigPath), f.Global.redisFlags()
+			return opts.check(cmd.CommandPath())
+		}, runF, runRun),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.InstanceID, "instance-id", "", "name of this instance in leases and the registry (default host-pid-random)")
@@ -194,7 +184,7 @@ func loadRunPlan(opts *RunOptions, procs *deliver.Procs) (*runPlan, error) {
 		return nil, &config.Error{File: cfg.File, Problems: []config.Problem{{Path: "broker.kind", Message: fmt.Sprintf(
 			"seqctl run needs the redis broker, not %q: set kind = \"redis\", or \"redis-cluster\" for a Redis Cluster (the inline broker runs in one Go process, for tests)", cfg.Broker.Kind)}}}
 	}
-	conn, err := resolveRedis(redisFlags{URL: opts.RedisURL, Cluster: opts.RedisCluster, TLS: opts.RedisTLS}, cfg, os.Getenv)
+	conn, err := resolveRedis(opts.Redis, cfg, os.Getenv)
 	if err != nil {
 		return nil, err
 	}

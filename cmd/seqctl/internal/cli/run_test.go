@@ -24,7 +24,7 @@ func TestRunParse(t *testing.T) {
 			name: "every flag",
 			argv: []string{"--config", "deploy/domain.toml", "--redis-url", "redis://r:6379/1", "--instance-id", "worker-1",
 				"--metrics-addr", ":9464", "--log-format", "json", "--log-level", "debug", "--shutdown-timeout", "5s"},
-			want: RunOptions{ConfigPath: "deploy/domain.toml", RedisURL: "redis://r:6379/1", InstanceID: "worker-1",
+			want: RunOptions{ConfigPath: "deploy/domain.toml", Redis: redisFlags{URL: "redis://r:6379/1"}, InstanceID: "worker-1",
 				MetricsAddr: ":9464", LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second},
 		},
 		{name: "empty config is ./domain.toml", argv: []string{"--config", ""}, want: defaults},
@@ -204,7 +204,7 @@ func TestRunInProcess(t *testing.T) {
 	}
 	t.Setenv("OUT", dir)
 	cfg := writeDomain(t, "exec", "HANDLER", handler)
-	opts := RunOptions{ConfigPath: cfg, RedisURL: srv.URL, InstanceID: "in-process", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second}
+	opts := RunOptions{ConfigPath: cfg, Redis: redisFlags{URL: srv.URL}, InstanceID: "in-process", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second}
 	got := func() string { b, _ := os.ReadFile(filepath.Join(dir, "got")); return string(b) }
 
 	t.Run("graceful", func(t *testing.T) {

@@ -206,7 +206,7 @@ func TestSecretsNotInHaltRecords(t *testing.T) {
 	srv := redistest.Start(t)
 	const token = "tok-3f9a-secret"
 	cfg := writeDomain(t, "http-unreachable", "TOKEN", token)
-	r := startRun(t, RunOptions{ConfigPath: cfg, RedisURL: srv.URL, InstanceID: "secrets", LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second})
+	r := startRun(t, RunOptions{ConfigPath: cfg, Redis: redisFlags{URL: srv.URL}, InstanceID: "secrets", LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second})
 	defer func() {
 		r.sigs <- syscall.SIGTERM
 		r.wait(t, 10*time.Second)

@@ -59,15 +59,12 @@ next column, O reverse, / filter, p pause, ? help, q quit.`,
   # watch without the power to change anything, refreshing every 2 s
   $ seqctl top --config domain.toml --readonly --refresh 2s`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runE(opts, func(*cobra.Command, []string) error {
 			if opts.Refresh <= 0 {
 				return &ExitError{Code: ExitUsage, Err: errors.New("--refresh must be positive, e.g. 1s")}
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return topRun(cmd.Context(), opts)
-		},
+			return nil
+		}, runF, topRun),
 	}
 	cmd.Flags().DurationVar(&opts.Refresh, "refresh", time.Second, "refresh interval")
 	cmd.Flags().BoolVar(&opts.ReadOnly, "readonly", false, "disable skip / DLQ / retry")
