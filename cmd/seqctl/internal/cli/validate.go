@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -77,12 +76,8 @@ process manager. With -o json an invalid file prints {"file", "valid": false,
 }
 
 func validateRun(opts *ValidateOptions) error {
-	cfg, err := config.Load(opts.ConfigPath)
+	cfg, err := loadConfigFile(opts.ConfigPath)
 	if err != nil {
-		var ce *config.Error
-		if errors.Is(err, fs.ErrNotExist) && errors.As(err, &ce) && len(ce.Problems) == 1 {
-			ce.Problems[0].Message = "the config file does not exist; pass --config with the path of your domain.toml"
-		}
 		return validateFailed(opts, withSemanticProblems(opts.ConfigPath, err))
 	}
 	dom, err := cfg.InitDomain()
