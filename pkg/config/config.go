@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -586,8 +587,17 @@ func (c *Config) initProblemPath(msg string) keyPath {
 	if strings.HasPrefix(msg, "broker ") {
 		return keyPath{}.key("broker").key("kind")
 	}
-	for _, kind := range []string{"handler ", "process manager ", "event ", "command "} {
-		rest, ok := strings.CutPrefix(msg, kind)
+	declarers := []struct {
+		prefix, key string
+		names       []string
+	}{
+		{"handler ", "handlers", namesOf(c.Handlers, func(h HandlerConfig) string { return h.Name })},
+		{"process manager ", "process_managers", namesOf(c.ProcessManagers, func(p ProcessManagerConfig) string { return p.Name })},
+		{"event ", "events", namesOf(c.Events, typeName)},
+		{"command ", "commands", namesOf(c.Commands, typeName)},
+	}
+	for _, decl := range declarers {
+		rest, ok := strings.CutPrefix(msg, decl.prefix)
 		if !ok {
 			continue
 		}
@@ -596,36 +606,24 @@ func (c *Config) initProblemPath(msg string) keyPath {
 			return nil
 		}
 		name, _ := strconv.Unquote(q)
-		switch kind {
-		case "handler ":
-			for i, h := range c.Handlers {
-				if h.Name == name {
-					return keyPath{}.key("handlers").index(i)
-				}
-			}
-		case "process manager ":
-			for i, p := range c.ProcessManagers {
-				if p.Name == name {
-					return keyPath{}.key("process_managers").index(i)
-				}
-			}
-		case "event ":
-			for i, e := range c.Events {
-				if e.Name == name {
-					return keyPath{}.key("events").index(i)
-				}
-			}
-		case "command ":
-			for i, cm := range c.Commands {
-				if cm.Name == name {
-					return keyPath{}.key("commands").index(i)
-				}
-			}
+		if i := slices.Index(decl.names, name); i >= 0 {
+			return keyPath{}.key(decl.key).index(i)
 		}
 		return nil
 	}
 	return nil
 }
+
+// namesOf returns the name of each of xs, in order.
+func namesOf[T any](xs []T, name func(T) string) []string {
+	names := make([]string, len(xs))
+	for i, x := range xs {
+		names[i] = name(x)
+	}
+	return names
+}
+
+func typeName(t TypeConfig) string { return t.Name }
 
 // ConfiguredBroker describes a broker by its configured kind, for Domain.Init before a
 // real broker is connected: "redis" and "redis-cluster" advertise StreamPartitioning,
