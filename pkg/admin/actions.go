@@ -28,6 +28,12 @@ type Actor struct {
 	Command string // e.g. "head skip"
 }
 
+// Entry starts the audit entry of an action by a: who acted, from where, with which
+// command. The caller fills in what was acted on and the outcome.
+func (a Actor) Entry() AuditEntry {
+	return AuditEntry{User: a.User, Host: a.Host, Command: a.Command}
+}
+
 // Action is a compare-and-act on a partition's head.
 type Action struct {
 	Kind    ActionKind
@@ -69,21 +75,17 @@ func (a *Admin) Act(ctx context.Context, act Action) (*ActionResult, error) {
 	res := &ActionResult{Action: act.Kind, Stream: act.Stream, Handler: act.Handler, EntryID: act.ExpectID}
 	err := a.act(ctx, act, res)
 	res.Outcome = OutcomeOf(err)
-	rec := AuditEntry{
-		User: act.Actor.User, Host: act.Actor.Host, Command: act.Actor.Command,
-		Stream: res.Stream, Handler: act.Handler, EntryID: act.ExpectID,
-		Outcome: res.Outcome, Reason: act.Reason,
-	}
+	rec := act.Actor.Entry()
+	rec.Stream, rec.Handler, rec.EntryID = res.Stream, act.Handler, act.ExpectID
+	rec.Outcome, rec.Reason = res.Outcome, act.Reason
 	if act.Force {
 		rec.Detail = "force"
 	}
-	if warning := a.recordAttempt(ctx, rec, err); warning != "" {
-		res.AuditWarning = "the action was done but its audit record was not written: " + warning
-	}
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return audited(ctx, a, rec, res, err)
+}
+
+func (r *ActionResult) done(auditErr error) {
+	warnUnaudited(&r.AuditWarning, "the action was done", auditErr)
 }
 
 func (a *Admin) act(ctx context.Context, act Action, res *ActionResult) error {

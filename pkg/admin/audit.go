@@ -94,19 +94,35 @@ func (a *Admin) Record(ctx context.Context, e AuditEntry) error {
 	return translate(err)
 }
 
-// recordAttempt appends the attempt of an operator action to the audit log, with the
-// action's error (nil when it was done) joined to rec.Detail. It returns why the record
-// was not written when the action was done, for the result to warn about, and "" when it
-// was written or the action failed (the caller returns the action's error, not the
-// audit's).
-func (a *Admin) recordAttempt(ctx context.Context, rec AuditEntry, err error) string {
+// doneResult is the result of an operator action that is recorded in the audit log.
+type doneResult interface {
+	// done completes the result of a done action; auditErr says why its audit record was
+	// not written, nil when it was.
+	done(auditErr error)
+}
+
+// audited appends the attempt of an operator action to the audit log: rec, with the
+// action's error err (nil when it was done) joined to its detail. It returns the action's
+// error, not the audit's, when the action failed; else the result, completed with done.
+func audited[R doneResult](ctx context.Context, a *Admin, rec AuditEntry, res R, err error) (R, error) {
 	if err != nil {
 		rec.Detail = joinDetail(rec.Detail, err.Error())
 	}
-	if aerr := a.Record(ctx, rec); aerr != nil && err == nil {
-		return aerr.Error()
+	auditErr := a.Record(ctx, rec)
+	if err != nil {
+		var none R
+		return none, err
 	}
-	return ""
+	res.done(auditErr)
+	return res, nil
+}
+
+// warnUnaudited sets a done action's audit warning when its audit record was not written
+// (auditErr); did says what was done.
+func warnUnaudited(warning *string, did string, auditErr error) {
+	if auditErr != nil {
+		*warning = did + " but its audit record was not written: " + auditErr.Error()
+	}
 }
 
 // joinDetail joins two parts of an audit detail or a warning.

@@ -87,3 +87,10 @@ func TestRecordRedisUser(t *testing.T) {
 		})
 	}
 }
+
+func TestActorEntry(t *testing.T) {
+	got := admin.Actor{User: "alice", Host: "ops-1", Command: "head skip"}.Entry()
+	if want := (admin.AuditEntry{User: "alice", Host: "ops-1", Command: "head skip"}); got != want {
+		t.Errorf("Entry() = %+v, want %+v", got, want)
+	}
+}

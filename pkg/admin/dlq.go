@@ -150,6 +150,16 @@ type ReplayResult struct {
 	Warning string `json:"warning,omitempty"`
 }
 
+func (r *ReplayResult) audit() (stream, detail string) {
+	detail = "replayed as " + r.EntryID
+	if !r.Removed {
+		detail += "; " + r.Warning
+	}
+	return r.Stream, detail
+}
+
+func (r *ReplayResult) done(auditErr error) { dlqDone(&r.Outcome, &r.Warning, auditErr) }
+
 // Replay re-publishes a DLQ entry's event at the tail of its partition (see PlanReplay
 // for the lane), with its original event id, then removes the entry from the DLQ. The
 // event's position changes: it now comes after everything published before the replay,
@@ -160,21 +170,36 @@ type ReplayResult struct {
 // when two operators replay the same entry at the same time.
 func (a *Admin) Replay(ctx context.Context, stream, id string, actor Actor) (*ReplayResult, error) {
 	res, err := a.replay(ctx, stream, id)
-	rec := AuditEntry{User: actor.User, Host: actor.Host, Command: actor.Command, Stream: stream, EntryID: id, Outcome: OutcomeOf(err)}
+	return auditedDLQ(ctx, a, actor, stream, id, res, err)
+}
+
+// dlqResult is the result of a DLQ action.
+type dlqResult interface {
+	*ReplayResult | *PurgeResult
+	doneResult
+	// audit says what the action did, for its audit record: the partition and the detail.
+	audit() (stream, detail string)
+}
+
+// auditedDLQ records the attempt of a DLQ action on entry id of stream's DLQ (see
+// audited). The record names the partition and what was done when the action has a
+// result, else the stream as given.
+func auditedDLQ[R dlqResult](ctx context.Context, a *Admin, actor Actor, stream, id string, res R, err error) (R, error) {
+	rec := actor.Entry()
+	rec.Stream, rec.EntryID, rec.Outcome = stream, id, OutcomeOf(err)
 	if res != nil {
-		rec.Stream, rec.Detail = res.Stream, "replayed as "+res.EntryID
-		if !res.Removed {
-			rec.Detail += "; " + res.Warning
-		}
+		rec.Stream, rec.Detail = res.audit()
 	}
-	if warning := a.recordAttempt(ctx, rec, err); warning != "" {
-		res.Warning = joinDetail(res.Warning, "the audit record was not written: "+warning)
+	return audited(ctx, a, rec, res, err)
+}
+
+// dlqDone completes the result of a done DLQ action: its outcome, and its warning when the
+// audit record was not written.
+func dlqDone(outcome, warning *string, auditErr error) {
+	*outcome = OutcomeOK
+	if auditErr != nil {
+		*warning = joinDetail(*warning, "the audit record was not written: "+auditErr.Error())
 	}
-	if err != nil {
-		return nil, err
-	}
-	res.Outcome = OutcomeOK
-	return res, nil
 }
 
 func (a *Admin) replay(ctx context.Context, stream, id string) (*ReplayResult, error) {

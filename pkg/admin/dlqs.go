@@ -96,25 +96,20 @@ type PurgeResult struct {
 	Warning string `json:"warning,omitempty"`
 }
 
+// audit names the partition, as 'dlq replay' records it.
+func (r *PurgeResult) audit() (stream, detail string) {
+	return r.Stream, fmt.Sprintf("removed %d entries of %s through %s; %d left", r.Removed, r.DLQStream, r.Through, r.Left)
+}
+
+func (r *PurgeResult) done(auditErr error) { dlqDone(&r.Outcome, &r.Warning, auditErr) }
+
 // PurgeDLQ deletes the entries of a partition's DLQ up to and including through (the
 // newest entry the operator saw), and keeps any entry added after it: a compare-and-act
 // done by Redis (XTRIM MINID, exact), so an entry moved to the DLQ while the operator was
 // deciding is never lost unseen. The attempt is recorded in the audit log.
 func (a *Admin) PurgeDLQ(ctx context.Context, stream, through string, actor Actor) (*PurgeResult, error) {
 	res, err := a.purge(ctx, stream, through)
-	rec := AuditEntry{User: actor.User, Host: actor.Host, Command: actor.Command, Stream: stream, EntryID: through, Outcome: OutcomeOf(err)}
-	if res != nil {
-		rec.Stream = res.Stream // the partition, as 'dlq replay' records it
-		rec.Detail = fmt.Sprintf("removed %d entries of %s through %s; %d left", res.Removed, res.DLQStream, through, res.Left)
-	}
-	if warning := a.recordAttempt(ctx, rec, err); warning != "" {
-		res.Warning = "the audit record was not written: " + warning
-	}
-	if err != nil {
-		return nil, err
-	}
-	res.Outcome = OutcomeOK
-	return res, nil
+	return auditedDLQ(ctx, a, actor, stream, through, res, err)
 }
 
 func (a *Admin) purge(ctx context.Context, stream, through string) (*PurgeResult, error) {

@@ -2,12 +2,14 @@ package admin_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 func TestDLQsAndPurge(t *testing.T) {
@@ -77,5 +79,31 @@ func TestDLQsAndPurge(t *testing.T) {
 	if entries[1].Detail != "removed 1 entries of order:client-2:dlq through 2000; 0 left" ||
 		entries[2].Detail != "removed 2 entries of order:client-2:dlq through 2000-0; 1 left" || entries[1].Stream != "order:client-2" {
 		t.Errorf("audit = %+v, %+v", entries[1], entries[2])
+	}
+}
+
+// A purge is done even when its audit record cannot be written: the result says so. A
+// purge that fails returns its own error, not the audit's.
+func TestPurgeWarnsWhenTheAuditRecordIsNotWritten(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	adm := admin.New(rdb, admin.Options{})
+	addEntry(t, rdb, "order:client-1:dlq", "1000-0")
+	// XADD to a string fails with WRONGTYPE.
+	if err := rdb.Set(ctx, keyspace.SingleNode.AuditStream(), "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	who := admin.Actor{User: "alice", Host: "ops-1", Command: "dlq purge"}
+	res, err := adm.PurgeDLQ(ctx, "order:client-1", "1000-0", who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Removed != 1 || res.Outcome != admin.OutcomeOK ||
+		!strings.HasPrefix(res.Warning, "the audit record was not written: ") || !strings.Contains(res.Warning, "WRONGTYPE") {
+		t.Errorf("purge = %+v, want done with a warning about the audit record", res)
+	}
+	if _, err := adm.PurgeDLQ(ctx, "order:client-1", "not-an-id", who); err == nil || strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("a failed purge returned %v, want its own error", err)
 	}
 }

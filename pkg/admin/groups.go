@@ -349,11 +349,9 @@ func (a *Admin) RemoveGroup(ctx context.Context, r GroupRemoval) (*GroupRemoved,
 		}
 		return res, nil
 	}
-	rec := AuditEntry{
-		User: r.Actor.User, Host: r.Actor.Host, Command: r.Actor.Command,
-		Stream: a.keys.CategoryStream(r.Category), Handler: r.Group,
-		Outcome: res.Outcome, Reason: r.Reason,
-	}
+	rec := r.Actor.Entry()
+	rec.Stream, rec.Handler = a.keys.CategoryStream(r.Category), r.Group
+	rec.Outcome, rec.Reason = res.Outcome, r.Reason
 	if r.ExpectRead != nil {
 		rec.Detail = fmt.Sprintf("expected read %d", *r.ExpectRead)
 	}
@@ -361,13 +359,11 @@ func (a *Admin) RemoveGroup(ctx context.Context, r GroupRemoval) (*GroupRemoved,
 		rec.Detail = joinDetail(rec.Detail, fmt.Sprintf("read %d; consumer group destroyed on %d streams; %d halt records deleted; %d partitions",
 			res.Read, res.Destroyed, res.Halts, res.Partitions))
 	}
-	if warning := a.recordAttempt(ctx, rec, err); warning != "" {
-		res.AuditWarning = "the group was removed but its audit record was not written: " + warning
-	}
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return audited(ctx, a, rec, res, err)
+}
+
+func (r *GroupRemoved) done(auditErr error) {
+	warnUnaudited(&r.AuditWarning, "the group was removed", auditErr)
 }
 
 func (a *Admin) removeGroup(ctx context.Context, r GroupRemoval, res *GroupRemoved) error {
