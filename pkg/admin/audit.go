@@ -29,21 +29,39 @@ const (
 	OutcomeNotReplicated = "not_replicated"
 )
 
+// errOutcome is the outcome of an action that failed with err.
+type errOutcome struct {
+	err     error
+	outcome string
+}
+
+// actionOutcomes are the outcomes OutcomeOf names, first match first.
+var actionOutcomes = []errOutcome{
+	{engine.ErrHeadMoved, OutcomeHeadMoved},
+	{engine.ErrNotHalted, OutcomeNotHalted},
+	{engine.ErrEntryGone, OutcomeEntryGone},
+	{ErrNotFound, OutcomeNotFound},
+	{engine.ErrReplicaShortfall, OutcomeNotReplicated},
+}
+
+// outcomeIn returns the outcome of the first entry of table that err is (errors.Is), and
+// whether there is one.
+func outcomeIn(table []errOutcome, err error) (string, bool) {
+	for _, o := range table {
+		if errors.Is(err, o.err) {
+			return o.outcome, true
+		}
+	}
+	return "", false
+}
+
 // OutcomeOf names the outcome of an action's error.
 func OutcomeOf(err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return OutcomeOK
-	case errors.Is(err, engine.ErrHeadMoved):
-		return OutcomeHeadMoved
-	case errors.Is(err, engine.ErrNotHalted):
-		return OutcomeNotHalted
-	case errors.Is(err, engine.ErrEntryGone):
-		return OutcomeEntryGone
-	case errors.Is(err, ErrNotFound):
-		return OutcomeNotFound
-	case errors.Is(err, engine.ErrReplicaShortfall):
-		return OutcomeNotReplicated
+	}
+	if o, ok := outcomeIn(actionOutcomes, err); ok {
+		return o
 	}
 	return OutcomeFailed
 }

@@ -2,6 +2,8 @@ package admin_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 func TestAuditEntries(t *testing.T) {
@@ -85,6 +88,34 @@ func TestRecordRedisUser(t *testing.T) {
 				t.Fatalf("recorded user %q, redis user %q; want alice, %q", last.User, last.RedisUser, tt.want)
 			}
 		})
+	}
+}
+
+func TestOutcomeOf(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("admin: wrapped: %w", err) }
+	tests := []struct {
+		err         error
+		want, group string
+	}{
+		{nil, admin.OutcomeOK, admin.OutcomeOK},
+		{wrap(engine.ErrHeadMoved), admin.OutcomeHeadMoved, admin.OutcomeHeadMoved},
+		{engine.ErrNotHalted, admin.OutcomeNotHalted, admin.OutcomeNotHalted},
+		{wrap(engine.ErrEntryGone), admin.OutcomeEntryGone, admin.OutcomeEntryGone},
+		{&admin.NotFoundError{What: "handler", Name: "X"}, admin.OutcomeNotFound, admin.OutcomeNotFound},
+		{wrap(engine.ErrReplicaShortfall), admin.OutcomeNotReplicated, admin.OutcomeNotReplicated},
+		{wrap(engine.ErrGroupNotRegistered), admin.OutcomeFailed, admin.OutcomeNotRegistered},
+		{engine.ErrGroupLive, admin.OutcomeFailed, admin.OutcomeLiveLease},
+		{wrap(engine.ErrGroupRead), admin.OutcomeFailed, admin.OutcomeReadMoved},
+		{admin.ErrGroupDeclared, admin.OutcomeFailed, admin.OutcomeDeclared},
+		{errors.New("connection refused"), admin.OutcomeFailed, admin.OutcomeFailed},
+	}
+	for _, tt := range tests {
+		if got := admin.OutcomeOf(tt.err); got != tt.want {
+			t.Errorf("OutcomeOf(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+		if got := admin.GroupOutcomeOf(tt.err); got != tt.group {
+			t.Errorf("GroupOutcomeOf(%v) = %q, want %q", tt.err, got, tt.group)
+		}
 	}
 }
 

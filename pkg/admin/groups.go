@@ -289,17 +289,18 @@ const (
 	OutcomeDeclared      = "declared"       // the config still declares the group
 )
 
+// groupOutcomes are the outcomes GroupOutcomeOf names beside those of OutcomeOf.
+var groupOutcomes = []errOutcome{
+	{engine.ErrGroupNotRegistered, OutcomeNotRegistered},
+	{engine.ErrGroupLive, OutcomeLiveLease},
+	{engine.ErrGroupRead, OutcomeReadMoved},
+	{ErrGroupDeclared, OutcomeDeclared},
+}
+
 // GroupOutcomeOf names the audit outcome of a 'groups remove' error.
 func GroupOutcomeOf(err error) string {
-	switch {
-	case errors.Is(err, engine.ErrGroupNotRegistered):
-		return OutcomeNotRegistered
-	case errors.Is(err, engine.ErrGroupLive):
-		return OutcomeLiveLease
-	case errors.Is(err, engine.ErrGroupRead):
-		return OutcomeReadMoved
-	case errors.Is(err, ErrGroupDeclared):
-		return OutcomeDeclared
+	if o, ok := outcomeIn(groupOutcomes, err); ok {
+		return o
 	}
 	return OutcomeOf(err)
 }
