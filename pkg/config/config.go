@@ -439,17 +439,26 @@ func (e *Error) Unwrap() error { return e.err }
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		msg := "cannot read the config file: " + err.Error()
-		var pe *fs.PathError
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			msg = "the config file does not exist; check the path (testdata/domain.toml in the seqctl repository is a complete, commented example)"
-		case errors.As(err, &pe):
-			msg = "cannot read the config file: " + pe.Err.Error()
+		msg := "the config file does not exist; check the path (testdata/domain.toml in the seqctl repository is a complete, commented example)"
+		if reason, missing := readFailure(err); !missing {
+			msg = "cannot read the config file: " + reason
 		}
 		return nil, &Error{File: path, Problems: []Problem{{Message: msg}}, err: err}
 	}
 	return Parse(path, data)
+}
+
+// readFailure says why os.ReadFile failed: missing when the file does not exist, else the
+// reason, without the path that the caller's message names already.
+func readFailure(err error) (reason string, missing bool) {
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", true
+	case errors.As(err, &pe):
+		return pe.Err.Error(), false
+	}
+	return err.Error(), false
 }
 
 // Parse parses domain.toml content strictly. name is used in problem reports (a

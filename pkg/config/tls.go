@@ -4,9 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 
@@ -123,13 +121,9 @@ func (c TLSConfig) ClientConfig(serverName string) (*tls.Config, error) {
 func readTLSFile(setting, path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		msg := "cannot read it: " + err.Error()
-		var pe *fs.PathError
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			msg = "does not exist"
-		case errors.As(err, &pe):
-			msg = "cannot read it: " + pe.Err.Error()
+		msg := "does not exist"
+		if reason, missing := readFailure(err); !missing {
+			msg = "cannot read it: " + reason
 		}
 		return nil, &TLSError{Setting: setting, Path: path, Message: msg, Err: err}
 	}
