@@ -32,6 +32,8 @@ type guardedAction struct {
 	ios    *IOStreams
 	adm    Admin
 	output string
+	// who runs the action: the actor its act and its audit records name.
+	who admin.Actor
 	// yes skips the confirmation (--yes); dryRun stops after the plan (--dry-run).
 	yes, dryRun bool
 	// refusal is the audit entry of an attempt that stops before the act: who, and the
@@ -191,11 +193,12 @@ func (o *GuardedOptions) addGuardFlags(cmd *cobra.Command, dryRunDoes string) {
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, dryRunDoes+"; change nothing")
 }
 
-// guarded starts the guarded action of a command run by who, with the operator API adm
-// connected in ctx: its streams, -o, --yes and --dry-run, and the audit entry of its
-// refusals, which the command completes.
-func (o *GuardedOptions) guarded(ctx context.Context, adm Admin, who admin.Actor) guardedAction {
-	return guardedAction{ctx: ctx, ios: o.IO, adm: adm, output: o.Output, yes: o.Yes, dryRun: o.DryRun, refusal: auditEntryBy(who)}
+// guarded starts the guarded action of 'seqctl command', with the operator API adm
+// connected in ctx: its streams, -o, --yes and --dry-run, who runs it (see actor), and
+// the audit entry of its refusals, which the command completes.
+func (o *GuardedOptions) guarded(ctx context.Context, adm Admin, command string) guardedAction {
+	who := actor(command)
+	return guardedAction{ctx: ctx, ios: o.IO, adm: adm, output: o.Output, who: who, yes: o.Yes, dryRun: o.DryRun, refusal: auditEntryBy(who)}
 }
 
 // auditEntryBy starts the audit entry of an action by who: the user, the host and the

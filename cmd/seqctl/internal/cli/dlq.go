@@ -181,17 +181,16 @@ left alone, and the replay stops at the first failure, saying how many were repl
 }
 
 func dlqReplayRun(ctx context.Context, adm Admin, opts *DLQReplayOptions) error {
-	who := actor("dlq replay")
-	g := opts.guarded(ctx, adm, who)
+	g := opts.guarded(ctx, adm, "dlq replay")
 	g.refusal.Stream = opts.Stream
 	if opts.All {
 		g.quietAudit = true
-		a := &dlqReplayAll{guardedAction: g, opts: opts, who: who}
+		a := &dlqReplayAll{guardedAction: g, opts: opts}
 		return a.run(a)
 	}
 	g.refusal.EntryID = opts.ID
 	g.inDoubt = fmt.Sprintf("the replay: the event may have been re-published; check 'seqctl dlq list %s' and the partition before replaying again", opts.Stream)
-	r := &dlqReplayOne{guardedAction: g, opts: opts, who: who}
+	r := &dlqReplayOne{guardedAction: g, opts: opts}
 	return r.run(r)
 }
 
@@ -200,7 +199,6 @@ func dlqReplayRun(ctx context.Context, adm Admin, opts *DLQReplayOptions) error 
 type dlqReplayOne struct {
 	guardedAction
 	opts   *DLQReplayOptions
-	who    admin.Actor
 	replay *admin.ReplayPlan   // read by plan
 	res    *admin.ReplayResult // returned by act
 }
@@ -268,7 +266,6 @@ func (r *dlqReplayOne) done() string {
 type dlqReplayAll struct {
 	guardedAction
 	opts    *DLQReplayOptions
-	who     admin.Actor
 	entries []admin.DLQEntry      // listed by plan
 	results []*admin.ReplayResult // of act, one per entry replayed
 }
@@ -374,8 +371,7 @@ when the DLQ is empty.`,
 }
 
 func dlqPurgeRun(ctx context.Context, adm Admin, opts *DLQPurgeOptions) error {
-	p := &dlqPurge{opts: opts, who: actor("dlq purge")}
-	p.guardedAction = opts.guarded(ctx, adm, p.who)
+	p := &dlqPurge{guardedAction: opts.guarded(ctx, adm, "dlq purge"), opts: opts}
 	p.refusal.Stream, p.refusal.EntryID = opts.Stream, opts.Through
 	return p.run(p)
 }
@@ -384,7 +380,6 @@ func dlqPurgeRun(ctx context.Context, adm Admin, opts *DLQPurgeOptions) error {
 type dlqPurge struct {
 	guardedAction
 	opts *DLQPurgeOptions
-	who  admin.Actor
 	// listed is the number of entries in the DLQ, n those up to through (the newest
 	// entry listed without --through), as plan found them.
 	listed, n int

@@ -198,8 +198,7 @@ Exit status: 0 done; 4 refused by a check (nothing changed); 1 declined or faile
 const groupsRemoveCommand = "groups remove"
 
 func groupsRemoveRun(ctx context.Context, adm Admin, opts *GroupsRemoveOptions) error {
-	r := &groupsRemove{opts: opts, who: actor(groupsRemoveCommand)}
-	r.guardedAction = opts.guarded(ctx, adm, r.who)
+	r := &groupsRemove{guardedAction: opts.guarded(ctx, adm, groupsRemoveCommand), opts: opts}
 	r.exit = groupsExit
 	r.inDoubt = mayOrMayNot("removal", fmt.Sprintf("'seqctl groups list --category %s'", opts.Category))
 	r.refusal.Stream, r.refusal.Handler, r.refusal.Reason = keyspace.SingleNode.CategoryStream(opts.Category), opts.Group, opts.Reason
@@ -211,7 +210,6 @@ func groupsRemoveRun(ctx context.Context, adm Admin, opts *GroupsRemoveOptions) 
 type groupsRemove struct {
 	guardedAction
 	opts    *GroupsRemoveOptions
-	who     admin.Actor
 	group   *admin.Group       // read by plan
 	removal admin.GroupRemoval // what plan checked, compared by the script
 	res     *admin.GroupRemoved

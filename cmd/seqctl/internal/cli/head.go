@@ -379,8 +379,7 @@ func headActionRun(ctx context.Context, adm Admin, opts *HeadActionOptions) erro
 		return err
 	}
 	opts.Handler = handler
-	a := &headAction{opts: opts, text: headActions[opts.Kind], who: actor(opts.auditCommand())}
-	a.guardedAction = opts.guarded(ctx, adm, a.who)
+	a := &headAction{guardedAction: opts.guarded(ctx, adm, opts.auditCommand()), opts: opts, text: headActions[opts.Kind]}
 	a.refusal.Stream, a.refusal.Handler, a.refusal.EntryID, a.refusal.Reason = opts.Stream, opts.Handler, opts.ExpectID, opts.Reason
 	a.inDoubt = mayOrMayNot(a.text.verb, fmt.Sprintf("'seqctl head show %s --handler %s'", opts.Stream, opts.Handler))
 	if opts.Force {
@@ -395,7 +394,6 @@ type headAction struct {
 	guardedAction
 	opts *HeadActionOptions
 	text headActionText
-	who  admin.Actor
 	head *admin.Head         // read by plan
 	res  *admin.ActionResult // returned by act
 }
