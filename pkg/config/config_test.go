@@ -394,28 +394,24 @@ url = "redis://file:6379/0"
 [outbox]
 dsn = "sqlite://file.db"
 `
-	t.Run("unset", func(t *testing.T) {
-		t.Setenv(EnvRedisURL, "")
-		t.Setenv(EnvOutboxDSN, "")
-		cfg, err := Parse("domain.toml", []byte(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.Broker.URL != "redis://file:6379/0" || cfg.Outbox.DSN != "sqlite://file.db" {
-			t.Errorf("got url %q dsn %q, want the file's values", cfg.Broker.URL, cfg.Outbox.DSN)
-		}
-	})
-	t.Run("set", func(t *testing.T) {
-		t.Setenv(EnvRedisURL, "rediss://env:6380/1")
-		t.Setenv(EnvOutboxDSN, "postgres://u@env:5432/db")
-		cfg, err := Parse("domain.toml", []byte(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.Broker.URL != "rediss://env:6380/1" || cfg.Outbox.DSN != "postgres://u@env:5432/db" {
-			t.Errorf("got url %q dsn %q, want the environment's values", cfg.Broker.URL, cfg.Outbox.DSN)
-		}
-	})
+	for _, tt := range []struct {
+		name, envURL, envDSN, wantURL, wantDSN string
+	}{
+		{"unset", "", "", "redis://file:6379/0", "sqlite://file.db"},
+		{"set", "rediss://env:6380/1", "postgres://u@env:5432/db", "rediss://env:6380/1", "postgres://u@env:5432/db"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(EnvRedisURL, tt.envURL)
+			t.Setenv(EnvOutboxDSN, tt.envDSN)
+			cfg, err := Parse("domain.toml", []byte(src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Broker.URL != tt.wantURL || cfg.Outbox.DSN != tt.wantDSN {
+				t.Errorf("got url %q dsn %q, want %q and %q", cfg.Broker.URL, cfg.Outbox.DSN, tt.wantURL, tt.wantDSN)
+			}
+		})
+	}
 	t.Run("env DSN does not create the outbox", func(t *testing.T) {
 		t.Setenv(EnvOutboxDSN, "sqlite://env.db")
 		cfg, err := Parse("domain.toml", []byte(`name = "shop"`))
