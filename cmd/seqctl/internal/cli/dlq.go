@@ -12,7 +12,7 @@ import (
 )
 
 func newCmdDLQ(f *Factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return groupOf(&cobra.Command{
 		Use:   "dlq <command>",
 		Short: "List, replay and purge dead-letter entries",
 		Long: `List and replay the entries of a partition's dead-letter stream,
@@ -23,11 +23,7 @@ the handler, who moved it, when and why.`,
   $ seqctl dlq list order:client-123
   $ seqctl dlq replay order:client-123 --id 1718000000123-0 --yes
   $ seqctl dlq purge order:client-123 --yes`,
-		Args: cobra.ArbitraryArgs,
-		RunE: groupCommand,
-	}
-	cmd.AddCommand(newCmdDLQList(f, nil), newCmdDLQReplay(f, nil), newCmdDLQPurge(f, nil))
-	return cmd
+	}, newCmdDLQList(f, nil), newCmdDLQReplay(f, nil), newCmdDLQPurge(f, nil))
 }
 
 // DLQListOptions are the inputs of 'seqctl dlq list'.

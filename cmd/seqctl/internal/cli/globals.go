@@ -229,6 +229,14 @@ func streamArg(cmd *cobra.Command, args []string) error {
 	return usageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one STREAM", args[1], cmd.CommandPath())
 }
 
+// groupOf makes cmd a command that only groups subs: any arguments reach its RunE,
+// groupCommand.
+func groupOf(cmd *cobra.Command, subs ...*cobra.Command) *cobra.Command {
+	cmd.Args, cmd.RunE = cobra.ArbitraryArgs, groupCommand
+	cmd.AddCommand(subs...)
+	return cmd
+}
+
 // groupCommand is the RunE of a command that only groups subcommands: help without
 // arguments, a usage error for an unknown subcommand.
 func groupCommand(cmd *cobra.Command, args []string) error {

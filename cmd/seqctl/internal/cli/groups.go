@@ -15,7 +15,7 @@ import (
 )
 
 func newCmdGroups(f *Factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return groupOf(&cobra.Command{
 		Use:   "groups <command>",
 		Short: "List the consumer groups each category waits for, and retire a removed handler",
 		Long: `List and retire the consumer groups registered for each category.
@@ -35,11 +35,7 @@ and reap resume.`,
 
   # retire a handler removed from the domain
   $ seqctl groups remove Mailer --category order --expect-read 0 --yes`,
-		Args: cobra.ArbitraryArgs,
-		RunE: groupCommand,
-	}
-	cmd.AddCommand(newCmdGroupsList(f, nil), newCmdGroupsRemove(f, nil))
-	return cmd
+	}, newCmdGroupsList(f, nil), newCmdGroupsRemove(f, nil))
 }
 
 // GroupsListOptions are the inputs of 'seqctl groups list'.

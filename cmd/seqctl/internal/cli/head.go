@@ -17,7 +17,7 @@ import (
 )
 
 func newCmdHead(f *Factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return groupOf(&cobra.Command{
 		Use:   "head <command>",
 		Short: "Show a partition's head entry and unwedge a halted partition",
 		Long: `Show and resolve the head entry of a partition for one handler.
@@ -35,16 +35,12 @@ the head shown when you confirm) and changes nothing, exit status 4, if the head
 Every attempt is recorded in the audit log ('seqctl audit').`,
 		Example: `  $ seqctl head show order:client-123 --handler OrderProjector
   $ seqctl head skip order:client-123 --handler OrderProjector --expect-id 1718000000000-0 --yes`,
-		Args: cobra.ArbitraryArgs,
-		RunE: groupCommand,
-	}
-	cmd.AddCommand(
+	},
 		newCmdHeadShow(f, nil),
 		newCmdHeadAction(f, admin.ActionSkip, nil),
 		newCmdHeadAction(f, admin.ActionDLQ, nil),
 		newCmdHeadAction(f, admin.ActionRetry, nil),
 	)
-	return cmd
 }
 
 // HeadShowOptions are the inputs of 'seqctl head show'.

@@ -29,7 +29,7 @@ type OutboxOptions struct {
 }
 
 func newCmdOutbox(f *Factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return groupOf(&cobra.Command{
 		Use:   "outbox <command>",
 		Short: "Create the outbox table and report on it",
 		Long: `The outbox is a table in the application's database ([outbox] dsn in domain.toml:
@@ -38,11 +38,7 @@ transaction; the relay (seqctl relay, or seqctl run when [outbox] is configured)
 each row to its partition stream in per-key commit order. See docs/outbox.md.`,
 		Example: `  $ seqctl outbox migrate --config domain.toml
   $ seqctl outbox status --config domain.toml -o json`,
-		Args: cobra.ArbitraryArgs,
-		RunE: groupCommand,
-	}
-	cmd.AddCommand(newCmdOutboxMigrate(f), newCmdOutboxStatus(f))
-	return cmd
+	}, newCmdOutboxMigrate(f), newCmdOutboxStatus(f))
 }
 
 func newCmdOutboxMigrate(f *Factory) *cobra.Command {

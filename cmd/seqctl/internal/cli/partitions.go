@@ -21,7 +21,7 @@ import (
 )
 
 func newCmdPartitions(f *Factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return groupOf(&cobra.Command{
 		Use:   "partitions <command>",
 		Short: "List and inspect partitions: owner, lease, lag, pending entries, halts",
 		Long: `List and inspect the partitions of a live deployment, read from Redis.
@@ -36,11 +36,7 @@ group registry.`,
 
   # everything about one partition
   $ seqctl partitions inspect order:client-123`,
-		Args: cobra.ArbitraryArgs,
-		RunE: groupCommand,
-	}
-	cmd.AddCommand(newCmdPartitionsList(f, nil), newCmdPartitionsInspect(f, nil))
-	return cmd
+	}, newCmdPartitionsList(f, nil), newCmdPartitionsInspect(f, nil))
 }
 
 // PartitionsListOptions are the inputs of 'seqctl partitions list'.
