@@ -1,7 +1,7 @@
 // Package testkit holds the helpers the tests of every package share: waiting for a
-// condition, and a buffer that concurrent writers (a logger, a child process) can share
-// with the test that reads it. It imports nothing of seqctl, so the engine's own tests
-// can use it too.
+// condition, a buffer that concurrent writers (a logger, a child process) can share
+// with the test that reads it, and the goroutine leak check of a package's TestMain. It
+// imports nothing of seqctl, so the engine's own tests can use it too.
 package testkit
 
 import (
@@ -9,7 +9,21 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+// VerifyNoLeaks runs the tests of m and exits, failing if they leave goroutines behind
+// (goleak.VerifyTestMain). It ignores what a test's child processes and connections
+// leave for a moment after their end: a command's Wait, a blocked network read, the wait
+// for a process to exit. extra adds what a package itself has to ignore.
+func VerifyNoLeaks(m *testing.M, extra ...goleak.Option) {
+	goleak.VerifyTestMain(m, append([]goleak.Option{
+		goleak.IgnoreTopFunction("os/exec.(*Cmd).Wait"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("os.(*Process).blockUntilWaitable"),
+	}, extra...)...)
+}
 
 // WaitFor polls cond every 10 ms until it holds; after timeout it fails the test, naming
 // what it waited for.

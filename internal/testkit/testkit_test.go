@@ -8,6 +8,9 @@ import (
 	"time"
 )
 
+// The package's own tests run under the leak check it offers.
+func TestMain(m *testing.M) { VerifyNoLeaks(m) }
+
 func TestWaitForReturnsOnceTheConditionHolds(t *testing.T) {
 	n := 0
 	WaitFor(t, time.Second, "the third poll", func() bool { n++; return n == 3 })

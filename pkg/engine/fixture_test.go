@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine/scripts"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -24,10 +25,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
 	}
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("os/exec.(*Cmd).Wait"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreTopFunction("os.(*Process).blockUntilWaitable"),
+	testkit.VerifyNoLeaks(m,
 		// go-redis probes a refused address once a second after PoolSize failed dials
 		// and notices its client closed only after the probe's sleep: a client closed
 		// right after a Redis fault test leaves it for up to a second.
