@@ -474,6 +474,12 @@ func (w *worker) handle(ent entry) error {
 	if w.ctx.Err() != nil {
 		return nil // lease lost or hard stop: the next owner retries
 	}
+	if errors.Is(err, ErrFenced) {
+		// The handler's sink saw a newer owner's effects (an inbox refused this
+		// generation): the lease is lost, not the event failed. The entry stays pending
+		// for the owner that holds the partition now, counted as run.
+		return fmt.Errorf("the handler's sink refused generation %d: %w", w.gen, err)
+	}
 	if ent.deliveries >= w.sub.maxRetries {
 		return w.halt(ent, err)
 	}

@@ -1,0 +1,176 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/engine/outbox"
+	"github.com/seqctl/seqctl/pkg/keyspace"
+)
+
+// DefaultTable is the inbox table's name unless WithTable gives another.
+const DefaultTable = "seqctl_inbox"
+
+// ErrStale is returned (wrapping engine.ErrFenced) when the inbox row of the partition holds
+// a higher generation than the delivery's: a newer owner has applied effects already, so
+// this owner's lease is gone. Nothing was applied. The engine treats it as a lost lease,
+// never as a failed attempt: the partition does not halt.
+var ErrStale = fmt.Errorf("inbox: a newer owner of the partition applied its effects first: %w", engine.ErrFenced)
+
+// Outcome says what Apply did.
+type Outcome int
+
+const (
+	// Applied: fn ran and its effects committed with the delivery's entry id.
+	Applied Outcome = iota + 1
+	// Duplicate: the entry id was at or below the one applied: fn did not run, nothing
+	// changed. The engine acknowledges the entry.
+	Duplicate
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case Duplicate:
+		return "duplicate"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Inbox applies events exactly once, in stream order, into the database it lives in.
+type Inbox struct {
+	db      *sql.DB
+	dialect outbox.Dialect
+	table   string
+	q       queries
+}
+
+// Option configures New.
+type Option func(*Inbox)
+
+// WithTable names the inbox table (default DefaultTable): a lower-case SQL identifier of
+// at most 40 bytes ([a-z_][a-z0-9_]*). On PostgreSQL it is created in the connection's
+// current schema.
+func WithTable(name string) Option { return func(i *Inbox) { i.table = name } }
+
+var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// New returns an Inbox over db (opened with outbox.Open, or any *sql.DB of the dialect:
+// with SQLite, transactions must take the write lock up front, as outbox.Open's
+// _txlock=immediate does). It does not touch the database: call Migrate once.
+func New(db *sql.DB, dialect outbox.Dialect, opts ...Option) (*Inbox, error) {
+	i := &Inbox{db: db, dialect: dialect, table: DefaultTable}
+	for _, opt := range opts {
+		opt(i)
+	}
+	switch {
+	case db == nil:
+		return nil, errors.New("inbox: no database: open one with outbox.Open")
+	case dialect != outbox.Postgres && dialect != outbox.SQLite:
+		return nil, fmt.Errorf("inbox: unknown dialect %v: use outbox.Postgres or outbox.SQLite", dialect)
+	case !tableName.MatchString(i.table):
+		return nil, fmt.Errorf("inbox: table name %q is not a lower-case SQL identifier of at most 40 bytes ([a-z_][a-z0-9_]*)", i.table)
+	}
+	i.q = newQueries(dialect, i.table)
+	return i, nil
+}
+
+// Table returns the inbox table's name.
+func (i *Inbox) Table() string { return i.table }
+
+// DB returns the database the inbox was created with.
+func (i *Inbox) DB() *sql.DB { return i.db }
+
+// Apply applies one delivery in one transaction of the inbox's database. It reads the
+// inbox row of (d.Handler, d.Stream), then
+//
+//   - refuses the delivery with ErrStale when the row holds a higher generation than
+//     d.Generation: nothing runs;
+//   - reports Duplicate when d.EntryID is at or below the row's entry id: nothing runs,
+//     the effects were applied by an earlier delivery;
+//   - otherwise runs fn in the transaction, then records d.EntryID and d.Generation in the
+//     row, compare-and-set and locked until the commit, and commits: Applied.
+//
+// The row is checked again when it is written, just before the commit: an owner that
+// stalled inside fn while a newer owner applied the entry has its transaction rolled back
+// (ErrStale when the newer owner's generation is higher, Duplicate when the same entry
+// was applied meanwhile), so effects commit once, in stream order per lane.
+//
+// An error of fn rolls everything back and is returned as it is (the attempt failed). A
+// failed commit is returned too: whether it committed is then unknown, and the next
+// delivery of the entry finds out.
+func (i *Inbox) Apply(ctx context.Context, d engine.Delivery, fn func(ctx context.Context, tx *sql.Tx) error) (Outcome, error) {
+	if d.Handler == "" || d.Stream == "" || d.EntryID == "" {
+		return 0, fmt.Errorf("inbox: the delivery names no handler, stream or entry id (%+v): run the handler under the engine", d)
+	}
+	id := keyspace.ParseStreamID(d.EntryID)
+	tx, err := i.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if out, err := i.check(ctx, tx, d, id); out != 0 || err != nil {
+		return out, err
+	}
+	if err := fn(ctx, tx); err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, i.q.claim, d.Handler, d.Stream, int64(id.MS), int64(id.Seq), d.Generation)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: record %s of %s on %s: %w", d.EntryID, d.Handler, d.Stream, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return 0, fmt.Errorf("inbox: record %s of %s on %s: %w", d.EntryID, d.Handler, d.Stream, err)
+	} else if n == 0 {
+		// Applied or superseded while fn ran: the row is locked now, read it again.
+		out, err := i.check(ctx, tx, d, id)
+		if out == 0 && err == nil {
+			err = fmt.Errorf("inbox: the row of %s on %s refused %s for no reason it shows", d.Handler, d.Stream, d.EntryID)
+		}
+		return out, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("inbox: commit the effects of %s on %s: %w", d.EntryID, d.Stream, err)
+	}
+	return Applied, nil
+}
+
+// check reads the row of the delivery's handler and stream: ErrStale when a newer
+// generation applied, Duplicate when the entry was applied, 0 when it may be applied.
+func (i *Inbox) check(ctx context.Context, tx *sql.Tx, d engine.Delivery, id keyspace.StreamID) (Outcome, error) {
+	var ms, seq, gen int64
+	err := tx.QueryRowContext(ctx, i.q.read, d.Handler, d.Stream).Scan(&ms, &seq, &gen)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("inbox: read the row of %s on %s: %w", d.Handler, d.Stream, err)
+	case gen > d.Generation:
+		return 0, fmt.Errorf("%w (the row holds generation %d, this delivery %d)", ErrStale, gen, d.Generation)
+	case !(keyspace.StreamID{MS: uint64(ms), Seq: uint64(seq)}).Less(id):
+		return Duplicate, nil
+	}
+	return 0, nil
+}
+
+// TxFunc applies an event's effects in the inbox's transaction. It must not commit or
+// roll back tx.
+type TxFunc func(ctx context.Context, tx *sql.Tx, ev engine.Event) error
+
+// Handler returns an engine handler that applies each event through the inbox: fn runs
+// at most once per entry with effects that commit, in stream order per lane.
+func (i *Inbox) Handler(fn TxFunc) engine.HandlerFunc {
+	return func(ctx context.Context, ev engine.Event) error {
+		d, ok := engine.DeliveryFrom(ctx)
+		if !ok {
+			return errors.New("inbox: the context carries no delivery: the handler runs outside the engine")
+		}
+		_, err := i.Apply(ctx, d, func(ctx context.Context, tx *sql.Tx) error { return fn(ctx, tx, ev) })
+		return err
+	}
+}
