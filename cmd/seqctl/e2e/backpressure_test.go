@@ -42,10 +42,7 @@ func testBackPressure(t *testing.T, timeout string) {
 	const n = 10000
 	f := newFixture(t, "backpressure.domain.toml", map[string]string{"TIMEOUT": timeout})
 	keys := keyNames("k", n)
-	a := f.run("a", []string{"SEQTEST_INSTANCE=a"})
-	b := f.run("b", []string{"SEQTEST_INSTANCE=b"})
-	a.waitLog("seqctl run: ready", 10*time.Second)
-	b.waitLog("seqctl run: ready", 10*time.Second)
+	a, b := f.runTwo(nil)
 	// The whole backlog lands while both instances are stopped (SIGSTOP, well within the
 	// lease TTL), so when they resume each one's next discovery pass takes its share of
 	// 5,000 partitions at once, every one with its event ready: the burst that used to

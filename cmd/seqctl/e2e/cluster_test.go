@@ -130,7 +130,7 @@ func TestClusterOperatorCommands(t *testing.T) {
 	s.poison[skipped], s.poison[moved] = true, true
 
 	run := f.run("a", []string{"E2E_SECRET=" + e2eSecret})
-	run.waitLog("seqctl run: ready", 20*time.Second)
+	run.waitReady(20 * time.Second)
 	f.publish(steps(keys, 1, 3))
 
 	stream := func(k string) string { return "step:{" + k + "}" }

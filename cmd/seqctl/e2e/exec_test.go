@@ -69,10 +69,7 @@ func execOrderAndCrash(t *testing.T, f *fixture) {
 	const perKey = 24
 	keys := keyNames("k", 8)
 
-	a := f.run("a", nil)
-	b := f.run("b", nil)
-	a.waitLog("seqctl run: ready", 10*time.Second)
-	b.waitLog("seqctl run: ready", 10*time.Second)
+	a, b := f.runTwo(nil)
 
 	f.publish(steps(keys, 1, perKey/2))
 	// Kill b while it is delivering: once both have handled something.
@@ -96,10 +93,7 @@ func execOrderAndCrash(t *testing.T, f *fixture) {
 	}
 	t.Logf("%d deliveries for %d events (%d redelivered after the kill)", lineCount(log), len(keys)*perKey, lineCount(log)-len(keys)*perKey)
 
-	a.signal(syscall.SIGTERM)
-	if code := a.wait(10 * time.Second); code != 0 {
-		t.Errorf("a exited %d after SIGTERM, want 0", code)
-	}
+	a.stop(syscall.SIGTERM, 10*time.Second)
 }
 
 // ownersOf returns the set of instances owning the keys' partitions.
@@ -123,7 +117,7 @@ func TestRunSecondSignalForcesExit(t *testing.T) {
 	script, _ := filepath.Abs(filepath.Join(fixtures, "lock.sh"))
 	f := newFixture(t, "exec.domain.toml", map[string]string{"SCRIPT": script})
 	a := f.run("a", []string{"SEQTEST_SLEEP=30"}, "--shutdown-timeout", "60s")
-	a.waitLog("seqctl run: ready", 10*time.Second)
+	a.waitReady(10 * time.Second)
 	f.publish([]step{{"k0", 1}})
 	testkit.WaitFor(t, 10*time.Second, "the handler to hold the lock", func() bool {
 		_, err := os.Stat(filepath.Join(f.dir, "locks", "k0"))

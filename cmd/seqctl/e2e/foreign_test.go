@@ -151,7 +151,7 @@ func TestRunEventsFromRedisCli(t *testing.T) {
 					args = []string{"--redis-url", runURL}
 				}
 				pr := f.run(name, env, args...)
-				pr.waitLog("seqctl run: ready", 10*time.Second)
+				pr.waitReady(10 * time.Second)
 				procs = append(procs, pr)
 			}
 			handled := func(key string, n int) func() bool {

@@ -151,10 +151,7 @@ func orderCrashAndHalt(t *testing.T, f *fixture, s *sink, workerArgs []string, a
 	const perKey = 30
 	keys := keyNames("h", 8)
 
-	a := f.run("a", env, workerArgs...)
-	b := f.run("b", env, workerArgs...)
-	a.waitLog("seqctl run: ready", 10*time.Second)
-	b.waitLog("seqctl run: ready", 10*time.Second)
+	a, b := f.runTwo(env, workerArgs...)
 
 	f.publish(append(steps(keys, 1, perKey/2), step{"poison-1", 1}, step{"poison-1", 2}))
 	testkit.WaitFor(t, 20*time.Second, "both instances to deliver", func() bool {
@@ -204,10 +201,7 @@ func orderCrashAndHalt(t *testing.T, f *fixture, s *sink, workerArgs []string, a
 		afterHalt(halt)
 	}
 
-	a.signal(syscall.SIGTERM)
-	if code := a.wait(10 * time.Second); code != 0 {
-		t.Errorf("a exited %d after SIGTERM, want 0", code)
-	}
+	a.stop(syscall.SIGTERM, 10*time.Second)
 }
 
 // TestRunSIGTERMHandsOver: on SIGTERM an instance finishes its in-flight events and
@@ -222,10 +216,7 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 	env := []string{"E2E_SECRET=" + secret}
 	keys := keyNames("t", 8)
 
-	a := f.run("a", env)
-	b := f.run("b", env)
-	a.waitLog("seqctl run: ready", 10*time.Second)
-	b.waitLog("seqctl run: ready", 10*time.Second)
+	a, b := f.runTwo(env)
 	f.publish(steps(keys, 1, 20)) // 3 s of work per key: in flight at the SIGTERM
 
 	streams := make([]string, len(keys))
@@ -284,8 +275,5 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 	if n := lineCount(log); n != len(keys)*20 {
 		t.Errorf("%d deliveries for %d events after a graceful handover", n, len(keys)*20)
 	}
-	b.signal(syscall.SIGTERM)
-	if code := b.wait(10 * time.Second); code != 0 {
-		t.Errorf("b exited %d, want 0", code)
-	}
+	b.stop(syscall.SIGTERM, 10*time.Second)
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -175,6 +176,18 @@ func (f *fixture) run(name string, env []string, extra ...string) *proc {
 	return f.start(name, env, args...)
 }
 
+// runTwo starts 'seqctl run' as the instances a and b, both with env and extra (and each
+// with SEQTEST_INSTANCE set to its name, for handlers that record who ran them), and waits
+// until both are ready.
+func (f *fixture) runTwo(env []string, extra ...string) (a, b *proc) {
+	f.t.Helper()
+	a = f.run("a", append(slices.Clip(env), "SEQTEST_INSTANCE=a"), extra...)
+	b = f.run("b", append(slices.Clip(env), "SEQTEST_INSTANCE=b"), extra...)
+	a.waitReady(10 * time.Second)
+	b.waitReady(10 * time.Second)
+	return a, b
+}
+
 func tail(b []byte, n int) []byte {
 	if len(b) > n {
 		return b[len(b)-n:]
@@ -192,6 +205,15 @@ func (p *proc) signal(sig syscall.Signal) {
 	p.t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		p.t.Fatalf("%s: signal %v: %v", p.name, sig, err)
+	}
+}
+
+// stop sends sig and fails the test unless the process exits 0 within timeout.
+func (p *proc) stop(sig syscall.Signal, timeout time.Duration) {
+	p.t.Helper()
+	p.signal(sig)
+	if code := p.wait(timeout); code != 0 {
+		p.t.Errorf("%s exited %d after %v, want 0", p.name, code, sig)
 	}
 }
 
@@ -228,6 +250,12 @@ func (p *proc) waitLog(substr string, timeout time.Duration) string {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// waitReady waits until 'seqctl run' logs that it is ready.
+func (p *proc) waitReady(timeout time.Duration) {
+	p.t.Helper()
+	p.waitLog("seqctl run: ready", timeout)
 }
 
 // publish runs 'seqctl publish --event Step --data @FILE' with one payload line per step

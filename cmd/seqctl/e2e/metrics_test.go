@@ -54,7 +54,7 @@ func TestRunMetricsScrape(t *testing.T) {
 	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
-	a.waitLog("seqctl run: ready", 10*time.Second)
+	a.waitReady(10 * time.Second)
 	if code, body := get(t, base+"/readyz"); code != 200 || body != "ready\n" {
 		t.Errorf("/readyz = %d %q", code, body)
 	}
@@ -127,10 +127,7 @@ func TestRunMetricsScrape(t *testing.T) {
 		}
 	}
 
-	a.signal(syscall.SIGTERM)
-	if code := a.wait(10 * time.Second); code != 0 {
-		t.Errorf("exit %d after SIGTERM", code)
-	}
+	a.stop(syscall.SIGTERM, 10*time.Second)
 }
 
 // TestRunWaitsForRedis checks that 'seqctl run' started while Redis is down says so in
@@ -149,13 +146,10 @@ func TestRunWaitsForRedis(t *testing.T) {
 		t.Errorf("/healthz = %d while Redis is down, want 200", code)
 	}
 	f.srv.Restart()
-	a.waitLog("seqctl run: ready", 15*time.Second)
+	a.waitReady(15 * time.Second)
 	f.publish([]step{{"k0", 1}})
 	testkit.WaitFor(t, 10*time.Second, "the event to be delivered", func() bool {
 		return complete(readExecLog(t, f.dir), []string{"k0"}, 1)
 	})
-	a.signal(syscall.SIGINT)
-	if code := a.wait(10 * time.Second); code != 0 {
-		t.Errorf("exit %d after SIGINT", code)
-	}
+	a.stop(syscall.SIGINT, 10*time.Second)
 }

@@ -51,10 +51,7 @@ func TestRunSurvivesRedisRestartsWithAOF(t *testing.T) {
 	for i, k := range keys {
 		streams[i] = "step:" + k
 	}
-	a := f.run("a", env)
-	b := f.run("b", env)
-	a.waitLog("seqctl run: ready", 10*time.Second)
-	b.waitLog("seqctl run: ready", 10*time.Second)
+	a, b := f.runTwo(env)
 
 	const perRound = 20 // 20 x 20 ms per key: still in flight when Redis stops
 	for round := 0; round < 2; round++ {
@@ -92,10 +89,7 @@ func TestRunSurvivesRedisRestartsWithAOF(t *testing.T) {
 			t.Fatalf("%s exited (code %d) during the restarts", p.name, p.code)
 		default:
 		}
-		p.signal(syscall.SIGTERM)
-		if code := p.wait(10 * time.Second); code != 0 {
-			t.Errorf("%s exited %d after SIGTERM, want 0", p.name, code)
-		}
+		p.stop(syscall.SIGTERM, 10*time.Second)
 	}
 }
 

@@ -77,7 +77,7 @@ func TestTLSClientCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := f.run("a", []string{"E2E_SECRET=" + e2eSecret}, "--config", tlsConfig)
-	a.waitLog("seqctl run: ready", 10*time.Second)
+	a.waitReady(10 * time.Second)
 
 	f.global = withTLS
 	keys := keyNames("t", 3)
@@ -157,10 +157,7 @@ func TestTLSClientCertificates(t *testing.T) {
 		}
 	})
 
-	a.signal(syscall.SIGTERM)
-	if code := a.wait(10 * time.Second); code != 0 {
-		t.Errorf("a exited %d after SIGTERM, want 0", code)
-	}
+	a.stop(syscall.SIGTERM, 10*time.Second)
 }
 
 // aclUsers returns the ACL SETUSER lines of docs/security.md for the category step, and
