@@ -56,8 +56,8 @@ func opsRunE[O opsCommand](f *Factory, opts O, prepare func(cmd *cobra.Command, 
 }
 
 // runWithAdmin connects the operator API in the command's context, or in
-// context.Background() when it has none (a test calling runWithAdmin), runs run with it and
-// closes it. An error connecting comes with its exit code.
+// context.Background() when it has none (a test calling runWithAdmin), runs run with
+// it and closes it. An error connecting comes with its exit code.
 func runWithAdmin[O opsCommand](opts O, run func(context.Context, Admin, O) error) error {
 	o := opts.ops()
 	ctx := orBackground(o.Ctx)
