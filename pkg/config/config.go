@@ -281,7 +281,29 @@ type DeliverConfig struct {
 	// MaxConcurrent caps how many events of this handler run at once in one instance
 	// (max_concurrent; 0 for the default of the delivery kind, see Limit).
 	MaxConcurrent int
+	// SQL is the declarative SQL sink ([handlers.deliver.sql]): each event runs one
+	// statement in a database, exactly once, through the inbox; nil otherwise.
+	SQL *SQLSinkConfig
 }
+
+// SQLSinkConfig is a [handlers.deliver.sql] table: a statement run once per event inside
+// the inbox's transaction (docs/concepts.md, Exactly-once effects). The statement's
+// parameters are $1 the event data (JSON text), $2 the event id, $3 the partition key,
+// $4 the stream entry id and $5 the lease generation; it uses the ones it needs.
+type SQLSinkConfig struct {
+	// DSNEnv names the environment variable holding the database's DSN (dsn_env);
+	// DSNFile names a file holding it instead (dsn_file, relative to the working
+	// directory; a trailing newline is not part of it). The DSN itself never goes in
+	// domain.toml.
+	DSNEnv, DSNFile string
+	// Statement is the SQL run for each event (statement).
+	Statement string
+	// Table is the inbox table (inbox_table, default DefaultInboxTable).
+	Table string
+}
+
+// DefaultInboxTable is the inbox table of a SQL sink that names none.
+const DefaultInboxTable = "seqctl_inbox"
 
 // Default per-instance concurrency of a handler, by delivery kind, when its deliver
 // table sets no max_concurrent. Partitions beyond it wait for a slot; the wait is not an
@@ -299,6 +321,10 @@ var (
 	// 1,280 events/s per instance per handler and stays within the shared client's 512
 	// idle connections per host.
 	DefaultHTTPConcurrency = 128
+	// DefaultSQLConcurrency is 16 statements in flight: each holds a database connection
+	// for its transaction, and 16 keeps a handler within a small database's connection
+	// limit while it drains many partitions at once.
+	DefaultSQLConcurrency = 16
 )
 
 // Limit returns the handler's concurrency limit: MaxConcurrent, or the default of its
@@ -309,6 +335,8 @@ func (d *DeliverConfig) Limit() int {
 		return d.MaxConcurrent
 	case d.HTTP != "":
 		return DefaultHTTPConcurrency
+	case d.SQL != nil:
+		return DefaultSQLConcurrency
 	}
 	return DefaultExecConcurrency
 }
@@ -318,10 +346,13 @@ func (d *DeliverConfig) Signed() bool {
 	return d.SigningKeyEnv != "" || d.SigningKeyFile != ""
 }
 
-// Mode returns "http" or "exec".
+// Mode returns "http", "exec" or "sql".
 func (d *DeliverConfig) Mode() string {
-	if d.HTTP != "" {
+	switch {
+	case d.HTTP != "":
 		return "http"
+	case d.SQL != nil:
+		return "sql"
 	}
 	return "exec"
 }

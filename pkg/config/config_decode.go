@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -21,9 +22,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/seqctl/seqctl/pkg/redact"
-
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/redact"
 )
 
 // parseConfig is Parse with the environment injected.
@@ -562,14 +562,21 @@ func (d *decoder) checkHandled(p keyPath, name, want string, types map[string]de
 }
 
 func (d *decoder) deliver(t table) *DeliverConfig {
-	t.known("http", "exec", "timeout", "max_concurrent", "signing_secret_env", "signing_key_env", "signing_key_file", "signing_previous_key_env", "signing_previous_key_file")
+	t.known("http", "exec", "sql", "timeout", "max_concurrent", "signing_secret_env", "signing_key_env", "signing_key_file", "signing_previous_key_env", "signing_previous_key_file")
 	dc := &DeliverConfig{Timeout: configDefaultDeliverTimeout}
-	hasHTTP, hasExec := t.has("http"), t.has("exec")
+	hasHTTP, hasExec, hasSQL := t.has("http"), t.has("exec"), t.has("sql")
 	switch {
 	case hasHTTP && hasExec:
 		d.problem(t.path, "sets both http and exec; a handler is delivered one way: keep one of them")
-	case !hasHTTP && !hasExec:
-		d.problem(t.path, "sets neither http nor exec; set one of them, or remove the deliver table when Go code registers the handler")
+	case hasSQL && hasHTTP:
+		d.problem(t.path, "sets both http and a sql table; a handler is delivered one way: keep one of them")
+	case hasSQL && hasExec:
+		d.problem(t.path, "sets both exec and a sql table; a handler is delivered one way: keep one of them")
+	case !hasHTTP && !hasExec && !hasSQL:
+		d.problem(t.path, "sets neither http nor exec nor a sql table; set one of them, or remove the deliver table when Go code registers the handler")
+	}
+	if st, ok := t.sub("sql"); ok {
+		dc.SQL = d.sqlSink(st)
 	}
 	if u, ok := t.str("http"); ok {
 		dc.HTTP = u
@@ -621,8 +628,53 @@ func (d *decoder) deliver(t table) *DeliverConfig {
 	if dc.Signed() && hasExec {
 		d.problem(t.path, "signs requests, but exec handlers are not signed; remove the signing_* keys")
 	}
+	if dc.Signed() && hasSQL {
+		d.problem(t.path, "signs requests, but a sql sink sends none; remove the signing_* keys")
+	}
 	return dc
 }
+
+// sqlSink decodes a [handlers.deliver.sql] table.
+func (d *decoder) sqlSink(t table) *SQLSinkConfig {
+	t.known("dsn", "dsn_env", "dsn_file", "statement", "inbox_table")
+	sc := &SQLSinkConfig{Table: DefaultInboxTable}
+	if t.has("dsn") {
+		d.problem(t.path.key("dsn"), "would put the database password in domain.toml; name the environment variable that holds the DSN (dsn_env) or a file that holds it (dsn_file)")
+	}
+	if env, ok := t.str("dsn_env"); ok {
+		sc.DSNEnv = env
+		if !isEnvName(env) {
+			d.problem(t.path.key("dsn_env"), "is not an environment variable name (letters, digits and _, not starting with a digit); name the variable that holds the DSN, not the DSN")
+		}
+	}
+	if f, ok := t.str("dsn_file"); ok {
+		sc.DSNFile = f
+		if f == "" {
+			d.problem(t.path.key("dsn_file"), "is empty; name the file that holds the DSN")
+		}
+	}
+	switch {
+	case sc.DSNEnv != "" && sc.DSNFile != "":
+		d.problem(t.path.key("dsn_file"), "sets the DSN twice (dsn_env and dsn_file); keep one of them")
+	case !t.has("dsn_env") && !t.has("dsn_file") && !t.has("dsn"):
+		d.problem(t.path, `names no database; set dsn_env = "ORDERS_DB" (the environment variable that holds the DSN) or dsn_file`)
+	}
+	if !t.has("statement") {
+		d.problem(t.path, `has no statement; write the SQL run for each event, e.g. statement = "INSERT INTO orders(id) VALUES ($1::jsonb->>'order_id') ON CONFLICT DO NOTHING"`)
+	} else if st, ok := t.nonEmpty("statement", "write the SQL run for each event"); ok {
+		sc.Statement = st
+	}
+	if tb, ok := t.str("inbox_table"); ok {
+		sc.Table = tb
+		if !sqlIdentifier.MatchString(tb) {
+			d.problem(t.path.key("inbox_table"), "%q is not a lower-case SQL identifier of at most 40 bytes ([a-z_][a-z0-9_]*)", tb)
+		}
+	}
+	return sc
+}
+
+// sqlIdentifier is what a table name seqctl creates may be.
+var sqlIdentifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
 func isEnvName(s string) bool {
 	if s == "" {

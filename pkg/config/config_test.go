@@ -592,6 +592,24 @@ func TestParseConfigProblems(t *testing.T) {
 			[]wantProblem{{"handlers[0].deliver", 21, []string{"previous signing key but no signing key"}}}},
 		{"deliver signed exec", baseDomain + handlerAt18 + "[handlers.deliver]\nexec = [\"./x\"]\nsigning_key_file = \"k.key\"\n",
 			[]wantProblem{{"handlers[0].deliver", 21, []string{"exec handlers are not signed"}}}},
+		{"sql sink and http", baseDomain + handlerAt18 + "[handlers.deliver]\nhttp = \"http://h/x\"\n[handlers.deliver.sql]\ndsn_env = \"DB\"\nstatement = \"SELECT 1\"\n",
+			[]wantProblem{{"handlers[0].deliver", 21, []string{"both http and a sql table", "keep one"}}}},
+		{"sql sink with the dsn itself", baseDomain + handlerAt18 + "[handlers.deliver.sql]\ndsn = \"postgres://app:hunter2@db/app\"\nstatement = \"SELECT 1\"\n",
+			[]wantProblem{{"handlers[0].deliver.sql.dsn", 22, []string{"password in domain.toml", "dsn_env", "dsn_file"}}}},
+		{"sql sink dsn_env holds a dsn", baseDomain + handlerAt18 + "[handlers.deliver.sql]\ndsn_env = \"postgres://app:hunter2@db/app\"\nstatement = \"SELECT 1\"\n",
+			[]wantProblem{{"handlers[0].deliver.sql.dsn_env", 22, []string{"not an environment variable name", "not the DSN"}}}},
+		{"sql sink names no database", baseDomain + handlerAt18 + "[handlers.deliver.sql]\nstatement = \"SELECT 1\"\n",
+			[]wantProblem{{"handlers[0].deliver.sql", 21, []string{"names no database", "dsn_env"}}}},
+		{"sql sink dsn twice", baseDomain + handlerAt18 + "[handlers.deliver.sql]\ndsn_env = \"DB\"\ndsn_file = \"db.dsn\"\nstatement = \"SELECT 1\"\n",
+			[]wantProblem{{"handlers[0].deliver.sql.dsn_file", 23, []string{"DSN twice"}}}},
+		{"sql sink without statement", baseDomain + handlerAt18 + "[handlers.deliver.sql]\ndsn_env = \"DB\"\n",
+			[]wantProblem{{"handlers[0].deliver.sql", 21, []string{"has no statement", "INSERT INTO"}}}},
+		{"sql sink empty statement", baseDomain + handlerAt18 + "[handlers.deliver.sql]\ndsn_env = \"DB\"\nstatement = \"\"\n",
+			[]wantProblem{{"handlers[0].deliver.sql.statement", 23, []string{"is empty"}}}},
+		{"sql sink bad inbox table", baseDomain + handlerAt18 + "[handlers.deliver.sql]\ndsn_env = \"DB\"\nstatement = \"SELECT 1\"\ninbox_table = \"Inbox\"\n",
+			[]wantProblem{{"handlers[0].deliver.sql.inbox_table", 24, []string{"not a lower-case SQL identifier"}}}},
+		{"sql sink signed", baseDomain + handlerAt18 + "[handlers.deliver]\nsigning_key_env = \"K\"\n[handlers.deliver.sql]\ndsn_env = \"DB\"\nstatement = \"SELECT 1\"\n",
+			[]wantProblem{{"handlers[0].deliver", 21, []string{"sql sink sends none"}}}},
 		{"pm deliver both", baseDomain + "[[process_managers]]\nname = \"P\"\n[process_managers.deliver]\nhttp = \"http://h/x\"\nexec = [\"./x\"]\n[[process_managers.handles]]\nevent = \"OrderPlaced\"\ncorrelate = \"order_id\"\n",
 			[]wantProblem{{"process_managers[0].deliver", 19, []string{"both http and exec"}}}},
 		// Process managers and correlate.
@@ -1034,5 +1052,27 @@ func TestConfiguredBrokerRegistersSequentialHandlers(t *testing.T) {
 	err := domain().Init(ConfiguredBroker("kafka"))
 	if err == nil || !strings.Contains(err.Error(), `broker "kafka"`) || !strings.Contains(err.Error(), "STREAM_PARTITIONING") {
 		t.Errorf("the configured broker of an unknown kind: %v, want it rejected for lacking STREAM_PARTITIONING", err)
+	}
+}
+
+// A [handlers.deliver.sql] table decodes into the handler's SQL sink, with the default
+// inbox table and its own concurrency default.
+func TestParseConfigSQLSink(t *testing.T) {
+	cfg := mustParse(t, baseDomain+handlerAt18+`[handlers.deliver.sql]
+dsn_env = "ORDERS_DB"
+statement = "INSERT INTO orders(id) VALUES ($1::jsonb->>'order_id') ON CONFLICT DO NOTHING"
+`)
+	dc := cfg.Handlers[0].Deliver
+	want := &SQLSinkConfig{DSNEnv: "ORDERS_DB", Table: DefaultInboxTable,
+		Statement: "INSERT INTO orders(id) VALUES ($1::jsonb->>'order_id') ON CONFLICT DO NOTHING"}
+	if diff := cmp.Diff(want, dc.SQL); diff != "" {
+		t.Errorf("sql sink (-want +got):\n%s", diff)
+	}
+	if dc.Mode() != "sql" || dc.Limit() != DefaultSQLConcurrency {
+		t.Errorf("mode %q, limit %d; want sql, %d", dc.Mode(), dc.Limit(), DefaultSQLConcurrency)
+	}
+	cfg = mustParse(t, baseDomain+handlerAt18+"[handlers.deliver.sql]\ndsn_file = \"secrets/orders.dsn\"\nstatement = \"SELECT 1\"\ninbox_table = \"orders_inbox\"\n")
+	if sc := cfg.Handlers[0].Deliver.SQL; sc.DSNFile != "secrets/orders.dsn" || sc.Table != "orders_inbox" {
+		t.Errorf("sql sink %+v, want the dsn file and the inbox table given", sc)
 	}
 }
