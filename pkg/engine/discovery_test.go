@@ -232,13 +232,10 @@ func TestControlGapCheck(t *testing.T) {
 // good. The instance here is at its share (three halted partitions of four, with another
 // live instance registered), so it never forgets owners to look for more work.
 func TestOwnerCacheForgetsReapedPartitions(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	srv, rdb, b := startNode(t)
 	ctx := context.Background()
 	k := keyspace.For(rdb)
-	s := &sink{rdb: srv.Client(t), instance: "i"}
-	d := testDomain(t, s.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
-	b := NewRedisBroker(rdb)
+	d := sinkDomain(t, srv.Client(t), "i", func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
 	for i := 0; i < 3; i++ {
 		publish(t, b, d, "h"+strconv.Itoa(i), 0, true) // halts: never reaped
 	}
@@ -268,9 +265,7 @@ func TestOwnerCacheForgetsReapedPartitions(t *testing.T) {
 // Crossing the live-partitions threshold logs a warning once and
 // shows in Stats.
 func TestCardinalityWarning(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, _, b := startNode(t)
 	var buf testkit.Buffer
 	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
 	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {

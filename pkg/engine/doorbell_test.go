@@ -21,9 +21,7 @@ import (
 // The publish and replay scripts ring the lane's doorbell: SPUBLISH from inside a Lua
 // script, with the new entry id, on the lane's sharded channel.
 func TestScriptsRingTheLaneBell(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, rdb, b := startNode(t)
 	ctx := context.Background()
 	d := testDomain(t, nil, nil)
 	stream := keyspace.SingleNode.PartitionStream("order", "A")

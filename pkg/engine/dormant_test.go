@@ -29,8 +29,8 @@ const dormantTTL = 600 * time.Millisecond
 func dormantCluster(t *testing.T) (redisTarget, redis.UniversalClient, *RedisBroker) {
 	t.Helper()
 	tg := redisTarget{cl: redistest.StartCluster(t, 3)}
-	rdb := tg.client(t)
-	return tg, rdb, NewRedisBroker(rdb)
+	rdb, b := tg.broker(t)
+	return tg, rdb, b
 }
 
 // TestDormantLeasesOnCluster: idle partitions stop costing renewals, their owner keeps
@@ -41,15 +41,13 @@ func TestDormantLeasesOnCluster(t *testing.T) {
 	k, ctx := keyspace.For(rdb), context.Background()
 	const ttl = dormantTTL
 	timing := func(c *EngineConfig) { c.Timing = fastTiming(ttl) }
-	s1 := &sink{rdb: tg.client(t), instance: "i1"}
-	d := testDomain(t, s1.handle, nil)
+	d := sinkDomain(t, tg.client(t), "i1", nil)
 	keys := keysOf(12)
 	for _, key := range keys {
 		publish(t, b, d, key, 0, false)
 	}
 	e1 := startEngineOn(t, tg, d, "i1", timing)
-	s2 := &sink{rdb: tg.client(t), instance: "i2"}
-	e2 := startEngineOn(t, tg, testDomain(t, s2.handle, nil), "i2", timing)
+	e2 := startEngineOn(t, tg, sinkDomain(t, tg.client(t), "i2", nil), "i2", timing)
 	handledAll(t, rdb, keys, 1, 10*time.Second)
 	lease := func(key string) string { return k.LeaseKey(k.PartitionStream("order", key), "Projector") }
 	dormant := func() bool {

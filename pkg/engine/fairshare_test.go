@@ -17,16 +17,13 @@ import (
 // 60 partitions; one instance, then a second, then a third: each
 // ends up owning 20 +/- 2 within 10 heartbeat intervals, with no event lost or reordered.
 func TestFairShare(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, rdb, b := startNode(t)
 	keys := keysOf(60)
 	const ttl = time.Second
 	const hb = ttl / 5
 	var engines []*Engine
 	start := func(id string) {
-		s := &sink{rdb: srv.Client(t), instance: id}
-		engines = append(engines, startEngine(t, srv, testDomain(t, s.handle, nil), id, ttl))
+		engines = append(engines, startEngine(t, srv, sinkDomain(t, srv.Client(t), id, nil), id, ttl))
 	}
 	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
 	for _, k := range keys {
@@ -86,10 +83,8 @@ func TestFairShare(t *testing.T) {
 // first pass, instead of spending the room on attempts against units held by live owners
 // it has not seen yet.
 func TestFairShareRoomGoesToFreeUnits(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	srv, rdb, b := startNode(t)
 	ctx := context.Background()
-	b := NewRedisBroker(rdb)
 	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
 	keys := keysOf(31)
 	for _, k := range keys {

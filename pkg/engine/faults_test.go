@@ -82,8 +82,7 @@ func TestCrashFailoverLosesNothing(t *testing.T) {
 }
 
 func testCrashFailoverLosesNothing(t *testing.T, tg redisTarget) {
-	rdb := tg.client(t)
-	b := NewRedisBroker(rdb)
+	rdb, b := tg.broker(t)
 	keys := keysOf(4)
 	const perKey = 200
 	const ttl = time.Second
@@ -121,8 +120,7 @@ func TestStallFailoverFenceHolds(t *testing.T) {
 }
 
 func testStallFailoverFenceHolds(t *testing.T, tg redisTarget) {
-	rdb := tg.client(t)
-	b := NewRedisBroker(rdb)
+	rdb, b := tg.broker(t)
 	keys := keysOf(4)
 	const perKey = 150
 	const ttl = time.Second
@@ -198,8 +196,7 @@ func TestGracefulShutdownHandsOver(t *testing.T) {
 }
 
 func testGracefulShutdownHandsOver(t *testing.T, tg redisTarget) {
-	rdb := tg.client(t)
-	b := NewRedisBroker(rdb)
+	rdb, b := tg.broker(t)
 	keys := keysOf(4)
 	const perKey = 150
 	const ttl = 15 * time.Second // a crash would take 15 s to fail over; a release must not

@@ -101,6 +101,21 @@ func (tg redisTarget) commandCalls(tb testing.TB, name string) int64 {
 	return n
 }
 
+// broker returns a new client of the target and a broker on it.
+func (tg redisTarget) broker(tb testing.TB) (redis.UniversalClient, *RedisBroker) {
+	rdb := tg.client(tb)
+	return rdb, NewRedisBroker(rdb)
+}
+
+// startNode starts a Redis server for the test and returns it with a client and a broker
+// on it.
+func startNode(tb testing.TB) (*redistest.Server, redis.UniversalClient, *RedisBroker) {
+	tb.Helper()
+	srv := redistest.Start(tb)
+	rdb, b := redisTarget{srv: srv}.broker(tb)
+	return srv, rdb, b
+}
+
 // onBoth runs a guarantee test against one node and against a 3-master Redis Cluster.
 func onBoth(t *testing.T, fn func(t *testing.T, tg redisTarget)) {
 	t.Run("node", func(t *testing.T) { fn(t, redisTarget{srv: redistest.Start(t)}) })
@@ -134,6 +149,14 @@ func crash(e *Engine) {
 	e.killed.Store(true)
 	e.hard()
 	e.wg.Wait()
+}
+
+// sinkDomain returns the test domain whose Projector records into a sink on rdb as
+// instance id (no work, not fenced); mod as in testDomain.
+func sinkDomain(tb testing.TB, rdb redis.UniversalClient, id string, mod func(*Domain)) *Domain {
+	tb.Helper()
+	s := &sink{rdb: rdb, instance: id}
+	return testDomain(tb, s.handle, mod)
 }
 
 // bulkPublish publishes many events in pipelines (the publish script, as Publish does).

@@ -53,8 +53,7 @@ func TestEventsFromAnotherPublisher(t *testing.T) {
 	onBoth(t, func(t *testing.T, tg redisTarget) {
 		onBothWakeups(t, func(t *testing.T, mode string) {
 			rdb := tg.client(t)
-			s1 := &sink{rdb: tg.client(t), instance: "i1"}
-			d := testDomain(t, s1.handle, nil)
+			d := sinkDomain(t, tg.client(t), "i1", nil)
 			for _, id := range []string{"i1", "i2"} {
 				startEngineOn(t, tg, d, id, func(c *EngineConfig) {
 					c.Timing = fastTiming(2 * time.Second)
@@ -92,8 +91,7 @@ func TestEventsFromAnotherPublisher(t *testing.T) {
 func TestEntryThatIsNotAnEnvelopeHalts(t *testing.T) {
 	tg := redisTarget{srv: redistest.Start(t)}
 	rdb := tg.client(t)
-	s := &sink{rdb: tg.client(t), instance: "i1"}
-	d := testDomain(t, s.handle, nil)
+	d := sinkDomain(t, tg.client(t), "i1", nil)
 	startEngineOn(t, tg, d, "i1", nil)
 	stream := keyspace.SingleNode.PartitionStream("order", "bad")
 	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: []any{"foo", "bar"}}).Err(); err != nil {

@@ -58,10 +58,8 @@ func TestDeclaredGroups(t *testing.T) {
 // events the running one handles and however long the partitions stay idle; after
 // RetireGroup (what 'seqctl groups remove' runs) trim and reap resume.
 func TestGroupRegistryProtectsUnservedHandler(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	srv, rdb, b := startNode(t)
 	ctx := context.Background()
-	b := NewRedisBroker(rdb)
 	var handled atomic.Int64
 	d := twoHandlerDomain(t, func(context.Context, Event) error { handled.Add(1); return nil })
 	const idle = time.Second

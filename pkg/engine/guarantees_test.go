@@ -14,7 +14,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -28,8 +27,7 @@ func TestPerKeyOrderAndNoOverlapAcrossInstances(t *testing.T) {
 }
 
 func testPerKeyOrderAndNoOverlap(t *testing.T, tg redisTarget) {
-	rdb := tg.client(t)
-	b := NewRedisBroker(rdb)
+	rdb, b := tg.broker(t)
 	keys := keysOf(6)
 	const perKey = 120
 
@@ -94,14 +92,11 @@ func testPerKeyOrderAndNoOverlap(t *testing.T, tg redisTarget) {
 func TestHaltIsScopedAndSkipResumes(t *testing.T) { onBoth(t, testHaltIsScopedAndSkipResumes) }
 
 func testHaltIsScopedAndSkipResumes(t *testing.T, tg redisTarget) {
-	rdb := tg.client(t)
-	b := NewRedisBroker(rdb)
-	s := &sink{rdb: tg.client(t), instance: "i1"}
-	d := testDomain(t, s.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 2 })
+	rdb, b := tg.broker(t)
+	d := sinkDomain(t, tg.client(t), "i1", func(d *Domain) { d.Handlers[0].MaxRetries = 2 })
 	timing := func(c *EngineConfig) { c.Timing = fastTiming(2 * time.Second) }
 	startEngineOn(t, tg, d, "i1", timing)
-	s2 := &sink{rdb: tg.client(t), instance: "i2"}
-	startEngineOn(t, tg, testDomain(t, s2.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 2 }), "i2", timing)
+	startEngineOn(t, tg, sinkDomain(t, tg.client(t), "i2", func(d *Domain) { d.Handlers[0].MaxRetries = 2 }), "i2", timing)
 
 	var first Published
 	for seq := 0; seq < 20; seq++ {
@@ -157,9 +152,7 @@ func testHaltIsScopedAndSkipResumes(t *testing.T, tg redisTarget) {
 // In one process: once another instance has taken the lease, the stale
 // owner's read, ack and reclaim are each rejected with ErrFenced and change nothing.
 func TestStaleOwnerIsFenced(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, rdb, b := startNode(t)
 	block := make(chan struct{})
 	d := testDomain(t, func(ctx context.Context, ev Event) error { <-block; return nil }, nil)
 	e1 := startEngine(t, srv, d, "stale", time.Second)
@@ -218,8 +211,7 @@ func TestLongHandlerKeepsLease(t *testing.T) { onBoth(t, testLongHandlerKeepsLea
 
 // On Redis Cluster the lease carries its own expiry: the heartbeat's renew.lua keeps it.
 func testLongHandlerKeepsLease(t *testing.T, tg redisTarget) {
-	rdb := tg.client(t)
-	b := NewRedisBroker(rdb)
+	rdb, b := tg.broker(t)
 	const ttl = 400 * time.Millisecond
 	timing := func(c *EngineConfig) { c.Timing = fastTiming(ttl) }
 	s1 := &sink{rdb: tg.client(t), instance: "i1", work: 3 * ttl}
@@ -245,9 +237,7 @@ func testLongHandlerKeepsLease(t *testing.T, tg redisTarget) {
 
 // Unsafe keys fail at publish with the typed reason; nothing is written.
 func TestUnsafeKeysFailAtPublish(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	_, rdb, b := startNode(t)
 	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
 	long := make([]byte, 256)
 	for i := range long {
@@ -338,9 +328,7 @@ func TestInlineBroker(t *testing.T) {
 // A graceful hand-over gives back the entries the owner read but never started with
 // their delivery count restored: the next owner sees them as first attempts.
 func TestGracefulHandOverKeepsAttemptCounts(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, _, b := startNode(t)
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
 	d1 := testDomain(t, func(ctx context.Context, ev Event) error {
@@ -383,9 +371,7 @@ func TestGracefulHandOverKeepsAttemptCounts(t *testing.T) {
 // Two consumer groups of one instance waiting on the same idle stream are both woken by
 // a new entry (the doorbell keeps a set of watchers per stream).
 func TestTwoGroupsOnOneStreamBothWake(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, _, b := startNode(t)
 	var mu sync.Mutex
 	seen := map[string]int{}
 	rec := func(name string) HandlerFunc {

@@ -20,9 +20,8 @@ import (
 func TestPriorityLanes(t *testing.T) { onBoth(t, testPriorityLanes) }
 
 func testPriorityLanes(t *testing.T, tg redisTarget) {
-	rdb := tg.client(t)
+	rdb, b := tg.broker(t)
 	ks := keyspace.For(rdb)
-	b := NewRedisBroker(rdb)
 	var mu sync.Mutex
 	var got []string // "lane/seq"
 	handler := func(ctx context.Context, ev Event) error {

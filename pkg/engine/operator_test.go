@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -15,12 +14,9 @@ import (
 // MoveToDLQ then ReplayDLQ: the event is back at the tail once, with its id kept, and a
 // second replay of the same DLQ entry publishes nothing.
 func TestDLQMoveAndReplayOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	srv, rdb, b := startNode(t)
 	ctx := context.Background()
-	b := NewRedisBroker(rdb)
-	s := &sink{rdb: srv.Client(t), instance: "i1"}
-	d := testDomain(t, s.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
+	d := sinkDomain(t, srv.Client(t), "i1", func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
 	startEngine(t, srv, d, "i1", time.Second)
 	poison := publish(t, b, d, "A", 0, true)
 	ref := HeadRef{Group: "Projector", Category: "order", Key: "A"}

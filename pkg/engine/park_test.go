@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -20,11 +19,8 @@ import (
 // owned and idle: the engine's goroutines do not grow with them; an event on one of them
 // is handled at once (its worker resumes), and shutting down releases every lease.
 func TestIdlePartitionsCostNoGoroutine(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
-	s := &sink{rdb: srv.Client(t), instance: "i1"}
-	d := testDomain(t, s.handle, nil)
+	srv, rdb, b := startNode(t)
+	d := sinkDomain(t, srv.Client(t), "i1", nil)
 	const parts = 300
 	for i := 0; i < parts; i++ {
 		publish(t, b, d, "p"+strconv.Itoa(i), 0, false)
@@ -63,11 +59,8 @@ func TestIdlePartitionsCostNoGoroutine(t *testing.T) {
 // entry arrives that rings nobody (a bare XADD) and a second poke says so while the
 // resumed worker is about to park. The entry must be handled.
 func TestParkNeverTakesALaterWakeUp(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
-	s := &sink{rdb: srv.Client(t), instance: "i1"}
-	d := testDomain(t, s.handle, nil)
+	srv, rdb, b := startNode(t)
+	d := sinkDomain(t, srv.Client(t), "i1", nil)
 	publish(t, b, d, "k1", 0, false)
 	e := startEngine(t, srv, d, "i1", 2*time.Second)
 	testkit.WaitFor(t, 10*time.Second, "the first event handled", func() bool { return len(logOf(t, rdb, "k1")) == 1 })

@@ -50,8 +50,7 @@ func TestProcessManagerOwnsCorrelationValue(t *testing.T) {
 }
 
 func testProcessManagerOwnsCorrelationValue(t *testing.T, tg redisTarget) {
-	rdb := tg.client(t)
-	b := NewRedisBroker(rdb)
+	rdb, b := tg.broker(t)
 	mk := func(id string) HandlerFunc {
 		c := tg.client(t)
 		return func(ctx context.Context, ev Event) error {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -19,12 +18,10 @@ import (
 func TestReaping(t *testing.T) { onBoth(t, testReaping) }
 
 func testReaping(t *testing.T, tg redisTarget) {
-	rdb := tg.client(t)
+	rdb, b := tg.broker(t)
 	ks := keyspace.For(rdb)
 	ctx := context.Background()
-	b := NewRedisBroker(rdb)
-	s := &sink{rdb: tg.client(t), instance: "i1"}
-	d := testDomain(t, s.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
+	d := sinkDomain(t, tg.client(t), "i1", func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
 	const idle = time.Second
 	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
 		c.Timing = fastTiming(time.Second)
@@ -90,10 +87,8 @@ func TestBoundedGrowth(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 events: skipped with -short")
 	}
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	srv, rdb, b := startNode(t)
 	ctx := context.Background()
-	b := NewRedisBroker(rdb)
 	var handled sync.Map
 	count := func() int { n := 0; handled.Range(func(any, any) bool { n++; return true }); return n }
 	h := func(_ context.Context, ev Event) error { handled.Store(ev.ID, true); return nil }

@@ -23,8 +23,7 @@ func TestReapNeverStrandsAPublishOnCluster(t *testing.T) {
 	tg := redisTarget{cl: redistest.StartCluster(t, 3)}
 	rdb := tg.client(t)
 	ks := keyspace.For(rdb)
-	s := &sink{rdb: tg.client(t), instance: "i1"}
-	d := testDomain(t, s.handle, nil)
+	d := sinkDomain(t, tg.client(t), "i1", nil)
 	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
 		c.Timing = fastTiming(time.Second)
 		c.Timing.ReapIdle = 300 * time.Millisecond
@@ -175,8 +174,7 @@ func TestReapNeverStrandsARetriedPublishOnCluster(t *testing.T) {
 	tg := redisTarget{cl: redistest.StartCluster(t, 3)}
 	rdb := tg.client(t)
 	ks := keyspace.For(rdb)
-	s := &sink{rdb: tg.client(t), instance: "i1"}
-	d := testDomain(t, s.handle, nil)
+	d := sinkDomain(t, tg.client(t), "i1", nil)
 	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
 		c.Timing = fastTiming(time.Second)
 		c.Timing.ReapIdle = 300 * time.Millisecond

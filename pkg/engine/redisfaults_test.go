@@ -100,9 +100,7 @@ func checkOrderAndOverlap(t *testing.T, rdb redis.UniversalClient, keys []string
 // generation keeps accepting the new owners).
 func TestRedisRestartWithoutPersistence(t *testing.T) {
 	skipShort(t)
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, rdb, b := startNode(t)
 	keys := keysOf(6)
 	const ttl = time.Second
 	s1 := &sink{rdb: srv.Client(t), instance: "i1", fenced: true}
@@ -145,10 +143,8 @@ func TestScriptFlushWhileRunning(t *testing.T) { onBoth(t, testScriptFlushWhileR
 // On a Redis Cluster the flush empties every master's script cache (the renewal and
 // node-wide acknowledgement scripts included).
 func testScriptFlushWhileRunning(t *testing.T, tg redisTarget) {
-	rdb := tg.client(t)
-	b := NewRedisBroker(rdb)
-	s1 := &sink{rdb: tg.client(t), instance: "i1"}
-	startEngineOn(t, tg, testDomain(t, s1.handle, nil), "i1", func(c *EngineConfig) { c.Timing = fastTiming(time.Second) })
+	rdb, b := tg.broker(t)
+	startEngineOn(t, tg, sinkDomain(t, tg.client(t), "i1", nil), "i1", func(c *EngineConfig) { c.Timing = fastTiming(time.Second) })
 	d := testDomain(t, nil, nil)
 	publish(t, b, d, "before", 0, false)
 	handledAll(t, rdb, []string{"before"}, 1, 5*time.Second)
@@ -177,8 +173,7 @@ func TestOutOfMemoryRecovers(t *testing.T) {
 	b := NewRedisBroker(rdb)
 	keys := keysOf(4)
 	const ttl = time.Second
-	s1 := &sink{rdb: srv.Client(t), instance: "i1"}
-	startEngine(t, srv, testDomain(t, s1.handle, nil), "i1", ttl)
+	startEngine(t, srv, sinkDomain(t, srv.Client(t), "i1", nil), "i1", ttl)
 	d := testDomain(t, nil, nil)
 	for _, k := range keys {
 		publish(t, b, d, k, 0, false)
@@ -242,9 +237,7 @@ func TestFrozenLinkCancelsHandlerBeforeTakeover(t *testing.T) {
 }
 
 func frozenLinkRun(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, _, b := startNode(t)
 	const ttl = 2 * time.Second
 	proxy := faultproxy.Start(t, srv.Addr)
 	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
@@ -310,9 +303,7 @@ func sinceOrNever(t, from time.Time) string {
 // name and fence: zero overlap, and their leases carry different owners.
 func TestSameInstanceIDTwoProcesses(t *testing.T) {
 	skipShort(t)
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, rdb, b := startNode(t)
 	keys := keysOf(8)
 	const perKey = 40
 	d := testDomain(t, nil, nil)
@@ -351,9 +342,7 @@ func TestSameInstanceIDTwoProcesses(t *testing.T) {
 // time. Exactly one new session opens, and no worker of the old one starts an event once
 // the loss was noticed.
 func TestDoubleLossOpensOneSession(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, rdb, b := startNode(t)
 	keys := keysOf(4)
 	var mu sync.Mutex
 	var lateOld []string

@@ -35,8 +35,7 @@ func TestReplicaWaitAtLeaseTaking(t *testing.T) {
 	prc, rrc := primary.Client(t), replica.Client(t)
 	ctx := context.Background()
 	b := NewRedisBroker(prc)
-	s := &sink{rdb: primary.Client(t), instance: "i1"}
-	d := testDomain(t, s.handle, nil)
+	d := sinkDomain(t, primary.Client(t), "i1", nil)
 	keys := []string{"A", "B", "C"}
 	for _, k := range keys {
 		publish(t, b, d, k, 1, false)
@@ -72,8 +71,7 @@ func TestReplicaNoWaitByDefault(t *testing.T) {
 	prc := primary.Client(t)
 	ctx := context.Background()
 	b := NewRedisBroker(prc)
-	s := &sink{rdb: primary.Client(t), instance: "i1"}
-	d := testDomain(t, s.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
+	d := sinkDomain(t, primary.Client(t), "i1", func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
 	publish(t, b, d, "A", 1, false)
 	poison := publish(t, b, d, "B", 1, true)
 	before := redistest.CommandCalls(t, prc, "wait")
@@ -96,8 +94,7 @@ func TestReplicaShortfallAtLeaseTaking(t *testing.T) {
 	replica := redistest.StartReplica(t, primary)
 	prc := primary.Client(t)
 	b := NewRedisBroker(prc)
-	s := &sink{rdb: primary.Client(t), instance: "i1"}
-	d := testDomain(t, s.handle, nil)
+	d := sinkDomain(t, primary.Client(t), "i1", nil)
 	keys := []string{"A", "B", "C"}
 	for _, k := range keys {
 		publish(t, b, d, k, 1, false)
@@ -151,8 +148,7 @@ func TestReplicaWaitAfterOperatorActions(t *testing.T) {
 	ctx := context.Background()
 	plain := NewRedisBroker(prc)
 	b := plain.WithReplicas(1, time.Second)
-	s := &sink{rdb: primary.Client(t), instance: "i1"}
-	d := testDomain(t, s.handle, func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
+	d := sinkDomain(t, primary.Client(t), "i1", func(d *Domain) { d.Handlers[0].MaxRetries = 1 })
 	startEngine(t, primary, d, "i1", time.Second) // min_replicas 0: the engine itself never waits
 	ref := HeadRef{Group: "Projector", Category: "order", Key: "A"}
 	haltedOn := func() string {

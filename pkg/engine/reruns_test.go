@@ -115,8 +115,7 @@ func faultRun(t *testing.T, tg redisTarget, maxUnacked int, fault func()) {
 // again: only completeness and order are checked, and the re-runs are logged.
 func runFault(t *testing.T, tg redisTarget, maxUnacked int, bounded bool, fault func()) {
 	t.Helper()
-	rdb := tg.client(t)
-	b := NewRedisBroker(rdb)
+	b := NewRedisBroker(tg.client(t))
 	keys := keysOf(20)
 	const n = 60
 	const ttl = time.Second

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -38,9 +37,7 @@ func sharedPMDomain(tb testing.TB, sequential bool, fn HandlerFunc) *Domain {
 // new instance needs every stream of the value); when the old instance leaves, the rest
 // is handled.
 func TestProcessManagerFlagChangeNeverSharesAStream(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, rdb, b := startNode(t)
 	mk := func(id string) HandlerFunc {
 		c := srv.Client(t)
 		return func(ctx context.Context, ev Event) error {
@@ -122,9 +119,7 @@ func intsOf(ss []string) []int {
 // A backfill lane written by a publisher with priority lanes on is drained, and reaped
 // with its partition, by an instance that has lanes off: nothing is stranded.
 func TestBackfillLaneDrainedWithLanesOff(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, rdb, b := startNode(t)
 	var handled []int
 	done := make(chan struct{}, 16)
 	h := func(ctx context.Context, ev Event) error {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 )
 
@@ -106,9 +105,7 @@ func TestSlotsFirstComeFirstServed(t *testing.T) {
 // call at a time, for longer than the lease TTL in total: every event runs once, at
 // attempt 1, never two at once, and the waiting partitions keep their leases.
 func TestWaitingForASlotIsNotAnAttempt(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, _, b := startNode(t)
 	var mu sync.Mutex
 	attempts := map[string][]int{}
 	running, most := 0, 0
@@ -162,9 +159,7 @@ func TestWaitingForASlotIsNotAnAttempt(t *testing.T) {
 // TestShutdownEndsSlotWaitsWithoutAnAttempt stops an instance while partitions wait for
 // a slot: the waits end at once, and the next owner delivers their events at attempt 1.
 func TestShutdownEndsSlotWaitsWithoutAnAttempt(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(rdb)
+	srv, _, b := startNode(t)
 	release := make(chan struct{})
 	started := make(chan string, 8)
 	d1 := testDomain(t, func(ctx context.Context, ev Event) error {
