@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/inbox"
 	"github.com/seqctl/seqctl/pkg/redact"
 )
 
@@ -26,6 +28,8 @@ type BindOptions struct {
 	HTTPClient *http.Client
 	// Procs tracks running exec deliveries (default: not tracked).
 	Procs *Procs
+	// Logger receives what SQL sinks log (default: nothing).
+	Logger *slog.Logger
 }
 
 // Binding says how one handler or process manager is delivered.
@@ -34,12 +38,16 @@ type Binding struct {
 	Name string
 	// Kind is "handler", "process manager" or "command handler".
 	Kind string
-	// Mode is "http" or "exec"; "" for an inert command handler.
+	// Mode is "http", "exec" or "sql"; "" for an inert command handler.
 	Mode string
-	// Target is the URL or the command line, with secrets masked (redact.URL), for logs.
+	// Target is the URL, the command line, or where the SQL sink's DSN comes from, with
+	// secrets masked (redact.URL), for logs.
 	Target string
 	// Signed says the HTTP requests carry X-Seq-Signature.
 	Signed bool
+	// Sink is the SQL sink of a "sql" binding: start it (it reads its DSN then, and
+	// waits for the database) before the engine runs the handler.
+	Sink *inbox.Sink
 }
 
 // Bind gives every event handler and process manager of dom (built from cfg with
@@ -74,7 +82,7 @@ func Bind(cfg *config.Config, dom *engine.Domain, opt BindOptions) ([]Binding, e
 				kind, name, table)})
 			return
 		}
-		fn, b, problems := buildOne(path, dc, opt)
+		fn, b, problems := buildOne(path, name, dc, opt)
 		ce.Problems = append(ce.Problems, problems...)
 		if fn == nil {
 			return
@@ -110,7 +118,7 @@ func Bind(cfg *config.Config, dom *engine.Domain, opt BindOptions) ([]Binding, e
 }
 
 // buildOne builds the HandlerFunc of one deliver table.
-func buildOne(path string, dc *config.DeliverConfig, opt BindOptions) (engine.HandlerFunc, Binding, []config.Problem) {
+func buildOne(path, name string, dc *config.DeliverConfig, opt BindOptions) (engine.HandlerFunc, Binding, []config.Problem) {
 	var problems []config.Problem
 	var keys [][]byte
 	for _, src := range []struct{ env, file, key string }{
@@ -133,6 +141,17 @@ func buildOne(path string, dc *config.DeliverConfig, opt BindOptions) (engine.Ha
 			return nil, Binding{}, append(problems, config.Problem{Path: path + ".deliver.http", Message: err.Error()})
 		}
 		return fn, Binding{Mode: "http", Target: redact.URL(dc.HTTP), Signed: len(keys) > 0}, nil
+	}
+	if dc.SQL != nil {
+		if len(problems) > 0 {
+			return nil, Binding{}, problems
+		}
+		sink, err := inbox.NewSink(inbox.SinkConfig{Handler: name, DSN: SQLDSN(dc.SQL, opt), Statement: dc.SQL.Statement,
+			Table: dc.SQL.Table, Timeout: dc.Timeout, Logger: opt.Logger})
+		if err != nil {
+			return nil, Binding{}, []config.Problem{{Path: path + ".deliver.sql.statement", Message: err.Error()}}
+		}
+		return sink.Handler(), Binding{Mode: "sql", Target: dsnSource(dc.SQL), Sink: sink}, nil
 	}
 	if len(dc.Exec) == 0 || dc.Exec[0] == "" {
 		return nil, Binding{}, append(problems, config.Problem{Path: path + ".deliver.exec", Message: "needs a program to run"})
@@ -184,6 +203,45 @@ func readKey(path, env, file, key string, opt BindOptions) ([]byte, *config.Prob
 		return b, nil
 	}
 	return nil, nil
+}
+
+// SQLDSN returns the reader of a SQL sink's DSN: from the environment variable or the
+// file its table names. Its error says what to do, and never shows a DSN.
+func SQLDSN(sc *config.SQLSinkConfig, opt BindOptions) func() (string, error) {
+	if opt.LookupEnv == nil {
+		opt.LookupEnv = os.LookupEnv
+	}
+	if opt.ReadFile == nil {
+		opt.ReadFile = os.ReadFile
+	}
+	return func() (string, error) {
+		if sc.DSNEnv != "" {
+			v, ok := opt.LookupEnv(sc.DSNEnv)
+			if !ok || strings.TrimSpace(v) == "" {
+				return "", fmt.Errorf("the environment variable %s is not set (or empty): export the database's DSN in it (postgres://USER@HOST:5432/DB or sqlite://FILE) before starting seqctl run", sc.DSNEnv)
+			}
+			return strings.TrimSpace(v), nil
+		}
+		b, err := opt.ReadFile(sc.DSNFile)
+		if err == nil {
+			b = bytes.TrimSpace(b)
+			if len(b) == 0 {
+				err = errors.New(sc.DSNFile + " is empty")
+			}
+		}
+		if err != nil {
+			return "", fmt.Errorf("cannot read the database's DSN: %v", err) // names the file, never its content
+		}
+		return string(b), nil
+	}
+}
+
+// dsnSource says where a SQL sink's DSN comes from, for logs.
+func dsnSource(sc *config.SQLSinkConfig) string {
+	if sc.DSNEnv != "" {
+		return "sql: the DSN in $" + sc.DSNEnv + ", inbox " + sc.Table
+	}
+	return "sql: the DSN in " + sc.DSNFile + ", inbox " + sc.Table
 }
 
 // unwrapExecErr drops exec.Error's repetition of the program name.

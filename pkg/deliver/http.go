@@ -145,7 +145,12 @@ func (h *httpDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	}
 	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, BodyExcerptBytes))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
-	return &StatusError{StatusCode: resp.StatusCode, Status: resp.Status, Body: cleanExcerpt(excerpt)}
+	err = &StatusError{StatusCode: resp.StatusCode, Status: resp.Status, Body: cleanExcerpt(excerpt)}
+	if resp.StatusCode == http.StatusConflict && resp.Header.Get(HeaderInbox) == "stale" {
+		// The receiver's inbox saw a newer owner's effects: this lease is lost.
+		return fmt.Errorf("%w: %w", err, engine.ErrFenced)
+	}
+	return err
 }
 
 // transportError words a failed request: the engine cancelling the attempt, the

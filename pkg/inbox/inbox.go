@@ -115,7 +115,7 @@ func (i *Inbox) Apply(ctx context.Context, d engine.Delivery, fn func(ctx contex
 	}
 	defer func() { _ = tx.Rollback() }()
 	if out, err := i.check(ctx, tx, d, id); out != 0 || err != nil {
-		return out, err
+		return i.settle(ctx, tx, d, out, err)
 	}
 	if err := fn(ctx, tx); err != nil {
 		return 0, err
@@ -127,17 +127,40 @@ func (i *Inbox) Apply(ctx context.Context, d engine.Delivery, fn func(ctx contex
 	if n, err := res.RowsAffected(); err != nil {
 		return 0, fmt.Errorf("inbox: record %s of %s on %s: %w", d.EntryID, d.Handler, d.Stream, err)
 	} else if n == 0 {
-		// Applied or superseded while fn ran: the row is locked now, read it again.
+		// Applied or superseded while fn ran: the row is locked now, read it again. fn's
+		// effects go with the rollback.
 		out, err := i.check(ctx, tx, d, id)
 		if out == 0 && err == nil {
 			err = fmt.Errorf("inbox: the row of %s on %s refused %s for no reason it shows", d.Handler, d.Stream, d.EntryID)
 		}
-		return out, err
+		if err == nil {
+			return out, nil
+		}
+		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("inbox: commit the effects of %s on %s: %w", d.EntryID, d.Stream, err)
 	}
 	return Applied, nil
+}
+
+// settle ends a transaction that runs nothing: a duplicate delivered by a newer owner
+// than the one that applied the entry raises the row's generation, so that the older
+// owner is refused from now on, even before the newer one applies an entry of its own.
+func (i *Inbox) settle(ctx context.Context, tx *sql.Tx, d engine.Delivery, out Outcome, err error) (Outcome, error) {
+	if err != nil || out != Duplicate {
+		return out, err
+	}
+	res, err := tx.ExecContext(ctx, i.q.raise, d.Handler, d.Stream, d.Generation)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: raise the generation of %s on %s: %w", d.Handler, d.Stream, err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		if err := tx.Commit(); err != nil {
+			return 0, fmt.Errorf("inbox: raise the generation of %s on %s: %w", d.Handler, d.Stream, err)
+		}
+	}
+	return Duplicate, nil
 }
 
 // check reads the row of the delivery's handler and stream: ErrStale when a newer

@@ -229,3 +229,25 @@ func TestBadInput(t *testing.T) {
 		t.Error("a handler run without a delivery in its context succeeded")
 	}
 }
+
+// A newer owner that redelivers an entry already applied (a duplicate) raises the row's
+// generation: the older owner is refused from then on, before the newer one applies an
+// entry of its own.
+func TestDuplicateFromANewerOwnerFencesTheOlder(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, ib *Inbox) {
+		for _, s := range []struct {
+			d    engine.Delivery
+			want Outcome
+		}{{delivery("5-0", 7), Applied}, {delivery("5-0", 8), Duplicate}} {
+			if got, err := apply(t, ib, s.d); err != nil || got != s.want {
+				t.Fatalf("Apply(%s@%d) = %v, %v; want %v", s.d.EntryID, s.d.Generation, got, err, s.want)
+			}
+		}
+		if _, err := apply(t, ib, delivery("6-0", 7)); !errors.Is(err, ErrStale) {
+			t.Fatalf("the older owner's next entry: %v, want ErrStale", err)
+		}
+		if got, err := apply(t, ib, delivery("6-0", 8)); err != nil || got != Applied {
+			t.Fatalf("the newer owner's next entry: %v, %v; want applied", got, err)
+		}
+	})
+}

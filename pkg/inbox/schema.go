@@ -12,6 +12,7 @@ type queries struct {
 	create string
 	claim  string // $1 handler, $2 stream, $3 entry ms, $4 entry seq, $5 generation
 	read   string // $1 handler, $2 stream
+	raise  string // $1 handler, $2 stream, $3 generation
 	prune  string // $1 handler, $2 stream, $3 entry ms, $4 entry seq
 }
 
@@ -56,6 +57,7 @@ WHERE i.generation <= excluded.generation
 		create: create,
 		claim:  claim,
 		read:   fmt.Sprintf("SELECT entry_ms, entry_seq, generation FROM %s WHERE handler = $1 AND stream = $2", t),
+		raise:  fmt.Sprintf("UPDATE %s SET generation = $3 WHERE handler = $1 AND stream = $2 AND generation < $3", t),
 		prune:  fmt.Sprintf("DELETE FROM %s WHERE handler = $1 AND stream = $2 AND entry_ms = $3 AND entry_seq = $4", t),
 	}
 }
