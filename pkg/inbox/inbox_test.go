@@ -251,3 +251,43 @@ func TestDuplicateFromANewerOwnerFencesTheOlder(t *testing.T) {
 		}
 	})
 }
+
+// Prune removes the rows of streams that are gone, and only those; a dry run counts them.
+func TestPruneRemovesRowsOfGoneStreams(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, ib *Inbox) {
+		streams := []string{"order:a", "order:b", "order:c", "order:d"}
+		for _, s := range streams {
+			d := delivery("1-0", 1)
+			d.Stream = s
+			if _, err := apply(t, ib, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gone := map[string]bool{"order:b": true, "order:d": true}
+		check := func(_ context.Context, ss []string) ([]bool, error) {
+			out := make([]bool, len(ss))
+			for k, s := range ss {
+				out[k] = gone[s]
+			}
+			return out, nil
+		}
+		rep, err := ib.Prune(context.Background(), check, true)
+		if err != nil || rep.Rows != 4 || rep.Removed != 2 {
+			t.Fatalf("dry run: %+v, %v; want 4 rows, 2 to remove", rep, err)
+		}
+		rep, err = ib.Prune(context.Background(), check, false)
+		if err != nil || rep.Removed != 2 {
+			t.Fatalf("prune: %+v, %v; want 2 removed", rep, err)
+		}
+		rep, err = ib.Prune(context.Background(), check, false)
+		if err != nil || rep.Rows != 2 || rep.Removed != 0 {
+			t.Fatalf("prune again: %+v, %v; want 2 rows left, none removed", rep, err)
+		}
+		// A stream created again after its row went: its entries apply.
+		d := delivery("2-0", 1)
+		d.Stream = "order:b"
+		if got, err := apply(t, ib, d); err != nil || got != Applied {
+			t.Fatalf("an entry of a recreated stream: %v, %v", got, err)
+		}
+	})
+}

@@ -14,6 +14,7 @@ type queries struct {
 	read   string // $1 handler, $2 stream
 	raise  string // $1 handler, $2 stream, $3 generation
 	prune  string // $1 handler, $2 stream, $3 entry ms, $4 entry seq
+	page   string // $1 handler, $2 stream (the last row read), $3 how many
 }
 
 // nowMs is the database clock in Unix milliseconds.
@@ -58,7 +59,9 @@ WHERE i.generation <= excluded.generation
 		claim:  claim,
 		read:   fmt.Sprintf("SELECT entry_ms, entry_seq, generation FROM %s WHERE handler = $1 AND stream = $2", t),
 		raise:  fmt.Sprintf("UPDATE %s SET generation = $3 WHERE handler = $1 AND stream = $2 AND generation < $3", t),
-		prune:  fmt.Sprintf("DELETE FROM %s WHERE handler = $1 AND stream = $2 AND entry_ms = $3 AND entry_seq = $4", t),
+		page: fmt.Sprintf("SELECT handler, stream, entry_ms, entry_seq, generation FROM %s "+
+			"WHERE handler > $1 OR (handler = $1 AND stream > $2) ORDER BY handler, stream LIMIT $3", t),
+		prune: fmt.Sprintf("DELETE FROM %s WHERE handler = $1 AND stream = $2 AND entry_ms = $3 AND entry_seq = $4", t),
 	}
 }
 
