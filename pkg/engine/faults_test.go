@@ -67,6 +67,49 @@ func leaseGen(t *testing.T, rdb redis.UniversalClient, key string) int64 {
 	return l.Generation
 }
 
+// failover is how the failover tests begin: an engine process p1 owns keysOf(4) on a
+// target, its sink working work per event, while perKey events per key are published in
+// the background, a round every gap.
+type failover struct {
+	tg   redisTarget
+	rdb  redis.UniversalClient
+	keys []string
+	ttl  time.Duration // the lease TTL of both instances
+	p1   *proc
+	done func() // returns once every event is published
+}
+
+func startFailover(t *testing.T, tg redisTarget, perKey int, ttl, work, gap time.Duration) *failover {
+	t.Helper()
+	rdb, b := tg.broker(t)
+	f := &failover{tg: tg, rdb: rdb, keys: keysOf(4), ttl: ttl}
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	f.p1 = startProcOn(t, tg, "p1", ttl, work)
+	f.done = backgroundPublish(t, b, d, f.keys, perKey, gap)
+	return f
+}
+
+// waitP1OwnsEveryKey waits until p1 committed five events of every key.
+func (f *failover) waitP1OwnsEveryKey(t *testing.T) {
+	t.Helper()
+	testkit.WaitFor(t, 20*time.Second, "p1 owns every key", func() bool {
+		for _, k := range f.keys {
+			if f.rdb.LLen(context.Background(), sinkKey("log", k)).Val() < 5 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// startP2 starts the instance p2 in this process, with p1's lease TTL, its sink working
+// work per event.
+func (f *failover) startP2(t *testing.T, work time.Duration, fenced bool) *Engine {
+	t.Helper()
+	s2 := &sink{rdb: f.tg.client(t), instance: "p2", work: work, fenced: fenced}
+	return startEngineOn(t, f.tg, testDomain(t, s2.handle, nil), "p2", func(c *EngineConfig) { c.Timing = fastTiming(f.ttl) })
+}
+
 func skipShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process fault test: skipped with -short")
@@ -82,22 +125,16 @@ func TestCrashFailoverLosesNothing(t *testing.T) {
 }
 
 func testCrashFailoverLosesNothing(t *testing.T, tg redisTarget) {
-	rdb, b := tg.broker(t)
-	keys := keysOf(4)
 	const perKey = 200
-	const ttl = time.Second
-	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
-
-	p1 := startProcOn(t, tg, "p1", ttl, 2*time.Millisecond)
-	done := backgroundPublish(t, b, d, keys, perKey, time.Millisecond)
+	f := startFailover(t, tg, perKey, time.Second, 2*time.Millisecond, time.Millisecond)
+	rdb, keys := f.rdb, f.keys
 	testkit.WaitFor(t, 20*time.Second, "p1 handling", func() bool { return rdb.LLen(context.Background(), "t:starts:p1").Val() > 150 })
 	genBefore := leaseGen(t, rdb, keys[0])
-	p1.signal(syscall.SIGKILL)
-	<-p1.exited
+	f.p1.signal(syscall.SIGKILL)
+	<-f.p1.exited
 
-	s2 := &sink{rdb: tg.client(t), instance: "p2", work: 2 * time.Millisecond, fenced: true}
-	startEngineOn(t, tg, testDomain(t, s2.handle, nil), "p2", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
-	done()
+	f.startP2(t, 2*time.Millisecond, true)
+	f.done()
 	dups := checkLogsOn(t, rdb, keys, perKey)
 	if genAfter := leaseGen(t, rdb, keys[0]); genAfter <= genBefore {
 		t.Errorf("generation after takeover %d is not above %d", genAfter, genBefore)
@@ -120,26 +157,14 @@ func TestStallFailoverFenceHolds(t *testing.T) {
 }
 
 func testStallFailoverFenceHolds(t *testing.T, tg redisTarget) {
-	rdb, b := tg.broker(t)
-	keys := keysOf(4)
 	const perKey = 150
 	const ttl = time.Second
-	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
-
-	p1 := startProcOn(t, tg, "p1", ttl, 5*time.Millisecond)
-	done := backgroundPublish(t, b, d, keys, perKey, 2*time.Millisecond)
-	testkit.WaitFor(t, 20*time.Second, "p1 owns every key", func() bool {
-		for _, k := range keys {
-			if rdb.LLen(context.Background(), sinkKey("log", k)).Val() < 5 {
-				return false
-			}
-		}
-		return true
-	})
+	f := startFailover(t, tg, perKey, ttl, 5*time.Millisecond, 2*time.Millisecond)
+	rdb, keys, p1 := f.rdb, f.keys, f.p1
+	f.waitP1OwnsEveryKey(t)
 	p1.signal(syscall.SIGSTOP)
 	frozenAt := time.Now()
-	s2 := &sink{rdb: tg.client(t), instance: "p2", work: time.Millisecond, fenced: true}
-	e2 := startEngineOn(t, tg, testDomain(t, s2.handle, nil), "p2", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
+	e2 := f.startP2(t, time.Millisecond, true)
 	testkit.WaitFor(t, 20*time.Second, "p2 owns every key", func() bool { return len(e2.Owned()) == len(keys) })
 	// The session expires one TTL after the last heartbeat before the freeze, which came
 	// at most one heartbeat interval (TTL/5) before it.
@@ -153,7 +178,7 @@ func testStallFailoverFenceHolds(t *testing.T, tg redisTarget) {
 		staleGen[f[0]] = f[2]
 	}
 	p1.signal(syscall.SIGCONT)
-	done()
+	f.done()
 	checkLogsOn(t, rdb, keys, perKey)
 	time.Sleep(500 * time.Millisecond)
 	// Under its stale generation, the woken owner may finish the one event per key it was
@@ -196,24 +221,12 @@ func TestGracefulShutdownHandsOver(t *testing.T) {
 }
 
 func testGracefulShutdownHandsOver(t *testing.T, tg redisTarget) {
-	rdb, b := tg.broker(t)
-	keys := keysOf(4)
 	const perKey = 150
 	const ttl = 15 * time.Second // a crash would take 15 s to fail over; a release must not
-	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
-
-	p1 := startProcOn(t, tg, "p1", ttl, 2*time.Millisecond)
-	done := backgroundPublish(t, b, d, keys, perKey, time.Millisecond)
-	testkit.WaitFor(t, 20*time.Second, "p1 owns every key", func() bool {
-		for _, k := range keys {
-			if rdb.LLen(context.Background(), sinkKey("log", k)).Val() < 5 {
-				return false
-			}
-		}
-		return true
-	})
-	s2 := &sink{rdb: tg.client(t), instance: "p2", work: time.Millisecond}
-	e2 := startEngineOn(t, tg, testDomain(t, s2.handle, nil), "p2", func(c *EngineConfig) { c.Timing = fastTiming(ttl) })
+	f := startFailover(t, tg, perKey, ttl, 2*time.Millisecond, time.Millisecond)
+	rdb, keys, p1 := f.rdb, f.keys, f.p1
+	f.waitP1OwnsEveryKey(t)
+	e2 := f.startP2(t, time.Millisecond, false)
 	testkit.WaitFor(t, 10*time.Second, "p2 takes its fair share", func() bool { return len(e2.Owned()) == len(keys)/2 })
 	term := time.Now()
 	p1.signal(syscall.SIGTERM)
@@ -231,7 +244,7 @@ func testGracefulShutdownHandsOver(t *testing.T, tg redisTarget) {
 	case <-time.After(10 * time.Second):
 		t.Error("p1 did not exit after SIGTERM")
 	}
-	done()
+	f.done()
 	if dups := checkLogsOn(t, rdb, keys, perKey); dups != 0 {
 		t.Errorf("%d events ran twice across a graceful hand-over", dups)
 	}
