@@ -31,7 +31,14 @@ type Proxy struct {
 // Start listens on a free loopback port and forwards to target until the test ends.
 func Start(tb testing.TB, target string) *Proxy {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return StartOn(tb, "127.0.0.1:0", target)
+}
+
+// StartOn is Start on a given address: a test that points a client at an address where
+// nothing listens yet (a server that is down) brings the server up there later.
+func StartOn(tb testing.TB, addr, target string) *Proxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -109,3 +109,12 @@ func PostgresDSN(tb testing.TB) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// PostgresAddr returns the host:port of the test server.
+func PostgresAddr() string {
+	u, err := url.Parse(PostgresURL())
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}

@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgproto3"
-
+	"github.com/seqctl/seqctl/internal/faultproxy"
 	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -189,7 +188,7 @@ func TestSinkStartRefusesWhatWaitingCannotFix(t *testing.T) {
 // A server that refuses the password ends Start at once with its message; the password
 // is never in the error.
 func TestSinkStartRefusesAWrongPassword(t *testing.T) {
-	addr := refusingServer(t)
+	addr := sqltest.RefusingPostgres(t)
 	dsn := "postgres://app:s3cret-pass@" + addr + "/app?sslmode=disable"
 	s, err := NewSink(SinkConfig{Handler: "OrderProjector", DSN: func() (string, error) { return dsn, nil }, Statement: "SELECT $1::text"})
 	if err != nil {
@@ -207,42 +206,6 @@ func TestSinkStartRefusesAWrongPassword(t *testing.T) {
 	}
 }
 
-// refusingServer answers every PostgreSQL login with "password authentication failed".
-func refusingServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				b := pgproto3.NewBackend(c, c)
-				if _, err := b.ReceiveStartupMessage(); err != nil {
-					return
-				}
-				b.Send(&pgproto3.AuthenticationCleartextPassword{})
-				if err := b.Flush(); err != nil {
-					return
-				}
-				b.SetAuthType(pgproto3.AuthTypeCleartextPassword)
-				if _, err := b.Receive(); err != nil {
-					return
-				}
-				b.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: "28P01", Message: `password authentication failed for user "app"`})
-				_ = b.Flush()
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // While the database cannot be reached, Start waits (Ready false, one log line per
 // cause) and goes on once it answers.
 func TestSinkStartWaitsForTheDatabase(t *testing.T) {
@@ -254,15 +217,14 @@ func TestSinkStartWaitsForTheDatabase(t *testing.T) {
 	_ = ln.Close() // nothing listens: connection refused
 	var logs testkit.Buffer
 	dsn := sqltest.PostgresDSN(t)
-	real := dsn
-	if db, d, err := outbox.Open(real); err == nil {
+	if db, d, err := outbox.Open(dsn); err == nil {
 		ib, _ := New(db, d)
 		if err := ib.Migrate(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		_ = db.Close()
 	}
-	dsn = strings.Replace(dsn, "127.0.0.1:5432", addr, 1)
+	dsn = strings.Replace(dsn, sqltest.PostgresAddr(), addr, 1) // where nothing listens yet
 	s, err := NewSink(SinkConfig{Handler: "OrderProjector", DSN: func() (string, error) { return dsn, nil },
 		Statement: "SELECT $1::text", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -280,12 +242,7 @@ func TestSinkStartWaitsForTheDatabase(t *testing.T) {
 		t.Errorf("logged %d times, want once for one cause:\n%s", n, logs.String())
 	}
 	// The database comes up where the DSN points: a proxy to the real server.
-	up, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
-	go forward(up, strings.TrimPrefix(strings.SplitN(strings.TrimPrefix(real, "postgres://"), "/", 2)[0], "postgres@"))
+	faultproxy.StartOn(t, addr, sqltest.PostgresAddr())
 	select {
 	case err := <-done:
 		if err != nil {
@@ -296,43 +253,6 @@ func TestSinkStartWaitsForTheDatabase(t *testing.T) {
 	}
 	if ok, why := s.Ready(); !ok {
 		t.Errorf("not ready: %s", why)
-	}
-}
-
-// forward accepts on ln and copies each connection to target and back.
-func forward(ln net.Listener, target string) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				return
-			}
-			defer u.Close()
-			go func() { _, _ = copyConn(u, c) }()
-			_, _ = copyConn(c, u)
-		}()
-	}
-}
-
-func copyConn(dst, src net.Conn) (int64, error) {
-	buf := make([]byte, 32<<10)
-	var n int64
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return n, werr
-			}
-			n += int64(k)
-		}
-		if err != nil {
-			return n, err
-		}
 	}
 }
 

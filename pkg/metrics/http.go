@@ -10,10 +10,10 @@ import (
 //
 //	/metrics  the Prometheus text (or OpenMetrics) exposition of the registry
 //	/healthz  200 "ok" while the process serves requests (liveness)
-//	/readyz   200 "ready" when the source's Ready() is true, else 503 "not ready: "
-//	          and the reason when the source has a Health() (no session, Redis
-//	          unreachable, lease taking failing with NOSCRIPT / OOM / NOPERM, replicas
-//	          short, shutting down)
+//	/readyz   200 "ready" when the source's Ready() is true and every AddReadiness
+//	          condition holds, else 503 "not ready: " and the reason (a condition's,
+//	          or the source's Health(): no session, Redis unreachable, lease taking
+//	          failing with NOSCRIPT / OOM / NOPERM, replicas short, shutting down)
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
@@ -26,19 +26,12 @@ func (m *Metrics) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		src := m.currentSource()
-		if src != nil && src.Ready() {
-			_, _ = w.Write([]byte("ready\n"))
+		if ok, why := m.ready(); !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not ready: " + why + "\n"))
 			return
 		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-		reason := "waiting for the engine to start"
-		if h, ok := src.(interface{ Health() (bool, string) }); ok {
-			if _, r := h.Health(); r != "" {
-				reason = r
-			}
-		}
-		_, _ = w.Write([]byte("not ready: " + reason + "\n"))
+		_, _ = w.Write([]byte("ready\n"))
 	})
 	return mux
 }

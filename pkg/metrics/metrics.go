@@ -51,7 +51,8 @@ type Metrics struct {
 	source atomic.Pointer[sourceBox]
 
 	mu     sync.Mutex
-	groups []string // handlers declared or seen owning a partition; guarded by mu
+	groups []string                       // handlers declared or seen owning a partition; guarded by mu
+	checks []func() (ok bool, why string) // more readiness conditions (AddReadiness); guarded by mu
 }
 
 type sourceBox struct{ s Source }
@@ -137,6 +138,39 @@ func (m *Metrics) SetSource(s Source) {
 		return
 	}
 	m.source.Store(&sourceBox{s: s})
+}
+
+// AddReadiness adds a condition of readiness (a handler's database, say): /readyz and
+// seqctl_ready report ready only while the source is ready and every condition holds;
+// why says what is missing.
+func (m *Metrics) AddReadiness(check func() (ok bool, why string)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.checks = append(m.checks, check)
+}
+
+// ready reports whether the source is ready and every added condition holds, and if not,
+// why ("" when the source gives no reason).
+func (m *Metrics) ready() (bool, string) {
+	m.mu.Lock()
+	checks := append([]func() (bool, string){}, m.checks...)
+	m.mu.Unlock()
+	for _, c := range checks {
+		if ok, why := c(); !ok {
+			return false, why
+		}
+	}
+	src := m.currentSource()
+	if src != nil && src.Ready() {
+		return true, ""
+	}
+	why := "waiting for the engine to start"
+	if h, ok := src.(interface{ Health() (bool, string) }); ok {
+		if _, r := h.Health(); r != "" {
+			why = r
+		}
+	}
+	return false, why
 }
 
 func (m *Metrics) currentSource() Source {
@@ -246,9 +280,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, o := range src.Owned() {
 			owned[o.Group]++
 		}
-		if src.Ready() {
-			ready = 1
-		}
+	}
+	if ok, _ := c.m.ready(); ok {
+		ready = 1
 	}
 	for g := range owned {
 		c.m.addGroup(g)

@@ -230,8 +230,23 @@ func TestEndpoints(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 || body != "ready\n" {
 		t.Errorf("/readyz = %d %q", code, body)
 	}
-	code, body := get("/metrics")
-	if code != 200 || !strings.Contains(body, "seqctl_relay_backlog 0") || !strings.Contains(body, "go_goroutines") {
+	// A readiness condition that fails (a handler's database down) makes the instance not
+	// ready, with its reason, in /readyz and in seqctl_ready.
+	var dbUp atomic.Bool
+	m.AddReadiness(func() (bool, string) { return dbUp.Load(), "the database of handler P cannot be reached" })
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || body != "not ready: the database of handler P cannot be reached\n" {
+		t.Errorf("/readyz with the database down = %d %q", code, body)
+	}
+	if _, body := get("/metrics"); !strings.Contains(body, "seqctl_ready 0") {
+		t.Error("seqctl_ready is not 0 with the database down")
+	}
+	dbUp.Store(true)
+	code, body := get("/readyz")
+	if code != 200 {
+		t.Errorf("/readyz with the database back = %d %q", code, body)
+	}
+	code, body = get("/metrics")
+	if code != 200 || !strings.Contains(body, "seqctl_relay_backlog 0") || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "seqctl_ready 1") {
 		t.Errorf("/metrics = %d:\n%s", code, body)
 	}
 	if code, _ := get("/nope"); code != 404 {

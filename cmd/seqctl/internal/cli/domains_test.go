@@ -26,6 +26,8 @@ import (
 //	inline            two categories on the inline broker
 //	outbox            an [outbox] at @DSN@
 //	outbox-replicas   outbox, with [broker] min_replicas = 1
+//	sqlsink           OrderProjector runs @STATEMENT@ through a SQL sink whose DSN is in
+//	                  $SEQCTL_TEST_ORDERS_DB, two attempts
 var domainsDir, _ = filepath.Abs(filepath.Join("testdata", "domains"))
 
 // placeholder is an @KEY@ a domain file leaves to the test.

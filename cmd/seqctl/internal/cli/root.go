@@ -101,6 +101,7 @@ func newCmdRoot(f *Factory) *cobra.Command {
 		newCmdTop(f, nil),
 		newCmdDev(f, nil),
 		newCmdOutbox(f),
+		newCmdInbox(f),
 		newCmdRelay(f),
 	)
 	addGlobalFlags(cmd, f)

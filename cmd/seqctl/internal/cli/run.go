@@ -21,6 +21,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/inbox"
 	"github.com/seqctl/seqctl/pkg/metrics"
 )
 
@@ -175,7 +176,7 @@ type runPlan struct {
 
 // loadRunPlan loads, checks and binds the config. Every failure is a config problem
 // (exit 2).
-func loadRunPlan(opts *RunOptions, procs *deliver.Procs) (*runPlan, error) {
+func loadRunPlan(opts *RunOptions, procs *deliver.Procs, log *slog.Logger) (*runPlan, error) {
 	cfg, err := loadConfigFile(opts.ConfigPath)
 	if err != nil {
 		return nil, err
@@ -193,7 +194,7 @@ func loadRunPlan(opts *RunOptions, procs *deliver.Procs) (*runPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	bindings, err := deliver.Bind(cfg, dom, deliver.BindOptions{Procs: procs})
+	bindings, err := deliver.Bind(cfg, dom, deliver.BindOptions{Procs: procs, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +268,7 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 	ctx = orBackground(ctx)
 	log := newLogger(opts.IO.ErrOut, opts.LogFormat, opts.LogLevel)
 	procs := &deliver.Procs{}
-	plan, err := loadRunPlan(opts, procs)
+	plan, err := loadRunPlan(opts, procs, log)
 	if err != nil {
 		return err
 	}
@@ -287,6 +288,12 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 			_ = srv.Shutdown(sctx)
 		}()
 	}
+
+	stopSinks, err := startSinks(ctx, plan.bindings, m, log)
+	if err != nil || stopSinks == nil {
+		return err // nil: stopped by a signal while a database was awaited
+	}
+	defer stopSinks()
 
 	warnInsecureTLS(plan.redis.tlsConfig(), func(msg string) { log.Warn(msg) })
 	routeRedisLogs(log)
@@ -308,6 +315,37 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 
 	<-ctx.Done()
 	return shutDown(eng, forced, procs, opts.ShutdownTimeout, log)
+}
+
+// startSinks starts the SQL sinks of the bindings, before the engine takes any partition:
+// each waits while its database cannot be reached (/readyz says which), and a problem
+// waiting cannot fix (a DSN unset or unusable, refused credentials, a missing inbox table,
+// a statement the database refuses) ends seqctl run with exit 1 and the handler's name.
+// It returns nil, nil when ctx ends first; stop closes the sinks' databases.
+func startSinks(ctx context.Context, bindings []deliver.Binding, m *metrics.Metrics, log *slog.Logger) (stop func(), err error) {
+	var started []*inbox.Sink
+	stop = func() {
+		for _, s := range started {
+			_ = s.Close()
+		}
+	}
+	for _, b := range bindings {
+		if b.Sink == nil {
+			continue
+		}
+		m.AddReadiness(b.Sink.Ready)
+		log.Info("connecting to the database of a SQL sink", "handler", b.Name, "dsn", b.Target)
+		if err := b.Sink.Start(ctx); err != nil {
+			_ = b.Sink.Close()
+			stop()
+			if ctx.Err() != nil {
+				return nil, nil
+			}
+			return nil, &ExitError{Code: ExitFailure, Err: fmt.Errorf("cannot start: %w", err)}
+		}
+		started = append(started, b.Sink)
+	}
+	return stop, nil
 }
 
 // logBindings logs what each binding delivers to, and the command handlers that stay

@@ -51,6 +51,9 @@ func TestStructuredOutputEveryCommand(t *testing.T) {
 		t.Fatalf("outbox migrate: exit %d\n%s", r.Code, r.Stderr)
 	}
 	srv := redistest.Start(t)
+	// inbox migrate and prune work on the inbox of a SQL sink in an SQLite file.
+	sinkConfig := writeDomain(t, "sqlsink", "STATEMENT", "SELECT $1")
+	t.Setenv("SEQCTL_TEST_ORDERS_DB", "sqlite://"+filepath.Join(t.TempDir(), "orders.db"))
 
 	tests := []struct {
 		cmd  string
@@ -74,6 +77,8 @@ func TestStructuredOutputEveryCommand(t *testing.T) {
 		{cmd: "groups remove", args: []string{"Mailer", "--category", "order", "--dry-run"}},
 		{cmd: "audit"},
 		{cmd: "outbox status", args: []string{"--config", config}},
+		{cmd: "inbox migrate", args: []string{"--config", sinkConfig}},
+		{cmd: "inbox prune", args: []string{"--config", sinkConfig, "--redis-url", srv.URL}},
 		{cmd: "publish", args: []string{"--config", config, "--redis-url", srv.URL, "--event", "OrderPlaced", "--data", `{"client_id":"c-1","seq":1}`}, volatile: true},
 		{cmd: "validate", args: []string{"--config", config}},
 		{cmd: "version"},

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/config"
+	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -43,10 +44,14 @@ all handlers on a category agree on one key, and the broker supports partitionin
 An unknown key does not hide the other problems: the rest of the file is checked as if
 the key were absent, so a misspelt key and a sequential_by mistake show in one run.
 
+A SQL sink ([handlers.deliver.sql]) is checked against the environment too: its dsn_env
+variable must be set, or its dsn_file readable, as seqctl run reads them (the database
+itself is not contacted).
+
 On success it prints the domain: each category with its partition key, each handler and
 process manager. With -o json an invalid file prints {"file", "valid": false,
 "problems": [{"line", "path", "message"}]} on stdout as well. Exit status 0 when valid,
-2 when not.`,
+2 when not, 1 when the file is valid but a SQL sink's DSN cannot be read.`,
 		Example: `  # check ./domain.toml
   $ seqctl validate
 
@@ -84,6 +89,10 @@ func validateRun(opts *ValidateOptions) error {
 	if err != nil {
 		return validateFailed(opts, err)
 	}
+	if err := sinkEnvironment(cfg, os.LookupEnv); err != nil {
+		// The file is valid; what seqctl run would read from the environment is not.
+		return &ExitError{Code: ExitFailure, Err: validateFailed(opts, err)}
+	}
 	s := summarize(cfg, dom)
 	if structured(opts.Output) {
 		return writeData(opts.IO.Out, opts.Output, s)
@@ -92,6 +101,34 @@ func validateRun(opts *ValidateOptions) error {
 		return printSummary(opts.IO, s)
 	}
 	return printSummaryRows(opts.IO, s)
+}
+
+// sinkEnvironment checks that each SQL sink's DSN can be read as seqctl run reads it
+// (its dsn_env variable set, or its dsn_file readable); the problems name the handler.
+func sinkEnvironment(cfg *config.Config, lookup func(string) (string, bool)) error {
+	ce := &config.Error{File: cfg.File}
+	check := func(path, name string, dc *config.DeliverConfig) {
+		if dc == nil || dc.SQL == nil {
+			return
+		}
+		key := path + ".deliver.sql.dsn_env"
+		if dc.SQL.DSNEnv == "" {
+			key = path + ".deliver.sql.dsn_file"
+		}
+		if _, err := deliver.SQLDSN(dc.SQL, deliver.BindOptions{LookupEnv: lookup})(); err != nil {
+			ce.Problems = append(ce.Problems, config.Problem{Path: key, Message: "handler " + name + ": " + err.Error()})
+		}
+	}
+	for i, h := range cfg.Handlers {
+		check(fmt.Sprintf("handlers[%d]", i), h.Name, h.Deliver)
+	}
+	for i, p := range cfg.ProcessManagers {
+		check(fmt.Sprintf("process_managers[%d]", i), p.Name, p.Deliver)
+	}
+	if len(ce.Problems) == 0 {
+		return nil
+	}
+	return ce
 }
 
 // validateProblems is what 'seqctl validate -o json' prints for an invalid file (exit

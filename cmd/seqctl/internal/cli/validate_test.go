@@ -48,6 +48,8 @@ func TestValidateRun(t *testing.T) {
 	inline := writeDomain(t, "inline")
 	invalid := writeConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
 	missing := filepath.Join(t.TempDir(), "absent.toml")
+	sqlSink := writeDomain(t, "sqlsink", "STATEMENT", "SELECT $1::text")
+	t.Setenv("SEQCTL_TEST_ORDERS_DB", "")
 	tests := []struct {
 		name       string
 		opts       ValidateOptions
@@ -86,6 +88,11 @@ func TestValidateRun(t *testing.T) {
 		{
 			name: "invalid config", opts: ValidateOptions{ConfigPath: invalid}, wantCode: ExitUsage,
 			wantStderr: invalid + `:3: broker.kind: unknown broker kind "kafka"; use "redis" (partitioned, production) or "inline" (in process, for tests)` + "\n",
+		},
+		{
+			name: "sql sink without its DSN in the environment", opts: ValidateOptions{ConfigPath: sqlSink}, wantCode: ExitFailure,
+			wantStderr: sqlSink + ": handlers[0].deliver.sql.dsn_env: handler OrderProjector: the environment variable SEQCTL_TEST_ORDERS_DB is not set (or empty): " +
+				"export the database's DSN in it (postgres://USER@HOST:5432/DB or sqlite://FILE) before starting seqctl run\n",
 		},
 		{
 			name: "missing file", opts: ValidateOptions{ConfigPath: missing}, wantCode: ExitUsage,
@@ -239,5 +246,21 @@ func TestValidateGoldens(t *testing.T) {
 			}
 			golden(t, strings.TrimSuffix(file, ".toml")+".golden", r.Stderr)
 		})
+	}
+}
+
+// A SQL sink whose DSN variable is set validates, and shows its delivery as sql.
+func TestValidateSQLSink(t *testing.T) {
+	path := writeDomain(t, "sqlsink", "STATEMENT", "SELECT $1::text")
+	t.Setenv("SEQCTL_TEST_ORDERS_DB", "postgres://app@db:5432/app")
+	ios, _, out, _ := NewTestIOStreams()
+	if err := validateRun(&ValidateOptions{IO: ios, ConfigPath: path}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "handler\tOrderProjector\tevent\torder\tclient_id\tsql\n") {
+		t.Errorf("the summary does not show the sql delivery:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "app@db") {
+		t.Errorf("the summary shows the DSN:\n%s", out.String())
 	}
 }
