@@ -7,10 +7,45 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
+
+// startReaper starts the instance i1 on a 3-master Redis Cluster, its Projector a sink,
+// reaping partitions idle for 300 ms; it returns a client of the cluster, the domain and
+// the engine.
+func startReaper(t *testing.T) (redis.UniversalClient, *Domain, *Engine) {
+	t.Helper()
+	tg := redisTarget{cl: redistest.StartCluster(t, 3)}
+	d := sinkDomain(t, tg.client(t), "i1", nil)
+	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
+		c.Timing = fastTiming(time.Second)
+		c.Timing.ReapIdle = 300 * time.Millisecond
+	})
+	return tg.client(t), d, e
+}
+
+// holdReap stops the reaps of stream at each of their points: reached receives the
+// point (0 once the reaper read the index value, 1 once it deleted the partition, 2 once
+// it unindexed the key), and the reap goes on when resume is sent true (false stops it
+// there). Reaps of other partitions go on.
+func holdReap(e *Engine, stream string) (reached <-chan int, resume chan<- bool) {
+	point := map[string]int{"read-index": 0, "reaped": 1, "done": 2}
+	at := make(chan int)
+	goOn := make(chan bool)
+	hook := func(step, unit string) bool {
+		if unit != stream {
+			return true // another partition's reap
+		}
+		at <- point[step]
+		return <-goOn
+	}
+	e.reapHook.Store(&hook)
+	return at, goOn
+}
 
 // On Redis Cluster a publish (append; index write; indexed mark) and a
 // reap (read the index value; delete the idle partition; compare-and-remove it from the
@@ -20,14 +55,8 @@ import (
 // racing event is handled, and once everything settles a partition stream that exists is
 // in the index and marked.
 func TestReapNeverStrandsAPublishOnCluster(t *testing.T) {
-	tg := redisTarget{cl: redistest.StartCluster(t, 3)}
-	rdb := tg.client(t)
+	rdb, d, e := startReaper(t)
 	ks := keyspace.For(rdb)
-	d := sinkDomain(t, tg.client(t), "i1", nil)
-	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
-		c.Timing = fastTiming(time.Second)
-		c.Timing.ReapIdle = 300 * time.Millisecond
-	})
 	ctx := context.Background()
 
 	// Points of the reap the publisher's steps are placed at: after the reaper read the
@@ -56,17 +85,7 @@ func TestReapNeverStrandsAPublishOnCluster(t *testing.T) {
 		testkit.WaitFor(t, 5*time.Second, name+": first event handled", func() bool { return len(logOf(t, rdb, key)) == 1 })
 
 		// The reaper of this partition stops at each of its points until told to go on.
-		point := map[string]int{"read-index": 0, "reaped": 1, "done": 2}
-		reached := make(chan int)
-		resume := make(chan bool)
-		hook := func(step, unit string) bool {
-			if unit != stream {
-				return true // another partition's reap
-			}
-			reached <- point[step]
-			return <-resume
-		}
-		e.reapHook.Store(&hook)
+		reached, resume := holdReap(e, stream)
 		wait := func(what string) int {
 			select {
 			case p := <-reached:
@@ -171,14 +190,8 @@ func TestReapNeverStrandsAPublishOnCluster(t *testing.T) {
 // index entry and no instance ever finds the partition again. The retry is placed at
 // each point of the reap; afterwards a new event of the key must be handled.
 func TestReapNeverStrandsARetriedPublishOnCluster(t *testing.T) {
-	tg := redisTarget{cl: redistest.StartCluster(t, 3)}
-	rdb := tg.client(t)
+	rdb, d, e := startReaper(t)
 	ks := keyspace.For(rdb)
-	d := sinkDomain(t, tg.client(t), "i1", nil)
-	e := startEngineOn(t, tg, d, "i1", func(c *EngineConfig) {
-		c.Timing = fastTiming(time.Second)
-		c.Timing.ReapIdle = 300 * time.Millisecond
-	})
 	ctx := context.Background()
 	names := []string{"after the reaper read the index", "after the reap deleted the partition", "after the reaper unindexed the key"}
 	for at, where := range names {
@@ -191,17 +204,7 @@ func TestReapNeverStrandsARetriedPublishOnCluster(t *testing.T) {
 		}
 		testkit.WaitFor(t, 5*time.Second, where+": first event handled", func() bool { return len(logOf(t, rdb, key)) == 1 })
 
-		point := map[string]int{"read-index": 0, "reaped": 1, "done": 2}
-		reached := make(chan int)
-		resume := make(chan bool)
-		hook := func(step, unit string) bool {
-			if unit != stream {
-				return true
-			}
-			reached <- point[step]
-			return <-resume
-		}
-		e.reapHook.Store(&hook)
+		reached, resume := holdReap(e, stream)
 		reapedIt := false
 		for p := 0; p < 3; p++ {
 			var got int
