@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/engine/outbox"
@@ -48,7 +49,23 @@ type Inbox struct {
 	dialect outbox.Dialect
 	table   string
 	q       queries
+
+	// seen remembers, per handler and stream, the row as this inbox last read or wrote
+	// it, so that an owner going on under the same generation skips reading the row
+	// (see Apply).
+	mu   sync.Mutex
+	seen map[rowKey]rowState
 }
+
+type rowKey struct{ handler, stream string }
+
+type rowState struct {
+	entry keyspace.StreamID
+	gen   int64
+}
+
+// seenLimit bounds the remembered rows; past it they are forgotten (and read again).
+const seenLimit = 100_000
 
 // Option configures New.
 type Option func(*Inbox)
@@ -64,7 +81,7 @@ var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 // with SQLite, transactions must take the write lock up front, as outbox.Open's
 // _txlock=immediate does). It does not touch the database: call Migrate once.
 func New(db *sql.DB, dialect outbox.Dialect, opts ...Option) (*Inbox, error) {
-	i := &Inbox{db: db, dialect: dialect, table: DefaultTable}
+	i := &Inbox{db: db, dialect: dialect, table: DefaultTable, seen: map[rowKey]rowState{}}
 	for _, opt := range opts {
 		opt(i)
 	}
@@ -109,15 +126,27 @@ func (i *Inbox) Apply(ctx context.Context, d engine.Delivery, fn func(ctx contex
 		return 0, fmt.Errorf("inbox: the delivery names no handler, stream or entry id (%+v): run the handler under the engine", d)
 	}
 	id := keyspace.ParseStreamID(d.EntryID)
+	key := rowKey{d.Handler, d.Stream}
+	// Under the generation that wrote the remembered row, nobody else can have written
+	// it since (a newer owner holds a higher generation, and the claim below refuses this
+	// one then): an entry at or below it is a duplicate, and a later one needs no read.
+	known, sure := i.remembered(key, d.Generation)
+	if sure && !known.entry.Less(id) {
+		return Duplicate, nil
+	}
 	tx, err := i.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if out, err := i.check(ctx, tx, d, id); out != 0 || err != nil {
-		return i.settle(ctx, tx, d, out, err)
+	if !sure {
+		if out, err := i.check(ctx, tx, d, id); out != 0 || err != nil {
+			i.forget(key)
+			return i.settle(ctx, tx, d, out, err)
+		}
 	}
 	if err := fn(ctx, tx); err != nil {
+		i.forget(key)
 		return 0, err
 	}
 	res, err := tx.ExecContext(ctx, i.q.claim, d.Handler, d.Stream, int64(id.MS), int64(id.Seq), d.Generation)
@@ -127,6 +156,7 @@ func (i *Inbox) Apply(ctx context.Context, d engine.Delivery, fn func(ctx contex
 	if n, err := res.RowsAffected(); err != nil {
 		return 0, fmt.Errorf("inbox: record %s of %s on %s: %w", d.EntryID, d.Handler, d.Stream, err)
 	} else if n == 0 {
+		i.forget(key)
 		// Applied or superseded while fn ran: the row is locked now, read it again. fn's
 		// effects go with the rollback.
 		out, err := i.check(ctx, tx, d, id)
@@ -139,9 +169,35 @@ func (i *Inbox) Apply(ctx context.Context, d engine.Delivery, fn func(ctx contex
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
+		i.forget(key)
 		return 0, fmt.Errorf("inbox: commit the effects of %s on %s: %w", d.EntryID, d.Stream, err)
 	}
+	i.remember(key, rowState{entry: id, gen: d.Generation})
 	return Applied, nil
+}
+
+// remembered returns the row of key as this inbox last wrote it, and whether it was
+// written under generation gen.
+func (i *Inbox) remembered(key rowKey, gen int64) (rowState, bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	r, ok := i.seen[key]
+	return r, ok && r.gen == gen
+}
+
+func (i *Inbox) remember(key rowKey, r rowState) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if len(i.seen) >= seenLimit {
+		clear(i.seen)
+	}
+	i.seen[key] = r
+}
+
+func (i *Inbox) forget(key rowKey) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	delete(i.seen, key)
 }
 
 // settle ends a transaction that runs nothing: a duplicate delivered by a newer owner
