@@ -41,6 +41,26 @@ func pmDomainWith(tb testing.TB, sequential bool, fn HandlerFunc, mod func(*Doma
 	return d
 }
 
+// pmEvent reads an event of a pm domain: its fields, and the correlation value (the
+// order_id of an order event, the order_ref of a payment).
+func pmEvent(ev Event) (fields map[string]any, value string) {
+	_ = json.Unmarshal(ev.Data, &fields)
+	value, _ = fields["order_id"].(string)
+	if value == "" {
+		value, _ = fields["order_ref"].(string)
+	}
+	return fields, value
+}
+
+// pmPublish publishes an event of a pm domain whose field holds value, numbered seq.
+func pmPublish(tb testing.TB, b *RedisBroker, d *Domain, event, field, value string, seq int) {
+	tb.Helper()
+	data := fmt.Sprintf(`{%q:%q,"seq":%d}`, field, value, seq)
+	if _, err := b.Publish(context.Background(), d, event, []byte(data), PublishOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // A process manager over order and payment correlated by order id,
 // two instances, two correlation values with interleaved events: no two events of one
 // value in the handler at once (cross-instance marker), the two values progress in
@@ -54,12 +74,7 @@ func testProcessManagerOwnsCorrelationValue(t *testing.T, tg redisTarget) {
 	mk := func(id string) HandlerFunc {
 		c := tg.client(t)
 		return func(ctx context.Context, ev Event) error {
-			var m map[string]any
-			_ = json.Unmarshal(ev.Data, &m)
-			value, _ := m["order_id"].(string)
-			if value == "" {
-				value, _ = m["order_ref"].(string)
-			}
+			m, value := pmEvent(ev)
 			bg := context.Background()
 			if !c.SetNX(bg, "t:pm:"+value, id, time.Minute).Val() {
 				c.Incr(bg, "t:overlap")
@@ -77,12 +92,7 @@ func testProcessManagerOwnsCorrelationValue(t *testing.T, tg redisTarget) {
 	e1 := startEngineOn(t, tg, d1, "i1", func(c *EngineConfig) { c.Timing = fastTiming(time.Second) })
 	startEngineOn(t, tg, pmDomain(t, mk("i2")), "i2", func(c *EngineConfig) { c.Timing = fastTiming(time.Second) })
 
-	pub := func(event, field, value string, seq int) {
-		data := fmt.Sprintf(`{%q:%q,"seq":%d}`, field, value, seq)
-		if _, err := b.Publish(context.Background(), d1, event, []byte(data), PublishOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pub := func(event, field, value string, seq int) { pmPublish(t, b, d1, event, field, value, seq) }
 	// First only order events: the lease is taken before any payment stream exists.
 	for seq := 0; seq < 5; seq++ {
 		pub("OrderPlaced", "order_id", "o-1", seq)

@@ -41,12 +41,7 @@ func TestProcessManagerFlagChangeNeverSharesAStream(t *testing.T) {
 	mk := func(id string) HandlerFunc {
 		c := srv.Client(t)
 		return func(ctx context.Context, ev Event) error {
-			var m map[string]any
-			_ = json.Unmarshal(ev.Data, &m)
-			value, _ := m["order_id"].(string)
-			if value == "" {
-				value, _ = m["order_ref"].(string)
-			}
+			m, value := pmEvent(ev)
 			stream := ev.Category + ":" + value
 			bg := context.Background()
 			if !c.SetNX(bg, "t:in:"+stream, id, time.Minute).Val() {
@@ -67,12 +62,8 @@ func TestProcessManagerFlagChangeNeverSharesAStream(t *testing.T) {
 	const n = 150
 	for seq := 0; seq < n; seq++ {
 		for _, v := range values {
-			for _, ev := range []struct{ typ, field string }{{"OrderPlaced", "order_id"}, {"PaymentConfirmed", "order_ref"}} {
-				data := fmt.Sprintf(`{%q:%q,"seq":%d}`, ev.field, v, seq)
-				if _, err := b.Publish(context.Background(), d, ev.typ, []byte(data), PublishOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			pmPublish(t, b, d, "OrderPlaced", "order_id", v, seq)
+			pmPublish(t, b, d, "PaymentConfirmed", "order_ref", v, seq)
 		}
 	}
 	var streams []string
