@@ -60,8 +60,8 @@ type rerunStats struct {
 	dups         int // applications of a seq that was applied before
 	inversions   int // applications of a seq below the highest applied one that are not the latest re-run
 	owners       int // distinct generations that applied something
-	longestRerun int // the longest run of consecutive re-applications
-	outOfOrder   int // re-runs that did not follow each other in order
+	longestRerun int // the longest run of consecutive re-applications by one owner
+	outOfOrder   int // re-runs by one owner that did not follow each other in order
 	missing      int
 }
 
@@ -72,12 +72,16 @@ func analyse(evs []appliedEv, n int) rerunStats {
 	high := -1
 	run := 0
 	prev := -2
+	var prevGen int64
 	for _, e := range evs {
 		gens[e.gen] = true
 		if seen[e.seq] {
 			st.dups++
 			if e.seq < high {
 				st.inversions++ // applied after a later event of the key
+			}
+			if e.gen != prevGen {
+				run = 0 // a new owner starts its own re-run
 			}
 			run++
 			if prev != -2 && e.seq != prev+1 && run > 1 {
@@ -92,7 +96,7 @@ func analyse(evs []appliedEv, n int) rerunStats {
 		st.longestRerun = max(st.longestRerun, run)
 		seen[e.seq] = true
 		high = max(high, e.seq)
-		prev = e.seq
+		prev, prevGen = e.seq, e.gen
 	}
 	for i := 0; i < n; i++ {
 		if !seen[i] {
@@ -171,7 +175,7 @@ func runFault(t *testing.T, tg redisTarget, maxUnacked int, bounded bool, fault 
 			// nothing more to check
 		} else if maxUnacked == 1 {
 			if st.dups > changes {
-				t.Errorf("key %s: %d duplicates over %d ownership changes (max_unacked = 1 allows one each)", k, st.dups, changes)
+				t.Errorf("key %s: %d duplicates over %d ownership changes (max_unacked = 1 allows one each): %v", k, st.dups, changes, sink.applied[k])
 			}
 			if st.inversions > 0 {
 				t.Errorf("key %s: %d inversions: %v", k, st.inversions, sink.applied[k])

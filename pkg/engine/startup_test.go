@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,11 +18,8 @@ import (
 // other instance can take it while this session lives, so leaving it strands the
 // partition for good.
 func TestLeaseLeftBySelfIsReadopted(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
 	const parts = 40
-	publishPayloads(t, rdb, d, keysOf(parts))
+	srv, rdb, d := startBacklog(t, parts)
 	var es []*Engine
 	for _, id := range []string{"a", "b"} {
 		es = append(es, startEngineWith(t, srv, d, id, func(c *EngineConfig) {
@@ -57,6 +56,67 @@ func TestLeaseLeftBySelfIsReadopted(t *testing.T) {
 		if lv := rdb.Get(context.Background(), w.leaseKey).Val(); ownerOf(lv) == "" {
 			t.Errorf("lease %s is gone: %q", w.leaseKey, lv)
 		}
+	}
+}
+
+// A worker that ends without giving its lease back (a fair-share handoff whose release
+// got no answer, a worker cancelled) leaves its handled event unacknowledged; when the
+// same session takes the lease up again, that event runs again under a higher
+// generation, so that a sink fencing on the generation sees an ownership change, never
+// the same owner running one event twice.
+func TestReadoptedLeaseRunsUnderANewGeneration(t *testing.T) {
+	srv, _, b := startNode(t)
+	type run struct {
+		seq int
+		gen int64
+	}
+	var mu sync.Mutex
+	var runs []run
+	started, release := make(chan struct{}), make(chan struct{})
+	d := testDomain(t, func(ctx context.Context, ev Event) error {
+		dl, _ := DeliveryFrom(ctx)
+		var p testPayload
+		if err := json.Unmarshal(ev.Data, &p); err != nil {
+			return err
+		}
+		mu.Lock()
+		runs = append(runs, run{p.Seq, dl.Generation})
+		first := len(runs) == 1
+		mu.Unlock()
+		if first {
+			close(started)
+			<-release
+		}
+		return nil
+	}, nil)
+	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
+		c.Timing = fastTiming(time.Second)
+		c.DiscoveryInterval = 100 * time.Millisecond
+	})
+	publish(t, b, d, "client-1", 0, false)
+	publish(t, b, d, "client-1", 1, false)
+	<-started
+	e.mu.Lock()
+	var w *worker
+	for _, x := range e.workers {
+		w = x
+	}
+	e.mu.Unlock()
+	w.cancel() // it ends without releasing; its handler finishes after that
+	close(release)
+	<-w.done
+	testkit.WaitFor(t, 5*time.Second, "both events handled after the lease was taken up again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(runs) >= 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if runs[1].seq != 0 || runs[2].seq != 1 {
+		t.Fatalf("runs %v: want event 0, event 0 again, then event 1", runs)
+	}
+	if runs[1].gen <= runs[0].gen {
+		t.Errorf("event 0 ran again under generation %d after running under %d: the re-run must carry a higher generation", runs[1].gen, runs[0].gen)
 	}
 }
 

@@ -31,7 +31,7 @@ type AcquireCode int64
 // The answers of acquire.lua.
 const (
 	Acquired    AcquireCode = 1  // taken at Generation
-	Readopted   AcquireCode = 2  // already held by the caller, at Generation
+	Readopted   AcquireCode = 2  // held by the caller without a worker: taken again, at a new Generation
 	HeldByOther AcquireCode = 0  // held by a live owner; Holder is its lease value
 	SessionGone AcquireCode = -3 // the caller's own session is gone
 	NoLane      AcquireCode = -4 // none of the unit's lanes exists (reaped, or never published)

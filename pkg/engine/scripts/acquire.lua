@@ -43,7 +43,7 @@
 -- Consumer groups are created by drain.lua when the owner first reads a lane.
 -- Returns:
 --   {1, generation}      acquired
---   {2, generation}      already held by the caller (re-adopted at the same generation)
+--   {2, generation}      already held by the caller: re-adopted, at a new generation
 --   {0, "owner:gen"}     held by a live owner (the lease or a guard)
 --   {-3}                 the caller's own session is gone (it must start a new one)
 --   {-4}                 none of the unit's lanes exists (reaped, or never published)
@@ -90,18 +90,20 @@ for i = 4, last_guard do
   if other then return {0, other} end
 end
 local cur = redis.call('GET', KEYS[1])
+local readopt = false
 if cur then
-  local owner, g = string.match(cur, '^(.*):(%d+)$')
+  local owner = string.match(cur, '^(.*):%d+$')
   if owner == ARGV[1] then
-    set(KEYS[1], cur)
-    for i = 4, last_guard do set(KEYS[i], cur) end
-    return {2, tonumber(g)}
-  end
-  if owner and alive(owner, KEYS[1]) then
+    -- The caller's session holds it without a worker (one ended without giving it
+    -- back). Taken up again, it still gets a new generation: what that worker handled
+    -- and could not acknowledge runs again, and a sink fencing on the generation must
+    -- see a change of hands, never one owner running an event twice.
+    readopt = true
+  elseif owner and alive(owner, KEYS[1]) then
     return {0, cur}
   end
 end
-if #KEYS > last_guard then
+if not readopt and #KEYS > last_guard then
   local any = false
   for i = last_guard + 1, #KEYS do
     if redis.call('EXISTS', KEYS[i]) == 1 then any = true break end
@@ -118,4 +120,5 @@ end
 local token = ARGV[1] .. ':' .. string.format('%d', gen)
 set(KEYS[1], token)
 for i = 4, last_guard do set(KEYS[i], token) end
+if readopt then return {2, gen} end
 return {1, gen}

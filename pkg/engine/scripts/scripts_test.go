@@ -106,10 +106,11 @@ func TestAcquireAnswersByName(t *testing.T) {
 	if a.Code != Acquired || a.Generation <= 0 {
 		t.Fatalf("first take: %+v, want Acquired with a generation", a)
 	}
-	if r := take("a", "order:{k}"); r.Code != Readopted || r.Generation != a.Generation {
-		t.Errorf("the holder again: %+v, want Readopted at %d", r, a.Generation)
+	again := take("a", "order:{k}")
+	if again.Code != Readopted || again.Generation <= a.Generation {
+		t.Errorf("the holder again: %+v, want Readopted above %d", again, a.Generation)
 	}
-	if r := take("b", "order:{k}"); r.Code != HeldByOther || r.Holder != "a:"+strconv.FormatInt(a.Generation, 10) {
+	if r := take("b", "order:{k}"); r.Code != HeldByOther || r.Holder != "a:"+strconv.FormatInt(again.Generation, 10) {
 		t.Errorf("another owner: %+v, want HeldByOther by a", r)
 	}
 	rdb.Del(ctx, "sess:b")
