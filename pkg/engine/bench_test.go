@@ -76,19 +76,11 @@ func benchEngine(b *testing.B, t *benchTarget, d *Domain, id string, rt *atomic.
 		c.AddHook(rtHook{rt})
 	}
 	maxUnacked, _ := strconv.Atoi(os.Getenv("SEQCTL_BENCH_MAX_UNACKED")) // 0: the default, 1
-	e, err := New(EngineConfig{
+	return runEngine(b, EngineConfig{
 		Domain: d, Client: c, InstanceID: id, ShutdownTimeout: 10 * time.Second, MaxUnacked: maxUnacked,
 		KeyspaceNotifications: os.Getenv("SEQCTL_BENCH_KEYSPACE"), // "": the default, auto
 		Logger:                slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = e.Shutdown(context.Background()) })
-	return e
 }
 
 // benchPayload is the payload of event seq of key index k (testPayload's JSON shape).
@@ -871,29 +863,70 @@ func (t *tpTracker) handle(ctx context.Context, ev Event) error {
 	return nil
 }
 
-func benchThroughput(b *testing.B, tgt *benchTarget, n, keys int, work time.Duration) {
-	n = envInt("SEQCTL_BENCH_EVENTS", n)
-	t := newTPTracker(n, keys, work)
-	d := testDomain(b, t.handle, nil)
-	pubRate := publishAll(b, tgt.admin, d, n, keys, 0)
+// tpRun is one measured drain of a backlog: its events, published for the handler of a
+// tpTracker, and the measurement, begun once they are published.
+type tpRun struct {
+	t    *tpTracker
+	d    *Domain
+	rt   atomic.Int64 // the engines' Redis round trips
+	stop func()       // ends the CPU profile
+	s0   redisSnap
+	c0   cpuWindow
+}
+
+// startTPRun publishes n events over keys (not measured) for handlers that work work
+// each, then resets Redis's statistics and begins the measurement.
+func startTPRun(b *testing.B, tgt *benchTarget, n, keys int, work time.Duration) *tpRun {
+	r := &tpRun{t: newTPTracker(n, keys, work)}
+	r.d = testDomain(b, r.t.handle, nil)
+	pubRate := publishAll(b, tgt.admin, r.d, n, keys, 0)
 	b.Logf("published %d events over %d keys at %.0f ev/s (publishing is not measured)", n, keys, pubRate)
 	tgt.resetStats(b)
+	r.stop = startProfile(b)
+	r.s0 = snapRedis(b, tgt)
+	r.c0 = readCPU(r.s0)
+	return r
+}
 
-	var rt atomic.Int64
-	stop := startProfile(b)
-	s0 := snapRedis(b, tgt)
-	c0 := readCPU(s0)
-	lw := watchLeases(tgt, keys, c0.at, false)
+// finish waits up to 120 s for every event to be handled, then ends the measurement.
+func (r *tpRun) finish(b *testing.B, tgt *benchTarget) (s1 redisSnap, c1 cpuWindow) {
+	if !waitUntil(120*time.Second, func() bool { return r.t.unique.Load() >= int64(r.t.n) }) {
+		b.Logf("TIME LIMIT: handled %d of %d in 120s", r.t.unique.Load(), r.t.n)
+	}
+	s1 = snapRedis(b, tgt)
+	c1 = readCPU(s1)
+	r.stop()
+	return s1, c1
+}
+
+// report logs Redis's calls and time per handled event, and reports what every drain
+// measures: events lost, run twice or out of order; Redis commands, round trips and
+// Redis CPU per event; CPU use.
+func (r *tpRun) report(b *testing.B, s1 redisSnap, c1 cpuWindow, handled int64) {
+	per := float64(max(handled, 1))
+	bd, total := callsBetween(r.s0, s1)
+	b.Logf("redis calls per event: %s", breakdown(bd, per, "calls/ev"))
+	b.Logf("redis time per event: %s", breakdown(usecBetween(r.s0, s1), per, "µs/ev; a script's time includes its calls"))
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(int64(r.t.n)-handled), "loss")
+	b.ReportMetric(float64(r.t.dups.Load()), "dups")
+	b.ReportMetric(float64(r.t.inversions.Load()), "inversions")
+	b.ReportMetric(float64(total)/per, "cmd/ev")
+	b.ReportMetric(float64(r.rt.Load())/per, "rt/ev")
+	b.ReportMetric(1e6*(c1.redis-r.c0.redis)/per, "rcpu_us/ev")
+	r.c0.report(b, c1)
+}
+
+func benchThroughput(b *testing.B, tgt *benchTarget, n, keys int, work time.Duration) {
+	n = envInt("SEQCTL_BENCH_EVENTS", n)
+	r := startTPRun(b, tgt, n, keys, work)
+	t := r.t
+	lw := watchLeases(tgt, keys, r.c0.at, false)
 	es := make([]*Engine, benchInstances(tgt))
 	for i := range es {
-		es[i] = benchEngine(b, tgt, d, "bench-"+string(rune('a'+i)), &rt)
+		es[i] = benchEngine(b, tgt, r.d, "bench-"+string(rune('a'+i)), &r.rt)
 	}
-	if !waitUntil(120*time.Second, func() bool { return t.unique.Load() >= int64(n) }) {
-		b.Logf("TIME LIMIT: handled %d of %d in 120s", t.unique.Load(), n)
-	}
-	s1 := snapRedis(b, tgt)
-	c1 := readCPU(s1)
-	stop()
+	s1, c1 := r.finish(b, tgt)
 	moves := lw.finish(b)
 	owned := ownedBy(es...)
 
@@ -903,12 +936,9 @@ func benchThroughput(b *testing.B, tgt *benchTarget, n, keys int, work time.Dura
 	if last > first {
 		eps = float64(handled) / (float64(last-first) / 1e9)
 	}
-	win := c1.at.Sub(c0.at).Seconds()
-	bd, total := callsBetween(s0, s1)
+	win := c1.at.Sub(r.c0.at).Seconds()
 	b.Logf("owned per instance: %v; drain window %.2fs of %.2fs since start", owned, float64(last-first)/1e9, win)
-	b.Logf("redis calls per event: %s", breakdown(bd, float64(max(handled, 1)), "calls/ev"))
-	b.Logf("redis time per event: %s", breakdown(usecBetween(s0, s1), float64(max(handled, 1)), "µs/ev; a script's time includes its calls"))
-	logWatchCost(b, s0, s1)
+	logWatchCost(b, r.s0, s1)
 	if inv := t.inversions.Load(); inv > 0 {
 		b.Logf("ORDER BUG: %d per-key order inversions", inv)
 	}
@@ -918,18 +948,11 @@ func benchThroughput(b *testing.B, tgt *benchTarget, n, keys int, work time.Dura
 	if bad := t.bad.Load(); bad > 0 {
 		b.Logf("%d events with an unexpected payload", bad)
 	}
-	b.ReportMetric(0, "ns/op")
+	r.report(b, s1, c1, handled)
 	b.ReportMetric(eps, "ev/s")
-	b.ReportMetric(float64(int64(n)-handled), "loss")
-	b.ReportMetric(float64(t.dups.Load()), "dups")
-	b.ReportMetric(float64(t.inversions.Load()), "inversions")
 	b.ReportMetric(float64(t.overlaps.Load()), "overlaps")
 	if c := t.calls.Load(); c > 0 {
 		b.ReportMetric(float64(t.handlerNs.Load())/float64(c)/1e3, "hdlr_us")
 	}
 	b.ReportMetric(float64(moves), "lease_moves")
-	b.ReportMetric(float64(total)/float64(max(handled, 1)), "cmd/ev")
-	b.ReportMetric(float64(rt.Load())/float64(max(handled, 1)), "rt/ev")
-	b.ReportMetric(1e6*(c1.redis-c0.redis)/float64(max(handled, 1)), "rcpu_us/ev")
-	c0.report(b, c1)
 }

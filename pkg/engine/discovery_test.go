@@ -45,25 +45,28 @@ func (h cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// publishPayloads publishes one event for each of keys.
-func publishPayloads(tb testing.TB, rdb *redis.Client, d *Domain, keys []string) {
-	tb.Helper()
-	ps := make([]testPayload, len(keys))
-	for i, k := range keys {
+// startBacklog starts a Redis server holding one event on each of parts partitions
+// (those of keysOf(parts)) of a domain whose Projector does nothing; it returns the
+// server, a client of it and the domain.
+func startBacklog(t *testing.T, parts int) (*redistest.Server, *redis.Client, *Domain) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
+	ps := make([]testPayload, parts)
+	for i, k := range keysOf(parts) {
 		ps[i] = testPayload{Client: k}
 	}
-	bulkPublish(tb, NewRedisBroker(rdb), d, ps)
+	bulkPublish(t, NewRedisBroker(rdb), d, ps)
+	return srv, rdb, d
 }
 
 // A settled instance does not read the partition index on every discovery pass: over
 // ten intervals it reads it at most once (the backstop), where it used to read it ten
 // times, while passes keep running (one HGETALL of the registry each).
 func TestDiscoveryDoesNotReadIndexEveryPass(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
 	const parts = 500
-	publishPayloads(t, rdb, d, keysOf(parts))
+	srv, _, d := startBacklog(t, parts)
 	var smembers, hgetall atomic.Int64
 	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
 		c.Client = srv.Client(t)
@@ -86,11 +89,8 @@ func TestDiscoveryDoesNotReadIndexEveryPass(t *testing.T) {
 // A partition whose control-stream notice was lost is still owned, by the backstop full
 // read of the index: within fullReadEvery+1 discovery intervals.
 func TestLostPartitionNoticeOwnedByBackstop(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	srv, rdb, d := startBacklog(t, 20)
 	ctx := context.Background()
-	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
-	publishPayloads(t, rdb, d, keysOf(20))
 	e := startEngine(t, srv, d, "i1", time.Second)
 	testkit.WaitFor(t, 5*time.Second, "every partition owned", func() bool { return len(e.Owned()) == 20 })
 
@@ -109,11 +109,8 @@ func TestLostPartitionNoticeOwnedByBackstop(t *testing.T) {
 // noticed (a gap after its last-read id), and the index is read again at once rather
 // than at the backstop.
 func TestTrimmedPartitionNoticeOwnedAfterGap(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	srv, rdb, d := startBacklog(t, 5)
 	ctx := context.Background()
-	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
-	publishPayloads(t, rdb, d, keysOf(5))
 	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
 		c.Timing = fastTiming(time.Second)
 		c.DiscoveryInterval = time.Second // backstop 12-15 s
@@ -141,14 +138,22 @@ return 1`
 		time.Since(start).Round(time.Millisecond), fullReadEvery*4/5, fullReadEvery, e.cfg.DiscoveryInterval)
 }
 
+// viewEngine returns an engine that is only its index view of category order, and a
+// func that hands it the control stream's notice (entry id "{id}-0") that key has a
+// partition.
+func viewEngine(t *testing.T) (e *Engine, notice func(key string, id int)) {
+	t.Helper()
+	e = &Engine{dom: testDomain(t, nil, nil), view: newIndexView([]string{"order"})}
+	e.subs = []*subscription{{group: "Projector", categories: []string{"order"}, partitioned: true}}
+	return e, func(key string, id int) {
+		e.controlRead([]redis.XMessage{{ID: fmt.Sprintf("%d-0", id), Values: map[string]any{"op": "partition", "category": "order", "key": key}}})
+	}
+}
+
 // The view keeps a key that a notice re-announced after the acquire that found it
 // reaped (-4) was sent, and drops one that was not re-announced.
 func TestIndexViewDropKeepsReannouncedKey(t *testing.T) {
-	e := &Engine{dom: testDomain(t, nil, nil), view: newIndexView([]string{"order"})}
-	e.subs = []*subscription{{group: "Projector", categories: []string{"order"}, partitioned: true}}
-	notice := func(key string, id int) {
-		e.controlRead([]redis.XMessage{{ID: fmt.Sprintf("%d-0", id), Values: map[string]any{"op": "partition", "category": "order", "key": key}}})
-	}
+	e, notice := viewEngine(t)
 	notice("a", 1)
 	notice("b", 2)
 	notice("bad:key", 3) // never a valid partition key
@@ -176,11 +181,7 @@ func TestIndexViewDropKeepsReannouncedKey(t *testing.T) {
 // A full read replaces the view, except for keys announced while it was in flight: a
 // key published after the index was read survives, a key gone from the index does not.
 func TestIndexViewFullReadKeepsKeysAnnouncedMeanwhile(t *testing.T) {
-	e := &Engine{dom: testDomain(t, nil, nil), view: newIndexView([]string{"order"})}
-	e.subs = []*subscription{{group: "Projector", categories: []string{"order"}, partitioned: true}}
-	notice := func(key string, id int) {
-		e.controlRead([]redis.XMessage{{ID: fmt.Sprintf("%d-0", id), Values: map[string]any{"op": "partition", "category": "order", "key": key}}})
-	}
+	e, notice := viewEngine(t)
 	notice("gone", 1)
 	r := &indexRead{seq: e.view.noticeSeq(), // queued now, answered below
 		tail:    redis.NewXMessageSliceCmdResult([]redis.XMessage{{ID: "1-0"}}, nil),

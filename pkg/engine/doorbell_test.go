@@ -107,6 +107,15 @@ func (h *handledCounter) count(key string) int {
 	return h.n[key]
 }
 
+// startCounting starts a redis-server with o and returns it, a client of it, a broker on
+// a client of its own, and a domain whose Projector counts in h the events it handles.
+func startCounting(t *testing.T, o redistest.Options) (*redistest.Server, *redis.Client, *RedisBroker, *Domain, *handledCounter) {
+	t.Helper()
+	srv := redistest.StartWith(t, o)
+	h := &handledCounter{}
+	return srv, srv.Client(t), NewRedisBroker(srv.Client(t)), testDomain(t, h.handle, nil), h
+}
+
 // An entry published right as its partition goes idle, between the owner's empty read
 // and its subscription (the first time) or its registration as waiting (after that), is
 // never stuck: the test hook publishes at exactly that point, each time the worker goes
@@ -133,11 +142,7 @@ func subscribers(t *testing.T, rdb *redis.Client, stream string) int64 {
 }
 
 func testDoorbellEntryPublishedAsPartitionGoesIdle(t *testing.T, mode string) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(srv.Client(t))
-	var h handledCounter
-	d := testDomain(t, h.handle, nil)
+	srv, rdb, b, d, h := startCounting(t, redistest.Options{})
 	const rounds = 20
 	var fired atomic.Int32
 	var subscribedRounds atomic.Int32
@@ -195,25 +200,28 @@ func testDoorbellEntryPublishedAsPartitionGoesIdle(t *testing.T, mode string) {
 // restart is handled promptly by the same owner, without a takeover.
 func TestDoorbellAfterRedisRestart(t *testing.T) {
 	skipShort(t)
-	srv := redistest.StartWith(t, redistest.Options{AOF: true})
-	rdb := srv.Client(t)
-	b := NewRedisBroker(srv.Client(t))
-	var h handledCounter
-	d := testDomain(t, h.handle, nil)
+	srv, rdb, b, d, h := startCounting(t, redistest.Options{AOF: true})
 	keys := keysOf(20)
 	startEngine(t, srv, d, "i1", 10*time.Second)
 	startEngine(t, srv, d, "i2", 10*time.Second)
-	for _, k := range keys {
-		publish(t, b, d, k, 0, false)
-	}
-	testkit.WaitFor(t, 10*time.Second, "the first events handled", func() bool {
+	// Round seq publishes event seq of every key; it is handled once each key has seq+1.
+	publishRound := func(seq int) {
 		for _, k := range keys {
-			if h.count(k) < 1 {
-				return false
-			}
+			publish(t, b, d, k, seq, false)
 		}
-		return true
-	})
+	}
+	roundHandled := func(seq int) func() bool {
+		return func() bool {
+			for _, k := range keys {
+				if h.count(k) < seq+1 {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	publishRound(0)
+	testkit.WaitFor(t, 10*time.Second, "the first events handled", roundHandled(0))
 	time.Sleep(500 * time.Millisecond) // every worker idle and subscribed
 	leases := func() map[string]string {
 		out := map[string]string{}
@@ -228,17 +236,8 @@ func TestDoorbellAfterRedisRestart(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	srv.StartAgain()
 	start := time.Now()
-	for _, k := range keys {
-		publish(t, b, d, k, 1, false)
-	}
-	testkit.WaitFor(t, 5*time.Second, "the events published after the restart handled", func() bool {
-		for _, k := range keys {
-			if h.count(k) < 2 {
-				return false
-			}
-		}
-		return true
-	})
+	publishRound(1)
+	testkit.WaitFor(t, 5*time.Second, "the events published after the restart handled", roundHandled(1))
 	t.Logf("%d events published after the restart handled within %v", len(keys), time.Since(start).Round(time.Millisecond))
 	if diff := cmp.Diff(before, leases()); diff != "" {
 		t.Errorf("leases moved across the restart (-before +after); the test is meant to keep the owners:\n%s", diff)
@@ -247,17 +246,8 @@ func TestDoorbellAfterRedisRestart(t *testing.T) {
 	// Idle again: one more event per key is still a wake-up away.
 	time.Sleep(300 * time.Millisecond)
 	start = time.Now()
-	for _, k := range keys {
-		publish(t, b, d, k, 2, false)
-	}
-	testkit.WaitFor(t, 3*time.Second, "the next events handled", func() bool {
-		for _, k := range keys {
-			if h.count(k) < 3 {
-				return false
-			}
-		}
-		return true
-	})
+	publishRound(2)
+	testkit.WaitFor(t, 3*time.Second, "the next events handled", roundHandled(2))
 	t.Logf("next round handled within %v", time.Since(start).Round(time.Millisecond))
 }
 
@@ -266,11 +256,7 @@ func TestDoorbellAfterRedisRestart(t *testing.T) {
 func TestDoorbellUnsubscribesOnExit(t *testing.T) { onBothWakeups(t, testDoorbellUnsubscribesOnExit) }
 
 func testDoorbellUnsubscribesOnExit(t *testing.T, mode string) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	b := NewRedisBroker(srv.Client(t))
-	var h handledCounter
-	d := testDomain(t, h.handle, nil)
+	srv, rdb, b, d, h := startCounting(t, redistest.Options{})
 	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
 		c.Timing = fastTiming(2 * time.Second)
 		c.Timing.ReapIdle = 1500 * time.Millisecond

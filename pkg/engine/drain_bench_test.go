@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -20,25 +19,12 @@ func BenchmarkDrainKeys(b *testing.B) {
 
 func benchDrainKeys(b *testing.B, tgt *benchTarget) {
 	keys := envInt("SEQCTL_BENCH_DRAIN_KEYS", 10_000)
-	t := newTPTracker(keys, keys, 0)
-	d := testDomain(b, t.handle, nil)
-	pubRate := publishAll(b, tgt.admin, d, keys, keys, 0)
-	b.Logf("published %d events over %d keys at %.0f ev/s (publishing is not measured)", keys, keys, pubRate)
-	tgt.resetStats(b)
-
-	var rt atomic.Int64
-	stop := startProfile(b)
-	s0 := snapRedis(b, tgt)
-	c0 := readCPU(s0)
+	r := startTPRun(b, tgt, keys, keys, 0)
+	t := r.t
 	start := time.Now()
-	e1 := benchEngine(b, tgt, d, "bench-a", &rt)
-	e2 := benchEngine(b, tgt, d, "bench-b", &rt)
-	if !waitUntil(120*time.Second, func() bool { return t.unique.Load() >= int64(keys) }) {
-		b.Logf("TIME LIMIT: handled %d of %d in 120s", t.unique.Load(), keys)
-	}
-	s1 := snapRedis(b, tgt)
-	c1 := readCPU(s1)
-	stop()
+	e1 := benchEngine(b, tgt, r.d, "bench-a", &r.rt)
+	e2 := benchEngine(b, tgt, r.d, "bench-b", &r.rt)
+	s1, c1 := r.finish(b, tgt)
 
 	handled := t.unique.Load()
 	drain := -1.0
@@ -46,21 +32,11 @@ func benchDrainKeys(b *testing.B, tgt *benchTarget) {
 		drain = t.base.Add(time.Duration(t.last.Load())).Sub(start).Seconds()
 	}
 	first := t.base.Add(time.Duration(t.first.Load())).Sub(start).Seconds()
-	bd, total := callsBetween(s0, s1)
 	b.Logf("owned per instance: %v; first handler start %.2fs after the start, last handler end %.2fs", ownedBy(e1, e2), first, drain)
-	b.Logf("redis calls per event: %s", breakdown(bd, float64(max(handled, 1)), "calls/ev"))
-	b.Logf("redis time per event: %s", breakdown(usecBetween(s0, s1), float64(max(handled, 1)), "µs/ev; a script's time includes its calls"))
-	b.ReportMetric(0, "ns/op")
+	r.report(b, s1, c1, handled)
 	b.ReportMetric(drain, "drain_s")
 	b.ReportMetric(first, "first_s")
 	if drain > 0 {
 		b.ReportMetric(float64(keys)/drain, "ev/s")
 	}
-	b.ReportMetric(float64(int64(keys)-handled), "loss")
-	b.ReportMetric(float64(t.dups.Load()), "dups")
-	b.ReportMetric(float64(t.inversions.Load()), "inversions")
-	b.ReportMetric(float64(total)/float64(max(handled, 1)), "cmd/ev")
-	b.ReportMetric(float64(rt.Load())/float64(max(handled, 1)), "rt/ev")
-	b.ReportMetric(1e6*(c1.redis-c0.redis)/float64(max(handled, 1)), "rcpu_us/ev")
-	c0.report(b, c1)
 }

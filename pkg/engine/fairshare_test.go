@@ -136,11 +136,8 @@ func (c *leaseCounter) LeaseAcquired(string) { c.n.Add(1) }
 // Two instances started back to back share the partitions from their first passes: no
 // instance takes everything and hands half over a discovery interval later.
 func TestStartTogetherTakesFairShares(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
 	const parts = 64
-	publishPayloads(t, rdb, d, keysOf(parts))
+	srv, _, d := startBacklog(t, parts)
 	var taken leaseCounter
 	start := time.Now()
 	var es []*Engine
@@ -170,10 +167,7 @@ func TestStartTogetherTakesFairShares(t *testing.T) {
 // A lone instance owns every partition on its first pass, a start-up settle (at most
 // 250 ms at the default 2 s interval) after Start.
 func TestLoneInstanceOwnsAllOnFirstPass(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	d := testDomain(t, func(context.Context, Event) error { return nil }, nil)
-	publishPayloads(t, rdb, d, keysOf(64))
+	srv, _, d := startBacklog(t, 64)
 	start := time.Now()
 	e := startEngineWith(t, srv, d, "alone", func(c *EngineConfig) { c.DiscoveryInterval = 2 * time.Second })
 	testkit.WaitFor(t, 2*time.Second, "every partition owned before a second pass", func() bool { return len(e.Owned()) == 64 })

@@ -132,6 +132,12 @@ func startEngineOn(tb testing.TB, tg redisTarget, d *Domain, id string, mod func
 	if mod != nil {
 		mod(&cfg)
 	}
+	return runEngine(tb, cfg)
+}
+
+// runEngine creates an engine with cfg and starts it; it is shut down at cleanup.
+func runEngine(tb testing.TB, cfg EngineConfig) *Engine {
+	tb.Helper()
 	e, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)

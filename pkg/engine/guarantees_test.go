@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -344,28 +346,38 @@ func TestGracefulHandOverKeepsAttemptCounts(t *testing.T) {
 		publish(t, b, d1, "A", i, false)
 	}
 	<-started // event 0 in flight, 1..5 read in the same batch
-	var mu sync.Mutex
-	attempts := map[int]int{}
-	d2 := testDomain(t, func(ctx context.Context, ev Event) error {
-		dl, _ := DeliveryFrom(ctx)
-		var p testPayload
-		_ = json.Unmarshal(ev.Data, &p)
-		mu.Lock()
-		attempts[p.Seq] = dl.Attempt
-		mu.Unlock()
-		return nil
-	}, nil)
 	go func() { time.Sleep(100 * time.Millisecond); close(release) }()
 	if err := e1.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	startEngine(t, srv, d2, "i2", 2*time.Second)
-	testkit.WaitFor(t, 5*time.Second, "the rest handled by i2", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) == 5 })
-	mu.Lock()
-	defer mu.Unlock()
+	attempts := nextOwnerAttempts(t, srv, 5, "the rest handled by i2", func(ev Event) int {
+		var p testPayload
+		_ = json.Unmarshal(ev.Data, &p)
+		return p.Seq
+	})
 	if diff := cmp.Diff(map[int]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 1}, attempts); diff != "" {
 		t.Errorf("attempt numbers after a graceful hand-over (-want +got):\n%s", diff)
 	}
+}
+
+// nextOwnerAttempts starts the instance i2 on srv, waits until it delivered n events,
+// and returns the attempt each was delivered at, by the key that of gives the event.
+func nextOwnerAttempts[K comparable](t *testing.T, srv *redistest.Server, n int, what string, of func(Event) K) map[K]int {
+	t.Helper()
+	var mu sync.Mutex
+	attempts := map[K]int{}
+	d2 := testDomain(t, func(ctx context.Context, ev Event) error {
+		dl, _ := DeliveryFrom(ctx)
+		mu.Lock()
+		attempts[of(ev)] = dl.Attempt
+		mu.Unlock()
+		return nil
+	}, nil)
+	startEngine(t, srv, d2, "i2", 2*time.Second)
+	testkit.WaitFor(t, 5*time.Second, what, func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) == n })
+	mu.Lock()
+	defer mu.Unlock()
+	return maps.Clone(attempts)
 }
 
 // Two consumer groups of one instance waiting on the same idle stream are both woken by

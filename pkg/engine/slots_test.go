@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -184,25 +183,7 @@ func TestShutdownEndsSlotWaitsWithoutAnAttempt(t *testing.T) {
 	if len(started) != 0 {
 		t.Fatalf("a waiting partition started its handler during shutdown: %s", <-started)
 	}
-	var mu sync.Mutex
-	attempts := map[string]int{}
-	d2 := testDomain(t, func(ctx context.Context, ev Event) error {
-		dl, _ := DeliveryFrom(ctx)
-		var p testPayload
-		_ = json.Unmarshal(ev.Data, &p)
-		mu.Lock()
-		attempts[ev.Key] = dl.Attempt
-		mu.Unlock()
-		return nil
-	}, nil)
-	startEngine(t, srv, d2, "i2", 2*time.Second)
-	testkit.WaitFor(t, 5*time.Second, "the waiting partitions handled by i2", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(attempts) == 3
-	})
-	mu.Lock()
-	defer mu.Unlock()
+	attempts := nextOwnerAttempts(t, srv, 3, "the waiting partitions handled by i2", func(ev Event) string { return ev.Key })
 	want := map[string]int{}
 	for _, k := range keys {
 		if k != first {

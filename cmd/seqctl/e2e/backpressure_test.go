@@ -131,17 +131,8 @@ func (f *fixture) publishFast(keys []string) {
 // readHandled parses the handler's "INSTANCE KEY" lines: key -> instances that ran it.
 func readHandled(t *testing.T, dir string) map[string][]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "handled"))
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	if i := strings.LastIndexByte(string(b), '\n'); i >= 0 {
-		b = b[:i+1] // a last line without its newline is still being written
-	} else {
-		b = nil
-	}
 	out := map[string][]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	for _, line := range completeLines(t, filepath.Join(dir, "handled")) {
 		if in, k, ok := strings.Cut(line, " "); ok {
 			out[k] = append(out[k], in)
 		}

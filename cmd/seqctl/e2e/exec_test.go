@@ -10,25 +10,13 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/internal/testkit"
-	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // readExecLog parses the exec handler's log ("KEY SEQ" lines) per key, in order.
 func readExecLog(t *testing.T, dir string) map[string][]int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "log"))
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	// Handlers append while the test reads: a last line without its newline is still
-	// being written.
-	if i := strings.LastIndexByte(string(b), '\n'); i >= 0 {
-		b = b[:i+1]
-	} else {
-		b = nil
-	}
 	out := map[string][]int{}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	for _, line := range completeLines(t, filepath.Join(dir, "log")) {
 		k, s, ok := strings.Cut(line, " ")
 		if !ok {
 			continue
@@ -40,6 +28,17 @@ func readExecLog(t *testing.T, dir string) map[string][]int {
 		out[k] = append(out[k], n)
 	}
 	return out
+}
+
+// lockScript is the substitution that makes exec.domain.toml deliver to lock.sh, the
+// exec handler that takes a per-key lock and logs what it ran.
+func lockScript(t *testing.T) map[string]string {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join(fixtures, "lock.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{"SCRIPT": script}
 }
 
 func lineCount(m map[string][]int) int {
@@ -55,11 +54,7 @@ func lineCount(m map[string][]int) int {
 // publish order and no two events overlap; different keys do overlap; SIGKILL of one
 // process mid-stream loses nothing.
 func TestRunExecTwoInstancesOrderAndCrash(t *testing.T) {
-	script, err := filepath.Abs(filepath.Join(fixtures, "lock.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	subst := map[string]string{"SCRIPT": script}
+	subst := lockScript(t)
 	t.Run("node", func(t *testing.T) { execOrderAndCrash(t, newFixture(t, "exec.domain.toml", subst)) })
 	// seqctl run and seqctl publish with --cluster, on a 3-master Redis Cluster.
 	t.Run("cluster", func(t *testing.T) { execOrderAndCrash(t, newClusterFixture(t, "exec.domain.toml", subst)) })
@@ -98,12 +93,8 @@ func execOrderAndCrash(t *testing.T, f *fixture) {
 
 // ownersOf returns the set of instances owning the keys' partitions.
 func (f *fixture) ownersOf(keys []string) map[string]bool {
-	streams := make([]string, len(keys))
-	for i, k := range keys {
-		streams[i] = keyspace.For(f.rdb).PartitionStream("step", k)
-	}
 	out := map[string]bool{}
-	for _, o := range f.leaseOwners(streams) {
+	for _, o := range f.leaseOwners(f.streamsOf(keys)) {
 		if o != "" {
 			out[o] = true
 		}
@@ -114,8 +105,7 @@ func (f *fixture) ownersOf(keys []string) map[string]bool {
 // TestRunSecondSignalForcesExit checks that a second SIGTERM ends the process at once
 // with status 1 and kills the running exec command's process group.
 func TestRunSecondSignalForcesExit(t *testing.T) {
-	script, _ := filepath.Abs(filepath.Join(fixtures, "lock.sh"))
-	f := newFixture(t, "exec.domain.toml", map[string]string{"SCRIPT": script})
+	f := newFixture(t, "exec.domain.toml", lockScript(t))
 	a := f.run("a", []string{"SEQTEST_SLEEP=30"}, "--shutdown-timeout", "60s")
 	a.waitReady(10 * time.Second)
 	f.publish([]step{{"k0", 1}})

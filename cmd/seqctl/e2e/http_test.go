@@ -219,10 +219,7 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 	a, b := f.runTwo(env)
 	f.publish(steps(keys, 1, 20)) // 3 s of work per key: in flight at the SIGTERM
 
-	streams := make([]string, len(keys))
-	for i, k := range keys {
-		streams[i] = "step:" + k
-	}
+	streams := f.streamsOf(keys)
 	var ofA []string
 	testkit.WaitFor(t, 15*time.Second, "both instances to own partitions", func() bool {
 		ofA = ofA[:0]

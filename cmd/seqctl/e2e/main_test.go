@@ -307,6 +307,22 @@ func keyNames(prefix string, n int) []string {
 	return out
 }
 
+// completeLines returns the lines of a file that handlers append to while the test reads
+// it: a last line without its newline is still being written and is left out. A file
+// not written yet has none.
+func completeLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	i := bytes.LastIndexByte(b, '\n')
+	if i < 0 {
+		return nil
+	}
+	return strings.Split(string(b[:i]), "\n")
+}
+
 // firstOccurrences reduces each key's log to the first occurrence of every seq (an event
 // redelivered after a failover may appear twice).
 func firstOccurrences(log map[string][]int) map[string][]int {
@@ -348,6 +364,15 @@ func complete(log map[string][]int, keys []string, n int) bool {
 		}
 	}
 	return true
+}
+
+// streamsOf returns the partition streams of the keys in category step.
+func (f *fixture) streamsOf(keys []string) []string {
+	streams := make([]string, len(keys))
+	for i, k := range keys {
+		streams[i] = keyspace.For(f.rdb).PartitionStream("step", k)
+	}
+	return streams
 }
 
 // leaseOwners returns, for each given partition stream, the instance id holding

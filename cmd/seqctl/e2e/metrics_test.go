@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -47,8 +46,7 @@ var labelRE = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
 // TestRunMetricsScrape: /metrics exposes the documented metrics, no label value carries
 // a partition key, and /healthz and /readyz answer.
 func TestRunMetricsScrape(t *testing.T) {
-	script, _ := filepath.Abs(filepath.Join(fixtures, "lock.sh"))
-	f := newFixture(t, "exec.domain.toml", map[string]string{"SCRIPT": script})
+	f := newFixture(t, "exec.domain.toml", lockScript(t))
 	a := f.run("a", []string{"SEQTEST_SLEEP=0"}, "--metrics-addr", "127.0.0.1:0")
 	base := metricsAddr(t, a)
 	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok\n" {
@@ -133,8 +131,7 @@ func TestRunMetricsScrape(t *testing.T) {
 // TestRunWaitsForRedis checks that 'seqctl run' started while Redis is down says so in
 // its log, keeps trying, and runs once Redis is back.
 func TestRunWaitsForRedis(t *testing.T) {
-	script, _ := filepath.Abs(filepath.Join(fixtures, "lock.sh"))
-	f := newFixture(t, "exec.domain.toml", map[string]string{"SCRIPT": script})
+	f := newFixture(t, "exec.domain.toml", lockScript(t))
 	f.srv.Kill()
 	a := f.run("a", nil, "--metrics-addr", "127.0.0.1:0")
 	base := metricsAddr(t, a)

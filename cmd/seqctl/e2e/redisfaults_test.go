@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
-	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -47,10 +45,7 @@ func TestRunSurvivesRedisRestartsWithAOF(t *testing.T) {
 	f := newFixtureWith(t, "http.domain.toml", map[string]string{"URL": hs.URL}, redistest.Options{AOF: true})
 	env := []string{"E2E_SECRET=" + secret}
 	keys := keyNames("r", 8)
-	streams := make([]string, len(keys))
-	for i, k := range keys {
-		streams[i] = "step:" + k
-	}
+	streams := f.streamsOf(keys)
 	a, b := f.runTwo(env)
 
 	const perRound = 20 // 20 x 20 ms per key: still in flight when Redis stops
@@ -109,32 +104,12 @@ func TestRunPermanentRedisErrorsExit(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cmd := exec.Command(seqctlBin, "run", "--config", f.config, "--redis-url", c.url, "--instance-id", "x")
-			cmd.Env = append(os.Environ(), "E2E_SECRET=x", config.EnvRedisURL+"=")
-			start := time.Now()
-			out, err := runWithTimeout(cmd, 10*time.Second)
-			took := time.Since(start)
-			code := -1
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			} else if err == nil {
-				code = 0
-			}
-			if code != 1 {
-				t.Fatalf("exit %d (err %v), want 1; output:\n%s", code, err, out)
-			}
-			if took > 5*time.Second {
-				t.Errorf("took %v to exit, want at most 5s", took)
-			}
+			out, code, took := seqctlCmdWithin(t, 10*time.Second, []string{"E2E_SECRET=x"},
+				"run", "--config", f.config, "--redis-url", c.url, "--instance-id", "x")
+			checkQuickExit1(t, out, code, took, c.want)
 			if strings.Contains(out, "wrong") && c.name == "wrong password" {
 				t.Errorf("the password appears in the output:\n%s", out)
 			}
-			for _, w := range c.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("output does not mention %q:\n%s", w, out)
-				}
-			}
-			t.Logf("exit 1 after %v: %s", took.Round(time.Millisecond), lastLine(out))
 		})
 	}
 }
@@ -155,6 +130,24 @@ func runWithTimeout(cmd *exec.Cmd, d time.Duration) (string, error) {
 		<-done
 		return b.String(), context.DeadlineExceeded
 	}
+}
+
+// checkQuickExit1 fails the test unless a seqctl command exited 1 within 5 s with an
+// output that mentions each of want, and logs how it ended.
+func checkQuickExit1(t *testing.T, out string, code int, took time.Duration, want []string) {
+	t.Helper()
+	if code != 1 {
+		t.Fatalf("exit %d, want 1; output:\n%s", code, out)
+	}
+	if took > 5*time.Second {
+		t.Errorf("took %v to exit, want at most 5s", took)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("output does not mention %q:\n%s", w, out)
+		}
+	}
+	t.Logf("exit 1 after %v: %s", took.Round(time.Millisecond), lastLine(out))
 }
 
 func lastLine(s string) string {
