@@ -300,15 +300,13 @@ func authProblem(err error) bool {
 	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "28") || pe.Code == "3D000")
 }
 
+// sleep waits d, or until ctx ends; it reports whether ctx is still live.
 func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+	case <-time.After(d):
 	}
+	return ctx.Err() == nil
 }
 
 // typedParams gives a PostgreSQL statement a type for each of the five parameters, in a

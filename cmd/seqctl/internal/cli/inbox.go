@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -107,11 +106,7 @@ Run it from time to time (a cron job) when partitions come and go. With -o json 
 }
 
 func inboxPruneRun(ctx context.Context, opts *InboxOptions) error {
-	cfg, err := loadConfigFile(configOrDefault(opts.Global.ConfigPath))
-	if err != nil {
-		return err
-	}
-	conn, err := resolveRedis(opts.Global.redisFlags(), cfg, os.Getenv)
+	_, conn, err := opts.Global.configRedis()
 	if err != nil {
 		return err
 	}

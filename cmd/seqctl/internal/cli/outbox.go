@@ -154,11 +154,7 @@ seqctl run starts the same relay when [outbox] is configured.`,
 }
 
 func relayRun(ctx context.Context, opts *OutboxOptions) error {
-	cfg, err := loadConfigFile(configOrDefault(opts.Global.ConfigPath))
-	if err != nil {
-		return err
-	}
-	conn, err := resolveRedis(opts.Global.redisFlags(), cfg, os.Getenv)
+	cfg, conn, err := opts.Global.configRedis()
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -30,6 +31,17 @@ type redisFlags struct {
 	URL     string
 	Cluster bool
 	TLS     config.TLSConfig
+}
+
+// configRedis loads the command's config file (domain.toml when --config is not given)
+// and resolves its Redis from the flags, the environment and that file.
+func (g GlobalOptions) configRedis() (*config.Config, *redisConn, error) {
+	cfg, err := loadConfigFile(configOrDefault(g.ConfigPath))
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := resolveRedis(g.redisFlags(), cfg, os.Getenv)
+	return cfg, conn, err
 }
 
 // redisFlags returns the connection flags among the global ones.
