@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -41,6 +42,9 @@ type PublishOptions struct {
 	Output string
 	// ProgressTTY says stderr is a terminal: a file publish draws a progress bar there.
 	ProgressTTY bool
+	// RetryFor is how long an event is published again while Redis does not answer or
+	// is loading its data (--retry-for; 0 stops at the first failure).
+	RetryFor time.Duration
 }
 
 func newCmdPublish(f *Factory, runF func(*PublishOptions) error) *cobra.Command {
@@ -75,8 +79,13 @@ A bad line (not JSON, unknown event, invalid key) is reported as FILE:LINE: reas
 stderr, nothing is written for it, and publishing continues with the next line; at the
 end a summary is printed and the exit status is 2 if any line failed. On a terminal a
 progress bar is drawn on stderr. On a pipe each published event prints a row
-LINE<TAB>STREAM<TAB>ENTRY_ID<TAB>EVENT_ID; -o json prints one summary object. If Redis
-fails mid-file, publishing stops there (exit status 1): the summary says how far it got.`,
+LINE<TAB>STREAM<TAB>ENTRY_ID<TAB>EVENT_ID; -o json prints one summary object.
+
+While Redis does not answer or is still loading its data (a restart, a failover), the
+event is published again, with the same event id, for up to --retry-for (15s by
+default; a line on stderr says so): Redis keeps an event id's first append, so an
+attempt that did land is not appended twice. If Redis is still unavailable after that,
+publishing stops there (exit status 1) and the summary says how far it got.`,
 		Example: `  # one event (--config, --redis-url and -o are global flags)
   $ seqctl publish --config domain.toml --event OrderPlaced \
       --data '{"order_id":"o-1","client_id":"c-1","total":12}'
@@ -101,6 +110,7 @@ fails mid-file, publishing stops there (exit status 1): the summary says how far
 	fl.StringVarP(&opts.Data, "data", "d", "", "the JSON payload, or @FILE for a JSON Lines file (@- for stdin)")
 	fl.IntVar(&opts.Priority, "priority", 0, "lane priority (below the [server.priority_lanes] threshold goes to the backfill lane)")
 	fl.StringVar(&opts.ID, "id", "", "event id (default: a random UUID); one event only")
+	fl.DurationVar(&opts.RetryFor, "retry-for", 15*time.Second, "how long to publish an event again while Redis does not answer or is loading (0: stop at the first failure)")
 	if f, ok := f.IOStreams.ErrOut.(*os.File); ok {
 		opts.ProgressTTY = term.IsTerminal(int(f.Fd()))
 	}
@@ -149,6 +159,12 @@ type publisher struct {
 	dom    *engine.Domain
 	broker *engine.RedisBroker
 	redis  *redisConn // to explain a connection failure; nil in tests
+	// retryFor bounds how long one event is published again while Redis is unavailable;
+	// retrying is said once on errOut (before it, clear clears a progress bar).
+	retryFor time.Duration
+	errOut   io.Writer
+	clear    func()
+	retried  bool
 }
 
 // route validates an event without touching Redis. Its errors speak of the user's event,
@@ -250,10 +266,44 @@ func (p *publisher) publish(ctx context.Context, r engine.Route, eventType, id s
 	}
 	ev := engine.Event{ID: id, Type: eventType, Category: r.Category, Key: r.Key, Data: data, Priority: priority}
 	pub, err := p.broker.PublishRouted(ctx, r, ev, 0)
+	for wait, until := 100*time.Millisecond, time.Now().Add(p.retryFor); err != nil && redisUnavailable(err) && time.Now().Before(until); wait = min(2*wait, 2*time.Second) {
+		if !p.retried && p.errOut != nil {
+			p.retried = true
+			if p.clear != nil {
+				p.clear()
+			}
+			fmt.Fprintf(p.errOut, "seqctl: Redis is not available (%v); publishing again with the same event id for up to %s (--retry-for)\n", err, p.retryFor)
+		}
+		select {
+		case <-ctx.Done():
+			return publishResult{}, err
+		case <-time.After(min(wait, time.Until(until))):
+		}
+		pub, err = p.broker.PublishRouted(ctx, r, ev, 0)
+	}
 	if err != nil {
 		return publishResult{}, err
 	}
 	return publishResult{EventID: pub.EventID, Type: eventType, Category: pub.Category, Key: pub.Key, Stream: pub.Stream, EntryID: pub.EntryID}, nil
+}
+
+// redisUnavailable reports whether a publish failed because Redis did not answer or
+// was not ready to (loading its data after a restart, a cluster or failover not settled):
+// a state that passes, unlike a refusal (out of memory, no permission).
+func redisUnavailable(err error) bool {
+	if errors.Is(err, engine.ErrRedisUnavailable) {
+		return true
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range []string{"LOADING ", "TRYAGAIN ", "CLUSTERDOWN ", "MASTERDOWN ", "READONLY "} {
+		if strings.HasPrefix(re.Error(), p) {
+			return true
+		}
+	}
+	return false
 }
 
 // newPublisher loads the config and connects the broker (lazily: go-redis dials on the
@@ -279,7 +329,8 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 	routeRedisLogs(nil)
 	rdb := conn.newClient()
 	broker := engine.NewRedisBroker(rdb).WithReplicas(cfg.Broker.MinReplicas, cfg.Broker.ReplicaTimeout)
-	return &publisher{dom: dom, broker: broker, redis: conn}, func() { _ = rdb.Close() }, nil
+	return &publisher{dom: dom, broker: broker, redis: conn, retryFor: opts.RetryFor, errOut: opts.IO.ErrOut},
+		func() { _ = rdb.Close() }, nil
 }
 
 func publishRun(ctx context.Context, opts *PublishOptions) error {
@@ -391,6 +442,7 @@ func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error 
 		rows:      bufio.NewWriter(opts.IO.Out),
 		printRows: !structured(opts.Output) && !opts.IO.IsTerminal,
 	}
+	p.clear = f.bar.clear
 	start := time.Now()
 	abort := f.publishLines(ctx, in)
 	f.bar.done()

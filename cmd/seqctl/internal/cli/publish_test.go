@@ -3,10 +3,12 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -22,16 +24,16 @@ func TestPublishParse(t *testing.T) {
 		{
 			name: "one event",
 			argv: []string{"--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`, "--priority", "-1", "--id", "e-1"},
-			want: PublishOptions{ConfigPath: "domain.toml", Event: "OrderPlaced", Data: `{"client_id":"c-1"}`, Priority: -1, ID: "e-1"},
+			want: PublishOptions{ConfigPath: "domain.toml", Event: "OrderPlaced", Data: `{"client_id":"c-1"}`, Priority: -1, ID: "e-1", RetryFor: 15 * time.Second},
 		},
 		{
 			name: "a file of payloads",
 			argv: []string{"--config", "d.toml", "-e", "OrderPlaced", "-d", "@orders.jsonl", "-o", "json", "--redis-url", "redis://x:1/2"},
-			want: PublishOptions{ConfigPath: "d.toml", Event: "OrderPlaced", Data: "@orders.jsonl", Output: "json", Redis: redisFlags{URL: "redis://x:1/2"}},
+			want: PublishOptions{ConfigPath: "d.toml", Event: "OrderPlaced", Data: "@orders.jsonl", Output: "json", Redis: redisFlags{URL: "redis://x:1/2"}, RetryFor: 15 * time.Second},
 		},
 		{
 			name: "a file of event lines",
-			argv: []string{"--data", "@-"},
+			argv: []string{"--data", "@-", "--retry-for", "0"},
 			want: PublishOptions{ConfigPath: "domain.toml", Data: "@-"},
 		},
 		{name: "no data", argv: []string{"--event", "OrderPlaced"}, wantErr: "--data is required"},
@@ -44,7 +46,7 @@ func TestPublishParse(t *testing.T) {
 		{
 			name: "table output is text",
 			argv: []string{"--event", "X", "--data", "{}", "-o", "table"},
-			want: PublishOptions{ConfigPath: "domain.toml", Event: "X", Data: "{}", Output: "table"},
+			want: PublishOptions{ConfigPath: "domain.toml", Event: "X", Data: "{}", Output: "table", RetryFor: 15 * time.Second},
 		},
 		{name: "bad priority", argv: []string{"--event", "X", "--data", "{}", "--priority", "high"}, wantErr: `invalid argument "high"`},
 	}, cmpopts.IgnoreFields(PublishOptions{}, "IO"))
@@ -311,12 +313,55 @@ func TestPublishFile(t *testing.T) {
 	})
 }
 
+// A Redis that does not answer: with --retry-for 0 the publish fails at once; otherwise
+// it says it publishes again, and fails once --retry-for has passed.
 func TestPublishRedisDown(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	cfg := writeDomain(t, "publish")
-	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", "redis://127.0.0.1:1/0", "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)
-	if res.Code != ExitFailure || !strings.Contains(res.Stderr, "redis unavailable") {
-		t.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
+	for _, retry := range []string{"0", "300ms"} {
+		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", "redis://127.0.0.1:1/0", "--retry-for", retry,
+			"--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)
+		if res.Code != ExitFailure || !strings.Contains(res.Stderr, "redis unavailable") {
+			t.Errorf("--retry-for %s: exit %d, stderr %q", retry, res.Code, res.Stderr)
+		}
+		said := strings.Contains(res.Stderr, "publishing again with the same event id for up to 300ms (--retry-for)")
+		if said != (retry != "0") {
+			t.Errorf("--retry-for %s: the retry is said %v, want %v: %q", retry, said, retry != "0", res.Stderr)
+		}
+	}
+}
+
+// A file published while Redis restarts: each event is published again, with its id,
+// until Redis answers, and every line is published exactly once.
+func TestPublishFileRidesOutARedisRestart(t *testing.T) {
+	t.Setenv(config.EnvRedisURL, "")
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	cfg := writeDomain(t, "publish")
+	var b strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&b, `{"order_id":"o-%d","client_id":"c-%d"}`+"\n", i, i%5)
+	}
+	file := filepath.Join(t.TempDir(), "orders.jsonl")
+	writeFile(t, file, b.String())
+	srv.Stop()
+	done := make(chan result, 1)
+	go func() {
+		done <- runCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.URL, "--event", "OrderPlaced", "--data", "@"+file)
+	}()
+	time.Sleep(3 * time.Second) // longer than go-redis's own retries of a failed dial
+	srv.StartAgain()
+	res := <-done
+	if res.Code != 0 || !strings.Contains(res.Stderr, "publishing again with the same event id") {
+		t.Fatalf("exit %d, stderr:\n%s", res.Code, res.Stderr)
+	}
+	ctx := context.Background()
+	var total int64
+	for i := range 5 {
+		total += rdb.XLen(ctx, fmt.Sprintf("order:c-%d", i)).Val()
+	}
+	if total != 50 {
+		t.Errorf("%d entries in the streams, want the file's 50", total)
 	}
 }
 
