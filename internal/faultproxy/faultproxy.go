@@ -25,6 +25,7 @@ type Proxy struct {
 	dropOn   []byte        // command bytes whose reply is dropped, nil for none; guarded by mu
 	dropLeft int           // how many more replies to drop; guarded by mu
 	dropped  int           // replies dropped so far; guarded by mu
+	turns    int           // client writes that followed a reply (round trips); guarded by mu
 	conns    map[net.Conn]bool
 }
 
@@ -88,6 +89,16 @@ func (p *Proxy) DropReplyAfter(marker []byte, n int) {
 	p.dropOn, p.dropLeft = append([]byte(nil), marker...), n
 }
 
+// RoundTrips returns how many times a client wrote after the server had answered it, over
+// every link so far: the round trips of a request-reply protocol (each client's first
+// write, before any answer, is not counted; a protocol whose server speaks first, such as
+// a PostgreSQL login, counts that exchange too).
+func (p *Proxy) RoundTrips() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.turns
+}
+
 // Dropped returns how many replies were dropped.
 func (p *Proxy) Dropped() int {
 	p.mu.Lock()
@@ -133,6 +144,7 @@ type link struct {
 
 	mu       sync.Mutex
 	dropNext bool // the reply to the last forwarded write is to be dropped; guarded by mu
+	answered bool // the server wrote since the client last did; guarded by mu
 }
 
 func (l *link) close() {
@@ -147,7 +159,14 @@ func (l *link) close() {
 // up forwards client -> server, marking the link when a write carries the drop marker.
 func (l *link) up() {
 	l.pump(l.client, l.server, func(b []byte) bool {
+		l.mu.Lock()
+		turn := l.answered
+		l.answered = false
+		l.mu.Unlock()
 		l.p.mu.Lock()
+		if turn {
+			l.p.turns++
+		}
 		if l.p.dropLeft > 0 && bytes.Contains(b, l.p.dropOn) {
 			l.p.dropLeft--
 			l.mu.Lock()
@@ -164,6 +183,7 @@ func (l *link) down() {
 	l.pump(l.server, l.client, func([]byte) bool {
 		l.mu.Lock()
 		drop := l.dropNext
+		l.answered = true
 		l.mu.Unlock()
 		if drop {
 			l.p.mu.Lock()

@@ -147,7 +147,7 @@ func buildOne(path, name string, dc *config.DeliverConfig, opt BindOptions) (eng
 			return nil, Binding{}, problems
 		}
 		sink, err := inbox.NewSink(inbox.SinkConfig{Handler: name, DSN: SQLDSN(dc.SQL, opt), Statement: dc.SQL.Statement,
-			Table: dc.SQL.Table, Timeout: dc.Timeout, Logger: opt.Logger})
+			Table: dc.SQL.Table, Timeout: dc.Timeout, Conns: dc.Limit(), Logger: opt.Logger})
 		if err != nil {
 			return nil, Binding{}, []config.Problem{{Path: path + ".deliver.sql.statement", Message: err.Error()}}
 		}

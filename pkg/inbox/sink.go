@@ -23,6 +23,10 @@ import (
 	"github.com/seqctl/seqctl/pkg/redact"
 )
 
+// DefaultConns is a sink's connections when SinkConfig.Conns is not set: the default
+// concurrency of a SQL handler.
+const DefaultConns = 16
+
 // SinkConfig configures a SQL sink: one statement run per event, exactly once, through
 // the inbox (the [handlers.deliver.sql] table of domain.toml).
 type SinkConfig struct {
@@ -39,6 +43,10 @@ type SinkConfig struct {
 	Table string
 	// Timeout bounds one attempt (0: no bound but the engine's).
 	Timeout time.Duration
+	// Conns is the most connections the sink opens, and keeps open between events: the
+	// handler's concurrency limit (default DefaultConns). With fewer kept idle than
+	// events in flight, most transactions would open a connection of their own.
+	Conns int
 	// Logger receives one line per change of the database's reachability.
 	Logger *slog.Logger
 }
@@ -64,6 +72,9 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Conns <= 0 {
+		cfg.Conns = DefaultConns
 	}
 	n, err := highestParam(cfg.Statement)
 	if err != nil {
@@ -92,6 +103,8 @@ func (s *Sink) Start(ctx context.Context) error {
 		return fmt.Errorf("handler %s: %w", s.cfg.Handler, err)
 	}
 	if dialect == outbox.Postgres {
+		db.SetMaxOpenConns(s.cfg.Conns)
+		db.SetMaxIdleConns(s.cfg.Conns)
 		if typed, ok := typedParams(s.cfg.Statement); ok {
 			s.sql, s.params = typed, 5
 		}
