@@ -118,7 +118,7 @@ func sinkRun(b *testing.B, kind string, maxUnacked, events int) {
 
 	srv := redistest.Start(b)
 	rdb := srv.Client(b)
-	dom := benchDomain(b, handler)
+	dom := orderDomain(b, handler)
 	publishAll(b, rdb, dom, events)
 	trips := proxy.RoundTrips()
 	start := time.Now()
@@ -145,26 +145,14 @@ func sinkRun(b *testing.B, kind string, maxUnacked, events int) {
 	b.ReportMetric(took.Seconds()*1e6/float64(events), "µs/ev")
 }
 
-func benchDomain(b *testing.B, fn engine.HandlerFunc) *engine.Domain {
-	d := engine.NewDomain("bench").
-		AddEvent(engine.EventType{Name: "OrderPlaced", Category: "order", Fields: []string{"order_id", "client_id"}}).
-		AddHandler(engine.Handler{Name: "Projector", Kind: engine.EventHandlerKind, PartOf: "order",
-			Handles: []string{"OrderPlaced"}, SequentialBy: "client_id", Func: fn})
-	if err := d.Init(engine.NewRedisBroker(nil)); err != nil {
-		b.Fatal(err)
-	}
-	return d
-}
-
 // publishAll publishes events over 64 keys, one Publish each.
 func publishAll(b *testing.B, rdb *redis.Client, dom *engine.Domain, events int) {
 	br := engine.NewRedisBroker(rdb)
 	ctx := context.Background()
 	for i := range events {
-		data, _ := json.Marshal(map[string]string{"order_id": fmt.Sprintf("o-%d", i), "client_id": fmt.Sprintf("c-%d", i%64)})
+		data, _ := json.Marshal(map[string]any{"order_id": fmt.Sprintf("o-%d", i), "client_id": fmt.Sprintf("c-%d", i%64), "seq": i / 64})
 		if _, err := br.Publish(ctx, dom, "OrderPlaced", data, engine.PublishOptions{SkipReplicaWait: true}); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
-

@@ -27,7 +27,9 @@ type order struct {
 	Seq    int    `json:"seq"`
 }
 
-func orderDomain(t *testing.T, fn engine.HandlerFunc) *engine.Domain {
+// orderDomain is a domain whose Projector handles OrderPlaced events with fn, one
+// partition per client_id.
+func orderDomain(t testing.TB, fn engine.HandlerFunc) *engine.Domain {
 	t.Helper()
 	d := engine.NewDomain("shop").
 		AddEvent(engine.EventType{Name: "OrderPlaced", Category: "order", Fields: []string{"client_id", "seq"}}).
