@@ -85,7 +85,9 @@ While Redis does not answer or is still loading its data (a restart, a failover)
 event is published again, with the same event id, for up to --retry-for (15s by
 default; a line on stderr says so): Redis keeps an event id's first append, so an
 attempt that did land is not appended twice. If Redis is still unavailable after that,
-publishing stops there (exit status 1) and the summary says how far it got.`,
+publishing stops there (exit status 1) and the summary says how far it got. A problem
+waiting cannot fix (a TLS handshake that fails, a TLS server spoken to in plain text)
+fails the first event at once.`,
 		Example: `  # one event (--config, --redis-url and -o are global flags)
   $ seqctl publish --config domain.toml --event OrderPlaced \
       --data '{"order_id":"o-1","client_id":"c-1","total":12}'
@@ -165,6 +167,7 @@ type publisher struct {
 	errOut   io.Writer
 	clear    func()
 	retried  bool
+	reached  bool // an event was published: Redis and the connection settings work
 }
 
 // route validates an event without touching Redis. Its errors speak of the user's event,
@@ -266,7 +269,7 @@ func (p *publisher) publish(ctx context.Context, r engine.Route, eventType, id s
 	}
 	ev := engine.Event{ID: id, Type: eventType, Category: r.Category, Key: r.Key, Data: data, Priority: priority}
 	pub, err := p.broker.PublishRouted(ctx, r, ev, 0)
-	for wait, until := 100*time.Millisecond, time.Now().Add(p.retryFor); err != nil && redisUnavailable(err) && time.Now().Before(until); wait = min(2*wait, 2*time.Second) {
+	for wait, until := 100*time.Millisecond, time.Now().Add(p.retryFor); err != nil && redisUnavailable(err, p.reached) && time.Now().Before(until); wait = min(2*wait, 2*time.Second) {
 		if !p.retried && p.errOut != nil {
 			p.retried = true
 			if p.clear != nil {
@@ -284,15 +287,20 @@ func (p *publisher) publish(ctx context.Context, r engine.Route, eventType, id s
 	if err != nil {
 		return publishResult{}, err
 	}
+	p.reached = true
 	return publishResult{EventID: pub.EventID, Type: eventType, Category: pub.Category, Key: pub.Key, Stream: pub.Stream, EntryID: pub.EntryID}, nil
 }
 
 // redisUnavailable reports whether a publish failed because Redis did not answer or
 // was not ready to (loading its data after a restart, a cluster or failover not settled):
-// a state that passes, unlike a refusal (out of memory, no permission).
-func redisUnavailable(err error) bool {
+// a state that passes, unlike a refusal (out of memory, no permission). Before anything
+// was published (reached false) only a refused connection counts: a failed TLS
+// handshake, a TLS server spoken to in plain text or a wrong address would not pass, and
+// fail at once.
+func redisUnavailable(err error, reached bool) bool {
 	if errors.Is(err, engine.ErrRedisUnavailable) {
-		return true
+		// The engine keeps the network error's text only.
+		return reached || strings.Contains(err.Error(), "connection refused")
 	}
 	var re redis.Error
 	if !errors.As(err, &re) {
