@@ -127,7 +127,8 @@ func DecodeHalt(m map[string]string) *Halt {
 }
 
 // Envelope is an event as a stream entry holds it (the README's envelope): the fields id,
-// type, category, key, data, priority and published_at.
+// type, category, key, data, priority and published_at, and the publisher's W3C trace
+// context (traceparent, tracestate) when it had one.
 type Envelope struct {
 	ID          string    // the event id (unique, assigned at publish when empty)
 	Type        string    // the event type name
@@ -136,6 +137,11 @@ type Envelope struct {
 	Data        []byte    // the JSON payload
 	PublishedAt time.Time // when it was published (Redis server time)
 	Priority    int       // lane priority; below the lanes threshold means backfill
+	// TraceParent and TraceState are the publisher's W3C trace context headers
+	// (https://www.w3.org/TR/trace-context/), "" without one. An entry whose traceparent
+	// is not a valid one decodes with both empty: trace context never stops an event.
+	TraceParent string
+	TraceState  string
 }
 
 // Envelope field names of a stream entry.
@@ -147,15 +153,25 @@ const (
 	FieldData        = "data"
 	FieldPriority    = "priority"
 	FieldPublishedAt = "published_at"
+	FieldTraceParent = "traceparent"
+	FieldTraceState  = "tracestate"
 )
 
 // Fields renders the envelope as field/value pairs for XADD, without published_at, which
 // the publish script sets from Redis TIME.
+// The trace context fields are written only when there is one.
 func (e Envelope) Fields() []any {
-	return []any{
+	f := []any{
 		FieldID, e.ID, FieldType, e.Type, FieldCategory, e.Category,
 		FieldKey, e.Key, FieldData, string(e.Data), FieldPriority, strconv.Itoa(e.Priority),
 	}
+	if e.TraceParent != "" {
+		f = append(f, FieldTraceParent, e.TraceParent)
+		if e.TraceState != "" {
+			f = append(f, FieldTraceState, e.TraceState)
+		}
+	}
+	return f
 }
 
 // DecodeEnvelope reads a stream entry. An entry without an id or a type is not a seqctl
@@ -173,10 +189,35 @@ func DecodeEnvelope(m redis.XMessage) (Envelope, error) {
 	if ms, err := strconv.ParseInt(str(FieldPublishedAt), 10, 64); err == nil {
 		e.PublishedAt = time.UnixMilli(ms)
 	}
+	if tp := str(FieldTraceParent); tp != "" && ValidTraceParent(tp) == nil {
+		e.TraceParent, e.TraceState = tp, str(FieldTraceState)
+	}
 	if e.ID == "" || e.Type == "" {
 		return e, fmt.Errorf("entry %s is not a seqctl envelope (missing id or type)", m.ID)
 	}
 	return e, nil
+}
+
+// ValidTraceParent checks a W3C traceparent header value of version 00:
+// "00-{32 hex trace id}-{16 hex parent span id}-{2 hex flags}", lowercase, with ids that
+// are not all zeros. It says what is wrong.
+func ValidTraceParent(tp string) error {
+	const form = "want 00-{32 hex digits}-{16 hex digits}-{2 hex digits}, lowercase, e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	parts := strings.Split(tp, "-")
+	if len(parts) != 4 || parts[0] != "00" || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
+		return fmt.Errorf("traceparent %q is not a W3C trace context: %s", tp, form)
+	}
+	for _, p := range parts[1:] {
+		for _, c := range p {
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return fmt.Errorf("traceparent %q is not a W3C trace context: %s", tp, form)
+			}
+		}
+	}
+	if strings.Trim(parts[1], "0") == "" || strings.Trim(parts[2], "0") == "" {
+		return fmt.Errorf("traceparent %q has an all-zero trace or span id, which W3C trace context forbids", tp)
+	}
+	return nil
 }
 
 // StreamID is a stream entry id "{ms}-{seq}", parsed (keeping one allocates nothing).

@@ -104,3 +104,45 @@ func TestNoticeRoundTrip(t *testing.T) {
 		t.Errorf("release.lua's notice read as %+v", got)
 	}
 }
+
+// The trace context rides in the envelope when there is one, and only a valid
+// traceparent is read back: a malformed one (another publisher's) reads as none.
+func TestEnvelopeTraceContext(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	toValues := func(f []any) map[string]any {
+		vals := map[string]any{}
+		for i := 0; i < len(f); i += 2 {
+			vals[f[i].(string)] = f[i+1]
+		}
+		return vals
+	}
+	plain := Envelope{ID: "e-1", Type: "T", Category: "c", Data: []byte(`{}`)}
+	if n := len(plain.Fields()); n != 12 {
+		t.Errorf("an envelope without trace context has %d field values, want 12 (no empty trace fields)", n)
+	}
+	traced := plain
+	traced.TraceParent, traced.TraceState = tp, "rojo=00f067aa0ba902b7"
+	got, err := DecodeEnvelope(redis.XMessage{ID: "1-0", Values: toValues(traced.Fields())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.TraceParent != tp || got.TraceState != "rojo=00f067aa0ba902b7" {
+		t.Errorf("read back %q, %q", got.TraceParent, got.TraceState)
+	}
+	for _, bad := range []string{"", "nonsense", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1"} {
+		if bad != "" && ValidTraceParent(bad) == nil {
+			t.Errorf("ValidTraceParent(%q) accepted it", bad)
+		}
+		vals := toValues(plain.Fields())
+		vals[FieldTraceParent], vals[FieldTraceState] = bad, "x=1"
+		got, err := DecodeEnvelope(redis.XMessage{ID: "2-0", Values: vals})
+		if err != nil || got.TraceParent != "" || got.TraceState != "" {
+			t.Errorf("traceparent %q: read as %q, %q (err %v), want none and no error", bad, got.TraceParent, got.TraceState, err)
+		}
+	}
+	if err := ValidTraceParent(tp); err != nil {
+		t.Error(err)
+	}
+}
