@@ -68,7 +68,8 @@ func (b *RedisBroker) Client() redis.UniversalClient { return b.rdb }
 
 // Publish routes and appends one event. The key is extracted and validated first: an
 // invalid key returns a *InvalidKeyError and nothing is written. For a partition stream
-// the XADD and the index SADD happen in one script.
+// the XADD and the index SADD happen in one script. When ctx carries a valid span context
+// (OpenTelemetry), the entry stores it as W3C trace context for the handlers.
 //
 // With a broker made WithReplicas (min_replicas N > 0) it then waits for N replicas
 // (unless opt.SkipReplicaWait): when fewer acknowledge in time it returns the Published
@@ -79,6 +80,7 @@ func (b *RedisBroker) Publish(ctx context.Context, d *Domain, eventType string, 
 	if err != nil {
 		return Published{}, err
 	}
+	stampTrace(ctx, &ev)
 	pub, err := b.PublishRouted(ctx, r, ev, 0)
 	if err != nil || opt.SkipReplicaWait {
 		return pub, err

@@ -46,8 +46,10 @@ func (k HandlerKind) String() string {
 
 // HandlerFunc handles one event. Returning nil means done (the event is acknowledged);
 // an error means the attempt failed and is retried, and after MaxRetries attempts the
-// partition halts. The context carries the delivery (see DeliveryFrom) and is cancelled
-// when the lease is lost or the engine shuts down past its deadline.
+// partition halts. The context carries the delivery (see DeliveryFrom) and, when the
+// event was published with one, the publisher's span context as the remote parent
+// (trace.SpanContextFromContext); it is cancelled when the lease is lost or the engine
+// shuts down past its deadline.
 type HandlerFunc func(ctx context.Context, ev Event) error
 
 // Defaults for handlers and process managers.

@@ -58,11 +58,12 @@ func (b *InlineBroker) Start(d *Domain) error {
 }
 
 // Publish validates and enqueues an event; handlers run in submission order.
-func (b *InlineBroker) Publish(_ context.Context, d *Domain, eventType string, data []byte, opt PublishOptions) (Published, error) {
+func (b *InlineBroker) Publish(ctx context.Context, d *Domain, eventType string, data []byte, opt PublishOptions) (Published, error) {
 	r, ev, err := d.routeEvent(eventType, data, opt)
 	if err != nil {
 		return Published{}, err
 	}
+	stampTrace(ctx, &ev)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -95,7 +96,7 @@ func (b *InlineBroker) dispatch() {
 			}
 			var err error
 			for attempt := 1; attempt <= orInt(h.MaxRetries, DefaultMaxRetries); attempt++ {
-				ctx := WithDelivery(context.Background(), Delivery{Handler: h.Name, Category: it.ev.Category, Key: it.ev.Key, Stream: it.ev.Category, Attempt: attempt})
+				ctx := WithDelivery(withTrace(context.Background(), it.ev), Delivery{Handler: h.Name, Category: it.ev.Category, Key: it.ev.Key, Stream: it.ev.Category, Attempt: attempt})
 				if err = h.Func(ctx, it.ev); err == nil {
 					break
 				}

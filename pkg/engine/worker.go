@@ -450,7 +450,7 @@ func (w *worker) handle(ent entry) error {
 			return nil
 		}
 		started := time.Now()
-		err = w.call(WithDelivery(w.ctx, d), ev)
+		err = w.call(WithDelivery(withTrace(w.ctx, ev), d), ev)
 		release()
 		info := AttemptInfo{Group: w.sub.group, Category: d.Category, Attempt: ent.deliveries, Duration: time.Since(started), Err: err}
 		if ent.deliveries == 1 && !ev.PublishedAt.IsZero() {
