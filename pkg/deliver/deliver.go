@@ -24,6 +24,9 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -110,7 +113,26 @@ const (
 	EnvEventID    = "SEQ_EVENT_ID"
 	EnvGeneration = "SEQ_GENERATION"
 	EnvAttempt    = "SEQ_ATTEMPT"
+
+	// The handler run's W3C trace context (the publisher's, when it published with one):
+	// the traceparent and tracestate headers of an HTTP delivery, and the TRACEPARENT and
+	// TRACESTATE variables of an exec handler (empty without one), the convention of
+	// command-line tracing tools.
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+	EnvTraceParent    = "TRACEPARENT"
+	EnvTraceState     = "TRACESTATE"
 )
+
+// traceOf returns the W3C trace context of the span context in ctx, "" without one.
+func traceOf(ctx context.Context) (parent, state string) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return "", ""
+	}
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c[HeaderTraceParent], c[HeaderTraceState]
+}
 
 // DefaultTimeout bounds one attempt when a deliver table sets none (the config loader
 // already defaults timeout to 10s; this covers Go callers).

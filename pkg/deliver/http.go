@@ -129,6 +129,12 @@ func (h *httpDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	hd.Set(HeaderEventID, ev.ID)
 	hd.Set(HeaderGeneration, strconv.FormatInt(d.Generation, 10))
 	hd.Set(HeaderAttempt, strconv.Itoa(d.Attempt))
+	if tp, ts := traceOf(ctx); tp != "" {
+		hd.Set(HeaderTraceParent, tp)
+		if ts != "" {
+			hd.Set(HeaderTraceState, ts)
+		}
+	}
 	if len(h.keys) > 0 {
 		signRequest(req, body, time.Now(), h.keys)
 	} else {
