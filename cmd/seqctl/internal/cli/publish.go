@@ -19,6 +19,7 @@ import (
 
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // PublishOptions are the inputs of 'seqctl publish'.
@@ -45,6 +46,9 @@ type PublishOptions struct {
 	// RetryFor is how long an event is published again while Redis does not answer or
 	// is loading its data (--retry-for; 0 stops at the first failure).
 	RetryFor time.Duration
+	// TraceParent and TraceState are the W3C trace context stored with every event
+	// published (--traceparent, else $TRACEPARENT and $TRACESTATE).
+	TraceParent, TraceState string
 }
 
 func newCmdPublish(f *Factory, runF func(*PublishOptions) error) *cobra.Command {
@@ -87,7 +91,12 @@ default; a line on stderr says so): Redis keeps an event id's first append, so a
 attempt that did land is not appended twice. If Redis is still unavailable after that,
 publishing stops there (exit status 1) and the summary says how far it got. A problem
 waiting cannot fix (a TLS handshake that fails, a TLS server spoken to in plain text)
-fails the first event at once.`,
+fails the first event at once.
+
+Trace context: with --traceparent, or else $TRACEPARENT (and $TRACESTATE) set, as
+command-line tracing tools do, every event published carries that W3C trace context to
+its handlers (an HTTP handler's traceparent header, an exec handler's TRACEPARENT, a Go
+handler's context).`,
 		Example: `  # one event (--config, --redis-url and -o are global flags)
   $ seqctl publish --config domain.toml --event OrderPlaced \
       --data '{"order_id":"o-1","client_id":"c-1","total":12}'
@@ -104,6 +113,9 @@ fails the first event at once.`,
 			if err := checkFormat(cmd, opts.Output); err != nil {
 				return err
 			}
+			if err := opts.traceFrom(cmd.CommandPath(), os.Getenv); err != nil {
+				return err
+			}
 			return opts.check(cmd.CommandPath())
 		}, runF, publishRun),
 	}
@@ -112,6 +124,7 @@ fails the first event at once.`,
 	fl.StringVarP(&opts.Data, "data", "d", "", "the JSON payload, or @FILE for a JSON Lines file (@- for stdin)")
 	fl.IntVar(&opts.Priority, "priority", 0, "lane priority (below the [server.priority_lanes] threshold goes to the backfill lane)")
 	fl.StringVar(&opts.ID, "id", "", "event id (default: a random UUID); one event only")
+	fl.StringVar(&opts.TraceParent, "traceparent", "", "W3C trace context of the events (default: $TRACEPARENT), e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	fl.DurationVar(&opts.RetryFor, "retry-for", 15*time.Second, "how long to publish an event again while Redis does not answer or is loading (0: stop at the first failure)")
 	if f, ok := f.IOStreams.ErrOut.(*os.File); ok {
 		opts.ProgressTTY = term.IsTerminal(int(f.Fd()))
@@ -131,6 +144,24 @@ func (o *PublishOptions) check(command string) error {
 		return usageErrorf(command, "--data is not valid JSON: %s", jsonError([]byte(o.Data)))
 	case o.fileMode() && o.ID != "":
 		return usageErrorf(command, "--id names one event; it cannot be used with a file")
+	}
+	return nil
+}
+
+// traceFrom settles the trace context: --traceparent, else $TRACEPARENT with
+// $TRACESTATE. One that is not a W3C traceparent is a usage error, naming where it came
+// from.
+func (o *PublishOptions) traceFrom(command string, getenv func(string) string) error {
+	from := "--traceparent"
+	if o.TraceParent == "" {
+		o.TraceParent, o.TraceState, from = getenv("TRACEPARENT"), getenv("TRACESTATE"), "$TRACEPARENT"
+	}
+	if o.TraceParent == "" {
+		o.TraceState = ""
+		return nil
+	}
+	if err := keyspace.ValidTraceParent(o.TraceParent); err != nil {
+		return usageErrorf(command, "%s: %v (or unset it to publish without trace context)", from, err)
 	}
 	return nil
 }
@@ -168,6 +199,8 @@ type publisher struct {
 	clear    func()
 	retried  bool
 	reached  bool // an event was published: Redis and the connection settings work
+	// traceParent and traceState go with every event (PublishOptions.TraceParent).
+	traceParent, traceState string
 }
 
 // route validates an event without touching Redis. Its errors speak of the user's event,
@@ -267,7 +300,8 @@ func (p *publisher) publish(ctx context.Context, r engine.Route, eventType, id s
 	if id == "" {
 		id = engine.NewEventID()
 	}
-	ev := engine.Event{ID: id, Type: eventType, Category: r.Category, Key: r.Key, Data: data, Priority: priority}
+	ev := engine.Event{ID: id, Type: eventType, Category: r.Category, Key: r.Key, Data: data, Priority: priority,
+		TraceParent: p.traceParent, TraceState: p.traceState}
 	pub, err := p.broker.PublishRouted(ctx, r, ev, 0)
 	for wait, until := 100*time.Millisecond, time.Now().Add(p.retryFor); err != nil && redisUnavailable(err, p.reached) && time.Now().Before(until); wait = min(2*wait, 2*time.Second) {
 		if !p.retried && p.errOut != nil {
@@ -337,7 +371,8 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 	routeRedisLogs(nil)
 	rdb := conn.newClient()
 	broker := engine.NewRedisBroker(rdb).WithReplicas(cfg.Broker.MinReplicas, cfg.Broker.ReplicaTimeout)
-	return &publisher{dom: dom, broker: broker, redis: conn, retryFor: opts.RetryFor, errOut: opts.IO.ErrOut},
+	return &publisher{dom: dom, broker: broker, redis: conn, retryFor: opts.RetryFor, errOut: opts.IO.ErrOut,
+			traceParent: opts.TraceParent, traceState: opts.TraceState},
 		func() { _ = rdb.Close() }, nil
 }
 

@@ -412,3 +412,32 @@ func TestPublishWaitsForReplicas(t *testing.T) {
 		}
 	}
 }
+
+// $TRACEPARENT (and $TRACESTATE), or --traceparent, go with every event published; one
+// that is not a W3C traceparent is refused before anything is written.
+func TestPublishTraceContext(t *testing.T) {
+	rdb, cfg, url := publishFixture(t)
+	ctx := context.Background()
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	t.Setenv("TRACEPARENT", tp)
+	t.Setenv("TRACESTATE", "rojo=1")
+	if res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`); res.Code != 0 {
+		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
+	}
+	msgs := rdb.XRange(ctx, "order:c-1", "-", "+").Val()
+	if len(msgs) != 1 || msgs[0].Values["traceparent"] != tp || msgs[0].Values["tracestate"] != "rojo=1" {
+		t.Fatalf("entries %v", msgs)
+	}
+	t.Setenv("TRACEPARENT", "00-abc-def-01")
+	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`)
+	if res.Code != ExitUsage || !strings.Contains(res.Stderr, `$TRACEPARENT: traceparent "00-abc-def-01" is not a W3C trace context`) {
+		t.Errorf("a bad $TRACEPARENT: exit %d, stderr %q", res.Code, res.Stderr)
+	}
+	res = runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--traceparent", "x", "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`)
+	if res.Code != ExitUsage || !strings.Contains(res.Stderr, `--traceparent: traceparent "x"`) {
+		t.Errorf("a bad --traceparent: exit %d, stderr %q", res.Code, res.Stderr)
+	}
+	if n := rdb.Exists(ctx, "order:c-2").Val(); n != 0 {
+		t.Errorf("a refused publish wrote the stream")
+	}
+}
