@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -57,6 +58,7 @@ type Engine struct {
 	parkHook atomic.Pointer[func(w *worker)]
 	dom      *Domain
 	log      *slog.Logger
+	tracer   trace.Tracer // nil without EngineConfig.TracerProvider
 	subs     []*subscription
 
 	regID  string // this process's field in the instance registry: "{instance id}#{random}"
@@ -101,6 +103,7 @@ func New(cfg EngineConfig) (*Engine, error) {
 	e := &Engine{
 		cfg: cfg, rdb: cfg.Client, keys: keyspace.For(cfg.Client), dom: cfg.Domain,
 		log:         cfg.Logger.With("instance", cfg.InstanceID),
+		tracer:      tracerOf(cfg.TracerProvider),
 		stopped:     make(chan struct{}),
 		discoverNow: make(chan struct{}, 1),
 		workers:     map[string]*worker{},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -99,6 +100,10 @@ type EngineConfig struct {
 	MaxPartitionsWarning int
 	// Observer receives metrics events (default: none).
 	Observer Observer
+	// TracerProvider, when set, gets a consumer span for each handler run (see
+	// handlerContext in trace.go); nil starts none, and the publisher's trace context
+	// still reaches the handlers.
+	TracerProvider trace.TracerProvider
 	// Handlers restricts the engine to these handler / process manager names (default:
 	// every handler and process manager with a Func).
 	Handlers []string

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -36,4 +38,76 @@ func withTrace(ctx context.Context, ev Event) context.Context {
 	}
 	return traceContext.Extract(ctx, propagation.MapCarrier{
 		keyspace.FieldTraceParent: ev.TraceParent, keyspace.FieldTraceState: ev.TraceState})
+}
+
+// tracerName names the engine's spans' instrumentation scope.
+const tracerName = "github.com/seqctl/seqctl/pkg/engine"
+
+func tracerOf(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		return nil
+	}
+	return tp.Tracer(tracerName)
+}
+
+// handlerContext returns the context of one handler run: ev's trace context as the
+// remote parent and, with a tracer, a consumer span (OpenTelemetry messaging
+// conventions) named "process {category}" with the run's stream, entry, handler, attempt
+// and generation. The first attempt's span is a child of the publisher's; a later one
+// (a re-run after a failover, a retry) starts a trace of its own linked to the
+// publisher's span and, for a retry in this process, to the failed run's (prev), so
+// that a retried event does not stretch its publisher's trace. The span is nil without a
+// tracer.
+func (e *Engine) handlerContext(ctx context.Context, ev Event, d Delivery, prev trace.SpanContext) (context.Context, trace.Span) {
+	ctx = withTrace(ctx, ev)
+	if e.tracer == nil {
+		return ctx, nil
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+		attribute.String("messaging.system", "redis"),
+		attribute.String("messaging.operation.name", "process"),
+		attribute.String("messaging.operation.type", "process"),
+		attribute.String("messaging.destination.name", d.Stream),
+		attribute.String("messaging.destination.template", d.Category),
+		attribute.String("messaging.consumer.group.name", d.Handler),
+		attribute.String("messaging.message.id", ev.ID),
+		attribute.String("seqctl.entry_id", d.EntryID),
+		attribute.String("seqctl.key", d.Key),
+		attribute.Int("seqctl.attempt", d.Attempt),
+		attribute.Int64("seqctl.generation", d.Generation),
+	)}
+	if d.Attempt > 1 {
+		var links []trace.Link
+		if p := trace.SpanContextFromContext(ctx); p.IsValid() {
+			links = append(links, trace.Link{SpanContext: p})
+		}
+		if prev.IsValid() {
+			links = append(links, trace.Link{SpanContext: prev})
+		}
+		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(links...))
+	}
+	return e.tracer.Start(ctx, "process "+d.Category, opts...)
+}
+
+// endSpan ends a handler run's span, recording a failed attempt as an error. It returns
+// the span's context when the run failed (its retry links to it), else nothing.
+func endSpan(span trace.Span, err error) trace.SpanContext {
+	if span == nil {
+		return trace.SpanContext{}
+	}
+	defer span.End()
+	if err == nil {
+		return trace.SpanContext{}
+	}
+	span.RecordError(err)
+	span.SetStatus(codes.Error, clip(err.Error(), 256))
+	return span.SpanContext()
+}
+
+// failedRunOf returns the span of the last failed run of entry id in this worker.
+func (w *worker) failedRunOf(id string) trace.SpanContext {
+	if w.failedID != id {
+		return trace.SpanContext{}
+	}
+	return w.failedRun
 }

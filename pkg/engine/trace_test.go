@@ -2,12 +2,18 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -80,5 +86,68 @@ func TestInlinePublishCarriesTraceContext(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the event was not handled")
+	}
+}
+
+// With a tracer provider, each handler run is a consumer span: the first a child of the
+// publisher's span, in its trace (and the handler's context carries the engine's span);
+// a retry starts a trace of its own linked to the publisher's span and to the failed
+// run's, and a failed run is recorded as an error.
+func TestHandlerRunsAreConsumerSpans(t *testing.T) {
+	srv, _, b := startNode(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	seen := make(chan trace.SpanContext, 2)
+	d := testDomain(t, func(ctx context.Context, ev Event) error {
+		seen <- trace.SpanContextFromContext(ctx)
+		if dl, _ := DeliveryFrom(ctx); dl.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}, nil)
+	startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
+		c.Timing, c.TracerProvider = fastTiming(2*time.Second), tp
+	})
+	if _, err := b.Publish(tracedContext(), d, "OrderPlaced", []byte(`{"client_id":"c-1","seq":1}`), PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first, second := <-seen, <-seen
+	testkit.WaitFor(t, 5*time.Second, "both runs' spans ended", func() bool { return len(rec.Ended()) == 2 })
+	spans := rec.Ended()
+	publisher := trace.SpanContextFromContext(tracedContext())
+	s1, s2 := spans[0], spans[1]
+	if s1.SpanKind() != trace.SpanKindConsumer || s1.Name() != "process order" {
+		t.Errorf("first span: kind %v, name %q", s1.SpanKind(), s1.Name())
+	}
+	if s1.Parent().SpanID() != publisher.SpanID() || s1.SpanContext().TraceID() != publisher.TraceID() {
+		t.Errorf("first run's span: parent %s in trace %s, want the publisher's span %s in its trace", s1.Parent().SpanID(), s1.SpanContext().TraceID(), publisher.SpanID())
+	}
+	if first.SpanID() != s1.SpanContext().SpanID() || first.TraceID() != publisher.TraceID() {
+		t.Errorf("the handler's context carries span %s of trace %s, want the engine's span %s", first.SpanID(), first.TraceID(), s1.SpanContext().SpanID())
+	}
+	if s1.Status().Code != codes.Error || len(s1.Events()) == 0 {
+		t.Errorf("the failed run's span: status %v, %d events, want an error recorded", s1.Status(), len(s1.Events()))
+	}
+	if s2.SpanContext().TraceID() == publisher.TraceID() || s2.Parent().IsValid() {
+		t.Errorf("the retry's span is in trace %s with parent %v: want a trace of its own", s2.SpanContext().TraceID(), s2.Parent())
+	}
+	var linked []trace.SpanID
+	for _, l := range s2.Links() {
+		linked = append(linked, l.SpanContext.SpanID())
+	}
+	if len(linked) != 2 || linked[0] != publisher.SpanID() || linked[1] != s1.SpanContext().SpanID() {
+		t.Errorf("the retry's span links to %v, want the publisher's %s and the failed run's %s", linked, publisher.SpanID(), s1.SpanContext().SpanID())
+	}
+	if second.SpanID() != s2.SpanContext().SpanID() {
+		t.Errorf("the retry's handler context carries span %s, want %s", second.SpanID(), s2.SpanContext().SpanID())
+	}
+	attrs := map[attribute.Key]attribute.Value{}
+	for _, kv := range s2.Attributes() {
+		attrs[kv.Key] = kv.Value
+	}
+	if attrs["seqctl.attempt"].AsInt64() != 2 || attrs["messaging.destination.name"].AsString() != "order:c-1" ||
+		attrs["messaging.consumer.group.name"].AsString() != "Projector" || attrs["seqctl.generation"].AsInt64() <= 0 {
+		t.Errorf("the retry's span attributes: %v", s2.Attributes())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/seqctl/seqctl/pkg/engine/scripts"
 	"github.com/seqctl/seqctl/pkg/keyspace"
@@ -38,6 +39,10 @@ type worker struct {
 	token    string
 	gen      int64
 	consumer string // the same string as token
+	// failedRun is the span of the last failed run of the entry failedID, which its
+	// retry links to.
+	failedRun trace.SpanContext
+	failedID  string
 
 	ctx    context.Context // cancelled when the lease is lost or handlers must stop
 	cancel context.CancelFunc
@@ -450,8 +455,10 @@ func (w *worker) handle(ent entry) error {
 			return nil
 		}
 		started := time.Now()
-		err = w.call(WithDelivery(withTrace(w.ctx, ev), d), ev)
+		hctx, span := w.e.handlerContext(w.ctx, ev, d, w.failedRunOf(ent.msg.ID))
+		err = w.call(WithDelivery(hctx, d), ev)
 		release()
+		w.failedRun, w.failedID = endSpan(span, err), ent.msg.ID
 		info := AttemptInfo{Group: w.sub.group, Category: d.Category, Attempt: ent.deliveries, Duration: time.Since(started), Err: err}
 		if ent.deliveries == 1 && !ev.PublishedAt.IsZero() {
 			info.Latency = max(started.Sub(ev.PublishedAt), 0)
