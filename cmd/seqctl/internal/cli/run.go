@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/deliver"
@@ -95,7 +96,14 @@ were on are retried by another instance once their lease expires.
 Logs go to stderr (--log-format, --log-level). With --metrics-addr, Prometheus metrics
 are served on /metrics (see docs/metrics.md), liveness on /healthz and readiness on
 /readyz (200 once the engine runs with a live Redis session, 503 before and during
-shutdown).`,
+shutdown).
+
+Traces: with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) set, each handler
+run is a consumer span exported over OTLP/HTTP, in the publisher's trace on the first
+attempt and linked to it on a retry; OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES,
+OTEL_TRACES_SAMPLER and the other standard variables apply. Without them no span is
+made, and the publisher's trace context still reaches the handlers (traceparent,
+TRACEPARENT).`,
 		Example: `  # run the handlers of ./domain.toml
   $ seqctl run
 
@@ -172,6 +180,7 @@ type runPlan struct {
 	dom      *engine.Domain
 	bindings []deliver.Binding
 	redis    *redisConn
+	tracer   *sdktrace.TracerProvider // nil: no spans (tracing.go)
 }
 
 // loadRunPlan loads, checks and binds the config. Every failure is a config problem
@@ -287,6 +296,15 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 			defer cancel()
 			_ = srv.Shutdown(sctx)
 		}()
+	}
+
+	tp, err := tracerProviderFromEnv(ctx, os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		defer shutdownTracing(tp, log)
+		plan.tracer = tp
 	}
 
 	stopSinks, err := startSinks(ctx, plan.bindings, m, log)
@@ -419,6 +437,9 @@ func (p *runPlan) engineConfig(opts *RunOptions, rdb redis.UniversalClient, log 
 	ecfg.Observer = m
 	ecfg.ShutdownTimeout = opts.ShutdownTimeout
 	ecfg.DiscoveryInterval = discoveryInterval(ecfg.Timing.LeaseTTL)
+	if p.tracer != nil {
+		ecfg.TracerProvider = p.tracer
+	}
 	return ecfg
 }
 

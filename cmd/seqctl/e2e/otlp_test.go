@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"compress/gzip"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/seqctl/seqctl/internal/testkit"
+)
+
+// otlpCollector is an OTLP/HTTP trace endpoint: it decodes the export requests sent to
+// /v1/traces and keeps their spans.
+type otlpCollector struct {
+	mu    sync.Mutex
+	spans []*tracepb.Span
+	bad   []string
+}
+
+func startCollector(t *testing.T) (*otlpCollector, string) {
+	c := &otlpCollector{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body io.Reader = r.Body
+		if r.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			body = zr
+		}
+		b, _ := io.ReadAll(body)
+		var req coltrace.ExportTraceServiceRequest
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if r.URL.Path != "/v1/traces" || proto.Unmarshal(b, &req) != nil {
+			c.bad = append(c.bad, r.URL.Path)
+			http.Error(w, "not an OTLP trace export", http.StatusBadRequest)
+			return
+		}
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				c.spans = append(c.spans, ss.Spans...)
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	return c, srv.URL
+}
+
+// named returns the spans of that name received so far.
+func (c *otlpCollector) named(name string) []*tracepb.Span {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*tracepb.Span
+	for _, s := range c.spans {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// seqctl run with OTEL_EXPORTER_OTLP_ENDPOINT exports a consumer span per handler run to
+// a real OTLP/HTTP endpoint: for an event published with TRACEPARENT, the first run's
+// span is a child of the publisher's span in its trace, and the HTTP handler's
+// traceparent names that span; the retry after a failed run starts a trace of its own
+// linked to the publisher's span and to the failed run's.
+func TestRunExportsHandlerSpans(t *testing.T) {
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	col, colURL := startCollector(t)
+	var mu sync.Mutex
+	var parents []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		parents = append(parents, r.Header.Get("traceparent"))
+		first := len(parents) == 1
+		mu.Unlock()
+		if first {
+			http.Error(w, "the first attempt fails", http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	f := newFixture(t, "http.domain.toml", map[string]string{"URL": srv.URL})
+	p := f.start("a", []string{"E2E_SECRET=" + e2eSecret, "OTEL_EXPORTER_OTLP_ENDPOINT=" + colURL,
+		"OTEL_SERVICE_NAME=e2e-worker", "OTEL_BSP_SCHEDULE_DELAY=100"}, "run", "--instance-id", "a")
+	p.waitReady(10 * time.Second)
+	out, code, _ := seqctlCmd(t, []string{"TRACEPARENT=00-" + traceID + "-" + parentID + "-01"},
+		"publish", "--config", f.config, "--redis-url", f.url, "--event", "Step", "--data", `{"key":"t1","seq":1}`)
+	if code != 0 {
+		t.Fatalf("publish: exit %d\n%s", code, out)
+	}
+	testkit.WaitFor(t, 15*time.Second, "both runs' spans exported", func() bool { return len(col.named("process step")) >= 2 })
+	spans := col.named("process step")
+	first, retry := spans[0], spans[1]
+	if hex.EncodeToString(first.TraceId) != traceID || hex.EncodeToString(first.ParentSpanId) != parentID {
+		t.Errorf("the first run's span: trace %x parent %x, want the publisher's trace %s and span %s", first.TraceId, first.ParentSpanId, traceID, parentID)
+	}
+	if first.Kind != tracepb.Span_SPAN_KIND_CONSUMER || first.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("the first run's span: kind %v, status %v; want a consumer span recorded as an error", first.Kind, first.Status)
+	}
+	mu.Lock()
+	handlerSaw := parents[0]
+	mu.Unlock()
+	if want := "00-" + traceID + "-" + hex.EncodeToString(first.SpanId) + "-01"; handlerSaw != want {
+		t.Errorf("the HTTP handler's traceparent %q, want %q (the engine's span)", handlerSaw, want)
+	}
+	if hex.EncodeToString(retry.TraceId) == traceID || len(retry.ParentSpanId) != 0 {
+		t.Errorf("the retry's span is in trace %x under %x: want a trace of its own", retry.TraceId, retry.ParentSpanId)
+	}
+	var links []string
+	for _, l := range retry.Links {
+		links = append(links, hex.EncodeToString(l.SpanId))
+	}
+	if strings.Join(links, ",") != parentID+","+hex.EncodeToString(first.SpanId) {
+		t.Errorf("the retry's span links to %v, want the publisher's span %s and the failed run's %x", links, parentID, first.SpanId)
+	}
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if len(col.bad) > 0 {
+		t.Errorf("requests that were not OTLP trace exports: %v", col.bad)
+	}
+}
