@@ -22,6 +22,9 @@ package engine
 //	SEQCTL_BENCH_INSTANCES=N              engines of BenchmarkThroughput (2; 4 on a cluster)
 //	SEQCTL_BENCH_WINDOW=S                 BenchmarkLatency and the idle costs measured over
 //	                                      S seconds (10), BenchmarkDiscoveryCost (30)
+//	SEQCTL_BENCH_TRACING=drop             the engines get a tracer provider whose sampler
+//	                                      drops every span (the cost of tracing switched
+//	                                      on, exporting nothing)
 //	SEQCTL_BENCH_EVENTS=N                 BenchmarkThroughput over N events (a quick check)
 //
 // Metrics: rcpu% is redis-server CPU, ccpu% this process (engines, handlers, harness) and
@@ -48,6 +51,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // ---------------------------------------------------------------------------
@@ -76,11 +80,21 @@ func benchEngine(b *testing.B, t *benchTarget, d *Domain, id string, rt *atomic.
 		c.AddHook(rtHook{rt})
 	}
 	maxUnacked, _ := strconv.Atoi(os.Getenv("SEQCTL_BENCH_MAX_UNACKED")) // 0: the default, 1
-	return runEngine(b, EngineConfig{
+	cfg := EngineConfig{
 		Domain: d, Client: c, InstanceID: id, ShutdownTimeout: 10 * time.Second, MaxUnacked: maxUnacked,
 		KeyspaceNotifications: os.Getenv("SEQCTL_BENCH_KEYSPACE"), // "": the default, auto
 		Logger:                slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	switch v := os.Getenv("SEQCTL_BENCH_TRACING"); v {
+	case "":
+	case "drop":
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		cfg.TracerProvider = tp
+	default:
+		b.Fatalf("SEQCTL_BENCH_TRACING=%s: want drop or nothing", v)
+	}
+	return runEngine(b, cfg)
 }
 
 // benchPayload is the payload of event seq of key index k (testPayload's JSON shape).

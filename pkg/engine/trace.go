@@ -52,30 +52,18 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 
 // handlerContext returns the context of one handler run: ev's trace context as the
 // remote parent and, with a tracer, a consumer span (OpenTelemetry messaging
-// conventions) named "process {category}" with the run's stream, entry, handler, attempt
-// and generation. The first attempt's span is a child of the publisher's; a later one
-// (a re-run after a failover, a retry) starts a trace of its own linked to the
-// publisher's span and, for a retry in this process, to the failed run's (prev), so
-// that a retried event does not stretch its publisher's trace. The span is nil without a
-// tracer.
-func (e *Engine) handlerContext(ctx context.Context, ev Event, d Delivery, prev trace.SpanContext) (context.Context, trace.Span) {
+// conventions) named name ("process {category}", see worker.spanName) with the run's
+// stream, entry, handler, attempt and generation. The first attempt's span is a child of
+// the publisher's; a later one (a re-run after a failover, a retry) starts a trace of its
+// own linked to the publisher's span and, for a retry in this process, to the failed
+// run's (prev), so that a retried event does not stretch its publisher's trace. The span
+// is nil without a tracer.
+func (e *Engine) handlerContext(ctx context.Context, name string, ev Event, d Delivery, prev trace.SpanContext) (context.Context, trace.Span) {
 	ctx = withTrace(ctx, ev)
 	if e.tracer == nil {
 		return ctx, nil
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
-		attribute.String("messaging.system", "redis"),
-		attribute.String("messaging.operation.name", "process"),
-		attribute.String("messaging.operation.type", "process"),
-		attribute.String("messaging.destination.name", d.Stream),
-		attribute.String("messaging.destination.template", d.Category),
-		attribute.String("messaging.consumer.group.name", d.Handler),
-		attribute.String("messaging.message.id", ev.ID),
-		attribute.String("seqctl.entry_id", d.EntryID),
-		attribute.String("seqctl.key", d.Key),
-		attribute.Int("seqctl.attempt", d.Attempt),
-		attribute.Int64("seqctl.generation", d.Generation),
-	)}
+	var span trace.Span
 	if d.Attempt > 1 {
 		var links []trace.Link
 		if p := trace.SpanContextFromContext(ctx); p.IsValid() {
@@ -84,10 +72,31 @@ func (e *Engine) handlerContext(ctx context.Context, ev Event, d Delivery, prev 
 		if prev.IsValid() {
 			links = append(links, trace.Link{SpanContext: prev})
 		}
-		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(links...))
+		ctx, span = e.tracer.Start(ctx, name, consumerKind, trace.WithNewRoot(), trace.WithLinks(links...))
+	} else {
+		ctx, span = e.tracer.Start(ctx, name, consumerKind)
 	}
-	return e.tracer.Start(ctx, "process "+d.Category, opts...)
+	// The attributes are built only for a span that is recorded: a sampler that drops
+	// the span costs no allocation for them (samplers do not see them).
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.system", "redis"),
+			attribute.String("messaging.operation.name", "process"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", d.Stream),
+			attribute.String("messaging.destination.template", d.Category),
+			attribute.String("messaging.consumer.group.name", d.Handler),
+			attribute.String("messaging.message.id", ev.ID),
+			attribute.String("seqctl.entry_id", d.EntryID),
+			attribute.String("seqctl.key", d.Key),
+			attribute.Int("seqctl.attempt", d.Attempt),
+			attribute.Int64("seqctl.generation", d.Generation),
+		)
+	}
+	return ctx, span
 }
+
+var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
 
 // endSpan ends a handler run's span, recording a failed attempt as an error. It returns
 // the span's context when the run failed (its retry links to it), else nothing.
@@ -102,6 +111,18 @@ func endSpan(span trace.Span, err error) trace.SpanContext {
 	span.RecordError(err)
 	span.SetStatus(codes.Error, clip(err.Error(), 256))
 	return span.SpanContext()
+}
+
+// spanName returns the name of the spans of the worker's runs of lane's entries,
+// "process {category}", made once per lane.
+func (w *worker) spanName(lane int) string {
+	if w.spanNames == nil {
+		w.spanNames = make([]string, len(w.lanes))
+	}
+	if w.spanNames[lane] == "" {
+		w.spanNames[lane] = "process " + w.u.laneCats[lane]
+	}
+	return w.spanNames[lane]
 }
 
 // failedRunOf returns the span of the last failed run of entry id in this worker.

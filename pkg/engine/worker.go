@@ -43,6 +43,7 @@ type worker struct {
 	// retry links to.
 	failedRun trace.SpanContext
 	failedID  string
+	spanNames []string // per lane, see spanName
 
 	ctx    context.Context // cancelled when the lease is lost or handlers must stop
 	cancel context.CancelFunc
@@ -455,7 +456,7 @@ func (w *worker) handle(ent entry) error {
 			return nil
 		}
 		started := time.Now()
-		hctx, span := w.e.handlerContext(w.ctx, ev, d, w.failedRunOf(ent.msg.ID))
+		hctx, span := w.e.handlerContext(w.ctx, w.spanName(ent.lane), ev, d, w.failedRunOf(ent.msg.ID))
 		err = w.call(WithDelivery(hctx, d), ev)
 		release()
 		w.failedRun, w.failedID = endSpan(span, err), ent.msg.ID
