@@ -7,12 +7,28 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 const (
 	testTraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	testTraceState  = "rojo=00f067aa0ba902b7"
 )
+
+// runUntracedThenTraced runs fn for an event twice: with a context without trace context,
+// then with testTraceParent and testTraceState.
+func runUntracedThenTraced(t *testing.T, fn engine.HandlerFunc) {
+	t.Helper()
+	ctx, ev := testEvent(t, `{"order_id":"o-1","client_id":"client-7"}`)
+	if err := fn(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	traced := propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": testTraceParent, "tracestate": testTraceState})
+	if err := fn(traced, ev); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // An HTTP handler receives the trace context of the handler run's context in the
 // traceparent and tracestate headers, and none without one.
@@ -22,14 +38,7 @@ func TestHTTPCarriesTraceContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, ev := testEvent(t, `{"order_id":"o-1","client_id":"client-7"}`)
-	if err := fn(ctx, ev); err != nil {
-		t.Fatal(err)
-	}
-	traced := propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": testTraceParent, "tracestate": testTraceState})
-	if err := fn(traced, ev); err != nil {
-		t.Fatal(err)
-	}
+	runUntracedThenTraced(t, fn)
 	got := reqs()
 	if tp := got[0].header.Get(HeaderTraceParent); tp != "" {
 		t.Errorf("untraced run: traceparent %q, want none", tp)
@@ -50,14 +59,7 @@ func TestExecCarriesTraceContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, ev := testEvent(t, `{"order_id":"o-1","client_id":"client-7"}`)
-	if err := fn(ctx, ev); err != nil {
-		t.Fatal(err)
-	}
-	traced := propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": testTraceParent, "tracestate": testTraceState})
-	if err := fn(traced, ev); err != nil {
-		t.Fatal(err)
-	}
+	runUntracedThenTraced(t, fn)
 	b, _ := os.ReadFile(filepath.Join(dir, "trace"))
 	want := "|\n" + testTraceParent + "|" + testTraceState + "\n"
 	if string(b) != want {
