@@ -24,9 +24,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -125,14 +122,7 @@ const (
 )
 
 // traceOf returns the W3C trace context of the span context in ctx, "" without one.
-func traceOf(ctx context.Context) (parent, state string) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return "", ""
-	}
-	c := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, c)
-	return c[HeaderTraceParent], c[HeaderTraceState]
-}
+func traceOf(ctx context.Context) (parent, state string) { return engine.TraceHeaders(ctx) }
 
 // DefaultTimeout bounds one attempt when a deliver table sets none (the config loader
 // already defaults timeout to 10s; this covers Go callers).

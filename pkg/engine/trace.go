@@ -19,16 +19,30 @@ import (
 
 var traceContext = propagation.TraceContext{}
 
-// stampTrace stores ctx's span context in ev, unless ev carries one already (given by the
-// caller, or read from an outbox row). Without a valid span context it does nothing.
-func stampTrace(ctx context.Context, ev *Event) {
-	if ev.TraceParent != "" || !trace.SpanContextFromContext(ctx).IsValid() {
-		return
+// TraceHeaders returns the W3C traceparent and tracestate of ctx's span context, or ""
+// when ctx has none. The outbox stores them with a row, so that the event it becomes is
+// published with the enqueuer's trace context.
+func TraceHeaders(ctx context.Context) (traceparent, tracestate string) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return "", ""
 	}
 	c := propagation.MapCarrier{}
 	traceContext.Inject(ctx, c)
-	ev.TraceParent, ev.TraceState = c[keyspace.FieldTraceParent], c[keyspace.FieldTraceState]
+	return c[keyspace.FieldTraceParent], c[keyspace.FieldTraceState]
 }
+
+// stampTrace stores ctx's span context in ev, unless ev carries one already (given by the
+// caller, or read from an outbox row). Without a valid span context it does nothing.
+func stampTrace(ctx context.Context, ev *Event) {
+	if ev.TraceParent == "" {
+		ev.TraceParent, ev.TraceState = TraceHeaders(ctx)
+	}
+}
+
+// ContextWithEventTrace returns ctx carrying ev's trace context as the remote parent
+// span context, or ctx itself when ev has none: what a span about the event (the outbox
+// relay's append) is started under.
+func ContextWithEventTrace(ctx context.Context, ev Event) context.Context { return withTrace(ctx, ev) }
 
 // withTrace returns ctx carrying ev's trace context as the remote parent span context,
 // or ctx itself when ev has none.

@@ -131,6 +131,9 @@ type Enqueued struct {
 // consistent order when one transaction enqueues several keys, or two such transactions
 // can deadlock (PostgreSQL then aborts one of them).
 //
+// When ctx carries a valid span context (OpenTelemetry), the row stores it as W3C trace
+// context, and the relay publishes the event with it.
+//
 // Enqueue is safe for concurrent use with different transactions.
 func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, ev Event) (Enqueued, error) {
 	if tx == nil {
@@ -160,10 +163,15 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, ev Event) (Enqueued, e
 	if id == "" {
 		id = engine.NewEventID()
 	}
+	tp, ts := engine.TraceHeaders(ctx)
 	var rowID int64
-	err := tx.QueryRowContext(ctx, o.q.insert, id, ev.Type, et.Category, key, string(ev.Data), ev.Priority).Scan(&rowID)
+	err := tx.QueryRowContext(ctx, o.q.insert, id, ev.Type, et.Category, key, string(ev.Data), ev.Priority,
+		nullString(tp), nullString(ts)).Scan(&rowID)
 	if err != nil {
 		return Enqueued{}, fmt.Errorf("outbox: insert %s into %s (did Migrate run?): %w", ev.Type, o.table, err)
 	}
 	return Enqueued{RowID: rowID, EventID: id, Category: et.Category, Key: key.String}, nil
 }
+
+// nullString is s, or NULL when empty.
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }

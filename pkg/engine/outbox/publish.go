@@ -31,7 +31,8 @@ type row struct {
 	nextMs   int64         // next_attempt_ms: a FAILED row is not retried before (Unix ms)
 	seq      sql.NullInt64 // publish_seq: the dedupe sequence, once assigned
 	stream   sql.NullString
-	fresh    bool // the sequence was assigned in this round (so never used for an append before)
+	trace    [2]sql.NullString // traceparent, tracestate of the enqueuer, when it had one
+	fresh    bool              // the sequence was assigned in this round (so never used for an append before)
 
 	route engine.Route
 	event engine.Event
@@ -253,7 +254,7 @@ func (r *Relay) selectRows(ctx context.Context, query string, args ...any) ([]*r
 		rw := &row{}
 		var status string
 		err := rows.Scan(&rw.id, &rw.eventID, &rw.typ, &rw.category, &rw.key, &rw.payload, &rw.priority,
-			&status, &rw.attempts, &rw.nextMs, &rw.seq, &rw.stream)
+			&status, &rw.attempts, &rw.nextMs, &rw.seq, &rw.stream, &rw.trace[0], &rw.trace[1])
 		rw.status = Status(status)
 		return rw, err
 	}, args...)
@@ -297,7 +298,8 @@ func (r *Relay) routeRow(rw *row) error {
 		rt = rt.In(kp.Keys()) // the stream names of the server it writes to
 	}
 	rw.route = rt
-	rw.event = engine.Event{ID: rw.eventID, Type: rw.typ, Category: rt.Category, Key: rt.Key, Data: []byte(rw.payload), Priority: rw.priority}
+	rw.event = engine.Event{ID: rw.eventID, Type: rw.typ, Category: rt.Category, Key: rt.Key, Data: []byte(rw.payload), Priority: rw.priority,
+		TraceParent: rw.trace[0].String, TraceState: rw.trace[1].String}
 	if rt.Key != "" {
 		rw.unit = "k:" + rt.Key
 	} else {
@@ -433,7 +435,9 @@ func (r *Relay) publish(ctx context.Context, l *lease, ready []*row) {
 				if ctx.Err() != nil || !time.Now().Before(deadline) {
 					return
 				}
-				p, err := r.cfg.Publisher.PublishRouted(ctx, rw.route, rw.event, rw.seq.Int64)
+				ev, span := r.traced(ctx, rw)
+				p, err := r.cfg.Publisher.PublishRouted(ctx, rw.route, ev, rw.seq.Int64)
+				endSpan(span, err)
 				if err != nil {
 					rw.out = outcome{kind: failed, err: err}
 					if ctx.Err() != nil {

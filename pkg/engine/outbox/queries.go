@@ -37,10 +37,10 @@ func newQueries(d Dialect, t string) queries {
 	if d == Postgres {
 		greatest = "GREATEST"
 	}
-	rowCols := "id, event_id, event_type, category, partition_key, payload, priority, status, attempts, next_attempt_ms, publish_seq, stream"
+	rowCols := "id, event_id, event_type, category, partition_key, payload, priority, status, attempts, next_attempt_ms, publish_seq, stream, traceparent, tracestate"
 	q := queries{
-		insert: fmt.Sprintf("INSERT INTO %s (event_id, event_type, category, partition_key, payload, priority) "+
-			"VALUES (?, ?, ?, ?, ?, ?) RETURNING id", t),
+		insert: fmt.Sprintf("INSERT INTO %s (event_id, event_type, category, partition_key, payload, priority, traceparent, tracestate) "+
+			"VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id", t),
 
 		readMeta:  fmt.Sprintf("SELECT name, value FROM %s_meta", t),
 		writeMeta: fmt.Sprintf("INSERT INTO %s_meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value", t),

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -80,6 +82,11 @@ type RelayConfig struct {
 	// ReplicaTimeout bounds each wait for replicas (default engine.DefaultReplicaTimeout,
 	// or LeaseTTL/4 when that is shorter). It must be below LeaseTTL.
 	ReplicaTimeout time.Duration
+	// TracerProvider, when set, gets a producer span "publish {category}" for each row
+	// the relay appends, a child of the enqueuer's span when the row has one; the event
+	// then carries the relay's span, so that the handler's span follows it in one trace.
+	// Without it the event carries the enqueuer's trace context as stored.
+	TracerProvider trace.TracerProvider
 }
 
 // Validate reports the first invalid field.
@@ -152,9 +159,10 @@ func (c RelayConfig) withDefaults(d Dialect) RelayConfig {
 // Run (or Drain) may be called by one goroutine at a time; Wake and Stats are safe from any
 // goroutine.
 type Relay struct {
-	o   *Outbox
-	cfg RelayConfig
-	log *slog.Logger
+	o      *Outbox
+	cfg    RelayConfig
+	log    *slog.Logger
+	tracer trace.Tracer // nil without RelayConfig.TracerProvider
 
 	wake      chan struct{}
 	running   atomic.Bool
@@ -187,7 +195,7 @@ func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
 		return nil, fmt.Errorf("outbox: RelayConfig.ReplicaTimeout %v must be below the relay's LeaseTTL %v", cfg.ReplicaTimeout, cfg.LeaseTTL)
 	}
 	return &Relay{
-		o: o, cfg: cfg, log: cfg.Logger,
+		o: o, cfg: cfg, log: cfg.Logger, tracer: relayTracer(cfg.TracerProvider),
 		wake:         make(chan struct{}, 1),
 		leases:       map[string]*lease{},
 		refusedUntil: map[string]time.Time{},

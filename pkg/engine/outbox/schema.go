@@ -13,8 +13,9 @@ import (
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
-// schemaVersion is recorded in the meta table; Migrate refuses a newer one.
-const schemaVersion = 1
+// schemaVersion is recorded in the meta table; Migrate refuses a newer one. 2: the
+// traceparent and tracestate columns.
+const schemaVersion = 2
 
 // The SQL of this file names every table, index, constraint, trigger and sequence the
 // outbox creates. Names derive from the validated table name t:
@@ -73,7 +74,7 @@ func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") 
 
 // outboxColumns lists the row columns in table order (used to copy a table on rebuild).
 const outboxColumns = "id, event_id, event_type, category, partition_key, payload, priority, status, attempts, " +
-	"last_error, created_ms, updated_ms, next_attempt_ms, published_ms, publish_seq, stream, entry_id"
+	"last_error, created_ms, updated_ms, next_attempt_ms, published_ms, publish_seq, stream, entry_id, traceparent, tracestate"
 
 // createTable returns the CREATE TABLE statement of the outbox (named name, constraints
 // named after table). check is the key-rules expression, or "" to leave it out (PostgreSQL
@@ -105,6 +106,8 @@ func createTable(d Dialect, name, table, check string) string {
 	fmt.Fprintf(&b, "\tpublish_seq %s,\n", bigint)
 	b.WriteString("\tstream text,\n")
 	b.WriteString("\tentry_id text,\n")
+	b.WriteString("\ttraceparent text,\n")
+	b.WriteString("\ttracestate text,\n")
 	fmt.Fprintf(&b, "\tCONSTRAINT %s_event_id_unique UNIQUE (event_id),\n", table)
 	fmt.Fprintf(&b, "\tCONSTRAINT %s_status_values CHECK (status IN ('PENDING', 'FAILED', 'PUBLISHED', 'ABANDONED'))", table)
 	if check != "" {
@@ -217,6 +220,9 @@ func (o *Outbox) migratePostgres(ctx context.Context, tx *sql.Tx) error {
 	}
 	stmts := []string{fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s_id_seq AS bigint", t), createTable(Postgres, t, t, "")}
 	stmts = append(stmts, fmt.Sprintf("ALTER SEQUENCE %[1]s_id_seq OWNED BY %[1]s.id", t))
+	for _, c := range traceColumns {
+		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s text", t, c))
+	}
 	stmts = append(stmts, auxiliary(Postgres, t)...)
 	stmts = append(stmts, pgOrderTrigger(schema.String, t)...)
 	if err := execAll(ctx, tx, t, stmts); err != nil {
@@ -254,6 +260,9 @@ func (o *Outbox) migrateSQLite(ctx context.Context, tx *sql.Tx) error {
 	if err := execAll(ctx, tx, t, stmts); err != nil {
 		return err
 	}
+	if err := addTraceColumnsSQLite(ctx, tx, t); err != nil {
+		return err
+	}
 	recorded, err := o.readMeta(ctx, tx)
 	if err != nil {
 		return err
@@ -264,6 +273,27 @@ func (o *Outbox) migrateSQLite(ctx context.Context, tx *sql.Tx) error {
 		}
 	}
 	return o.writeMeta(ctx, tx)
+}
+
+// traceColumns are the columns schema version 2 added: a table of version 1 gets them
+// (empty) from Migrate.
+var traceColumns = []string{"traceparent", "tracestate"}
+
+// addTraceColumnsSQLite adds the trace columns a table made before them lacks (SQLite
+// has no ADD COLUMN IF NOT EXISTS).
+func addTraceColumnsSQLite(ctx context.Context, tx *sql.Tx, t string) error {
+	for _, c := range traceColumns {
+		var n int
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?", t, c).Scan(&n); err != nil {
+			return fmt.Errorf("outbox: migrate %s: %w", t, err)
+		}
+		if n == 0 {
+			if err := execAll(ctx, tx, t, []string{fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s text", t, c)}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // rebuildSQLite replaces the outbox table by a copy whose key-rules constraint is check
