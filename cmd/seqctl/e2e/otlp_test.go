@@ -1,21 +1,28 @@
 package e2e
 
 import (
+	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/seqctl/seqctl/internal/testkit"
+	"github.com/seqctl/seqctl/pkg/config"
+	"github.com/seqctl/seqctl/pkg/engine/outbox"
 )
 
 // otlpCollector is an OTLP/HTTP trace endpoint: it decodes the export requests sent to
@@ -133,5 +140,97 @@ func TestRunExportsHandlerSpans(t *testing.T) {
 	defer col.mu.Unlock()
 	if len(col.bad) > 0 {
 		t.Errorf("requests that were not OTLP trace exports: %v", col.bad)
+	}
+}
+
+// An event enqueued through the outbox under the application's span, relayed and
+// handled by seqctl run (exporting to a real OTLP/HTTP endpoint), makes one trace: the
+// application's span, the relay's append as its child, and each handler run as the
+// relay's child. The HTTP handler's traceparent and the exec handler's TRACEPARENT name
+// their runs' spans.
+func TestRunTracesOneTraceThroughTheOutbox(t *testing.T) {
+	col, colURL := startCollector(t)
+	var mu sync.Mutex
+	var httpParents []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		httpParents = append(httpParents, r.Header.Get("traceparent"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	dbPath, outPath := filepath.Join(dir, "outbox.db"), filepath.Join(dir, "exec-trace.txt")
+	f := newFixture(t, "traced.domain.toml", map[string]string{"URL": srv.URL, "DB": dbPath, "OUT": outPath})
+	if out, code, _ := seqctlCmd(t, nil, "outbox", "migrate", "--config", f.config); code != 0 {
+		t.Fatalf("outbox migrate: exit %d\n%s", code, out)
+	}
+	p := f.start("a", []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + colURL, "OTEL_BSP_SCHEDULE_DELAY=100"}, "run", "--instance-id", "a")
+	p.waitReady(10 * time.Second)
+
+	// The application: its own tracer exporting to the same endpoint, one span around
+	// the transaction that enqueues the event.
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(colURL+"/v1/traces"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer func() { _ = app.Shutdown(context.Background()) }()
+	cfg, err := config.Load(f.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, err := cfg.InitDomain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, dialect, err := outbox.Open("sqlite://" + dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ob, err := outbox.New(db, dialect, dom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, span := app.Tracer("e2e").Start(context.Background(), "place order")
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.Enqueue(ctx, tx, outbox.Event{Type: "Step", Data: []byte(`{"key":"t1","seq":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	appSpan := span.SpanContext()
+
+	testkit.WaitFor(t, 15*time.Second, "the relay's and both handlers' spans exported", func() bool {
+		return len(col.named("publish step")) >= 1 && len(col.named("process step")) >= 2
+	})
+	relay := col.named("publish step")[0]
+	if hex.EncodeToString(relay.TraceId) != appSpan.TraceID().String() || hex.EncodeToString(relay.ParentSpanId) != appSpan.SpanID().String() {
+		t.Errorf("the relay's span: trace %x parent %x, want the application's span %s", relay.TraceId, relay.ParentSpanId, appSpan.SpanID())
+	}
+	runs := map[string]bool{}
+	for _, s := range col.named("process step") {
+		if !bytes.Equal(s.TraceId, relay.TraceId) || !bytes.Equal(s.ParentSpanId, relay.SpanId) {
+			t.Errorf("a handler run's span: trace %x parent %x, want the relay's span %x", s.TraceId, s.ParentSpanId, relay.SpanId)
+		}
+		runs["00-"+hex.EncodeToString(s.TraceId)+"-"+hex.EncodeToString(s.SpanId)+"-01"] = true
+	}
+	if len(col.named("place order")) != 1 {
+		t.Errorf("the application's span did not arrive")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	execLines := completeLines(t, outPath)
+	if len(httpParents) != 1 || !runs[httpParents[0]] {
+		t.Errorf("the HTTP handler's traceparent %v, want one of the runs' spans %v", httpParents, runs)
+	}
+	if len(execLines) != 1 || !runs[execLines[0]] {
+		t.Errorf("the exec handler's TRACEPARENT %v, want one of the runs' spans %v", execLines, runs)
 	}
 }

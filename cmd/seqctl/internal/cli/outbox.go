@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -164,7 +165,14 @@ func relayRun(ctx context.Context, opts *OutboxOptions) error {
 	warnInsecureTLS(conn.tlsConfig(), func(msg string) { log.Warn(msg) })
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, _, closeDB, err := newRelay(cfg, rdb, log)
+	tp, err := tracerProviderFromEnv(ctx, os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		defer shutdownTracing(tp, log)
+	}
+	r, _, closeDB, err := newRelay(cfg, rdb, tp, log)
 	if err != nil {
 		return err
 	}
@@ -181,9 +189,10 @@ func relayRun(ctx context.Context, opts *OutboxOptions) error {
 	return r.Run(ctx)
 }
 
-// newRelay opens the configured outbox and returns a relay publishing through rdb, the
-// outbox (for the backlog gauge) and the function closing the database.
-func newRelay(cfg *config.Config, rdb redis.UniversalClient, log *slog.Logger) (*outbox.Relay, *outbox.Outbox, func(), error) {
+// newRelay opens the configured outbox and returns a relay publishing through rdb (with
+// a span per append when tp is not nil), the outbox (for the backlog gauge) and the
+// function closing the database.
+func newRelay(cfg *config.Config, rdb redis.UniversalClient, tp *sdktrace.TracerProvider, log *slog.Logger) (*outbox.Relay, *outbox.Outbox, func(), error) {
 	if cfg.Outbox == nil {
 		return nil, nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s has no [outbox] table: add one with dsn = \"sqlite://outbox.db\" or \"postgres://...\"", cfg.File)}
 	}
@@ -204,8 +213,12 @@ func newRelay(cfg *config.Config, rdb redis.UniversalClient, log *slog.Logger) (
 		db.Close()
 		return nil, nil, nil, err
 	}
-	r, err := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: broker, Logger: log,
-		MinReplicas: cfg.Broker.MinReplicas, ReplicaTimeout: cfg.Broker.ReplicaTimeout})
+	rc := outbox.RelayConfig{Publisher: broker, Logger: log,
+		MinReplicas: cfg.Broker.MinReplicas, ReplicaTimeout: cfg.Broker.ReplicaTimeout}
+	if tp != nil {
+		rc.TracerProvider = tp
+	}
+	r, err := outbox.NewRelay(ob, rc)
 	if err != nil {
 		db.Close()
 		return nil, nil, nil, err

@@ -324,7 +324,7 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 	m.SetSource(eng)
 	log.Info("seqctl run: ready", "instance", eng.InstanceID(), "handlers", running)
 
-	waitRelay, err := runRelay(ctx, plan.cfg, rdb, m, log)
+	waitRelay, err := runRelay(ctx, plan, rdb, m, log)
 	if err != nil {
 		_ = eng.Shutdown(context.Background())
 		return err
@@ -446,11 +446,12 @@ func (p *runPlan) engineConfig(opts *RunOptions, rdb redis.UniversalClient, log 
 // runRelay starts the outbox relay when [outbox] is configured; it stops when ctx ends
 // and releases its category leases. wait waits for that and closes the outbox database
 // (nothing to wait for without [outbox]).
-func runRelay(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, m *metrics.Metrics, log *slog.Logger) (wait func(), err error) {
+func runRelay(ctx context.Context, plan *runPlan, rdb redis.UniversalClient, m *metrics.Metrics, log *slog.Logger) (wait func(), err error) {
+	cfg := plan.cfg
 	if cfg.Outbox == nil {
 		return func() {}, nil
 	}
-	relay, ob, closeDB, err := newRelay(cfg, rdb, log.With("component", "relay"))
+	relay, ob, closeDB, err := newRelay(cfg, rdb, plan.tracer, log.With("component", "relay"))
 	if err != nil {
 		return nil, err
 	}
