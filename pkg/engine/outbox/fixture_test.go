@@ -263,7 +263,12 @@ func orderData(client any, n int) []byte {
 // enqueue commits one event in its own transaction and returns the row.
 func (e *env) enqueue(tb testing.TB, ev Event) Enqueued {
 	tb.Helper()
-	ctx := context.Background()
+	return e.enqueueIn(tb, context.Background(), ev)
+}
+
+// enqueueIn is enqueue under ctx (a span's, say).
+func (e *env) enqueueIn(tb testing.TB, ctx context.Context, ev Event) Enqueued {
+	tb.Helper()
 	tx, err := e.db.BeginTx(ctx, nil)
 	if err != nil {
 		tb.Fatal(err)

@@ -23,16 +23,7 @@ func TestRelayPublishesTheEnqueuersTraceContext(t *testing.T) {
 		e := newEnv(t, d, domainOpts{})
 		ctx := propagation.TraceContext{}.Extract(context.Background(),
 			propagation.MapCarrier{"traceparent": testTraceParent, "tracestate": "rojo=1"})
-		tx, err := e.db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.ob.Enqueue(ctx, tx, Event{Type: "OrderPlaced", Data: orderData("c-1", 1)}); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		e.enqueueIn(t, ctx, Event{Type: "OrderPlaced", Data: orderData("c-1", 1)})
 		e.enqueue(t, Event{Type: "OrderPlaced", Data: orderData("c-1", 2)})
 		stop := run(t, e.relay(t, nil, nil))
 		defer stop()
@@ -94,16 +85,7 @@ func TestRelaySpanIsTheEnqueuersChild(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": testTraceParent})
-	tx, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.ob.Enqueue(ctx, tx, Event{Type: "OrderPlaced", Data: orderData("c-1", 1)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	e.enqueueIn(t, ctx, Event{Type: "OrderPlaced", Data: orderData("c-1", 1)})
 	stop := run(t, e.relay(t, nil, func(c *RelayConfig) { c.TracerProvider = tp }))
 	defer stop()
 	stream := keyspace.SingleNode.PartitionStream("order", "c-1")
