@@ -432,6 +432,16 @@ type Stats struct {
 	Slots SlotStats
 	// HandlerSlots is the same per handler or process manager, sorted by name.
 	HandlerSlots []HandlerSlotStats
+	// Lag is, per handler and category with a backlog here, the age of the oldest event
+	// that an owned partition has taken and not handled yet (by its entry id's time and
+	// this instance's clock). Caught-up pairs are left out.
+	Lag []LagStat
+}
+
+// LagStat is one handler's lag on one category in this instance.
+type LagStat struct {
+	Handler, Category string
+	Age               time.Duration
 }
 
 // Stats returns a snapshot.
@@ -439,10 +449,19 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st := Stats{Owned: len(e.workers), LivePartitions: map[string]int{}}
+	lag := map[[2]string]time.Duration{}
+	now := time.Now().UnixMilli()
 	for _, w := range e.workers {
 		if w.halted.Load() {
 			st.Halted++
 		}
+		if ms := w.headMS.Load(); ms > 0 {
+			k := [2]string{w.sub.group, w.u.laneCats[w.headLane.Load()]}
+			lag[k] = max(lag[k], time.Duration(max(now-ms, 0))*time.Millisecond)
+		}
+	}
+	for k, age := range lag {
+		st.Lag = append(st.Lag, LagStat{Handler: k[0], Category: k[1], Age: age})
 	}
 	for c, n := range e.livePartitions {
 		st.LivePartitions[c] = n

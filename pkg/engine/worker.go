@@ -44,6 +44,11 @@ type worker struct {
 	failedRun trace.SpanContext
 	failedID  string
 	spanNames []string // per lane, see spanName
+	// headMS is the append time (Unix ms, from the entry id) of the oldest entry the
+	// worker has taken and not handled yet, 0 when none; headLane is its lane. Read by
+	// Engine.Stats for the lag.
+	headMS   atomic.Int64
+	headLane atomic.Int32
 
 	ctx    context.Context // cancelled when the lease is lost or handlers must stop
 	cancel context.CancelFunc
@@ -421,6 +426,7 @@ func (w *worker) step(head *entry) error {
 
 // handle runs the handler for one entry, then acks it or schedules its retry / halt.
 func (w *worker) handle(ent entry) error {
+	w.setHead(ent)
 	w.ungate() // what follows may wait for a handler slot, acknowledgements or the handler
 	// Start only when Redis confirmed enough earlier acknowledgements (max_unacked), and
 	// only within the local lease deadline and while the lease's incarnation lives: an
@@ -472,6 +478,11 @@ func (w *worker) handle(ent entry) error {
 		// unless the next event cannot start before it is confirmed: awaitAcks then
 		// hands it to the instance's acker, whose flush carries many partitions' acks.
 		w.unacked = append(w.unacked, ackItem{lane: ent.lane, id: ent.msg.ID})
+		if len(w.pending) > 0 {
+			w.setHead(w.pending[0])
+		} else {
+			w.headMS.Store(0)
+		}
 		if w.sinceTrim++; w.sinceTrim >= trimEvery && len(w.pending) == 0 {
 			// Between batches. Entries whose ack is still in flight are pending, and the
 			// trim keeps everything from the oldest pending entry on.
@@ -495,6 +506,12 @@ func (w *worker) handle(ent entry) error {
 	w.retry = &ent
 	w.wait(w.sub.retryDelay)
 	return nil
+}
+
+// setHead records ent as the oldest entry taken and not handled yet.
+func (w *worker) setHead(ent entry) {
+	w.headLane.Store(int32(ent.lane))
+	w.headMS.Store(int64(keyspace.ParseStreamID(ent.msg.ID).MS))
 }
 
 // call runs the handler, turning a panic into an error.

@@ -52,6 +52,7 @@ type Metrics struct {
 
 	mu     sync.Mutex
 	groups []string                       // handlers declared or seen owning a partition; guarded by mu
+	cats   map[string][]string            // handler -> the categories it was declared with; guarded by mu
 	checks []func() (ok bool, why string) // more readiness conditions (AddReadiness); guarded by mu
 }
 
@@ -253,6 +254,8 @@ var (
 		"Partitions with an event ready that wait for a handler slot, per handler. Waiting is not failing: the attempt and its timeout start with the slot.", []string{"handler"}, nil)
 	descInstanceLimit = prometheus.NewDesc(Namespace+"_instance_handler_slots_limit",
 		"Handler calls this instance may run at once across all handlers (max_concurrent_handlers, or the sum of the handlers' limits when lower); 0 when unbounded.", nil, nil)
+	descLag = prometheus.NewDesc(Namespace+"_lag_seconds",
+		"Age of the oldest event taken and not yet handled by a partition this instance owns, per handler and category; 0 when caught up. Across instances, take the max.", []string{"category", "handler"}, nil)
 	descReady = prometheus.NewDesc(Namespace+"_ready",
 		"1 when the engine runs with a live session (what /readyz reports), else 0.", nil, nil)
 )
@@ -266,6 +269,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descWaiting
 	ch <- descInstanceLimit
 	ch <- descReady
+	ch <- descLag
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -306,6 +310,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(s.Waiting), g)
 	}
 	ch <- prometheus.MustNewConstMetric(descInstanceLimit, prometheus.GaugeValue, float64(st.Slots.Limit))
+	c.m.collectLag(ch, st.Lag)
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
 }
 
@@ -314,6 +319,12 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 // once per handler before the engine starts; undeclared handlers appear on first use.
 func (m *Metrics) Declare(handler string, categories ...string) {
 	m.addGroup(handler)
+	m.mu.Lock()
+	if m.cats == nil {
+		m.cats = map[string][]string{}
+	}
+	m.cats[handler] = append(m.cats[handler], categories...)
+	m.mu.Unlock()
 	m.acquired.WithLabelValues(handler)
 	m.lost.WithLabelValues(handler, "fenced")
 	m.lost.WithLabelValues(handler, "session_expired")
@@ -326,6 +337,25 @@ func (m *Metrics) Declare(handler string, categories ...string) {
 		m.halts.WithLabelValues(handler, c)
 		m.duration.WithLabelValues(handler, c)
 		m.latency.WithLabelValues(handler, c)
+	}
+}
+
+// collectLag sends seqctl_lag_seconds: every declared (handler, category) pair, 0 when
+// caught up, and the pairs with a lag.
+func (m *Metrics) collectLag(ch chan<- prometheus.Metric, lags []engine.LagStat) {
+	ages := map[[2]string]float64{}
+	m.mu.Lock()
+	for h, cs := range m.cats {
+		for _, c := range cs {
+			ages[[2]string{h, c}] = 0
+		}
+	}
+	m.mu.Unlock()
+	for _, l := range lags {
+		ages[[2]string{l.Handler, l.Category}] = l.Age.Seconds()
+	}
+	for k, v := range ages {
+		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, v, k[1], k[0])
 	}
 }
 

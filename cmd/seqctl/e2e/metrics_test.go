@@ -103,6 +103,7 @@ func TestRunMetricsScrape(t *testing.T) {
 		"seqctl_live_partitions",
 		"seqctl_relay_backlog",
 		"seqctl_ready",
+		"seqctl_lag_seconds",
 		"go_goroutines",
 		"process_resident_memory_bytes",
 	} {
