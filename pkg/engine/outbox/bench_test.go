@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/internal/testkit"
 )
 
@@ -19,7 +20,7 @@ func benchDialects(b *testing.B, fn func(b *testing.B, d Dialect)) {
 	for _, d := range dialects {
 		b.Run(d.String(), func(b *testing.B) {
 			if d == Postgres {
-				requirePostgres(b)
+				sqltest.RequirePostgres(b)
 			}
 			fn(b, d)
 		})
@@ -110,7 +111,7 @@ func BenchmarkCommitToStreamLatency(b *testing.B) {
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
 			if v.dialect == Postgres {
-				requirePostgres(b)
+				sqltest.RequirePostgres(b)
 			}
 			e := newEnv(b, v.dialect, domainOpts{})
 			r := e.relay(b, nil, func(c *RelayConfig) { c.PollInterval = 0; c.LeaseTTL = DefaultLeaseTTL })

@@ -2,14 +2,9 @@ package outbox
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
-	"net/url"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -18,8 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/redact"
 )
 
 func TestMain(m *testing.M) {
@@ -33,53 +28,6 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// PostgreSQL for tests: SEQCTL_TEST_POSTGRES_URL, or the local default. Without a server
-// the PostgreSQL tests skip, except under CI=true, where they fail.
-const (
-	envPostgresURL     = "SEQCTL_TEST_POSTGRES_URL"
-	defaultPostgresURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-)
-
-func postgresURL() string {
-	if u := os.Getenv(envPostgresURL); u != "" {
-		return u
-	}
-	return defaultPostgresURL
-}
-
-var (
-	pgOnce sync.Once
-	pgErr  error
-)
-
-// requirePostgres skips (or, with CI=true, fails) the test when PostgreSQL is not
-// reachable. The probe runs once per test binary.
-func requirePostgres(tb testing.TB) {
-	tb.Helper()
-	pgOnce.Do(func() {
-		db, err := sql.Open("pgx", postgresURL())
-		if err != nil {
-			pgErr = err
-			return
-		}
-		defer db.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		pgErr = db.PingContext(ctx)
-	})
-	if pgErr == nil {
-		return
-	}
-	msg := fmt.Sprintf("PostgreSQL is not reachable at %s (%v). Run these tests against a server where the user may CREATE SCHEMA: "+
-		"set %s=postgres://USER@HOST:5432/DB?sslmode=disable (default %s); on Debian: "+
-		"apt-get install postgresql && pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
-		redact.URL(postgresURL()), pgErr, envPostgresURL, defaultPostgresURL)
-	if os.Getenv("CI") == "true" {
-		tb.Fatal(msg + " [CI=true: PostgreSQL is required]")
-	}
-	tb.Skip(msg)
-}
-
 var dialects = []Dialect{SQLite, Postgres}
 
 // forEachDialect runs fn as a parallel subtest per dialect.
@@ -89,56 +37,21 @@ func forEachDialect(t *testing.T, fn func(t *testing.T, d Dialect)) {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
 			if d == Postgres {
-				requirePostgres(t)
+				sqltest.RequirePostgres(t)
 			}
 			fn(t, d)
 		})
 	}
 }
 
-// testDSN returns the DSN of a fresh, private database for the test: a SQLite file in the
-// test's temporary directory, or a PostgreSQL schema of its own (dropped at cleanup) made
-// the first schema of search_path.
+// testDSN returns the DSN of a fresh, private database for the test (sqltest): a SQLite
+// file in the test's temporary directory, or a PostgreSQL schema of its own.
 func testDSN(tb testing.TB, d Dialect) string {
 	tb.Helper()
 	if d == SQLite {
-		return "sqlite://" + filepath.Join(tb.TempDir(), "outbox.db")
+		return sqltest.SQLiteDSN(tb, "outbox.db")
 	}
-	requirePostgres(tb)
-	schema := "seqctl_test_" + randomHex(6)
-	admin, err := sql.Open("pgx", postgresURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-		tb.Fatalf("create schema %s: %v", schema, err)
-	}
-	tb.Cleanup(func() {
-		admin, err := sql.Open("pgx", postgresURL())
-		if err != nil {
-			tb.Error(err)
-			return
-		}
-		defer admin.Close()
-		if _, err := admin.Exec("DROP SCHEMA " + schema + " CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(postgresURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return sqltest.PostgresDSN(tb)
 }
 
 // openDB opens dsn and closes the database at cleanup.

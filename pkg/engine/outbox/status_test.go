@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/internal/testkit"
 )
 
@@ -163,7 +164,7 @@ func TestOpenMemorySQLiteWorks(t *testing.T) {
 
 // Low latency on PostgreSQL: with a one-minute poll, only NOTIFY can wake the relay.
 func TestPostgresNotifyWakesTheRelay(t *testing.T) {
-	requirePostgres(t)
+	sqltest.RequirePostgres(t)
 	t.Parallel()
 	e := newEnv(t, Postgres, domainOpts{})
 	r := e.relay(t, nil, func(c *RelayConfig) { c.PollInterval = time.Minute; c.LeaseTTL = 10 * time.Minute })
