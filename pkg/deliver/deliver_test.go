@@ -246,3 +246,16 @@ correlate = "order_id"
 		})
 	}
 }
+
+// shopProjector is a domain.toml whose OrderProjector handles OrderPlaced by client_id,
+// up to its [handlers.deliver] table, which each test appends.
+const shopProjector = `name = "shop"
+[[events]]
+name = "OrderPlaced"
+category = "order"
+fields = ["order_id", "client_id"]
+[[handlers]]
+name = "OrderProjector"
+handles = ["OrderPlaced"]
+sequential_by = "client_id"
+`

@@ -151,16 +151,7 @@ func TestReceiveRefusesForgedAndReplayedRequests(t *testing.T) {
 // A [handlers.deliver.sql] table binds the handler to a SQL sink; its DSN is read when the
 // sink starts, and an unset variable says what to export.
 func TestBindSQLSink(t *testing.T) {
-	const src = `name = "shop"
-[[events]]
-name = "OrderPlaced"
-category = "order"
-fields = ["order_id", "client_id"]
-[[handlers]]
-name = "OrderProjector"
-handles = ["OrderPlaced"]
-sequential_by = "client_id"
-[handlers.deliver.sql]
+	const src = shopProjector + `[handlers.deliver.sql]
 dsn_env = "ORDERS_DB"
 statement = "INSERT INTO orders(id) VALUES (json_extract($1, '$.order_id'))"
 `

@@ -162,16 +162,7 @@ func TestSigningKeyRotation(t *testing.T) {
 	}
 	bindOne := func(t *testing.T, url, deliver string) engine.HandlerFunc {
 		t.Helper()
-		cfg, err := config.Parse("domain.toml", []byte(fmt.Sprintf(`name = "shop"
-[[events]]
-name = "OrderPlaced"
-category = "order"
-fields = ["order_id", "client_id"]
-[[handlers]]
-name = "OrderProjector"
-handles = ["OrderPlaced"]
-sequential_by = "client_id"
-[handlers.deliver]
+		cfg, err := config.Parse("domain.toml", []byte(fmt.Sprintf(shopProjector+`[handlers.deliver]
 http = %q
 %s
 `, url, deliver)))
