@@ -121,9 +121,6 @@ const (
 	EnvTraceState     = "TRACESTATE"
 )
 
-// traceOf returns the W3C trace context of the span context in ctx, "" without one.
-func traceOf(ctx context.Context) (parent, state string) { return engine.TraceHeaders(ctx) }
-
 // DefaultTimeout bounds one attempt when a deliver table sets none (the config loader
 // already defaults timeout to 10s; this covers Go callers).
 const DefaultTimeout = 10 * time.Second

@@ -136,7 +136,7 @@ func (x *execDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	cmd.Stdin = bytes.NewReader(body)
 	stderr := &tailBuffer{max: StderrTailBytes}
 	cmd.Stderr = stderr
-	tp, ts := traceOf(ctx)
+	tp, ts := engine.TraceHeaders(ctx)
 	cmd.Env = append(x.env,
 		EnvTraceParent+"="+tp, // set even when empty: never seqctl's own environment's
 		EnvTraceState+"="+ts,

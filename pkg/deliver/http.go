@@ -129,7 +129,7 @@ func (h *httpDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	hd.Set(HeaderEventID, ev.ID)
 	hd.Set(HeaderGeneration, strconv.FormatInt(d.Generation, 10))
 	hd.Set(HeaderAttempt, strconv.Itoa(d.Attempt))
-	if tp, ts := traceOf(ctx); tp != "" {
+	if tp, ts := engine.TraceHeaders(ctx); tp != "" {
 		hd.Set(HeaderTraceParent, tp)
 		if ts != "" {
 			hd.Set(HeaderTraceState, ts)

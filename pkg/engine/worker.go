@@ -478,10 +478,8 @@ func (w *worker) handle(ent entry) error {
 		// unless the next event cannot start before it is confirmed: awaitAcks then
 		// hands it to the instance's acker, whose flush carries many partitions' acks.
 		w.unacked = append(w.unacked, ackItem{lane: ent.lane, id: ent.msg.ID})
-		if len(w.pending) > 0 {
-			w.setHead(w.pending[0])
-		} else {
-			w.headMS.Store(0)
+		if len(w.pending) == 0 {
+			w.headMS.Store(0) // caught up; otherwise the next handle records its entry
 		}
 		if w.sinceTrim++; w.sinceTrim >= trimEvery && len(w.pending) == 0 {
 			// Between batches. Entries whose ack is still in flight are pending, and the
