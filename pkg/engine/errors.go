@@ -53,5 +53,5 @@ func translateRedisErr(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	return fmt.Errorf("%w: %w", ErrRedisUnavailable, err) // the network error stays matchable (errors.Is)
 }

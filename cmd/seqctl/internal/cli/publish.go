@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -333,8 +334,7 @@ func (p *publisher) publish(ctx context.Context, r engine.Route, eventType, id s
 // fail at once.
 func redisUnavailable(err error, reached bool) bool {
 	if errors.Is(err, engine.ErrRedisUnavailable) {
-		// The engine keeps the network error's text only.
-		return reached || strings.Contains(err.Error(), "connection refused")
+		return reached || errors.Is(err, syscall.ECONNREFUSED)
 	}
 	var re redis.Error
 	if !errors.As(err, &re) {
