@@ -32,7 +32,8 @@
 //
 // Keys and the records stored in Redis are named and encoded by package keyspace; every
 // Lua script has its Go wrapper in package scripts; domain.toml is decoded by package
-// config; the outbox and its relay are package outbox.
+// config; the outbox and its relay are package outbox; exactly-once effects in a
+// handler's database (the inbox and the SQL sink) are package inbox.
 //
 // Files, by what happens to a thing over its life:
 //
@@ -51,5 +52,6 @@
 //     doorbell.go and sweep.go (waking idle owners when an entry arrives).
 //   - Operators: operator.go (inspect, skip, move to the DLQ, retry, DLQ replay).
 //   - Around them: errors.go, redis.go (calls to Redis), noperm.go (ACL refusals),
-//     health.go, observer.go, delivery.go.
+//     health.go, observer.go, delivery.go, trace.go (W3C trace context from the
+//     publisher to the handler, and the span of each handler run).
 package engine

@@ -10,7 +10,8 @@
 // Two database/sql dialects are supported: PostgreSQL through pgx (production; the relay
 // is woken by LISTEN/NOTIFY) and SQLite through modernc.org/sqlite (embedded, no cgo; the
 // relay polls). docs/outbox.md describes the table, the insert an application in another
-// language makes, and how ordering, leasing and deduplication work.
+// language makes, and how ordering, leasing and deduplication work. A row keeps the
+// enqueuer's trace context, and the relay publishes under it (trace.go).
 //
 // Typical use:
 //
