@@ -1,0 +1,292 @@
+package metrics
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+)
+
+// The backlog exporter ('seqctl exporter') reads the state of every partition from Redis
+// in the background and exports it per handler and category, whether any 'seqctl run'
+// instance runs or not: the signal an autoscaler needs to scale a deployment from zero.
+// Labels stay bounded (category, handler, state); a partition key is never one.
+
+// HandlerCategory names one handler (a consumer group) on one category: the labels of a
+// backlog series.
+type HandlerCategory struct {
+	Category, Handler string
+}
+
+// BacklogStat is the aggregate of one handler's partitions of one category.
+type BacklogStat struct {
+	// LagSeconds is the largest head age (admin.Partition.HeadAgeMS) in seconds: the age
+	// of the oldest event not yet handled; 0 when every partition is caught up.
+	LagSeconds float64
+	// Events is the sum of the partitions' backlogs (entries not yet handled). A partition
+	// whose backlog Redis cannot tell (Backlog -1) adds its lower bound: its pending
+	// entries, and at least 1 when it has a head entry. Events is then a lower bound too.
+	Events int64
+	// UnknownPartitions counts the partitions whose backlog is unknown.
+	UnknownPartitions int64
+	// Partitions counts the partitions in each state; it has every state of
+	// Backlog.States, at 0 when no partition is in it.
+	Partitions map[admin.State]int64
+}
+
+// Backlog is the aggregate of one listing of the partitions.
+type Backlog struct {
+	// Stats has a BacklogStat for every declared (category, handler) and every one that
+	// has a partition in the listing.
+	Stats map[HandlerCategory]BacklogStat
+	// States are the states counted: the states asked for and every state found, sorted.
+	States []admin.State
+}
+
+// knownStates are the partition states declared at 0 from the start. A state added to
+// pkg/admin later is counted from the first listing that has a partition in it, and stays
+// declared from then on (see BacklogExporter.Refresh).
+var knownStates = []admin.State{admin.StateHalted, admin.StateUnowned, admin.StateRunning, admin.StateIdle}
+
+// AggregateBacklog aggregates a listing of partitions per (category, handler). Every
+// pair of declared gets a BacklogStat, at 0 when it has no partition; every BacklogStat
+// counts every state of states and every state found in parts.
+func AggregateBacklog(parts []admin.Partition, declared []HandlerCategory, states []admin.State) Backlog {
+	all := map[admin.State]bool{}
+	for _, s := range states {
+		all[s] = true
+	}
+	for _, p := range parts {
+		all[p.State] = true
+	}
+	b := Backlog{Stats: map[HandlerCategory]BacklogStat{}, States: slices.Sorted(maps.Keys(all))}
+	stat := func(k HandlerCategory) BacklogStat {
+		if s, ok := b.Stats[k]; ok {
+			return s
+		}
+		s := BacklogStat{Partitions: make(map[admin.State]int64, len(b.States))}
+		for _, st := range b.States {
+			s.Partitions[st] = 0
+		}
+		return s
+	}
+	for _, k := range declared {
+		b.Stats[k] = stat(k)
+	}
+	for _, p := range parts {
+		k := HandlerCategory{Category: p.Category, Handler: p.Handler}
+		s := stat(k)
+		s.LagSeconds = max(s.LagSeconds, float64(p.HeadAgeMS)/1000)
+		if p.Backlog >= 0 {
+			s.Events += p.Backlog
+		} else {
+			s.UnknownPartitions++
+			s.Events += backlogFloor(p)
+		}
+		s.Partitions[p.State]++
+		b.Stats[k] = s
+	}
+	return b
+}
+
+// backlogFloor is the least backlog a partition of unknown backlog has: its pending
+// entries (delivered, not acknowledged), and at least 1 when it has a head entry (the
+// halted entry, the oldest pending or the next undelivered).
+func backlogFloor(p admin.Partition) int64 {
+	if p.Pending == 0 && p.HeadID != "" {
+		return 1
+	}
+	return p.Pending
+}
+
+// DeclaredPairs returns every (category, handler) of a config's topology
+// (admin.FromConfig), whose series the exporter declares at 0 from the start.
+func DeclaredPairs(t *admin.Topology) []HandlerCategory {
+	if t == nil {
+		return nil
+	}
+	var out []HandlerCategory
+	for _, c := range t.Categories {
+		for _, g := range c.Groups {
+			out = append(out, HandlerCategory{Category: c.Name, Handler: g.Name})
+		}
+	}
+	return out
+}
+
+// PartitionLister lists partitions: an *admin.Admin.
+type PartitionLister interface {
+	ListPartitions(ctx context.Context, f admin.Filter) ([]admin.Partition, error)
+}
+
+// BacklogOptions configure a BacklogExporter.
+type BacklogOptions struct {
+	// Lister reads every partition at each refresh (admin.Filter{}).
+	Lister PartitionLister
+	// Declared are the (category, handler) pairs exported from the start, at 0 until a
+	// refresh says otherwise, and kept when they have no partition (DeclaredPairs).
+	Declared []HandlerCategory
+	// Logger gets one warning when refreshes start failing and one line when they
+	// succeed again; nil logs nothing.
+	Logger *slog.Logger
+}
+
+// BacklogExporter serves the backlog gauges of the last successful refresh; Run
+// refreshes them in the background, so a scrape never reads Redis. Its registry holds
+// the backlog gauges, the exporter's own refresh metrics and the Go runtime and process
+// collectors.
+type BacklogExporter struct {
+	lister   PartitionLister
+	declared []HandlerCategory
+	log      *slog.Logger
+	reg      *prometheus.Registry
+
+	lastRefresh prometheus.Gauge
+	errors      prometheus.Counter
+	duration    prometheus.Gauge
+
+	mu       sync.Mutex
+	backlog  Backlog // guarded by mu
+	failures int     // refreshes failed in a row; guarded by mu
+}
+
+var (
+	descBacklogLag = prometheus.NewDesc(Namespace+"_lag_seconds",
+		"Age of the oldest event not yet handled, per handler and category, over every partition, owned or not (by Redis time, as of the exporter's last refresh); 0 when caught up. seqctl run exports the same gauge for the partitions it owns: across sources, take the max.",
+		[]string{"category", "handler"}, nil)
+	descBacklogEvents = prometheus.NewDesc(Namespace+"_backlog_events",
+		"Entries not yet handled, summed over the handler's partitions of the category (a partition of unknown backlog adds its lower bound, see seqctl_backlog_unknown_partitions), as of the exporter's last refresh.",
+		[]string{"category", "handler"}, nil)
+	descBacklogUnknown = prometheus.NewDesc(Namespace+"_backlog_unknown_partitions",
+		"Partitions whose backlog Redis cannot tell (entries deleted inside the undelivered range); seqctl_backlog_events counts only their pending entries, or 1 when they have a head entry.",
+		[]string{"category", "handler"}, nil)
+	descBacklogPartitions = prometheus.NewDesc(Namespace+"_backlog_partitions",
+		"Partitions of the category per handler and state (halted, unowned, running, idle, as 'seqctl partitions list' shows them), as of the exporter's last refresh.",
+		[]string{"category", "handler", "state"}, nil)
+)
+
+// NewBacklogExporter returns an exporter whose gauges show the declared pairs at 0 until
+// the first refresh.
+func NewBacklogExporter(o BacklogOptions) *BacklogExporter {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	e := &BacklogExporter{
+		lister: o.Lister, declared: slices.Clone(o.Declared), log: log, reg: prometheus.NewRegistry(),
+		lastRefresh: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "exporter_last_refresh_timestamp_seconds",
+			Help: "Unix time of the exporter's last successful refresh; 0 before the first. The backlog gauges are as old as time() minus this."}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "exporter_refresh_errors_total",
+			Help: "Refreshes that failed; the backlog gauges keep the values of the last successful one."}),
+		duration: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "exporter_refresh_duration_seconds",
+			Help: "How long the last refresh took, successful or not (its Redis round trips and the aggregation)."}),
+	}
+	e.backlog = AggregateBacklog(nil, e.declared, knownStates)
+	e.reg.MustRegister(
+		backlogCollector{e}, e.lastRefresh, e.errors, e.duration,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return e
+}
+
+// Registry returns the exporter's registry.
+func (e *BacklogExporter) Registry() *prometheus.Registry { return e.reg }
+
+// Refresh lists every partition and, when that succeeds, replaces the gauges with the
+// aggregate: pairs that are neither declared nor listed any more are dropped, states
+// found once stay declared. When it fails, the gauges keep their values and the error
+// is counted; the first failure of a streak is logged, and so is the end of the streak.
+func (e *BacklogExporter) Refresh(ctx context.Context) error {
+	start := time.Now()
+	parts, err := e.lister.ListPartitions(ctx, admin.Filter{})
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err == nil {
+		e.backlog = AggregateBacklog(parts, e.declared, e.backlog.States)
+	}
+	e.duration.Set(time.Since(start).Seconds())
+	if err != nil {
+		e.errors.Inc()
+		if e.failures == 0 {
+			e.log.Warn("refresh failed: serving the values of the last successful refresh until one succeeds", "err", err)
+		}
+		e.failures++
+		return err
+	}
+	if e.failures > 0 {
+		e.log.Info("refresh succeeded again", "failed_refreshes", e.failures)
+	}
+	e.failures = 0
+	e.lastRefresh.Set(float64(time.Now().UnixNano()) / 1e9)
+	return nil
+}
+
+// Run refreshes at once and then every interval until ctx ends. Each refresh may take
+// twice the interval, at least 10 s; one that takes longer fails.
+func (e *BacklogExporter) Run(ctx context.Context, interval time.Duration) {
+	timeout := max(2*interval, 10*time.Second)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		_ = e.Refresh(rctx) // counted and logged by Refresh
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Handler serves the endpoints of 'seqctl exporter':
+//
+//	/metrics  the Prometheus text (or OpenMetrics) exposition of the registry
+//	/healthz  200 "ok" while the process serves requests (liveness)
+func (e *BacklogExporter) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{Registry: e.reg, EnableOpenMetrics: true}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// backlogCollector sends the gauges of the exporter's last aggregate.
+type backlogCollector struct{ e *BacklogExporter }
+
+func (c backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descBacklogLag
+	ch <- descBacklogEvents
+	ch <- descBacklogUnknown
+	ch <- descBacklogPartitions
+}
+
+func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	c.e.mu.Lock()
+	b := c.e.backlog // replaced, never changed in place, by Refresh
+	c.e.mu.Unlock()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for k, s := range b.Stats {
+		gauge(descBacklogLag, s.LagSeconds, k.Category, k.Handler)
+		gauge(descBacklogEvents, float64(s.Events), k.Category, k.Handler)
+		gauge(descBacklogUnknown, float64(s.UnknownPartitions), k.Category, k.Handler)
+		for _, st := range b.States {
+			gauge(descBacklogPartitions, float64(s.Partitions[st]), k.Category, k.Handler, string(st))
+		}
+	}
+}

@@ -1,0 +1,265 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+)
+
+// part is a listed partition of handler h on category "order".
+func part(h string, st admin.State, backlog, pending, headAgeMS int64) admin.Partition {
+	p := admin.Partition{Category: "order", Key: "k", Handler: h, State: st, Backlog: backlog, Pending: pending, HeadAgeMS: headAgeMS}
+	if headAgeMS > 0 {
+		p.HeadID = "1-0"
+	}
+	return p
+}
+
+func TestAggregateBacklog(t *testing.T) {
+	parts := []admin.Partition{
+		part("Projector", admin.StateUnowned, 3, 0, 2500),
+		part("Projector", admin.StateRunning, 2, 1, 7250),
+		part("Projector", admin.StateIdle, 0, 0, 0),
+		part("Projector", admin.StateHalted, 4, 4, 1000),
+		part("Projector", admin.StateRunning, -1, 2, 300), // unknown: counts its 2 pending
+		part("Projector", admin.StateUnowned, -1, 0, 400), // unknown, a head: counts 1
+		part("Projector", admin.StateIdle, -1, 0, 0),      // unknown, caught up: counts 0
+		part("Mailer", "paused", 5, 0, 60000),             // a state pkg/admin does not know yet
+		{Category: "invoice", Key: "k", Handler: "Projector", State: admin.StateIdle},
+	}
+	declared := []HandlerCategory{{"order", "Projector"}, {"order", "Auditor"}}
+	got := AggregateBacklog(parts, declared, knownStates)
+
+	states := []admin.State{admin.StateHalted, admin.StateIdle, "paused", admin.StateRunning, admin.StateUnowned}
+	counts := func(halted, idle, paused, running, unowned int64) map[admin.State]int64 {
+		return map[admin.State]int64{admin.StateHalted: halted, admin.StateIdle: idle, "paused": paused,
+			admin.StateRunning: running, admin.StateUnowned: unowned}
+	}
+	want := Backlog{
+		States: states,
+		Stats: map[HandlerCategory]BacklogStat{
+			{"order", "Projector"}:   {LagSeconds: 7.25, Events: 3 + 2 + 4 + 2 + 1, UnknownPartitions: 3, Partitions: counts(1, 2, 0, 2, 2)},
+			{"order", "Auditor"}:     {Partitions: counts(0, 0, 0, 0, 0)}, // declared, nothing listed
+			{"order", "Mailer"}:      {LagSeconds: 60, Events: 5, Partitions: counts(0, 0, 1, 0, 0)},
+			{"invoice", "Projector"}: {Partitions: counts(0, 1, 0, 0, 0)},
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("AggregateBacklog mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// fakeLister answers each ListPartitions with the next of its replies, the last one
+// again once they run out.
+type fakeLister struct {
+	mu      sync.Mutex
+	replies []listReply
+	calls   int
+}
+
+type listReply struct {
+	parts []admin.Partition
+	err   error
+}
+
+func (f *fakeLister) ListPartitions(context.Context, admin.Filter) ([]admin.Partition, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.replies[min(f.calls, len(f.replies)-1)]
+	f.calls++
+	return r.parts, r.err
+}
+
+// backlogHead is the HELP and TYPE of the backlog gauges, in the order testutil prints them.
+const backlogHead = `
+# HELP seqctl_backlog_events Entries not yet handled, summed over the handler's partitions of the category (a partition of unknown backlog adds its lower bound, see seqctl_backlog_unknown_partitions), as of the exporter's last refresh.
+# TYPE seqctl_backlog_events gauge
+`
+
+var backlogNames = []string{"seqctl_backlog_events", "seqctl_backlog_partitions", "seqctl_lag_seconds", "seqctl_backlog_unknown_partitions"}
+
+// exposition renders the exporter's backlog gauges in the text format, without HELP and
+// TYPE lines, sorted as the registry sorts them.
+func exposition(t *testing.T, e *BacklogExporter) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	e.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	var lines []string
+	for _, l := range strings.Split(rec.Body.String(), "\n") {
+		for _, n := range backlogNames {
+			if strings.HasPrefix(l, n+"{") {
+				lines = append(lines, l)
+			}
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func TestBacklogExporterRefresh(t *testing.T) {
+	boom := errors.New("redis: connection refused")
+	l := &fakeLister{replies: []listReply{
+		{parts: []admin.Partition{part("Projector", admin.StateUnowned, 1, 0, 1500), part("Reporter", admin.StateRunning, 2, 1, 500)}},
+		{err: boom},
+		{err: boom},
+		{parts: []admin.Partition{part("Projector", admin.StateIdle, 0, 0, 0)}}, // Reporter is gone
+	}}
+	var logs bytes.Buffer
+	e := NewBacklogExporter(BacklogOptions{Lister: l, Declared: []HandlerCategory{{"order", "Projector"}},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx := context.Background()
+
+	// Before the first refresh: the declared pair, at 0, in every known state.
+	zero := `seqctl_backlog_events{category="order",handler="Projector"} 0
+seqctl_backlog_partitions{category="order",handler="Projector",state="halted"} 0
+seqctl_backlog_partitions{category="order",handler="Projector",state="idle"} 0
+seqctl_backlog_partitions{category="order",handler="Projector",state="running"} 0
+seqctl_backlog_partitions{category="order",handler="Projector",state="unowned"} 0
+seqctl_backlog_unknown_partitions{category="order",handler="Projector"} 0
+seqctl_lag_seconds{category="order",handler="Projector"} 0`
+	if diff := cmp.Diff(zero, exposition(t, e)); diff != "" {
+		t.Errorf("before the first refresh (-want +got):\n%s", diff)
+	}
+	if v := testutil.ToFloat64(e.lastRefresh); v != 0 {
+		t.Errorf("last refresh %v before the first, want 0", v)
+	}
+
+	if err := e.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := `seqctl_backlog_events{category="order",handler="Projector"} 1
+seqctl_backlog_events{category="order",handler="Reporter"} 2
+seqctl_backlog_partitions{category="order",handler="Projector",state="halted"} 0
+seqctl_backlog_partitions{category="order",handler="Projector",state="idle"} 0
+seqctl_backlog_partitions{category="order",handler="Projector",state="running"} 0
+seqctl_backlog_partitions{category="order",handler="Projector",state="unowned"} 1
+seqctl_backlog_partitions{category="order",handler="Reporter",state="halted"} 0
+seqctl_backlog_partitions{category="order",handler="Reporter",state="idle"} 0
+seqctl_backlog_partitions{category="order",handler="Reporter",state="running"} 1
+seqctl_backlog_partitions{category="order",handler="Reporter",state="unowned"} 0
+seqctl_backlog_unknown_partitions{category="order",handler="Projector"} 0
+seqctl_backlog_unknown_partitions{category="order",handler="Reporter"} 0
+seqctl_lag_seconds{category="order",handler="Projector"} 1.5
+seqctl_lag_seconds{category="order",handler="Reporter"} 0.5`
+	if diff := cmp.Diff(first, exposition(t, e)); diff != "" {
+		t.Errorf("after the first refresh (-want +got):\n%s", diff)
+	}
+	refreshed := testutil.ToFloat64(e.lastRefresh)
+	if refreshed < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("last refresh %v, want about now", refreshed)
+	}
+
+	// Two failures: the values stay, both are counted, one line is logged.
+	for range 2 {
+		if err := e.Refresh(ctx); !errors.Is(err, boom) {
+			t.Fatalf("Refresh = %v, want %v", err, boom)
+		}
+	}
+	if diff := cmp.Diff(first, exposition(t, e)); diff != "" {
+		t.Errorf("after failed refreshes, the values changed (-want +got):\n%s", diff)
+	}
+	if v := testutil.ToFloat64(e.errors); v != 2 {
+		t.Errorf("refresh errors = %v, want 2", v)
+	}
+	if v := testutil.ToFloat64(e.lastRefresh); v != refreshed {
+		t.Errorf("last refresh moved to %v on a failure, want %v", v, refreshed)
+	}
+	if n := strings.Count(logs.String(), "refresh failed"); n != 1 {
+		t.Errorf("%d failure lines for one streak, want 1:\n%s", n, logs.String())
+	}
+
+	// A success again: Reporter's series are dropped, Projector's declared ones stay.
+	if err := e.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	idle := strings.Replace(zero, `state="idle"} 0`, `state="idle"} 1`, 1)
+	if diff := cmp.Diff(idle, exposition(t, e)); diff != "" {
+		t.Errorf("after the handler went away (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(logs.String(), "refresh succeeded again") || !strings.Contains(logs.String(), "failed_refreshes=2") {
+		t.Errorf("no recovery line with the count:\n%s", logs.String())
+	}
+}
+
+// A state found once is declared at 0 from then on, for every pair.
+func TestBacklogExporterKeepsNewStates(t *testing.T) {
+	l := &fakeLister{replies: []listReply{
+		{parts: []admin.Partition{part("Projector", "paused", 1, 0, 0)}},
+		{parts: []admin.Partition{part("Projector", admin.StateIdle, 0, 0, 0), part("Mailer", admin.StateIdle, 0, 0, 0)}},
+	}}
+	e := NewBacklogExporter(BacklogOptions{Lister: l})
+	for range 2 {
+		if err := e.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{
+		`seqctl_backlog_partitions{category="order",handler="Projector",state="paused"} 0`,
+		`seqctl_backlog_partitions{category="order",handler="Mailer",state="paused"} 0`,
+	} {
+		if got := exposition(t, e); !strings.Contains(got, want) {
+			t.Errorf("no %s in:\n%s", want, got)
+		}
+	}
+}
+
+func TestBacklogExporterHelp(t *testing.T) {
+	e := NewBacklogExporter(BacklogOptions{Lister: &fakeLister{}, Declared: []HandlerCategory{{"order", "Projector"}}})
+	want := backlogHead + `seqctl_backlog_events{category="order",handler="Projector"} 0
+`
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "seqctl_backlog_events"); err != nil {
+		t.Error(err)
+	}
+	n, err := testutil.GatherAndCount(e.Registry(), "seqctl_exporter_last_refresh_timestamp_seconds",
+		"seqctl_exporter_refresh_errors_total", "seqctl_exporter_refresh_duration_seconds")
+	if err != nil || n != 3 {
+		t.Errorf("exporter's own series: %d, %v; want 3", n, err)
+	}
+	rec := httptest.NewRecorder()
+	e.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if b, _ := io.ReadAll(rec.Body); rec.Code != 200 || string(b) != "ok\n" {
+		t.Errorf("/healthz = %d %q", rec.Code, b)
+	}
+}
+
+// Run refreshes at once, then every interval, and returns when its context ends.
+func TestBacklogExporterRun(t *testing.T) {
+	l := &fakeLister{replies: []listReply{{parts: []admin.Partition{part("Projector", admin.StateUnowned, 1, 0, 10)}}}}
+	e := NewBacklogExporter(BacklogOptions{Lister: l})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx, 10*time.Millisecond) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l.mu.Lock()
+		calls := l.calls
+		l.mu.Unlock()
+		if calls >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d refreshes in 5 s at a 10 ms interval", calls)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if !strings.Contains(exposition(t, e), `seqctl_backlog_events{category="order",handler="Projector"} 1`) {
+		t.Errorf("Run did not refresh the gauges:\n%s", exposition(t, e))
+	}
+}
