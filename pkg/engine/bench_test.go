@@ -970,3 +970,44 @@ func benchThroughput(b *testing.B, tgt *benchTarget, n, keys int, work time.Dura
 	}
 	b.ReportMetric(float64(moves), "lease_moves")
 }
+
+// ---------------------------------------------------------------------------
+// BenchmarkPausedIdleCost: Redis calls per second of 1,000 partitions paused by an
+// operator, owned by two instances. Goal: no more than 1,000 idle ones
+// (BenchmarkIdleCost with SEQCTL_BENCH_IDLE_PARTS=1000, run beside it).
+
+func BenchmarkPausedIdleCost(b *testing.B) {
+	onTargets(b, benchPausedIdleCost)
+}
+
+func benchPausedIdleCost(b *testing.B, t *benchTarget) {
+	const parts = 1000
+	ip := startIdlePair(b, t, parts, 3*time.Minute)
+	broker := NewRedisBroker(t.admin)
+	ctx := context.Background()
+	for i := range parts {
+		ref := HeadRef{Group: "Projector", Category: "order", Key: fmt.Sprintf("client-%d", i)}
+		if _, _, err := broker.Pause(ctx, ref, PauseRecord{Reason: "bench", By: "bench"}, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for ip.e1.Stats().Paused+ip.e2.Stats().Paused < parts {
+		if time.Now().After(deadline) {
+			b.Fatalf("paused %d+%d of %d partitions within a minute", ip.e1.Stats().Paused, ip.e2.Stats().Paused, parts)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(t.idleWarmup())
+	s0, rt0 := snapRedis(b, t), ip.rt.Load()
+	time.Sleep(time.Duration(envInt("SEQCTL_BENCH_WINDOW", 10)) * time.Second)
+	s1, rt1 := snapRedis(b, t), ip.rt.Load()
+	win := s1.at.Sub(s0.at).Seconds()
+	bd, total := callsBetween(s0, s1)
+	mem := readMem()
+	b.Logf("paused partitions %d+%d; redis calls/s by command over %.1fs: %s; %d goroutines (%d before the engines)",
+		ip.e1.Stats().Paused, ip.e2.Stats().Paused, win, breakdown(bd, win, "calls/s"), mem.goroutines, ip.mem0.goroutines)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(total)/win, "calls/s")
+	b.ReportMetric(float64(rt1-rt0)/win, "rt/s")
+}

@@ -490,15 +490,19 @@ func (d *doorbell) readNotices() {
 // onWake handles a notice on the instance's wake stream.
 func (d *doorbell) onWake(m redis.XMessage) {
 	n := keyspace.DecodeNotice(m)
-	if n.Op != keyspace.NoticeResume {
+	if n.Op != keyspace.NoticeResume && n.Op != keyspace.NoticePause {
 		return
 	}
 	d.e.mu.Lock()
 	w := d.e.byLane[laneKey(n.Group, n.Unit)]
 	d.e.mu.Unlock()
-	if w != nil {
-		w.poke()
+	if w == nil {
+		return
 	}
+	if n.Op == keyspace.NoticePause {
+		w.pauseNoted.Store(true)
+	}
+	w.poke()
 }
 
 // listen receives from the pub/sub connection until it is closed. Rings and

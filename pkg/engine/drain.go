@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,6 +15,8 @@ type drainResult struct {
 	code    scripts.DrainCode
 	lastIDs []keyspace.StreamID // drainEmpty: the last entry id of each lane ("0-0" for none)
 	entries []entry
+	// pauseTTL is, for DrainPaused, how long the pause lasts; -1 until resumed.
+	pauseTTL time.Duration
 }
 
 // drain calls drain.lua: ack w.unacked, then read (expect: "" or "{lane}|{id}").
@@ -32,7 +35,7 @@ func (w *worker) drain(expect *entry) (drainResult, error) {
 	// guards is re-armed by rearm before an event starts.
 	rearm := w.dormant.Load() && len(w.u.guards) == 0
 	c := scripts.Drain{
-		Lease: w.leaseKey, Live: w.liveKey, Halt: w.haltKey, Lanes: w.lanes,
+		Lease: w.leaseKey, Live: w.liveKey, Halt: w.haltKey, Pause: w.pauseKey, Lanes: w.lanes,
 		Token: w.token, Group: w.sub.group, Consumer: w.consumer, Batch: w.e.cfg.BatchSize,
 		Owed: w.owed, Acks: w.unackedByLane(),
 	}
@@ -50,6 +53,7 @@ func (w *worker) drain(expect *entry) (drainResult, error) {
 	if w.takeover {
 		c.TakeoverKeep = max(w.e.cfg.MaxUnacked, 1)
 	}
+	w.pauseNoted.Store(false) // the script reads the pause record; a notice from now on is new
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()
 	var res scripts.DrainReply
@@ -77,7 +81,7 @@ func (w *worker) drain(expect *entry) (drainResult, error) {
 // id when there were none. It notes a full batch of new entries of the first lane, for
 // the next read to be native.
 func (w *worker) drained(res scripts.DrainReply, read *redis.XStreamSliceCmd) (drainResult, error) {
-	r := drainResult{code: res.Code}
+	r := drainResult{code: res.Code, pauseTTL: res.PauseTTL}
 	switch res.Code {
 	case scripts.DrainFenced:
 		return drainResult{}, ErrFenced

@@ -426,6 +426,7 @@ func (e *Engine) Owned() []OwnedPartition {
 type Stats struct {
 	Owned          int            // units owned by this instance
 	Halted         int            // owned units halted on a poison head
+	Paused         int            // owned units paused by an operator
 	LivePartitions map[string]int // category -> partitions in its discovery index
 	// Slots is the instance's handler-slot use: calls running, the cap (0: unbounded) and
 	// the partitions waiting for a slot.
@@ -454,6 +455,9 @@ func (e *Engine) Stats() Stats {
 	for _, w := range e.workers {
 		if w.halted.Load() {
 			st.Halted++
+		}
+		if w.paused.Load() {
+			st.Paused++
 		}
 		if ms := w.headMS.Load(); ms > 0 {
 			k := [2]string{w.sub.group, w.u.laneCats[w.headLane.Load()]}

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -157,7 +159,7 @@ func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID
 	switch res.Code {
 	case scripts.Resolved:
 		if k.IsCluster() && res.Lease != "" {
-			b.wakeOwner(ctx, res.Lease, ref.Group, lane)
+			b.tellOwner(ctx, res.Lease, ref.Group, lane, keyspace.NoticeResume)
 		}
 		return b.waitReplicas(ctx, actionNames[action])
 	case scripts.ResolveMoved:
@@ -170,15 +172,17 @@ func (b *RedisBroker) resolve(ctx context.Context, ref HeadRef, action, expectID
 	return fmt.Errorf("engine: unexpected resolve reply %+v", res)
 }
 
-// wakeOwner asks the owner of a lease to resume at once (op=resume on its wake stream),
-// on Redis Cluster where resolve.lua cannot write the wake stream itself. Best effort:
-// without it the owner re-checks the halt record on its backstop.
-func (b *RedisBroker) wakeOwner(ctx context.Context, lease, group, lane string) {
+// tellOwner sends the owner of a lease a notice (op on its wake stream) about a lane of
+// its unit (or the unit itself): resume after resolve.lua on Redis Cluster, where the
+// script cannot write the wake stream itself, and after a resume; pause after a pause.
+// Best effort: without it the owner re-checks the halt or pause record on its backstop,
+// and a pause at its next read.
+func (b *RedisBroker) tellOwner(ctx context.Context, lease, group, lane, op string) {
 	owner := ownerOf(lease)
 	if owner == "" {
 		return
 	}
-	_ = notify(ctx, b.rdb, b.keys.WakeStream(keyspace.InstanceOfOwner(owner)), keyspace.Notice{Op: keyspace.NoticeResume, Group: group, Unit: lane})
+	_ = notify(ctx, b.rdb, b.keys.WakeStream(keyspace.InstanceOfOwner(owner)), keyspace.Notice{Op: op, Group: group, Unit: lane})
 }
 
 // Compile-time checks that both brokers satisfy BrokerInfo.
@@ -221,4 +225,78 @@ func (b *RedisBroker) ReplayDLQ(ctx context.Context, dlqStream, dlqID string, r 
 		}
 	}
 	return pub, b.waitReplicas(ctx, "DLQ replay")
+}
+
+// PauseRecord is an operator's pause of a partition for one group (stored and read by
+// the keyspace package, its one codec).
+type PauseRecord = keyspace.Pause
+
+// ErrNotPaused: a resume found no pause record.
+var ErrNotPaused = errors.New("engine: partition is not paused")
+
+// Pause pauses a partition (or a process manager's correlation value) for one group: its
+// owner finishes the event in flight and starts no other until Resume, or until d passes
+// when d > 0 (the record expires by itself, with nothing running). No lease is needed;
+// the owner is told at once. p's Reason and By are stored, Since and Until are set from
+// Redis TIME and returned. A halted partition is refused (ErrHalted): resolve its head
+// first. Pausing a paused partition replaces its record (replaced is then true).
+func (b *RedisBroker) Pause(ctx context.Context, ref HeadRef, p PauseRecord, d time.Duration) (rec PauseRecord, replaced bool, err error) {
+	res, err := b.pause(ctx, ref, scripts.Pause{For: d, Fields: p.Fields()})
+	if err != nil {
+		return PauseRecord{}, false, err
+	}
+	if res.Code == scripts.PauseHalted {
+		return PauseRecord{}, false, fmt.Errorf("%w: %s is halted for %s; resolve its head first ('seqctl head show')", ErrHalted, ref.streamIn(b.keys), ref.Group)
+	}
+	p.Since, p.Until = res.Since, res.Until
+	return p, res.Code == scripts.PauseReplaced, b.waitReplicas(ctx, "pause")
+}
+
+// Resume ends a partition's pause for one group; its owner starts again at once.
+// ErrNotPaused when it was not paused.
+func (b *RedisBroker) Resume(ctx context.Context, ref HeadRef) error {
+	res, err := b.pause(ctx, ref, scripts.Pause{Resume: true})
+	if err != nil {
+		return err
+	}
+	if res.Code == scripts.PauseNotPaused {
+		return fmt.Errorf("%w: %s for %s", ErrNotPaused, ref.streamIn(b.keys), ref.Group)
+	}
+	return b.waitReplicas(ctx, "resume")
+}
+
+// Paused reads a partition's pause record for one group, nil when it is not paused.
+func (b *RedisBroker) Paused(ctx context.Context, ref HeadRef) (*PauseRecord, error) {
+	m, err := b.rdb.HGetAll(ctx, b.keys.PauseKey(ref.unitIn(b.keys), ref.Group)).Result()
+	if err != nil {
+		return nil, translateRedisErr(err)
+	}
+	return keyspace.DecodePause(m), nil
+}
+
+// pause runs pause.lua for ref and tells the unit's owner, if any.
+func (b *RedisBroker) pause(ctx context.Context, ref HeadRef, c scripts.Pause) (scripts.PauseReply, error) {
+	if ref.Key != "" {
+		if err := ValidateStreamKey(ref.Key, ref.BackfillSuffix); err != nil {
+			return scripts.PauseReply{}, err
+		}
+	}
+	k := b.keys
+	unit := ref.unitIn(k)
+	c.Record, c.Halt, c.Lease = k.PauseKey(unit, ref.Group), k.HaltKey(unit, ref.Group), k.LeaseKey(unit, ref.Group)
+	if err := loadScripts(ctx, b.rdb); err != nil {
+		return scripts.PauseReply{}, err
+	}
+	res, err := c.Run(ctx, b.rdb)
+	if err != nil {
+		return scripts.PauseReply{}, translateRedisErr(err)
+	}
+	if res.Code == scripts.PauseDone || res.Code == scripts.PauseReplaced {
+		op := keyspace.NoticePause
+		if c.Resume {
+			op = keyspace.NoticeResume
+		}
+		b.tellOwner(ctx, res.Lease, ref.Group, unit, op)
+	}
+	return res, nil
 }

@@ -37,7 +37,7 @@ func (w *worker) reap() {
 		defer w.e.reapStep("done", w.u.name)
 	}
 	c := scripts.Reap{
-		Lease: w.leaseKey, Live: w.liveKey, Halt: w.haltKey, Lanes: w.lanes,
+		Lease: w.leaseKey, Live: w.liveKey, Halt: w.haltKey, PausePrefix: k.PausePrefix(w.u.name), Lanes: w.lanes,
 		Generation: k.GenerationKey(w.u.name, w.sub.group), Control: k.ControlStream(), Guards: w.u.guards,
 		Token: w.token, IdleMS: w.e.cfg.Timing.ReapIdle.Milliseconds(), Key: w.u.key, Categories: w.u.laneCats,
 		Cluster: k.IsCluster(),

@@ -34,6 +34,7 @@ type worker struct {
 	leaseKey string
 	liveKey  string // what the fenced scripts check for liveness: the session key, or the lease itself on Redis Cluster
 	haltKey  string
+	pauseKey string
 	inc      *incarnation // the session life the lease was taken in
 	owner    string
 	token    string
@@ -64,6 +65,10 @@ type worker struct {
 	handoff atomic.Bool // set by fair share: finish the in-flight event, release, exit
 	idle    atomic.Bool // the partition was empty at the last read
 	halted  atomic.Bool // parked on a halt record
+	paused  atomic.Bool // waiting on an operator's pause record
+	// pauseNoted is set by an operator's pause notice: the entries read ahead are given
+	// back before the next one starts, and the next read finds the pause.
+	pauseNoted atomic.Bool
 	// On Redis Cluster the lease of a partition idle for a lease TTL goes dormant (see
 	// goDormant): it loses its expiry, the heartbeat stops renewing it, and the worker
 	// re-arms it before it starts an event again.
@@ -113,7 +118,7 @@ func (e *Engine) startWorker(u unit, in *incarnation, gen int64) {
 	w := &worker{
 		inc: in,
 		e:   e, sub: u.sub, u: u, lanes: u.lanes,
-		leaseKey: lease, haltKey: e.keys.HaltKey(u.name, u.sub.group),
+		leaseKey: lease, haltKey: e.keys.HaltKey(u.name, u.sub.group), pauseKey: e.keys.PauseKey(u.name, u.sub.group),
 		liveKey: e.liveKey(owner, lease), // on Redis Cluster the lease's own string
 		owner:   owner, token: keyspace.Lease{Owner: owner, Generation: gen}.String(), gen: gen,
 		ctx: ctx, cancel: cancel,
@@ -242,6 +247,8 @@ func (w *worker) run() {
 		switch {
 		case w.retry != nil:
 			err = w.step(w.retry)
+		case len(w.pending) > 0 && w.pauseNoted.Swap(false):
+			w.giveBackNow() // the next read finds the pause, or reads them again
 		case len(w.pending) > 0:
 			ent := w.pending[0]
 			if w.pending = w.pending[1:]; len(w.pending) == 0 {
@@ -316,11 +323,7 @@ func (w *worker) giveBack() {
 	if len(w.pending) == 0 || w.e.killed.Load() {
 		return
 	}
-	c := scripts.GiveBack{Lanes: w.lanes, Group: w.sub.group, Consumer: w.consumer}
-	for _, ent := range w.pending {
-		c.Entries = append(c.Entries, scripts.Unstarted{Lane: ent.lane, ID: ent.msg.ID, Deliveries: ent.deliveries})
-	}
-	w.pending = nil
+	c := w.giveBackCall()
 	e := w.e
 	e.bg.Add(1)
 	go func() {
@@ -331,6 +334,41 @@ func (w *worker) giveBack() {
 			e.log.Debug("could not give unstarted entries back; the next owner corrects them", "unit", c.Lanes[0], "err", translateRedisErr(err))
 		}
 	}()
+}
+
+// giveBackCall takes the entries read and never started out of w.pending, into the call
+// that gives them their delivery count back.
+func (w *worker) giveBackCall() scripts.GiveBack {
+	c := scripts.GiveBack{Lanes: w.lanes, Group: w.sub.group, Consumer: w.consumer}
+	for _, ent := range w.pending {
+		c.Entries = append(c.Entries, scripts.Unstarted{Lane: ent.lane, ID: ent.msg.ID, Deliveries: ent.deliveries})
+	}
+	w.pending = nil
+	return c
+}
+
+// giveBackNow gives the entries read ahead their delivery count back before an operator's
+// pause: none of them starts, and after the resume the next read claims them again, in
+// order, as first attempts. When Redis does not answer, they stay pending under the
+// worker's consumer and are read again all the same (each then counts one attempt more).
+func (w *worker) giveBackNow() {
+	c := w.giveBackCall()
+	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
+	defer cancel()
+	if _, err := c.Run(ctx, w.e.rdb); err != nil {
+		w.e.log.Debug("could not give the read-ahead back before a pause", "unit", w.u.name, "err", translateRedisErr(err))
+	}
+}
+
+// pauseWait returns how long a paused worker waits before it reads its pause record
+// again, unless a notice wakes it: about haltRecheck, in case the operator's resume
+// notice was missed, or until just after a pause with an end (ttl >= 0) expires.
+func pauseWait(ttl time.Duration) time.Duration {
+	d := haltWait()
+	if ttl >= 0 && ttl < d {
+		d = ttl + 5*time.Millisecond // just after the record expired
+	}
+	return d
 }
 
 // wait blocks until poked, d passes (d <= 0: no timer), or the worker must stop. It
@@ -372,10 +410,15 @@ func (w *worker) fetch() error {
 	if err != nil {
 		return err
 	}
+	w.paused.Store(r.code == scripts.DrainPaused)
 	switch r.code {
 	case scripts.DrainHalted:
 		w.halted.Store(true) // halted before this owner took over
 		w.wait(haltWait())
+	case scripts.DrainPaused:
+		// Parked, without a goroutine, as an idle partition: a resume notice or the
+		// record's end starts it again (a ring does not: it is not watched).
+		return w.park(pauseWait(r.pauseTTL), false)
 	case scripts.DrainEmpty:
 		if !w.trimmed {
 			w.trim() // after a takeover: drop the previous owners' consumers
@@ -408,9 +451,12 @@ func (w *worker) step(head *entry) error {
 	if err != nil {
 		return err
 	}
+	w.paused.Store(r.code == scripts.DrainPaused)
 	switch r.code {
 	case scripts.DrainHalted:
 		w.wait(haltWait())
+	case scripts.DrainPaused:
+		w.wait(pauseWait(r.pauseTTL)) // then the head is retried, unless paused still
 	case scripts.DrainResolved:
 		w.retry = nil // an operator skipped it or moved it to the DLQ
 		w.halted.Store(false)

@@ -179,6 +179,15 @@ func (k Keys) LeaseKey(unit, group string) string { return k.tagged(unit) + ":__
 // resolves the head.
 func (k Keys) HaltKey(stream, group string) string { return k.tagged(stream) + ":__halt__:" + group }
 
+// PauseKey holds an operator's pause of one unit for one group (hash, see Pause), in the
+// unit's slot. While it exists the owner starts no event of the unit; an expiry (PEXPIRE)
+// ends a pause given a duration by itself.
+func (k Keys) PauseKey(unit, group string) string { return k.PausePrefix(unit) + group }
+
+// PausePrefix is PauseKey without the group: reap.lua checks every registered group's
+// pause with it.
+func (k Keys) PausePrefix(unit string) string { return k.tagged(unit) + ":__pause__:" }
+
 // GenerationKey is the fencing-generation counter of a unit's lease (string, INCR): one
 // per group on a single node, which keeps every partition's generation strictly
 // increasing across a reap and re-creation without a key per partition; in cluster mode

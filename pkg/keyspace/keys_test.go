@@ -20,6 +20,7 @@ func TestKeysLayouts(t *testing.T) {
 			k.LeaseKey(stream, "G"), k.HaltKey(stream, "G"), k.BellChannel(stream), k.IndexedMarkKey(stream),
 			k.OutboxMarkKey(stream), k.EventMarkKey(stream, "ev-1"), k.GenerationKey(stream, "G"),
 			k.LeaseKey(pm, "G"), k.HaltKey(pm, "G"), k.GenerationKey(pm, "G"),
+			k.PauseKey(stream, "G"), k.PauseKey(pm, "G"),
 			k.PartitionStream("payment", "client-123"), // another category of the same key
 		}
 		if k.IsCluster() {

@@ -126,6 +126,65 @@ func DecodeHalt(m map[string]string) *Halt {
 	return h
 }
 
+// Pause is an operator's pause of a unit for one group (PauseKey, a hash with the fields
+// reason, by, since_ms and until_ms). Until is zero for a pause without an end; with one,
+// the key also carries a matching expiry, so it ends even when nothing runs.
+type Pause struct {
+	Reason string
+	By     string    // who paused: the operator's actor string
+	Since  time.Time // UTC
+	Until  time.Time // UTC; zero: until resumed (null in JSON)
+}
+
+// pauseJSON is Pause's JSON form: until is null for a pause without an end.
+type pauseJSON struct {
+	Reason string     `json:"reason"`
+	By     string     `json:"by"`
+	Since  time.Time  `json:"since"`
+	Until  *time.Time `json:"until"`
+}
+
+// MarshalJSON writes until as null for a pause without an end.
+func (p Pause) MarshalJSON() ([]byte, error) {
+	j := pauseJSON{Reason: p.Reason, By: p.By, Since: p.Since}
+	if !p.Until.IsZero() {
+		j.Until = &p.Until
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (p *Pause) UnmarshalJSON(b []byte) error {
+	var j pauseJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*p = Pause{Reason: j.Reason, By: j.By, Since: j.Since}
+	if j.Until != nil {
+		p.Until = *j.Until
+	}
+	return nil
+}
+
+// Fields renders the record as field/value pairs for HSET, without since_ms and
+// until_ms, which pause.lua sets from Redis TIME.
+func (p Pause) Fields() []any { return []any{"reason", p.Reason, "by", p.By} }
+
+// DecodePause reads a pause record (HGETALL of PauseKey); nil when there is none.
+func DecodePause(m map[string]string) *Pause {
+	if len(m) == 0 {
+		return nil
+	}
+	p := &Pause{Reason: m["reason"], By: m["by"]}
+	if ms, err := strconv.ParseInt(m["since_ms"], 10, 64); err == nil && ms > 0 {
+		p.Since = time.UnixMilli(ms).UTC()
+	}
+	if ms, err := strconv.ParseInt(m["until_ms"], 10, 64); err == nil && ms > 0 {
+		p.Until = time.UnixMilli(ms).UTC()
+	}
+	return p
+}
+
 // Envelope is an event as a stream entry holds it (the README's envelope): the fields id,
 // type, category, key, data, priority and published_at, and the publisher's W3C trace
 // context (traceparent, tracestate) when it had one.
@@ -257,8 +316,8 @@ type Notice struct {
 	Op       string // one of the Notice* operations
 	Category string // NoticePartition, NoticeReaped: the partition's category
 	Key      string // NoticePartition, NoticeReaped: the partition key
-	Group    string // NoticeReleased, NoticeResume: the consumer group
-	Unit     string // NoticeReleased, NoticeResume: the unit (lane stream or process-manager unit)
+	Group    string // NoticeReleased, NoticeResume, NoticePause: the consumer group
+	Unit     string // NoticeReleased, NoticeResume, NoticePause: the unit (lane stream or process-manager unit)
 }
 
 // The operations of a Notice.
@@ -266,7 +325,8 @@ const (
 	NoticePartition = "partition" // control: a partition key was indexed (or again)
 	NoticeReaped    = "reaped"    // control: a partition key left its index
 	NoticeReleased  = "released"  // control: a lease was given back
-	NoticeResume    = "resume"    // wake: an operator resolved the unit's head
+	NoticeResume    = "resume"    // wake: an operator resolved the unit's head, or resumed it
+	NoticePause     = "pause"     // wake: an operator paused the unit: start no more of its events
 	NoticeInterrupt = "interrupt" // wake: end the blocking read (shutdown)
 )
 

@@ -1,6 +1,8 @@
 package keyspace
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +83,43 @@ func TestRecordsRoundTrip(t *testing.T) {
 
 // A notice written by Fields reads back the same, and an entry a script wrote with the
 // same fields reads as the notice it means.
+// A pause record reads back from its hash and its JSON, with a null until for a pause
+// without an end.
+func TestPauseRecord(t *testing.T) {
+	since := time.UnixMilli(1796169408080).UTC()
+	for _, p := range []Pause{
+		{Reason: "migration", By: "ops@laptop", Since: since},
+		{Reason: "locked", By: "ops@laptop", Since: since, Until: since.Add(10 * time.Minute)},
+	} {
+		until := "0"
+		if !p.Until.IsZero() {
+			until = "1796170008080"
+		}
+		stored := map[string]string{"since_ms": "1796169408080", "until_ms": until}
+		f := p.Fields()
+		for i := 0; i+1 < len(f); i += 2 {
+			stored[f[i].(string)] = f[i+1].(string)
+		}
+		if got := DecodePause(stored); got == nil || *got != p {
+			t.Errorf("DecodePause(%v) = %+v, want %+v", stored, got, p)
+		}
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Until.IsZero() != strings.Contains(string(b), `"until":null`) {
+			t.Errorf("JSON %s: until must be null exactly when the pause has no end", b)
+		}
+		var back Pause
+		if err := json.Unmarshal(b, &back); err != nil || back != p {
+			t.Errorf("JSON round trip of %+v: %+v, %v", p, back, err)
+		}
+	}
+	if DecodePause(nil) != nil {
+		t.Error("no hash must decode to no pause")
+	}
+}
+
 func TestNoticeRoundTrip(t *testing.T) {
 	for _, n := range []Notice{
 		{Op: NoticePartition, Category: "order", Key: "c-9"},

@@ -244,6 +244,8 @@ var (
 		"Partitions (or process-manager correlation values) this instance owns, per handler.", []string{"handler"}, nil)
 	descHalted = prometheus.NewDesc(Namespace+"_partitions_halted",
 		"Owned partitions that are halted on a poison head, waiting for an operator.", nil, nil)
+	descPaused = prometheus.NewDesc(Namespace+"_partitions_paused",
+		"Owned partitions paused by an operator ('seqctl partitions pause'), waiting for a resume or the pause's end.", nil, nil)
 	descLive = prometheus.NewDesc(Namespace+"_live_partitions",
 		"Partitions in a category's discovery index (all instances), as of the last discovery pass.", []string{"category"}, nil)
 	descSlotsInUse = prometheus.NewDesc(Namespace+"_handler_slots_in_use",
@@ -263,6 +265,7 @@ var (
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descOwned
 	ch <- descHalted
+	ch <- descPaused
 	ch <- descLive
 	ch <- descSlotsInUse
 	ch <- descSlotsLimit
@@ -295,6 +298,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(owned[g]), g)
 	}
 	ch <- prometheus.MustNewConstMetric(descHalted, prometheus.GaugeValue, float64(st.Halted))
+	ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, float64(st.Paused))
 	for cat, n := range st.LivePartitions {
 		ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(n), cat)
 	}

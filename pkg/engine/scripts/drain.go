@@ -3,6 +3,7 @@ package scripts
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,6 +14,7 @@ var drainScript = load("drain.lua", false)
 // read what comes next, all under the fence.
 type Drain struct {
 	Lease, Live, Halt string
+	Pause             string   // the unit's pause record for the group
 	Lanes             []string // primary first
 	Token, Group      string
 	Consumer          string
@@ -44,6 +46,7 @@ type DrainCode int64
 const (
 	DrainFenced   DrainCode = -1 // the lease or the session is not the caller's
 	DrainHalted   DrainCode = -2 // a halt record exists (the acknowledgements were applied)
+	DrainPaused   DrainCode = -3 // a pause record exists (the acknowledgements were applied); PauseTTL says for how long
 	DrainEmpty    DrainCode = 0  // nothing to read: LastIDs holds each lane's last entry id
 	DrainEntries  DrainCode = 1  // Entries of Lane; Deliveries is the first one's count
 	DrainNative   DrainCode = 2  // the transaction's own read stands
@@ -57,11 +60,14 @@ type DrainReply struct {
 	Deliveries int64 // the first entry's delivery count
 	Entries    []redis.XMessage
 	LastIDs    []string // DrainEmpty: each lane's last entry id ("0-0" for none)
+	// PauseTTL is, for DrainPaused, how long the pause record lives: -1 when it has no
+	// end (an operator resumes it).
+	PauseTTL time.Duration
 }
 
 func (c Drain) args() ([]string, []any) {
-	keys := make([]string, 0, 3+len(c.Lanes))
-	keys = append(append(keys, c.Lease, c.Live, c.Halt), c.Lanes...)
+	keys := make([]string, 0, 4+len(c.Lanes))
+	keys = append(append(keys, c.Lease, c.Live, c.Halt, c.Pause), c.Lanes...)
 	expect, takeover := "", ""
 	if c.ExpectID != "" {
 		expect = strconv.Itoa(c.ExpectLane+1) + "|" + c.ExpectID
@@ -98,6 +104,11 @@ func ParseDrain(cmd *redis.Cmd) (DrainReply, error) {
 	return reply("drain.lua", cmd, func(code int64, rest []any) (DrainReply, error) {
 		r := DrainReply{Code: DrainCode(code)}
 		switch r.Code {
+		case DrainPaused:
+			r.PauseTTL = -1
+			if ms := num(rest, 0); ms >= 0 {
+				r.PauseTTL = time.Duration(ms) * time.Millisecond
+			}
 		case DrainEmpty:
 			r.LastIDs = make([]string, len(rest))
 			for i := range rest {

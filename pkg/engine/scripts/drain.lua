@@ -17,7 +17,9 @@
 -- KEYS[1]  lease key
 -- KEYS[2]  the caller's session key
 -- KEYS[3]  halt record of the partition for this group (hash)
--- KEYS[4..] lane streams, primary first
+-- KEYS[4]  pause record of the unit for this group (hash, with an expiry when the pause
+--          has an end)
+-- KEYS[5..] lane streams, primary first
 -- ARGV[1]  token "{owner}:{generation}"
 -- ARGV[2]  consumer group
 -- ARGV[3]  consumer name
@@ -32,7 +34,7 @@
 --          MULTI/EXEC transaction (Lua would convert every field of every entry twice);
 --          L is the last entry the caller read before. The read runs whatever this
 --          script would answer, so this script judges it: it may be used only when the
---          fence holds, no halt record exists and, once the acknowledgements are applied,
+--          fence holds, no halt or pause record exists and, once the acknowledgements are applied,
 --          every entry pending on the lane is the caller's and after L (so the read took
 --          exactly the entries after everything already handled): then {2}. Otherwise
 --          the read's entries (the caller's, after L, delivered once) get their delivery
@@ -54,6 +56,8 @@
 -- Returns:
 --   {-1}                                fenced: lease or session not the caller's
 --   {-2}                                halted: a halt record exists (acks were applied)
+--   {-3, ms}                            paused: a pause record exists (acks were applied);
+--                                       ms is its time to live, -1 when it has no end
 --   {0, lastid1, lastid2, ...}          nothing to read; each lane's last entry id
 --   {1, lane, deliveries, entries}      entries of one lane (lane is 1-based); for a
 --                                       pending head, deliveries is its delivery count
@@ -63,8 +67,8 @@
 --                                       entries are the ones that come next, in order;
 --                                       with any other reply the caller must not use it
 local group, consumer = ARGV[2], ARGV[3]
-local nlanes = #KEYS - 3
-local first = KEYS[4]
+local nlanes = #KEYS - 4
+local first = KEYS[5]
 
 -- give_back gives the entries of the first lane after id that are pending under the
 -- caller with a delivery count of 1 (read, never started) their count of 0 back, under
@@ -95,7 +99,7 @@ end
 if ARGV[9] ~= '' then
   local keep = tonumber(ARGV[9])
   for lane = 1, nlanes do
-    local stream = KEYS[3 + lane]
+    local stream = KEYS[4 + lane]
     local cs = redis.call('EXISTS', stream) == 1 and redis.pcall('XINFO', 'CONSUMERS', stream, group)
     if type(cs) == 'table' and not cs.err then
       for _, c in ipairs(cs) do
@@ -123,13 +127,18 @@ local a = 10
 for lane = 1, nlanes do
   local n = tonumber(ARGV[a])
   if n > 0 then
-    redis.call('XACK', KEYS[3 + lane], group, unpack(ARGV, a + 1, a + n))
+    redis.call('XACK', KEYS[4 + lane], group, unpack(ARGV, a + 1, a + n))
   end
   a = a + n + 1
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   if native then give_back(ARGV[7]) end
   return {-2}
+end
+local paused = redis.call('PTTL', KEYS[4])
+if paused ~= -2 then
+  if native then give_back(ARGV[7]) end
+  return {-3, paused}
 end
 if native then
   -- XPENDING summary: {count, lowest id, highest id, {{consumer, count}, ...}}
@@ -161,7 +170,7 @@ if ARGV[5] ~= '' then
   local sep = string.find(ARGV[5], '|', 1, true)
   local lane = tonumber(string.sub(ARGV[5], 1, sep - 1))
   local id = string.sub(ARGV[5], sep + 1)
-  local stream = KEYS[3 + lane]
+  local stream = KEYS[4 + lane]
   if pending_count(stream, id) == 0 then
     return {3}
   end
@@ -195,7 +204,7 @@ end
 
 local missing = {} -- lanes whose stream does not exist (a backfill lane never written)
 for lane = 1, nlanes do
-  local stream = KEYS[3 + lane]
+  local stream = KEYS[4 + lane]
   local r = claim_head(stream)
   if not r then missing[lane] = true end
   if r then
@@ -213,7 +222,7 @@ local out = {0}
 for lane = 1, nlanes do
   local last = {}
   if not missing[lane] then
-    last = redis.call('XREVRANGE', KEYS[3 + lane], '+', '-', 'COUNT', 1)
+    last = redis.call('XREVRANGE', KEYS[4 + lane], '+', '-', 'COUNT', 1)
   end
   if last[1] then out[#out + 1] = last[1][1] else out[#out + 1] = '0-0' end
 end

@@ -12,6 +12,7 @@ var reapScript = load("reap.lua", false)
 // Reap retires a cold partition or process-manager unit, fenced (reap.lua).
 type Reap struct {
 	Lease, Live, Halt string
+	PausePrefix       string // the unit's pause records without the group (keyspace.PausePrefix)
 	Lanes             []string
 	// Indexes are, per lane, its category's index on one node, or the partition's
 	// indexed mark on Redis Cluster.
@@ -73,8 +74,8 @@ func (c Reap) Run(ctx context.Context, rdb redis.Scripter) (ReapReply, error) {
 	if c.Cluster {
 		mode = "cluster"
 	}
-	args := make([]any, 0, 5+n)
-	args = append(args, c.Token, c.IdleMS, n, c.Key, mode)
+	args := make([]any, 0, 6+n)
+	args = append(args, c.Token, c.IdleMS, n, c.Key, mode, c.PausePrefix)
 	for _, cat := range c.Categories {
 		args = append(args, cat)
 	}

@@ -9,8 +9,9 @@
 -- therefore keeps the partition, and so does one on the stream that the registry as read
 -- does not name (on Redis Cluster the caller reads the registry before this script: a
 -- group that registered and read since is on the stream). A halted partition is never
--- reaped. On Redis Cluster the unit's generation counter goes with it (generations stay
--- above every one handed out before: they are floored at Redis time, see acquire.lua).
+-- reaped, nor is one paused for any of its registered groups. On Redis Cluster the
+-- unit's generation counter goes with it (generations stay above every one handed out
+-- before: they are floored at Redis time, see acquire.lua).
 -- On one node the reap is announced on the control stream (op=reaped, once per
 -- category), so every instance drops the key from its view of the index; on Redis
 -- Cluster the caller announces it once unindex.lua removed the key. A publish after the
@@ -33,8 +34,10 @@
 -- ARGV[3]  n, the number of lanes
 -- ARGV[4]  the partition key (index member)
 -- ARGV[5]  "cluster" on Redis Cluster, else ""
--- ARGV[6..5+n]  the category of each lane
--- ARGV[6+n..]   on Redis Cluster, for each lane: m, then the m groups of its category's
+-- ARGV[6]       the unit's pause-record prefix (PauseKey without the group, in the
+--               unit's slot): a unit paused for any registered group is not reaped
+-- ARGV[7..6+n]  the category of each lane
+-- ARGV[7+n..]   on Redis Cluster, for each lane: m, then the m groups of its category's
 --               registry as the caller read it
 -- Returns:
 --   {1}            reaped (the lease is gone: the caller stops owning the unit)
@@ -57,7 +60,7 @@ local cluster = ARGV[5] == 'cluster'
 -- registry returns the groups registered for lane i's category.
 local registries = {}
 if cluster then
-  registries = read_registries(6 + n, n)
+  registries = read_registries(7 + n, n)
 end
 local function registry(i)
   if cluster then return registries[i] end
@@ -89,6 +92,9 @@ for i = 1, n do
       if not groups[name] then
         return {-7, 'group ' .. name .. ' has never read ' .. lane}
       end
+      if redis.call('EXISTS', ARGV[6] .. name) == 1 then
+        return {-7, 'paused for group ' .. name}
+      end
     end
     for name, g in pairs(groups) do
       if tonumber(g['pending']) > 0 then
@@ -107,7 +113,7 @@ for i = 1, n do
     redis.call('DEL', KEYS[3 + n + i])
   else
     redis.call('SREM', KEYS[3 + n + i], ARGV[4])
-    local c = ARGV[5 + i]
+    local c = ARGV[6 + i]
     if not announced[c] then
       announced[c] = true
       redis.call('XADD', KEYS[5 + 3 * n], 'MAXLEN', '~', '1000', '*', 'op', 'reaped', 'category', c, 'key', ARGV[4])
