@@ -113,12 +113,8 @@ func (a *Admin) act(ctx context.Context, act Action, res *ActionResult) error {
 				res.DLQStream = q.dlqStream() // a process manager's other category
 			}
 		}
-		by := act.Actor.User
-		if act.Actor.Host != "" {
-			by += "@" + act.Actor.Host
-		}
 		err = a.broker.MoveToDLQ(ctx, ref, act.ExpectID, act.Force,
-			"moved_by", by, "moved_at", a.opts.Now().UTC().Format(time.RFC3339), "reason", act.Reason)
+			"moved_by", act.Actor.by(), "moved_at", a.opts.Now().UTC().Format(time.RFC3339), "reason", act.Reason)
 	case ActionRetry:
 		err = a.broker.Retry(ctx, ref, act.ExpectID)
 	default:

@@ -395,7 +395,7 @@ func translate(err error) error {
 	if errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, engine.ErrHeadMoved) ||
 		errors.Is(err, engine.ErrNotHalted) || errors.Is(err, engine.ErrEntryGone) ||
 		errors.Is(err, engine.ErrFenced) || errors.Is(err, engine.ErrInvalidKey) ||
-		errors.Is(err, engine.ErrReplicaShortfall) {
+		errors.Is(err, engine.ErrReplicaShortfall) || errors.Is(err, engine.ErrHalted) || errors.Is(err, engine.ErrNotPaused) {
 		return err
 	}
 	if errors.Is(err, engine.ErrNoPermission) {

@@ -24,6 +24,8 @@ const (
 	OutcomeDeclined   = "declined"    // the operator answered no at the prompt
 	OutcomeFailed     = "failed"      // any other error (Redis unreachable, ...)
 	OutcomeNotPending = "not_pending" // the head was not delivered yet: nothing in flight to act on
+	OutcomeHalted     = "halted"      // pause: the partition is halted; resolve its head first
+	OutcomeNotPaused  = "not_paused"  // resume: the partition was not paused
 	// OutcomeNotReplicated: done on the primary, but fewer replicas than min_replicas
 	// acknowledged it; a failover may lose it.
 	OutcomeNotReplicated = "not_replicated"
@@ -40,6 +42,8 @@ var actionOutcomes = []errOutcome{
 	{engine.ErrHeadMoved, OutcomeHeadMoved},
 	{engine.ErrNotHalted, OutcomeNotHalted},
 	{engine.ErrEntryGone, OutcomeEntryGone},
+	{engine.ErrHalted, OutcomeHalted},
+	{engine.ErrNotPaused, OutcomeNotPaused},
 	{ErrNotFound, OutcomeNotFound},
 	{engine.ErrReplicaShortfall, OutcomeNotReplicated},
 }

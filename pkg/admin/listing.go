@@ -55,8 +55,7 @@ type row struct {
 	group GroupTopology
 	lanes []*laneCmds
 
-	lease, pmLease *redis.StringCmd
-	halt, pmHalt   *redis.MapStringStringCmd
+	unit, pmUnit unitCmds // pmUnit: the process-manager unit's, when it may be one
 
 	states []laneState
 	owner  string
@@ -78,7 +77,7 @@ type partitionListing struct {
 	now    *redis.TimeCmd                       // Redis TIME, for head ages
 	lanes  map[string]*laneCmds                 // by lane stream
 	leases map[string]*redis.StringCmd          // by lease key
-	halts  map[string]*redis.MapStringStringCmd // by halt key
+	halts  map[string]*redis.MapStringStringCmd // by halt key, and pause records by pause key
 	dlqs   map[string]*redis.IntCmd             // DLQ lengths, by primary stream
 	ttls   map[string]*redis.DurationCmd        // session TTLs, by owner
 }
@@ -212,9 +211,9 @@ func (l *partitionListing) readLanesAndUnits(ctx context.Context) error {
 		}
 		g := r.group.Name
 		if r.group.ProcessManager {
-			r.pmLease, r.pmHalt = l.queueUnit(ctx, pipe, l.a.keys.PMUnit(g, r.name.Key), g)
+			r.pmUnit = l.queueUnit(ctx, pipe, l.a.keys.PMUnit(g, r.name.Key), g)
 		} else {
-			r.lease, r.halt = l.queueUnit(ctx, pipe, r.p.Stream, g)
+			r.unit = l.queueUnit(ctx, pipe, r.p.Stream, g)
 		}
 	}
 	return execTolerant(ctx, pipe)
@@ -234,12 +233,24 @@ func (l *partitionListing) queueLane(ctx context.Context, pipe redis.Pipeliner, 
 	})
 }
 
-// queueUnit queues the reads of a group's lease and halt record on a unit, once per key.
-func (l *partitionListing) queueUnit(ctx context.Context, pipe redis.Pipeliner, unit, group string) (*redis.StringCmd, *redis.MapStringStringCmd) {
-	leaseKey, haltKey := l.a.keys.LeaseKey(unit, group), l.a.keys.HaltKey(unit, group)
-	lease := queueOnce(l.leases, leaseKey, func() *redis.StringCmd { return pipe.Get(ctx, leaseKey) })
-	halt := queueOnce(l.halts, haltKey, func() *redis.MapStringStringCmd { return pipe.HGetAll(ctx, haltKey) })
-	return lease, halt
+// unitCmds are the replies about one group's unit: its lease, halt and pause records.
+type unitCmds struct {
+	lease       *redis.StringCmd
+	halt, pause *redis.MapStringStringCmd
+}
+
+// queueUnit queues the reads of a group's lease, halt and pause records on a unit, once
+// per key.
+func (l *partitionListing) queueUnit(ctx context.Context, pipe redis.Pipeliner, unit, group string) unitCmds {
+	k := l.a.keys
+	leaseKey, haltKey, pauseKey := k.LeaseKey(unit, group), k.HaltKey(unit, group), k.PauseKey(unit, group)
+	hgetall := func(key string) *redis.MapStringStringCmd {
+		return queueOnce(l.halts, key, func() *redis.MapStringStringCmd { return pipe.HGetAll(ctx, key) })
+	}
+	return unitCmds{
+		lease: queueOnce(l.leases, leaseKey, func() *redis.StringCmd { return pipe.Get(ctx, leaseKey) }),
+		halt:  hgetall(haltKey), pause: hgetall(pauseKey),
+	}
 }
 
 // queueOnce returns the command queued for key, queueing it the first time it is asked
@@ -268,8 +279,8 @@ func (l *partitionListing) readBackfillAndPMUnits(ctx context.Context) error {
 	}
 	if l.a.opts.Topology == nil {
 		for _, r := range l.rows {
-			if len(r.halt.Val()) == 0 {
-				r.pmLease, r.pmHalt = l.queueUnit(ctx, pipe, l.a.keys.PMUnit(r.group.Name, r.name.Key), r.group.Name)
+			if len(r.unit.halt.Val()) == 0 {
+				r.pmUnit = l.queueUnit(ctx, pipe, l.a.keys.PMUnit(r.group.Name, r.name.Key), r.group.Name)
 				more = true
 			}
 		}
@@ -298,23 +309,24 @@ func (l *partitionListing) resolve() {
 // resolveUnit decides the unit (plain partition or process-manager correlation value)
 // and reads its lease and halt record.
 func (r *row) resolveUnit() {
-	lease, halt := r.lease, r.halt
-	if r.pmLease != nil {
+	u := r.unit
+	if r.pmUnit.lease != nil {
 		pm := r.group.ProcessManager
-		if !pm { // no config: a lease or halt record under the PM unit says it is one
-			pm = r.pmLease.Err() == nil || len(r.pmHalt.Val()) > 0
+		if !pm { // no config: a lease, halt or pause record under the PM unit says it is one
+			pm = r.pmUnit.lease.Err() == nil || len(r.pmUnit.halt.Val()) > 0 || len(r.pmUnit.pause.Val()) > 0
 		}
 		if pm {
-			lease, halt = r.pmLease, r.pmHalt
+			u = r.pmUnit
 			r.p.ProcessManager = true
 		}
 	}
-	if lease != nil && lease.Err() == nil {
-		l, _ := keyspace.ParseLease(lease.Val())
+	if u.lease != nil && u.lease.Err() == nil {
+		l, _ := keyspace.ParseLease(u.lease.Val())
 		r.owner, r.gen = l.Owner, l.Generation
 	}
-	if halt != nil {
-		r.p.Halt = keyspace.DecodeHalt(halt.Val())
+	if u.halt != nil {
+		r.p.Halt = keyspace.DecodeHalt(u.halt.Val())
+		r.p.Pause = keyspace.DecodePause(u.pause.Val())
 	}
 	if r.p.Halt != nil {
 		r.p.HaltedEntryID = r.p.Halt.EntryID
@@ -460,6 +472,8 @@ func stateOf(p *Partition) State {
 	switch {
 	case p.Halt != nil:
 		return StateHalted
+	case p.Pause != nil:
+		return StatePaused
 	case p.Owner == "":
 		return StateUnowned
 	case p.Lag != 0 || p.Pending > 0:

@@ -18,6 +18,10 @@ type State string
 const (
 	// StateHalted: a halt record exists; the partition waits for an operator.
 	StateHalted State = "halted"
+	// StatePaused: an operator paused the partition for the handler ('seqctl partitions
+	// pause'); its owner, if any, starts none of its events until it is resumed or the
+	// pause ends.
+	StatePaused State = "paused"
 	// StateUnowned: no live lease (no lease, or its owner's session expired); nothing
 	// reads the partition until an instance takes it.
 	StateUnowned State = "unowned"
@@ -72,6 +76,8 @@ type Partition struct {
 	ProcessManager bool
 	// Halt is the halt record, nil when not halted.
 	Halt *engine.HaltRecord
+	// Pause is the operator's pause record, nil when not paused.
+	Pause *engine.PauseRecord
 	// HeadID is the head entry id, "" when caught up.
 	HeadID string
 	// Handled is how many entries the group has read and acknowledged on the current
@@ -83,24 +89,25 @@ type Partition struct {
 // partitionJSON is the JSON form of a Partition. docs/json-output.md documents every
 // field; keep the two in step.
 type partitionJSON struct {
-	Category         string             `json:"category"`
-	Key              string             `json:"key"`
-	Stream           string             `json:"stream"`
-	Handler          string             `json:"handler"`
-	ProcessManager   bool               `json:"process_manager"`
-	State            State              `json:"state"`
-	Owner            *string            `json:"owner"`
-	Generation       *int64             `json:"generation"`
-	LeaseRemainingMS *int64             `json:"lease_remaining_ms"`
-	Backlog          *int64             `json:"backlog"`
-	Lag              *int64             `json:"lag"`
-	Pending          int64              `json:"pending"`
-	DLQ              int64              `json:"dlq"`
-	HeadID           *string            `json:"head_id"`
-	HeadAgeMS        *int64             `json:"head_age_ms"`
-	HaltedEntryID    *string            `json:"halted_entry_id"`
-	Halt             *engine.HaltRecord `json:"halt"`
-	Handled          int64              `json:"handled"`
+	Category         string              `json:"category"`
+	Key              string              `json:"key"`
+	Stream           string              `json:"stream"`
+	Handler          string              `json:"handler"`
+	ProcessManager   bool                `json:"process_manager"`
+	State            State               `json:"state"`
+	Owner            *string             `json:"owner"`
+	Generation       *int64              `json:"generation"`
+	LeaseRemainingMS *int64              `json:"lease_remaining_ms"`
+	Backlog          *int64              `json:"backlog"`
+	Lag              *int64              `json:"lag"`
+	Pending          int64               `json:"pending"`
+	DLQ              int64               `json:"dlq"`
+	HeadID           *string             `json:"head_id"`
+	HeadAgeMS        *int64              `json:"head_age_ms"`
+	HaltedEntryID    *string             `json:"halted_entry_id"`
+	Halt             *engine.HaltRecord  `json:"halt"`
+	Pause            *engine.PauseRecord `json:"pause"`
+	Handled          int64               `json:"handled"`
 }
 
 func strOrNil(s string) *string {
@@ -119,13 +126,13 @@ func knownOrNil(n int64) *int64 {
 
 // MarshalJSON writes the partition with null for absent values: owner, generation and
 // lease_remaining_ms when unowned; backlog and lag when unknown; head_id and head_age_ms
-// when caught up; halted_entry_id and halt when not halted.
+// when caught up; halted_entry_id and halt when not halted; pause when not paused.
 func (p Partition) MarshalJSON() ([]byte, error) {
 	j := partitionJSON{
 		Category: p.Category, Key: p.Key, Stream: p.Stream, Handler: p.Handler, ProcessManager: p.ProcessManager,
 		State: p.State, Owner: strOrNil(p.Owner), Backlog: knownOrNil(p.Backlog), Lag: knownOrNil(p.Lag),
 		Pending: p.Pending, DLQ: p.DLQ, HeadID: strOrNil(p.HeadID), HaltedEntryID: strOrNil(p.HaltedEntryID),
-		Halt: p.Halt, Handled: p.Handled,
+		Halt: p.Halt, Pause: p.Pause, Handled: p.Handled,
 	}
 	if p.Owner != "" {
 		j.Generation, j.LeaseRemainingMS = &p.Generation, &p.LeaseRemainingMS
@@ -159,7 +166,7 @@ func (p *Partition) UnmarshalJSON(b []byte) error {
 		Category: j.Category, Key: j.Key, Stream: j.Stream, Handler: j.Handler, ProcessManager: j.ProcessManager,
 		State: j.State, Owner: deref(j.Owner), Generation: num(j.Generation, 0), LeaseRemainingMS: num(j.LeaseRemainingMS, 0),
 		Backlog: num(j.Backlog, -1), Lag: num(j.Lag, -1), Pending: j.Pending, DLQ: j.DLQ, HeadID: deref(j.HeadID),
-		HeadAgeMS: num(j.HeadAgeMS, 0), HaltedEntryID: deref(j.HaltedEntryID), Halt: j.Halt, Handled: j.Handled,
+		HeadAgeMS: num(j.HeadAgeMS, 0), HaltedEntryID: deref(j.HaltedEntryID), Halt: j.Halt, Pause: j.Pause, Handled: j.Handled,
 	}
 	return nil
 }
@@ -182,10 +189,10 @@ type Filter struct {
 // ParseState parses a state name.
 func ParseState(s string) (State, error) {
 	switch st := State(s); st {
-	case StateHalted, StateUnowned, StateRunning, StateIdle:
+	case StateHalted, StatePaused, StateUnowned, StateRunning, StateIdle:
 		return st, nil
 	}
-	return "", fmt.Errorf("unknown state %q: want running, idle, halted or unowned", s)
+	return "", fmt.Errorf("unknown state %q: want running, idle, halted, paused or unowned", s)
 }
 
 // CheckKeyGlob reports a malformed --key pattern.

@@ -75,7 +75,7 @@ func TestPartitionJSON(t *testing.T) {
 	}
 	want := `{"category":"order","key":"a","stream":"order:a","handler":"H","process_manager":false,"state":"unowned",` +
 		`"owner":null,"generation":null,"lease_remaining_ms":null,"backlog":null,"lag":null,"pending":0,"dlq":0,` +
-		`"head_id":null,"head_age_ms":null,"halted_entry_id":null,"halt":null,"handled":0}`
+		`"head_id":null,"head_age_ms":null,"halted_entry_id":null,"halt":null,"pause":null,"handled":0}`
 	if string(b) != want {
 		t.Errorf("unowned partition:\n got %s\nwant %s", b, want)
 	}
