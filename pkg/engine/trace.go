@@ -45,13 +45,68 @@ func stampTrace(ctx context.Context, ev *Event) {
 func ContextWithEventTrace(ctx context.Context, ev Event) context.Context { return withTrace(ctx, ev) }
 
 // withTrace returns ctx carrying ev's trace context as the remote parent span context,
-// or ctx itself when ev has none.
+// or ctx itself when ev has none. It runs for every event that carries one, traced or
+// not, so the common form is read here without the propagator's map and copies; any
+// other form goes through the propagator, which reads it the same way.
 func withTrace(ctx context.Context, ev Event) context.Context {
 	if ev.TraceParent == "" {
 		return ctx
 	}
+	if sc, ok := parseTraceParent(ev.TraceParent, ev.TraceState); ok {
+		return trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
 	return traceContext.Extract(ctx, propagation.MapCarrier{
 		keyspace.FieldTraceParent: ev.TraceParent, keyspace.FieldTraceState: ev.TraceState})
+}
+
+// parseTraceParent reads a version-00 traceparent (what every publisher of seqctl
+// writes: 00-{32 hex}-{16 hex}-{2 hex}, lowercase) and a tracestate as
+// propagation.TraceContext does (a tracestate that does not parse is dropped). ok is
+// false for anything else, which the caller leaves to the propagator.
+func parseTraceParent(tp, ts string) (sc trace.SpanContext, ok bool) {
+	if len(tp) != 55 || tp[0] != '0' || tp[1] != '0' || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
+		return sc, false
+	}
+	var cfg trace.SpanContextConfig
+	var flags [1]byte
+	if !lowerHex(cfg.TraceID[:], tp[3:35]) || !lowerHex(cfg.SpanID[:], tp[36:52]) || !lowerHex(flags[:], tp[53:55]) ||
+		!cfg.TraceID.IsValid() || !cfg.SpanID.IsValid() {
+		return sc, false
+	}
+	if flags[0] > 1 {
+		return sc, false // version 00 defines the sampled flag only: the propagator decides
+	}
+	cfg.TraceFlags = trace.TraceFlags(flags[0])
+	cfg.Remote = true
+	if ts != "" {
+		if state, err := trace.ParseTraceState(ts); err == nil {
+			cfg.TraceState = state
+		}
+	}
+	return trace.NewSpanContext(cfg), true
+}
+
+// lowerHex decodes s, lowercase hex digits only, into dst (len(s) == 2*len(dst)).
+func lowerHex(dst []byte, s string) bool {
+	for i := range dst {
+		hi, ok1 := hexDigit(s[2*i])
+		lo, ok2 := hexDigit(s[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // tracerName names the engine's spans' instrumentation scope.

@@ -151,3 +151,37 @@ func TestHandlerRunsAreConsumerSpans(t *testing.T) {
 		t.Errorf("the retry's span attributes: %v", s2.Attributes())
 	}
 }
+
+// withTrace reads a traceparent and tracestate exactly as the W3C propagator does,
+// through its own parser for the form publishers write and through the propagator for
+// any other.
+func TestWithTraceReadsAsThePropagator(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	cases := []struct{ parent, state string }{
+		{tp, ""},
+		{tp, "vendor=abc,other=x1"},
+		{tp, "not a tracestate!"},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", ""},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-ff", ""}, // flags version 00 does not define
+		{"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", ""}, // uppercase
+		{"00-00000000000000000000000000000000-00f067aa0ba902b7-01", ""}, // zero trace id
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", ""}, // zero span id
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", ""},
+		{"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ""},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-", ""},
+		{"00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01", ""},
+		{"garbage", ""},
+	}
+	for i, c := range cases {
+		got := trace.SpanContextFromContext(withTrace(context.Background(), Event{TraceParent: c.parent, TraceState: c.state}))
+		want := trace.SpanContextFromContext(traceContext.Extract(context.Background(), propagation.MapCarrier{
+			keyspace.FieldTraceParent: c.parent, keyspace.FieldTraceState: c.state}))
+		if !got.Equal(want) || got.IsRemote() != want.IsRemote() {
+			t.Errorf("%q %q: got %v (remote %v), the propagator reads %v (remote %v)", c.parent, c.state, got, got.IsRemote(), want, want.IsRemote())
+		}
+		// The first four are the forms publishers write: read without the propagator.
+		if _, fast := parseTraceParent(c.parent, c.state); fast != (i < 4) {
+			t.Errorf("%q: read by its own parser: %v", c.parent, fast)
+		}
+	}
+}
