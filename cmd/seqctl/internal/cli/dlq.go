@@ -3,8 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +26,7 @@ the handler, who moved it, when and why.`,
 		Example: `  $ seqctl dlq list
   $ seqctl dlq list order:client-123
   $ seqctl dlq replay order:client-123 --id 1718000000123-0 --yes
+  $ seqctl dlq replay order:client-123 --all --rate 50/s --yes
   $ seqctl dlq purge order:client-123 --yes`,
 	}, newCmdDLQList(f, nil), newCmdDLQReplay(f, nil), newCmdDLQPurge(f, nil))
 }
@@ -122,12 +127,16 @@ type DLQReplayOptions struct {
 	ID     string
 	// All replays every entry of the DLQ, oldest first.
 	All bool
+	// Rate paces All: at most Rate.N replays in any one Rate.Per (the zero Rate: as fast
+	// as Redis answers).
+	Rate Rate
 }
 
 func newCmdDLQReplay(f *Factory, runF func(*DLQReplayOptions) error) *cobra.Command {
 	opts := &DLQReplayOptions{GuardedOptions: f.guardedOptions()}
+	var rate string
 	cmd := &cobra.Command{
-		Use:   "replay STREAM --id ID|--all [--yes] [--dry-run]",
+		Use:   "replay STREAM --id ID|--all [--rate N/s] [--yes] [--dry-run]",
 		Short: "Re-publish a DLQ entry at the tail of its partition, then remove it from the DLQ",
 		Long: `Re-publish the event of a DLQ entry at the TAIL of its partition, then remove the
 entry from the DLQ.
@@ -139,14 +148,24 @@ to the lane it halted on (the backfill lane for a backfill event). It is a new e
 the partition stream, so EVERY handler of the category receives it again, not only the
 one that halted on it.
 
-The publish and the removal are two steps: when the removal fails, the event was
-re-published and the entry is still in the DLQ (you are told; do not replay it again).
-On a terminal you are asked to confirm; without one, --yes is required (otherwise exit
+The publish and the removal are one script: an entry is re-published once, even when
+two operators replay it at the same time, and a replayed entry has left the DLQ. On a
+terminal you are asked to confirm; without one, --yes is required (otherwise exit
 status 2 and nothing changes). Exit status 3 when the entry is not in the DLQ.
 
 --all replays every entry the DLQ holds when you confirm, oldest first, one at a time
 (each is its own compare-and-act and audit record); an entry added after the listing is
-left alone, and the replay stops at the first failure, saying how many were replayed.`,
+left alone, and the replay stops at the first failure, saying how many were replayed.
+
+--rate paces --all for a downstream that cannot take everything at once: 50/s (or 50,
+per second) or 30/m (per minute) replays at most that many entries in any second or
+minute, evenly spaced, and does not catch up with a burst after a slow one. Without it,
+--all replays as fast as Redis answers.
+
+Ctrl-C stops --all between two entries, never in the middle of one: it says how many
+were replayed, records the stop in the audit log (outcome failed, with the count) and
+exits with status 1. Every replayed entry has left the DLQ, so running the same command
+again replays the rest, and no entry twice.`,
 		Example: `  $ seqctl dlq list order:client-123
   $ seqctl dlq replay order:client-123 --id 1718000000123-0 --yes
 
@@ -154,26 +173,46 @@ left alone, and the replay stops at the first failure, saying how many were repl
   $ seqctl dlq replay order:client-123 --id 1718000000123-0 --dry-run
 
   # everything, after the fix is deployed
-  $ seqctl dlq replay order:client-123 --all --yes`,
+  $ seqctl dlq replay order:client-123 --all --yes
+
+  # everything, at most 50 a second; Ctrl-C stops, the same command again does the rest
+  $ seqctl dlq replay order:client-123 --all --rate 50/s --yes`,
 		Args:              streamArg,
 		ValidArgsFunction: completeStreams(f),
 		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
 			opts.Stream = args[0]
-			switch {
-			case opts.ID == "" && !opts.All:
-				return usageErrorf(cmd.CommandPath(), "--id is required: the DLQ entry id to replay (see 'seqctl dlq list %s'), or --all for every entry", opts.Stream)
-			case opts.ID != "" && opts.All:
-				return usageErrorf(cmd.CommandPath(), "--id and --all exclude each other: name one entry, or replay them all")
-			}
-			return checkEntryID(cmd.CommandPath(), "--id", opts.ID)
+			return opts.check(cmd, rate)
 		}, runF, dlqReplayRun),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.ID, "id", "", "the DLQ entry id to replay")
 	fl.BoolVar(&opts.All, "all", false, "replay every entry of the DLQ, oldest first")
+	fl.StringVar(&rate, "rate", "", "with --all, replay at most N entries a second or a minute: N/s, N/m or N (per second) (default: as fast as Redis answers)")
 	opts.addGuardFlags(cmd, "print what would happen")
 	_ = cmd.RegisterFlagCompletionFunc("id", completeDLQIDs(f))
 	return cmd
+}
+
+// check checks the flags of 'dlq replay' and takes --rate (given as rate) into o.Rate.
+func (o *DLQReplayOptions) check(cmd *cobra.Command, rate string) error {
+	command := cmd.CommandPath()
+	switch {
+	case o.ID == "" && !o.All:
+		return usageErrorf(command, "--id is required: the DLQ entry id to replay (see 'seqctl dlq list %s'), or --all for every entry", o.Stream)
+	case o.ID != "" && o.All:
+		return usageErrorf(command, "--id and --all exclude each other: name one entry, or replay them all")
+	}
+	if cmd.Flags().Changed("rate") {
+		r, err := parseRate(rate)
+		if err != nil {
+			return usageErrorf(command, "invalid value %q for --rate: %v", rate, err)
+		}
+		if !o.All {
+			return usageErrorf(command, "--rate paces --all: one entry (--id) is replayed at once")
+		}
+		o.Rate = r
+	}
+	return checkEntryID(command, "--id", o.ID)
 }
 
 func dlqReplayRun(ctx context.Context, adm Admin, opts *DLQReplayOptions) error {
@@ -287,9 +326,21 @@ func (r *dlqReplayAll) dryRun() error {
 			DryRun  bool             `json:"dry_run"`
 		}{entries, true})
 	}
-	fmt.Fprintf(r.ios.Out, "Would re-publish %d entries (%s to %s) at the tail of %s, oldest first, and remove them from its DLQ. Nothing changed (--dry-run).\n",
-		len(entries), entries[0].ID, entries[len(entries)-1].ID, r.opts.Stream)
+	fmt.Fprintf(r.ios.Out, "Would re-publish %d entries (%s to %s) at the tail of %s, oldest first%s, and remove them from its DLQ. Nothing changed (--dry-run).\n",
+		len(entries), entries[0].ID, entries[len(entries)-1].ID, r.opts.Stream, r.pace())
 	return nil
+}
+
+// pace says how fast --rate replays the entries: ", at most 50/s (about 10s)"; "" without
+// --rate.
+func (r *dlqReplayAll) pace() string {
+	if r.opts.Rate.N == 0 {
+		return ""
+	}
+	if d := r.opts.Rate.duration(len(r.entries)); d >= time.Second {
+		return fmt.Sprintf(", at most %s (about %s)", r.opts.Rate, fmtLeft(d))
+	}
+	return ", at most " + r.opts.Rate.String()
 }
 
 func (r *dlqReplayAll) confirmation() confirmation {
@@ -298,8 +349,8 @@ func (r *dlqReplayAll) confirmation() confirmation {
 		refused:       usageErrorf("seqctl dlq replay", "refusing to replay %d entries without confirmation: stdin is not a terminal, pass --yes; nothing changed", n),
 		refusedDetail: fmt.Sprintf("--all: %d entries; no terminal and no --yes", n),
 		before: func() error {
-			fmt.Fprintf(r.ios.ErrOut, "%d entries of %s go to the TAIL of the partition, oldest first: after everything published before now, and every handler of the category receives them again.\n",
-				n, r.opts.Stream)
+			fmt.Fprintf(r.ios.ErrOut, "%d entries of %s go to the TAIL of the partition, oldest first%s: after everything published before now, and every handler of the category receives them again.\n",
+				n, r.opts.Stream, r.pace())
 			return nil
 		},
 		question:       fmt.Sprintf("Replay all %d?", n),
@@ -307,11 +358,21 @@ func (r *dlqReplayAll) confirmation() confirmation {
 	}
 }
 
-// act replays the entries one at a time, each its own compare-and-act, and stops at
-// the first failure.
+// act replays the entries one at a time, each its own compare-and-act, at most
+// --rate of them a second (or minute). It stops at the first failure, and between two
+// entries when the operator stops it (Ctrl-C, or the command's context ends): an entry
+// under way is always finished, on a context that is not cancelled.
 func (r *dlqReplayAll) act() (any, string, error) {
+	stopCtx, stop := signal.NotifyContext(r.ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(stopCtx, stop) // a second Ctrl-C ends the process at once
+	work := context.WithoutCancel(r.ctx)
+	pace := newPacer(r.opts.Rate)
 	for i, e := range r.entries {
-		res, err := r.adm.Replay(r.ctx, r.opts.Stream, e.ID, r.who)
+		if pace.wait(stopCtx) != nil {
+			return nil, "", r.stopped(work)
+		}
+		res, err := r.adm.Replay(work, r.opts.Stream, e.ID, r.who)
 		if err != nil {
 			return nil, "", fmt.Errorf("replayed %d of %d entries; %s failed: %w", i, len(r.entries), e.ID, err)
 		}
@@ -323,8 +384,33 @@ func (r *dlqReplayAll) act() (any, string, error) {
 	return r.results, "", nil
 }
 
+// stopped records in the audit log that the operator stopped the replay after the
+// entries replayed so far, and returns the error that says so (exit status 1).
+func (r *dlqReplayAll) stopped(ctx context.Context) error {
+	done, n := len(r.results), len(r.entries)
+	rec := r.refusal
+	rec.Outcome = admin.OutcomeFailed
+	rec.Detail = fmt.Sprintf("--all: stopped by the operator after %d of %d entries; %d left in the DLQ", done, n, n-done)
+	if r.opts.Rate.N > 0 {
+		rec.Detail = fmt.Sprintf("--all --rate %s: stopped by the operator after %d of %d entries; %d left in the DLQ", r.opts.Rate, done, n, n-done)
+	}
+	if err := r.adm.Record(ctx, rec); err != nil {
+		fmt.Fprintf(r.ios.ErrOut, "warning: the stop was not recorded in the audit log: %v\n", err)
+	}
+	return &ExitError{Code: ExitFailure, Err: fmt.Errorf("stopped after %d of %d; run the same command again to replay the rest (each entry is replayed once)", done, n)}
+}
+
 func (r *dlqReplayAll) done() string {
 	return fmt.Sprintf("Replayed %d entries of %s at the tail of the partition, oldest first, and removed them from its DLQ.", len(r.results), r.opts.Stream)
+}
+
+// fmtLeft renders a time still to go, rounded up to the second: "8s", "2m05s", "1h02m".
+func fmtLeft(d time.Duration) string {
+	secs := int64((d + time.Second - 1) / time.Second)
+	if secs < 60 {
+		return fmt.Sprintf("%ds", secs)
+	}
+	return fmtMS(secs * 1000)
 }
 
 // DLQPurgeOptions are the inputs of 'seqctl dlq purge'.

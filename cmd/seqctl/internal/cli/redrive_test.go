@@ -1,0 +1,249 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/keyspace"
+)
+
+// A --rate that is not N/s, N/m or N, or is not positive, is a usage error (exit 2) that
+// names the flag and the accepted forms, and replays nothing; so is --rate with --id.
+func TestDLQReplayRateUsage(t *testing.T) {
+	two := append(sampleDLQ(), sampleDLQ()[0])
+	two[1].ID = "1738318060000-0"
+	all := []string{"dlq", "replay", "order:client-1", "--all", "--yes", "--rate"}
+	var cases []runCase
+	for _, bad := range []string{"0", "0/s", "-1/s", "-5", "fast", "50/h", "50/", "2.5/s", "", "50/s/s", "1e3"} {
+		cases = append(cases, runCase{name: "--rate " + strconv.Quote(bad), args: append(all[:len(all):len(all)], bad), tm: inPipe, code: ExitUsage,
+			stderrHas: []string{fmt.Sprintf("invalid value %q for --rate", bad), "N/s, N/m or N (per second)", "Run 'seqctl dlq replay --help'"}})
+	}
+	cases = append(cases,
+		runCase{name: "--rate without a value", args: all, tm: inPipe, code: ExitUsage, stderrHas: []string{"--rate"}},
+		runCase{name: "--rate with --id", args: []string{"dlq", "replay", "order:client-1", "--id", "1738318000000-0", "--rate", "5/s", "--yes"},
+			tm: inPipe, code: ExitUsage, stderrHas: []string{"--rate paces --all"}},
+		runCase{name: "--rate 30/m with --dry-run", args: []string{"dlq", "replay", "order:client-1", "--all", "--rate", "30/m", "--dry-run"}, tm: inPipe,
+			stdoutHas: []string{"oldest first, at most 30/m (about 2s), and remove them"}},
+	)
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{dlq: two} }, cases)
+
+	testParse(t, "dlq", newCmdDLQReplay, []parseCase[DLQReplayOptions]{
+		{name: "per second", argv: []string{"order:c", "--all", "--rate", "50/s"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: Rate{50, time.Second}}},
+		{name: "plain N is per second", argv: []string{"order:c", "--all", "--rate=7"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: Rate{7, time.Second}}},
+		{name: "per minute", argv: []string{"order:c", "--all", "--rate", "30/m"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: Rate{30, time.Minute}}},
+		{name: "no rate", argv: []string{"order:c", "--all"}, want: DLQReplayOptions{Stream: "order:c", All: true}},
+	}, ignoreOpsInputs(DLQReplayOptions{}))
+}
+
+// stoppingAdmin is a fakeAdmin whose Replay number stopAt (1-based) stops the command
+// (as a Ctrl-C would) while the replay is under way; it notes whether a replay ran on a
+// cancelled context.
+type stoppingAdmin struct {
+	*fakeAdmin
+	stopAt        int
+	stop          context.CancelFunc
+	cancelledCtxs int
+}
+
+func (s *stoppingAdmin) Replay(ctx context.Context, stream, id string, who admin.Actor) (*admin.ReplayResult, error) {
+	if len(s.replayed)+1 == s.stopAt {
+		s.stop()
+	}
+	if ctx.Err() != nil {
+		s.cancelledCtxs++
+	}
+	return s.fakeAdmin.Replay(ctx, stream, id, who)
+}
+
+// Stopped during its third replay, --all finishes that one, starts no other, says how
+// many it replayed and how to go on, records the stop with the count and exits 1.
+func TestDLQReplayAllStops(t *testing.T) {
+	entries := make([]admin.DLQEntry, 5)
+	for i := range entries {
+		entries[i] = sampleDLQ()[0]
+		entries[i].ID = fmt.Sprintf("173831800000%d-0", i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fa := &stoppingAdmin{fakeAdmin: &fakeAdmin{dlq: entries, replay: &admin.ReplayResult{Removed: true}}, stopAt: 3, stop: cancel}
+	ios, _, out, errOut := NewTestIOStreams()
+	f := &Factory{IOStreams: ios, Build: testBuild, OpenAdmin: func(context.Context) (Admin, func(), error) { return fa, func() {}, nil }}
+	code := run(ctx, f, []string{"dlq", "replay", "order:client-1", "--all", "--rate", "1000/s", "--yes"})
+
+	r := result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
+	checkResult(t, r, ExitFailure, "", nil,
+		[]string{"stopped after 3 of 5; run the same command again to replay the rest (each entry is replayed once)\n"})
+	if want := []string{entries[0].ID, entries[1].ID, entries[2].ID}; strings.Join(fa.replayed, " ") != strings.Join(want, " ") {
+		t.Errorf("replayed %v, want %v", fa.replayed, want)
+	}
+	if fa.cancelledCtxs != 0 {
+		t.Errorf("%d replays ran on a cancelled context: the stop cut into an entry", fa.cancelledCtxs)
+	}
+	if len(fa.records) != 1 {
+		t.Fatalf("audit records %+v, want the stop", fa.records)
+	}
+	rec := fa.records[0]
+	if rec.Command != "dlq replay" || rec.Stream != "order:client-1" || rec.Outcome != admin.OutcomeFailed || rec.User == "" ||
+		rec.Detail != "--all --rate 1000/s: stopped by the operator after 3 of 5 entries; 2 left in the DLQ" {
+		t.Errorf("stop record = %+v", rec)
+	}
+	if r.Stdout != "" {
+		t.Errorf("stdout = %q, want nothing", r.Stdout)
+	}
+}
+
+// seedDLQ puts n dead-lettered OrderPlaced events of order:A in its DLQ, as 'head dlq'
+// leaves them: event ids ev-000, ev-001, ...
+func seedDLQ(t *testing.T, rdb *redis.Client, n int) (eventIDs []string) {
+	t.Helper()
+	ctx := context.Background()
+	pipe := rdb.Pipeline()
+	for i := range n {
+		id := fmt.Sprintf("ev-%03d", i)
+		eventIDs = append(eventIDs, id)
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: keyspace.SingleNode.DLQStream("order", "A"), ID: fmt.Sprintf("1700000000000-%d", i+1), Values: []any{
+			"id", id, "type", "OrderPlaced", "category", "order", "key", "A", "published_at", "1700000000000",
+			"data", fmt.Sprintf(`{"client_id":"A","seq":%d}`, i),
+			"original_id", fmt.Sprintf("1690000000000-%d", i), "group", "Projector", "halt_stream", "order:A",
+			"halt_error", "downstream unavailable", "halt_attempts", "3", "moved_by", "alice@ops-1",
+			"moved_at", "2023-11-14T22:13:20Z", "reason", "OPS-42",
+		}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return eventIDs
+}
+
+// replayedIn reads the entries of order:A: their append times (the first part of each
+// entry id, in ms) and their event ids.
+func replayedIn(t *testing.T, rdb *redis.Client) (ms []int64, eventIDs []string) {
+	t.Helper()
+	msgs, err := rdb.XRange(context.Background(), "order:A", "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		at, _ := splitStreamID(m.ID)
+		ms = append(ms, int64(at))
+		id, _ := m.Values["id"].(string)
+		eventIDs = append(eventIDs, id)
+	}
+	return ms, eventIDs
+}
+
+// mostInASecond is the largest number of entries appended in any one second
+// [t, t+1000 ms) of ms (sorted).
+func mostInASecond(ms []int64) int {
+	most, j := 0, 0
+	for i := range ms {
+		for j < len(ms) && ms[j]-ms[i] < 1000 {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	return most
+}
+
+// 500 DLQ entries replayed with --rate 50/s: the partition's new entries, by their
+// append times, never hold more than 50 in one second and span at least 9.5 s (499
+// intervals of 20 ms are 9.98 s); the DLQ is empty.
+func TestDLQReplayAllAtRateEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 10 s redrive: skipped with -short")
+	}
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	seedDLQ(t, rdb, 500)
+
+	r := cliAt(t, srv.URL, "", "dlq", "replay", "order:A", "--all", "--rate", "50/s", "--yes")
+	checkResult(t, r, 0, "", []string{"Replayed 500 entries of order:A"}, nil)
+	ms, ids := replayedIn(t, rdb)
+	if len(ids) != 500 {
+		t.Fatalf("%d entries in order:A, want 500", len(ids))
+	}
+	most, span := mostInASecond(ms), time.Duration(ms[len(ms)-1]-ms[0])*time.Millisecond
+	t.Logf("--rate 50/s: at most %d entries in one second; first to last %s", most, span)
+	if most > 50 {
+		t.Errorf("%d entries appended within one second, want at most 50", most)
+	}
+	if span < 9500*time.Millisecond {
+		t.Errorf("500 entries at 50/s spanned %s, want at least 9.5s", span)
+	}
+	if n := rdb.XLen(context.Background(), keyspace.SingleNode.DLQStream("order", "A")).Val(); n != 0 {
+		t.Errorf("%d entries left in the DLQ", n)
+	}
+}
+
+var stoppedRe = regexp.MustCompile(`stopped after (\d+) of 500; run the same command again to replay the rest \(each entry is replayed once\)`)
+
+// A replay stopped after about 2 s says how many it replayed and records the stop; the
+// same command again replays the rest: every event is in the partition exactly once and
+// the DLQ is empty.
+func TestDLQReplayAllStopAndRestartEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 10 s redrive: skipped with -short")
+	}
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	want := seedDLQ(t, rdb, 500)
+	args := []string{"dlq", "replay", "order:A", "--all", "--rate", "50/s", "--yes", "--redis-url", srv.URL}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	time.AfterFunc(2*time.Second, cancel)
+	ios, _, out, errOut := NewTestIOStreams()
+	code := run(ctx, &Factory{IOStreams: ios, Build: testBuild}, args)
+	m := stoppedRe.FindStringSubmatch(errOut.String())
+	if code != ExitFailure || m == nil {
+		t.Fatalf("stopped run: exit %d, stderr %q, stdout %q; want exit 1 and the count", code, errOut.String(), out.String())
+	}
+	done, _ := strconv.Atoi(m[1])
+	_, ids := replayedIn(t, rdb)
+	left := rdb.XLen(context.Background(), keyspace.SingleNode.DLQStream("order", "A")).Val()
+	t.Logf("stopped after %d of 500 (%d in the partition, %d left in the DLQ)", done, len(ids), left)
+	if done < 50 || done > 150 || len(ids) != done || left != int64(500-done) {
+		t.Errorf("stopped after %d, with %d in the partition and %d in the DLQ: want about 100, all accounted for", done, len(ids), left)
+	}
+	detail := fmt.Sprintf("--all --rate 50/s: stopped by the operator after %d of 500 entries; %d left in the DLQ", done, 500-done)
+	if !hasRecord(auditOf(t, srv.URL), admin.OutcomeFailed, detail) {
+		t.Errorf("no audit record %q", detail)
+	}
+
+	r := cliAt(t, srv.URL, "", "dlq", "replay", "order:A", "--all", "--rate", "50/s", "--yes")
+	checkResult(t, r, 0, "", []string{fmt.Sprintf("Replayed %d entries of order:A", 500-done)}, nil)
+	_, ids = replayedIn(t, rdb)
+	seen := map[string]int{}
+	for _, id := range ids {
+		seen[id]++
+	}
+	for _, id := range want {
+		if seen[id] != 1 {
+			t.Errorf("event %s is %d times in the partition, want once", id, seen[id])
+		}
+	}
+	if len(ids) != 500 {
+		t.Errorf("%d entries in the partition, want 500", len(ids))
+	}
+	if n := rdb.XLen(context.Background(), keyspace.SingleNode.DLQStream("order", "A")).Val(); n != 0 {
+		t.Errorf("%d entries left in the DLQ", n)
+	}
+}
+
+func hasRecord(entries []admin.AuditEntry, outcome, detail string) bool {
+	for _, e := range entries {
+		if e.Command == "dlq replay" && e.Outcome == outcome && e.Detail == detail {
+			return true
+		}
+	}
+	return false
+}
