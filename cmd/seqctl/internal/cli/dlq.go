@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 )
@@ -130,6 +132,8 @@ type DLQReplayOptions struct {
 	// Rate paces All: at most Rate.N replays in any one Rate.Per (the zero Rate: as fast
 	// as Redis answers).
 	Rate Rate
+	// ProgressTTY says stderr is a terminal: a long All redraws its progress there.
+	ProgressTTY bool
 }
 
 func newCmdDLQReplay(f *Factory, runF func(*DLQReplayOptions) error) *cobra.Command {
@@ -160,7 +164,8 @@ left alone, and the replay stops at the first failure, saying how many were repl
 --rate paces --all for a downstream that cannot take everything at once: 50/s (or 50,
 per second) or 30/m (per minute) replays at most that many entries in any second or
 minute, evenly spaced, and does not catch up with a burst after a slow one. Without it,
---all replays as fast as Redis answers.
+--all replays as fast as Redis answers. On a terminal, stderr shows how far it is:
+"replayed 120/500 (50/s, about 8s left)".
 
 Ctrl-C stops --all between two entries, never in the middle of one: it says how many
 were replayed, records the stop in the audit log (outcome failed, with the count) and
@@ -190,6 +195,9 @@ again replays the rest, and no entry twice.`,
 	fl.StringVar(&rate, "rate", "", "with --all, replay at most N entries a second or a minute: N/s, N/m or N (per second) (default: as fast as Redis answers)")
 	opts.addGuardFlags(cmd, "print what would happen")
 	_ = cmd.RegisterFlagCompletionFunc("id", completeDLQIDs(f))
+	if f, ok := f.IOStreams.ErrOut.(*os.File); ok {
+		opts.ProgressTTY = term.IsTerminal(int(f.Fd()))
+	}
 	return cmd
 }
 
@@ -368,8 +376,11 @@ func (r *dlqReplayAll) act() (any, string, error) {
 	context.AfterFunc(stopCtx, stop) // a second Ctrl-C ends the process at once
 	work := context.WithoutCancel(r.ctx)
 	pace := newPacer(r.opts.Rate)
+	bar := newReplayProgress(r.ios.ErrOut, r.opts.ProgressTTY && !structured(r.output), len(r.entries), time.Now)
+	defer bar.clear()
 	for i, e := range r.entries {
 		if pace.wait(stopCtx) != nil {
+			bar.clear()
 			return nil, "", r.stopped(work)
 		}
 		res, err := r.adm.Replay(work, r.opts.Stream, e.ID, r.who)
@@ -377,9 +388,11 @@ func (r *dlqReplayAll) act() (any, string, error) {
 			return nil, "", fmt.Errorf("replayed %d of %d entries; %s failed: %w", i, len(r.entries), e.ID, err)
 		}
 		if res.Warning != "" {
+			bar.clear()
 			fmt.Fprintf(r.ios.ErrOut, "warning: %s: %s\n", e.ID, res.Warning)
 		}
 		r.results = append(r.results, res)
+		bar.update(len(r.results))
 	}
 	return r.results, "", nil
 }
@@ -402,6 +415,68 @@ func (r *dlqReplayAll) stopped(ctx context.Context) error {
 
 func (r *dlqReplayAll) done() string {
 	return fmt.Sprintf("Replayed %d entries of %s at the tail of the partition, oldest first, and removed them from its DLQ.", len(r.results), r.opts.Stream)
+}
+
+// replayProgress draws "replayed 120/500 (50/s, about 8s left)" on one line of a
+// terminal, redrawn in place at most every progressEvery, the first time progressEvery
+// after the start (a short replay draws nothing). Off, it draws nothing.
+type replayProgress struct {
+	w     io.Writer
+	on    bool
+	total int
+	now   func() time.Time
+	// start is when the replay started, last when the line was drawn (start before).
+	start, last time.Time
+	drawn       bool
+}
+
+// progressEvery is the least time between two redraws of a progress line.
+const progressEvery = 250 * time.Millisecond
+
+func newReplayProgress(w io.Writer, on bool, total int, now func() time.Time) *replayProgress {
+	t := now()
+	return &replayProgress{w: w, on: on, total: total, now: now, start: t, last: t}
+}
+
+// update draws the line for n entries replayed, unless it was drawn less than
+// progressEvery ago.
+func (p *replayProgress) update(n int) {
+	if !p.on {
+		return
+	}
+	now := p.now()
+	if now.Sub(p.last) < progressEvery {
+		return
+	}
+	p.last, p.drawn = now, true
+	fmt.Fprintf(p.w, "\r\x1b[2K%s", p.line(n, now.Sub(p.start)))
+}
+
+// line is the progress after n entries in took: the mean rate so far and the time the
+// rest takes at it.
+func (p *replayProgress) line(n int, took time.Duration) string {
+	perSecond := float64(n) / took.Seconds()
+	left := time.Duration(float64(p.total-n) / perSecond * float64(time.Second))
+	return fmt.Sprintf("replayed %d/%d (%s, about %s left)", n, p.total, fmtPerSecond(perSecond), fmtLeft(left))
+}
+
+// clear erases the line, so that a message can be printed on a clean one.
+func (p *replayProgress) clear() {
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\x1b[2K")
+		p.drawn = false
+	}
+}
+
+// fmtPerSecond renders a rate: "50/s", "2.5/s", or per minute below one a second ("30/m").
+func fmtPerSecond(perSecond float64) string {
+	switch {
+	case perSecond >= 10:
+		return fmt.Sprintf("%.0f/s", perSecond)
+	case perSecond >= 1:
+		return fmt.Sprintf("%.1f/s", perSecond)
+	}
+	return fmt.Sprintf("%.0f/m", perSecond*60)
 }
 
 // fmtLeft renders a time still to go, rounded up to the second: "8s", "2m05s", "1h02m".

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"regexp"
@@ -101,6 +102,98 @@ func TestDLQReplayAllStops(t *testing.T) {
 	}
 }
 
+// The progress line: the first one progressEvery after the start, then at most one per
+// progressEvery; the mean rate and the time left; erased by clear; nothing when off.
+func TestReplayProgress(t *testing.T) {
+	clock := time.Unix(1700000000, 0)
+	now := func() time.Time { return clock }
+	var w bytes.Buffer
+	p := newReplayProgress(&w, true, 500, now)
+	for n := 1; n <= 130; n++ {
+		clock = clock.Add(20 * time.Millisecond) // 50/s
+		p.update(n)
+	}
+	lines := strings.Split(w.String(), "\r\x1b[2K")[1:]
+	// 2.6 s, the first line at 260 ms (the 13th entry), then one each 13 entries (260 ms):
+	// 10 lines.
+	if len(lines) != 10 {
+		t.Errorf("%d lines drawn in 2.6s, want 10 (at most one per 250ms): %q", len(lines), lines)
+	}
+	if last := lines[len(lines)-1]; last != "replayed 130/500 (50/s, about 8s left)" {
+		t.Errorf("last line %q", last)
+	}
+	if lines[0] != "replayed 13/500 (50/s, about 10s left)" {
+		t.Errorf("first line %q", lines[0])
+	}
+	p.clear()
+	if !strings.HasSuffix(w.String(), "\r\x1b[2K") || p.drawn {
+		t.Errorf("clear did not erase the line: %q", w.String())
+	}
+
+	w.Reset()
+	off := newReplayProgress(&w, false, 500, now)
+	for n := 1; n <= 100; n++ {
+		clock = clock.Add(time.Second)
+		off.update(n)
+	}
+	off.clear()
+	if w.Len() != 0 {
+		t.Errorf("off, the progress wrote %q", w.String())
+	}
+
+	for _, tt := range []struct {
+		n     int
+		took  time.Duration
+		total int
+		want  string
+	}{
+		{n: 30, took: time.Minute, total: 90, want: "replayed 30/90 (30/m, about 2m00s left)"},
+		{n: 5, took: 2 * time.Second, total: 10, want: "replayed 5/10 (2.5/s, about 2s left)"},
+		{n: 100, took: time.Second, total: 400000, want: "replayed 100/400000 (100/s, about 1h06m left)"},
+	} {
+		if got := (&replayProgress{total: tt.total}).line(tt.n, tt.took); got != tt.want {
+			t.Errorf("line(%d, %s) = %q, want %q", tt.n, tt.took, got, tt.want)
+		}
+	}
+}
+
+// The progress line goes to stderr when it is a terminal, and never with -o json or
+// when it is not one.
+func TestDLQReplayAllProgressOnlyOnATerminal(t *testing.T) {
+	entries := make([]admin.DLQEntry, 20)
+	for i := range entries {
+		entries[i] = sampleDLQ()[0]
+		entries[i].ID = fmt.Sprintf("17383180000%02d-0", i)
+	}
+	for _, tt := range []struct {
+		name   string
+		tty    bool
+		output string
+		want   bool
+	}{
+		{name: "terminal", tty: true, want: true},
+		{name: "terminal, -o json", tty: true, output: "json"},
+		{name: "not a terminal", tty: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ios, _, _, errOut := NewTestIOStreams()
+			fa := &fakeAdmin{dlq: entries, replay: &admin.ReplayResult{Removed: true}}
+			opts := &DLQReplayOptions{GuardedOptions: GuardedOptions{OpsOptions: OpsOptions{IO: ios, Output: tt.output}, Yes: true},
+				Stream: "order:client-1", All: true, Rate: Rate{40, time.Second}, ProgressTTY: tt.tty}
+			if err := dlqReplayRun(context.Background(), fa, opts); err != nil {
+				t.Fatal(err)
+			}
+			drawn := strings.Contains(errOut.String(), "replayed ")
+			if drawn != tt.want {
+				t.Errorf("progress drawn = %v, want %v; stderr %q", drawn, tt.want, errOut.String())
+			}
+			if tt.want && !strings.HasSuffix(errOut.String(), "\r\x1b[2K") {
+				t.Errorf("the progress line was not erased at the end: %q", errOut.String())
+			}
+		})
+	}
+}
+
 // seedDLQ puts n dead-lettered OrderPlaced events of order:A in its DLQ, as 'head dlq'
 // leaves them: event ids ev-000, ev-001, ...
 func seedDLQ(t *testing.T, rdb *redis.Client, n int) (eventIDs []string) {
@@ -167,6 +260,9 @@ func TestDLQReplayAllAtRateEndToEnd(t *testing.T) {
 
 	r := cliAt(t, srv.URL, "", "dlq", "replay", "order:A", "--all", "--rate", "50/s", "--yes")
 	checkResult(t, r, 0, "", []string{"Replayed 500 entries of order:A"}, nil)
+	if strings.Contains(r.Stderr, "replayed ") {
+		t.Errorf("a progress line without a terminal: %q", r.Stderr)
+	}
 	ms, ids := replayedIn(t, rdb)
 	if len(ids) != 500 {
 		t.Fatalf("%d entries in order:A, want 500", len(ids))
