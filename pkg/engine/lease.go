@@ -271,7 +271,7 @@ func (e *Engine) leasesToRenew(in *incarnation) (all []heldLease, sleepy []*work
 		if w.inc != in || w.dormant.Load() {
 			continue // a dormant lease has no expiry
 		}
-		if w.parked.Load() && w.idle.Load() && w.parkedAt.Load() < idleFor {
+		if w.parked.Load() && (w.idle.Load() || w.paused.Load()) && w.parkedAt.Load() < idleFor {
 			sleepy = append(sleepy, w)
 		}
 		all = append(all, heldLease{w, w.leaseKey})

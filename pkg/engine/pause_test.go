@@ -234,3 +234,38 @@ func TestPausedPartitionIsNotReaped(t *testing.T) {
 	}
 	testkit.WaitFor(t, 10*time.Second, "reaped once resumed", func() bool { return rdb.Exists(ctx, "order:kept").Val() == 0 })
 }
+
+// On Redis Cluster a paused partition's lease goes dormant as an idle one's does (the
+// heartbeat stops renewing it), though it holds a backlog; the resume gives it its
+// expiry back with the first entries and the backlog drains in order.
+func TestPausedLeaseGoesDormantOnCluster(t *testing.T) {
+	tg, rdb, b := dormantCluster(t)
+	k, ctx := keyspace.For(rdb), context.Background()
+	log := newSeqLog("A/0") // paused while busy: A/0 in its handler, A/1..5 behind it
+	d := testDomain(t, log.handle, nil)
+	startEngineOn(t, tg, d, "i1", func(c *EngineConfig) { c.Timing = fastTiming(dormantTTL) })
+	for i := 0; i <= 5; i++ {
+		publish(t, b, d, "A", i, false)
+	}
+	<-log.held
+	ref := HeadRef{Group: "Projector", Category: "order", Key: "A"}
+	if _, _, err := b.Pause(ctx, ref, PauseRecord{Reason: "r"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	close(log.release)
+	lease := k.LeaseKey(k.PartitionStream("order", "A"), "Projector")
+	testkit.WaitFor(t, 10*dormantTTL, "the paused lease dormant", func() bool { return rdb.PTTL(ctx, lease).Val() == -1 })
+	if got := log.of("A"); len(got) != 1 {
+		t.Fatalf("ran %v while paused", got)
+	}
+	if err := b.Resume(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 5*time.Second, "A drained after the resume", func() bool { return len(log.of("A")) == 6 })
+	if got := log.of("A"); !slices.Equal(got, seqs(0, 6)) {
+		t.Fatalf("ran %v, want %v", got, seqs(0, 6))
+	}
+	if pttl := rdb.PTTL(ctx, lease).Val(); pttl <= 0 {
+		t.Fatalf("the lease has PTTL %v after the resume: not re-armed", pttl)
+	}
+}

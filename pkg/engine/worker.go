@@ -417,7 +417,11 @@ func (w *worker) fetch() error {
 		w.wait(haltWait())
 	case scripts.DrainPaused:
 		// Parked, without a goroutine, as an idle partition: a resume notice or the
-		// record's end starts it again (a ring does not: it is not watched).
+		// record's end starts it again (a ring does not: it is not watched). On Redis
+		// Cluster its lease goes dormant as an idle one's does (the heartbeat asks).
+		if w.toSleep.Swap(false) {
+			w.goDormant()
+		}
 		return w.park(pauseWait(r.pauseTTL), false)
 	case scripts.DrainEmpty:
 		if !w.trimmed {
