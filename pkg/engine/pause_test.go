@@ -252,6 +252,7 @@ func TestPausedLeaseGoesDormantOnCluster(t *testing.T) {
 	if _, _, err := b.Pause(ctx, ref, PauseRecord{Reason: "r"}, 0); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(100 * time.Millisecond) // the owner's notice arrives while A/0 runs
 	close(log.release)
 	lease := k.LeaseKey(k.PartitionStream("order", "A"), "Projector")
 	testkit.WaitFor(t, 10*dormantTTL, "the paused lease dormant", func() bool { return rdb.PTTL(ctx, lease).Val() == -1 })
