@@ -56,7 +56,7 @@ type Backlog struct {
 // knownStates are the partition states declared at 0 from the start. A state added to
 // pkg/admin later is counted from the first listing that has a partition in it, and stays
 // declared from then on (see BacklogExporter.Refresh).
-var knownStates = []admin.State{admin.StateHalted, admin.StateUnowned, admin.StateRunning, admin.StateIdle}
+var knownStates = []admin.State{admin.StateHalted, admin.StatePaused, admin.StateUnowned, admin.StateRunning, admin.StateIdle}
 
 // AggregateBacklog aggregates a listing of partitions per (category, handler). Every
 // pair of declared gets a BacklogStat, at 0 when it has no partition; every BacklogStat
@@ -171,7 +171,7 @@ var (
 		"Partitions whose backlog Redis cannot tell (entries deleted inside the undelivered range); seqctl_backlog_events counts only their pending entries, or 1 when they have a head entry.",
 		[]string{"category", "handler"}, nil)
 	descBacklogPartitions = prometheus.NewDesc(Namespace+"_backlog_partitions",
-		"Partitions of the category per handler and state (halted, unowned, running, idle, as 'seqctl partitions list' shows them), as of the exporter's last refresh.",
+		"Partitions of the category per handler and state (halted, paused, unowned, running, idle, as 'seqctl partitions list' shows them), as of the exporter's last refresh.",
 		[]string{"category", "handler", "state"}, nil)
 )
 

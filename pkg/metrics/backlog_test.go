@@ -36,24 +36,25 @@ func TestAggregateBacklog(t *testing.T) {
 		part("Projector", admin.StateRunning, -1, 2, 300), // unknown: counts its 2 pending
 		part("Projector", admin.StateUnowned, -1, 0, 400), // unknown, a head: counts 1
 		part("Projector", admin.StateIdle, -1, 0, 0),      // unknown, caught up: counts 0
-		part("Mailer", "paused", 5, 0, 60000),             // a state pkg/admin does not know yet
+		part("Mailer", admin.StatePaused, 5, 0, 60000),
+		part("Mailer", "draining", 1, 0, 10), // a state pkg/admin does not have (yet)
 		{Category: "invoice", Key: "k", Handler: "Projector", State: admin.StateIdle},
 	}
 	declared := []HandlerCategory{{"order", "Projector"}, {"order", "Auditor"}}
 	got := AggregateBacklog(parts, declared, knownStates)
 
-	states := []admin.State{admin.StateHalted, admin.StateIdle, "paused", admin.StateRunning, admin.StateUnowned}
-	counts := func(halted, idle, paused, running, unowned int64) map[admin.State]int64 {
-		return map[admin.State]int64{admin.StateHalted: halted, admin.StateIdle: idle, "paused": paused,
-			admin.StateRunning: running, admin.StateUnowned: unowned}
+	states := []admin.State{"draining", admin.StateHalted, admin.StateIdle, admin.StatePaused, admin.StateRunning, admin.StateUnowned}
+	counts := func(draining, halted, idle, paused, running, unowned int64) map[admin.State]int64 {
+		return map[admin.State]int64{"draining": draining, admin.StateHalted: halted, admin.StateIdle: idle,
+			admin.StatePaused: paused, admin.StateRunning: running, admin.StateUnowned: unowned}
 	}
 	want := Backlog{
 		States: states,
 		Stats: map[HandlerCategory]BacklogStat{
-			{"order", "Projector"}:   {LagSeconds: 7.25, Events: 3 + 2 + 4 + 2 + 1, UnknownPartitions: 3, Partitions: counts(1, 2, 0, 2, 2)},
-			{"order", "Auditor"}:     {Partitions: counts(0, 0, 0, 0, 0)}, // declared, nothing listed
-			{"order", "Mailer"}:      {LagSeconds: 60, Events: 5, Partitions: counts(0, 0, 1, 0, 0)},
-			{"invoice", "Projector"}: {Partitions: counts(0, 1, 0, 0, 0)},
+			{"order", "Projector"}:   {LagSeconds: 7.25, Events: 3 + 2 + 4 + 2 + 1, UnknownPartitions: 3, Partitions: counts(0, 1, 2, 0, 2, 2)},
+			{"order", "Auditor"}:     {Partitions: counts(0, 0, 0, 0, 0, 0)}, // declared, nothing listed
+			{"order", "Mailer"}:      {LagSeconds: 60, Events: 6, Partitions: counts(1, 0, 0, 1, 0, 0)},
+			{"invoice", "Projector"}: {Partitions: counts(0, 0, 1, 0, 0, 0)},
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -124,6 +125,7 @@ func TestBacklogExporterRefresh(t *testing.T) {
 	zero := `seqctl_backlog_events{category="order",handler="Projector"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="halted"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="idle"} 0
+seqctl_backlog_partitions{category="order",handler="Projector",state="paused"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="running"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="unowned"} 0
 seqctl_backlog_unknown_partitions{category="order",handler="Projector"} 0
@@ -142,10 +144,12 @@ seqctl_lag_seconds{category="order",handler="Projector"} 0`
 seqctl_backlog_events{category="order",handler="Reporter"} 2
 seqctl_backlog_partitions{category="order",handler="Projector",state="halted"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="idle"} 0
+seqctl_backlog_partitions{category="order",handler="Projector",state="paused"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="running"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="unowned"} 1
 seqctl_backlog_partitions{category="order",handler="Reporter",state="halted"} 0
 seqctl_backlog_partitions{category="order",handler="Reporter",state="idle"} 0
+seqctl_backlog_partitions{category="order",handler="Reporter",state="paused"} 0
 seqctl_backlog_partitions{category="order",handler="Reporter",state="running"} 1
 seqctl_backlog_partitions{category="order",handler="Reporter",state="unowned"} 0
 seqctl_backlog_unknown_partitions{category="order",handler="Projector"} 0
@@ -195,7 +199,7 @@ seqctl_lag_seconds{category="order",handler="Reporter"} 0.5`
 // A state found once is declared at 0 from then on, for every pair.
 func TestBacklogExporterKeepsNewStates(t *testing.T) {
 	l := &fakeLister{replies: []listReply{
-		{parts: []admin.Partition{part("Projector", "paused", 1, 0, 0)}},
+		{parts: []admin.Partition{part("Projector", "draining", 1, 0, 0)}},
 		{parts: []admin.Partition{part("Projector", admin.StateIdle, 0, 0, 0), part("Mailer", admin.StateIdle, 0, 0, 0)}},
 	}}
 	e := NewBacklogExporter(BacklogOptions{Lister: l})
@@ -205,8 +209,8 @@ func TestBacklogExporterKeepsNewStates(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		`seqctl_backlog_partitions{category="order",handler="Projector",state="paused"} 0`,
-		`seqctl_backlog_partitions{category="order",handler="Mailer",state="paused"} 0`,
+		`seqctl_backlog_partitions{category="order",handler="Projector",state="draining"} 0`,
+		`seqctl_backlog_partitions{category="order",handler="Mailer",state="draining"} 0`,
 	} {
 		if got := exposition(t, e); !strings.Contains(got, want) {
 			t.Errorf("no %s in:\n%s", want, got)
