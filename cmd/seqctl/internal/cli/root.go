@@ -103,6 +103,7 @@ func newCmdRoot(f *Factory) *cobra.Command {
 		newCmdOutbox(f),
 		newCmdInbox(f),
 		newCmdRelay(f),
+		newCmdExporter(f, nil),
 	)
 	addGlobalFlags(cmd, f)
 	addVersionFlag(cmd, f)

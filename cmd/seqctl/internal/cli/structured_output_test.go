@@ -22,6 +22,7 @@ var printsNoData = map[string]string{
 	"dev":            "the demo: a dashboard or summary lines",
 	"top":            "a dashboard",
 	"relay":          "a worker: it logs",
+	"exporter":       "a server: it logs and serves /metrics",
 	"completion":     "a shell script",
 	"outbox migrate": "one sentence",
 }
