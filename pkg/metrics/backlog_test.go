@@ -4,18 +4,26 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // part is a listed partition of handler h on category "order".
@@ -265,5 +273,143 @@ func TestBacklogExporterRun(t *testing.T) {
 	}
 	if !strings.Contains(exposition(t, e), `seqctl_backlog_events{category="order",handler="Projector"} 1`) {
 		t.Errorf("Run did not refresh the gauges:\n%s", exposition(t, e))
+	}
+}
+
+// benchPartitions writes n partitions of category "order" as a live deployment leaves
+// them (the layout of pkg/admin's listing benchmark): 3 entries each and its index entry;
+// group "Projector" with 2 entries delivered and not acknowledged; a lease held by a live
+// session; every 100th partition halted.
+func benchPartitions(tb testing.TB, rdb *redis.Client, n int) {
+	tb.Helper()
+	ctx, ks := context.Background(), keyspace.SingleNode
+	const owner = "i1.1"
+	if err := rdb.Set(ctx, ks.SessionKey(owner), "i1", time.Hour).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	rdb.SAdd(ctx, ks.GroupRegistry("order"), "Projector")
+	for start := 0; start < n; start += 1000 {
+		pipe := rdb.Pipeline()
+		for i := start; i < min(start+1000, n); i++ {
+			key := "client-" + strconv.Itoa(i)
+			stream := ks.PartitionStream("order", key)
+			for seq := range 3 {
+				pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{
+					"id", fmt.Sprintf("ev-%d-%d", i, seq), "type", "OrderPlaced", "category", "order", "key", key,
+					"data", fmt.Sprintf(`{"client_id":%q,"seq":%d}`, key, seq), "priority", "0", "published_at", "0",
+				}})
+			}
+			pipe.SAdd(ctx, ks.PartitionIndex("order"), key)
+			pipe.XGroupCreate(ctx, stream, "Projector", "0")
+			pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "Projector", Consumer: owner + ":1", Streams: []string{stream, ">"}, Count: 2})
+			pipe.Set(ctx, ks.LeaseKey(stream, "Projector"), owner+":"+strconv.Itoa(i+1), 0)
+			if i%100 == 0 {
+				pipe.HSet(ctx, ks.HaltKey(stream, "Projector"), "entry", "0-1", "lane", "0", "stream", stream,
+					"attempts", "3", "error", "boom", "since_ms", "1", "owner", owner, "generation", strconv.Itoa(i+1))
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// cmdCount counts a client's round trips (a pipeline is one) and the commands in them.
+type cmdCount struct{ trips, cmds *atomic.Int64 }
+
+func (h cmdCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h cmdCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.trips.Add(1); h.cmds.Add(1); return next(ctx, cmd) }
+}
+func (h cmdCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.trips.Add(1)
+		h.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// commandStats returns Redis's INFO commandstats: calls and microseconds per command,
+// leaving out INFO and CONFIG (the measurement's own).
+func commandStats(tb testing.TB, rdb *redis.Client) (calls map[string]int64, usec int64) {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	calls = map[string]int64{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") || name == "info" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls[name] = n
+			case "usec":
+				usec += n
+			}
+		}
+	}
+	return calls, usec
+}
+
+// BenchmarkBacklogRefresh10k measures one refresh of the exporter over 10,000 partitions
+// on a private redis-server: time (ns/op), round trips and commands sent (trips/op,
+// cmds/op), and Redis's own count and CPU time (redis-calls/op, redis-us/op, from INFO
+// commandstats), with a config's topology (seqctl exporter --config) and without (the
+// categories and groups discovered in Redis).
+//
+//	go test ./pkg/metrics -run '^$' -bench BacklogRefresh10k -benchtime 20x
+func BenchmarkBacklogRefresh10k(b *testing.B) {
+	srv := redistest.Start(b)
+	benchPartitions(b, srv.Client(b), 10000)
+	topo := &admin.Topology{Categories: []admin.CategoryTopology{{Name: "order", Groups: []admin.GroupTopology{{Name: "Projector"}}}}}
+	for _, c := range []struct {
+		name string
+		opts admin.Options
+	}{
+		{"config", admin.Options{Topology: topo, Lanes: admin.LanesOff}},
+		{"discover", admin.Options{}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			rdb := srv.Client(b)
+			var trips, cmds atomic.Int64
+			rdb.AddHook(cmdCount{&trips, &cmds})
+			e := NewBacklogExporter(BacklogOptions{Lister: admin.New(rdb, c.opts), Declared: DeclaredPairs(c.opts.Topology)})
+			ctx := context.Background()
+			if err := e.Refresh(ctx); err != nil { // warm the connection pool
+				b.Fatal(err)
+			}
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			trips.Store(0)
+			cmds.Store(0)
+			n := 0
+			for b.Loop() {
+				if err := e.Refresh(ctx); err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			b.StopTimer()
+			sentTrips, sentCmds := trips.Load(), cmds.Load()
+			calls, usec := commandStats(b, rdb)
+			total := int64(0)
+			var perCmd []string
+			for _, name := range slices.Sorted(maps.Keys(calls)) {
+				total += calls[name]
+				perCmd = append(perCmd, fmt.Sprintf("%s %d", name, calls[name]/int64(n)))
+			}
+			b.ReportMetric(float64(sentTrips)/float64(n), "trips/op")
+			b.ReportMetric(float64(sentCmds)/float64(n), "cmds/op")
+			b.ReportMetric(float64(total)/float64(n), "redis-calls/op")
+			b.ReportMetric(float64(usec)/float64(n), "redis-us/op")
+			b.Logf("%d refreshes; Redis calls per refresh: %s", n, strings.Join(perCmd, ", "))
+		})
 	}
 }
