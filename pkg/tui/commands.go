@@ -15,7 +15,7 @@ const (
 	// fetchTimeout bounds one Source.Snapshot or Source.Head call. A refresh that takes
 	// longer counts as a failure (banner, backoff).
 	fetchTimeout = 5 * time.Second
-	// actionTimeout bounds one skip / move-to-DLQ / retry.
+	// actionTimeout bounds one skip / move-to-DLQ / retry / pause / resume.
 	actionTimeout = 10 * time.Second
 	// maxBackoff caps the delay between refresh attempts while Redis is unreachable.
 	maxBackoff = 30 * time.Second
@@ -64,6 +64,21 @@ func runAction(ctx context.Context, src Source, act action, ref PartitionRef, ex
 			err = src.Retry(ctx, ref, expectID)
 		}
 		return actionMsg{act: act, ref: ref, expectID: expectID, err: err}
+	}
+}
+
+// runPartitionAction pauses (with reason) or resumes the partition ref.
+func runPartitionAction(ctx context.Context, src PauseSource, act action, ref PartitionRef, reason string) tea.Cmd {
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(ctx, actionTimeout)
+		defer cancel()
+		var err error
+		if act == actPause {
+			err = src.Pause(ctx, ref, reason)
+		} else {
+			err = src.Resume(ctx, ref)
+		}
+		return actionMsg{act: act, ref: ref, err: err}
 	}
 }
 

@@ -36,22 +36,29 @@ func (m *model) viewDetail(w, h int) []string {
 	return append(lines, m.detailPayload(h-len(lines)-2)...)
 }
 
-// detailSummary is the pane's first two lines: the partition with its state, then its
-// row of the table in words, or why the last snapshot has no row for it.
+// detailSummary is the pane's first lines: the partition with its state, then its row
+// of the table in words, or why the last snapshot has no row for it, and its pause.
 func (m *model) detailSummary(p Partition, listed bool) []string {
 	st := m.st
 	title := st.title.Render(m.detailRef.String())
 	if !listed {
 		return []string{title, st.statusWarn.Render("not in the last snapshot (reaped, or filtered out by the source)")}
 	}
-	state, stStyle := p.State, st.value
-	if p.State == StateHalted {
-		state, stStyle = "HALTED", st.rowHalted
+	stStyle := st.value
+	switch p.State {
+	case StateHalted:
+		stStyle = st.rowHalted
+	case StatePaused:
+		stStyle = st.rowPaused
 	}
-	return []string{title + "  " + stStyle.Render(state), st.label.Render(fmt.Sprintf(
+	lines := []string{title + "  " + stStyle.Render(stateText(p.State)), st.label.Render(fmt.Sprintf(
 		"owner %s · gen %d · lease %s · backlog %s · lag %s · pending %s · head age %s",
 		orDash(p.Owner), p.Generation, fmtDurOr(p.LeaseTTL), fmtLag(p.Backlog()), fmtLag(p.Lag),
 		fmtThousands(p.Pending), fmtDurOr(p.HeadAge)))}
+	if pi := p.Pause; pi != nil {
+		lines = append(lines, st.rowPaused.Render("paused "+pauseInfoText(pi)+": "+oneLine(pi.Reason)))
+	}
+	return lines
 }
 
 // detailLanes is the LANES section: a line per lane stream with its length and pending

@@ -39,6 +39,7 @@ type fakeSource struct {
 	headCalls []PartitionRef
 	actErr    error
 	actions   []actionCall
+	pauses    []pauseCall
 	dlqs      []DLQInfo
 	audit     []AuditRecord
 	listCalls int
@@ -134,6 +135,27 @@ func (f *fakeSource) MoveToDLQ(ctx context.Context, p PartitionRef, id string) e
 
 func (f *fakeSource) Retry(ctx context.Context, p PartitionRef, id string) error {
 	return f.act("retry", p, id)
+}
+
+// pauseCall is one Pause or Resume of the fake.
+type pauseCall struct {
+	Act    string
+	Ref    PartitionRef
+	Reason string
+}
+
+func (f *fakeSource) Pause(ctx context.Context, p PartitionRef, reason string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pauses = append(f.pauses, pauseCall{"pause", p, reason})
+	return f.actErr
+}
+
+func (f *fakeSource) Resume(ctx context.Context, p PartitionRef) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pauses = append(f.pauses, pauseCall{"resume", p, ""})
+	return f.actErr
 }
 
 // fakeClock is the model's time in tests: Now is set by the test, and a Tick command

@@ -10,10 +10,15 @@ type keyMap struct {
 	Detail, Back, SwitchView, Sort, Reverse, Filter key.Binding
 
 	Skip, DLQ, Retry key.Binding
-	Act              key.Binding // footer hints only: s/d/r, and what it says when read-only
-	ActOff           key.Binding
-	Browse           key.Binding // footer hint of the detail pane: ↑/↓
-	Confirm, Cancel  key.Binding
+	// PausePart and ResumePart pause the selected partition (asking a reason) and resume
+	// it; Pause, below, pauses the dashboard's refresh.
+	PausePart, ResumePart key.Binding
+	Act                   key.Binding // footer hints only: s/d/r/P/U, and what it says when read-only
+	ActOff                key.Binding
+	Browse                key.Binding // footer hint of the detail pane: ↑/↓
+	Confirm, Cancel       key.Binding
+	// ReasonApply and ReasonCancel end the reason prompt of a pause.
+	ReasonApply, ReasonCancel key.Binding
 
 	FilterApply, FilterClear key.Binding
 
@@ -36,17 +41,22 @@ func newKeyMap() keyMap {
 		Reverse:    key.NewBinding(key.WithKeys("O"), key.WithHelp("O", "reverse")),
 		Filter:     key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter")),
 
-		Skip:    key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "skip head")),
-		DLQ:     key.NewBinding(key.WithKeys("d"), key.WithHelp("d", "head to DLQ")),
-		Retry:   key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "retry head")),
-		Act:     key.NewBinding(key.WithKeys("s", "d", "r"), key.WithHelp("s/d/r", "act")),
-		ActOff:  key.NewBinding(key.WithKeys("s", "d", "r"), key.WithHelp("s/d/r", "off")),
-		Browse:  key.NewBinding(key.WithKeys("up", "down"), key.WithHelp("↑/↓", "prev/next")),
-		Confirm: key.NewBinding(key.WithKeys("y"), key.WithHelp("y", "confirm")),
-		Cancel:  key.NewBinding(key.WithKeys("n", "esc"), key.WithHelp("n/esc", "cancel")),
+		Skip:       key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "skip head")),
+		DLQ:        key.NewBinding(key.WithKeys("d"), key.WithHelp("d", "head to DLQ")),
+		Retry:      key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "retry head")),
+		PausePart:  key.NewBinding(key.WithKeys("P"), key.WithHelp("P", "pause partition")),
+		ResumePart: key.NewBinding(key.WithKeys("U"), key.WithHelp("U", "resume partition")),
+		Act:        key.NewBinding(key.WithKeys("s", "d", "r", "P", "U"), key.WithHelp("s/d/r/P/U", "act")),
+		ActOff:     key.NewBinding(key.WithKeys("s", "d", "r", "P", "U"), key.WithHelp("s/d/r/P/U", "off")),
+		Browse:     key.NewBinding(key.WithKeys("up", "down"), key.WithHelp("↑/↓", "prev/next")),
+		Confirm:    key.NewBinding(key.WithKeys("y"), key.WithHelp("y", "confirm")),
+		Cancel:     key.NewBinding(key.WithKeys("n", "esc"), key.WithHelp("n/esc", "cancel")),
 
 		FilterApply: key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "keep filter")),
 		FilterClear: key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "clear filter")),
+
+		ReasonApply:  key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "pause")),
+		ReasonCancel: key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "cancel")),
 
 		Pause: key.NewBinding(key.WithKeys("p"), key.WithHelp("p", "pause")),
 		Help:  key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "help")),
@@ -67,9 +77,10 @@ func (k keyMap) FullHelp() [][]key.Binding {
 			long(k.Detail, "detail pane"), long(k.Back, "back / clear filter"),
 			long(k.SwitchView, "partitions / instances / DLQ / audit"), long(k.Sort, "sort by the next column"),
 			long(k.Reverse, "reverse the sort")},
-		{long(k.Filter, "filter rows"), long(k.Pause, "pause / resume"),
+		{long(k.Filter, "filter rows"), long(k.Pause, "pause / resume the refresh"),
 			long(k.Skip, "skip the halted head"), long(k.DLQ, "move the head to DLQ"),
-			long(k.Retry, "retry the halted head"), long(k.Confirm, "confirm an action"),
+			long(k.Retry, "retry the halted head"), long(k.PausePart, "pause the partition (asks why)"),
+			long(k.ResumePart, "resume the paused partition"), long(k.Confirm, "confirm an action"),
 			long(k.Cancel, "cancel an action"), long(k.Help, "close this help"), k.Quit},
 	}
 }
@@ -87,6 +98,11 @@ func (k keyMap) detailHelp() []key.Binding {
 // dialogHelp is the footer while a confirmation dialog is open.
 func (k keyMap) dialogHelp() []key.Binding {
 	return []key.Binding{k.Confirm, k.Cancel}
+}
+
+// reasonHelp is the footer while the reason of a pause is being typed.
+func (k keyMap) reasonHelp() []key.Binding {
+	return []key.Binding{k.ReasonApply, k.ReasonCancel}
 }
 
 // filterHelp is the footer while the filter is being typed.

@@ -88,13 +88,16 @@ func (s sortKey) column() colID { return s.order().col }
 // descendingByDefault says the column's useful order is largest first.
 func (s sortKey) descendingByDefault() bool { return s.order().descending }
 
-// action is an operator action on a halted head.
+// action is an operator action: on a halted head (skip, dlq, retry), or on the
+// partition itself (pause, resume).
 type action int
 
 const (
 	actSkip action = iota + 1
 	actDLQ
 	actRetry
+	actPause
+	actResume
 )
 
 func (a action) String() string {
@@ -103,17 +106,27 @@ func (a action) String() string {
 		return "dlq"
 	case actRetry:
 		return "retry"
+	case actPause:
+		return "pause"
+	case actResume:
+		return "resume"
 	}
 	return "skip"
 }
 
-// confirmDialog is an action waiting for the operator's y / n. expectID is fixed when the
-// dialog opens: it is the id the operator sees, and the compare-and-act names it.
+// onPartition says the action is on the partition rather than on its head entry.
+func (a action) onPartition() bool { return a == actPause || a == actResume }
+
+// confirmDialog is an action waiting for the operator's y / n (a pause: for its reason
+// and enter). expectID is fixed when the dialog opens: it is the id the operator sees,
+// and the compare-and-act names it.
 type confirmDialog struct {
 	act      action
 	ref      PartitionRef
 	expectID string
 	part     Partition // the row as it was when the dialog opened
+	// reason is the pause's reason as the operator types it (actPause only).
+	reason textinput.Model
 }
 
 // statusKind colours the status line.
@@ -219,10 +232,10 @@ type model struct {
 // ({category}:{key}), as everywhere in seqctl: streams counts them; total counts the
 // table's rows, one per (handler, partition), which is what the states add up to.
 type summary struct {
-	streams                                      int
-	total, running, idle, halted, unowned, other int
-	lag, maxLag                                  int64 // backlog: lag + pending
-	alive, stale                                 int
+	streams                                              int
+	total, running, idle, halted, paused, unowned, other int
+	lag, maxLag                                          int64 // backlog: lag + pending
+	alive, stale                                         int
 	// handler slots of the live instances: in use, limit (unbounded when any live
 	// instance has none) and partitions waiting for a slot
 	slotsInUse, slotsLimit, slotsWaiting int
@@ -312,6 +325,8 @@ func (m *model) apply(s Snapshot, now time.Time) {
 			sum.idle++
 		case StateHalted:
 			sum.halted++
+		case StatePaused:
+			sum.paused++
 		case StateUnowned:
 			sum.unowned++
 		default:

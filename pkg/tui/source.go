@@ -43,6 +43,7 @@ const (
 	StateRunning = "running" // owned, and the owner is handling or has entries to handle
 	StateIdle    = "idle"    // owned, nothing to do
 	StateHalted  = "halted"  // a halt record exists: the head is poison, an operator must act
+	StatePaused  = "paused"  // an operator paused it: its owner starts none of its events
 	StateUnowned = "unowned" // no live lease: waiting for an instance to take it
 )
 
@@ -107,6 +108,17 @@ type Partition struct {
 	// monotonically between snapshots; the dashboard sums the positive per-partition
 	// differences between two snapshots to show events/s. 0 everywhere means unknown.
 	Handled int64
+	// Pause is the operator's pause of the partition; nil when it is not paused, or when
+	// the source does not say (State still says StatePaused).
+	Pause *PauseInfo
+}
+
+// PauseInfo is an operator's pause of a partition.
+type PauseInfo struct {
+	Reason string
+	By     string    // who paused it, e.g. "alice@ops-1"
+	Since  time.Time // when
+	Until  time.Time // when it ends by itself; zero: when it is resumed
 }
 
 // Backlog is the number of entries the handler has not handled yet: those not delivered
@@ -143,6 +155,17 @@ type LaneInfo struct {
 	Stream  string
 	Length  int64
 	Pending int64
+}
+
+// PauseSource is implemented by a Source that can pause and resume a partition; the
+// dashboard then has the pause (P) and resume (U) keys. Each call gets a context with
+// actionTimeout.
+type PauseSource interface {
+	// Pause pauses the partition for its handler until it is resumed: its owner
+	// finishes the event in flight and starts no other. reason is not empty.
+	Pause(ctx context.Context, p PartitionRef, reason string) error
+	// Resume ends the partition's pause: its owner starts its next event at once.
+	Resume(ctx context.Context, p PartitionRef) error
 }
 
 // DLQSource is implemented by a Source that can list dead-letter streams; the dashboard

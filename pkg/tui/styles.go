@@ -16,6 +16,7 @@ var (
 	colGreen  = lipgloss.Color("2")
 	colYellow = lipgloss.Color("3")
 	colBlue   = lipgloss.Color("4")
+	colPurple = lipgloss.Color("5")
 	colWhite  = lipgloss.Color("15")
 	colGrey   = lipgloss.Color("8")
 )
@@ -23,13 +24,14 @@ var (
 // styles is built once per model from one renderer.
 type styles struct {
 	title, label, value, dim lipgloss.Style
+	plain                    lipgloss.Style // no attribute, from the model's renderer
 	paused, banner           lipgloss.Style
 
 	tableHeader lipgloss.Style
 	// Rows are rendered with a single style each (one Render per visible row).
 	// The cursor row is the same style in reverse video (and marked ">" in the gutter,
 	// which is all that is left of it without colour).
-	row, rowIdle, rowUnowned, rowHalted lipgloss.Style
+	row, rowIdle, rowUnowned, rowHalted, rowPaused lipgloss.Style
 
 	statusOK, statusWarn, statusErr lipgloss.Style
 
@@ -60,6 +62,7 @@ func newStyles(r *lipgloss.Renderer) styles {
 	s.label = r.NewStyle().Foreground(colGrey)
 	s.value = r.NewStyle().Bold(true)
 	s.dim = r.NewStyle().Faint(true)
+	s.plain = r.NewStyle()
 	s.paused = r.NewStyle().Bold(true).Foreground(colYellow).Reverse(true)
 	s.banner = r.NewStyle().Bold(true).Foreground(colWhite).Background(colRed)
 
@@ -68,6 +71,7 @@ func newStyles(r *lipgloss.Renderer) styles {
 	s.rowIdle = r.NewStyle().Faint(true)
 	s.rowUnowned = r.NewStyle().Foreground(colYellow)
 	s.rowHalted = r.NewStyle().Bold(true).Foreground(colRed)
+	s.rowPaused = r.NewStyle().Bold(true).Foreground(colPurple)
 
 	s.statusOK = r.NewStyle().Foreground(colGreen)
 	s.statusWarn = r.NewStyle().Foreground(colYellow)
@@ -99,6 +103,8 @@ func (s styles) rowStyle(state string, selected bool) lipgloss.Style {
 	switch state {
 	case StateHalted:
 		st = s.rowHalted
+	case StatePaused:
+		st = s.rowPaused
 	case StateUnowned:
 		st = s.rowUnowned
 	case StateIdle:

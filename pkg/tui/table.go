@@ -217,10 +217,7 @@ func (m *model) partitionCell(p *Partition, id colID, widths []int) string {
 	case colHeadAge:
 		return fmtDurOr(p.HeadAge)
 	case colState:
-		if p.State == StateHalted {
-			return "HALTED"
-		}
-		return p.State
+		return stateText(p.State)
 	}
 	return ""
 }

@@ -1,8 +1,9 @@
 // Package tui is the live dashboard behind `seqctl top`: a header with the deployment's
-// health, the partitions table (halted partitions pinned on top), the instances, a detail
-// pane per partition, and the operator actions on a halted head (skip, move to the DLQ,
-// retry), each confirmed and carried out as a compare-and-act on the head entry id the
-// operator saw.
+// health, the partitions table (halted partitions pinned on top, paused ones marked), the
+// instances, a detail pane per partition, the operator actions on a halted head (skip,
+// move to the DLQ, retry), each confirmed and carried out as a compare-and-act on the
+// head entry id the operator saw, and the pause (with a reason) and resume of a
+// partition.
 //
 // The dashboard reads and writes only through a Source (an adapter over pkg/admin in the
 // binary, a fake in tests). It refreshes once per Options.Refresh; while Redis is
@@ -10,8 +11,9 @@
 //
 // Files: source.go (the Source contract and its data), model.go (state, and what is
 // derived once per refresh), update.go, view.go / table.go / detail.go / format.go
-// (rendering only, no state changes), styles.go (every colour), keys.go, msgs.go, and
-// commands.go (all I/O, inside tea.Cmds).
+// (rendering only, no state changes), styles.go (every colour), keys.go, msgs.go,
+// commands.go (all I/O, inside tea.Cmds), and pause.go (the pause and resume keys and
+// their dialog).
 package tui
 
 import (

@@ -102,6 +102,9 @@ func (m *model) onHead(msg headMsg) {
 func (m *model) onAction(msg actionMsg) tea.Cmd {
 	m.acting = false
 	what := fmt.Sprintf("head %s of %s", msg.expectID, msg.ref)
+	if msg.act.onPartition() {
+		what = msg.ref.String()
+	}
 	switch {
 	case msg.err == nil:
 		m.setStatus(statusOK, actionDone(msg.act)+" "+what)
@@ -124,6 +127,10 @@ func actionDone(a action) string {
 		return "moved to the DLQ:"
 	case actRetry:
 		return "retrying:"
+	case actPause:
+		return "paused:"
+	case actResume:
+		return "resumed:"
 	}
 	return "skipped:"
 }
@@ -136,6 +143,8 @@ func (m *model) onKey(msg tea.KeyMsg) tea.Cmd {
 	switch {
 	case m.filtering:
 		return m.onFilterKey(msg)
+	case m.dialog != nil && m.dialog.act == actPause:
+		return m.onReasonKey(msg)
 	case m.dialog != nil:
 		switch {
 		case key.Matches(msg, k.Confirm):
@@ -271,6 +280,10 @@ func (m *model) onPartitionsKey(msg tea.KeyMsg) tea.Cmd {
 		m.askAction(actDLQ)
 	case key.Matches(msg, k.Retry):
 		m.askAction(actRetry)
+	case key.Matches(msg, k.PausePart):
+		return m.askPause()
+	case key.Matches(msg, k.ResumePart):
+		m.askResume()
 	}
 	return nil
 }
@@ -301,6 +314,11 @@ func (m *model) onDetailKey(msg tea.KeyMsg) tea.Cmd {
 		return nil
 	case key.Matches(msg, k.Retry):
 		m.askAction(actRetry)
+		return nil
+	case key.Matches(msg, k.PausePart):
+		return m.askPause()
+	case key.Matches(msg, k.ResumePart):
+		m.askResume()
 		return nil
 	}
 	if m.move(msg, &m.cursor, len(m.rows), m.tableRows()) {
@@ -378,12 +396,25 @@ func (m *model) sortText() string {
 	return m.sortBy.String() + " ▲"
 }
 
-// askAction opens the confirmation dialog of act on the selected partition, or says why
-// it cannot.
+// askAction opens the confirmation dialog of act on the halted head of the selected
+// partition, or says why it cannot.
 func (m *model) askAction(act action) {
+	p, ok := m.actionTarget(act)
+	switch {
+	case !ok:
+	case p.State != StateHalted || p.HaltedEntryID == "":
+		m.setStatus(statusWarn, fmt.Sprintf("%s: %s is not halted, nothing to do", act, p.Ref()))
+	default:
+		m.dialog = &confirmDialog{act: act, ref: p.Ref(), expectID: p.HaltedEntryID, part: p}
+	}
+}
+
+// actionTarget is the partition an action key acts on; when there is none to act on
+// (read-only, nothing selected, an action still running) it says why and reports false.
+func (m *model) actionTarget(act action) (Partition, bool) {
 	if m.readOnly {
 		m.setStatus(statusWarn, fmt.Sprintf("read-only: %s is disabled (the dashboard was started read-only)", act))
-		return
+		return Partition{}, false
 	}
 	p, ok := m.actionPartition()
 	switch {
@@ -393,18 +424,23 @@ func (m *model) askAction(act action) {
 		m.setStatus(statusWarn, fmt.Sprintf("%s: no partition selected", act))
 	case m.acting:
 		m.setStatus(statusWarn, fmt.Sprintf("%s: wait, the previous action is still running", act))
-	case p.State != StateHalted || p.HaltedEntryID == "":
-		m.setStatus(statusWarn, fmt.Sprintf("%s: %s is not halted, nothing to do", act, p.Ref()))
 	default:
-		m.dialog = &confirmDialog{act: act, ref: p.Ref(), expectID: p.HaltedEntryID, part: p}
+		return p, true
 	}
+	return Partition{}, false
 }
 
-// confirm carries out the dialog's action as a compare-and-act on the id it showed.
+// confirm carries out the dialog's action: on a head, as a compare-and-act on the id it
+// showed; on the partition, a pause with the reason typed, or a resume.
 func (m *model) confirm() tea.Cmd {
 	d := m.dialog
 	m.dialog = nil
 	m.acting = true
+	if d.act.onPartition() {
+		reason := strings.TrimSpace(d.reason.Value())
+		m.setStatus(statusInfo, fmt.Sprintf("%s: %s…", d.act, d.ref))
+		return runPartitionAction(m.ctx, m.src.(PauseSource), d.act, d.ref, reason)
+	}
 	m.setStatus(statusInfo, fmt.Sprintf("%s: head %s of %s…", d.act, d.expectID, d.ref))
 	return runAction(m.ctx, m.src, d.act, d.ref, d.expectID)
 }

@@ -170,6 +170,9 @@ func (m *model) countSegments(compact bool) []segment {
 		count("halted", int64(s.halted), st.rowHalted, 90),
 		count("unowned", int64(s.unowned), st.rowUnowned, 80),
 	}
+	if s.paused > 0 {
+		segs = append(segs, count("paused", int64(s.paused), st.rowPaused, 87))
+	}
 	if s.other > 0 {
 		segs = append(segs, count("other", int64(s.other), st.value, 30))
 	}
@@ -272,6 +275,8 @@ func (m *model) viewKeys(w int) string {
 	switch {
 	case m.filtering:
 		b = m.keys.filterHelp()
+	case m.dialog != nil && m.dialog.act == actPause:
+		b = m.keys.reasonHelp()
 	case m.dialog != nil:
 		b = m.keys.dialogHelp()
 	case m.showHelp:
@@ -313,10 +318,11 @@ func (m *model) viewHelpBox(w int) string {
 	inner := bw - 4 // border and padding
 	h := m.help
 	h.Width = inner
-	legend := wrapLines("! marks a halted partition (always on top, whatever the sort), > the cursor; "+
-		"BACKLOG counts the entries not handled yet (not delivered, plus delivered and read ahead); "+
-		"the bar after it is the backlog relative to the largest. An action needs a halted head and y "+
-		"to confirm, and does nothing if the head is no longer the entry id the dialog showed.", inner, 5)
+	legend := wrapLines("! marks a halted partition (always on top), > the cursor, PAUSED a partition an "+
+		"operator paused: the event in flight finishes and no other starts until it is resumed (P pauses "+
+		"with a reason, U resumes). BACKLOG counts the entries not handled yet; the bar is the backlog "+
+		"relative to the largest. s/d/r need a halted head and y, and do nothing if the head is no longer "+
+		"the entry id the dialog showed.", inner, 6)
 	content := m.st.dialogTitle.Render("Keys") + "\n\n" + h.FullHelpView(m.keys.FullHelp()) + "\n\n" +
 		m.st.dim.Render(strings.Join(legend, "\n"))
 	return m.st.helpBox.Width(bw - 2).Render(content)
@@ -329,10 +335,17 @@ var actionText = map[action]struct{ title, what string }{
 		"The entry is copied with its error to the partition's DLQ stream and acknowledged; the partition resumes with the next entry."},
 	actRetry: {"Retry the head entry",
 		"The halt is cleared and the owner tries the entry once more; if it fails again, the partition halts again."},
+	actPause: {"Pause the partition",
+		"Its owner finishes the event in flight and starts no other until it is resumed (U); other keys and handlers go on. The pause holds through restarts."},
+	actResume: {"Resume the partition",
+		"Its owner starts its next event at once, in order."},
 }
 
 func (m *model) viewDialog(w int) string {
 	d := m.dialog
+	if d.act.onPartition() {
+		return m.viewPauseDialog(w)
+	}
 	bw := min(w-4, 72)
 	inner := bw - 4 // border and padding
 	t := actionText[d.act]

@@ -115,11 +115,28 @@ var viewCasesSmall = []viewCase{
 	}},
 	{name: "first_refresh_failed", opts: Options{Addr: "redis.internal:6379"},
 		snap: func() Snapshot { return Snapshot{} }, setup: func(h *harness) {}},
+	{name: "paused", snap: pausedFixture, setup: settle},
+	{name: "pause_dialog", snap: pausedFixture, setup: func(h *harness) {
+		settle(h)
+		h.cursorOn("client-4")
+		h.press("P")
+		h.typeText("billing of client-4 is down, OPS-42")
+	}},
+	{name: "resume_dialog", snap: pausedFixture, setup: func(h *harness) {
+		settle(h)
+		h.cursorOn("client-1")
+		h.press("U")
+	}},
 }
 
 // Extra states, at 120x40 only (at 80 columns the GEN column is dropped).
 var viewCasesLarge = []viewCase{
 	{name: "generations", snap: generationsSnapshot, setup: settle},
+	{name: "paused_detail", snap: pausedFixture, setup: func(h *harness) {
+		settle(h)
+		h.cursorOn("client-2")
+		h.press("enter")
+	}},
 }
 
 // generationsSnapshot is two partitions alike but for their keys and their generations,
