@@ -80,7 +80,7 @@ func TestDynamicCompletion(t *testing.T) {
 		{"handlers", []string{"head", "skip", "order:client-1", "--handler", "O"}, []string{"OrderProjector"}},
 		{"dlq ids", []string{"dlq", "replay", "order:client-1", "--id", ""}, []string{"1738318000000-0\tOrderPlaced: projector: total must be positive …"}},
 		{"sort values", []string{"partitions", "list", "--sort", ""}, []string{"name", "backlog", "lag", "age", "dlq"}},
-		{"state values", []string{"partitions", "list", "--state", ""}, []string{"running", "idle", "halted", "unowned"}},
+		{"state values", []string{"partitions", "list", "--state", ""}, []string{"running", "idle", "halted", "paused", "unowned"}},
 		{"handlers of every category", []string{"partitions", "list", "--handler", ""}, []string{"OrderProjector", "Mailer"}},
 		{"categories", []string{"partitions", "list", "--category", ""}, []string{"order", "payment"}},
 		{"categories by prefix", []string{"partitions", "list", "--category", "p"}, []string{"payment"}},

@@ -50,6 +50,18 @@ type fakeAdmin struct {
 	groupsErr error
 	removeErr error
 	removals  []admin.GroupRemoval
+
+	// pauseCalls are the Pause and Resume calls, in order; pauseErrs the error either
+	// returns for a stream; pauseRecs the records PauseOf answers, by stream.
+	pauseCalls []pauseCall
+	pauseErrs  map[string]error
+	pauseRecs  map[string]*engine.PauseRecord
+}
+
+// pauseCall is one Pause or Resume of the fake admin.
+type pauseCall struct {
+	Action string
+	Req    admin.PauseRequest
 }
 
 // opener opens f, and closes nothing.
@@ -60,10 +72,11 @@ func (f *fakeAdmin) opener() AdminOpener {
 func (f *fakeAdmin) ListPartitions(_ context.Context, flt admin.Filter) ([]admin.Partition, error) {
 	f.filter = flt
 	f.listCalls++
-	if len(flt.States) > 0 || flt.KeyGlob != "" {
+	if len(flt.States) > 0 || flt.KeyGlob != "" || flt.Category != "" || flt.Handler != "" {
 		var out []admin.Partition
 		for _, p := range f.partitions {
-			if ok, _ := path.Match(flt.KeyGlob, p.Key); (flt.KeyGlob == "" || ok) && (len(flt.States) == 0 || slices.Contains(flt.States, p.State)) {
+			if ok, _ := path.Match(flt.KeyGlob, p.Key); (flt.KeyGlob == "" || ok) && (len(flt.States) == 0 || slices.Contains(flt.States, p.State)) &&
+				(flt.Category == "" || p.Category == flt.Category) && (flt.Handler == "" || p.Handler == flt.Handler) {
 				out = append(out, p)
 			}
 		}
@@ -143,6 +156,32 @@ func (f *fakeAdmin) RemoveGroup(_ context.Context, r admin.GroupRemoval) (*admin
 	}
 	return &admin.GroupRemoved{Category: r.Category, Group: r.Group, DryRun: r.DryRun, Outcome: admin.OutcomeOK,
 		GroupRetired: engine.GroupRetired{Partitions: 2, Read: *r.ExpectRead, Destroyed: 1, Halts: 1}}, nil
+}
+
+// Pause answers as the admin does: a record by alice@ops-1 since t0, until t0 + For.
+func (f *fakeAdmin) Pause(_ context.Context, req admin.PauseRequest) (*admin.PauseResult, error) {
+	f.pauseCalls = append(f.pauseCalls, pauseCall{admin.ActionPause, req})
+	if err := f.pauseErrs[req.Stream]; err != nil {
+		return nil, err
+	}
+	rec := &engine.PauseRecord{Reason: req.Reason, By: "alice@ops-1", Since: t0}
+	if req.For > 0 {
+		rec.Until = t0.Add(req.For)
+	}
+	_, replaced := f.pauseRecs[req.Stream]
+	return &admin.PauseResult{Action: admin.ActionPause, Stream: req.Stream, Handler: req.Handler, Pause: rec, Replaced: replaced, Outcome: admin.OutcomeOK}, nil
+}
+
+func (f *fakeAdmin) Resume(_ context.Context, req admin.PauseRequest) (*admin.PauseResult, error) {
+	f.pauseCalls = append(f.pauseCalls, pauseCall{admin.ActionResume, req})
+	if err := f.pauseErrs[req.Stream]; err != nil {
+		return nil, err
+	}
+	return &admin.PauseResult{Action: admin.ActionResume, Stream: req.Stream, Handler: req.Handler, Outcome: admin.OutcomeOK}, nil
+}
+
+func (f *fakeAdmin) PauseOf(_ context.Context, stream, _ string) (*engine.PauseRecord, error) {
+	return f.pauseRecs[stream], nil
 }
 
 // Fixed data of the run tables.

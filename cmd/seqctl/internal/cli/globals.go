@@ -107,6 +107,9 @@ type Admin interface {
 	Instances(ctx context.Context) ([]admin.Instance, error)
 	Groups(ctx context.Context, category string) ([]admin.Group, error)
 	RemoveGroup(ctx context.Context, r admin.GroupRemoval) (*admin.GroupRemoved, error)
+	Pause(ctx context.Context, req admin.PauseRequest) (*admin.PauseResult, error)
+	Resume(ctx context.Context, req admin.PauseRequest) (*admin.PauseResult, error)
+	PauseOf(ctx context.Context, stream, handler string) (*engine.PauseRecord, error)
 }
 
 var _ Admin = (*admin.Admin)(nil)

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/tui"
 )
 
@@ -36,7 +37,8 @@ group registry.`,
 
   # everything about one partition
   $ seqctl partitions inspect order:client-123`,
-	}, newCmdPartitionsList(f, nil), newCmdPartitionsInspect(f, nil))
+	}, newCmdPartitionsList(f, nil), newCmdPartitionsInspect(f, nil),
+		newCmdPartitionsPause(f, nil), newCmdPartitionsResume(f, nil))
 }
 
 // PartitionsListOptions are the inputs of 'seqctl partitions list'.
@@ -62,6 +64,11 @@ type PartitionsListOptions struct {
 // sortOrders are the values of partitions list --sort.
 var sortOrders = []string{"name", "backlog", "lag", "age", "dlq"}
 
+// partitionStates are the values of partitions list --state.
+var partitionStates = []string{
+	string(admin.StateRunning), string(admin.StateIdle), string(admin.StateHalted), string(admin.StatePaused), string(admin.StateUnowned),
+}
+
 func newCmdPartitionsList(f *Factory, runF func(*PartitionsListOptions) error) *cobra.Command {
 	opts := &PartitionsListOptions{OpsOptions: f.opsOptions()}
 	cmd := &cobra.Command{
@@ -84,11 +91,15 @@ client-10):
   HEAD AGE       age of the head entry: the halted one, else the oldest pending, else
                  the next undelivered
   STATE          halted   the handler halted on a poison head; see 'seqctl head show'
+                 paused   an operator paused it ('seqctl partitions pause'): no event
+                          starts until it is resumed or the pause ends
                  unowned  no live lease: nobody reads it until an instance takes it
                  running  owned, with work to do
                  idle     owned and caught up
+                 (the first that applies, in this order)
 
--o wide adds, after STATE, the stream, the halted entry, its attempts and error.
+-o wide adds, after STATE, the stream, the halted entry, its attempts and error, and
+who paused the partition, until when ("resumed": until a resume) and why.
 -o json and -o yaml print every field, null where a value is absent (see
 docs/json-output.md); with --watch, -o json prints NDJSON: one JSON object per line,
 every partition on the first refresh and then one per change (a partition that is
@@ -106,6 +117,9 @@ The listing is pipelined: a few round trips to Redis however many partitions the
 
   # halted partitions of one handler, as JSON
   $ seqctl partitions list --handler OrderProjector --state halted -o json
+
+  # paused partitions, with who paused them, until when and why
+  $ seqctl partitions list --state paused -o wide
 
   # keys of one client range that have work, biggest backlog first
   $ seqctl partitions list --key 'client-1*' --state running,unowned --sort backlog
@@ -127,7 +141,7 @@ func (o *PartitionsListOptions) addFlags(cmd *cobra.Command, f *Factory) {
 	fl.StringVar(&o.Category, "category", "", "only this category")
 	fl.StringVar(&o.Handler, "handler", "", "only this handler (consumer group)")
 	fl.BoolVar(&o.Halted, "halted", false, "only halted partitions (the same as --state halted)")
-	fl.StringSliceVar(&o.States, "state", nil, "only partitions in these states: running, idle, halted, unowned (repeat or separate with commas)")
+	fl.StringSliceVar(&o.States, "state", nil, "only partitions in these states: running, idle, halted, paused, unowned (repeat or separate with commas)")
 	fl.StringVar(&o.Key, "key", "", "only keys matching this glob: * any run of characters, ? one, [a-z] a class")
 	fl.StringVar(&o.Owner, "owner", "", "only partitions owned by this instance id (or session owner instance.N)")
 	fl.StringVar(&o.Sort, "sort", "name", "order: name, backlog, lag (largest first), age (oldest head first) or dlq (longest first)")
@@ -137,7 +151,7 @@ func (o *PartitionsListOptions) addFlags(cmd *cobra.Command, f *Factory) {
 	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
 	_ = cmd.RegisterFlagCompletionFunc("owner", completeOwners(f))
 	_ = cmd.RegisterFlagCompletionFunc("sort", cobra.FixedCompletions(sortOrders, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions([]string{"running", "idle", "halted", "unowned"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(partitionStates, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // check validates the flags.
@@ -300,7 +314,7 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 	// error message is long.
 	header := []string{"CATEGORY", "KEY", "HANDLER", "OWNER", "GEN", "LEASE", "BACKLOG", "LAG", "PENDING", "DLQ", "HEAD AGE", "STATE"}
 	if wide {
-		header = append(header, "STREAM", "HALTED ENTRY", "ATTEMPTS", "ERROR")
+		header = append(header, "STREAM", "HALTED ENTRY", "ATTEMPTS", "ERROR", "PAUSED BY", "UNTIL", "PAUSE REASON")
 	}
 	t := newTable(ios, opts.layout(), header...)
 	// The aligned table, read by a person, shows the last digits of a generation (the
@@ -317,6 +331,7 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 				attempts, errText = strconv.Itoa(p.Halt.Attempts), firstLine(p.Halt.Error, 60)
 			}
 			row = append(row, p.Stream, orDash(p.HaltedEntryID), attempts, errText)
+			row = append(row, pauseCells(p.Pause)...)
 		}
 		t.AddRow(row...)
 	}
@@ -349,10 +364,25 @@ func msCell(ms int64, known bool) string {
 	return fmtMS(ms)
 }
 
+// pauseCells are the pause columns of -o wide: who paused, until when ("resumed": until
+// a resume) and why; "-" when not paused.
+func pauseCells(rec *engine.PauseRecord) []string {
+	if rec == nil {
+		return []string{"-", "-", "-"}
+	}
+	until := "resumed"
+	if !rec.Until.IsZero() {
+		until = fmtTime(&rec.Until)
+	}
+	return []string{orDash(rec.By), until, firstLine(rec.Reason, 60)}
+}
+
 func stateCell(ios *IOStreams, s admin.State) string {
 	switch s {
 	case admin.StateHalted, admin.StateUnowned:
 		return ios.Red(string(s))
+	case admin.StatePaused:
+		return ios.Bold(string(s))
 	case admin.StateRunning:
 		return ios.Green(string(s))
 	}
@@ -393,9 +423,16 @@ Exit status 3 when the partition has no stream, no DLQ and is not indexed.`,
 }
 
 func partitionsInspectRun(ctx context.Context, adm Admin, opts *PartitionsInspectOptions) error {
-	in, err := adm.Inspect(ctx, opts.Stream, opts.Handler)
+	ai, err := adm.Inspect(ctx, opts.Stream, opts.Handler)
 	if err != nil {
 		return exitFor(err)
+	}
+	in := &inspection{Inspection: ai, Handlers: make([]handlerInspection, len(ai.Handlers))}
+	for i, h := range ai.Handlers {
+		in.Handlers[i].HandlerState = h
+		if in.Handlers[i].Pause, err = adm.PauseOf(ctx, ai.Stream, h.Handler); err != nil {
+			return exitFor(err)
+		}
 	}
 	if structured(opts.Output) {
 		return writeData(opts.IO.Out, opts.Output, in)
@@ -405,8 +442,22 @@ func partitionsInspectRun(ctx context.Context, adm Admin, opts *PartitionsInspec
 	return printInspection(opts.IO, in)
 }
 
+// inspection is what 'partitions inspect' prints: the admin's inspection, each handler
+// with its pause record.
+type inspection struct {
+	*admin.Inspection
+	Handlers []handlerInspection `json:"handlers"`
+}
+
+// handlerInspection is one handler's view of the partition and its pause record, nil
+// when it is not paused.
+type handlerInspection struct {
+	admin.HandlerState
+	Pause *engine.PauseRecord `json:"pause"`
+}
+
 // printInspection prints an inspection for a person.
-func printInspection(ios *IOStreams, in *admin.Inspection) error {
+func printInspection(ios *IOStreams, in *inspection) error {
 	w := ios.Out
 	where := "not in the discovery index"
 	if in.Indexed {
@@ -434,48 +485,61 @@ func printInspection(ios *IOStreams, in *admin.Inspection) error {
 		fmt.Fprintln(w)
 	}
 	for _, h := range in.Handlers {
-		kind := "handler"
-		if h.ProcessManager {
-			kind = "process manager"
+		if err := printHandlerInspection(ios, h); err != nil {
+			return err
 		}
-		fmt.Fprintf(w, "%s %s  %s\n", kind, ios.Bold(h.Handler), stateCell(ios, h.State))
-		if h.ProcessManager {
-			fmt.Fprintf(w, "  unit        %s\n", h.Unit)
-		}
-		switch l := h.Lease; {
-		case l == nil:
-			fmt.Fprintln(w, "  lease       none")
-		case l.Live:
-			fmt.Fprintf(w, "  lease       %s, generation %d, %s left\n", l.Owner, l.Generation, fmtMS(l.RemainingMS))
-		default:
-			fmt.Fprintf(w, "  lease       %s, generation %d, void (the owner's session expired)\n", l.Owner, l.Generation)
-		}
-		if hr := h.Halt; hr != nil {
-			fmt.Fprintf(w, "  halted      on %s (%s) after %d attempts, since %s\n", hr.EntryID, hr.Stream, hr.Attempts, fmtTime(&hr.Since))
-			fmt.Fprintf(w, "  reason      %s\n", indentRest(hr.Error, "              "))
-		}
-		fmt.Fprintf(w, "  pending     %d\n", h.PendingTotal)
-		if len(h.Pending) > 0 {
-			t := alignedTable(ios, "    ID", "LANE", "CONSUMER", "DELIVERIES", "IDLE")
-			for _, p := range h.Pending {
-				t.AddRow("    "+p.ID, p.Lane, p.Consumer, strconv.FormatInt(p.Deliveries, 10), fmtMS(p.IdleMS))
-			}
-			if err := t.Render(w); err != nil {
-				return err
-			}
-		}
-		if hd := h.Head; hd != nil {
-			fmt.Fprintf(w, "  head        %s on %s: %s, %d attempts, age %s\n", hd.ID, hd.Lane, hd.Status, hd.Attempts, fmtMS(hd.AgeMS))
-			fmt.Fprintf(w, "  event       %s\n", envelopeLine(hd.Envelope))
-			fmt.Fprintf(w, "  payload     %s\n", compactJSON(hd.Envelope.Data))
-		} else {
-			fmt.Fprintln(w, "  head        none: caught up")
-		}
-		fmt.Fprintln(w)
 	}
 	if in.DLQStream != "" {
 		fmt.Fprintf(w, "DLQ %s: %d entries\n", in.DLQStream, in.DLQLength)
 	}
+	return nil
+}
+
+// printHandlerInspection prints one handler's view of an inspected partition.
+func printHandlerInspection(ios *IOStreams, h handlerInspection) error {
+	w := ios.Out
+	kind := "handler"
+	if h.ProcessManager {
+		kind = "process manager"
+	}
+	fmt.Fprintf(w, "%s %s  %s\n", kind, ios.Bold(h.Handler), stateCell(ios, h.State))
+	if h.ProcessManager {
+		fmt.Fprintf(w, "  unit        %s\n", h.Unit)
+	}
+	switch l := h.Lease; {
+	case l == nil:
+		fmt.Fprintln(w, "  lease       none")
+	case l.Live:
+		fmt.Fprintf(w, "  lease       %s, generation %d, %s left\n", l.Owner, l.Generation, fmtMS(l.RemainingMS))
+	default:
+		fmt.Fprintf(w, "  lease       %s, generation %d, void (the owner's session expired)\n", l.Owner, l.Generation)
+	}
+	if hr := h.Halt; hr != nil {
+		fmt.Fprintf(w, "  halted      on %s (%s) after %d attempts, since %s\n", hr.EntryID, hr.Stream, hr.Attempts, fmtTime(&hr.Since))
+		fmt.Fprintf(w, "  reason      %s\n", indentRest(hr.Error, "              "))
+	}
+	if pr := h.Pause; pr != nil {
+		fmt.Fprintf(w, "  paused      by %s since %s, %s\n", orDash(pr.By), fmtTime(&pr.Since), untilRecord(pr))
+		fmt.Fprintf(w, "  why         %s\n", indentRest(pr.Reason, "              "))
+	}
+	fmt.Fprintf(w, "  pending     %d\n", h.PendingTotal)
+	if len(h.Pending) > 0 {
+		t := alignedTable(ios, "    ID", "LANE", "CONSUMER", "DELIVERIES", "IDLE")
+		for _, p := range h.Pending {
+			t.AddRow("    "+p.ID, p.Lane, p.Consumer, strconv.FormatInt(p.Deliveries, 10), fmtMS(p.IdleMS))
+		}
+		if err := t.Render(w); err != nil {
+			return err
+		}
+	}
+	if hd := h.Head; hd != nil {
+		fmt.Fprintf(w, "  head        %s on %s: %s, %d attempts, age %s\n", hd.ID, hd.Lane, hd.Status, hd.Attempts, fmtMS(hd.AgeMS))
+		fmt.Fprintf(w, "  event       %s\n", envelopeLine(hd.Envelope))
+		fmt.Fprintf(w, "  payload     %s\n", compactJSON(hd.Envelope.Data))
+	} else {
+		fmt.Fprintln(w, "  head        none: caught up")
+	}
+	fmt.Fprintln(w)
 	return nil
 }
 

@@ -65,6 +65,8 @@ func TestStructuredOutputEveryCommand(t *testing.T) {
 	}{
 		{cmd: "partitions list"},
 		{cmd: "partitions inspect", args: []string{"order:client-1"}},
+		{cmd: "partitions pause", args: []string{"order:client-2", "--handler", "OrderProjector", "--reason", "OPS-42", "--yes"}},
+		{cmd: "partitions resume", args: []string{"order:client-2", "--handler", "OrderProjector", "--yes"}},
 		{cmd: "head show", args: []string{"order:client-1", "--handler", "OrderProjector"}},
 		{cmd: "head skip", args: []string{"order:client-1", "--handler", "OrderProjector", "--expect-id", poisonID, "--yes"}},
 		{cmd: "head dlq", args: []string{"order:client-1", "--handler", "OrderProjector", "--expect-id", poisonID, "--dry-run"}},

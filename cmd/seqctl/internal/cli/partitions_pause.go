@@ -1,0 +1,693 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/tui"
+)
+
+// PartitionsPauseOptions are the inputs of 'seqctl partitions pause' and 'seqctl
+// partitions resume'.
+type PartitionsPauseOptions struct {
+	GuardedOptions
+	// Action is admin.ActionPause or admin.ActionResume.
+	Action string
+	// Streams are the partitions named as arguments. Key (a glob over the keys) and
+	// Category select them instead.
+	Streams       []string
+	Key, Category string
+	// Handler is "" when each category concerned has exactly one handler.
+	Handler string
+	// Reason is why: required to pause, recorded with the pause and in the audit log.
+	Reason string
+	// For ends a pause by itself after this long; 0 pauses until a resume.
+	For time.Duration
+}
+
+// pauseText is what differs between pause and resume.
+type pauseText struct {
+	use, short, long, example string
+	verb, past                string // "pause", "paused"
+}
+
+// pauseSelection is the paragraph of both commands on naming the partitions and on
+// confirming; %[1]s is "paused" or "resumed".
+const pauseSelection = `
+
+Name the partitions as STREAM arguments ({category}:{key}), or select them with --key
+GLOB (* any run of characters, ? one, [a-z] a class) and/or --category C; not both.
+--handler may be left out when the category has exactly one handler; with several,
+the command lists them and exits with status 2.
+
+On a terminal you are asked to confirm; without one, --yes is required (otherwise exit
+status 2 and nothing changes; the refusal is in the audit log). --dry-run lists what
+would be %[1]s and changes nothing. Each partition is %[1]s on its own and recorded in
+the audit log ('seqctl audit') with the reason; a partition that is refused does not
+stop the others. -o json and -o yaml print an array with one object per partition
+(see docs/json-output.md).`
+
+var pauseTexts = map[string]pauseText{
+	admin.ActionPause: {
+		use:   "pause STREAM... | --key GLOB | --category C  --reason TEXT [--handler H] [--for DURATION] [--yes] [--dry-run]",
+		short: "Pause partitions for a handler: the event in flight finishes, no other starts",
+		long: `Pause partitions for one handler, e.g. while the data of one key is repaired or
+a downstream system of one tenant is down. The owner finishes the event in flight (a
+pause never interrupts a handler) and starts no other event of the partition, nor any
+it read ahead, until the pause is resumed or ends: within one wake-up of the owner, at
+once when the owner hears of the pause and at the latest at its next read. The
+partition's backlog waits, in order. Other keys, and the other handlers of the same
+key, go on.
+
+A pause is a record in Redis, not a state of a process: it holds while instances
+restart, crash or hand the partition over, and a paused partition is never reaped.
+--for ends it by itself after that long (a Redis expiry), even with no instance
+running; without --for it holds until 'seqctl partitions resume'. Pausing a paused
+partition replaces its pause (reason, who, until). A halted partition cannot be paused:
+resolve its head first ('seqctl head show').
+
+--reason is required: 'partitions list -o wide', 'partitions inspect' and 'seqctl top'
+show it with who paused and until when, and the audit log keeps it. 'partitions list
+--state paused' lists the paused partitions.` + fmt.Sprintf(pauseSelection, "paused") + `
+
+Exit status: 0 every partition was paused; 2 a usage error (no --reason, a bad --for,
+STREAM arguments with --key or --category, a category with several handlers and no
+--handler, an invalid partition name, no terminal and no --yes); 3 nothing matches
+--key/--category, or an unknown handler; 4 a partition is halted (resolve its head
+first); 1 declined, or failed. When partitions are refused, the status is that of the
+first refused; the others were paused all the same.`,
+		example: `  # hold one key while its data is repaired
+  $ seqctl partitions pause order:client-123 --reason "repairing client-123, OPS-42" --yes
+
+  # every key of one tenant, for 30 minutes, and see what that would be first
+  $ seqctl partitions pause --category order --key 'acme-*' --for 30m --reason "acme ERP down" --dry-run
+  $ seqctl partitions pause --category order --key 'acme-*' --for 30m --reason "acme ERP down" --yes
+
+  # the paused partitions, with the reason, who paused them and until when
+  $ seqctl partitions list --state paused -o wide`,
+		verb: "pause", past: "paused",
+	},
+	admin.ActionResume: {
+		use:   "resume STREAM... | --key GLOB | --category C  [--handler H] [--reason TEXT] [--yes] [--dry-run]",
+		short: "Resume paused partitions: their owners start the next event at once",
+		long: `End the pause of partitions for one handler. The owner of each is woken and starts
+at once with the first event not handled yet, in publish order (the events it had read
+ahead before the pause included). A pause given --for also ends by itself.
+
+With --key or --category, only the partitions that are paused are resumed. --reason is
+optional and recorded in the audit log.` + fmt.Sprintf(pauseSelection, "resumed") + `
+
+Exit status: 0 every partition was resumed; 2 a usage error (STREAM arguments with
+--key or --category, a category with several handlers and no --handler, an invalid
+partition name, no terminal and no --yes); 3 a partition is not paused, no paused
+partition matches --key/--category, or an unknown handler; 1 declined, or failed. When
+partitions are refused, the status is that of the first refused; the others were
+resumed all the same.`,
+		example: `  $ seqctl partitions resume order:client-123 --reason "repair done" --yes
+
+  # every paused partition of a tenant
+  $ seqctl partitions resume --category order --key 'acme-*' --yes`,
+		verb: "resume", past: "resumed",
+	},
+}
+
+func newCmdPartitionsPause(f *Factory, runF func(*PartitionsPauseOptions) error) *cobra.Command {
+	return newCmdPartitionsPauseAction(f, admin.ActionPause, runF)
+}
+
+func newCmdPartitionsResume(f *Factory, runF func(*PartitionsPauseOptions) error) *cobra.Command {
+	return newCmdPartitionsPauseAction(f, admin.ActionResume, runF)
+}
+
+func newCmdPartitionsPauseAction(f *Factory, action string, runF func(*PartitionsPauseOptions) error) *cobra.Command {
+	text := pauseTexts[action]
+	opts := &PartitionsPauseOptions{GuardedOptions: f.guardedOptions(), Action: action}
+	var forText string
+	cmd := &cobra.Command{
+		Use:               text.use,
+		Short:             text.short,
+		Long:              text.long,
+		Example:           text.example,
+		Args:              cobra.ArbitraryArgs, // checked with the flags, in check
+		ValidArgsFunction: completeMoreStreams(f),
+		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+			opts.Streams = args
+			return opts.check(cmd.CommandPath(), forText)
+		}, runF, partitionsPauseRun),
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Handler, "handler", "", "the handler (consumer group); required when a category has several")
+	fl.StringVar(&opts.Key, "key", "", "select the partitions whose key matches this glob instead of naming them: * any run of characters, ? one, [a-z] a class")
+	fl.StringVar(&opts.Category, "category", "", "select the partitions of this category instead of naming them (with --key: those of its keys that match)")
+	if action == admin.ActionPause {
+		fl.StringVar(&opts.Reason, "reason", "", "why (required): shown with the pause and kept in the audit log")
+		fl.StringVar(&forText, "for", "", "end the pause by itself after this long, e.g. 90s, 30m or 1h30m (default: until resumed)")
+	} else {
+		fl.StringVar(&opts.Reason, "reason", "", "why, for the audit log")
+	}
+	opts.addGuardFlags(cmd, "list what would be "+text.past)
+	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
+	_ = cmd.RegisterFlagCompletionFunc("category", completeCategories(f))
+	return cmd
+}
+
+// check validates the arguments and flags; forText is --for as typed.
+func (o *PartitionsPauseOptions) check(command, forText string) error {
+	verb := pauseTexts[o.Action].verb
+	selector := o.Key != "" || o.Category != ""
+	switch {
+	case len(o.Streams) == 0 && !selector:
+		return usageErrorf(command, "name the partitions to %s: STREAM arguments ({category}:{key}, e.g. order:client-123), or select them with --key GLOB and/or --category C", verb)
+	case len(o.Streams) > 0 && selector:
+		return usageErrorf(command, "STREAM arguments and --key/--category exclude each other: name the partitions, or select them")
+	}
+	if err := admin.CheckKeyGlob(o.Key); err != nil {
+		return usageErrorf(command, "invalid value for --key: %v", err)
+	}
+	if o.Action != admin.ActionPause {
+		return nil
+	}
+	if strings.TrimSpace(o.Reason) == "" {
+		return usageErrorf(command, `--reason is required: say why (it is shown with the pause and kept in the audit log), e.g. --reason "repairing client-123, OPS-42"`)
+	}
+	d, err := parseFor(forText)
+	if err != nil {
+		return usageErrorf(command, "%v", err)
+	}
+	o.For = d
+	return nil
+}
+
+// parseFor reads --for: "" is 0 (until resumed), else a Go duration of at least 1ms.
+func parseFor(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Millisecond {
+		return 0, fmt.Errorf("invalid value %q for --for: want a duration of at least 1ms, a number and a unit (ms, s, m, h), e.g. 90s, 30m, 2h or 1h30m; leave --for out to pause until resumed", s)
+	}
+	return d, nil
+}
+
+// completeMoreStreams completes every STREAM argument with the indexed partition
+// streams not named yet.
+func completeMoreStreams(f *Factory) cobra.CompletionFunc {
+	return completeWith(f, nil, func(ctx context.Context, adm Admin, args []string) []cobra.Completion {
+		streams, err := adm.Streams(ctx)
+		if err != nil {
+			return nil
+		}
+		var out []cobra.Completion
+		for _, s := range streams {
+			if !slices.Contains(args, s) {
+				out = append(out, s)
+			}
+		}
+		return out
+	})
+}
+
+func partitionsPauseRun(ctx context.Context, adm Admin, opts *PartitionsPauseOptions) error {
+	a := &pauseAction{guardedAction: opts.guarded(ctx, adm, "partitions "+opts.Action), opts: opts, text: pauseTexts[opts.Action]}
+	a.exit = pauseExit
+	a.refusal.Reason = opts.Reason
+	if err := a.run(a); err != nil {
+		return err
+	}
+	return a.refusedErr()
+}
+
+// pauseExit gives an error of a pause or resume its exit code: a halted partition is a
+// conflict (4), a partition not paused is not found (3), a bad key a usage error (2);
+// others as exitFor says.
+func pauseExit(err error) error {
+	var ee *ExitError
+	switch {
+	case errors.As(err, &ee):
+		return err
+	case errors.Is(err, engine.ErrHalted):
+		return &ExitError{Code: ExitConflict, Err: err}
+	case errors.Is(err, engine.ErrNotPaused):
+		return &ExitError{Code: ExitNotFound, Err: err}
+	case errors.Is(err, engine.ErrInvalidKey):
+		return &ExitError{Code: ExitUsage, Err: err}
+	}
+	return exitFor(err)
+}
+
+// pauseTarget is one partition a pause or resume acts on, for one handler.
+type pauseTarget struct {
+	stream, handler string
+	// row is the partition as listed before the action; nil when the listing has none
+	// (no stream yet, or not in the discovery index).
+	row *admin.Partition
+}
+
+func (t pauseTarget) String() string { return t.stream + " for " + t.handler }
+
+// pauseReport is what -o json|yaml prints of one partition: the admin's PauseResult
+// (for a refused partition: its outcome), why it was refused, and for --dry-run the
+// partition's state.
+type pauseReport struct {
+	*admin.PauseResult
+	// Error says why the partition was not paused or resumed; "" when it was.
+	Error string `json:"error,omitempty"`
+	// DryRun marks the objects of --dry-run; State is then the partition's state ("" when
+	// it is not listed).
+	DryRun bool        `json:"dry_run,omitempty"`
+	State  admin.State `json:"state,omitempty"`
+}
+
+// pauseAction is one run of 'partitions pause|resume': the steps of a guardedAction
+// that are its own.
+type pauseAction struct {
+	guardedAction
+	opts    *PartitionsPauseOptions
+	text    pauseText
+	targets []pauseTarget // resolved by plan
+	reports []pauseReport // of act, one per partition
+	done_   int           // partitions paused or resumed
+	// firstRefusal is the error of the first partition refused, refusedAt its target;
+	// refusals counts them.
+	firstRefusal error
+	refusedAt    pauseTarget
+	refusals     int
+}
+
+// command is the command path, for usage errors.
+func (a *pauseAction) command() string { return "seqctl partitions " + a.opts.Action }
+
+// many says the action concerns several partitions: each is reported on its own line.
+func (a *pauseAction) many() bool { return len(a.targets) > 1 }
+
+// what names the partitions in a sentence.
+func (a *pauseAction) what() string {
+	if a.many() {
+		return fmt.Sprintf("%d partitions", len(a.targets))
+	}
+	return a.targets[0].String()
+}
+
+// plan resolves the partitions and their handlers and reads their rows. A failure here
+// (a usage error, nothing matching) is not recorded: nothing was attempted yet.
+func (a *pauseAction) plan() error {
+	var err error
+	if len(a.opts.Streams) > 0 {
+		a.targets, err = a.namedTargets()
+	} else {
+		a.targets, err = a.selectedTargets()
+	}
+	if err != nil {
+		return err
+	}
+	if a.many() {
+		a.detailPrefix = a.what() + " (" + targetList(a.targets, 10) + "); "
+	} else {
+		a.refusal.Stream, a.refusal.Handler = a.targets[0].stream, a.targets[0].handler
+	}
+	a.inDoubt = mayOrMayNot(a.text.verb, "'seqctl partitions list --state paused'")
+	return nil
+}
+
+// targetList names up to n targets, comma-separated, "…" for the rest.
+func targetList(ts []pauseTarget, n int) string {
+	names := make([]string, 0, min(len(ts), n)+1)
+	for i, t := range ts {
+		if i == n {
+			names = append(names, fmt.Sprintf("… %d more", len(ts)-n))
+			break
+		}
+		names = append(names, t.stream)
+	}
+	return strings.Join(names, ", ")
+}
+
+// namedTargets are the STREAM arguments, once each, with their handler and their row.
+func (a *pauseAction) namedTargets() ([]pauseTarget, error) {
+	var out []pauseTarget
+	seen := map[string]bool{}
+	for _, s := range a.opts.Streams {
+		h, err := resolveHandler(a.ctx, a.adm, a.command(), s, a.opts.Handler)
+		if err != nil {
+			return nil, err
+		}
+		if seen[s+"\x00"+h] {
+			continue
+		}
+		seen[s+"\x00"+h] = true
+		category, key, _ := strings.Cut(s, ":")
+		ps, err := a.adm.ListPartitions(a.ctx, admin.Filter{Category: category, Handler: h, KeyGlob: escapeGlob(key)})
+		if err != nil {
+			return nil, exitFor(err)
+		}
+		t := pauseTarget{stream: s, handler: h}
+		for i := range ps {
+			if ps[i].Stream == s && ps[i].Handler == h {
+				t.row = &ps[i]
+			}
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// escapeGlob is a --key pattern that matches key alone.
+func escapeGlob(key string) string {
+	var b strings.Builder
+	for _, r := range key {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// selectedTargets are the partitions --key and --category select, in name order, for
+// the handler of each category; a resume keeps only the paused ones.
+func (a *pauseAction) selectedTargets() ([]pauseTarget, error) {
+	o := a.opts
+	ps, err := a.adm.ListPartitions(a.ctx, admin.Filter{Category: o.Category, Handler: o.Handler, KeyGlob: o.Key})
+	if err != nil {
+		return nil, exitFor(err)
+	}
+	admin.SortPartitions(ps, admin.SortName)
+	handlers := map[string]string{} // category -> the handler acted for
+	var out []pauseTarget
+	for i := range ps {
+		p := &ps[i]
+		h, ok := handlers[p.Category]
+		if !ok {
+			if h, err = resolveHandler(a.ctx, a.adm, a.command(), p.Category, o.Handler); err != nil {
+				return nil, err
+			}
+			handlers[p.Category] = h
+		}
+		if p.Handler != h || o.Action == admin.ActionResume && p.Pause == nil {
+			continue
+		}
+		out = append(out, pauseTarget{stream: p.Stream, handler: h, row: p})
+	}
+	if len(out) == 0 {
+		return nil, &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no %s matches %s: nothing to %s", a.selectedNoun(), a.selectorText(), a.text.verb)}
+	}
+	return out, nil
+}
+
+// selectedNoun is what a selection looks for.
+func (a *pauseAction) selectedNoun() string {
+	if a.opts.Action == admin.ActionResume {
+		return "paused partition"
+	}
+	return "partition"
+}
+
+// selectorText says what --key, --category and --handler selected.
+func (a *pauseAction) selectorText() string {
+	o := a.opts
+	var parts []string
+	if o.Category != "" {
+		parts = append(parts, "--category "+o.Category)
+	}
+	if o.Key != "" {
+		parts = append(parts, "--key "+o.Key)
+	}
+	if o.Handler != "" {
+		parts = append(parts, "--handler "+o.Handler)
+	}
+	return strings.Join(parts, " ")
+}
+
+// untilText says how long a pause holds: "until resumed" or "for 30m0s".
+func (a *pauseAction) untilText() string {
+	if a.opts.For == 0 {
+		return "until resumed"
+	}
+	return "for " + a.opts.For.String()
+}
+
+// rowText describes a partition as listed before the action, for the dry run and the
+// confirmation.
+func rowText(t pauseTarget) string {
+	p := t.row
+	if p == nil {
+		return "not listed: no stream yet, or not indexed"
+	}
+	s := fmt.Sprintf("%s, backlog %s", p.State, lagCell(p.Backlog))
+	if p.Pause != nil {
+		s += "; " + describePause(p.Pause)
+	}
+	return s
+}
+
+// describePause describes a pause record on one line.
+func describePause(rec *engine.PauseRecord) string {
+	return fmt.Sprintf("paused by %s since %s, %s: %s", orDash(rec.By), fmtTime(&rec.Since), untilRecord(rec), rec.Reason)
+}
+
+// untilRecord says until when a pause record holds.
+func untilRecord(rec *engine.PauseRecord) string {
+	if rec.Until.IsZero() {
+		return "until resumed"
+	}
+	return "until " + fmtTime(&rec.Until)
+}
+
+// predict is the dry run's report of a target: what the action would do, or the
+// refusal the listing foresees (a halted partition, one not paused).
+func (a *pauseAction) predict(t pauseTarget) pauseReport {
+	res := &admin.PauseResult{Action: a.opts.Action, Stream: t.stream, Handler: t.handler, Outcome: "dry_run"}
+	r := pauseReport{PauseResult: res, DryRun: true}
+	if t.row == nil {
+		return r
+	}
+	r.State = t.row.State
+	switch {
+	case a.opts.Action == admin.ActionPause && t.row.Halt != nil:
+		res.Outcome, r.Error = admin.OutcomeHalted, "halted: resolve its head first ('seqctl head show "+t.stream+" --handler "+t.handler+"')"
+	case a.opts.Action == admin.ActionPause:
+		res.Replaced = t.row.Pause != nil
+	case t.row.Pause == nil:
+		res.Outcome, r.Error = admin.OutcomeNotPaused, "not paused"
+	}
+	return r
+}
+
+func (a *pauseAction) dryRun() error {
+	reports := make([]pauseReport, len(a.targets))
+	for i, t := range a.targets {
+		reports[i] = a.predict(t)
+	}
+	if structured(a.output) {
+		return writeData(a.ios.Out, a.output, reports)
+	}
+	w := a.ios.Out
+	if a.opts.Action == admin.ActionPause {
+		fmt.Fprintf(w, "Would pause %s %s, reason %q:\n", a.what(), a.untilText(), a.opts.Reason)
+	} else {
+		fmt.Fprintf(w, "Would resume %s:\n", a.what())
+	}
+	for i, t := range a.targets {
+		verb := a.text.verb
+		switch {
+		case reports[i].Error != "":
+			fmt.Fprintf(w, "  refused  %s: %s\n", t, reports[i].Error)
+			continue
+		case reports[i].Replaced:
+			verb = "re-pause"
+		}
+		fmt.Fprintf(w, "  %-8s %s (%s)\n", verb, t, rowText(t))
+	}
+	fmt.Fprintln(w, "Nothing changed (--dry-run).")
+	return nil
+}
+
+func (a *pauseAction) confirmation() confirmation {
+	refused := usageErrorf(a.command(),
+		"refusing to %s %s without confirmation: stdin is not a terminal, pass --yes (--dry-run shows what it would do); nothing changed",
+		a.text.verb, a.what())
+	return confirmation{
+		refused: refused, refusedDetail: "no terminal and no --yes",
+		before: func() error {
+			a.describe(a.ios.ErrOut)
+			return nil
+		},
+		question:       fmt.Sprintf("%s %s?", capitalize(a.text.verb), a.what()),
+		declinedDetail: cancelledText,
+	}
+}
+
+// describe says, before the question, which partitions the action concerns and what it
+// does to them.
+func (a *pauseAction) describe(w io.Writer) {
+	for _, t := range a.targets {
+		fmt.Fprintf(w, "  %s (%s)\n", t, rowText(t))
+	}
+	if a.opts.Action == admin.ActionResume {
+		fmt.Fprintln(w, "Each owner starts its next event at once.")
+		return
+	}
+	fmt.Fprintf(w, "The event in flight finishes and no other starts, %s; other keys and handlers go on.\n", a.untilText())
+}
+
+// act pauses or resumes the partitions one at a time. A partition refused (halted, not
+// paused, an unknown handler...) does not stop the others; Redis becoming unavailable
+// does. With several partitions each is reported on its own line as it is done.
+func (a *pauseAction) act() (any, string, error) {
+	warning := ""
+	for i, t := range a.targets {
+		req := admin.PauseRequest{Stream: t.stream, Handler: t.handler, Reason: a.opts.Reason, For: a.opts.For, Actor: a.who}
+		res, err := a.call(req)
+		if err != nil && stopsAll(err) {
+			return nil, "", a.stopped(i, t, err)
+		}
+		rep := pauseReport{PauseResult: res}
+		if err != nil {
+			rep.PauseResult = &admin.PauseResult{Action: a.opts.Action, Stream: t.stream, Handler: t.handler, Outcome: admin.OutcomeOf(err)}
+			rep.Error = err.Error()
+			a.refused(t, err)
+		} else {
+			a.done_++
+		}
+		a.reports = append(a.reports, rep)
+		if res != nil && res.AuditWarning != "" {
+			if !a.many() {
+				warning = res.AuditWarning
+			} else {
+				fmt.Fprintf(a.ios.ErrOut, "warning: %s: %s\n", t, res.AuditWarning)
+			}
+		}
+		if a.many() && !structured(a.output) {
+			a.printReport(t, rep)
+		}
+	}
+	if a.done_ == 0 {
+		// run prints the data of an act that succeeded; -o json|yaml prints the array
+		// whatever happened to the partitions.
+		if structured(a.output) {
+			if err := writeData(a.ios.Out, a.output, a.reports); err != nil {
+				return nil, "", err
+			}
+		}
+		return nil, "", a.refusedErr()
+	}
+	return a.reports, warning, nil
+}
+
+func (a *pauseAction) call(req admin.PauseRequest) (*admin.PauseResult, error) {
+	if a.opts.Action == admin.ActionPause {
+		return a.adm.Pause(a.ctx, req)
+	}
+	return a.adm.Resume(a.ctx, req)
+}
+
+// stopsAll says an error of one partition stops the action: Redis is unavailable, or
+// the command was interrupted.
+func stopsAll(err error) bool {
+	return errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// stopped is the error of an action stopped at target i.
+func (a *pauseAction) stopped(i int, t pauseTarget, err error) error {
+	if !a.many() {
+		return err
+	}
+	return fmt.Errorf("%s %d of %d partitions (%d refused); %s failed: %w", a.text.past, a.done_, len(a.targets), a.refusals, t, err)
+}
+
+// refused notes that target t was refused with err.
+func (a *pauseAction) refused(t pauseTarget, err error) {
+	if a.refusals == 0 {
+		a.firstRefusal, a.refusedAt = err, t
+	}
+	a.refusals++
+}
+
+// refusedErr is the error the command ends with when partitions were refused, with the
+// exit status of the first refusal; nil when none was.
+func (a *pauseAction) refusedErr() error {
+	if a.refusals == 0 {
+		return nil
+	}
+	first := pauseExit(a.firstRefusal)
+	if !a.many() {
+		return first
+	}
+	return &ExitError{Code: ExitCode(first), Err: fmt.Errorf("%d of %d partitions were not %s; the first: %s: %w",
+		a.refusals, len(a.targets), a.text.past, a.refusedAt, a.firstRefusal)}
+}
+
+// printReport prints the line of one partition of several.
+func (a *pauseAction) printReport(t pauseTarget, rep pauseReport) {
+	ios := a.ios
+	if rep.Error != "" {
+		fmt.Fprintf(ios.Out, "%s  %s: %s\n", ios.Red("refused"), t, rep.Error)
+		return
+	}
+	line := fmt.Sprintf("%s  %s", ios.Green(fmt.Sprintf("%-7s", a.text.past)), t)
+	if p := rep.Pause; p != nil {
+		line += ", " + untilRecord(p)
+	}
+	if rep.Replaced {
+		line += "; replaced the previous pause"
+	}
+	fmt.Fprintln(ios.Out, line)
+}
+
+func (a *pauseAction) done() string {
+	if a.many() {
+		s := fmt.Sprintf("%s %d partitions", capitalize(a.text.past), a.done_)
+		if a.refusals > 0 {
+			s = fmt.Sprintf("%s %d of %d partitions; %d refused (above)", capitalize(a.text.past), a.done_, len(a.targets), a.refusals)
+		}
+		if a.opts.Action == admin.ActionPause {
+			return s + ". See them with 'seqctl partitions list --state paused -o wide'."
+		}
+		return s + ": their owners start their next events at once."
+	}
+	t, res := a.targets[0], a.reports[0]
+	if a.opts.Action == admin.ActionResume {
+		return fmt.Sprintf("Resumed %s: its owner starts its next event at once.", t)
+	}
+	s := fmt.Sprintf("Paused %s %s: the event in flight finishes and no other starts.", t, untilRecord(res.Pause))
+	if !res.Pause.Until.IsZero() {
+		s = fmt.Sprintf("Paused %s %s (%s), when it ends by itself: the event in flight finishes and no other starts.", t, untilRecord(res.Pause), a.opts.For)
+	}
+	if res.Replaced {
+		s += " It replaced the previous pause."
+	}
+	return s + fmt.Sprintf(" Resume it with 'seqctl partitions resume %s --handler %s'.", t.stream, t.handler)
+}
+
+// The dashboard's pause and resume keys: adminSource is its Source (top.go).
+var _ tui.PauseSource = (*adminSource)(nil)
+
+// Pause pauses a partition from 'seqctl top', until it is resumed.
+func (s *adminSource) Pause(ctx context.Context, p tui.PartitionRef, reason string) error {
+	_, err := s.a.Pause(ctx, admin.PauseRequest{Stream: streamOf(p), Handler: p.Handler, Reason: reason, Actor: s.pauseActor(admin.ActionPause)})
+	return err
+}
+
+// Resume resumes a partition from 'seqctl top'.
+func (s *adminSource) Resume(ctx context.Context, p tui.PartitionRef) error {
+	_, err := s.a.Resume(ctx, admin.PauseRequest{Stream: streamOf(p), Handler: p.Handler, Reason: "from seqctl top", Actor: s.pauseActor(admin.ActionResume)})
+	return err
+}
+
+// pauseActor is the dashboard's actor, recorded with the command of the CLI that does
+// the same, so 'seqctl audit' shows every pause alike.
+func (s *adminSource) pauseActor(action string) admin.Actor {
+	who := s.actor
+	who.Command = "partitions " + action
+	return who
+}
