@@ -116,21 +116,9 @@ func exposition(t *testing.T, e *BacklogExporter) string {
 	return strings.Join(lines, "\n")
 }
 
-func TestBacklogExporterRefresh(t *testing.T) {
-	boom := errors.New("redis: connection refused")
-	l := &fakeLister{replies: []listReply{
-		{parts: []admin.Partition{part("Projector", admin.StateUnowned, 1, 0, 1500), part("Reporter", admin.StateRunning, 2, 1, 500)}},
-		{err: boom},
-		{err: boom},
-		{parts: []admin.Partition{part("Projector", admin.StateIdle, 0, 0, 0)}}, // Reporter is gone
-	}}
-	var logs bytes.Buffer
-	e := NewBacklogExporter(BacklogOptions{Lister: l, Declared: []HandlerCategory{{"order", "Projector"}},
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	ctx := context.Background()
-
-	// Before the first refresh: the declared pair, at 0, in every known state.
-	zero := `seqctl_backlog_events{category="order",handler="Projector"} 0
+// exportedZero is what the exporter of TestBacklogExporterRefresh serves before its
+// first refresh: the declared pair, at 0, in every known state.
+const exportedZero = `seqctl_backlog_events{category="order",handler="Projector"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="halted"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="idle"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="paused"} 0
@@ -138,17 +126,9 @@ seqctl_backlog_partitions{category="order",handler="Projector",state="running"} 
 seqctl_backlog_partitions{category="order",handler="Projector",state="unowned"} 0
 seqctl_backlog_unknown_partitions{category="order",handler="Projector"} 0
 seqctl_lag_seconds{category="order",handler="Projector"} 0`
-	if diff := cmp.Diff(zero, exposition(t, e)); diff != "" {
-		t.Errorf("before the first refresh (-want +got):\n%s", diff)
-	}
-	if v := testutil.ToFloat64(e.lastRefresh); v != 0 {
-		t.Errorf("last refresh %v before the first, want 0", v)
-	}
 
-	if err := e.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	first := `seqctl_backlog_events{category="order",handler="Projector"} 1
+// exportedFirst is what it serves after its first refresh.
+const exportedFirst = `seqctl_backlog_events{category="order",handler="Projector"} 1
 seqctl_backlog_events{category="order",handler="Reporter"} 2
 seqctl_backlog_partitions{category="order",handler="Projector",state="halted"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="idle"} 0
@@ -164,7 +144,32 @@ seqctl_backlog_unknown_partitions{category="order",handler="Projector"} 0
 seqctl_backlog_unknown_partitions{category="order",handler="Reporter"} 0
 seqctl_lag_seconds{category="order",handler="Projector"} 1.5
 seqctl_lag_seconds{category="order",handler="Reporter"} 0.5`
-	if diff := cmp.Diff(first, exposition(t, e)); diff != "" {
+
+func TestBacklogExporterRefresh(t *testing.T) {
+	boom := errors.New("redis: connection refused")
+	l := &fakeLister{replies: []listReply{
+		{parts: []admin.Partition{part("Projector", admin.StateUnowned, 1, 0, 1500), part("Reporter", admin.StateRunning, 2, 1, 500)}},
+		{err: boom},
+		{err: boom},
+		{parts: []admin.Partition{part("Projector", admin.StateIdle, 0, 0, 0)}}, // Reporter is gone
+	}}
+	var logs bytes.Buffer
+	e := NewBacklogExporter(BacklogOptions{Lister: l, Declared: []HandlerCategory{{"order", "Projector"}},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx := context.Background()
+
+	// Before the first refresh: the declared pair, at 0, in every known state.
+	if diff := cmp.Diff(exportedZero, exposition(t, e)); diff != "" {
+		t.Errorf("before the first refresh (-want +got):\n%s", diff)
+	}
+	if v := testutil.ToFloat64(e.lastRefresh); v != 0 {
+		t.Errorf("last refresh %v before the first, want 0", v)
+	}
+
+	if err := e.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(exportedFirst, exposition(t, e)); diff != "" {
 		t.Errorf("after the first refresh (-want +got):\n%s", diff)
 	}
 	refreshed := testutil.ToFloat64(e.lastRefresh)
@@ -178,7 +183,7 @@ seqctl_lag_seconds{category="order",handler="Reporter"} 0.5`
 			t.Fatalf("Refresh = %v, want %v", err, boom)
 		}
 	}
-	if diff := cmp.Diff(first, exposition(t, e)); diff != "" {
+	if diff := cmp.Diff(exportedFirst, exposition(t, e)); diff != "" {
 		t.Errorf("after failed refreshes, the values changed (-want +got):\n%s", diff)
 	}
 	if v := testutil.ToFloat64(e.errors); v != 2 {
@@ -195,7 +200,7 @@ seqctl_lag_seconds{category="order",handler="Reporter"} 0.5`
 	if err := e.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	idle := strings.Replace(zero, `state="idle"} 0`, `state="idle"} 1`, 1)
+	idle := strings.Replace(exportedZero, `state="idle"} 0`, `state="idle"} 1`, 1)
 	if diff := cmp.Diff(idle, exposition(t, e)); diff != "" {
 		t.Errorf("after the handler went away (-want +got):\n%s", diff)
 	}
