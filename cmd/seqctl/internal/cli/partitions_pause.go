@@ -276,7 +276,7 @@ type pauseAction struct {
 	text    pauseText
 	targets []pauseTarget // resolved by plan
 	reports []pauseReport // of act, one per partition
-	done_   int           // partitions paused or resumed
+	nDone   int           // partitions paused or resumed
 	// firstRefusal is the error of the first partition refused, refusedAt its target;
 	// refusals counts them.
 	firstRefusal error
@@ -527,10 +527,17 @@ func (a *pauseAction) confirmation() confirmation {
 	}
 }
 
+// describeMax is how many partitions the confirmation lists before it counts the rest.
+const describeMax = 20
+
 // describe says, before the question, which partitions the action concerns and what it
 // does to them.
 func (a *pauseAction) describe(w io.Writer) {
-	for _, t := range a.targets {
+	for i, t := range a.targets {
+		if i == describeMax {
+			fmt.Fprintf(w, "  … and %d more (--dry-run lists them all)\n", len(a.targets)-describeMax)
+			break
+		}
 		fmt.Fprintf(w, "  %s (%s)\n", t, rowText(t))
 	}
 	if a.opts.Action == admin.ActionResume {
@@ -557,7 +564,7 @@ func (a *pauseAction) act() (any, string, error) {
 			rep.Error = err.Error()
 			a.refused(t, err)
 		} else {
-			a.done_++
+			a.nDone++
 		}
 		a.reports = append(a.reports, rep)
 		if res != nil && res.AuditWarning != "" {
@@ -571,7 +578,7 @@ func (a *pauseAction) act() (any, string, error) {
 			a.printReport(t, rep)
 		}
 	}
-	if a.done_ == 0 {
+	if a.nDone == 0 {
 		// run prints the data of an act that succeeded; -o json|yaml prints the array
 		// whatever happened to the partitions.
 		if structured(a.output) {
@@ -602,7 +609,7 @@ func (a *pauseAction) stopped(i int, t pauseTarget, err error) error {
 	if !a.many() {
 		return err
 	}
-	return fmt.Errorf("%s %d of %d partitions (%d refused); %s failed: %w", a.text.past, a.done_, len(a.targets), a.refusals, t, err)
+	return fmt.Errorf("%s %d of %d partitions (%d refused); %s failed: %w", a.text.past, a.nDone, len(a.targets), a.refusals, t, err)
 }
 
 // refused notes that target t was refused with err.
@@ -646,9 +653,9 @@ func (a *pauseAction) printReport(t pauseTarget, rep pauseReport) {
 
 func (a *pauseAction) done() string {
 	if a.many() {
-		s := fmt.Sprintf("%s %d partitions", capitalize(a.text.past), a.done_)
+		s := fmt.Sprintf("%s %d partitions", capitalize(a.text.past), a.nDone)
 		if a.refusals > 0 {
-			s = fmt.Sprintf("%s %d of %d partitions; %d refused (above)", capitalize(a.text.past), a.done_, len(a.targets), a.refusals)
+			s = fmt.Sprintf("%s %d of %d partitions; %d refused (above)", capitalize(a.text.past), a.nDone, len(a.targets), a.refusals)
 		}
 		if a.opts.Action == admin.ActionPause {
 			return s + ". See them with 'seqctl partitions list --state paused -o wide'."
@@ -659,9 +666,13 @@ func (a *pauseAction) done() string {
 	if a.opts.Action == admin.ActionResume {
 		return fmt.Sprintf("Resumed %s: its owner starts its next event at once.", t)
 	}
-	s := fmt.Sprintf("Paused %s %s: the event in flight finishes and no other starts.", t, untilRecord(res.Pause))
-	if !res.Pause.Until.IsZero() {
-		s = fmt.Sprintf("Paused %s %s (%s), when it ends by itself: the event in flight finishes and no other starts.", t, untilRecord(res.Pause), a.opts.For)
+	rec := res.Pause
+	if rec == nil {
+		rec = &engine.PauseRecord{}
+	}
+	s := fmt.Sprintf("Paused %s %s: the event in flight finishes and no other starts.", t, untilRecord(rec))
+	if !rec.Until.IsZero() {
+		s = fmt.Sprintf("Paused %s %s (%s), when it ends by itself: the event in flight finishes and no other starts.", t, untilRecord(rec), a.opts.For)
 	}
 	if res.Replaced {
 		s += " It replaced the previous pause."
