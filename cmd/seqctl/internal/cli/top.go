@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 	"github.com/seqctl/seqctl/pkg/tui"
 )
@@ -40,7 +41,9 @@ Owners are session owners (instance.N), as 'seqctl partitions list' prints them.
 
 A halted head can be skipped (s), moved to its DLQ (d) or retried (r) from the dashboard,
 each after a confirmation that names the head entry id, and as a compare-and-act on it:
-if the head moved meanwhile, nothing is done. --readonly turns the actions off.
+if the head moved meanwhile, nothing is done. P pauses the selected partition for its
+handler (it asks the reason; see 'seqctl partitions pause') and U resumes it.
+--readonly turns the actions off.
 
 The dashboard opens on the first row, where halted partitions are pinned, and the
 cursor stays on that row until you move it or open a partition. From then on the
@@ -120,6 +123,7 @@ func (s *adminSource) Snapshot(ctx context.Context) (tui.Snapshot, error) {
 			State:         string(p.State),
 			HaltedEntryID: p.HaltedEntryID,
 			Handled:       p.Handled,
+			Pause:         pauseInfo(p.Pause),
 		})
 	}
 	for _, in := range insts {
@@ -220,4 +224,12 @@ func (s *adminSource) MoveToDLQ(ctx context.Context, p tui.PartitionRef, id stri
 
 func (s *adminSource) Retry(ctx context.Context, p tui.PartitionRef, id string) error {
 	return s.act(ctx, admin.ActionRetry, p, id)
+}
+
+// pauseInfo is the dashboard's view of a pause record, nil when there is none.
+func pauseInfo(p *engine.PauseRecord) *tui.PauseInfo {
+	if p == nil {
+		return nil
+	}
+	return &tui.PauseInfo{Reason: p.Reason, By: p.By, Since: p.Since, Until: p.Until}
 }

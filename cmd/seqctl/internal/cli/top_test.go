@@ -43,13 +43,16 @@ func TestTopParse(t *testing.T) {
 }
 
 // The adapter maps admin rows onto dashboard rows, counts owned partitions per live
-// instance, passes "head moved" through, and reports a caught-up partition as headless.
+// instance, carries a pause record, passes "head moved" through, and reports a caught-up
+// partition as headless.
 func TestAdminSourceAdapter(t *testing.T) {
 	fa := &fakeAdmin{
 		partitions: []admin.Partition{
 			{Category: "order", Key: "A", Stream: "order:A", Handler: "P", Owner: "i1.2", Generation: 7, LeaseRemainingMS: 900,
 				Lag: 3, Pending: 1, HeadAgeMS: 1500, State: admin.StateHalted, HaltedEntryID: "5-0", Handled: 40},
 			{Category: "order", Key: "B", Stream: "order:B", Handler: "P", State: admin.StateUnowned},
+			{Category: "order", Key: "C", Stream: "order:C", Handler: "P", State: admin.StatePaused,
+				Pause: &engine.PauseRecord{Reason: "migration", By: "ops@laptop", Since: time.Unix(100, 0), Until: time.Unix(700, 0)}},
 		},
 		headErr: &admin.NotFoundError{What: "head"},
 		actErr:  &engine.HeadMovedError{Expected: "5-0", Head: "6-0"},
@@ -63,6 +66,8 @@ func TestAdminSourceAdapter(t *testing.T) {
 		{Category: "order", Key: "A", Stream: "order:A", Handler: "P", Owner: "i1.2", Generation: 7, LeaseTTL: 900 * time.Millisecond,
 			Lag: 3, Pending: 1, HeadAge: 1500 * time.Millisecond, State: "halted", HaltedEntryID: "5-0", Handled: 40},
 		{Category: "order", Key: "B", Stream: "order:B", Handler: "P", State: "unowned"},
+		{Category: "order", Key: "C", Stream: "order:C", Handler: "P", State: "paused",
+			Pause: &tui.PauseInfo{Reason: "migration", By: "ops@laptop", Since: time.Unix(100, 0), Until: time.Unix(700, 0)}},
 	}
 	if diff := cmp.Diff(want, snap.Partitions); diff != "" {
 		t.Errorf("partitions (-want +got):\n%s", diff)
