@@ -100,8 +100,8 @@ func (a *Admin) pause(ctx context.Context, req PauseRequest, res *PauseResult) e
 	if req.Reason == "" {
 		return errors.New("admin: a reason is required to pause a partition (it is shown to every operator and kept in the audit log)")
 	}
-	if req.For < 0 {
-		return fmt.Errorf("admin: the pause duration %s is negative", req.For)
+	if req.For < 0 || (req.For > 0 && req.For < time.Millisecond) {
+		return fmt.Errorf("admin: the pause duration %s is not 0 (until resumed) or at least 1ms", req.For)
 	}
 	ref, err := a.pauseRef(ctx, req, res)
 	if err != nil {

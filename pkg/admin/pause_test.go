@@ -70,6 +70,11 @@ func TestPauseAndResume(t *testing.T) {
 	if _, err := adm.Pause(ctx, admin.PauseRequest{Stream: "order:C", Handler: "Projector", Actor: actor}); err == nil {
 		t.Error("a pause without a reason was accepted")
 	}
+	for _, d := range []time.Duration{-time.Second, time.Microsecond} {
+		if _, err := adm.Pause(ctx, admin.PauseRequest{Stream: "order:C", Handler: "Projector", Reason: "r", For: d, Actor: actor}); err == nil {
+			t.Errorf("a pause for %s was accepted (under 1ms it would never end)", d)
+		}
+	}
 
 	if _, err := adm.Resume(ctx, admin.PauseRequest{Stream: "order:B", Handler: "Projector", Reason: "migrated", Actor: actor}); err != nil {
 		t.Fatal(err)
@@ -86,7 +91,7 @@ func TestPauseAndResume(t *testing.T) {
 	}
 	want := []string{
 		"order:B ok tenant migration", "order:A halted r", "order:C not_found r", "order:C not_paused ",
-		"order:C failed ", "order:B ok migrated",
+		"order:C failed ", "order:C failed r", "order:C failed r", "order:B ok migrated",
 	}
 	if len(got) < len(want) || !equalTail(got, want) {
 		t.Fatalf("audit log = %q, want it to end with %q", got, want)
