@@ -264,6 +264,15 @@ func TestACLUsersGuarantees(t *testing.T) {
 			return h.EntryID != next.EntryID
 		})
 
+		// The operator pauses a key and resumes it (no lease needed; its owner is told).
+		for _, verb := range []string{"pause", "resume"} {
+			out, code, _ = seqctlCmd(t, nil, "partitions", verb, "step:quiet-1", "--handler", "Stepper", "--reason", "acl check", "--yes",
+				"--config", f.config, "--redis-url", url("seqctl-operator"))
+			if code != 0 {
+				t.Fatalf("partitions %s as the operator: exit %d\n%s", verb, code, out)
+			}
+		}
+
 		out, code, _ = seqctlCmd(t, nil, "audit", "--redis-url", url("seqctl-viewer"), "-o", "json")
 		var entries []struct {
 			User, Command, Outcome string
@@ -276,7 +285,8 @@ func TestACLUsersGuarantees(t *testing.T) {
 		for _, e := range entries {
 			users = append(users, e.Command+" "+e.Outcome+" by "+e.User+" as "+e.RedisUser)
 		}
-		want := []string{"head skip ok by OS as seqctl-operator", "head dlq ok by OS as seqctl-operator", "dlq replay ok by OS as seqctl-operator"}
+		want := []string{"head skip ok by OS as seqctl-operator", "head dlq ok by OS as seqctl-operator", "dlq replay ok by OS as seqctl-operator",
+			"partitions pause ok by OS as seqctl-operator", "partitions resume ok by OS as seqctl-operator"}
 		for _, w := range want {
 			found := false
 			for _, e := range entries {
