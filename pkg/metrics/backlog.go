@@ -37,6 +37,11 @@ type BacklogStat struct {
 	// whose backlog Redis cannot tell (Backlog -1) adds its lower bound: its pending
 	// entries, and at least 1 when it has a head entry. Events is then a lower bound too.
 	Events int64
+	// WaitingEvents and WaitingSeconds are Events and LagSeconds over the partitions an
+	// instance would work on now: every state but halted (it waits for an operator) and
+	// paused (it waits for a resume). What an autoscaler scales on.
+	WaitingEvents  int64
+	WaitingSeconds float64
 	// UnknownPartitions counts the partitions whose backlog is unknown.
 	UnknownPartitions int64
 	// Partitions counts the partitions in each state; it has every state of
@@ -87,11 +92,15 @@ func AggregateBacklog(parts []admin.Partition, declared []HandlerCategory, state
 		k := HandlerCategory{Category: p.Category, Handler: p.Handler}
 		s := stat(k)
 		s.LagSeconds = max(s.LagSeconds, float64(p.HeadAgeMS)/1000)
-		if p.Backlog >= 0 {
-			s.Events += p.Backlog
-		} else {
+		events := p.Backlog
+		if p.Backlog < 0 {
 			s.UnknownPartitions++
-			s.Events += backlogFloor(p)
+			events = backlogFloor(p)
+		}
+		s.Events += events
+		if p.State != admin.StateHalted && p.State != admin.StatePaused {
+			s.WaitingEvents += events
+			s.WaitingSeconds = max(s.WaitingSeconds, float64(p.HeadAgeMS)/1000)
 		}
 		s.Partitions[p.State]++
 		b.Stats[k] = s
@@ -166,6 +175,12 @@ var (
 		[]string{"category", "handler"}, nil)
 	descBacklogEvents = prometheus.NewDesc(Namespace+"_backlog_events",
 		"Entries not yet handled, summed over the handler's partitions of the category (a partition of unknown backlog adds its lower bound, see seqctl_backlog_unknown_partitions), as of the exporter's last refresh.",
+		[]string{"category", "handler"}, nil)
+	descWaitingEvents = prometheus.NewDesc(Namespace+"_backlog_waiting_events",
+		"seqctl_backlog_events without the partitions that are halted or paused: the entries an instance would handle now. What an autoscaler scales on.",
+		[]string{"category", "handler"}, nil)
+	descWaitingSeconds = prometheus.NewDesc(Namespace+"_backlog_waiting_seconds",
+		"seqctl_lag_seconds without the partitions that are halted or paused: the age of the oldest entry an instance would handle now; 0 when none waits.",
 		[]string{"category", "handler"}, nil)
 	descBacklogUnknown = prometheus.NewDesc(Namespace+"_backlog_unknown_partitions",
 		"Partitions whose backlog Redis cannot tell (entries deleted inside the undelivered range); seqctl_backlog_events counts only their pending entries, or 1 when they have a head entry.",
@@ -271,6 +286,8 @@ func (c backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descBacklogLag
 	ch <- descBacklogEvents
 	ch <- descBacklogUnknown
+	ch <- descWaitingEvents
+	ch <- descWaitingSeconds
 	ch <- descBacklogPartitions
 }
 
@@ -285,6 +302,8 @@ func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descBacklogLag, s.LagSeconds, k.Category, k.Handler)
 		gauge(descBacklogEvents, float64(s.Events), k.Category, k.Handler)
 		gauge(descBacklogUnknown, float64(s.UnknownPartitions), k.Category, k.Handler)
+		gauge(descWaitingEvents, float64(s.WaitingEvents), k.Category, k.Handler)
+		gauge(descWaitingSeconds, s.WaitingSeconds, k.Category, k.Handler)
 		for _, st := range b.States {
 			gauge(descBacklogPartitions, float64(s.Partitions[st]), k.Category, k.Handler, string(st))
 		}

@@ -59,9 +59,11 @@ func TestAggregateBacklog(t *testing.T) {
 	want := Backlog{
 		States: states,
 		Stats: map[HandlerCategory]BacklogStat{
-			{"order", "Projector"}:   {LagSeconds: 7.25, Events: 3 + 2 + 4 + 2 + 1, UnknownPartitions: 3, Partitions: counts(0, 1, 2, 0, 2, 2)},
+			{"order", "Projector"}: {LagSeconds: 7.25, Events: 3 + 2 + 4 + 2 + 1, UnknownPartitions: 3, Partitions: counts(0, 1, 2, 0, 2, 2),
+				WaitingEvents: 3 + 2 + 2 + 1, WaitingSeconds: 7.25}, // not the halted one's 4
+			// the paused partition's 5 events and 60 s are not waiting
+			{"order", "Mailer"}:      {LagSeconds: 60, Events: 6, Partitions: counts(1, 0, 0, 1, 0, 0), WaitingEvents: 1, WaitingSeconds: 0.01},
 			{"order", "Auditor"}:     {Partitions: counts(0, 0, 0, 0, 0, 0)}, // declared, nothing listed
-			{"order", "Mailer"}:      {LagSeconds: 60, Events: 6, Partitions: counts(1, 0, 0, 1, 0, 0)},
 			{"invoice", "Projector"}: {Partitions: counts(0, 0, 1, 0, 0, 0)},
 		},
 	}
@@ -242,6 +244,9 @@ func TestBacklogExporterHelp(t *testing.T) {
 		"seqctl_exporter_refresh_errors_total", "seqctl_exporter_refresh_duration_seconds")
 	if err != nil || n != 3 {
 		t.Errorf("exporter's own series: %d, %v; want 3", n, err)
+	}
+	if n, err := testutil.GatherAndCount(e.Registry(), "seqctl_backlog_waiting_events", "seqctl_backlog_waiting_seconds"); err != nil || n != 2 {
+		t.Errorf("waiting series of the declared pair: %d, %v; want 2", n, err)
 	}
 	rec := httptest.NewRecorder()
 	e.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
