@@ -5,7 +5,8 @@
 // in parallel, across every instance. Delivery is at least once: after a failure the event
 // in flight of a partition runs again (up to max_unacked events with that setting), and
 // nothing else. A handler that keeps failing halts its key, durably, until an operator
-// resolves the head; other keys keep flowing. docs/concepts.md tells how each part is
+// resolves the head; other keys keep flowing. An operator can also pause one key, durably,
+// for as long as it takes (RedisBroker.Pause). docs/concepts.md tells how each part is
 // kept, and under which faults.
 //
 // Declare a domain, initialize it against a broker (every registration problem is
@@ -50,7 +51,8 @@
 //     drain.go (the fenced read), acker.go (acknowledgements), rungate.go and slots.go
 //     (handler concurrency), reap.go (trimming and reaping cold partitions),
 //     doorbell.go and sweep.go (waking idle owners when an entry arrives).
-//   - Operators: operator.go (inspect, skip, move to the DLQ, retry, DLQ replay).
+//   - Operators: operator.go (inspect, skip, move to the DLQ, retry, DLQ replay, pause and
+//     resume a key).
 //   - Around them: errors.go, redis.go (calls to Redis), noperm.go (ACL refusals),
 //     health.go, observer.go, delivery.go, trace.go (W3C trace context from the
 //     publisher to the handler, and the span of each handler run).
