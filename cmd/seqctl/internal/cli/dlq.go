@@ -3,16 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 )
@@ -195,9 +190,7 @@ again replays the rest, and no entry twice.`,
 	fl.StringVar(&rate, "rate", "", "with --all, replay at most N entries a second or a minute: N/s, N/m or N (per second) (default: as fast as Redis answers)")
 	opts.addGuardFlags(cmd, "print what would happen")
 	_ = cmd.RegisterFlagCompletionFunc("id", completeDLQIDs(f))
-	if f, ok := f.IOStreams.ErrOut.(*os.File); ok {
-		opts.ProgressTTY = term.IsTerminal(int(f.Fd()))
-	}
+	opts.ProgressTTY = stderrIsTerminal(f)
 	return cmd
 }
 
@@ -211,9 +204,9 @@ func (o *DLQReplayOptions) check(cmd *cobra.Command, rate string) error {
 		return usageErrorf(command, "--id and --all exclude each other: name one entry, or replay them all")
 	}
 	if cmd.Flags().Changed("rate") {
-		r, err := parseRate(rate)
+		r, err := parseRateFlag(command, rate)
 		if err != nil {
-			return usageErrorf(command, "invalid value %q for --rate: %v", rate, err)
+			return err
 		}
 		if !o.All {
 			return usageErrorf(command, "--rate paces --all: one entry (--id) is replayed at once")
@@ -341,15 +334,7 @@ func (r *dlqReplayAll) dryRun() error {
 
 // pace says how fast --rate replays the entries: ", at most 50/s (about 10s)"; "" without
 // --rate.
-func (r *dlqReplayAll) pace() string {
-	if r.opts.Rate.N == 0 {
-		return ""
-	}
-	if d := r.opts.Rate.duration(len(r.entries)); d >= time.Second {
-		return fmt.Sprintf(", at most %s (about %s)", r.opts.Rate, fmtLeft(d))
-	}
-	return ", at most " + r.opts.Rate.String()
-}
+func (r *dlqReplayAll) pace() string { return paceText(r.opts.Rate, len(r.entries)) }
 
 func (r *dlqReplayAll) confirmation() confirmation {
 	n := len(r.entries)
@@ -371,121 +356,39 @@ func (r *dlqReplayAll) confirmation() confirmation {
 // entries when the operator stops it (Ctrl-C, or the command's context ends): an entry
 // under way is always finished, on a context that is not cancelled.
 func (r *dlqReplayAll) act() (any, string, error) {
-	stopCtx, stop := signal.NotifyContext(r.ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	context.AfterFunc(stopCtx, stop) // a second Ctrl-C ends the process at once
-	work := context.WithoutCancel(r.ctx)
-	pace := newPacer(r.opts.Rate)
-	bar := newReplayProgress(r.ios.ErrOut, r.opts.ProgressTTY && !structured(r.output), len(r.entries), time.Now)
-	defer bar.clear()
+	rd := startRedrive(r.ctx, r.opts.Rate, newReplayProgress(r.ios.ErrOut, r.opts.ProgressTTY && !structured(r.output), len(r.entries), time.Now))
+	defer rd.end()
 	for i, e := range r.entries {
-		if pace.wait(stopCtx) != nil {
-			bar.clear()
-			return nil, "", r.stopped(work)
+		if !rd.next() {
+			return nil, "", r.stopped(rd)
 		}
-		res, err := r.adm.Replay(work, r.opts.Stream, e.ID, r.who)
+		res, err := r.adm.Replay(rd.work, r.opts.Stream, e.ID, r.who)
 		if err != nil {
 			return nil, "", fmt.Errorf("replayed %d of %d entries; %s failed: %w", i, len(r.entries), e.ID, err)
 		}
 		if res.Warning != "" {
-			bar.clear()
-			fmt.Fprintf(r.ios.ErrOut, "warning: %s: %s\n", e.ID, res.Warning)
+			rd.printf(r.ios.ErrOut, "warning: %s: %s\n", e.ID, res.Warning)
 		}
 		r.results = append(r.results, res)
-		bar.update(len(r.results))
+		rd.progress(len(r.results))
 	}
 	return r.results, "", nil
 }
 
 // stopped records in the audit log that the operator stopped the replay after the
 // entries replayed so far, and returns the error that says so (exit status 1).
-func (r *dlqReplayAll) stopped(ctx context.Context) error {
+func (r *dlqReplayAll) stopped(rd *redrive) error {
 	done, n := len(r.results), len(r.entries)
-	rec := r.refusal
-	rec.Outcome = admin.OutcomeFailed
-	rec.Detail = fmt.Sprintf("--all: stopped by the operator after %d of %d entries; %d left in the DLQ", done, n, n-done)
+	flags := "--all"
 	if r.opts.Rate.N > 0 {
-		rec.Detail = fmt.Sprintf("--all --rate %s: stopped by the operator after %d of %d entries; %d left in the DLQ", r.opts.Rate, done, n, n-done)
+		flags += " --rate " + r.opts.Rate.String()
 	}
-	if err := r.adm.Record(ctx, rec); err != nil {
-		fmt.Fprintf(r.ios.ErrOut, "warning: the stop was not recorded in the audit log: %v\n", err)
-	}
-	return &ExitError{Code: ExitFailure, Err: fmt.Errorf("stopped after %d of %d; run the same command again to replay the rest (each entry is replayed once)", done, n)}
+	detail := fmt.Sprintf("%s: stopped by the operator after %d of %d entries; %d left in the DLQ", flags, done, n, n-done)
+	return rd.stopped(r.adm, r.ios, r.refusal, detail, done, n, "replay the rest (each entry is replayed once)")
 }
 
 func (r *dlqReplayAll) done() string {
 	return fmt.Sprintf("Replayed %d entries of %s at the tail of the partition, oldest first, and removed them from its DLQ.", len(r.results), r.opts.Stream)
-}
-
-// replayProgress draws "replayed 120/500 (50/s, about 8s left)" on one line of a
-// terminal, redrawn in place at most every progressEvery, the first time progressEvery
-// after the start (a short replay draws nothing). Off, it draws nothing.
-type replayProgress struct {
-	w     io.Writer
-	on    bool
-	total int
-	now   func() time.Time
-	// start is when the replay started, last when the line was drawn (start before).
-	start, last time.Time
-	drawn       bool
-}
-
-// progressEvery is the least time between two redraws of a progress line.
-const progressEvery = 250 * time.Millisecond
-
-func newReplayProgress(w io.Writer, on bool, total int, now func() time.Time) *replayProgress {
-	t := now()
-	return &replayProgress{w: w, on: on, total: total, now: now, start: t, last: t}
-}
-
-// update draws the line for n entries replayed, unless it was drawn less than
-// progressEvery ago.
-func (p *replayProgress) update(n int) {
-	if !p.on {
-		return
-	}
-	now := p.now()
-	if now.Sub(p.last) < progressEvery {
-		return
-	}
-	p.last, p.drawn = now, true
-	fmt.Fprintf(p.w, "\r\x1b[2K%s", p.line(n, now.Sub(p.start)))
-}
-
-// line is the progress after n entries in took: the mean rate so far and the time the
-// rest takes at it.
-func (p *replayProgress) line(n int, took time.Duration) string {
-	perSecond := float64(n) / took.Seconds()
-	left := time.Duration(float64(p.total-n) / perSecond * float64(time.Second))
-	return fmt.Sprintf("replayed %d/%d (%s, about %s left)", n, p.total, fmtPerSecond(perSecond), fmtLeft(left))
-}
-
-// clear erases the line, so that a message can be printed on a clean one.
-func (p *replayProgress) clear() {
-	if p.drawn {
-		fmt.Fprint(p.w, "\r\x1b[2K")
-		p.drawn = false
-	}
-}
-
-// fmtPerSecond renders a rate: "50/s", "2.5/s", or per minute below one a second ("30/m").
-func fmtPerSecond(perSecond float64) string {
-	switch {
-	case perSecond >= 10:
-		return fmt.Sprintf("%.0f/s", perSecond)
-	case perSecond >= 1:
-		return fmt.Sprintf("%.1f/s", perSecond)
-	}
-	return fmt.Sprintf("%.0f/m", perSecond*60)
-}
-
-// fmtLeft renders a time still to go, rounded up to the second: "8s", "2m05s", "1h02m".
-func fmtLeft(d time.Duration) string {
-	secs := int64((d + time.Second - 1) / time.Second)
-	if secs < 60 {
-		return fmt.Sprintf("%ds", secs)
-	}
-	return fmtMS(secs * 1000)
 }
 
 // DLQPurgeOptions are the inputs of 'seqctl dlq purge'.
