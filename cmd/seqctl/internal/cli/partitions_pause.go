@@ -187,6 +187,11 @@ func (o *PartitionsPauseOptions) check(command, forText string) error {
 	return nil
 }
 
+// selection is what --key, --category and --handler select.
+func (o *PartitionsPauseOptions) selection() selection {
+	return selection{Key: o.Key, Category: o.Category, Handler: o.Handler}
+}
+
 // parseFor reads --for: "" is 0 (until resumed), else a Go duration of at least 1ms.
 func parseFor(s string) (time.Duration, error) {
 	if s == "" {
@@ -245,16 +250,6 @@ func pauseExit(err error) error {
 	return exitFor(err)
 }
 
-// pauseTarget is one partition a pause or resume acts on, for one handler.
-type pauseTarget struct {
-	stream, handler string
-	// row is the partition as listed before the action; nil when the listing has none
-	// (no stream yet, or not in the discovery index).
-	row *admin.Partition
-}
-
-func (t pauseTarget) String() string { return t.stream + " for " + t.handler }
-
 // pauseReport is what -o json|yaml prints of one partition: the admin's PauseResult
 // (for a refused partition: its outcome), why it was refused, and for --dry-run the
 // partition's state.
@@ -272,31 +267,14 @@ type pauseReport struct {
 // that are its own.
 type pauseAction struct {
 	guardedAction
+	batch
 	opts    *PartitionsPauseOptions
 	text    pauseText
-	targets []pauseTarget // resolved by plan
 	reports []pauseReport // of act, one per partition
-	nDone   int           // partitions paused or resumed
-	// firstRefusal is the error of the first partition refused, refusedAt its target;
-	// refusals counts them.
-	firstRefusal error
-	refusedAt    pauseTarget
-	refusals     int
 }
 
 // command is the command path, for usage errors.
 func (a *pauseAction) command() string { return "seqctl partitions " + a.opts.Action }
-
-// many says the action concerns several partitions: each is reported on its own line.
-func (a *pauseAction) many() bool { return len(a.targets) > 1 }
-
-// what names the partitions in a sentence.
-func (a *pauseAction) what() string {
-	if a.many() {
-		return fmt.Sprintf("%d partitions", len(a.targets))
-	}
-	return a.targets[0].String()
-}
 
 // plan resolves the partitions and their handlers and reads their rows. A failure here
 // (a usage error, nothing matching) is not recorded: nothing was attempted yet.
@@ -311,7 +289,7 @@ func (a *pauseAction) plan() error {
 		return err
 	}
 	if a.many() {
-		a.detailPrefix = a.what() + " (" + targetList(a.targets, 10) + "); "
+		a.detailPrefix = a.auditPrefix()
 	} else {
 		a.refusal.Stream, a.refusal.Handler = a.targets[0].stream, a.targets[0].handler
 	}
@@ -319,22 +297,9 @@ func (a *pauseAction) plan() error {
 	return nil
 }
 
-// targetList names up to n targets, comma-separated, "…" for the rest.
-func targetList(ts []pauseTarget, n int) string {
-	names := make([]string, 0, min(len(ts), n)+1)
-	for i, t := range ts {
-		if i == n {
-			names = append(names, fmt.Sprintf("… %d more", len(ts)-n))
-			break
-		}
-		names = append(names, t.stream)
-	}
-	return strings.Join(names, ", ")
-}
-
 // namedTargets are the STREAM arguments, once each, with their handler and their row.
-func (a *pauseAction) namedTargets() ([]pauseTarget, error) {
-	var out []pauseTarget
+func (a *pauseAction) namedTargets() ([]partitionTarget, error) {
+	var out []partitionTarget
 	seen := map[string]bool{}
 	for _, s := range a.opts.Streams {
 		h, err := resolveHandler(a.ctx, a.adm, a.command(), s, a.opts.Handler)
@@ -350,7 +315,7 @@ func (a *pauseAction) namedTargets() ([]pauseTarget, error) {
 		if err != nil {
 			return nil, exitFor(err)
 		}
-		t := pauseTarget{stream: s, handler: h}
+		t := partitionTarget{stream: s, handler: h}
 		for i := range ps {
 			if ps[i].Stream == s && ps[i].Handler == h {
 				t.row = &ps[i]
@@ -375,33 +340,17 @@ func escapeGlob(key string) string {
 
 // selectedTargets are the partitions --key and --category select, in name order, for
 // the handler of each category; a resume keeps only the paused ones.
-func (a *pauseAction) selectedTargets() ([]pauseTarget, error) {
-	o := a.opts
-	ps, err := a.adm.ListPartitions(a.ctx, admin.Filter{Category: o.Category, Handler: o.Handler, KeyGlob: o.Key})
-	if err != nil {
-		return nil, exitFor(err)
+func (a *pauseAction) selectedTargets() ([]partitionTarget, error) {
+	var keep func(*admin.Partition) bool
+	if a.opts.Action == admin.ActionResume {
+		keep = func(p *admin.Partition) bool { return p.Pause != nil }
 	}
-	admin.SortPartitions(ps, admin.SortName)
-	handlers := map[string]string{} // category -> the handler acted for
-	var out []pauseTarget
-	for i := range ps {
-		p := &ps[i]
-		h, ok := handlers[p.Category]
-		if !ok {
-			if h, err = resolveHandler(a.ctx, a.adm, a.command(), p.Category, o.Handler); err != nil {
-				return nil, err
-			}
-			handlers[p.Category] = h
-		}
-		if p.Handler != h || o.Action == admin.ActionResume && p.Pause == nil {
-			continue
-		}
-		out = append(out, pauseTarget{stream: p.Stream, handler: h, row: p})
+	sel := a.opts.selection()
+	out, err := sel.targets(a.ctx, a.adm, a.command(), nil, keep)
+	if err == nil && len(out) == 0 {
+		err = sel.none(a.selectedNoun(), a.text.verb)
 	}
-	if len(out) == 0 {
-		return nil, &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no %s matches %s: nothing to %s", a.selectedNoun(), a.selectorText(), a.text.verb)}
-	}
-	return out, nil
+	return out, err
 }
 
 // selectedNoun is what a selection looks for.
@@ -410,22 +359,6 @@ func (a *pauseAction) selectedNoun() string {
 		return "paused partition"
 	}
 	return "partition"
-}
-
-// selectorText says what --key, --category and --handler selected.
-func (a *pauseAction) selectorText() string {
-	o := a.opts
-	var parts []string
-	if o.Category != "" {
-		parts = append(parts, "--category "+o.Category)
-	}
-	if o.Key != "" {
-		parts = append(parts, "--key "+o.Key)
-	}
-	if o.Handler != "" {
-		parts = append(parts, "--handler "+o.Handler)
-	}
-	return strings.Join(parts, " ")
 }
 
 // untilText says how long a pause holds: "until resumed" or "for 30m0s".
@@ -438,7 +371,7 @@ func (a *pauseAction) untilText() string {
 
 // rowText describes a partition as listed before the action, for the dry run and the
 // confirmation.
-func rowText(t pauseTarget) string {
+func rowText(t partitionTarget) string {
 	p := t.row
 	if p == nil {
 		return "not listed: no stream yet, or not indexed"
@@ -465,7 +398,7 @@ func untilRecord(rec *engine.PauseRecord) string {
 
 // predict is the dry run's report of a target: what the action would do, or the
 // refusal the listing foresees (a halted partition, one not paused).
-func (a *pauseAction) predict(t pauseTarget) pauseReport {
+func (a *pauseAction) predict(t partitionTarget) pauseReport {
 	res := &admin.PauseResult{Action: a.opts.Action, Stream: t.stream, Handler: t.handler, Outcome: "dry_run"}
 	r := pauseReport{PauseResult: res, DryRun: true}
 	if t.row == nil {
@@ -513,33 +446,13 @@ func (a *pauseAction) dryRun() error {
 }
 
 func (a *pauseAction) confirmation() confirmation {
-	refused := usageErrorf(a.command(),
-		"refusing to %s %s without confirmation: stdin is not a terminal, pass --yes (--dry-run shows what it would do); nothing changed",
-		a.text.verb, a.what())
-	return confirmation{
-		refused: refused, refusedDetail: "no terminal and no --yes",
-		before: func() error {
-			a.describe(a.ios.ErrOut)
-			return nil
-		},
-		question:       fmt.Sprintf("%s %s?", capitalize(a.text.verb), a.what()),
-		declinedDetail: cancelledText,
-	}
+	return a.batch.confirmation(a.ios, a.command(), a.text.verb, a.describe)
 }
-
-// describeMax is how many partitions the confirmation lists before it counts the rest.
-const describeMax = 20
 
 // describe says, before the question, which partitions the action concerns and what it
 // does to them.
 func (a *pauseAction) describe(w io.Writer) {
-	for i, t := range a.targets {
-		if i == describeMax {
-			fmt.Fprintf(w, "  … and %d more (--dry-run lists them all)\n", len(a.targets)-describeMax)
-			break
-		}
-		fmt.Fprintf(w, "  %s (%s)\n", t, rowText(t))
-	}
+	a.list(w, rowText)
 	if a.opts.Action == admin.ActionResume {
 		fmt.Fprintln(w, "Each owner starts its next event at once.")
 		return
@@ -552,11 +465,11 @@ func (a *pauseAction) describe(w io.Writer) {
 // does. With several partitions each is reported on its own line as it is done.
 func (a *pauseAction) act() (any, string, error) {
 	warning := ""
-	for i, t := range a.targets {
+	for _, t := range a.targets {
 		req := admin.PauseRequest{Stream: t.stream, Handler: t.handler, Reason: a.opts.Reason, For: a.opts.For, Actor: a.who}
 		res, err := a.call(req)
 		if err != nil && stopsAll(err) {
-			return nil, "", a.stopped(i, t, err)
+			return nil, "", a.failedAt(a.text.past, t, err)
 		}
 		rep := pauseReport{PauseResult: res}
 		if err != nil {
@@ -598,44 +511,12 @@ func (a *pauseAction) call(req admin.PauseRequest) (*admin.PauseResult, error) {
 	return a.adm.Resume(a.ctx, req)
 }
 
-// stopsAll says an error of one partition stops the action: Redis is unavailable, or
-// the command was interrupted.
-func stopsAll(err error) bool {
-	return errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// stopped is the error of an action stopped at target i.
-func (a *pauseAction) stopped(i int, t pauseTarget, err error) error {
-	if !a.many() {
-		return err
-	}
-	return fmt.Errorf("%s %d of %d partitions (%d refused); %s failed: %w", a.text.past, a.nDone, len(a.targets), a.refusals, t, err)
-}
-
-// refused notes that target t was refused with err.
-func (a *pauseAction) refused(t pauseTarget, err error) {
-	if a.refusals == 0 {
-		a.firstRefusal, a.refusedAt = err, t
-	}
-	a.refusals++
-}
-
 // refusedErr is the error the command ends with when partitions were refused, with the
 // exit status of the first refusal; nil when none was.
-func (a *pauseAction) refusedErr() error {
-	if a.refusals == 0 {
-		return nil
-	}
-	first := pauseExit(a.firstRefusal)
-	if !a.many() {
-		return first
-	}
-	return &ExitError{Code: ExitCode(first), Err: fmt.Errorf("%d of %d partitions were not %s; the first: %s: %w",
-		a.refusals, len(a.targets), a.text.past, a.refusedAt, a.firstRefusal)}
-}
+func (a *pauseAction) refusedErr() error { return a.refusalErr(pauseExit, a.text.past) }
 
 // printReport prints the line of one partition of several.
-func (a *pauseAction) printReport(t pauseTarget, rep pauseReport) {
+func (a *pauseAction) printReport(t partitionTarget, rep pauseReport) {
 	ios := a.ios
 	if rep.Error != "" {
 		fmt.Fprintf(ios.Out, "%s  %s: %s\n", ios.Red("refused"), t, rep.Error)
