@@ -25,8 +25,12 @@ type fakeAdmin struct {
 	head     *admin.Head
 	headErr  error
 	handlers []string
+	// heads, when set, are the heads Head answers, by stream (none: caught up); Head
+	// then ignores head and headErr.
+	heads map[string]*admin.Head
 
 	actErr    error
+	actErrs   map[string]error // the error Act returns for a stream, before actErr
 	actions   []admin.Action
 	records   []admin.AuditEntry
 	recordErr error
@@ -92,7 +96,13 @@ func (f *fakeAdmin) Inspect(context.Context, string, string) (*admin.Inspection,
 	return f.inspection, f.inspectErr
 }
 
-func (f *fakeAdmin) Head(context.Context, string, string) (*admin.Head, error) {
+func (f *fakeAdmin) Head(_ context.Context, stream, handler string) (*admin.Head, error) {
+	if f.heads != nil {
+		if h := f.heads[stream]; h != nil {
+			return h, nil
+		}
+		return nil, &admin.NotFoundError{What: "head", Name: "of " + stream + " for " + handler, Hint: "the handler is caught up"}
+	}
 	return f.head, f.headErr
 }
 
@@ -100,6 +110,9 @@ func (f *fakeAdmin) Handlers(context.Context, string) ([]string, error) { return
 
 func (f *fakeAdmin) Act(_ context.Context, a admin.Action) (*admin.ActionResult, error) {
 	f.actions = append(f.actions, a)
+	if err := f.actErrs[a.Stream]; err != nil {
+		return nil, err
+	}
 	if f.actErr != nil {
 		return nil, f.actErr
 	}

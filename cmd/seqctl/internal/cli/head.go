@@ -263,6 +263,13 @@ type HeadActionOptions struct {
 	// Force acts on a head that is not halted (skip and dlq).
 	Force  bool
 	Reason string
+	// Key and Category select the halted partitions to retry instead of Stream (retry
+	// only); Rate paces them (the zero Rate: as fast as Redis answers).
+	Key, Category string
+	Rate          Rate
+	// ProgressTTY says stderr is a terminal: a long retry of many partitions redraws its
+	// progress there.
+	ProgressTTY bool
 }
 
 // headActionText is what differs between skip, dlq and retry.
@@ -306,14 +313,18 @@ replay an entry with 'seqctl dlq replay'.`,
 		},
 	},
 	admin.ActionRetry: {
-		use:   "retry STREAM [--handler H] [--expect-id ID] [--yes] [--dry-run]",
+		use:   "retry STREAM | --category C [--key GLOB]  [--handler H] [--expect-id ID] [--rate N/s] [--yes] [--dry-run]",
 		short: "Clear the halt so the owner tries the head once more now",
 		long: `Clear the halt record of a partition so that its owner tries the head entry once
 more, now (after you fixed what made it fail). The owner tries it exactly once: if that
 attempt fails too, the partition halts again on the same entry, with the new error.
 Only a halted head can be retried.`,
 		example: `  # after deploying the fix
-  $ seqctl head retry order:client-123 --handler OrderProjector --expect-id 1718000000000-0 --yes`,
+  $ seqctl head retry order:client-123 --handler OrderProjector --expect-id 1718000000000-0 --yes
+
+  # every halted partition of a category after an outage, at most 10 a second
+  $ seqctl head retry --category order --dry-run
+  $ seqctl head retry --category order --rate 10/s --yes`,
 		verb: "retry",
 		done: func(r *admin.ActionResult) string {
 			return fmt.Sprintf("Cleared the halt of %s for %s: the owner tries %s once more now. If it fails again, the partition halts again (see 'seqctl head show').", r.Stream, r.Handler, r.EntryID)
@@ -342,6 +353,10 @@ with its owner: the entry may be in its handler right now.`
 Exit status: 0 done; 2 a usage error (a malformed --expect-id, a missing --handler);
 4 the head is no longer the expected entry (nothing changed); 3 no such partition,
 handler or head; 1 refused (not halted, declined) or failed.`
+	if kind == admin.ActionRetry {
+		common += retryManyHelp
+	}
+	var rate string
 	cmd := &cobra.Command{
 		Use:               text.use,
 		Short:             text.short,
@@ -350,6 +365,9 @@ handler or head; 1 refused (not halted, declined) or failed.`
 		Args:              streamArg,
 		ValidArgsFunction: completeStreams(f),
 		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+			if kind == admin.ActionRetry {
+				return opts.checkRetry(cmd, args, rate)
+			}
 			opts.Stream = args[0]
 			return checkEntryID(cmd.CommandPath(), "--expect-id", opts.ExpectID)
 		}, runF, headActionRun),
@@ -361,6 +379,8 @@ handler or head; 1 refused (not halted, declined) or failed.`
 	fl.StringVar(&opts.Reason, "reason", "", "why, for the audit log (and the DLQ entry)")
 	if kind != admin.ActionRetry {
 		fl.BoolVar(&opts.Force, "force", false, "act on a head that is not halted")
+	} else {
+		addRetryManyFlags(f, cmd, opts, &rate)
 	}
 	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
 	return cmd
@@ -370,6 +390,9 @@ handler or head; 1 refused (not halted, declined) or failed.`
 func (o *HeadActionOptions) auditCommand() string { return "head " + string(o.Kind) }
 
 func headActionRun(ctx context.Context, adm Admin, opts *HeadActionOptions) error {
+	if opts.selection().set() {
+		return headRetryManyRun(ctx, adm, opts)
+	}
 	handler, err := resolveHandler(ctx, adm, "seqctl "+opts.auditCommand(), opts.Stream, opts.Handler)
 	if err != nil {
 		return err

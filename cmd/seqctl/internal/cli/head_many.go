@@ -1,0 +1,335 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// retryManyHelp is the part of the help of 'head retry' on retrying every halted
+// partition of a selection.
+const retryManyHelp = `
+
+Retry many partitions: with --category C and/or --key GLOB (* any run of characters, ?
+one, [a-z] a class) instead of STREAM, every partition of the selection that is halted
+is retried, e.g. after a downstream outage. --handler may be left out when each
+category concerned has one handler. On a terminal the partitions are listed (at most
+20) and you are asked once; without one, --yes is required. --dry-run lists them all
+and changes nothing.
+
+The partitions are retried one at a time, in name order, each its own compare-and-act
+on the halted head it reads when its turn comes, with its own audit record. A partition
+whose head is no longer halted by then (resolved by someone else) is reported as
+skipped and recorded as not_halted; that is not an error. A partition refused for
+another reason does not stop the others.
+
+--rate paces the retries so that a recovering downstream is not flooded: 10/s (or 10,
+per second) or 30/m (per minute) starts at most that many retries in any second or
+minute, evenly spaced, and does not catch up with a burst after a slow one. Without it,
+the partitions are retried as fast as Redis answers. On a terminal, stderr shows how
+far it is: "retried 120/500 (10/s, about 38s left)".
+
+Ctrl-C stops between two partitions, never in the middle of one: it says how many were
+done, records the stop in the audit log (outcome failed, with the count) and exits with
+status 1. Running the same command again retries only the partitions still halted: the
+command retries no partition twice.
+
+-o json and -o yaml print an array with one object per partition: a skipped one has
+"skipped", a refused one "error".
+
+Exit status with --category/--key: 0 every selected partition was retried or skipped;
+2 a usage error (STREAM with --key/--category, --rate without them, --expect-id with
+them, a bad --rate or --key, a category with several handlers and no --handler, no
+terminal and no --yes); 3 no halted partition matches; 1 stopped, declined, or failed;
+else the status of the first partition refused (the others were retried all the same).`
+
+// addRetryManyFlags adds to 'head retry' the flags that select many partitions, and
+// --rate (given as rate) that paces them.
+func addRetryManyFlags(f *Factory, cmd *cobra.Command, opts *HeadActionOptions, rate *string) {
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 1 {
+			return streamArg(cmd, args)
+		}
+		return nil // STREAM or a selector: checked with the flags, in checkRetry
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Category, "category", "", "retry every halted partition of this category instead of STREAM (with --key: those of its keys that match)")
+	fl.StringVar(&opts.Key, "key", "", "retry every halted partition whose key matches this glob instead of STREAM: * any run of characters, ? one, [a-z] a class")
+	fl.StringVar(rate, "rate", "", "with --category/--key, retry at most N partitions a second or a minute: N/s, N/m or N (per second) (default: as fast as Redis answers)")
+	_ = cmd.RegisterFlagCompletionFunc("category", completeCategories(f))
+	opts.ProgressTTY = stderrIsTerminal(f)
+}
+
+// selection is what --key, --category and --handler select.
+func (o *HeadActionOptions) selection() selection {
+	return selection{Key: o.Key, Category: o.Category, Handler: o.Handler}
+}
+
+// checkRetry checks the arguments and flags of 'head retry': one STREAM, or a
+// selection; --rate (given as rate) only with a selection, --expect-id only with STREAM.
+func (o *HeadActionOptions) checkRetry(cmd *cobra.Command, args []string, rate string) error {
+	command := cmd.CommandPath()
+	sel := o.selection()
+	switch {
+	case len(args) == 1 && sel.set():
+		return usageErrorf(command, "STREAM and --key/--category exclude each other: name one partition, or select the halted partitions to retry")
+	case len(args) == 0 && !sel.set():
+		return usageErrorf(command, "missing the STREAM argument, e.g. %s order:client-123, or select halted partitions with --category C and/or --key GLOB", command)
+	case sel.set() && o.ExpectID != "":
+		return usageErrorf(command, "--expect-id names the head of one STREAM: with --key/--category the halted head of each partition is read when its turn comes")
+	}
+	if len(args) == 1 {
+		o.Stream = args[0]
+	}
+	if err := admin.CheckKeyGlob(o.Key); err != nil {
+		return usageErrorf(command, "invalid value for --key: %v", err)
+	}
+	if cmd.Flags().Changed("rate") {
+		r, err := parseRateFlag(command, rate)
+		if err != nil {
+			return err
+		}
+		if !sel.set() {
+			return usageErrorf(command, "--rate paces a retry of many partitions (--category/--key): one STREAM is retried at once")
+		}
+		o.Rate = r
+	}
+	return checkEntryID(command, "--expect-id", o.ExpectID)
+}
+
+// retryReport is what -o json|yaml prints of one partition of 'head retry --category':
+// the admin's ActionResult (for a partition not retried: its outcome), and why it was
+// skipped or refused.
+type retryReport struct {
+	*admin.ActionResult
+	// Skipped says why the partition was not retried although nothing went wrong: its
+	// head was no longer halted when its turn came.
+	Skipped string `json:"skipped,omitempty"`
+	// Error says why the partition was refused.
+	Error string `json:"error,omitempty"`
+	// DryRun marks the objects of --dry-run.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// retryMany is one run of 'head retry --category|--key': the steps of a guardedAction
+// that are its own.
+type retryMany struct {
+	guardedAction
+	batch
+	opts    *HeadActionOptions
+	reports []retryReport // of act, one per partition gone through
+	skipped int           // partitions no longer halted when their turn came
+}
+
+func headRetryManyRun(ctx context.Context, adm Admin, opts *HeadActionOptions) error {
+	a := &retryMany{guardedAction: opts.guarded(ctx, adm, opts.auditCommand()), opts: opts}
+	a.refusal.Reason = opts.Reason
+	if err := a.run(a); err != nil {
+		return err
+	}
+	return a.refusalErr(exitFor, "retried")
+}
+
+// command is the command path, for usage errors.
+func (a *retryMany) command() string { return "seqctl head retry" }
+
+// plan lists the halted partitions of the selection, with their handlers. A failure
+// here (a usage error, nothing halted) is not recorded: nothing was attempted yet.
+func (a *retryMany) plan() error {
+	sel := a.opts.selection()
+	targets, err := sel.targets(a.ctx, a.adm, a.command(), []admin.State{admin.StateHalted}, nil)
+	if err != nil {
+		return err
+	}
+	if len(targets) == 0 {
+		return sel.none("halted partition", "retry")
+	}
+	a.targets = targets
+	if a.many() {
+		a.detailPrefix = a.auditPrefix()
+	} else {
+		a.refusal.Stream, a.refusal.Handler = targets[0].stream, targets[0].handler
+	}
+	a.inDoubt = mayOrMayNot("retry", "'seqctl partitions list --halted'")
+	return nil
+}
+
+// haltText describes a halted partition as listed before the retry.
+func haltText(t partitionTarget) string {
+	h := t.row.Halt
+	if h == nil {
+		return "halted on " + orDash(t.row.HaltedEntryID)
+	}
+	return fmt.Sprintf("halted on %s since %s after %d attempts: %s", h.EntryID, fmtTime(&h.Since), h.Attempts, firstLine(h.Error, 80))
+}
+
+// pace says how fast the partitions are retried: ", at most 10/s (about 3s)".
+func (a *retryMany) pace() string { return paceText(a.opts.Rate, len(a.targets)) }
+
+func (a *retryMany) dryRun() error {
+	if structured(a.output) {
+		reports := make([]retryReport, len(a.targets))
+		for i, t := range a.targets {
+			reports[i] = retryReport{DryRun: true, ActionResult: &admin.ActionResult{Action: admin.ActionRetry, Stream: t.stream,
+				Handler: t.handler, EntryID: t.row.HaltedEntryID, Outcome: "dry_run"}}
+		}
+		return writeData(a.ios.Out, a.output, reports)
+	}
+	w := a.ios.Out
+	fmt.Fprintf(w, "Would retry the halted head of %s, one at a time%s:\n", a.what(), a.pace())
+	for _, t := range a.targets {
+		fmt.Fprintf(w, "  retry    %s (%s)\n", t, haltText(t))
+	}
+	fmt.Fprintln(w, "Nothing changed (--dry-run).")
+	return nil
+}
+
+func (a *retryMany) confirmation() confirmation {
+	return a.batch.confirmation(a.ios, a.command(), "retry", a.describe)
+}
+
+// describe says, before the question, which partitions are retried and how.
+func (a *retryMany) describe(w io.Writer) {
+	a.list(w, haltText)
+	fmt.Fprintf(w, "Each owner tries its halted head once more, one partition at a time%s; a partition no longer halted by then is skipped.\n", a.pace())
+}
+
+// act retries the partitions one at a time, at most --rate of them a second (or
+// minute). A partition skipped or refused does not stop the others; Redis becoming
+// unavailable does, and so does the operator (Ctrl-C), between two partitions: a retry
+// under way is always finished, on a context that is not cancelled.
+func (a *retryMany) act() (any, string, error) {
+	bar := newReplayProgress(a.ios.ErrOut, a.opts.ProgressTTY && !structured(a.output), len(a.targets), time.Now)
+	bar.done = "retried"
+	rd := startRedrive(a.ctx, a.opts.Rate, bar)
+	defer rd.end()
+	for i, t := range a.targets {
+		if !rd.next() {
+			return nil, "", a.stopped(rd, i)
+		}
+		rep, err := a.retryOne(rd.work, t)
+		if err != nil {
+			return nil, "", a.failedAt("retried", t, err)
+		}
+		a.reports = append(a.reports, rep)
+		if rep.AuditWarning != "" {
+			rd.printf(a.ios.ErrOut, "warning: %s: %s\n", t, rep.AuditWarning)
+		}
+		if !structured(a.output) {
+			rd.printf(a.ios.Out, "%s\n", a.reportLine(t, rep))
+		}
+		rd.progress(i + 1)
+	}
+	if a.nDone == 0 && a.refusals > 0 {
+		// run prints the data of an act that succeeded; -o json|yaml prints the array
+		// whatever happened to the partitions.
+		if structured(a.output) {
+			if err := writeData(a.ios.Out, a.output, a.reports); err != nil {
+				return nil, "", err
+			}
+		}
+		return nil, "", a.refusalErr(exitFor, "retried")
+	}
+	return a.reports, "", nil
+}
+
+// retryOne reads the head of t and retries it when it is still halted. It returns an
+// error only when that stops the whole action (see stopsAll); a partition skipped or
+// refused is in the report.
+func (a *retryMany) retryOne(ctx context.Context, t partitionTarget) (retryReport, error) {
+	res := &admin.ActionResult{Action: admin.ActionRetry, Stream: t.stream, Handler: t.handler}
+	rep := retryReport{ActionResult: res}
+	head, err := a.adm.Head(ctx, t.stream, t.handler)
+	var nf *admin.NotFoundError
+	switch {
+	case errors.As(err, &nf) && nf.What == "head":
+		return a.skip(ctx, t, rep, "", "caught up: it has no head any more"), nil
+	case err == nil && head.Status != admin.HeadHalted:
+		res.EntryID = head.ID
+		return a.skip(ctx, t, rep, head.ID, fmt.Sprintf("its head %s is %s", head.ID, head.Status)), nil
+	case err == nil:
+		res.EntryID = head.ID
+		var done *admin.ActionResult
+		done, err = a.adm.Act(ctx, admin.Action{Kind: admin.ActionRetry, Stream: t.stream, Handler: t.handler,
+			ExpectID: head.ID, Reason: a.opts.Reason, Actor: a.who})
+		if err == nil {
+			a.nDone++
+			rep.ActionResult = done
+			return rep, nil
+		}
+		if errors.Is(err, engine.ErrNotHalted) || errors.Is(err, engine.ErrHeadMoved) {
+			// Act recorded it.
+			a.skipped++
+			res.Outcome, rep.Skipped = admin.OutcomeOf(err), "no longer halted: "+err.Error()
+			return rep, nil
+		}
+	}
+	if stopsAll(err) {
+		return rep, err
+	}
+	res.Outcome, rep.Error = admin.OutcomeOf(err), err.Error()
+	if head == nil {
+		a.record(ctx, t, "", res.Outcome, err.Error()) // Act did not run: nothing recorded it
+	}
+	a.refused(t, err)
+	return rep, nil
+}
+
+// skip reports t as no longer halted (why) and records that it was not retried.
+func (a *retryMany) skip(ctx context.Context, t partitionTarget, rep retryReport, entryID, why string) retryReport {
+	a.skipped++
+	rep.Outcome, rep.Skipped = admin.OutcomeNotHalted, "no longer halted: "+why
+	a.record(ctx, t, entryID, admin.OutcomeNotHalted, rep.Skipped+"; skipped")
+	return rep
+}
+
+// record writes the audit record of a partition not retried, with outcome and detail.
+func (a *retryMany) record(ctx context.Context, t partitionTarget, entryID, outcome, detail string) {
+	rec := auditEntryBy(a.who)
+	rec.Stream, rec.Handler, rec.EntryID, rec.Reason = t.stream, t.handler, entryID, a.opts.Reason
+	rec.Outcome, rec.Detail = outcome, detail
+	if err := a.adm.Record(ctx, rec); err != nil {
+		fmt.Fprintf(a.ios.ErrOut, "warning: %s: not recorded in the audit log: %v\n", t, err)
+	}
+}
+
+// reportLine is the line of one partition.
+func (a *retryMany) reportLine(t partitionTarget, rep retryReport) string {
+	ios := a.ios
+	switch {
+	case rep.Error != "":
+		return fmt.Sprintf("%s  %s: %s", ios.Red("refused"), t, rep.Error)
+	case rep.Skipped != "":
+		return fmt.Sprintf("%s  %s: %s", ios.Gray("skipped"), t, rep.Skipped)
+	}
+	return fmt.Sprintf("%s  %s, head %s", ios.Green("retried"), t, rep.EntryID)
+}
+
+// stopped records in the audit log that the operator stopped the retry before target
+// i, and returns the error that says so (exit status 1).
+func (a *retryMany) stopped(rd *redrive, i int) error {
+	flags := a.opts.selection().String()
+	if a.opts.Rate.N > 0 {
+		flags += " --rate " + a.opts.Rate.String()
+	}
+	n := len(a.targets)
+	detail := fmt.Sprintf("%s: stopped by the operator after %d of %d partitions (%d retried, %d skipped, %d refused); %d not tried",
+		flags, i, n, a.nDone, a.skipped, a.refusals, n-i)
+	return rd.stopped(a.adm, a.ios, a.refusal, detail, i, n, "retry the rest (only the partitions still halted are retried)")
+}
+
+func (a *retryMany) done() string {
+	n := len(a.targets)
+	s := "Retried " + a.what()
+	if a.nDone < n {
+		s = fmt.Sprintf("Retried %d of %d partitions; %d no longer halted, %d refused (above)", a.nDone, n, a.skipped, a.refusals)
+	}
+	return s + ": each owner tries its head once more now. A partition whose retry fails halts again: see 'seqctl partitions list --halted'."
+}
