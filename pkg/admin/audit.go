@@ -26,6 +26,7 @@ const (
 	OutcomeNotPending = "not_pending" // the head was not delivered yet: nothing in flight to act on
 	OutcomeHalted     = "halted"      // pause: the partition is halted; resolve its head first
 	OutcomeNotPaused  = "not_paused"  // resume: the partition was not paused
+	OutcomeStopped    = "stopped"     // a paced run over many (a redrive) was stopped by the operator; the detail says how far it got
 	// OutcomeNotReplicated: done on the primary, but fewer replicas than min_replicas
 	// acknowledged it; a failover may lose it.
 	OutcomeNotReplicated = "not_replicated"

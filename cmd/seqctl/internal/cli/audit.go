@@ -28,7 +28,8 @@ type AuditOptions struct {
 // auditOutcomes are the values of audit --outcome.
 var auditOutcomes = []string{admin.OutcomeOK, admin.OutcomeHeadMoved, admin.OutcomeNotHalted, admin.OutcomeNotPending,
 	admin.OutcomeEntryGone, admin.OutcomeNotFound, admin.OutcomeRefused, admin.OutcomeDeclined, admin.OutcomeFailed,
-	admin.OutcomeNotReplicated, admin.OutcomeNotRegistered, admin.OutcomeDeclared, admin.OutcomeLiveLease, admin.OutcomeReadMoved}
+	admin.OutcomeNotReplicated, admin.OutcomeNotRegistered, admin.OutcomeDeclared, admin.OutcomeLiveLease, admin.OutcomeReadMoved,
+	admin.OutcomeHalted, admin.OutcomeNotPaused, admin.OutcomeStopped}
 
 func newCmdAudit(f *Factory, runF func(*AuditOptions) error) *cobra.Command {
 	opts := &AuditOptions{OpsOptions: f.opsOptions()}

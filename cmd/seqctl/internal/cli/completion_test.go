@@ -87,7 +87,7 @@ func TestDynamicCompletion(t *testing.T) {
 		{"owners: live instances and their sessions", []string{"partitions", "list", "--owner", "w"}, []string{"w1\tinstance on h1", "w1.3\tcurrent session of w1"}},
 		{"audit stream", []string{"audit", "--stream", "pay"}, []string{"payment:p-9"}},
 		{"outcomes", []string{"audit", "--outcome", "head"}, []string{"ok", "head_moved", "not_halted", "not_pending", "entry_gone", "not_found", "refused", "declined", "failed",
-			"not_replicated", "not_registered", "declared", "live_lease", "read_moved"}},
+			"not_replicated", "not_registered", "declared", "live_lease", "read_moved", "halted", "not_paused", "stopped"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

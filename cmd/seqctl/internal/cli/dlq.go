@@ -163,7 +163,7 @@ minute, evenly spaced, and does not catch up with a burst after a slow one. With
 "replayed 120/500 (50/s, about 8s left)".
 
 Ctrl-C stops --all between two entries, never in the middle of one: it says how many
-were replayed, records the stop in the audit log (outcome failed, with the count) and
+were replayed, records the stop in the audit log (outcome stopped, with the count) and
 exits with status 1. Every replayed entry has left the DLQ, so running the same command
 again replays the rest, and no entry twice.`,
 		Example: `  $ seqctl dlq list order:client-123

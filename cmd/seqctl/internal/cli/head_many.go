@@ -37,7 +37,7 @@ the partitions are retried as fast as Redis answers. On a terminal, stderr shows
 far it is: "retried 120/500 (10/s, about 38s left)".
 
 Ctrl-C stops between two partitions, never in the middle of one: it says how many were
-done, records the stop in the audit log (outcome failed, with the count) and exits with
+done, records the stop in the audit log (outcome stopped, with the count) and exits with
 status 1. Running the same command again retries only the partitions still halted: the
 command retries no partition twice.
 

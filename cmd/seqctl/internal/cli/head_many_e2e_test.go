@@ -179,7 +179,7 @@ func TestHeadRetryManyStopAndRestartEndToEnd(t *testing.T) {
 	detail := fmt.Sprintf("--category order --rate 10/s: stopped by the operator after %d of 30 partitions (%d retried, 0 skipped, 0 refused); %d not tried", done, done, 30-done)
 	stops := 0
 	for _, e := range auditOf(t, w.srv.URL) {
-		if e.Command == "head retry" && e.Outcome == admin.OutcomeFailed && e.Detail == detail && e.User != "" {
+		if e.Command == "head retry" && e.Outcome == admin.OutcomeStopped && e.Detail == detail && e.User != "" {
 			stops++
 		}
 	}

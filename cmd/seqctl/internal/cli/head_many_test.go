@@ -302,7 +302,7 @@ func TestHeadRetryManyStops(t *testing.T) {
 		t.Errorf("%d retries ran on a cancelled context: the stop cut into a partition", fa.cancelledCtxs)
 	}
 	checkRetries(t, fa.fakeAdmin, []string{"order:h-01", "order:h-02"}, []string{
-		"failed  --category order --rate 1000/s: stopped by the operator after 2 of 5 partitions (2 retried, 0 skipped, 0 refused); 3 not tried"})
+		"stopped  --category order --rate 1000/s: stopped by the operator after 2 of 5 partitions (2 retried, 0 skipped, 0 refused); 3 not tried"})
 	if strings.Contains(r.Stdout, "✓") {
 		t.Errorf("a stopped run reported success:\n%s", r.Stdout)
 	}

@@ -63,11 +63,11 @@ func (r *redrive) end() {
 	r.bar.clear()
 }
 
-// stopped records rec in the audit log as the operator's stop (outcome failed, with
+// stopped records rec in the audit log as the operator's stop (outcome stopped, with
 // detail) and returns the error that ends the command with status 1: "stopped after
 // done of n; run the same command again to " and again.
 func (r *redrive) stopped(adm Admin, ios *IOStreams, rec admin.AuditEntry, detail string, done, n int, again string) error {
-	rec.Outcome, rec.Detail = admin.OutcomeFailed, detail
+	rec.Outcome, rec.Detail = admin.OutcomeStopped, detail
 	if err := adm.Record(r.work, rec); err != nil {
 		fmt.Fprintf(ios.ErrOut, "warning: the stop was not recorded in the audit log: %v\n", err)
 	}

@@ -93,7 +93,7 @@ func TestDLQReplayAllStops(t *testing.T) {
 		t.Fatalf("audit records %+v, want the stop", fa.records)
 	}
 	rec := fa.records[0]
-	if rec.Command != "dlq replay" || rec.Stream != "order:client-1" || rec.Outcome != admin.OutcomeFailed || rec.User == "" ||
+	if rec.Command != "dlq replay" || rec.Stream != "order:client-1" || rec.Outcome != admin.OutcomeStopped || rec.User == "" ||
 		rec.Detail != "--all --rate 1000/s: stopped by the operator after 3 of 5 entries; 2 left in the DLQ" {
 		t.Errorf("stop record = %+v", rec)
 	}
@@ -322,7 +322,7 @@ func TestDLQReplayAllStopAndRestartEndToEnd(t *testing.T) {
 		t.Errorf("stopped after %d, with %d in the partition and %d in the DLQ: want about 100, all accounted for", done, len(ids), left)
 	}
 	detail := fmt.Sprintf("--all --rate 50/s: stopped by the operator after %d of 500 entries; %d left in the DLQ", done, 500-done)
-	if !hasRecord(auditOf(t, srv.URL), admin.OutcomeFailed, detail) {
+	if !hasRecord(auditOf(t, srv.URL), admin.OutcomeStopped, detail) {
 		t.Errorf("no audit record %q", detail)
 	}
 
