@@ -18,6 +18,8 @@ import (
 type seqLog struct {
 	mu   sync.Mutex
 	runs map[string][]int
+	// retried lists the runs that were not a first attempt, as "key/seq attempt N".
+	retried []string
 	// hold, when set, blocks the handler of this key/seq until released.
 	hold    string
 	held    chan struct{} // closed when the held event started
@@ -33,8 +35,12 @@ func (l *seqLog) handle(ctx context.Context, ev Event) error {
 	if err := json.Unmarshal(ev.Data, &p); err != nil {
 		return err
 	}
+	d, _ := DeliveryFrom(ctx)
 	l.mu.Lock()
 	l.runs[ev.Key] = append(l.runs[ev.Key], p.Seq)
+	if d.Attempt != 1 {
+		l.retried = append(l.retried, fmt.Sprintf("%s/%d attempt %d", ev.Key, p.Seq, d.Attempt))
+	}
 	l.mu.Unlock()
 	if fmt.Sprintf("%s/%d", ev.Key, p.Seq) == l.hold {
 		close(l.held)
@@ -99,6 +105,13 @@ func testPauseStopsOneKey(t *testing.T, tg redisTarget, maxUnacked int) {
 	testkit.WaitFor(t, 5*time.Second, "A drained after the resume", func() bool { return len(log.of(A)) >= n })
 	if got := log.of(A); !slices.Equal(got, seqs(0, n)) {
 		t.Fatalf("A ran %v after the resume, want %v", got, seqs(0, n))
+	}
+	// The read-ahead given back at the pause was never started: each run is a first
+	// attempt.
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.retried) > 0 {
+		t.Fatalf("runs counted as retries after the pause: %v", log.retried)
 	}
 	if e.Stats().Paused != 0 {
 		t.Fatal("still counted as paused")
