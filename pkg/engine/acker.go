@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/internal/ctxwait"
 	"github.com/seqctl/seqctl/pkg/engine/scripts"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -75,7 +76,7 @@ func (a *acker) loop() {
 		}
 		for a.flush() {
 			// Redis did not answer: retry what is queued after a pause.
-			if !sleepCtx(a.e.hardCtx, backoff) {
+			if !ctxwait.Sleep(a.e.hardCtx, backoff) {
 				return
 			}
 			backoff = min(backoff*2, 500*time.Millisecond)

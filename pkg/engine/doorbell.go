@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/internal/ctxwait"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -438,7 +439,7 @@ func (d *doorbell) resetShard(ps *redis.PubSub, addr string) {
 	}
 	d.mu.Unlock()
 	go func() {
-		if sleepCtx(d.e.hardCtx, 200*time.Millisecond) {
+		if ctxwait.Sleep(d.e.hardCtx, 200*time.Millisecond) {
 			d.kickSync()
 		}
 	}()
@@ -457,7 +458,7 @@ func (d *doorbell) readNotices() {
 			}
 			d.e.logs.warn("doorbell", "doorbell read failed; waking every idle worker", "err", translateRedisErr(err))
 			d.lost()
-			sleepCtx(d.e.hardCtx, backoff)
+			ctxwait.Sleep(d.e.hardCtx, backoff)
 			backoff = min(backoff*2, time.Second) // Redis may be back soon: notice within a second
 			continue
 		}
@@ -551,7 +552,7 @@ func (d *doorbell) listen(ps *redis.PubSub, addr string) {
 			}
 			d.e.logs.warn("doorbell-pubsub", "doorbell subscription failed; waking every idle worker", "err", translateRedisErr(err))
 			d.lost()
-			sleepCtx(d.e.hardCtx, backoff)
+			ctxwait.Sleep(d.e.hardCtx, backoff)
 			backoff = min(backoff*2, time.Second)
 			continue
 		}
@@ -819,7 +820,7 @@ func (d *doorbell) placeChanges(changes []subChange) (subs, unsubs map[subConn][
 			d.dirty[c.b] = struct{}{}
 			if !d.polling.Swap(true) {
 				go func() {
-					if sleepCtx(d.e.hardCtx, 200*time.Millisecond) {
+					if ctxwait.Sleep(d.e.hardCtx, 200*time.Millisecond) {
 						d.kickSync()
 					}
 				}()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/internal/ctxwait"
 	"github.com/seqctl/seqctl/pkg/engine/scripts"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -188,7 +189,7 @@ func (d *doorbell) watchKeyspace() {
 			return
 		case <-d.ksLost:
 			next = time.Time{} // the connection failed: read the setting again now
-			sleepCtx(d.e.hardCtx, 100*time.Millisecond)
+			ctxwait.Sleep(d.e.hardCtx, 100*time.Millisecond)
 		case <-sweep.C:
 			if !d.keyspace.Load() {
 				d.sweep()

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
 
+	"github.com/seqctl/seqctl/internal/ctxwait"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/redact"
@@ -124,7 +125,7 @@ func (s *Sink) Start(ctx context.Context) error {
 			return fmt.Errorf("handler %s: %s", s.cfg.Handler, s.clean(err))
 		}
 		s.unreachable(err)
-		if !sleep(ctx, backoff) {
+		if !ctxwait.Sleep(ctx, backoff) {
 			return ctx.Err()
 		}
 	}
@@ -181,7 +182,7 @@ func (s *Sink) Handler() engine.HandlerFunc {
 				return s.cleanErr(err)
 			}
 			s.unreachable(err)
-			if !sleep(ctx, backoff) {
+			if !ctxwait.Sleep(ctx, backoff) {
 				return ctx.Err()
 			}
 		}
@@ -311,15 +312,6 @@ func transient(err error) bool {
 func authProblem(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "28") || pe.Code == "3D000")
-}
-
-// sleep waits d, or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-	return ctx.Err() == nil
 }
 
 // typedParams gives a PostgreSQL statement a type for each of the five parameters, in a

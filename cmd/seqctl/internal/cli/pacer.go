@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seqctl/seqctl/internal/ctxwait"
 )
 
 // Rate is a pace of actions: at most N actions in any one Per (a second or a minute).
@@ -85,8 +87,8 @@ func (r Rate) duration(n int) time.Duration {
 type pacer struct {
 	interval time.Duration
 	now      func() time.Time
-	// sleep waits d, or until ctx ends (then it returns ctx's error).
-	sleep func(ctx context.Context, d time.Duration) error
+	// sleep waits d, or until ctx ends; it reports whether d passed (ctxwait.Sleep).
+	sleep func(ctx context.Context, d time.Duration) bool
 	// last is the start of the previous action; started says there was one.
 	last    time.Time
 	started bool
@@ -94,7 +96,7 @@ type pacer struct {
 
 // newPacer returns a pacer at rate r on the real clock.
 func newPacer(r Rate) *pacer {
-	return &pacer{interval: r.interval(), now: time.Now, sleep: sleepCtx}
+	return &pacer{interval: r.interval(), now: time.Now, sleep: ctxwait.Sleep}
 }
 
 // wait returns when the next action may start: at the start of the previous one plus
@@ -106,23 +108,11 @@ func (p *pacer) wait(ctx context.Context) error {
 	}
 	if p.started && p.interval > 0 {
 		if d := p.last.Add(p.interval).Sub(p.now()); d > 0 {
-			if err := p.sleep(ctx, d); err != nil {
-				return err
+			if !p.sleep(ctx, d) {
+				return ctx.Err()
 			}
 		}
 	}
 	p.last, p.started = p.now(), true
 	return nil
-}
-
-// sleepCtx waits d, or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
