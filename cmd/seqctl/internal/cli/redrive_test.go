@@ -244,6 +244,21 @@ func replayedIn(t *testing.T, rdb *redis.Client) (ms []int64, eventIDs []string)
 // second, as long as latencies vary by less than it.
 const effectJitterMS = 100
 
+// checkPaced checks the times (ms, sorted) of the effects of a run paced at n per
+// second: at most n in any second (less effectJitterMS), and first to last at least
+// minSpan.
+func checkPaced(t *testing.T, what string, ms []int64, n int, minSpan time.Duration) {
+	t.Helper()
+	most, span := mostInASecond(ms), time.Duration(ms[len(ms)-1]-ms[0])*time.Millisecond
+	t.Logf("--rate %d/s: at most %d %s in %d ms; first to last %s", n, most, what, 1000-effectJitterMS, span)
+	if most > n {
+		t.Errorf("%d %s within %d ms, want at most %d (see effectJitterMS)", most, what, 1000-effectJitterMS, n)
+	}
+	if span < minSpan {
+		t.Errorf("%d %s at %d/s spanned %s, want at least %s", len(ms), what, n, span, minSpan)
+	}
+}
+
 // mostInASecond is the most effects (times in ms, sorted) in any window of one second
 // less effectJitterMS.
 func mostInASecond(ms []int64) int {
@@ -278,14 +293,7 @@ func TestDLQReplayAllAtRateEndToEnd(t *testing.T) {
 	if len(ids) != 500 {
 		t.Fatalf("%d entries in order:A, want 500", len(ids))
 	}
-	most, span := mostInASecond(ms), time.Duration(ms[len(ms)-1]-ms[0])*time.Millisecond
-	t.Logf("--rate 50/s: at most %d entries in %d ms; first to last %s", most, 1000-effectJitterMS, span)
-	if most > 50 {
-		t.Errorf("%d entries appended within %d ms, want at most 50", most, 1000-effectJitterMS)
-	}
-	if span < 9500*time.Millisecond {
-		t.Errorf("500 entries at 50/s spanned %s, want at least 9.5s", span)
-	}
+	checkPaced(t, "entries appended", ms, 50, 9500*time.Millisecond)
 	if n := rdb.XLen(context.Background(), keyspace.SingleNode.DLQStream("order", "A")).Val(); n != 0 {
 		t.Errorf("%d entries left in the DLQ", n)
 	}
