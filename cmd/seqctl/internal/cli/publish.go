@@ -16,8 +16,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/term"
 
+	"github.com/seqctl/seqctl/internal/ctxwait"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/keyspace"
@@ -164,7 +166,17 @@ func (o *PublishOptions) traceFrom(command string, getenv func(string) string) e
 	if err := keyspace.ValidTraceParent(o.TraceParent); err != nil {
 		return usageErrorf(command, "%s: %v (or unset it to publish without trace context)", from, err)
 	}
+	if !remoteSpan(o.TraceParent, o.TraceState).IsValid() {
+		return usageErrorf(command, "%s: traceparent %q sets trace flags W3C trace context does not define (version 00 has 01, sampled, and 02, random): its events would reach their handlers without it", from, o.TraceParent)
+	}
 	return nil
+}
+
+// remoteSpan is the span context a W3C trace context names, as the engine reads it from
+// an entry (invalid when it names none): what publish gives Broker.Publish in its ctx.
+func remoteSpan(traceParent, traceState string) trace.SpanContext {
+	ev := engine.Event{TraceParent: traceParent, TraceState: traceState}
+	return trace.SpanContextFromContext(engine.ContextWithEventTrace(context.Background(), ev))
 }
 
 func (o *PublishOptions) fileMode() bool { return strings.HasPrefix(o.Data, "@") }
@@ -188,7 +200,9 @@ type publishResult struct {
 	EntryID  string `json:"entry_id"`
 }
 
-// publisher routes and appends events for the command.
+// publisher publishes events for the command through the engine's publish
+// (RedisBroker.Publish), the one writer of the stream entry: it only adds the checks that
+// speak the user's terms, and the retry while Redis is unavailable.
 type publisher struct {
 	dom    *engine.Domain
 	broker *engine.RedisBroker
@@ -200,27 +214,28 @@ type publisher struct {
 	clear    func()
 	retried  bool
 	reached  bool // an event was published: Redis and the connection settings work
-	// traceParent and traceState go with every event (PublishOptions.TraceParent).
-	traceParent, traceState string
+	// span is the W3C trace context of every event (PublishOptions.TraceParent), as the
+	// remote parent span context Broker.Publish stores; invalid without one.
+	span trace.SpanContext
 }
 
-// route validates an event without touching Redis. Its errors speak of the user's event,
-// payload and fields, never of the engine's types.
-func (p *publisher) route(eventType string, data []byte, priority int) (engine.Route, error) {
+// check routes an event without touching Redis, as the publish will: its errors speak of
+// the user's event, payload and fields, never of the engine's types.
+func (p *publisher) check(eventType string, data []byte, priority int) error {
 	if !json.Valid(data) {
-		return engine.Route{}, fmt.Errorf("the payload is not valid JSON: %s", jsonError(data))
+		return fmt.Errorf("the payload is not valid JSON: %s", jsonError(data))
 	}
 	if kind := jsonKind(data); kind != "object" {
-		return engine.Route{}, fmt.Errorf("the payload is a JSON %s; an event payload is a JSON object, e.g. {\"client_id\": \"c-1\"}", kind)
+		return fmt.Errorf("the payload is a JSON %s; an event payload is a JSON object, e.g. {\"client_id\": \"c-1\"}", kind)
 	}
-	r, err := p.dom.Route(eventType, data, priority)
-	if err == nil {
-		return r, nil
+	_, err := p.dom.Route(eventType, data, priority)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, engine.ErrUnknownEvent):
+		return unknownEventError(p.dom, eventType)
 	}
-	if errors.Is(err, engine.ErrUnknownEvent) {
-		return r, unknownEventError(p.dom, eventType)
-	}
-	return r, errors.New(strings.TrimPrefix(err.Error(), "engine: "))
+	return errors.New(strings.TrimPrefix(err.Error(), "engine: "))
 }
 
 // unknownEventError names the declared events, and the closest one when the name looks
@@ -297,13 +312,19 @@ func jsonKind(data []byte) string {
 	return "number"
 }
 
-func (p *publisher) publish(ctx context.Context, r engine.Route, eventType, id string, data []byte, priority int) (publishResult, error) {
-	if id == "" {
-		id = engine.NewEventID()
+// publish publishes one event that check accepted, with RedisBroker.Publish. While Redis
+// is unavailable it publishes it again, with the same event id (so an attempt that did
+// land is not appended twice), for up to retryFor. The replicas are waited for once, by
+// the caller (awaitReplicas).
+func (p *publisher) publish(ctx context.Context, eventType, id string, data []byte, priority int) (publishResult, error) {
+	opt := engine.PublishOptions{ID: id, Priority: priority, SkipReplicaWait: true}
+	if opt.ID == "" {
+		opt.ID = engine.NewEventID()
 	}
-	ev := engine.Event{ID: id, Type: eventType, Category: r.Category, Key: r.Key, Data: data, Priority: priority,
-		TraceParent: p.traceParent, TraceState: p.traceState}
-	pub, err := p.broker.PublishRouted(ctx, r, ev, 0)
+	if p.span.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, p.span)
+	}
+	pub, err := p.broker.Publish(ctx, p.dom, eventType, data, opt)
 	for wait, until := 100*time.Millisecond, time.Now().Add(p.retryFor); err != nil && redisUnavailable(err, p.reached) && time.Now().Before(until); wait = min(2*wait, 2*time.Second) {
 		if !p.retried && p.errOut != nil {
 			p.retried = true
@@ -312,12 +333,10 @@ func (p *publisher) publish(ctx context.Context, r engine.Route, eventType, id s
 			}
 			fmt.Fprintf(p.errOut, "seqctl: Redis is not available (%v); publishing again with the same event id for up to %s (--retry-for)\n", err, p.retryFor)
 		}
-		select {
-		case <-ctx.Done():
+		if !ctxwait.Sleep(ctx, min(wait, time.Until(until))) {
 			return publishResult{}, err
-		case <-time.After(min(wait, time.Until(until))):
 		}
-		pub, err = p.broker.PublishRouted(ctx, r, ev, 0)
+		pub, err = p.broker.Publish(ctx, p.dom, eventType, data, opt)
 	}
 	if err != nil {
 		return publishResult{}, err
@@ -372,7 +391,7 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 	rdb := conn.newClient()
 	broker := engine.NewRedisBroker(rdb).WithReplicas(cfg.Broker.MinReplicas, cfg.Broker.ReplicaTimeout)
 	return &publisher{dom: dom, broker: broker, redis: conn, retryFor: opts.RetryFor, errOut: opts.IO.ErrOut,
-			traceParent: opts.TraceParent, traceState: opts.TraceState},
+			span: remoteSpan(opts.TraceParent, opts.TraceState)},
 		func() { _ = rdb.Close() }, nil
 }
 
@@ -404,11 +423,10 @@ func publishWith(ctx context.Context, opts *PublishOptions, p *publisher) error 
 		return publishFile(ctx, opts, p)
 	}
 	data := []byte(opts.Data)
-	r, err := p.route(opts.Event, data, opts.Priority)
-	if err != nil {
+	if err := p.check(opts.Event, data, opts.Priority); err != nil {
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
-	res, err := p.publish(ctx, r, opts.Event, opts.ID, data, opts.Priority)
+	res, err := p.publish(ctx, opts.Event, opts.ID, data, opts.Priority)
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", opts.Event, err)
 	}
@@ -569,12 +587,11 @@ func (f *filePublish) publishLine(ctx context.Context, lineNo int, raw []byte) e
 		f.fail(lineNo, err)
 		return nil
 	}
-	r, err := f.p.route(eventType, data, priority)
-	if err != nil {
+	if err := f.p.check(eventType, data, priority); err != nil {
 		f.fail(lineNo, err)
 		return nil
 	}
-	res, err := f.p.publish(ctx, r, eventType, id, data, priority)
+	res, err := f.p.publish(ctx, eventType, id, data, priority)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/config"
@@ -440,4 +442,123 @@ func TestPublishTraceContext(t *testing.T) {
 	if n := rdb.Exists(ctx, "order:c-2").Val(); n != 0 {
 		t.Errorf("a refused publish wrote the stream")
 	}
+}
+
+// seqctl publish and engine.RedisBroker.Publish are one writer: for the same event (type,
+// payload, id, priority and W3C trace context, which a Go publisher gives as its ctx's
+// span context) they leave Redis in the same state, field by field: the entry, the
+// discovery index, the control notice and the dedupe mark. Only published_at (Redis
+// TIME) and the entry id differ.
+func TestPublishWritesWhatBrokerPublishWrites(t *testing.T) {
+	rdb, cfg, url := publishFixture(t)
+	ctx := context.Background()
+	conf, err := loadConfigFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, err := conf.InitDomain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker := engine.NewRedisBroker(rdb)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, tt := range []struct {
+		name, event, data string
+		priority          int
+		traceparent       string
+		tracestate        string
+		refused           string // seqctl publish refuses the event with this usage error
+	}{
+		{name: "a partitioned event", event: "OrderPlaced", data: `{"order_id":"o-1","client_id":"c-1"}`},
+		{name: "the backfill lane", event: "OrderPlaced", data: `{"client_id":"c-2"}`, priority: -1},
+		{name: "an unpartitioned category", event: "Audited", data: `{"what":"x"}`},
+		{name: "trace context", event: "OrderPlaced", data: `{"client_id":"c-3"}`, traceparent: tp, tracestate: "rojo=1"},
+		{name: "a tracestate with spaces", event: "OrderPlaced", data: `{"client_id":"c-3"}`, traceparent: tp, tracestate: "rojo=1 , congo=2"},
+		{name: "a tracestate that does not parse", event: "OrderPlaced", data: `{"client_id":"c-3"}`, traceparent: tp, tracestate: "not a tracestate"},
+		{name: "the random trace flag", event: "OrderPlaced", data: `{"client_id":"c-3"}`, traceparent: tp[:53] + "03"},
+		// Flags version 00 does not define: Broker.Publish has no trace context to store
+		// (the propagator refuses the header), so seqctl publish refuses it.
+		{name: "undefined trace flags", event: "OrderPlaced", data: `{"client_id":"c-3"}`, traceparent: tp[:53] + "ff",
+			refused: `$TRACEPARENT: traceparent "` + tp[:53] + `ff" sets trace flags W3C trace context does not define`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const id = "e-same"
+			t.Setenv("TRACEPARENT", tt.traceparent)
+			t.Setenv("TRACESTATE", tt.tracestate)
+			rdb.FlushAll(ctx)
+			res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", tt.event, "--data", tt.data,
+				"--priority", strconv.Itoa(tt.priority), "--id", id)
+			if tt.refused != "" {
+				if res.Code != ExitUsage || !strings.Contains(res.Stderr, tt.refused) {
+					t.Errorf("seqctl publish: exit %d, stderr %q; want exit 2 and %q", res.Code, res.Stderr, tt.refused)
+				}
+				tt.traceparent, tt.tracestate = "", ""
+				t.Setenv("TRACEPARENT", "")
+				res = runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", tt.event, "--data", tt.data,
+					"--priority", strconv.Itoa(tt.priority), "--id", id)
+			}
+			if res.Code != 0 {
+				t.Fatalf("seqctl publish: exit %d: %s", res.Code, res.Stderr)
+			}
+			byCLI := redisState(t, rdb)
+
+			rdb.FlushAll(ctx)
+			pctx := ctx
+			if tt.traceparent != "" {
+				pctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": tt.traceparent, "tracestate": tt.tracestate})
+			}
+			if _, err := broker.Publish(pctx, dom, tt.event, []byte(tt.data), engine.PublishOptions{ID: id, Priority: tt.priority}); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(redisState(t, rdb), byCLI); diff != "" {
+				t.Errorf("what seqctl publish wrote differs from what Broker.Publish wrote (-Publish +CLI):\n%s", diff)
+			}
+		})
+	}
+}
+
+// redisState is every key of the server with its type and content, entry ids and
+// published_at left out (they differ between two publishes of one event): a stream's
+// entries' fields, a set's members, a hash, a string value (an entry id reads "<entry>"),
+// and whether the key expires.
+func redisState(t *testing.T, rdb *redis.Client) map[string]any {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]any{}
+	var entryIDs []string
+	for _, k := range keys(t, rdb) {
+		if rdb.Type(ctx, k).Val() == "stream" {
+			for _, m := range rdb.XRange(ctx, k, "-", "+").Val() {
+				entryIDs = append(entryIDs, m.ID)
+			}
+		}
+	}
+	for _, k := range keys(t, rdb) {
+		var v any
+		switch typ := rdb.Type(ctx, k).Val(); typ {
+		case "stream":
+			var entries []map[string]any
+			for _, m := range rdb.XRange(ctx, k, "-", "+").Val() {
+				delete(m.Values, "published_at")
+				entries = append(entries, m.Values)
+			}
+			v = entries
+		case "set":
+			ms := rdb.SMembers(ctx, k).Val()
+			slices.Sort(ms)
+			v = ms
+		case "hash":
+			v = rdb.HGetAll(ctx, k).Val()
+		case "string":
+			s := rdb.Get(ctx, k).Val()
+			if slices.Contains(entryIDs, s) {
+				s = "<entry>"
+			}
+			v = s
+		default:
+			v = typ
+		}
+		out[k] = map[string]any{"value": v, "expires": rdb.PTTL(ctx, k).Val() > 0}
+	}
+	return out
 }
