@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // ActionKind is an operator action on a partition's head.
@@ -70,7 +72,8 @@ type ActionResult struct {
 // Errors: engine.ErrHeadMoved (a *engine.HeadMovedError) when the head is not
 // ExpectID; engine.ErrNotHalted when the head is not halted (and Force is not set, or
 // the action is a retry); engine.ErrEntryGone when the entry was trimmed; ErrNotFound
-// for an unknown handler. Nothing is changed in those cases.
+// for an unknown handler; a *keyspace.StreamIDError when ExpectID is not the id of one
+// entry. Nothing is changed in those cases.
 func (a *Admin) Act(ctx context.Context, act Action) (*ActionResult, error) {
 	res := &ActionResult{Action: act.Kind, Stream: act.Stream, Handler: act.Handler, EntryID: act.ExpectID}
 	err := a.act(ctx, act, res)
@@ -91,6 +94,9 @@ func (r *ActionResult) done(auditErr error) {
 func (a *Admin) act(ctx context.Context, act Action, res *ActionResult) error {
 	if act.ExpectID == "" {
 		return errors.New("admin: the expected head entry id is required")
+	}
+	if _, err := keyspace.ParseEntryID(act.ExpectID); err != nil {
+		return err // a bare millisecond would never equal the head's id: not a head that moved
 	}
 	p, err := a.ParseStream(act.Stream)
 	if err != nil {

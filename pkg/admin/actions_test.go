@@ -31,6 +31,12 @@ func TestActions(t *testing.T) {
 	if err := act(admin.ActionSkip, "1-1", false); !errors.As(err, &moved) || moved.Head != w.poison.EntryID {
 		t.Fatalf("stale skip: err = %v, want HeadMovedError naming %s", err, w.poison.EntryID)
 	}
+	// The head's millisecond alone names no entry: refused as such, not as a head that
+	// moved.
+	ms, _, _ := strings.Cut(w.poison.EntryID, "-")
+	if err := act(admin.ActionSkip, ms, false); err == nil || errors.As(err, &moved) || !strings.Contains(err.Error(), `invalid stream entry id "`+ms+`"`) {
+		t.Errorf("skip expecting %q: err = %v, want an invalid stream entry id error", ms, err)
+	}
 	// Retry: the owner tries once more, fails, and halts again (3 attempts now).
 	if err := act(admin.ActionRetry, w.poison.EntryID, false); err != nil {
 		t.Fatal(err)
@@ -119,7 +125,7 @@ func TestActions(t *testing.T) {
 		}
 	}
 	wantOutcomes := []string{
-		"head skip head_moved", "head skip ok", "head skip ok", "head skip head_moved", "dlq replay ok", "dlq replay not_found",
+		"head skip head_moved", "head skip failed", "head skip ok", "head skip ok", "head skip head_moved", "dlq replay ok", "dlq replay not_found",
 		"head skip ok", "head skip not_halted", "head skip ok",
 	}
 	if diff := cmp.Diff(wantOutcomes, outcomes); diff != "" {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // DLQEntry is one entry of a partition's dead-letter stream: the original envelope plus
@@ -103,18 +104,20 @@ type ReplayPlan struct {
 // PlanReplay finds a DLQ entry and the lane it would be re-published to: the lane it
 // was on when it halted (its halt record's stream); for an entry moved without a halt
 // record, the backfill lane when lanes are on and its priority is below the threshold,
-// else the primary lane. It is a *NotFoundError when the entry is not in the DLQ.
+// else the primary lane. It is a *NotFoundError when the entry is not in the DLQ, a
+// *keyspace.StreamIDError when id is not the id of one entry (a bare millisecond names
+// every entry of it: Redis would read it as the first to publish and as {ms}-0 to delete).
 func (a *Admin) PlanReplay(ctx context.Context, stream, id string) (*ReplayPlan, error) {
 	p, err := a.parseDLQPartition(stream)
 	if err != nil {
 		return nil, err
 	}
+	if _, err := keyspace.ParseEntryID(id); err != nil {
+		return nil, err
+	}
 	dlq := p.dlqStream()
 	msgs, err := a.rdb.XRange(ctx, dlq, id, id).Result()
 	if err != nil {
-		if strings.Contains(err.Error(), "Invalid stream ID") {
-			return nil, &NotFoundError{What: "DLQ entry", Name: fmt.Sprintf("%q in %s", id, dlq), Hint: "not a stream entry id"}
-		}
 		return nil, translate(err)
 	}
 	if len(msgs) == 0 {

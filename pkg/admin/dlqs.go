@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -123,7 +121,12 @@ func (a *Admin) purge(ctx context.Context, stream, through string) (*PurgeResult
 	}
 	dlq := p.dlqStream()
 	pipe := a.rdb.TxPipeline()
-	removed := pipe.XTrimMinID(ctx, dlq, minID)
+	var removed *redis.IntCmd
+	if minID == "" { // through the largest id there is: every entry
+		removed = pipe.XTrimMaxLen(ctx, dlq, 0)
+	} else {
+		removed = pipe.XTrimMinID(ctx, dlq, minID)
+	}
 	left := pipe.XLen(ctx, dlq)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, translate(err)
@@ -131,23 +134,16 @@ func (a *Admin) purge(ctx context.Context, stream, through string) (*PurgeResult
 	return &PurgeResult{Stream: p.Stream(), DLQStream: dlq, Through: through, Removed: removed.Val(), Left: left.Val()}, nil
 }
 
-// nextID returns the smallest stream id after id ("5-3" -> "5-4").
-func nextID(id string) (string, error) {
-	ms, seq, found := strings.Cut(id, "-")
-	m, err1 := strconv.ParseUint(ms, 10, 64)
-	var s uint64
-	var err2 error
-	if found {
-		s, err2 = strconv.ParseUint(seq, 10, 64)
+// nextID returns the smallest stream id after through, the end of a range ("5-3" ->
+// "5-4"; "5", every entry of millisecond 5, -> "6-0"); "" when nothing can follow it.
+func nextID(through string) (string, error) {
+	end, err := keyspace.ParseRangeEnd(through)
+	if err != nil {
+		return "", err
 	}
-	if err1 != nil || err2 != nil {
-		return "", fmt.Errorf("admin: invalid entry id %q: want MILLISECONDS-SEQUENCE", id)
+	next, ok := end.Next()
+	if !ok {
+		return "", nil
 	}
-	if !found {
-		s = ^uint64(0) // "5" names every entry of millisecond 5
-	}
-	if s == ^uint64(0) {
-		return strconv.FormatUint(m+1, 10) + "-0", nil
-	}
-	return strconv.FormatUint(m, 10) + "-" + strconv.FormatUint(s+1, 10), nil
+	return next.String(), nil
 }

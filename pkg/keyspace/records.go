@@ -2,6 +2,7 @@ package keyspace
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -280,19 +281,94 @@ func ValidTraceParent(tp string) error {
 }
 
 // StreamID is a stream entry id "{ms}-{seq}", parsed (keeping one allocates nothing).
+//
+// Every id seqctl reads is parsed here. An id given by a person says which of three
+// things it is: one entry (ParseEntryID: "{ms}-{seq}" only), or the start or the end of a
+// range (ParseRangeStart, ParseRangeEnd), where a bare "{ms}" stands for the first or
+// the last entry of that millisecond, as XRANGE reads its start and its end.
 type StreamID struct{ MS, Seq uint64 }
 
-// ParseStreamID reads an entry id; a bare "{ms}" has sequence 0, and anything else reads
-// as 0-0.
-func ParseStreamID(id string) StreamID {
-	i := strings.IndexByte(id, '-')
-	if i < 0 {
-		ms, _ := strconv.ParseUint(id, 10, 64)
-		return StreamID{MS: ms}
+// MaxSeq is the largest sequence of a millisecond: a bare "{ms}" ending a range is
+// {ms}-MaxSeq.
+const MaxSeq = ^uint64(0)
+
+// ErrInvalidStreamID is matched by every *StreamIDError through errors.Is.
+var ErrInvalidStreamID = errors.New("keyspace: invalid stream entry id")
+
+// StreamIDError says why a given id was refused, and what a valid one looks like.
+type StreamIDError struct {
+	ID string // the id as given
+	// Reason says what a valid id is and, for a bare millisecond where one entry is
+	// meant, that it names no entry.
+	Reason string
+}
+
+func (e *StreamIDError) Error() string {
+	return fmt.Sprintf("%v %q: %s", ErrInvalidStreamID, e.ID, e.Reason)
+}
+
+func (e *StreamIDError) Is(target error) bool { return target == ErrInvalidStreamID }
+
+// ParseEntryID reads the id of one entry, "{ms}-{seq}", both unsigned decimal numbers. A
+// bare "{ms}" is refused: it names every entry of a millisecond, and Redis would read it
+// as the first of them in XRANGE and as {ms}-0 in XDEL and XACK.
+func ParseEntryID(id string) (StreamID, error) {
+	a, bare, ok := parseStreamID(id)
+	switch {
+	case !ok:
+		return StreamID{}, &StreamIDError{ID: id, Reason: "an entry id is MILLISECONDS-SEQUENCE, e.g. 1718000000000-0"}
+	case bare:
+		return StreamID{}, &StreamIDError{ID: id, Reason: fmt.Sprintf(
+			"an entry id is MILLISECONDS-SEQUENCE, e.g. %s-0; %q names a millisecond, not one entry", id, id)}
 	}
-	ms, _ := strconv.ParseUint(id[:i], 10, 64)
-	seq, _ := strconv.ParseUint(id[i+1:], 10, 64)
-	return StreamID{MS: ms, Seq: seq}
+	return a, nil
+}
+
+// ParseRangeStart reads the first id of a range: "{ms}-{seq}", or a bare "{ms}" for
+// {ms}-0, the first entry the millisecond can hold.
+func ParseRangeStart(id string) (StreamID, error) { return parseRangeBound(id, 0) }
+
+// ParseRangeEnd reads the last id of a range: "{ms}-{seq}", or a bare "{ms}" for
+// {ms}-MaxSeq, so that the range takes in every entry of the millisecond.
+func ParseRangeEnd(id string) (StreamID, error) { return parseRangeBound(id, MaxSeq) }
+
+// parseRangeBound reads a range bound; a bare millisecond gets the sequence bareSeq.
+func parseRangeBound(id string, bareSeq uint64) (StreamID, error) {
+	a, bare, ok := parseStreamID(id)
+	if !ok {
+		return StreamID{}, &StreamIDError{ID: id, Reason: "an entry id is MILLISECONDS-SEQUENCE, or MILLISECONDS for every entry of that millisecond, e.g. 1718000000000-0"}
+	}
+	if bare {
+		a.Seq = bareSeq
+	}
+	return a, nil
+}
+
+// ParseStreamID reads an id Redis returned (an entry's, a group's last-delivered id), in
+// the engine's hot paths: it allocates nothing and reports nothing. A bare "{ms}" reads
+// as {ms}-0 (ParseRangeStart), anything that is not an id as 0-0. Parse an id a person
+// gave with ParseEntryID, ParseRangeStart or ParseRangeEnd.
+func ParseStreamID(id string) StreamID {
+	a, _, _ := parseStreamID(id)
+	return a
+}
+
+// parseStreamID is the one reading of an id: "{ms}-{seq}" or, with bare set, "{ms}"
+// alone (sequence 0); ok is false (and a is 0-0) for anything else.
+func parseStreamID(id string) (a StreamID, bare, ok bool) {
+	msPart, seqPart, hasSeq := strings.Cut(id, "-")
+	ms, err := strconv.ParseUint(msPart, 10, 64)
+	if err != nil {
+		return StreamID{}, false, false
+	}
+	if !hasSeq {
+		return StreamID{MS: ms}, true, true
+	}
+	seq, err := strconv.ParseUint(seqPart, 10, 64)
+	if err != nil {
+		return StreamID{}, false, false
+	}
+	return StreamID{MS: ms, Seq: seq}, false, true
 }
 
 // String formats the id as Redis does.
@@ -302,6 +378,18 @@ func (a StreamID) String() string {
 
 // Less orders ids as Redis does.
 func (a StreamID) Less(b StreamID) bool { return a.MS < b.MS || (a.MS == b.MS && a.Seq < b.Seq) }
+
+// Next returns the smallest id after a ({ms}-MaxSeq is followed by {ms+1}-0), and false
+// for the largest id there is, which nothing follows.
+func (a StreamID) Next() (StreamID, bool) {
+	switch {
+	case a.Seq < MaxSeq:
+		return StreamID{MS: a.MS, Seq: a.Seq + 1}, true
+	case a.MS < ^uint64(0):
+		return StreamID{MS: a.MS + 1}, true
+	}
+	return a, false
+}
 
 // IndexValue is what an index write stores for a partition key in cluster mode (see
 // PartitionIndex): the entry id it indexes and a random part, so that no two writes store

@@ -2,6 +2,8 @@ package keyspace
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +185,58 @@ func TestEnvelopeTraceContext(t *testing.T) {
 	}
 	if err := ValidTraceParent(tp); err != nil {
 		t.Error(err)
+	}
+}
+
+// An id given by a person says what it is: one entry ("{ms}-{seq}" only), or the start or
+// the end of a range, where a bare millisecond is its first or its last entry. Anything
+// else is refused with an error naming the id and the form.
+func TestParseStreamIDs(t *testing.T) {
+	const form = "an entry id is MILLISECONDS-SEQUENCE"
+	for _, tt := range []struct {
+		id                string
+		entry, start, end string // the id read, or the error it gives (containing form)
+	}{
+		{id: "5-3", entry: "5-3", start: "5-3", end: "5-3"},
+		{id: "0-0", entry: "0-0", start: "0-0", end: "0-0"},
+		{id: "18446744073709551615-18446744073709551615", entry: "18446744073709551615-18446744073709551615",
+			start: "18446744073709551615-18446744073709551615", end: "18446744073709551615-18446744073709551615"},
+		{id: "5", entry: `keyspace: invalid stream entry id "5": an entry id is MILLISECONDS-SEQUENCE, e.g. 5-0; "5" names a millisecond, not one entry`,
+			start: "5-0", end: "5-18446744073709551615"},
+		{id: "garbage", entry: form, start: form, end: form},
+		{id: "", entry: form, start: form, end: form},
+		{id: "5-", entry: form, start: form, end: form},
+		{id: "-5", entry: form, start: form, end: form},
+		{id: "+5-0", entry: form, start: form, end: form},
+		{id: "5-+1", entry: form, start: form, end: form},
+		{id: "5-1-2", entry: form, start: form, end: form},
+		{id: "18446744073709551616-0", entry: form, start: form, end: form},
+	} {
+		for _, p := range []struct {
+			name  string
+			parse func(string) (StreamID, error)
+			want  string
+		}{{"ParseEntryID", ParseEntryID, tt.entry}, {"ParseRangeStart", ParseRangeStart, tt.start}, {"ParseRangeEnd", ParseRangeEnd, tt.end}} {
+			a, err := p.parse(tt.id)
+			switch {
+			case strings.Contains(p.want, form):
+				if !errors.Is(err, ErrInvalidStreamID) || !strings.Contains(err.Error(), p.want) || !strings.Contains(err.Error(), fmt.Sprintf("%q", tt.id)) {
+					t.Errorf("%s(%q) = %v, %v; want an error naming the id and containing %q", p.name, tt.id, a, err, p.want)
+				}
+			case err != nil || a.String() != p.want:
+				t.Errorf("%s(%q) = %v, %v; want %s", p.name, tt.id, a, err, p.want)
+			}
+		}
+	}
+	for _, tt := range []struct{ id, next string }{{"5-3", "5-4"}, {"5-18446744073709551615", "6-0"}} {
+		if a, ok := ParseStreamID(tt.id).Next(); !ok || a.String() != tt.next {
+			t.Errorf("%s.Next() = %v, %v; want %s", tt.id, a, ok, tt.next)
+		}
+	}
+	if _, ok := (StreamID{MS: MaxSeq, Seq: MaxSeq}).Next(); ok {
+		t.Error("the largest id has a next one")
+	}
+	if got := ParseStreamID("5-x"); got != (StreamID{}) {
+		t.Errorf("ParseStreamID of a malformed id = %v, want 0-0", got)
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 func newCmdDLQ(f *Factory) *cobra.Command {
@@ -420,7 +420,7 @@ when the DLQ is empty.`,
 		ValidArgsFunction: completeStreams(f),
 		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
 			opts.Stream = args[0]
-			return checkEntryID(cmd.CommandPath(), "--through", opts.Through)
+			return checkRangeEnd(cmd.CommandPath(), "--through", opts.Through)
 		}, runF, dlqPurgeRun),
 	}
 	fl := cmd.Flags()
@@ -455,8 +455,9 @@ func (p *dlqPurge) plan() error {
 		return exitFor(err)
 	}
 	p.listed, p.through = len(entries), opts.Through
+	end, _ := keyspace.ParseRangeEnd(opts.Through) // checked: "5" ends with every entry of 5
 	for _, e := range entries {
-		if p.through == "" || !idAfter(e.ID, p.through) {
+		if p.through == "" || !end.Less(keyspace.ParseStreamID(e.ID)) {
 			p.n++
 		}
 	}
@@ -495,21 +496,4 @@ func (p *dlqPurge) act() (any, string, error) {
 
 func (p *dlqPurge) done() string {
 	return fmt.Sprintf("Deleted %d entries of %s, through %s; %d left.", p.res.Removed, p.res.DLQStream, p.res.Through, p.res.Left)
-}
-
-// idAfter reports that stream id a comes after b ("5" is taken as "5-<max>").
-func idAfter(a, b string) bool {
-	am, as := splitStreamID(a)
-	bm, bs := splitStreamID(b)
-	return am > bm || am == bm && as > bs
-}
-
-func splitStreamID(id string) (ms, seq uint64) {
-	m, s, found := strings.Cut(id, "-")
-	ms, _ = strconv.ParseUint(m, 10, 64)
-	if !found {
-		return ms, ^uint64(0)
-	}
-	seq, _ = strconv.ParseUint(s, 10, 64)
-	return ms, seq
 }

@@ -21,6 +21,10 @@ func TestDLQParse(t *testing.T) {
 			{name: "dry run", argv: []string{"order:c", "--id", "1-0", "--dry-run"}, want: DLQReplayOptions{GuardedOptions: GuardedOptions{DryRun: true}, Stream: "order:c", ID: "1-0"}},
 			{name: "id required", argv: []string{"order:c", "--yes"}, wantErr: "--id is required"},
 			{name: "malformed id", argv: []string{"order:c", "--id", "garbage", "--yes"}, wantErr: `invalid value "garbage" for --id`},
+			// Redis would read "1718000000000" as the first entry of that millisecond, and
+			// the replay then deletes 1718000000000-0, which may not be the entry replayed.
+			{name: "a millisecond is no entry id", argv: []string{"order:c", "--id", "1718000000000", "--yes"},
+				wantErr: `invalid value "1718000000000" for --id: an entry id is MILLISECONDS-SEQUENCE, e.g. 1718000000000-0; "1718000000000" names a millisecond, not one entry`},
 		}, ignoreOpsInputs(DLQReplayOptions{}))
 	})
 }
@@ -132,5 +136,18 @@ func TestDLQPurge(t *testing.T) {
 			stderrHas: []string{"nothing to purge"}},
 		{name: "malformed --through: exit 2", args: []string{"dlq", "purge", "order:client-1", "--through", "yesterday", "--yes"}, tm: inPipe,
 			code: ExitUsage, stderrHas: []string{`invalid value "yesterday" for --through`}},
+	})
+}
+
+// --through is the end of a range: a bare millisecond takes in every entry of it, as the
+// purge itself (Admin.PurgeDLQ) does, so the count confirmed is the count deleted.
+func TestDLQPurgeThroughAMillisecond(t *testing.T) {
+	three := append(sampleDLQ(), sampleDLQ()[0], sampleDLQ()[0])
+	three[1].ID, three[2].ID = "1738318000000-1", "1738318000001-0"
+	testRun(t, func() *fakeAdmin { return &fakeAdmin{dlq: three} }, []runCase{
+		{name: "every entry of the millisecond", args: []string{"dlq", "purge", "order:client-1", "--through", "1738318000000"}, tm: onTTY, stdin: "n\n",
+			code: ExitFailure, stderrHas: []string{"Delete 2 entries of the DLQ of order:client-1, through 1738318000000, for good?"}, wantRecord: admin.OutcomeDeclined},
+		{name: "nothing before it", args: []string{"dlq", "purge", "order:client-1", "--through", "1738317999999", "--yes"}, tm: inPipe,
+			code: ExitNotFound, stderrHas: []string{"has no entry up to 1738317999999"}},
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 	"github.com/seqctl/seqctl/pkg/redact"
 )
 
@@ -308,7 +309,7 @@ func exitFor(err error) error {
 		return &ExitError{Code: ExitNotFound, Err: err}
 	case errors.Is(err, engine.ErrHeadMoved), errors.Is(err, engine.ErrFenced):
 		return &ExitError{Code: ExitConflict, Err: err}
-	case errors.Is(err, admin.ErrInvalidStream):
+	case errors.Is(err, admin.ErrInvalidStream), errors.Is(err, keyspace.ErrInvalidStreamID):
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
 	return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 func newCmdHead(f *Factory) *cobra.Command {
@@ -118,25 +119,34 @@ func resolveHandler(ctx context.Context, adm Admin, command, stream, handler str
 	return "", usageErrorf(command, "%s has %d handlers (%s): pass --handler", stream, len(hs), strings.Join(hs, ", "))
 }
 
-// checkEntryID rejects a malformed stream entry id given to flag: Redis ids are
-// MILLISECONDS-SEQUENCE (or MILLISECONDS alone), both unsigned decimal numbers.
+// checkEntryID rejects an id given to flag that is not the id of one entry
+// (keyspace.ParseEntryID: MILLISECONDS-SEQUENCE; a bare millisecond names none).
 func checkEntryID(command, flag, id string) error {
-	if id == "" || validEntryID(id) {
+	if id == "" {
 		return nil
 	}
-	return usageErrorf(command, "invalid value %q for %s: an entry id is MILLISECONDS-SEQUENCE, e.g. 1718000000000-0 (copy it from 'seqctl head show' or 'seqctl dlq list')", id, flag)
+	_, err := keyspace.ParseEntryID(id)
+	return entryIDFlagError(command, flag, err)
 }
 
-func validEntryID(id string) bool {
-	ms, seq, found := strings.Cut(id, "-")
-	if _, err := strconv.ParseUint(ms, 10, 64); err != nil || strings.HasPrefix(ms, "+") {
-		return false
+// checkRangeEnd rejects an id given to flag that cannot end a range of entries
+// (keyspace.ParseRangeEnd: a bare millisecond takes in every entry of it).
+func checkRangeEnd(command, flag, id string) error {
+	if id == "" {
+		return nil
 	}
-	if !found {
-		return true
+	_, err := keyspace.ParseRangeEnd(id)
+	return entryIDFlagError(command, flag, err)
+}
+
+// entryIDFlagError is the usage error of a flag whose id keyspace refused (err), nil
+// for none.
+func entryIDFlagError(command, flag string, err error) error {
+	var ie *keyspace.StreamIDError
+	if !errors.As(err, &ie) {
+		return err
 	}
-	_, err := strconv.ParseUint(seq, 10, 64)
-	return err == nil && !strings.HasPrefix(seq, "+")
+	return usageErrorf(command, "invalid value %q for %s: %s (copy it from 'seqctl head show' or 'seqctl dlq list')", ie.ID, flag, ie.Reason)
 }
 
 // Cuts of 'head show' without --full.

@@ -76,8 +76,9 @@ func TestHeadActionParse(t *testing.T) {
 				want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", Handler: "P", ExpectID: "1-0"}},
 			{name: "retry has no --force", argv: []string{"order:c", "--handler", "P", "--force"}, wantErr: "unknown flag: --force"},
 			{name: "--expect-id with a sign", argv: []string{"order:c", "--expect-id", "+1-0"}, wantErr: `invalid value "+1-0" for --expect-id`},
+			// A bare millisecond names every entry of it, not the one head to compare with.
 			{name: "--expect-id milliseconds only", argv: []string{"order:c", "--expect-id", "1718000000000"},
-				want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", ExpectID: "1718000000000"}},
+				wantErr: `invalid value "1718000000000" for --expect-id: an entry id is MILLISECONDS-SEQUENCE, e.g. 1718000000000-0; "1718000000000" names a millisecond, not one entry`},
 		},
 	} {
 		t.Run(string(kind), func(t *testing.T) {
@@ -124,6 +125,12 @@ func TestHeadActionRun(t *testing.T) {
 		{
 			name: "malformed --expect-id: exit 2, nothing read", args: with(skip, "--expect-id", "garbage", "--yes"), tm: inPipe, code: ExitUsage,
 			stderrHas: []string{`invalid value "garbage" for --expect-id`},
+		},
+		{
+			// The head is 1738317600000-0: its millisecond alone is no entry id, rather than
+			// a head that "moved" (exit 4).
+			name: "the head's millisecond as --expect-id: exit 2, nothing read", args: with(skip, "--expect-id", "1738317600000", "--yes"), tm: inPipe,
+			code: ExitUsage, stderrHas: []string{`invalid value "1738317600000" for --expect-id`, "names a millisecond, not one entry"},
 		},
 		{
 			name: "dlq", args: []string{"head", "dlq", "order:client-1", "--handler", "OrderProjector", "--yes"}, tm: inPipe,

@@ -226,8 +226,7 @@ func replayedIn(t *testing.T, rdb *redis.Client) (ms []int64, eventIDs []string)
 		t.Fatal(err)
 	}
 	for _, m := range msgs {
-		at, _ := splitStreamID(m.ID)
-		ms = append(ms, int64(at))
+		ms = append(ms, int64(keyspace.ParseStreamID(m.ID).MS))
 		id, _ := m.Values["id"].(string)
 		eventIDs = append(eventIDs, id)
 	}
