@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Group is one consumer group of one category, as the group registry and the streams
@@ -38,8 +37,8 @@ type Group struct {
 	// (XINFO GROUPS entries-read, summed): the figure 'groups remove --expect-read'
 	// compares.
 	Read int64 `json:"read"`
-	// LiveLeases counts the group's leases in the category held by a live session: the
-	// handler is running.
+	// LiveLeases counts the group's leases in the category held by a live owner
+	// (keyspace.Keys.LeaseLife, the engine's rule): the handler is running.
 	LiveLeases int `json:"live_leases"`
 	// Halted counts the group's halted partitions in the category.
 	Halted int `json:"halted"`
@@ -61,7 +60,7 @@ type groupLanes struct {
 
 type groupRow struct {
 	g      Group
-	leases []*redis.StringCmd
+	leases []leaseCmds
 	halts  []*redis.IntCmd
 }
 
@@ -93,7 +92,7 @@ func (a *Admin) Groups(ctx context.Context, category string) ([]Group, error) {
 	}
 	for _, gl := range all {
 		for _, r := range gl.groups {
-			r.tally(gl, sessions)
+			r.tally(a, gl, sessions)
 			out = append(out, r.g)
 		}
 	}
@@ -174,23 +173,23 @@ func (a *Admin) queueGroupRows(ctx context.Context, pipe redis.Pipeliner, gl *gr
 			units = append(units, a.keys.PartitionStream(c, k), a.keys.PMUnit(n, k))
 		}
 		for _, u := range units {
-			r.leases = append(r.leases, pipe.Get(ctx, a.keys.LeaseKey(u, n)))
+			r.leases = append(r.leases, a.queueLease(ctx, pipe, a.keys.LeaseKey(u, n)))
 			r.halts = append(r.halts, pipe.Exists(ctx, a.keys.HaltKey(u, n)))
 		}
 		gl.groups = append(gl.groups, r)
 	}
 }
 
-// readLeaseSessions is round trip 3, sent only when a lease exists: whether each lease
-// owner's session exists.
-func (a *Admin) readLeaseSessions(ctx context.Context, all []*groupLanes) (map[string]*redis.IntCmd, error) {
+// readLeaseSessions is round trip 3, sent only when a lease exists: the PTTL of each
+// lease owner's session key.
+func (a *Admin) readLeaseSessions(ctx context.Context, all []*groupLanes) (map[string]*redis.DurationCmd, error) {
 	pipe := a.rdb.Pipeline()
-	sessions := map[string]*redis.IntCmd{}
+	sessions := map[string]*redis.DurationCmd{}
 	for _, gl := range all {
 		for _, r := range gl.groups {
 			for _, l := range r.leases {
-				if owner := leaseOwner(l); owner != "" {
-					queueOnce(sessions, owner, func() *redis.IntCmd { return pipe.Exists(ctx, a.keys.SessionKey(owner)) })
+				if owner := l.owner(); owner != "" {
+					queueOnce(sessions, owner, func() *redis.DurationCmd { return pipe.PTTL(ctx, a.keys.SessionKey(owner)) })
 				}
 			}
 		}
@@ -203,21 +202,12 @@ func (a *Admin) readLeaseSessions(ctx context.Context, all []*groupLanes) (map[s
 	return sessions, nil
 }
 
-// leaseOwner is the owner a lease reply names, "" when there is no lease.
-func leaseOwner(l *redis.StringCmd) string {
-	if l.Err() != nil {
-		return ""
-	}
-	lease, _ := keyspace.ParseLease(l.Val())
-	return lease.Owner
-}
-
 // tally counts the group's live leases and halted units, and adds up, over the streams of
 // every unit, what it has read, what is pending and what it has not read.
-func (r *groupRow) tally(gl *groupLanes, sessions map[string]*redis.IntCmd) {
+func (r *groupRow) tally(a *Admin, gl *groupLanes, sessions map[string]*redis.DurationCmd) {
 	g := &r.g
 	for _, l := range r.leases {
-		if owner := leaseOwner(l); owner != "" && sessions[owner].Val() == 1 {
+		if a.leaseLife(l, sessions[l.owner()]).Live {
 			g.LiveLeases++
 		}
 	}

@@ -2,7 +2,7 @@ package admin
 
 import (
 	"context"
-	"strings"
+	"errors"
 
 	"github.com/redis/go-redis/v9"
 
@@ -54,10 +54,14 @@ type Lease struct {
 	Owner      string `json:"owner"`
 	Instance   string `json:"instance"`
 	Generation int64  `json:"generation"`
-	// Live says the owner's session exists; a lease whose session expired is void and
-	// will be taken by the next instance that tries.
+	// Live says the lease is held by a live owner (keyspace.Keys.LeaseLife, the engine's
+	// rule): its owner's session exists, or on Redis Cluster the lease has an expiry of
+	// its own that has not passed. A lease that is not live is void and will be taken by
+	// the next instance that tries.
 	Live bool `json:"live"`
-	// RemainingMS is the time left on the owner's session, in milliseconds (0 when not live).
+	// RemainingMS is how long the lease stays live without a renewal, in milliseconds:
+	// until its own expiry on Redis Cluster, else as long as its owner's session (0 when
+	// not live, or when no expiry bounds it).
 	RemainingMS int64 `json:"remaining_ms"`
 }
 
@@ -294,22 +298,23 @@ func pendingTotal(lanes []Lane, group string) int64 {
 
 // lease reads the lease of a unit and its owner's session TTL; nil when there is none.
 func (a *Admin) lease(ctx context.Context, ref engine.HeadRef) (*Lease, error) {
-	v, err := a.rdb.Get(ctx, a.keys.LeaseKey(a.unit(ref), ref.Group)).Result()
-	if err == redis.Nil {
+	pipe := a.rdb.Pipeline()
+	c := a.queueLease(ctx, pipe, a.keys.LeaseKey(a.unit(ref), ref.Group))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, translate(err)
+	}
+	if !c.exists() {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, translate(err)
+	var session *redis.DurationCmd
+	if owner := c.owner(); owner != "" {
+		session = a.rdb.PTTL(ctx, a.keys.SessionKey(owner))
+		if err := session.Err(); err != nil {
+			return nil, translate(err)
+		}
 	}
-	lv, _ := keyspace.ParseLease(v)
-	l := &Lease{Owner: lv.Owner, Instance: keyspace.InstanceOfOwner(lv.Owner), Generation: lv.Generation}
-	if l.Owner == "" || strings.ContainsAny(l.Owner, " \t") {
-		return l, nil
-	}
-	ttl, err := a.rdb.PTTL(ctx, a.keys.SessionKey(l.Owner)).Result()
-	if err != nil {
-		return nil, translate(err)
-	}
-	l.Live, l.RemainingMS = sessionLife(ttl)
-	return l, nil
+	life := a.leaseLife(c, session)
+	lv, _ := keyspace.ParseLease(c.value.Val())
+	return &Lease{Owner: lv.Owner, Instance: keyspace.InstanceOfOwner(lv.Owner), Generation: lv.Generation,
+		Live: life.Live, RemainingMS: life.Remaining.Milliseconds()}, nil
 }

@@ -66,21 +66,9 @@ func (a *Admin) Instances(ctx context.Context) ([]Instance, error) {
 	}
 	for i := range out {
 		if c := ttls[i]; c != nil && c.Err() == nil {
-			out[i].Live, out[i].SessionTTLMS = sessionLife(c.Val())
+			live, remaining := keyspace.SessionLife(c.Val())
+			out[i].Live, out[i].SessionTTLMS = live, remaining.Milliseconds()
 		}
 	}
 	return out, nil
-}
-
-// sessionLife reads the PTTL of a session key: the session is live when the key exists,
-// with remainingMS milliseconds left (0 for a key without an expiry: not written by
-// seqctl, but alive).
-func sessionLife(ttl time.Duration) (live bool, remainingMS int64) {
-	switch {
-	case ttl > 0:
-		return true, ttl.Milliseconds()
-	case ttl == -1:
-		return true, 0
-	}
-	return false, 0
 }

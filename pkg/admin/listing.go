@@ -58,8 +58,8 @@ type row struct {
 	unit, pmUnit unitCmds // pmUnit: the process-manager unit's, when it may be one
 
 	states []laneState
-	owner  string
-	gen    int64
+	lease  leaseCmds // the unit's
+	owner  string    // the owner the lease names, "" for none
 
 	headPending  *redis.XPendingCmd
 	headNext     *redis.XMessageSliceCmd
@@ -76,7 +76,7 @@ type partitionListing struct {
 	rows   []*row
 	now    *redis.TimeCmd                       // Redis TIME, for head ages
 	lanes  map[string]*laneCmds                 // by lane stream
-	leases map[string]*redis.StringCmd          // by lease key
+	leases map[string]leaseCmds                 // by lease key
 	halts  map[string]*redis.MapStringStringCmd // by halt key, and pause records by pause key
 	dlqs   map[string]*redis.IntCmd             // DLQ lengths, by primary stream
 	ttls   map[string]*redis.DurationCmd        // session TTLs, by owner
@@ -102,7 +102,7 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	}
 	l := &partitionListing{
 		a: a, f: f,
-		lanes: map[string]*laneCmds{}, leases: map[string]*redis.StringCmd{}, halts: map[string]*redis.MapStringStringCmd{},
+		lanes: map[string]*laneCmds{}, leases: map[string]leaseCmds{}, halts: map[string]*redis.MapStringStringCmd{},
 		dlqs: map[string]*redis.IntCmd{}, ttls: map[string]*redis.DurationCmd{},
 	}
 	if err := l.readIndexes(ctx, cats); err != nil {
@@ -235,7 +235,7 @@ func (l *partitionListing) queueLane(ctx context.Context, pipe redis.Pipeliner, 
 
 // unitCmds are the replies about one group's unit: its lease, halt and pause records.
 type unitCmds struct {
-	lease       *redis.StringCmd
+	lease       leaseCmds
 	halt, pause *redis.MapStringStringCmd
 }
 
@@ -248,7 +248,7 @@ func (l *partitionListing) queueUnit(ctx context.Context, pipe redis.Pipeliner, 
 		return queueOnce(l.halts, key, func() *redis.MapStringStringCmd { return pipe.HGetAll(ctx, key) })
 	}
 	return unitCmds{
-		lease: queueOnce(l.leases, leaseKey, func() *redis.StringCmd { return pipe.Get(ctx, leaseKey) }),
+		lease: queueOnce(l.leases, leaseKey, func() leaseCmds { return l.a.queueLease(ctx, pipe, leaseKey) }),
 		halt:  hgetall(haltKey), pause: hgetall(pauseKey),
 	}
 }
@@ -310,20 +310,17 @@ func (l *partitionListing) resolve() {
 // and reads its lease and halt record.
 func (r *row) resolveUnit() {
 	u := r.unit
-	if r.pmUnit.lease != nil {
+	if r.pmUnit.lease.value != nil {
 		pm := r.group.ProcessManager
 		if !pm { // no config: a lease, halt or pause record under the PM unit says it is one
-			pm = r.pmUnit.lease.Err() == nil || len(r.pmUnit.halt.Val()) > 0 || len(r.pmUnit.pause.Val()) > 0
+			pm = r.pmUnit.lease.exists() || len(r.pmUnit.halt.Val()) > 0 || len(r.pmUnit.pause.Val()) > 0
 		}
 		if pm {
 			u = r.pmUnit
 			r.p.ProcessManager = true
 		}
 	}
-	if u.lease != nil && u.lease.Err() == nil {
-		l, _ := keyspace.ParseLease(u.lease.Val())
-		r.owner, r.gen = l.Owner, l.Generation
-	}
+	r.lease, r.owner = u.lease, u.lease.owner()
 	if u.halt != nil {
 		r.p.Halt = keyspace.DecodeHalt(u.halt.Val())
 		r.p.Pause = keyspace.DecodePause(u.pause.Val())
@@ -419,10 +416,8 @@ func (l *partitionListing) partitions(out []Partition) []Partition {
 		if p.Lag >= 0 {
 			p.Backlog = p.Lag + p.Pending
 		}
-		if c := l.ttls[r.owner]; c != nil && c.Err() == nil {
-			if live, remainingMS := sessionLife(c.Val()); live {
-				p.Owner, p.Generation, p.LeaseRemainingMS = r.owner, r.gen, remainingMS
-			}
+		if life := l.a.leaseLife(r.lease, l.ttls[r.owner]); life.Live {
+			p.Owner, p.Generation, p.LeaseRemainingMS = life.Lease.Owner, life.Lease.Generation, life.Remaining.Milliseconds()
 		}
 		r.settleHead(nowMS)
 		p.State = stateOf(p)

@@ -22,8 +22,8 @@ const (
 	// pause'); its owner, if any, starts none of its events until it is resumed or the
 	// pause ends.
 	StatePaused State = "paused"
-	// StateUnowned: no live lease (no lease, or its owner's session expired); nothing
-	// reads the partition until an instance takes it.
+	// StateUnowned: no live lease (no lease, or one whose owner is gone: see
+	// Partition.Owner); nothing reads the partition until an instance takes it.
 	StateUnowned State = "unowned"
 	// StateRunning: owned, with entries pending or not yet delivered.
 	StateRunning State = "running"
@@ -43,12 +43,15 @@ type Partition struct {
 	Stream string
 	// Handler is the consumer group (handler or process manager name).
 	Handler string
-	// Owner is the live lease owner "{instance}.{incarnation}", "" when unowned.
+	// Owner is the live lease owner "{instance}.{incarnation}", "" when unowned. Live is
+	// the engine's rule (keyspace.Keys.LeaseLife): the owner's session exists, or on
+	// Redis Cluster the lease has an expiry of its own that has not passed.
 	Owner string
 	// Generation is the fencing generation of the live lease, 0 when unowned.
 	Generation int64
-	// LeaseRemainingMS is how long the owner's session (and so the lease) lives without
-	// another heartbeat, in milliseconds; 0 when unowned.
+	// LeaseRemainingMS is how long the lease stays live without another heartbeat, in
+	// milliseconds: until its own expiry on Redis Cluster, else as long as its owner's
+	// session; 0 when unowned, or when no expiry bounds it.
 	LeaseRemainingMS int64
 	// Backlog is the number of entries the handler has not handled yet: those not
 	// delivered (Lag) plus those delivered and not acknowledged (Pending: the entry in

@@ -40,6 +40,81 @@ func ParseLease(v string) (l Lease, ok bool) {
 	return Lease{Owner: v[:i], Generation: gen}, true
 }
 
+// LeaseReading is what Redis holds about one lease: the lease key's value and expiry, and
+// its owner's session key. Durations are PTTL replies as go-redis reads them: the time
+// left, or -1 (time.Duration(-1)) for a key without an expiry, -2 for a missing key.
+type LeaseReading struct {
+	Value string // the lease key's value, "" when the key is missing
+	// TTL is the lease key's PTTL. Only Redis Cluster gives a lease an expiry of its own:
+	// one node's readers may leave it unread (zero).
+	TTL time.Duration
+	// SessionTTL is the PTTL of the owner's session key (SessionKey of the value's owner).
+	SessionTTL time.Duration
+}
+
+// LeaseLife is what a LeaseReading says about the lease (see Keys.LeaseLife).
+type LeaseLife struct {
+	Lease Lease // the value, decoded; zero for a value that is not a lease's
+	// Live says the lease is held by a live owner: no other instance may take it, and
+	// its owner may be running an event of the unit.
+	Live bool
+	// Dormant is set for a live lease on Redis Cluster that has no expiry of its own: its
+	// partition went idle, and the lease lives as long as its owner's session.
+	Dormant bool
+	// Remaining is how long a live lease stays live without a renewal: until its own
+	// expiry on Redis Cluster, else (one node, dormant) as long as its owner's session.
+	// 0 when it is not live, or when no expiry bounds it.
+	Remaining time.Duration
+}
+
+// LeaseLife says whether a lease is held by a live owner: the one rule of it, which every
+// reader of a lease applies. acquire.lua applies the same rule inside Redis (its alive
+// function) before it takes a lease; retire.lua the one-node half of it.
+//
+//   - On one node a lease has no expiry of its own: it is live while its owner's session
+//     key exists.
+//   - On Redis Cluster a lease with an expiry is live until it expires, whatever became
+//     of its owner's session: the owner may be running an event, and a script there
+//     cannot read a session key in another slot.
+//   - On Redis Cluster a dormant lease (no expiry) is live while its owner's session key
+//     exists.
+//
+// A value that is not a lease's ("{owner}:{generation}") is never live.
+func (k Keys) LeaseLife(r LeaseReading) LeaseLife {
+	l, ok := ParseLease(r.Value)
+	if !ok {
+		return LeaseLife{}
+	}
+	life := LeaseLife{Lease: l}
+	switch {
+	case k.cluster && r.TTL == TTLMissing:
+		// Expired between the read of its value and that of its expiry.
+	case k.cluster && r.TTL != TTLNoExpiry:
+		life.Live, life.Remaining = true, r.TTL
+	default:
+		life.Live, life.Remaining = SessionLife(r.SessionTTL)
+		life.Dormant = life.Live && k.cluster
+	}
+	return life
+}
+
+// The PTTL replies of a key without an expiry and of a missing key, as go-redis reads
+// them (a LeaseReading of a key not read says which it stands for).
+const (
+	TTLNoExpiry = time.Duration(-1)
+	TTLMissing  = time.Duration(-2)
+)
+
+// SessionLife reads the PTTL of a session key (SessionKey): the session is live while the
+// key exists, with remaining left (0 for a key without an expiry, which seqctl never
+// writes but which is live).
+func SessionLife(ttl time.Duration) (live bool, remaining time.Duration) {
+	if ttl == TTLMissing {
+		return false, 0
+	}
+	return true, max(ttl, 0)
+}
+
 // Owner names one incarnation of an instance: "{instance}.{incarnation}", a new random
 // incarnation for every session, so that two processes started with one instance id
 // never share a fence.

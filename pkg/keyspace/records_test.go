@@ -240,3 +240,41 @@ func TestParseStreamIDs(t *testing.T) {
 		t.Errorf("ParseStreamID of a malformed id = %v, want 0-0", got)
 	}
 }
+
+// A lease is live while its owner's session key exists, except on Redis Cluster where a
+// lease with an expiry of its own is live until it expires; a dormant one (no expiry)
+// lives with the session. acquire.lua applies the same rule (pkg/admin tests both).
+func TestLeaseLife(t *testing.T) {
+	const (
+		none    = time.Duration(-1) // PTTL of a key without an expiry
+		missing = time.Duration(-2) // PTTL of a missing key
+		s15     = 15 * time.Second
+	)
+	lease := Lease{Owner: "i1.abc", Generation: 7}
+	for _, tt := range []struct {
+		name string
+		k    Keys
+		r    LeaseReading
+		want LeaseLife
+	}{
+		{"one node, a live session", SingleNode, LeaseReading{Value: "i1.abc:7", SessionTTL: s15}, LeaseLife{Lease: lease, Live: true, Remaining: s15}},
+		{"one node, a session without an expiry", SingleNode, LeaseReading{Value: "i1.abc:7", SessionTTL: none}, LeaseLife{Lease: lease, Live: true}},
+		{"one node, the session about to expire", SingleNode, LeaseReading{Value: "i1.abc:7", SessionTTL: 0}, LeaseLife{Lease: lease, Live: true}},
+		{"one node, the session gone", SingleNode, LeaseReading{Value: "i1.abc:7", SessionTTL: missing}, LeaseLife{Lease: lease}},
+		{"one node, an expiry does not count", SingleNode, LeaseReading{Value: "i1.abc:7", TTL: s15, SessionTTL: missing}, LeaseLife{Lease: lease}},
+		{"no lease", SingleNode, LeaseReading{SessionTTL: s15}, LeaseLife{}},
+		{"not a lease value", Cluster, LeaseReading{Value: "garbage", TTL: s15, SessionTTL: s15}, LeaseLife{}},
+		{"cluster, an expiry, the session gone", Cluster, LeaseReading{Value: "i1.abc:7", TTL: 5 * time.Second, SessionTTL: missing},
+			LeaseLife{Lease: lease, Live: true, Remaining: 5 * time.Second}},
+		{"cluster, an expiry sooner than the session's", Cluster, LeaseReading{Value: "i1.abc:7", TTL: 5 * time.Second, SessionTTL: s15},
+			LeaseLife{Lease: lease, Live: true, Remaining: 5 * time.Second}},
+		{"cluster, dormant, a live session", Cluster, LeaseReading{Value: "i1.abc:7", TTL: none, SessionTTL: s15},
+			LeaseLife{Lease: lease, Live: true, Dormant: true, Remaining: s15}},
+		{"cluster, dormant, the session gone", Cluster, LeaseReading{Value: "i1.abc:7", TTL: none, SessionTTL: missing}, LeaseLife{Lease: lease}},
+		{"cluster, expired after its value was read", Cluster, LeaseReading{Value: "i1.abc:7", TTL: missing, SessionTTL: s15}, LeaseLife{Lease: lease}},
+	} {
+		if got := tt.k.LeaseLife(tt.r); got != tt.want {
+			t.Errorf("%s: LeaseLife(%+v) = %+v, want %+v", tt.name, tt.r, got, tt.want)
+		}
+	}
+}
