@@ -52,11 +52,17 @@ const bellCheckBatch = 512
 // resubscription confirms every channel again) is always read. Without a working subscription (a reply error such as NOPERM
 // on SSUBSCRIBE) idle workers fall back to reading every poll interval.
 //
-// On Redis Cluster a sharded channel is served by the master of its slot, so there is
-// one pub/sub connection per master (a shard), opened when a lane of that master is
-// first watched. A shard whose connection fails with a reply error (a slot that moved:
-// MOVED) is closed, its lanes are subscribed again through a fresh view of the slots,
-// and idle workers read on the poll interval until that is confirmed.
+// On Redis Cluster a sharded channel is served by the master of its slot, and keyspace
+// notifications are sent only by the master that holds the key, so there is one pub/sub
+// connection per master (a shard), bound to that master's address and opened when a lane
+// it holds is first watched; every subscription of a lane goes to the master of the lane
+// stream's slot (not of the channel's: a keyspace channel of a stream without a hash tag
+// hashes elsewhere). A shard whose connection fails (a reply error such as MOVED, a
+// master that went away) is closed, its lanes are subscribed again through a fresh view
+// of the slots, and every waiting worker reads once meanwhile. In keyspace mode a lane
+// keeps its bell subscribed beside its keyspace channel: Redis drops the sharded bell
+// when the slot moves to another master (it never drops a plain subscription), which
+// tells the doorbell to move the keyspace subscription to the new master too.
 type doorbell struct {
 	e    *Engine
 	wake string // this instance's wake stream
@@ -73,11 +79,16 @@ type doorbell struct {
 	// polling is set while subscriptions fail with a reply error: idle workers then
 	// re-read every poll interval instead of waiting for a ring.
 	polling atomic.Bool
+	// resetPause is the wait before the lanes of the next reset shard are subscribed again
+	// (see resetShard), in nanoseconds; reloading is set while a slot map reload after a
+	// moved slot is under way (see slotMoved).
+	resetPause atomic.Int64
+	reloading  atomic.Bool
 	// keyspace is set while every master sends keyspace notifications for streams: idle
 	// lanes are subscribed on their keyspace channel (any publisher's append rings it)
-	// instead of their bell (see sweep.go). ksLost (capacity 1) asks watchKeyspace to read
-	// the setting again after the connection failed. db is the database number of the
-	// keyspace channels.
+	// instead of their bell (beside it on Redis Cluster; see sweep.go). ksLost (capacity
+	// 1) asks watchKeyspace to read the setting again after the connection failed. db is
+	// the database number of the keyspace channels.
 	keyspace atomic.Bool
 	ksWarned atomic.Bool // the warning that they are off was logged
 	ksLost   chan struct{}
@@ -114,13 +125,29 @@ type bellLane struct {
 	// group), which is rare, so that a lane with one owner costs no further allocation.
 	first bellOwner
 	more  []bellOwner
-	// subscribed: an SSUBSCRIBE of the bell (or, with ks, a SUBSCRIBE of the keyspace
-	// channel) was sent (or is kept by the client for resubscription) and no
-	// unsubscription since.
-	subscribed bool
-	ks         bool
-	unsubs     int32         // SUNSUBSCRIBEs sent whose reply has not come
-	shard      *redis.PubSub // the connection the channel was subscribed on
+	// The lane's two subscriptions: its bell (SSUBSCRIBE) and its keyspace channel
+	// (SUBSCRIBE). Which ones a held lane needs depends on the mode (doorbell.wanted).
+	bell, ks laneSub
+	// moved is set when Redis dropped the bell by itself on Redis Cluster (the slot moved
+	// to another master): the keyspace subscription, left on the old master, moves too.
+	moved bool
+}
+
+// laneSub is the state of one subscription of a lane. Guarded by doorbell.mu.
+type laneSub struct {
+	// on: the subscription was sent (or is kept by the client for resubscription) and not
+	// ended since.
+	on     bool
+	unsubs int32         // unsubscriptions sent whose reply has not come
+	shard  *redis.PubSub // the connection it was sent on
+}
+
+// sub returns the lane's keyspace subscription (ks) or its bell's.
+func (b *bellLane) sub(ks bool) *laneSub {
+	if ks {
+		return &b.ks
+	}
+	return &b.bell
 }
 
 // bellOwner is an owner of a lane: a worker, and whether it waits for an entry after
@@ -290,7 +317,7 @@ func (d *doorbell) watch(w *worker, mark []uint64, lastIDs []keyspace.StreamID) 
 		o := b.owner(w)
 		if o == nil {
 			o = b.addOwner(w)
-			if !b.subscribed {
+			if !b.bell.on && !b.ks.on {
 				d.dirty[b] = struct{}{}
 				kick = true
 			}
@@ -379,45 +406,45 @@ func (d *doorbell) loop() {
 	d.lwg.Wait()
 }
 
-// shardFor returns the pub/sub connection for a channel: the only one on a single node,
-// the one of the channel's master on Redis Cluster (opened on first use, with its
-// listener). It returns nil when the cluster's slot map cannot be read now. subscribed
-// reports that opening the connection subscribed the channel already: a cluster shard is
-// opened with its first channel, so that its connection goes to that channel's master
-// (opened without one, its listener's first read would connect to any node).
-func (d *doorbell) shardFor(ctx context.Context, channel string, ks bool) (ps *redis.PubSub, subscribed bool) {
-	addr := ""
-	cc, cluster := d.e.rdb.(*redis.ClusterClient)
-	if cluster {
-		var err error
-		if addr, err = masterAddr(ctx, cc, channel); err != nil {
-			return nil, false
+// shardFor returns the pub/sub connection that serves a lane stream's channels: the only
+// one on a single node; on Redis Cluster the one bound to the master of the stream's slot
+// (opened on first use, with its listener), nil when the slot map cannot be read now.
+func (d *doorbell) shardFor(ctx context.Context, stream string) *redis.PubSub {
+	addr, open := "", func() *redis.PubSub { return d.e.rdb.SSubscribe(d.e.hardCtx) } // connects on first use
+	if cc, ok := d.e.rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, stream)
+		if err != nil {
+			return nil
 		}
+		addr, open = node.Options().Addr, func() *redis.PubSub { return node.SSubscribe(d.e.hardCtx) }
 	}
 	d.shardMu.Lock()
 	defer d.shardMu.Unlock()
 	if d.shards == nil {
 		d.shards = map[string]*redis.PubSub{}
 	}
-	ps = d.shards[addr]
+	ps := d.shards[addr]
 	if ps == nil {
-		switch {
-		case cluster && ks:
-			ps, subscribed = d.e.rdb.Subscribe(d.e.hardCtx, channel), true
-		case cluster:
-			ps, subscribed = d.e.rdb.SSubscribe(d.e.hardCtx, channel), true
-		default:
-			ps = d.e.rdb.SSubscribe(d.e.hardCtx) // no channel yet: connects on first use
-		}
+		ps = open()
 		d.shards[addr] = ps
 		d.lwg.Add(1)
 		go func() { defer d.lwg.Done(); d.listen(ps, addr) }()
 	}
-	return ps, subscribed
+	return ps
 }
 
-// resetShard closes a cluster shard whose subscriptions failed (a slot moved) and marks
-// its lanes to be subscribed again through a fresh slot map.
+// isShard reports whether ps is still the shard of addr (not closed by resetShard or at
+// the stop).
+func (d *doorbell) isShard(ps *redis.PubSub, addr string) bool {
+	d.shardMu.Lock()
+	defer d.shardMu.Unlock()
+	return d.shards[addr] == ps
+}
+
+// resetShard closes a cluster shard whose connection failed (a slot that moved, a master
+// that went away) and marks its lanes to be subscribed again through a fresh slot map,
+// after a pause that grows while resets follow each other (up to a second) and shrinks
+// back when a subscription is confirmed.
 func (d *doorbell) resetShard(ps *redis.PubSub, addr string) {
 	cc, ok := d.e.rdb.(*redis.ClusterClient)
 	if !ok {
@@ -432,14 +459,45 @@ func (d *doorbell) resetShard(ps *redis.PubSub, addr string) {
 	cc.ReloadState(d.e.hardCtx)
 	d.mu.Lock()
 	for _, b := range d.lanes {
-		if b.shard == ps {
-			b.subscribed, b.shard, b.unsubs = false, nil, 0
-			d.dirty[b] = struct{}{}
+		for _, s := range []*laneSub{&b.bell, &b.ks} {
+			if s.shard == ps {
+				s.on, s.shard, s.unsubs = false, nil, 0
+				d.dirty[b] = struct{}{}
+			}
 		}
 	}
 	d.mu.Unlock()
+	pause := time.Duration(d.resetPause.Load())
+	d.resetPause.Store(int64(min(max(2*pause, resetPauseMin), time.Second)))
+	d.kickAfter(max(pause, resetPauseMin))
+}
+
+// resetPauseMin is the shortest wait before the lanes of a reset shard are subscribed
+// again: go-redis reloads its slot map in the background meanwhile.
+const resetPauseMin = 200 * time.Millisecond
+
+// kickAfter asks for a sync once d has passed.
+func (d *doorbell) kickAfter(wait time.Duration) {
 	go func() {
-		if ctxwait.Sleep(d.e.hardCtx, 200*time.Millisecond) {
+		if ctxwait.Sleep(d.e.hardCtx, wait) {
+			d.kickSync()
+		}
+	}()
+}
+
+// slotMoved handles a bell that Redis Cluster dropped by itself: its slot moved to
+// another master. The slot map is read again, and the lane's subscriptions are sent
+// again shortly, where the slot is served now.
+func (d *doorbell) slotMoved() {
+	if d.reloading.Swap(true) {
+		return // a reload is under way: it syncs every lane dirty by then
+	}
+	if cc, ok := d.e.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(d.e.hardCtx)
+	}
+	go func() {
+		if ctxwait.Sleep(d.e.hardCtx, resetPauseMin) {
+			d.reloading.Store(false)
 			d.kickSync()
 		}
 	}()
@@ -524,8 +582,8 @@ func (d *doorbell) listen(ps *redis.PubSub, addr string) {
 			msg, err = ps.ReceiveTimeout(d.e.hardCtx, bellPing)
 		}
 		if err != nil {
-			if d.e.hardCtx.Err() != nil || errors.Is(err, redis.ErrClosed) {
-				return
+			if d.e.hardCtx.Err() != nil || !d.isShard(ps, addr) {
+				return // closed at the stop, or by resetShard
 			}
 			var ne interface{ Timeout() bool }
 			if !pinged && errors.As(err, &ne) && ne.Timeout() {
@@ -543,12 +601,15 @@ func (d *doorbell) listen(ps *redis.PubSub, addr string) {
 				// A refused SSUBSCRIBE (NOPERM, an unknown command, a slot that moved):
 				// poll until a subscription is confirmed.
 				d.polling.Store(true)
-				if d.e.keys.IsCluster() {
-					d.e.logs.warn("doorbell-pubsub", "doorbell subscription refused; subscribing again through a fresh slot map, waking every idle worker meanwhile", "node", addr, "err", translateRedisErr(err))
-					d.lost()
-					d.resetShard(ps, addr)
-					return
-				}
+			}
+			if d.e.keys.IsCluster() {
+				// The connection is bound to one master: a slot that moved (MOVED), a
+				// master that failed over or left, a client go-redis closed. Subscribe
+				// its lanes again where their slots are served now.
+				d.e.logs.warn("doorbell-pubsub", "doorbell connection failed; subscribing again through a fresh slot map, waking every idle worker meanwhile", "node", addr, "err", translateRedisErr(err))
+				d.lost()
+				d.resetShard(ps, addr)
+				return
 			}
 			d.e.logs.warn("doorbell-pubsub", "doorbell subscription failed; waking every idle worker", "err", translateRedisErr(err))
 			d.lost()
@@ -570,6 +631,7 @@ func (d *doorbell) listen(ps *redis.PubSub, addr string) {
 			switch m.Kind {
 			case "ssubscribe", "subscribe": // the plain kind: an embedded Redis's aliases (seqctl dev)
 				d.polling.Store(false)
+				d.resetPause.Store(0)
 				d.confirmed(m.Channel)
 			case "sunsubscribe", "unsubscribe":
 				d.unsubscribed(m.Channel)
@@ -663,21 +725,32 @@ func (d *doorbell) check() {
 	}
 }
 
-// unsubscribed handles an SUNSUBSCRIBE reply, or a channel Redis dropped by itself (a
-// Redis Cluster slot that moved): a lane still held is subscribed again.
+// unsubscribed handles an unsubscription reply, or a bell Redis dropped by itself (a
+// Redis Cluster slot that moved): a lane still held is subscribed again, and on Redis
+// Cluster its keyspace subscription moves with it to the slot's new master.
 func (d *doorbell) unsubscribed(channel string) {
+	_, ks := keyspace.KeyOfKeyspaceChannel(channel)
+	moved := false
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.bellLanes(channel, func(b *bellLane) {
-		if b.unsubs > 0 {
-			b.unsubs--
-		} else if b.subscribed {
-			b.subscribed, b.shard = false, nil
+		s := b.sub(ks)
+		if s.unsubs > 0 {
+			s.unsubs--
+		} else if s.on {
+			s.on, s.shard = false, nil
 			d.dirty[b] = struct{}{}
-			d.kickSync()
+			if !ks && d.e.keys.IsCluster() {
+				b.moved, moved = true, true
+			} else {
+				d.kickSync()
+			}
 		}
 		d.drop(b)
 	})
+	d.mu.Unlock()
+	if moved {
+		d.slotMoved()
+	}
 }
 
 // lost handles a failure of the connection (or of Redis): every lane's ring count moves
@@ -698,7 +771,7 @@ func (d *doorbell) wakeAll() {
 	for _, b := range d.lanes {
 		d.seq++
 		b.seq = d.seq
-		b.unsubs = 0
+		b.bell.unsubs, b.ks.unsubs = 0, 0
 		wake = b.takeWaiting(wake, func(keyspace.StreamID) bool { return true })
 		d.drop(b)
 	}
@@ -710,7 +783,7 @@ func (d *doorbell) wakeAll() {
 
 // drop forgets a lane nobody holds, once its channel is unsubscribed. Called with mu held.
 func (d *doorbell) drop(b *bellLane) {
-	if b.first.w == nil && !b.subscribed && b.unsubs == 0 {
+	if b.first.w == nil && !b.bell.on && !b.ks.on && b.bell.unsubs == 0 && b.ks.unsubs == 0 {
 		delete(d.lanes, b.stream)
 		delete(d.dirty, b)
 		delete(d.checks, b)
@@ -735,27 +808,38 @@ func (d *doorbell) manage() {
 func (d *doorbell) sync() {
 	changes := d.takeChanges(d.e.stopping(), d.keyspace.Load())
 	subs, unsubs := d.placeChanges(changes)
-	// Channels go in batches per connection; on Redis Cluster one command may name the
-	// channels of one slot only, so each goes on its own there.
-	batch := bellBatch
-	if d.e.keys.IsCluster() {
-		batch = 1
+	// Channels go in batches per connection; on Redis Cluster one SSUBSCRIBE may name the
+	// channels of one slot only, so each bell goes on its own there.
+	batch := func(ks bool) int {
+		if d.e.keys.IsCluster() && !ks {
+			return 1
+		}
+		return bellBatch
+	}
+	// Ends first: a keyspace subscription that moves may end and start again on one
+	// connection (a slot map not reloaded yet), and must end up subscribed.
+	for c, chs := range unsubs {
+		if c.ks {
+			d.sendSubscriptions(chs, batch(true), c.ps.Unsubscribe)
+		} else {
+			d.sendSubscriptions(chs, batch(false), c.ps.SUnsubscribe)
+		}
 	}
 	for c, chs := range subs {
 		if c.ks {
-			d.sendSubscriptions(chs, batch, c.ps.Subscribe)
+			d.sendSubscriptions(chs, batch(true), c.ps.Subscribe)
 		} else {
-			d.sendSubscriptions(chs, batch, c.ps.SSubscribe)
-		}
-	}
-	for c, chs := range unsubs {
-		if c.ks {
-			d.sendSubscriptions(chs, batch, c.ps.Unsubscribe)
-		} else {
-			d.sendSubscriptions(chs, batch, c.ps.SUnsubscribe)
+			d.sendSubscriptions(chs, batch(false), c.ps.SSubscribe)
 		}
 	}
 	d.check()
+}
+
+// wanted returns the subscriptions a held lane needs in a mode: its bell without
+// keyspace notifications; with them its keyspace channel, and on Redis Cluster its bell
+// too (see doorbell: the bell's drop tells that the slot moved).
+func (d *doorbell) wanted(ksMode bool) (bell, ks bool) {
+	return !ksMode || d.e.keys.IsCluster(), ksMode
 }
 
 // subChange is a subscription sync sends or ends.
@@ -773,10 +857,11 @@ type subConn struct {
 }
 
 // takeChanges takes the dirty lanes and returns the subscriptions to end (a lane given
-// up, or subscribed on the other mode's channel) and to send (a held lane), marking the
-// lanes as they will be.
-func (d *doorbell) takeChanges(stopping, ks bool) []subChange {
+// up, a channel the mode does not use, a keyspace subscription whose slot moved) and to
+// send (what a held lane needs), marking the lanes as they will be.
+func (d *doorbell) takeChanges(stopping, ksMode bool) []subChange {
 	var changes []subChange
+	wantBell, wantKS := d.wanted(ksMode)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	dirty := d.dirty
@@ -785,25 +870,29 @@ func (d *doorbell) takeChanges(stopping, ks bool) []subChange {
 	}
 	for b := range dirty {
 		held := b.first.w != nil
-		if b.subscribed && ((!held && !stopping) || (held && b.ks != ks)) {
-			// Given up, or subscribed on the other mode's channel.
-			b.subscribed = false
-			if b.shard != nil {
-				b.unsubs++
-				changes = append(changes, subChange{b: b, channel: d.channel(b.stream, b.ks), ks: b.ks, unsub: b.shard})
+		for _, ks := range [2]bool{false, true} {
+			s, want := b.sub(ks), held && (ks && wantKS || !ks && wantBell)
+			if s.on && ((!held && !stopping) || (held && !want) || (ks && b.moved)) {
+				s.on = false
+				if s.shard != nil {
+					s.unsubs++
+					changes = append(changes, subChange{b: b, channel: d.channel(b.stream, ks), ks: ks, unsub: s.shard})
+					s.shard = nil
+				}
+			}
+			if want && !s.on {
+				s.on = true
+				changes = append(changes, subChange{b: b, channel: d.channel(b.stream, ks), ks: ks})
 			}
 		}
-		if held && !b.subscribed {
-			b.subscribed, b.ks = true, ks
-			changes = append(changes, subChange{b: b, channel: d.channel(b.stream, ks), ks: ks})
-		}
+		b.moved = false
 	}
 	return changes
 }
 
 // placeChanges finds the connection of each change: the one it was subscribed on for an
-// end, the shard of its channel for a subscription (opened when needed). A lane whose
-// shard is unknown now (no slot map) is tried again shortly; idle workers poll meanwhile.
+// end, the shard of its lane for a subscription (opened when needed). A lane whose shard
+// is unknown now (no slot map) is tried again shortly; idle workers poll meanwhile.
 func (d *doorbell) placeChanges(changes []subChange) (subs, unsubs map[subConn][]string) {
 	subs, unsubs = map[subConn][]string{}, map[subConn][]string{}
 	ctx, cancel := context.WithTimeout(d.e.hardCtx, 5*time.Second)
@@ -813,23 +902,19 @@ func (d *doorbell) placeChanges(changes []subChange) (subs, unsubs map[subConn][
 			unsubs[subConn{c.unsub, c.ks}] = append(unsubs[subConn{c.unsub, c.ks}], c.channel)
 			continue
 		}
-		ps, subscribed := d.shardFor(ctx, c.channel, c.ks)
+		ps := d.shardFor(ctx, c.b.stream)
 		d.mu.Lock()
 		if ps == nil {
-			c.b.subscribed = false
+			c.b.sub(c.ks).on = false
 			d.dirty[c.b] = struct{}{}
 			if !d.polling.Swap(true) {
-				go func() {
-					if ctxwait.Sleep(d.e.hardCtx, 200*time.Millisecond) {
-						d.kickSync()
-					}
-				}()
+				d.kickAfter(resetPauseMin)
 			}
 		} else {
-			c.b.shard = ps
+			c.b.sub(c.ks).shard = ps
 		}
 		d.mu.Unlock()
-		if ps != nil && !subscribed {
+		if ps != nil {
 			subs[subConn{ps, c.ks}] = append(subs[subConn{ps, c.ks}], c.channel)
 		}
 	}
