@@ -24,7 +24,10 @@ type unit struct {
 	guards   []string // per-stream lease keys also held (a process manager's value), see acquire.lua
 }
 
-func (u unit) id() string { return u.sub.group + "\x00" + u.name }
+func (u unit) id() string { return unitID(u.sub.group, u.name) }
+
+// unitID is the key of a group's lease unit in Engine.workers.
+func unitID(group, name string) string { return group + "\x00" + name }
 
 func (e *Engine) unitFor(s *subscription, key string) unit {
 	u := unit{sub: s, key: key}

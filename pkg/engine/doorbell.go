@@ -552,8 +552,13 @@ func (d *doorbell) onWake(m redis.XMessage) {
 	if n.Op != keyspace.NoticeResume && n.Op != keyspace.NoticePause {
 		return
 	}
+	// A notice names a lane (an operator's resolve of the head on it) or the lease unit (a
+	// pause or resume): a process manager's unit is no lane.
 	d.e.mu.Lock()
 	w := d.e.byLane[laneKey(n.Group, n.Unit)]
+	if w == nil {
+		w = d.e.workers[unitID(n.Group, n.Unit)]
+	}
 	d.e.mu.Unlock()
 	if w == nil {
 		return

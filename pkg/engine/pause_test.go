@@ -283,3 +283,48 @@ func TestPausedLeaseGoesDormantOnCluster(t *testing.T) {
 		t.Fatalf("the lease has PTTL %v after the resume: not re-armed", pttl)
 	}
 }
+
+// A pause of a process manager's correlation value reaches the unit's owner: the event in
+// flight is the last one that starts, the events read ahead wait, and a resume drains the
+// value at once, in publish order. On one node and on a Redis Cluster, with read-ahead.
+func TestPauseStopsOneProcessManagerValue(t *testing.T) {
+	onBoth(t, func(t *testing.T, tg redisTarget) {
+		_, b := tg.broker(t)
+		ctx := context.Background()
+		log := newSeqLog("o-1/0")
+		d := pmDomainWith(t, true, func(ctx context.Context, ev Event) error {
+			var p struct {
+				Order string `json:"order_id"`
+				Seq   int    `json:"seq"`
+			}
+			_ = json.Unmarshal(ev.Data, &p)
+			data, _ := json.Marshal(testPayload{Client: p.Order, Seq: p.Seq})
+			ev.Key, ev.Data = p.Order, data
+			return log.handle(ctx, ev)
+		}, nil)
+		startEngineOn(t, tg, d, "i1", func(c *EngineConfig) { c.MaxUnacked = 16 })
+		const n = 20
+		for i := range n {
+			pmPublish(t, b, d, "OrderPlaced", "order_id", "o-1", i)
+		}
+		<-log.held // o-1/0 is in its handler, o-1/1.. read ahead
+		ref := HeadRef{Group: "Fulfillment", Category: "order", Key: "o-1", ProcessManager: true}
+		if _, _, err := b.Pause(ctx, ref, PauseRecord{Reason: "r", By: "test"}, 0); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the owner's notice arrives while o-1/0 runs
+		close(log.release)
+		time.Sleep(500 * time.Millisecond)
+		if got := log.of("o-1"); !slices.Equal(got, []int{0}) {
+			t.Fatalf("the paused value ran %v, want only its event in flight [0]", got)
+		}
+		if err := b.Resume(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitFor(t, 3*time.Second, "the value drained after the resume", func() bool { return len(log.of("o-1")) >= n })
+		if got := log.of("o-1"); !slices.Equal(got, seqs(0, n)) {
+			t.Fatalf("ran %v after the resume, want %v", got, seqs(0, n))
+		}
+	})
+}
+
