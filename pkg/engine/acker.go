@@ -88,6 +88,9 @@ func (a *acker) loop() {
 // flush sends every queued ack, one call per session owner (normally one). It reports
 // whether a call failed without an answer (the acks stay queued for a retry).
 func (a *acker) flush() (retry bool) {
+	if f := a.e.ackHook.Load(); f != nil {
+		(*f)()
+	}
 	a.mu.Lock()
 	batch := a.pending
 	a.pending = map[*worker][]ackItem{}

@@ -56,6 +56,8 @@ type Engine struct {
 	// parkHook, when set (tests), runs in a parking worker's goroutine once the worker is
 	// marked parked, as a goroutine delayed there would be.
 	parkHook atomic.Pointer[func(w *worker)]
+	// ackHook, when set (tests), runs in the acker before each flush is sent.
+	ackHook atomic.Pointer[func()]
 	dom      *Domain
 	log      *slog.Logger
 	tracer   trace.Tracer // nil without EngineConfig.TracerProvider

@@ -328,3 +328,83 @@ func TestPauseStopsOneProcessManagerValue(t *testing.T) {
 	})
 }
 
+// An entry that waits for a handler slot when its partition is paused does not start
+// once the slot is free: it goes back with the rest of the read-ahead, and runs after the
+// resume as a first attempt.
+func TestPauseStopsAnEntryWaitingForASlot(t *testing.T) {
+	srv, _, b := startNode(t)
+	ctx := context.Background()
+	log := newSeqLog("A/0")
+	d := testDomain(t, log.handle, nil)
+	startEngineWith(t, srv, d, "i1", func(c *EngineConfig) { c.MaxConcurrentHandlers = 1 })
+	publish(t, b, d, "A", 0, false)
+	<-log.held // A/0 holds the instance's only handler slot
+	publish(t, b, d, "B", 0, false)
+	publish(t, b, d, "B", 1, false)
+	time.Sleep(300 * time.Millisecond) // B's owner read B/0 and waits in line for the slot
+	ref := HeadRef{Group: "Projector", Category: "order", Key: "B"}
+	if _, _, err := b.Pause(ctx, ref, PauseRecord{Reason: "r"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the notice arrives while B/0 waits
+	close(log.release)
+	time.Sleep(500 * time.Millisecond)
+	if got := log.of("B"); len(got) > 0 {
+		t.Fatalf("the paused key ran %v: an entry waiting for a slot started after the pause", got)
+	}
+	if err := b.Resume(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 3*time.Second, "B drained after the resume", func() bool { return len(log.of("B")) == 2 })
+	if got := log.of("B"); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("B ran %v, want [0 1]", got)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.retried) > 0 {
+		t.Fatalf("runs counted as retries after the pause: %v", log.retried)
+	}
+}
+
+// An entry that waits for the acknowledgement of the one before it (max_unacked = 1) when
+// its partition is paused does not start once the acknowledgement is confirmed.
+func TestPauseStopsAnEntryWaitingForItsAcks(t *testing.T) {
+	srv, _, b := startNode(t)
+	ctx := context.Background()
+	log := newSeqLog("A/0")
+	d := testDomain(t, log.handle, nil)
+	e := startEngine(t, srv, d, "i1", 2*time.Second)
+	for i := range 3 {
+		publish(t, b, d, "A", i, false)
+	}
+	<-log.held // A/0 runs; A/1 and A/2 are read ahead
+	// Hold the instance's next acknowledgements until the pause notice is noted.
+	noted := make(chan struct{})
+	hold := func() { <-noted }
+	e.ackHook.Store(&hold)
+	close(log.release) // A/1 now waits for the acknowledgement of A/0
+	ref := HeadRef{Group: "Projector", Category: "order", Key: "A"}
+	if _, _, err := b.Pause(ctx, ref, PauseRecord{Reason: "r"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 3*time.Second, "the owner noted the pause", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		w := e.workers[unitID("Projector", "order:A")]
+		return w != nil && w.pauseNoted.Load()
+	})
+	e.ackHook.Store(nil)
+	close(noted)
+	time.Sleep(500 * time.Millisecond)
+	if got := log.of("A"); !slices.Equal(got, []int{0}) {
+		t.Fatalf("the paused key ran %v, want only its event in flight [0]", got)
+	}
+	if err := b.Resume(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 3*time.Second, "A drained after the resume", func() bool { return len(log.of("A")) == 3 })
+	if got := log.of("A"); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Fatalf("A ran %v, want [0 1 2]", got)
+	}
+}
+

@@ -193,8 +193,8 @@ func (s *slots) stats() (SlotStats, []HandlerSlotStats) {
 // waitSlot takes a handler slot for the worker's next call, waiting in line when the
 // handler or the instance is at its limit. It returns the function that gives the slot
 // back (call it exactly once, also when ok is false) and ok = false when the wait ended
-// because the lease was lost, the engine is stopping or fair share handed the partition
-// over: the caller then puts its entry back without starting it.
+// because the lease was lost, the engine is stopping, fair share handed the partition
+// over or an operator paused it: the caller then puts its entry back without starting it.
 func (w *worker) waitSlot() (release func(), ok bool) {
 	s := w.e.slots
 	t := s.enqueue(w.sub.group)
@@ -212,9 +212,10 @@ func (w *worker) waitSlot() (release func(), ok bool) {
 		case <-w.e.stopped:
 			return release, false
 		case <-w.wake:
-			// Fair share pokes the worker when it hands the partition over; a doorbell
-			// poke for new entries changes nothing here: keep the place in line.
-			if w.handoff.Load() {
+			// Fair share pokes the worker when it hands the partition over, and the
+			// doorbell when an operator paused it; a poke for new entries changes nothing
+			// here: keep the place in line.
+			if w.handoff.Load() || w.pauseNoted.Load() {
 				return release, false
 			}
 		}

@@ -486,6 +486,12 @@ func (w *worker) handle(ent entry) error {
 		w.pending = append([]entry{ent}, w.pending...)
 		return err
 	}
+	if w.pauseNoted.Load() {
+		// An operator paused the partition while the entry waited for acknowledgements:
+		// it goes back with the rest of the read-ahead (see run).
+		w.pending = append([]entry{ent}, w.pending...)
+		return nil
+	}
 	if w.dormant.Load() {
 		if err := w.rearm(); err != nil {
 			w.pending = append([]entry{ent}, w.pending...)
@@ -503,10 +509,11 @@ func (w *worker) handle(ent entry) error {
 			EntryID: ent.msg.ID, Generation: w.gen, Attempt: ent.deliveries,
 		}
 		// Back-pressure: wait in line for a handler slot (slots.go). The wait is not an
-		// attempt; when it ends without a slot, or the lease lapsed or the engine began
-		// stopping meanwhile, the entry goes back unstarted.
+		// attempt; when it ends without a slot, or the lease lapsed, the engine began
+		// stopping or an operator paused the partition meanwhile, the entry goes back
+		// unstarted.
 		release, ok := w.waitSlot()
-		if !ok || !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
+		if !ok || w.pauseNoted.Load() || !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
 			release()
 			w.pending = append([]entry{ent}, w.pending...)
 			return nil
