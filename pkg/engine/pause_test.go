@@ -408,3 +408,56 @@ func TestPauseStopsAnEntryWaitingForItsAcks(t *testing.T) {
 	}
 }
 
+// A partition that a handler and a process manager both read is kept while either is
+// paused: a pause of the process manager's correlation value keeps it from the handler's
+// reap, and a pause of the handler's partition keeps it from the process manager's reap.
+// On one node and on a Redis Cluster.
+func TestPausedPartitionIsNotReapedByAnotherKindOfUnit(t *testing.T) {
+	onBoth(t, func(t *testing.T, tg redisTarget) {
+		rdb, b := tg.broker(t)
+		ctx := context.Background()
+		log := newSeqLog("")
+		pmRuns := newSeqLog("")
+		d := testDomain(t, log.handle, func(d *Domain) {
+			d.AddProcessManager(ProcessManager{Name: "Fulfillment", SequentialBy: true, MaxRetries: 1, Func: pmRuns.handle,
+				Handles: []PMHandle{{Event: "OrderPlaced", Start: true, Correlate: Correlate{PMField: "client_id", EventField: "client_id"}}}})
+		})
+		startEngineOn(t, tg, d, "i1", func(c *EngineConfig) { c.Timing.ReapIdle = 500 * time.Millisecond })
+		keys := []string{"pm-paused", "handler-paused", "cold"}
+		for _, k := range keys {
+			publish(t, b, d, k, 0, false)
+		}
+		testkit.WaitFor(t, 5*time.Second, "handled by both", func() bool {
+			for _, k := range keys {
+				if len(log.of(k)) != 1 || len(pmRuns.of(k)) != 1 {
+					return false
+				}
+			}
+			return true
+		})
+		pauses := []HeadRef{
+			{Group: "Fulfillment", Category: "order", Key: "pm-paused", ProcessManager: true},
+			{Group: "Projector", Category: "order", Key: "handler-paused"},
+		}
+		for _, ref := range pauses {
+			if _, _, err := b.Pause(ctx, ref, PauseRecord{Reason: "r"}, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k := keyspace.For(rdb)
+		exists := func(key string) bool { return rdb.Exists(ctx, k.PartitionStream("order", key)).Val() == 1 }
+		testkit.WaitFor(t, 10*time.Second, "cold reaped", func() bool { return !exists("cold") })
+		time.Sleep(2 * time.Second) // several reap periods
+		for _, key := range keys[:2] {
+			if !exists(key) || !isIndexed(t, rdb, "order", key) {
+				t.Errorf("%s was reaped while paused", key)
+			}
+		}
+		for _, ref := range pauses {
+			if err := b.Resume(ctx, ref); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testkit.WaitFor(t, 10*time.Second, "reaped once resumed", func() bool { return !exists("pm-paused") && !exists("handler-paused") })
+	})
+}

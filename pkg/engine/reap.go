@@ -37,12 +37,14 @@ func (w *worker) reap() {
 		defer w.e.reapStep("done", w.u.name)
 	}
 	c := scripts.Reap{
-		Lease: w.leaseKey, Live: w.liveKey, Halt: w.haltKey, PausePrefix: k.PausePrefix(w.u.name), Lanes: w.lanes,
+		Lease: w.leaseKey, Live: w.liveKey, Halt: w.haltKey, Lanes: w.lanes,
 		Generation: k.GenerationKey(w.u.name, w.sub.group), Control: k.ControlStream(), Guards: w.u.guards,
 		Token: w.token, IdleMS: w.e.cfg.Timing.ReapIdle.Milliseconds(), Key: w.u.key, Categories: w.u.laneCats,
 		Cluster: k.IsCluster(),
 	}
+	c.PMPause[0], c.PMPause[1] = k.PMPauseForm(w.u.key)
 	for _, cat := range w.u.laneCats {
+		c.PausePrefixes = append(c.PausePrefixes, k.PausePrefix(k.PartitionStream(cat, w.u.key)))
 		if c.Cluster {
 			c.Indexes = append(c.Indexes, k.IndexedMarkKey(k.PartitionStream(cat, w.u.key)))
 		} else {

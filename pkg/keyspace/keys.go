@@ -185,8 +185,18 @@ func (k Keys) HaltKey(stream, group string) string { return k.tagged(stream) + "
 func (k Keys) PauseKey(unit, group string) string { return k.PausePrefix(unit) + group }
 
 // PausePrefix is PauseKey without the group: reap.lua checks every registered group's
-// pause with it.
+// pause of a partition with it.
 func (k Keys) PausePrefix(unit string) string { return k.tagged(unit) + ":__pause__:" }
+
+// PMPauseForm returns the two parts around a group's name in the pause key of a process
+// manager's correlation value: PauseKey(PMUnit(g, value), g) is head + g + middle + g for
+// every group g. reap.lua checks, with it, the pause of every registered group that may
+// be a process manager over the partition of key value (in the partition's slot).
+func (k Keys) PMPauseForm(value string) (head, middle string) {
+	const mark = "\x00"
+	parts := strings.Split(k.PauseKey(k.PMUnit(mark, value), mark), mark)
+	return parts[0], parts[1]
+}
 
 // GenerationKey is the fencing-generation counter of a unit's lease (string, INCR): one
 // per group on a single node, which keeps every partition's generation strictly

@@ -50,3 +50,16 @@ func TestKeysLayouts(t *testing.T) {
 		t.Errorf("names (-want +got):\n%s", diff)
 	}
 }
+
+// PMPauseForm builds, around any group name, the pause key of a process manager's
+// correlation value, in both layouts.
+func TestPMPauseForm(t *testing.T) {
+	for _, k := range []Keys{SingleNode, Cluster} {
+		head, middle := k.PMPauseForm("client-123")
+		for _, g := range []string{"Fulfillment", "G", "a:b"} {
+			if got, want := head+g+middle+g, k.PauseKey(k.PMUnit(g, "client-123"), g); got != want {
+				t.Errorf("cluster=%v: the form gives %q for %s, PauseKey %q", k.IsCluster(), got, g, want)
+			}
+		}
+	}
+}

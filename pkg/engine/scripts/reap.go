@@ -12,8 +12,12 @@ var reapScript = load("reap.lua", false)
 // Reap retires a cold partition or process-manager unit, fenced (reap.lua).
 type Reap struct {
 	Lease, Live, Halt string
-	PausePrefix       string // the unit's pause records without the group (keyspace.PausePrefix)
-	Lanes             []string
+	// PausePrefixes are, per lane, the pause records of its category's partition without
+	// the group (keyspace.PausePrefix); PMPause is keyspace.PMPauseForm of the key. The
+	// unit is kept while any registered group has either pause.
+	PausePrefixes []string
+	PMPause       [2]string
+	Lanes         []string
 	// Indexes are, per lane, its category's index on one node, or the partition's
 	// indexed mark on Redis Cluster.
 	Indexes []string
@@ -74,8 +78,11 @@ func (c Reap) Run(ctx context.Context, rdb redis.Scripter) (ReapReply, error) {
 	if c.Cluster {
 		mode = "cluster"
 	}
-	args := make([]any, 0, 6+n)
-	args = append(args, c.Token, c.IdleMS, n, c.Key, mode, c.PausePrefix)
+	args := make([]any, 0, 7+2*n)
+	args = append(args, c.Token, c.IdleMS, n, c.Key, mode, c.PMPause[0], c.PMPause[1])
+	for _, p := range c.PausePrefixes {
+		args = append(args, p)
+	}
 	for _, cat := range c.Categories {
 		args = append(args, cat)
 	}

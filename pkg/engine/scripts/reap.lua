@@ -9,7 +9,9 @@
 -- therefore keeps the partition, and so does one on the stream that the registry as read
 -- does not name (on Redis Cluster the caller reads the registry before this script: a
 -- group that registered and read since is on the stream). A halted partition is never
--- reaped, nor is one paused for any of its registered groups. On Redis Cluster the
+-- reaped, nor is one paused for any of its registered groups: a handler's pause of the
+-- lane's partition or a process manager's pause of the key as a correlation value,
+-- whichever kind of unit the caller owns. On Redis Cluster the
 -- unit's generation counter goes with it (generations stay above every one handed out
 -- before: they are floored at Redis time, see acquire.lua).
 -- On one node the reap is announced on the control stream (op=reaped, once per
@@ -34,10 +36,12 @@
 -- ARGV[3]  n, the number of lanes
 -- ARGV[4]  the partition key (index member)
 -- ARGV[5]  "cluster" on Redis Cluster, else ""
--- ARGV[6]       the unit's pause-record prefix (PauseKey without the group, in the
---               unit's slot): a unit paused for any registered group is not reaped
--- ARGV[7..6+n]  the category of each lane
--- ARGV[7+n..]   on Redis Cluster, for each lane: m, then the m groups of its category's
+-- ARGV[6], ARGV[7]  the pause key of a process manager g over the key is
+--               ARGV[6] .. g .. ARGV[7] .. g (keyspace.PMPauseForm, in the key's slot)
+-- ARGV[8..7+n]  for each lane, the pause-record prefix of its category's partition (the
+--               pause key of a handler g is the prefix .. g)
+-- ARGV[8+n..7+2n]  the category of each lane
+-- ARGV[8+2n..]  on Redis Cluster, for each lane: m, then the m groups of its category's
 --               registry as the caller read it
 -- Returns:
 --   {1}            reaped (the lease is gone: the caller stops owning the unit)
@@ -60,7 +64,7 @@ local cluster = ARGV[5] == 'cluster'
 -- registry returns the groups registered for lane i's category.
 local registries = {}
 if cluster then
-  registries = read_registries(7 + n, n)
+  registries = read_registries(8 + 2 * n, n)
 end
 local function registry(i)
   if cluster then return registries[i] end
@@ -92,7 +96,7 @@ for i = 1, n do
       if not groups[name] then
         return {-7, 'group ' .. name .. ' has never read ' .. lane}
       end
-      if redis.call('EXISTS', ARGV[6] .. name) == 1 then
+      if redis.call('EXISTS', ARGV[7 + i] .. name) == 1 or redis.call('EXISTS', ARGV[6] .. name .. ARGV[7] .. name) == 1 then
         return {-7, 'paused for group ' .. name}
       end
     end
@@ -113,7 +117,7 @@ for i = 1, n do
     redis.call('DEL', KEYS[3 + n + i])
   else
     redis.call('SREM', KEYS[3 + n + i], ARGV[4])
-    local c = ARGV[6 + i]
+    local c = ARGV[7 + n + i]
     if not announced[c] then
       announced[c] = true
       redis.call('XADD', KEYS[5 + 3 * n], 'MAXLEN', '~', '1000', '*', 'op', 'reaped', 'category', c, 'key', ARGV[4])
