@@ -226,13 +226,32 @@ func (i *Inbox) check(ctx context.Context, tx *sql.Tx, d engine.Delivery, id key
 	err := tx.QueryRowContext(ctx, i.q.read, d.Handler, d.Stream).Scan(&ms, &seq, &gen)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return 0, nil
+		return i.checkFloor(ctx, tx, d)
 	case err != nil:
 		return 0, fmt.Errorf("inbox: read the row of %s on %s: %w", d.Handler, d.Stream, err)
 	case gen > d.Generation:
 		return 0, fmt.Errorf("%w (the row holds generation %d, this delivery %d)", ErrStale, gen, d.Generation)
 	case !(keyspace.StreamID{MS: uint64(ms), Seq: uint64(seq)}).Less(id):
 		return Duplicate, nil
+	}
+	return 0, nil
+}
+
+// checkFloor checks a delivery to a stream without a row against the handler's floor:
+// the rows Prune removed held generations up to it, so a lower generation may be an owner
+// that a newer one superseded before the partition was reaped (ErrStale). An owner whose
+// lease is older than a prune and whose stream has no row yet is refused too, once: it
+// takes its lease again under a new generation, above the floor.
+func (i *Inbox) checkFloor(ctx context.Context, tx *sql.Tx, d engine.Delivery) (Outcome, error) {
+	var floor int64
+	err := tx.QueryRowContext(ctx, i.q.floor, d.Handler).Scan(&floor)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("inbox: read the floor of %s: %w", d.Handler, err)
+	case floor > d.Generation:
+		return 0, fmt.Errorf("%w (%s has no row, and rows pruned before held generations up to %d, this delivery %d)", ErrStale, d.Stream, floor, d.Generation)
 	}
 	return 0, nil
 }

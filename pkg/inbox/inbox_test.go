@@ -291,3 +291,89 @@ func TestPruneRemovesRowsOfGoneStreams(t *testing.T) {
 		}
 	})
 }
+
+// goneCheck reports the streams of gone as gone (reaped), the others as live.
+func goneCheck(gone ...string) func(context.Context, []string) ([]bool, error) {
+	return func(_ context.Context, ss []string) ([]bool, error) {
+		out := make([]bool, len(ss))
+		for k, s := range ss {
+			for _, g := range gone {
+				out[k] = out[k] || s == g
+			}
+		}
+		return out, nil
+	}
+}
+
+// A prune keeps the fence: an owner whose lease was superseded before the partition was
+// reaped and its row pruned is refused when it applies afterwards, on the same stream or
+// on another one it has no row for; a newer owner's entries apply.
+func TestPruneKeepsTheFenceOfAnOlderOwner(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, ib *Inbox) {
+		for _, d := range []engine.Delivery{delivery("5-0", 2), delivery("6-0", 2)} {
+			if got, err := apply(t, ib, d); err != nil || got != Applied {
+				t.Fatalf("the newer owner's %s: %v, %v", d.EntryID, got, err)
+			}
+		}
+		rep, err := ib.Prune(context.Background(), goneCheck("order:c-1"), false)
+		if err != nil || rep.Removed != 1 {
+			t.Fatalf("prune: %+v, %v; want the row removed", rep, err)
+		}
+		if _, err := apply(t, ib, delivery("5-0", 1)); !errors.Is(err, ErrStale) {
+			t.Fatalf("the older owner's late delivery of 5-0 after the prune: %v, want ErrStale", err)
+		}
+		if got := effects(t, ib); fmt.Sprint(got) != "[5-0@2 6-0@2]" {
+			t.Errorf("effects %v, want only the newer owner's, in order", got)
+		}
+		// On a stream with no row, an owner below the floor is refused (its lease is
+		// older than the prune: it takes it again under a new generation).
+		other := delivery("1-0", 1)
+		other.Stream = "order:c-2"
+		if _, err := apply(t, ib, other); !errors.Is(err, ErrStale) {
+			t.Fatalf("a delivery below the floor to a stream without a row: %v, want ErrStale", err)
+		}
+		// The partition created again, under a newer owner.
+		if got, err := apply(t, ib, delivery("9-0", 3)); err != nil || got != Applied {
+			t.Fatalf("an entry of the recreated stream: %v, %v", got, err)
+		}
+	})
+}
+
+// The case of an owner that ran its statements and stalled before its claim, while a
+// newer owner applied that entry and the next, the partition was reaped and its row
+// pruned: its claim is refused and its statements roll back. (PostgreSQL: on SQLite the
+// stalled transaction holds every other writer off.)
+func TestPruneKeepsTheFenceOfAnOwnerStalledBeforeItsClaim(t *testing.T) {
+	sqltest.RequirePostgres(t)
+	ib := newTestInbox(t, sqltest.PostgresDSN(t))
+	old := delivery("5-0", 1)
+	inside, resume := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := ib.Apply(context.Background(), old, func(ctx context.Context, tx *sql.Tx) error {
+			if err := record(old)(ctx, tx); err != nil {
+				return err
+			}
+			close(inside)
+			<-resume // stalled past its lease
+			return nil
+		})
+		done <- err
+	}()
+	<-inside
+	for _, d := range []engine.Delivery{delivery("5-0", 2), delivery("6-0", 2)} {
+		if got, err := apply(t, ib, d); err != nil || got != Applied {
+			t.Fatalf("the newer owner's %s: %v, %v", d.EntryID, got, err)
+		}
+	}
+	if rep, err := ib.Prune(context.Background(), goneCheck("order:c-1"), false); err != nil || rep.Removed != 1 {
+		t.Fatalf("prune: %+v, %v; want the row removed", rep, err)
+	}
+	close(resume)
+	if err := <-done; !errors.Is(err, ErrStale) {
+		t.Fatalf("the stalled owner's claim after the prune: %v, want ErrStale", err)
+	}
+	if got := effects(t, ib); fmt.Sprint(got) != "[5-0@2 6-0@2]" {
+		t.Errorf("effects %v, want only the newer owner's, in order", got)
+	}
+}

@@ -2,6 +2,8 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 )
 
@@ -31,6 +33,13 @@ const pruneBatch = 500
 // gone, and a stream created again under the same name gets entry ids above every old
 // one, so its row can go. Each row is removed only if it still records what Prune read
 // (a row written meanwhile stays). With dryRun nothing is removed.
+//
+// The generation a removed row held still fences the owners it refused: the handler's
+// floor row keeps the highest one, raised in the same transaction as the removal, and a
+// delivery to a stream without a row is applied only from that generation on. So an
+// owner that a newer one superseded before the reap, and that applies late (it stalled
+// before its claim), is refused after the prune as before it. On PostgreSQL each batch
+// holds the table's claims off while it runs (at most 10 s waiting for them).
 func (i *Inbox) Prune(ctx context.Context, gone func(ctx context.Context, streams []string) ([]bool, error), dryRun bool) (PruneReport, error) {
 	rep := PruneReport{Table: i.table, DryRun: dryRun}
 	after := Row{}
@@ -51,24 +60,61 @@ func (i *Inbox) Prune(ctx context.Context, gone func(ctx context.Context, stream
 		if err != nil {
 			return rep, err
 		}
+		var remove []Row
 		for k, r := range rows {
-			if k >= len(isGone) || !isGone[k] {
-				continue
+			if k < len(isGone) && isGone[k] {
+				remove = append(remove, r)
 			}
-			if dryRun {
-				rep.Removed++
-				continue
-			}
-			res, err := i.db.ExecContext(ctx, i.q.prune, r.Handler, r.Stream, r.ms, r.seq)
+		}
+		if dryRun {
+			rep.Removed += len(remove)
+		} else if len(remove) > 0 {
+			n, err := i.remove(ctx, remove)
 			if err != nil {
-				return rep, fmt.Errorf("inbox: prune %s: %w", i.table, err)
+				return rep, err
 			}
-			if n, _ := res.RowsAffected(); n > 0 {
-				rep.Removed++
-			}
+			rep.Removed += n
 		}
 		after = rows[len(rows)-1]
 	}
+}
+
+// remove removes rows (each only if it still records what was read) and raises their
+// handlers' floors to the generations they held, in one transaction.
+func (i *Inbox) remove(ctx context.Context, rows []Row) (int, error) {
+	tx, err := i.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: prune %s: %w", i.table, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, q := range i.q.lock {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return 0, fmt.Errorf("inbox: prune %s: the table stayed busy with claims: %w", i.table, err)
+		}
+	}
+	floors := map[string]int64{}
+	removed := 0
+	for _, r := range rows {
+		var gen int64
+		err := tx.QueryRowContext(ctx, i.q.prune, r.Handler, r.Stream, r.ms, r.seq).Scan(&gen)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // written meanwhile
+		}
+		if err != nil {
+			return 0, fmt.Errorf("inbox: prune %s: %w", i.table, err)
+		}
+		removed++
+		floors[r.Handler] = max(floors[r.Handler], gen)
+	}
+	for h, gen := range floors {
+		if _, err := tx.ExecContext(ctx, i.q.lift, h, gen); err != nil {
+			return 0, fmt.Errorf("inbox: prune %s: raise the floor of %s: %w", i.table, h, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("inbox: prune %s: %w", i.table, err)
+	}
+	return removed, nil
 }
 
 // rowsAfter reads up to n rows after the given one, in (handler, stream) order.

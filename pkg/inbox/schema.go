@@ -7,14 +7,21 @@ import (
 	"github.com/seqctl/seqctl/pkg/engine/outbox"
 )
 
+// floorStream is the stream column of a handler's floor row: the highest generation of
+// the rows Prune removed. No lane stream has an empty name.
+const floorStream = ""
+
 // queries are the statements of one inbox table.
 type queries struct {
 	create string
 	claim  string // $1 handler, $2 stream, $3 entry ms, $4 entry seq, $5 generation
 	read   string // $1 handler, $2 stream
+	floor  string // $1 handler
 	raise  string // $1 handler, $2 stream, $3 generation
-	prune  string // $1 handler, $2 stream, $3 entry ms, $4 entry seq
+	prune  string // $1 handler, $2 stream, $3 entry ms, $4 entry seq; returns the generation
+	lift   string // $1 handler, $2 generation: raise the floor row to it
 	page   string // $1 handler, $2 stream (the last row read), $3 how many
+	lock   []string // PostgreSQL: keep claims out while a prune removes rows; none on SQLite
 }
 
 // nowMs is the database clock in Unix milliseconds.
@@ -31,7 +38,8 @@ func newQueries(d outbox.Dialect, t string) queries {
 		bigint = "bigint"
 	}
 	// One row per handler and lane stream: the last entry applied and the generation of
-	// the owner that applied it.
+	// the owner that applied it; and per handler, once a prune removed rows, its floor
+	// row (stream floorStream): the highest generation of the rows removed.
 	create := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
 	handler text NOT NULL,
 	stream text NOT NULL,
@@ -41,28 +49,43 @@ func newQueries(d outbox.Dialect, t string) queries {
 	applied_ms %[2]s NOT NULL,
 	CONSTRAINT %[1]s_pkey PRIMARY KEY (handler, stream)
 )`, t, bigint)
-	// The claim inserts the row, or updates it only when this delivery is from the same or
-	// a newer owner and its entry comes after the applied one. Either way the row is
-	// locked until the transaction ends (PostgreSQL locks a conflicting row even when the
-	// WHERE of DO UPDATE is false, and re-reads it when another transaction held it;
-	// SQLite's transaction holds the write lock from BEGIN). One changed row: commit.
-	// None: refused (see Inbox.Apply).
+	// The claim inserts the row when the delivery's generation is not below the handler's
+	// floor (a row Prune removed may have held a newer owner's generation), or updates it
+	// only when this delivery is from the same or a newer owner and its entry comes after
+	// the applied one. Either way the row is locked until the transaction ends
+	// (PostgreSQL locks a conflicting row even when the WHERE of DO UPDATE is false, and
+	// re-reads it when another transaction held it; SQLite's transaction holds the write
+	// lock from BEGIN). One changed row: commit. None: refused (see Inbox.Apply).
 	claim := fmt.Sprintf(`INSERT INTO %[1]s AS i (handler, stream, entry_ms, entry_seq, generation, applied_ms)
-VALUES ($1, $2, $3, $4, $5, %[2]s)
+SELECT CAST($1 AS text), CAST($2 AS text), CAST($3 AS %[3]s), CAST($4 AS %[3]s), CAST($5 AS %[3]s), %[2]s
+WHERE CAST($5 AS %[3]s) >= COALESCE((SELECT f.generation FROM %[1]s f WHERE f.handler = CAST($1 AS text) AND f.stream = ''), 0)
 ON CONFLICT (handler, stream) DO UPDATE SET
 	entry_ms = excluded.entry_ms, entry_seq = excluded.entry_seq,
 	generation = excluded.generation, applied_ms = excluded.applied_ms
 WHERE i.generation <= excluded.generation
-	AND (i.entry_ms < excluded.entry_ms OR (i.entry_ms = excluded.entry_ms AND i.entry_seq < excluded.entry_seq))`, t, nowMs(d))
-	return queries{
+	AND (i.entry_ms < excluded.entry_ms OR (i.entry_ms = excluded.entry_ms AND i.entry_seq < excluded.entry_seq))`, t, nowMs(d), bigint)
+	q := queries{
 		create: create,
 		claim:  claim,
 		read:   fmt.Sprintf("SELECT entry_ms, entry_seq, generation FROM %s WHERE handler = $1 AND stream = $2", t),
+		floor:  fmt.Sprintf("SELECT generation FROM %s WHERE handler = $1 AND stream = ''", t),
 		raise:  fmt.Sprintf("UPDATE %s SET generation = $3 WHERE handler = $1 AND stream = $2 AND generation < $3", t),
 		page: fmt.Sprintf("SELECT handler, stream, entry_ms, entry_seq, generation FROM %s "+
-			"WHERE handler > $1 OR (handler = $1 AND stream > $2) ORDER BY handler, stream LIMIT $3", t),
-		prune: fmt.Sprintf("DELETE FROM %s WHERE handler = $1 AND stream = $2 AND entry_ms = $3 AND entry_seq = $4", t),
+			"WHERE (handler > $1 OR (handler = $1 AND stream > $2)) AND stream <> '' ORDER BY handler, stream LIMIT $3", t),
+		prune: fmt.Sprintf("DELETE FROM %s WHERE handler = $1 AND stream = $2 AND entry_ms = $3 AND entry_seq = $4 RETURNING generation", t),
+		lift: fmt.Sprintf(`INSERT INTO %[1]s AS i (handler, stream, entry_ms, entry_seq, generation, applied_ms)
+VALUES ($1, '', 0, 0, $2, %[2]s)
+ON CONFLICT (handler, stream) DO UPDATE SET generation = excluded.generation, applied_ms = excluded.applied_ms
+WHERE i.generation < excluded.generation`, t, nowMs(d)),
 	}
+	if d == outbox.Postgres {
+		// SHARE ROW EXCLUSIVE waits for the claims under way and keeps new ones out until
+		// the prune's transaction ends: a claim then sees the floor it raised. Bounded, so
+		// that an owner stalled with its claim made and not committed cannot hold a
+		// prune forever.
+		q.lock = []string{"SET LOCAL lock_timeout = '10s'", fmt.Sprintf("LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE", t)}
+	}
+	return q
 }
 
 // Migrate creates the inbox table when it is missing. It is idempotent.

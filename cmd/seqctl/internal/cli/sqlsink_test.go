@@ -78,16 +78,24 @@ func TestRunSQLSink(t *testing.T) {
 	if pr.Code != 0 || !strings.Contains(pr.Stdout, `"removed": 1`) {
 		t.Fatalf("prune: exit %d\n%s%s", pr.Code, pr.Stdout, pr.Stderr)
 	}
+	// Left: c-1's row, and the handler's floor row (an empty stream) that keeps the
+	// generation of the row removed.
 	var left []string
-	rows, _ := db.Query("SELECT stream FROM seqctl_inbox ORDER BY stream")
+	var floor int64
+	rows, _ := db.Query("SELECT stream, generation FROM seqctl_inbox ORDER BY stream")
 	for rows.Next() {
 		var s string
-		_ = rows.Scan(&s)
+		var g int64
+		_ = rows.Scan(&s, &g)
+		if s == "" {
+			floor = g
+			continue
+		}
 		left = append(left, s)
 	}
 	rows.Close()
-	if strings.Join(left, ",") != "order:c-1" {
-		t.Errorf("inbox rows left %v, want only order:c-1's", left)
+	if strings.Join(left, ",") != "order:c-1" || floor <= 0 {
+		t.Errorf("inbox rows left %v with floor %d, want only order:c-1's and a floor", left, floor)
 	}
 }
 
