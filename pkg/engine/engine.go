@@ -58,10 +58,10 @@ type Engine struct {
 	parkHook atomic.Pointer[func(w *worker)]
 	// ackHook, when set (tests), runs in the acker before each flush is sent.
 	ackHook atomic.Pointer[func()]
-	dom      *Domain
-	log      *slog.Logger
-	tracer   trace.Tracer // nil without EngineConfig.TracerProvider
-	subs     []*subscription
+	dom     *Domain
+	log     *slog.Logger
+	tracer  trace.Tracer // nil without EngineConfig.TracerProvider
+	subs    []*subscription
 
 	regID  string // this process's field in the instance registry: "{instance id}#{random}"
 	sess   *session
