@@ -14,13 +14,13 @@ const floorStream = ""
 // queries are the statements of one inbox table.
 type queries struct {
 	create string
-	claim  string // $1 handler, $2 stream, $3 entry ms, $4 entry seq, $5 generation
-	read   string // $1 handler, $2 stream
-	floor  string // $1 handler
-	raise  string // $1 handler, $2 stream, $3 generation
-	prune  string // $1 handler, $2 stream, $3 entry ms, $4 entry seq; returns the generation
-	lift   string // $1 handler, $2 generation: raise the floor row to it
-	page   string // $1 handler, $2 stream (the last row read), $3 how many
+	claim  string   // $1 handler, $2 stream, $3 entry ms, $4 entry seq, $5 generation
+	read   string   // $1 handler, $2 stream
+	floor  string   // $1 handler
+	raise  string   // $1 handler, $2 stream, $3 generation
+	prune  string   // $1 handler, $2 stream, $3 entry ms, $4 entry seq; returns the generation
+	lift   string   // $1 handler, $2 generation: raise the floor row to it
+	page   string   // $1 handler, $2 stream (the last row read), $3 how many
 	lock   []string // PostgreSQL: keep claims out while a prune removes rows; none on SQLite
 }
 
