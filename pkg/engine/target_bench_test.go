@@ -105,14 +105,15 @@ func envInt(name string, def int) int {
 // chunk in one MGET. A cluster refuses an MGET across slots, and the partitions' leases
 // are all in slots of their own, so there a chunk is one MGET per slot, in a pipeline that
 // the cluster client splits by master: as many commands as partitions, which is why the
-// watch polls a cluster less often (see watchLeases). The harness's MGETs are left out of
-// the call counts on both.
+// watch polls a cluster less often (see watchLeases). The harness's MGETs are counted
+// (harnessMGets) and left out of the call counts on both.
 func leaseGetter(t *benchTarget, names []string) func(ctx context.Context) ([]any, error) {
 	const watchChunk = 500
 	if !t.cluster() {
 		return func(ctx context.Context) ([]any, error) {
 			out := make([]any, 0, len(names))
 			for i := 0; i < len(names); i += watchChunk {
+				harnessMGets.Add(1)
 				vals, err := t.admin.MGet(ctx, names[i:min(i+watchChunk, len(names))]...).Result()
 				if err != nil {
 					return nil, err
@@ -143,6 +144,7 @@ func leaseGetter(t *benchTarget, names []string) func(ctx context.Context) ([]an
 				for x, i := range idx {
 					ks[x] = names[i]
 				}
+				harnessMGets.Add(1)
 				cmds[j] = pipe.MGet(ctx, ks...)
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
