@@ -15,6 +15,8 @@ type drainResult struct {
 	code    scripts.DrainCode
 	lastIDs []keyspace.StreamID // drainEmpty: the last entry id of each lane ("0-0" for none)
 	entries []entry
+	// all: the entries are everything the unit held to read (see drain.lua).
+	all bool
 	// pauseTTL is, for DrainPaused, how long the pause lasts; -1 until resumed.
 	pauseTTL time.Duration
 }
@@ -31,6 +33,11 @@ type drainResult struct {
 // (fenced, halted, an older entry pending), the script gives the read's entries their
 // delivery count back; they stay pending and later calls claim them in order.
 func (w *worker) drain(expect *entry) (drainResult, error) {
+	// What the acker confirmed since (settle) is not acknowledged again; a fence it met is
+	// this worker's.
+	if w.applyAcks() {
+		return drainResult{}, ErrFenced
+	}
 	// A dormant lease without guards gets its expiry back in the read itself; one with
 	// guards is re-armed by rearm before an event starts.
 	rearm := w.dormant.Load() && len(w.u.guards) == 0
@@ -45,6 +52,7 @@ func (w *worker) drain(expect *entry) (drainResult, error) {
 	if rearm {
 		c.RearmPX = w.e.cfg.Timing.LeaseTTL.Milliseconds()
 	}
+	w.readMark = nil // this read decides anew whether the unit may settle
 	native := w.busyAfter != "" && expect == nil && !rearm && !w.e.noTx.Load()
 	if native {
 		c.NativeAfter = w.busyAfter
@@ -108,6 +116,7 @@ func (w *worker) drained(res scripts.DrainReply, read *redis.XStreamSliceCmd) (d
 		}
 	case scripts.DrainEntries:
 		msgs := res.Entries
+		r.all = res.All && len(msgs) > 0
 		r.entries = make([]entry, 0, len(msgs))
 		for i, m := range msgs {
 			d := 1

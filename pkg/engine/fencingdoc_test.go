@@ -35,8 +35,13 @@ func TestConceptsNameTheScriptsThatCheckTheSession(t *testing.T) {
 		"releasing":             {"release.lua"},
 		"giving entries back":   {"giveback.lua"},
 	}
-	session := regexp.MustCompile(`redis\.call\('EXISTS', KEYS\[\d\]\) == 0`)
-	lease := regexp.MustCompile(`redis\.call\('GET', KEYS\[1\]\) ~= ARGV\[1\]`)
+	// Either form: a GET of the lease and an EXISTS of the session, or both in one MGET
+	// (fence[1] the lease, fence[2] the session; ackmany.lua reads the session first).
+	session := regexp.MustCompile(`redis\.call\('EXISTS', KEYS\[\d\]\) == 0|` +
+		`fence = redis\.call\('MGET', KEYS\[1\], KEYS\[2\]\)[\s\S]*not fence\[2\]|` +
+		`names = \{KEYS\[1\]\}[\s\S]*redis\.call\('MGET'[\s\S]*if not held\[1\] then`)
+	lease := regexp.MustCompile(`redis\.call\('GET', KEYS\[1\]\) ~= ARGV\[1\]|` +
+		`fence = redis\.call\('MGET', KEYS\[1\], KEYS\[2\]\)\s*\nif fence\[1\] ~= ARGV\[1\]`)
 	for _, action := range regexp.MustCompile(`,\s*(?:and\s+)?|\s+and\s+`).Split(strings.TrimSpace(list), -1) {
 		files, ok := checking[action]
 		if !ok {

@@ -33,6 +33,12 @@ func (w *worker) untilReap(lastIDs []keyspace.StreamID) time.Duration {
 // reap tries to retire the idle unit (reap.lua); on success the worker exits.
 func (w *worker) reap() {
 	k := w.e.keys
+	if w.applyAcks(); len(w.unacked) > 0 {
+		// Acknowledgements the acker has not confirmed yet (it retries them while Redis
+		// does not answer): a unit with pending entries is not reapable.
+		w.reapAt = time.Now().Add(w.e.cfg.Timing.PollInterval * 4)
+		return
+	}
 	if k.IsCluster() {
 		defer w.e.reapStep("done", w.u.name)
 	}

@@ -97,7 +97,13 @@ type worker struct {
 	// next drain gives them their delivery count back.
 	busyAfter string
 	owed      string
-	takeover  bool      // the lease is new to this worker: its first drain corrects a previous owner's read-ahead
+	takeover  bool // the lease is new to this worker: its first drain corrects a previous owner's read-ahead
+	// readMark is set while w.pending holds everything the unit had to read when it was
+	// read (drain.lua's "all"): the lanes' ring counts before that read. Once those
+	// entries are handled the worker goes idle without reading again (settle), unless a
+	// lane rang since; readLast is the last entry id of that read (of the first lane).
+	readMark  []uint64
+	readLast  keyspace.StreamID
 	unacked   []ackItem // handled, acknowledgement not confirmed by Redis yet (the next drain acks them too)
 	sent      int32     // unacked[:sent] were given to the acker; the rest wait for the next drain
 	sinceTrim int32     // events handled since the last trim
@@ -171,7 +177,10 @@ var errParked = errors.New("engine: worker parked")
 // Called by the worker goroutine, which must return at once without touching the worker
 // again.
 func (w *worker) park(d time.Duration, reapDue bool) error {
-	w.pending, w.unacked = nil, nil // both empty: the last read found nothing, and acked all
+	w.pending = nil // empty: the last read found nothing, or everything read was handled
+	if len(w.unacked) == 0 {
+		w.unacked = nil // acknowledged all; else they are with the acker (settle)
+	}
 	w.ackMu.Lock()
 	w.ackNote = nil
 	w.ackMu.Unlock()
@@ -215,6 +224,13 @@ func (w *worker) resume(timedOut bool) {
 		return
 	}
 	w.parked.Store(false)
+	// The goroutine started now reads after every poke made until here: a wake-up a poke
+	// left in w.wake is served by it, and would only make its next park read once more
+	// for nothing.
+	select {
+	case <-w.wake:
+	default:
+	}
 	if w.parkTimer != nil {
 		w.parkTimer.Stop()
 		w.parkTimer = nil
@@ -255,6 +271,8 @@ func (w *worker) run() {
 				w.pending = nil // let the read's entries go once handled
 			}
 			err = w.handle(ent)
+		case w.readMark != nil:
+			err = w.settle() // the last read took everything: idle, unless a lane rang
 		default:
 			err = w.fetch()
 		}
@@ -339,6 +357,7 @@ func (w *worker) giveBack() {
 // giveBackCall takes the entries read and never started out of w.pending, into the call
 // that gives them their delivery count back.
 func (w *worker) giveBackCall() scripts.GiveBack {
+	w.readMark = nil // what is given back must be read again
 	c := scripts.GiveBack{Lanes: w.lanes, Group: w.sub.group, Consumer: w.consumer}
 	for _, ent := range w.pending {
 		c.Entries = append(c.Entries, scripts.Unstarted{Lane: ent.lane, ID: ent.msg.ID, Deliveries: ent.deliveries})
@@ -424,29 +443,56 @@ func (w *worker) fetch() error {
 		}
 		return w.park(pauseWait(r.pauseTTL), false)
 	case scripts.DrainEmpty:
-		if !w.trimmed {
-			w.trim() // after a takeover: drop the previous owners' consumers
-		}
-		w.idle.Store(true)
-		if w.toSleep.Swap(false) {
-			w.goDormant()
-		}
-		if !w.e.bell.watch(w, mark, r.lastIDs) {
-			return nil // a lane rang since the read: read again
-		}
-		d, reapDue := w.untilReap(r.lastIDs), true
-		if p := w.e.bell.fallback(); p > 0 && (d <= 0 || p < d) {
-			d, reapDue = p, false // the doorbell cannot ring: read again after p
-		}
-		return w.park(d, reapDue)
+		return w.goIdle(mark, r.lastIDs)
 	case scripts.DrainEntries:
 		w.idle.Store(false)
 		w.halted.Store(false)
 		w.toSleep.Store(false)
 		w.reapAt = time.Time{}
 		w.pending = r.entries
+		if r.all {
+			w.readMark, w.readLast = mark, keyspace.ParseStreamID(r.entries[len(r.entries)-1].msg.ID)
+		}
 	}
 	return nil
+}
+
+// goIdle parks the worker of a partition that holds nothing to read: lastIDs are its
+// lanes' last entry ids, and mark their ring counts before the read that found it so; a
+// lane that rang since makes it read again instead.
+func (w *worker) goIdle(mark []uint64, lastIDs []keyspace.StreamID) error {
+	if !w.trimmed {
+		w.trim() // after a takeover: drop the previous owners' consumers
+	}
+	w.idle.Store(true)
+	if w.toSleep.Swap(false) {
+		w.goDormant()
+	}
+	if !w.e.bell.watch(w, mark, lastIDs) {
+		return nil // a lane rang since the read: read again
+	}
+	d, reapDue := w.untilReap(lastIDs), true
+	if p := w.e.bell.fallback(); p > 0 && (d <= 0 || p < d) {
+		d, reapDue = p, false // the doorbell cannot ring: read again after p
+	}
+	return w.park(d, reapDue)
+}
+
+// settle goes idle after handling the entries of a read that took everything the unit
+// held (drain.lua's "all"), without the read that would find nothing: the handled
+// entries' acknowledgements go to the acker, which confirms them in the background (no
+// event starts before they are confirmed: the next read acknowledges them first), and
+// the worker parks unless a lane rang since that read.
+func (w *worker) settle() error {
+	mark := w.readMark
+	w.readMark = nil
+	if int(w.sent) < len(w.unacked) {
+		w.e.acker.submit(w, w.unacked[w.sent:]...)
+		w.sent = int32(len(w.unacked))
+	}
+	lastIDs := make([]keyspace.StreamID, len(w.lanes))
+	lastIDs[0] = w.readLast
+	return w.goIdle(mark, lastIDs)
 }
 
 // step retries the head held in w.retry.

@@ -7,7 +7,8 @@
 -- ARGV[2]  consumer group
 -- ARGV[3..] entry ids
 -- Returns: number of entries acknowledged, or -1 fenced (nothing acknowledged)
-if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 0 then
+local fence = redis.call('MGET', KEYS[1], KEYS[2])
+if fence[1] ~= ARGV[1] or not fence[2] then
   return -1
 end
 return redis.call('XACK', KEYS[3], ARGV[2], unpack(ARGV, 3))

@@ -11,14 +11,23 @@
 --   {r1, r2, ...}      one integer per pair: the number of entries acknowledged, or -1
 --                      when that lane's lease is not the caller's (nothing acknowledged
 --                      there)
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- The session and every lease in one MGET (in chunks: a Lua call takes a bounded number
+-- of arguments).
+local held = {}
+local names = {KEYS[1]}
+for k = 2, #KEYS, 2 do names[#names + 1] = KEYS[k] end
+for i = 1, #names, 1000 do
+  local vals = redis.call('MGET', unpack(names, i, math.min(i + 999, #names)))
+  for j = 1, #vals do held[i + j - 1] = vals[j] end
+end
+if not held[1] then
   return {-3}
 end
 local out = {}
 local a = 1
 for k = 2, #KEYS, 2 do
   local token, group, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-  if redis.call('GET', KEYS[k]) ~= token then
+  if held[k / 2 + 1] ~= token then
     out[#out + 1] = -1
   else
     out[#out + 1] = redis.call('XACK', KEYS[k + 1], group, unpack(ARGV, a + 3, a + 2 + n))

@@ -59,7 +59,10 @@ type DrainReply struct {
 	Lane       int   // 0-based
 	Deliveries int64 // the first entry's delivery count
 	Entries    []redis.XMessage
-	LastIDs    []string // DrainEmpty: each lane's last entry id ("0-0" for none)
+	// All is set (DrainEntries) when Entries are everything the unit held to read: new
+	// entries of the first lane, fewer than a batch, and no other lane exists.
+	All     bool
+	LastIDs []string // DrainEmpty: each lane's last entry id ("0-0" for none)
 	// PauseTTL is, for DrainPaused, how long the pause record lives: -1 when it has no
 	// end (an operator resumes it).
 	PauseTTL time.Duration
@@ -123,6 +126,7 @@ func ParseDrain(cmd *redis.Cmd) (DrainReply, error) {
 			if r.Entries, err = entries(rest[2]); err != nil {
 				return DrainReply{}, err
 			}
+			r.All = num(rest, 3) == 1
 		}
 		return r, nil
 	})

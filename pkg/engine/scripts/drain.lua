@@ -59,8 +59,13 @@
 --   {-3, ms}                            paused: a pause record exists (acks were applied);
 --                                       ms is its time to live, -1 when it has no end
 --   {0, lastid1, lastid2, ...}          nothing to read; each lane's last entry id
---   {1, lane, deliveries, entries}      entries of one lane (lane is 1-based); for a
---                                       pending head, deliveries is its delivery count
+--   {1, lane, deliveries, entries, all} entries of one lane (lane is 1-based); for a
+--                                       pending head, deliveries is its delivery count;
+--                                       all is 1 when the entries are everything the unit
+--                                       held to read: new entries of the first lane, fewer
+--                                       than a batch, and no other lane exists (the caller
+--                                       may go idle once they are handled, without reading
+--                                       again), else 0
 --   {3}                                 the expected head is no longer pending (an
 --                                       operator skipped or moved it): carry on
 --   {2}                                 (ARGV[7] set) the transaction's read stands: its
@@ -92,7 +97,10 @@ local native = ARGV[7] ~= ''
 if ARGV[8] ~= '' then
   give_back(ARGV[8])
 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 0 then
+-- The fence in one call: the lease and the liveness key (the session; on Redis Cluster
+-- the lease itself).
+local fence = redis.call('MGET', KEYS[1], KEYS[2])
+if fence[1] ~= ARGV[1] or not fence[2] then
   if native then give_back(ARGV[7]) end
   return {-1}
 end
@@ -131,14 +139,24 @@ for lane = 1, nlanes do
   end
   a = a + n + 1
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  if native then give_back(ARGV[7]) end
-  return {-2}
-end
-local paused = redis.call('PTTL', KEYS[4])
-if paused ~= -2 then
-  if native then give_back(ARGV[7]) end
-  return {-3, paused}
+-- The halt and pause records and the lanes after the first (backfill lanes, mostly never
+-- written) in one call: none of them exists, in the common case; which ones do, only when
+-- one does.
+local missing = {} -- lanes whose stream does not exist
+local probe = {KEYS[3], KEYS[4]}
+for lane = 2, nlanes do probe[#probe + 1] = KEYS[4 + lane] end
+if redis.call('EXISTS', unpack(probe)) == 0 then
+  for lane = 2, nlanes do missing[lane] = true end
+elseif redis.call('EXISTS', KEYS[3], KEYS[4]) > 0 then
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    if native then give_back(ARGV[7]) end
+    return {-2}
+  end
+  local paused = redis.call('PTTL', KEYS[4])
+  if paused ~= -2 then
+    if native then give_back(ARGV[7]) end
+    return {-3, paused}
+  end
 end
 if native then
   -- XPENDING summary: {count, lowest id, highest id, {{consumer, count}, ...}}
@@ -176,7 +194,7 @@ if ARGV[5] ~= '' then
   end
   local c = redis.call('XCLAIM', stream, group, consumer, 0, id)
   if c[1] then
-    return entries({1, lane, pending_count(stream, id), c})
+    return entries({1, lane, pending_count(stream, id), c, 0})
   end
   return {3}
 end
@@ -185,10 +203,12 @@ end
 -- lazily, at 0, the first time the lane's stream exists: a lane that appears after the
 -- lease was taken (a backfill lane, another category of a process manager) joins the unit.
 -- Returns the XAUTOCLAIM reply, or nil when the stream does not exist.
-local function claim_head(stream)
-  -- A lane that does not exist (a backfill lane never written) is skipped with a cheap
-  -- EXISTS rather than through the error of a read on a missing group.
-  if redis.call('EXISTS', stream) == 0 then
+local function claim_head(lane, stream)
+  -- A lane after the first (a backfill lane, mostly never written) is skipped when the
+  -- probe above found it missing, else with a cheap EXISTS when it does not exist; the
+  -- first lane nearly always exists, and its claim tells that it does not (NOGROUP)
+  -- without a call before it.
+  if lane > 1 and (missing[lane] or redis.call('EXISTS', stream) == 0) then
     return nil
   end
   local r = redis.pcall('XAUTOCLAIM', stream, group, consumer, 0, '0-0', 'COUNT', 1)
@@ -196,25 +216,38 @@ local function claim_head(stream)
     if string.sub(r.err, 1, 7) ~= 'NOGROUP' then
       return redis.error_reply(r.err)
     end
+    if lane == 1 and redis.call('EXISTS', stream) == 0 then
+      return nil
+    end
     redis.call('XGROUP', 'CREATE', stream, group, '0')
     r = redis.call('XAUTOCLAIM', stream, group, consumer, 0, '0-0', 'COUNT', 1)
   end
   return r
 end
 
-local missing = {} -- lanes whose stream does not exist (a backfill lane never written)
+-- only reports whether no lane after the first exists (the caller's read then took
+-- everything the unit held).
+local function only()
+  for lane = 2, nlanes do
+    if not missing[lane] and redis.call('EXISTS', KEYS[4 + lane]) == 1 then return 0 end
+  end
+  return 1
+end
+
 for lane = 1, nlanes do
   local stream = KEYS[4 + lane]
-  local r = claim_head(stream)
+  local r = claim_head(lane, stream)
   if not r then missing[lane] = true end
   if r then
     if r.err then return r end
     if r[2][1] then
-      return entries({1, lane, pending_count(stream, r[2][1][1]), r[2]})
+      return entries({1, lane, pending_count(stream, r[2][1][1]), r[2], 0})
     end
     local n = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', ARGV[4], 'STREAMS', stream, '>')
     if n and n[1] and n[1][2][1] then
-      return entries({1, lane, 1, n[1][2]})
+      local all = 0
+      if lane == 1 and #n[1][2] < tonumber(ARGV[4]) then all = only() end
+      return entries({1, lane, 1, n[1][2], all})
     end
   end
 end
