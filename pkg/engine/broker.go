@@ -124,12 +124,7 @@ func (b *RedisBroker) PublishRouted(ctx context.Context, r Route, ev Event, dedu
 func (b *RedisBroker) published(ctx context.Context, r Route, ev Event, res scripts.PublishReply) (Published, error) {
 	pub := Published{EventID: ev.ID, Category: r.Category, Key: r.Key, Stream: r.Stream, EntryID: res.EntryID, Duplicate: !res.Appended}
 	if res.IndexNeeded {
-		if b.stepHook != nil && !b.stepHook("appended") {
-			return pub, nil
-		}
-		if err := b.indexAfterAppend(ctx, r, res.EntryID); err != nil {
-			return pub, err
-		}
+		return pub, b.indexAfterAppend(ctx, r, res.EntryID)
 	}
 	return pub, nil
 }
@@ -161,6 +156,9 @@ func (b *RedisBroker) publishCall(r Route, ev Event, dedupeSeq int64) scripts.Pu
 // before the mark is set leaves it missing, so the next publish of the key (a retry after
 // the error, the relay's next attempt) writes the index again.
 func (b *RedisBroker) indexAfterAppend(ctx context.Context, r Route, id string) error {
+	if b.stepHook != nil && !b.stepHook("appended") {
+		return nil
+	}
 	return indexPartition(ctx, b.rdb, b.keys, r.Category, r.Key, r.Stream, id, b.stepHook)
 }
 

@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine/scripts"
+)
+
+// BatchEvent is one event of a PublishMany call.
+type BatchEvent struct {
+	Type string // the event type's name
+	Data []byte // the JSON payload
+	// ID is the event id; a random one is assigned when empty. Give every event an id
+	// when the batch may be sent again after an error: the events that were appended then
+	// append nothing the second time.
+	ID       string
+	Priority int // the lane priority, as PublishOptions.Priority
+}
+
+// BatchOptions are the optional parts of a PublishMany call.
+type BatchOptions struct {
+	// SkipReplicaWait leaves out the one wait for replicas after the batch (see
+	// PublishOptions.SkipReplicaWait).
+	SkipReplicaWait bool
+}
+
+// BatchError says which event of a PublishMany call failed: Index is its place in the
+// batch, -1 when the batch as a whole got no answer (whether any event was appended is
+// then unknown: send the same events again, with their ids).
+type BatchError struct {
+	Index int
+	Err   error
+}
+
+func (e *BatchError) Error() string {
+	if e.Index < 0 {
+		return fmt.Sprintf("engine: publish of the batch: %v", e.Err)
+	}
+	return fmt.Sprintf("engine: publish of event %d of the batch: %v", e.Index, e.Err)
+}
+
+func (e *BatchError) Unwrap() error { return e.Err }
+
+// PublishMany publishes events in one round trip: the publish script of each event, in one
+// pipeline (on Redis Cluster the client sends each master its part at once). Each event
+// gets what Publish gives it: its key extracted and validated first, the index written in
+// the same step as the append, the owner woken, and an event id remembered for
+// PublishDedupeWindow, so that sending an event again appends nothing (Duplicate). The
+// events of one key are appended in the order of the slice; ctx's span context is stored
+// with each, as Publish does.
+//
+// Every event is routed before anything is sent: when one cannot be (an unknown event
+// type, a *InvalidKeyError), nothing is written and a *BatchError names it. When Redis
+// refuses an event (out of memory, say) the *BatchError names the first one refused; the
+// events after it in the batch were sent too, and those that Redis appended have their
+// Published filled in (an EntryID): to keep publish order across such a refusal, send the
+// refused event and the ones after it again, with their ids, once the cause is gone. The
+// results are in the order of events; an entry of an event that was not appended is zero.
+//
+// With a broker made WithReplicas it then waits once for the replicas (unless
+// opt.SkipReplicaWait), as Publish does for one event.
+func (b *RedisBroker) PublishMany(ctx context.Context, d *Domain, events []BatchEvent, opt BatchOptions) ([]Published, error) {
+	routes := make([]Route, len(events))
+	evs := make([]Event, len(events))
+	for i, be := range events {
+		r, ev, err := d.routeEvent(be.Type, be.Data, PublishOptions{ID: be.ID, Priority: be.Priority})
+		if err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
+		stampTrace(ctx, &ev)
+		routes[i], evs[i] = r.In(b.keys), ev
+	}
+	out := make([]Published, len(events))
+	if len(events) == 0 {
+		return out, nil
+	}
+	cmds, err := runPipelined(ctx, b.rdb, len(events), func(pipe redis.Pipeliner, i int) *redis.Cmd {
+		return b.publishCall(routes[i], evs[i], 0).EvalSha(ctx, pipe)
+	})
+	if err != nil {
+		return out, &BatchError{Index: -1, Err: err}
+	}
+	var first *BatchError
+	fail := func(i int, err error) {
+		if first == nil || i < first.Index {
+			first = &BatchError{Index: i, Err: translateRedisErr(err)}
+		}
+	}
+	// On Redis Cluster a new partition's index is written after its append: once per
+	// partition of the batch, with the last of its entries (the script reports the mark
+	// missing for each of them, the batch being sent before any index write).
+	unindexed := map[string]int{}
+	for i, cmd := range cmds {
+		res, err := scripts.ParsePublish(cmd)
+		if err != nil {
+			fail(i, err)
+			continue
+		}
+		ev := evs[i]
+		out[i] = Published{EventID: ev.ID, Category: routes[i].Category, Key: routes[i].Key, Stream: routes[i].Stream,
+			EntryID: res.EntryID, Duplicate: !res.Appended}
+		if res.IndexNeeded {
+			unindexed[routes[i].Category+"\x00"+routes[i].Key] = i
+		}
+	}
+	for _, i := range unindexed {
+		if err := b.indexAfterAppend(ctx, routes[i], out[i].EntryID); err != nil {
+			fail(i, err)
+		}
+	}
+	if first != nil {
+		return out, first
+	}
+	if opt.SkipReplicaWait {
+		return out, nil
+	}
+	return out, b.waitReplicas(ctx, fmt.Sprintf("publish of %d events", len(events)))
+}
