@@ -16,8 +16,11 @@ import (
 
 // doorbellBlock is how long one blocking XREAD of the wake and control streams blocks.
 // An instance costs about one Redis call per doorbellBlock for them, however many
-// partitions it owns.
-const doorbellBlock = time.Second
+// partitions it owns. An entry ends the block at once, and so does the instance's own
+// notice at shutdown: the block bounds nothing but the cost of an idle instance (a
+// connection that fails ends the read with the failure; a frozen one is found by the
+// pub/sub connection's ping, see bellPing).
+const doorbellBlock = 5 * time.Second
 
 // bellPing is how long the pub/sub connection may stay silent before the doorbell pings
 // it. A ping left unanswered for another bellPing means the link is dead: the client
