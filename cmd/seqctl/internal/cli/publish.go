@@ -72,7 +72,9 @@ One event: --event NAME --data '{"client_id":"c-1",...}'. It prints the stream a
 entry id (on a pipe: STREAM<TAB>ENTRY_ID<TAB>EVENT_ID; -o json: an object).
 
 A file: --data @events.jsonl (or @- for stdin), one JSON document per line, published
-in file order (blank lines are skipped). The line format depends on --event:
+in file order (blank lines are skipped), up to 256 lines (or 1 MiB of payloads) in one
+round trip: a batch is sent once full, or as soon as no more input is at hand, so a line
+piped in slowly is not held back. The line format depends on --event:
 
   with --event NAME     each line is the payload of a NAME event
                         {"client_id":"c-1","order_id":"o-1"}
@@ -88,12 +90,14 @@ progress bar is drawn on stderr. On a pipe each published event prints a row
 LINE<TAB>STREAM<TAB>ENTRY_ID<TAB>EVENT_ID; -o json prints one summary object.
 
 While Redis does not answer or is still loading its data (a restart, a failover), the
-event is published again, with the same event id, for up to --retry-for (15s by
-default; a line on stderr says so): Redis keeps an event id's first append, so an
-attempt that did land is not appended twice. If Redis is still unavailable after that,
-publishing stops there (exit status 1) and the summary says how far it got. A problem
-waiting cannot fix (a TLS handshake that fails, a TLS server spoken to in plain text)
-fails the first event at once.
+event (of a file, the batch) is published again, with the same event ids, for up to
+--retry-for (15s by default; a line on stderr says so): Redis keeps an event id's first
+append, so an attempt that did land is not appended twice. If Redis is still
+unavailable after that, or refuses an event (out of memory, say), publishing stops
+there with FILE:LINE of the event (exit status 1), and the summary counts the events
+appended (of a batch that got no answer, none: some may have landed). A problem waiting
+cannot fix (a TLS handshake that fails, a TLS server spoken to in plain text) fails the
+first event at once.
 
 Trace context: with --traceparent, or else $TRACEPARENT (and $TRACESTATE) set, as
 command-line tracing tools do, every event published carries that W3C trace context to
@@ -311,19 +315,63 @@ func jsonKind(data []byte) string {
 	return "number"
 }
 
-// publish publishes one event that check accepted, with RedisBroker.Publish. While Redis
-// is unavailable it publishes it again, with the same event id (so an attempt that did
-// land is not appended twice), for up to retryFor. The replicas are waited for once, by
-// the caller (awaitReplicas).
+// publish publishes one event that check accepted, with RedisBroker.Publish (again while
+// Redis is unavailable, see retry, with the same event id). The replicas are waited for
+// once, by the caller (awaitReplicas).
 func (p *publisher) publish(ctx context.Context, eventType, id string, data []byte, priority int) (publishResult, error) {
 	opt := engine.PublishOptions{ID: id, Priority: priority, SkipReplicaWait: true}
 	if opt.ID == "" {
 		opt.ID = engine.NewEventID()
 	}
-	if p.span.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, p.span)
+	ctx = p.traced(ctx)
+	var pub engine.Published
+	err := p.retry(ctx, func() (err error) {
+		pub, err = p.broker.Publish(ctx, p.dom, eventType, data, opt)
+		return err
+	})
+	if err != nil {
+		return publishResult{}, err
 	}
-	pub, err := p.broker.Publish(ctx, p.dom, eventType, data, opt)
+	return publishResult{EventID: pub.EventID, Type: eventType, Category: pub.Category, Key: pub.Key, Stream: pub.Stream, EntryID: pub.EntryID}, nil
+}
+
+// publishMany publishes events that check accepted in one round trip, with
+// RedisBroker.PublishMany (again while Redis is unavailable, see retry). An event without
+// an id is given one first, in events, so that sending the batch again appends nothing
+// twice. It returns what the last attempt returned: an event appended (then or before) has
+// its EntryID, and an error is the engine's *BatchError. The replicas are waited for once,
+// by the caller (awaitReplicas).
+func (p *publisher) publishMany(ctx context.Context, events []engine.BatchEvent) ([]engine.Published, error) {
+	for i := range events {
+		if events[i].ID == "" {
+			events[i].ID = engine.NewEventID()
+		}
+	}
+	ctx = p.traced(ctx)
+	var pubs []engine.Published
+	err := p.retry(ctx, func() (err error) {
+		pubs, err = p.broker.PublishMany(ctx, p.dom, events, engine.BatchOptions{SkipReplicaWait: true})
+		return err
+	})
+	return pubs, err
+}
+
+// traced is ctx carrying the W3C trace context of the command (p.span) as its remote span
+// context, which the broker stores with every event; ctx itself without one.
+func (p *publisher) traced(ctx context.Context) context.Context {
+	if !p.span.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, p.span)
+}
+
+// retry runs send, a publish of events with their ids fixed, and runs it again while
+// Redis is unavailable (redisUnavailable), backing off from 100 ms to 2 s, for up to
+// p.retryFor: Redis keeps an event id's first append, so an attempt that did land is not
+// appended twice. The first time it waits it says so on p.errOut. It returns send's last
+// error, or ctx's end while it waited.
+func (p *publisher) retry(ctx context.Context, send func() error) error {
+	err := send()
 	for wait, until := 100*time.Millisecond, time.Now().Add(p.retryFor); err != nil && redisUnavailable(err, p.reached) && time.Now().Before(until); wait = min(2*wait, 2*time.Second) {
 		if !p.retried && p.errOut != nil {
 			p.retried = true
@@ -333,15 +381,14 @@ func (p *publisher) publish(ctx context.Context, eventType, id string, data []by
 			fmt.Fprintf(p.errOut, "seqctl: Redis is not available (%v); publishing again with the same event id for up to %s (--retry-for)\n", err, p.retryFor)
 		}
 		if !ctxwait.Sleep(ctx, min(wait, time.Until(until))) {
-			return publishResult{}, err
+			return err
 		}
-		pub, err = p.broker.Publish(ctx, p.dom, eventType, data, opt)
+		err = send()
 	}
-	if err != nil {
-		return publishResult{}, err
+	if err == nil {
+		p.reached = true
 	}
-	p.reached = true
-	return publishResult{EventID: pub.EventID, Type: eventType, Category: pub.Category, Key: pub.Key, Stream: pub.Stream, EntryID: pub.EntryID}, nil
+	return err
 }
 
 // redisUnavailable reports whether a publish failed because Redis did not answer or

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -351,7 +353,10 @@ func TestPublishFileRidesOutARedisRestart(t *testing.T) {
 	go func() {
 		done <- runCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.URL, "--event", "OrderPlaced", "--data", "@"+file)
 	}()
-	time.Sleep(3 * time.Second) // longer than go-redis's own retries of a failed dial
+	// Longer than go-redis's own retries of a refused dial (about 3.3 s for the pipeline
+	// of a chunk, twice a single command's), so that the command's own retry is what
+	// rides the restart out.
+	time.Sleep(5 * time.Second)
 	srv.StartAgain()
 	res := <-done
 	if res.Code != 0 || !strings.Contains(res.Stderr, "publishing again with the same event id") {
@@ -429,6 +434,16 @@ func TestPublishTraceContext(t *testing.T) {
 	msgs := rdb.XRange(ctx, "order:c-1", "-", "+").Val()
 	if len(msgs) != 1 || msgs[0].Values["traceparent"] != tp || msgs[0].Values["tracestate"] != "rojo=1" {
 		t.Fatalf("entries %v", msgs)
+	}
+	file := filepath.Join(t.TempDir(), "events.jsonl")
+	writeFile(t, file, "{\"client_id\":\"c-5\"}\n{\"client_id\":\"c-5\"}\n")
+	if res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+file); res.Code != 0 {
+		t.Fatalf("a file: exit %d: %s", res.Code, res.Stderr)
+	}
+	for _, m := range rdb.XRange(ctx, "order:c-5", "-", "+").Val() {
+		if m.Values["traceparent"] != tp || m.Values["tracestate"] != "rojo=1" {
+			t.Errorf("an entry of a file lacks the trace context: %v", m.Values)
+		}
 	}
 	t.Setenv("TRACEPARENT", "00-abc-def-01")
 	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`)
@@ -561,4 +576,319 @@ func redisState(t *testing.T, rdb *redis.Client) map[string]any {
 		out[k] = map[string]any{"value": v, "expires": rdb.PTTL(ctx, k).Val() > 0}
 	}
 	return out
+}
+
+// orderLines writes a file of n OrderPlaced payloads, line i ordering "o-i" for the
+// client key(i), and returns its path.
+func orderLines(t *testing.T, n int, key func(i int) string) string {
+	t.Helper()
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, `{"order_id":"o-%d","client_id":%q}`+"\n", i, key(i))
+	}
+	file := filepath.Join(t.TempDir(), "orders.jsonl")
+	writeFile(t, file, b.String())
+	return file
+}
+
+// streamOrders returns the order ids of a stream's events in stream order, and the
+// order id and event id of each entry id.
+func streamOrders(t *testing.T, rdb *redis.Client, stream string) (orders []string, byEntry map[string][2]string) {
+	t.Helper()
+	byEntry = map[string][2]string{}
+	msgs, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		ev, err := engine.EventFromMessage(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct {
+			Order string `json:"order_id"`
+		}
+		if err := json.Unmarshal(ev.Data, &p); err != nil {
+			t.Fatal(err)
+		}
+		orders = append(orders, p.Order)
+		byEntry[m.ID] = [2]string{p.Order, ev.ID}
+	}
+	return orders, byEntry
+}
+
+// A file of several hundred lines over several keys, a few chunks long: each key's
+// stream holds its lines in file order, and each line has its row, in file order,
+// naming the entry that holds its event.
+func TestPublishFileKeepsEachKeysOrder(t *testing.T) {
+	rdb, cfg, url := publishFixture(t)
+	const lines, keys = 700, 7
+	key := func(i int) string { return fmt.Sprintf("c-%d", i%keys) }
+	file := orderLines(t, lines, key)
+	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+file)
+	if res.Code != 0 || !strings.Contains(res.Stderr, fmt.Sprintf("published %d of %d events, 0 failed", lines, lines)) {
+		t.Fatalf("exit %d, stderr %q", res.Code, res.Stderr)
+	}
+	entries := map[string][2]string{} // stream + " " + entry id -> order id, event id
+	for k := range keys {
+		stream := fmt.Sprintf("order:c-%d", k)
+		var want []string
+		for i := 1; i <= lines; i++ {
+			if key(i) == fmt.Sprintf("c-%d", k) {
+				want = append(want, fmt.Sprintf("o-%d", i))
+			}
+		}
+		got, byEntry := streamOrders(t, rdb, stream)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", stream, diff)
+		}
+		for id, e := range byEntry {
+			entries[stream+" "+id] = e
+		}
+	}
+	rows := strings.Split(strings.TrimSuffix(res.Stdout, "\n"), "\n")
+	if len(rows) != lines {
+		t.Fatalf("%d rows, want %d", len(rows), lines)
+	}
+	for i, row := range rows {
+		line := i + 1
+		f := strings.Split(row, "\t")
+		e, ok := entries[f[1]+" "+f[2]]
+		if len(f) != 4 || f[0] != strconv.Itoa(line) || f[1] != "order:"+key(line) || !ok || e != [2]string{fmt.Sprintf("o-%d", line), f[3]} {
+			t.Errorf("row %d = %q, want %d<TAB>order:%s<TAB>the entry of o-%d<TAB>its event id (entry: %v)", i, row, line, key(line), line, e)
+		}
+	}
+}
+
+// Bad lines in the middle of chunks: each is reported by its line number and counted,
+// the other lines of its chunk are published, and the publish goes on to the end.
+func TestPublishFileChunkWithBadLines(t *testing.T) {
+	rdb, cfg, url := publishFixture(t)
+	const lines = 600
+	bad := map[int]string{ // line -> what stderr says about it
+		3:   `invalid partition key for category "order" (field "client_id"): "a:b" contains ':'`,
+		100: "the line is not valid JSON: unexpected end of JSON input",
+		255: `unknown event type "OrderPlcaed": did you mean "OrderPlaced"?`,
+		256: `the line has no "event"`,
+		257: "the payload is a JSON array",
+		599: `"priority" is a JSON string; it must be an integer`,
+	}
+	var b strings.Builder
+	var want []string
+	for i := 1; i <= lines; i++ {
+		switch i {
+		case 3:
+			b.WriteString(`{"event":"OrderPlaced","data":{"client_id":"a:b"}}`)
+		case 100:
+			b.WriteString(`{"event":"OrderPlaced","data":{"client_id":"c-1"}`)
+		case 255:
+			b.WriteString(`{"event":"OrderPlcaed","data":{"client_id":"c-1"}}`)
+		case 256:
+			b.WriteString(`{"data":{"client_id":"c-1"}}`)
+		case 257:
+			b.WriteString(`{"event":"OrderPlaced","data":[{"client_id":"c-1"}]}`)
+		case 599:
+			b.WriteString(`{"event":"OrderPlaced","data":{"client_id":"c-1"},"priority":"high"}`)
+		default:
+			fmt.Fprintf(&b, `{"event":"OrderPlaced","data":{"order_id":"o-%d","client_id":"c-1"}}`, i)
+			want = append(want, fmt.Sprintf("o-%d", i))
+		}
+		b.WriteString("\n")
+	}
+	file := filepath.Join(t.TempDir(), "events.jsonl")
+	writeFile(t, file, b.String())
+	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--data", "@"+file)
+	if res.Code != ExitUsage {
+		t.Errorf("exit %d, want 2", res.Code)
+	}
+	var reported []int
+	for _, l := range strings.Split(res.Stderr, "\n") {
+		rest, ok := strings.CutPrefix(l, file+":")
+		if !ok {
+			continue
+		}
+		n, msg, _ := strings.Cut(rest, ": ")
+		line, _ := strconv.Atoi(n)
+		reported = append(reported, line)
+		if !strings.Contains(msg, bad[line]) || bad[line] == "" {
+			t.Errorf("line %d: %q, want %q", line, msg, bad[line])
+		}
+	}
+	if diff := cmp.Diff([]int{3, 100, 255, 256, 257, 599}, reported); diff != "" {
+		t.Errorf("lines reported on stderr (-want +got):\n%s", diff)
+	}
+	if w := fmt.Sprintf("published %d of %d events, %d failed", lines-len(bad), lines, len(bad)); !strings.Contains(res.Stderr, w) {
+		t.Errorf("stderr lacks %q:\n%s", w, res.Stderr)
+	}
+	got, _ := streamOrders(t, rdb, "order:c-1")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("order:c-1 (-want +got):\n%s", diff)
+	}
+	var rowLines []int
+	for _, row := range strings.Split(strings.TrimSuffix(res.Stdout, "\n"), "\n") {
+		n, _, _ := strings.Cut(row, "\t")
+		line, _ := strconv.Atoi(n)
+		rowLines = append(rowLines, line)
+	}
+	if len(rowLines) != lines-len(bad) || slices.ContainsFunc(rowLines, func(l int) bool { return bad[l] != "" }) || !slices.IsSorted(rowLines) {
+		t.Errorf("rows are not the good lines in file order: %v", rowLines)
+	}
+}
+
+// roundTrips counts what a go-redis client sends: each command sent alone and each
+// pipeline is one round trip; those carrying an event (EVALSHA or EVAL) are counted
+// apart from the connection's handshake and the loading of scripts.
+type roundTrips struct{ all, events atomic.Int64 }
+
+func (h *roundTrips) count(cmds ...redis.Cmder) {
+	h.all.Add(1)
+	if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "evalsha" || c.Name() == "eval" }) {
+		h.events.Add(1)
+	}
+}
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.count(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// A file is sent a chunk at a time, a pipeline each: 1,000 lines take 4 pipelines
+// (chunkEvents lines each), plus what loading the publish script costs once, not 1,000
+// round trips. The test gives the publisher a client it counts on (publishWith takes the
+// publisher; publishRun only builds one from the flags).
+func TestPublishFileRoundTrips(t *testing.T) {
+	rdb, cfg, url := publishFixture(t)
+	ctx := context.Background()
+	conf, err := loadConfigFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, err := conf.InitDomain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := redis.NewClient(opt)
+	t.Cleanup(func() { _ = counted.Close() })
+	var rt roundTrips
+	counted.AddHook(&rt)
+
+	const lines = 1000
+	file := orderLines(t, lines, func(i int) string { return fmt.Sprintf("c-%d", i%10) })
+	ios, _, out, errOut := NewTestIOStreams()
+	opts := &PublishOptions{IO: ios, ConfigPath: cfg, Event: "OrderPlaced", Data: "@" + file}
+	p := &publisher{dom: dom, broker: engine.NewRedisBroker(counted), errOut: ios.ErrOut}
+	if err := publishWith(ctx, opts, p); err != nil {
+		t.Fatalf("publish: %v\n%s", err, errOut)
+	}
+	if n := strings.Count(out.String(), "\n"); n != lines {
+		t.Errorf("%d rows, want %d", n, lines)
+	}
+	var total int64
+	for k := range 10 {
+		total += rdb.XLen(ctx, fmt.Sprintf("order:c-%d", k)).Val()
+	}
+	if total != lines {
+		t.Errorf("%d entries, want %d", total, lines)
+	}
+	chunks := int64((lines + chunkEvents - 1) / chunkEvents)
+	// The first chunk meets a server without the script: NOSCRIPT, the scripts loaded,
+	// and the chunk sent again. The other round trips are the connection's handshake.
+	if n := rt.events.Load(); n > chunks+1 {
+		t.Errorf("%d round trips carried the events of %d lines, want at most %d: one per chunk of %d, and the first again once the script is loaded",
+			n, lines, chunks+1, chunkEvents)
+	}
+	if n := rt.all.Load(); n > lines/50 {
+		t.Errorf("%d round trips in all for %d lines", n, lines)
+	}
+}
+
+// Lines piped in slowly are published as they come: a chunk is sent when no more input
+// is at hand, not held back until it is full.
+func TestPublishStdinPublishesLinesAsTheyCome(t *testing.T) {
+	rdb, cfg, url := publishFixture(t)
+	ctx := context.Background()
+	pr, pw := io.Pipe()
+	ios, _, out, errOut := NewTestIOStreams()
+	ios.In = pr
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, &Factory{IOStreams: ios, Build: testBuild},
+			[]string{"publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@-"})
+	}()
+	for i := 1; i <= 3; i++ {
+		if _, err := fmt.Fprintf(pw, `{"order_id":"o-%d","client_id":"c-1"}`+"\n", i); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); rdb.XLen(ctx, "order:c-1").Val() < int64(i); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				pw.Close()
+				<-done
+				t.Fatalf("line %d is not published while stdin waits for the next one", i)
+			}
+		}
+	}
+	pw.Close()
+	if code := <-done; code != 0 || strings.Count(out.String(), "\n") != 3 {
+		t.Errorf("exit %d\nstdout %q\nstderr %q", code, out.String(), errOut.String())
+	}
+}
+
+// Redis refusing one event of a chunk (a key the ACL user may not write) stops the
+// publish, exit 1, naming FILE:LINE of that event. The summary counts exactly the lines
+// whose events were appended, with a row each: those before it and those after it in its
+// chunk. The next chunk is not sent.
+func TestPublishFileStopsAtARefusedEvent(t *testing.T) {
+	t.Setenv(config.EnvRedisURL, "")
+	srv := redistest.StartWith(t, redistest.Options{Users: []string{"publisher on >pw ~*c-1* ~*c-3* ~order:__* ~__seqctl__:* &* +@all"}})
+	rdb := srv.Client(t)
+	cfg := writeDomain(t, "publish")
+	const lines = 300 // two chunks
+	key := func(i int) string {
+		if i == 2 {
+			return "c-2"
+		}
+		return fmt.Sprintf("c-%d", 1+2*(i%2)) // c-1, c-3
+	}
+	file := orderLines(t, lines, key)
+	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.UserURL("publisher", "pw"), "--event", "OrderPlaced", "--data", "@"+file)
+	if res.Code != ExitFailure || !strings.Contains(res.Stderr, file+":2: publish stopped: ") || !strings.Contains(res.Stderr, "lacks a permission") {
+		t.Errorf("exit %d, stderr %q; want exit 1 and %s:2 refused", res.Code, res.Stderr, file)
+	}
+	appended := chunkEvents - 1
+	if w := fmt.Sprintf("published %d of %d events, 0 failed", appended, chunkEvents); !strings.Contains(res.Stderr, w) {
+		t.Errorf("stderr lacks %q:\n%s", w, res.Stderr)
+	}
+	var want []string
+	for i := 1; i <= chunkEvents; i++ {
+		if i != 2 {
+			want = append(want, strconv.Itoa(i))
+		}
+	}
+	var got []string
+	for _, row := range strings.Split(strings.TrimSuffix(res.Stdout, "\n"), "\n") {
+		n, _, _ := strings.Cut(row, "\t")
+		got = append(got, n)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("rows' lines (-want +got):\n%s", diff)
+	}
+	ctx := context.Background()
+	if n := rdb.XLen(ctx, "order:c-1").Val() + rdb.XLen(ctx, "order:c-3").Val(); n != int64(appended) {
+		t.Errorf("%d entries, want %d", n, appended)
+	}
 }
