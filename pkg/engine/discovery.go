@@ -128,10 +128,11 @@ func (e *Engine) settleStart() bool {
 
 // discover runs one discovery pass: it takes the units of the instance's view of the
 // partition indexes (see indexView; the whole indexes are read only when due), checks
-// the liveness of the registered instances and of the known foreign owners, and tries to
-// acquire the units that are not owned here and whose last known owner is not alive, up
-// to the instance's fair share. Acquire attempts are pipelined; a live owner's units
-// cost nothing but the liveness check of that owner (one EXISTS per distinct owner).
+// the liveness of the registered instances and of the known foreign owners (liveness.go:
+// read only when it may have changed), and tries to acquire the units that are not owned
+// here and whose last known owner is not alive, up to the instance's fair share. Acquire
+// attempts are pipelined; a live owner's units cost nothing but the liveness of that
+// owner.
 func (e *Engine) discover() (err error) {
 	in := e.sess.live()
 	if in == nil {
@@ -140,8 +141,9 @@ func (e *Engine) discover() (err error) {
 	defer func() {
 		if err != nil {
 			// Notices read while Redis failed may be lost with a failover; read the
-			// indexes again at the next pass.
+			// indexes, the registry and the sessions again at the next pass.
 			e.view.markDue()
+			e.lives.forget()
 		}
 	}()
 	owner := in.owner
@@ -241,7 +243,11 @@ func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[str
 	from, check := v.gapPending()
 	check = check && !full
 	pipe := e.rdb.Pipeline()
-	instances := pipe.HGetAll(ctx, e.keys.InstancesKey())
+	registry := e.lives.cachedRegistry()
+	var instances *redis.MapStringStringCmd
+	if registry == nil {
+		instances = pipe.HGetAll(ctx, e.keys.InstancesKey())
+	}
 	var ctrlLen *redis.IntCmd
 	var ctrlFirst *redis.XMessageSliceCmd
 	if check {
@@ -253,17 +259,27 @@ func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[str
 	if full {
 		idx = v.queueIndexRead(ctx, pipe)
 	} else {
-		sizes = v.queueSizeCheck(ctx, pipe)
+		sizes = v.queueSizeCheck(ctx, pipe, false)
 	}
 	_, _ = pipe.Exec(ctx) // each reply is checked below
-	if err := instances.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, nil, translateRedisErr(err)
+	if instances != nil {
+		if err := instances.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, nil, translateRedisErr(err)
+		}
+		registry = instances.Val()
+		e.lives.keepRegistry(registry)
 	}
 	again := false // read the indexes now, in a pipeline of their own
 	if check && v.gapChecked(from, ctrlLen.Val(), firstID(ctrlFirst.Val(), ""), errors.Join(ctrlLen.Err(), ctrlFirst.Err())) {
 		e.logs.warn("control-gap", "partition notices were trimmed from the control stream before this instance read them: reading the partition indexes again")
 		again = true
-	} else if sizes != nil {
+	} else if sizes != nil && v.mismatch(sizes) {
+		// The sizes differ from the view: read them again after the control stream's
+		// tail, which tells whether the view had every notice (a settled pass reads the
+		// sizes alone).
+		pipe = e.rdb.Pipeline()
+		sizes = v.queueSizeCheck(ctx, pipe, true)
+		_, _ = pipe.Exec(ctx)
 		if c, changed := v.outdated(sizes); changed {
 			// A partition key indexed (or removed) with no notice: another publisher's
 			// SADD (HSET on Redis Cluster), say. Read the indexes now rather than at the
@@ -285,7 +301,7 @@ func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[str
 			e.forgetGoneUnits()
 		}
 	}
-	return e.viewUnits(), instances.Val(), nil
+	return e.viewUnits(), registry, nil
 }
 
 // firstID returns the id of the first of msgs, or none when there is none (a one-entry
@@ -298,9 +314,9 @@ func firstID(msgs []redis.XMessage, none string) string {
 }
 
 // liveness checks the sessions of the registered instances and of the known foreign
-// owners of units (one EXISTS per distinct owner, never one per partition), prunes
-// long-dead registry entries, and returns which owners are alive and how many
-// instances are (at least 1: this one).
+// owners of units (at most one PTTL per distinct owner, never one per partition, see
+// sessionsAlive), prunes long-dead registry entries, and returns which owners are alive
+// and how many instances are (at least 1: this one).
 func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]string, owner string) (map[string]bool, int, error) {
 	e.mu.Lock()
 	owners := map[string]bool{}
@@ -322,18 +338,8 @@ func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]
 		}
 	}
 	alive := map[string]bool{owner: true}
-	if len(owners) > 0 {
-		pipe := e.rdb.Pipeline()
-		checks := map[string]*redis.IntCmd{}
-		for o := range owners {
-			checks[o] = pipe.Exists(ctx, e.keys.SessionKey(o))
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, 0, translateRedisErr(err)
-		}
-		for o, c := range checks {
-			alive[o] = c.Val() == 1
-		}
+	if err := e.sessionsAlive(ctx, owners, alive); err != nil {
+		return nil, 0, err
 	}
 	instancesAlive := 0
 	for id, o := range registered {
@@ -494,18 +500,8 @@ func (e *Engine) dropLiveOwned(ctx context.Context, units []unit, alive map[stri
 		}
 	}
 	e.mu.Unlock()
-	if len(fresh) > 0 {
-		pipe = e.rdb.Pipeline()
-		checks := map[string]*redis.IntCmd{}
-		for o := range fresh {
-			checks[o] = pipe.Exists(ctx, e.keys.SessionKey(o))
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, translateRedisErr(err)
-		}
-		for o, c := range checks {
-			alive[o] = c.Val() == 1
-		}
+	if err := e.sessionsAlive(ctx, fresh, alive); err != nil {
+		return nil, err
 	}
 	out := units[:0]
 	e.mu.Lock()

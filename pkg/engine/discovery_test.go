@@ -63,26 +63,31 @@ func startBacklog(t *testing.T, parts int) (*redistest.Server, *redis.Client, *D
 
 // A settled instance does not read the partition index on every discovery pass: over
 // ten intervals it reads it at most once (the backstop), where it used to read it ten
-// times, while passes keep running (one HGETALL of the registry each).
+// times, while passes keep running (one SCARD of the index each); it reads the instance
+// registry only every registryEvery passes when no notice asks for it.
 func TestDiscoveryDoesNotReadIndexEveryPass(t *testing.T) {
 	const parts = 500
 	srv, _, d := startBacklog(t, parts)
-	var smembers, hgetall atomic.Int64
+	var smembers, scard, hgetall atomic.Int64
 	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
 		c.Client = srv.Client(t)
 		c.Client.(*redis.Client).AddHook(cmdCounter{"smembers", &smembers})
+		c.Client.(*redis.Client).AddHook(cmdCounter{"scard", &scard})
 		c.Client.(*redis.Client).AddHook(cmdCounter{"hgetall", &hgetall})
 	})
 	testkit.WaitFor(t, 10*time.Second, "every partition owned", func() bool { return len(e.Owned()) == parts })
-	s0, h0 := smembers.Load(), hgetall.Load()
+	s0, p0, h0 := smembers.Load(), scard.Load(), hgetall.Load()
 	time.Sleep(10 * e.cfg.DiscoveryInterval)
-	reads, passes := smembers.Load()-s0, hgetall.Load()-h0
-	t.Logf("over 10 discovery intervals with %d partitions: %d index reads (SMEMBERS), %d passes (HGETALL)", parts, reads, passes)
+	reads, passes, registry := smembers.Load()-s0, scard.Load()-p0, hgetall.Load()-h0
+	t.Logf("over 10 discovery intervals with %d partitions: %d index reads (SMEMBERS), %d passes (SCARD), %d registry reads (HGETALL)", parts, reads, passes, registry)
 	if passes < 5 {
 		t.Errorf("%d discovery passes in 10 intervals; want about 10", passes)
 	}
 	if reads > 1 { // the backstop comes every 12 to 15 intervals
 		t.Errorf("%d index reads in 10 intervals; want at most 1 (the backstop)", reads)
+	}
+	if registry > 10/registryEvery+1 {
+		t.Errorf("%d registry reads in 10 intervals; want at most %d", registry, 10/registryEvery+1)
 	}
 }
 

@@ -539,8 +539,12 @@ func (d *doorbell) readNotices() {
 				d.ctrlLast = lastID
 				d.e.controlRead(s.Messages)
 				for _, m := range s.Messages {
-					if n := keyspace.DecodeNotice(m); n.Op == keyspace.NoticeReleased {
+					switch n := keyspace.DecodeNotice(m); n.Op {
+					case keyspace.NoticeReleased:
 						d.e.forgetOwner(n.Group, n.Unit)
+						d.e.lives.registryDue() // an instance may be stopping
+					case keyspace.NoticeInstance:
+						d.e.lives.registryDue()
 					}
 				}
 				d.e.kickDiscovery()

@@ -89,6 +89,7 @@ type Engine struct {
 	workers    map[string]*worker // unit id -> worker; guarded by mu
 	byLane     map[string]*worker // group + "\x00" + lane stream -> worker; guarded by mu
 	knownOwner map[string]string  // unit id -> lease value seen; guarded by mu
+	lives      liveCache          // which other instances live, as discovery read it
 	releaseSeq uint64             // count of release notices seen; guarded by mu
 	releasedAt map[string]uint64  // unit id -> releaseSeq of its last release notice; guarded by mu
 	started    bool               // guarded by mu

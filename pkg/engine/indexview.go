@@ -99,16 +99,20 @@ func newIndexView(categories []string) *indexView {
 	return v
 }
 
-// sizeCheck is a check of the indexes' sizes queued on a pipeline: the control stream's
-// last entry first, then each index's size (SCARD, HLEN on Redis Cluster).
+// sizeCheck is a check of the indexes' sizes queued on a pipeline: with tail, the control
+// stream's last entry first, then each index's size (SCARD, HLEN on Redis Cluster).
 type sizeCheck struct {
-	tail  *redis.XMessageSliceCmd
+	tail  *redis.XMessageSliceCmd // nil: sizes only (see mismatch)
 	sizes map[string]*redis.IntCmd
 }
 
-// queueSizeCheck queues a size check of every index on pipe.
-func (v *indexView) queueSizeCheck(ctx context.Context, pipe redis.Pipeliner) *sizeCheck {
-	sc := &sizeCheck{tail: pipe.XRevRangeN(ctx, v.keys.ControlStream(), "+", "-", 1), sizes: map[string]*redis.IntCmd{}}
+// queueSizeCheck queues a size check of every index on pipe; with tail, the control
+// stream's tail is read before the sizes, for outdated.
+func (v *indexView) queueSizeCheck(ctx context.Context, pipe redis.Pipeliner, tail bool) *sizeCheck {
+	sc := &sizeCheck{sizes: map[string]*redis.IntCmd{}}
+	if tail {
+		sc.tail = pipe.XRevRangeN(ctx, v.keys.ControlStream(), "+", "-", 1)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for c := range v.cats {
@@ -122,7 +126,7 @@ func (v *indexView) queueSizeCheck(ctx context.Context, pipe redis.Pipeliner) *s
 // HSET, say; a notice that was never written). When the view has not read every notice
 // up to the control stream's tail read before the sizes, nothing can be concluded: false.
 func (v *indexView) outdated(sc *sizeCheck) (category string, ok bool) {
-	if sc.tail.Err() != nil && !errors.Is(sc.tail.Err(), redis.Nil) {
+	if sc.tail == nil || sc.tail.Err() != nil && !errors.Is(sc.tail.Err(), redis.Nil) {
 		return "", false
 	}
 	tail := firstID(sc.tail.Val(), "0-0")
@@ -131,6 +135,22 @@ func (v *indexView) outdated(sc *sizeCheck) (category string, ok bool) {
 	if v.cursor == "" || idLess(v.cursor, tail) {
 		return "", false
 	}
+	return v.differsLocked(sc)
+}
+
+// mismatch reports whether the sizes of a check without the tail differ from the view:
+// then a check with the tail tells whether the view is outdated (a notice read after the
+// sizes, or not read yet, also makes them differ). v.mu is taken.
+func (v *indexView) mismatch(sc *sizeCheck) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	_, differs := v.differsLocked(sc)
+	return differs
+}
+
+// differsLocked returns a category whose index size differs from what the view accounts
+// for. v.mu is held.
+func (v *indexView) differsLocked(sc *sizeCheck) (category string, ok bool) {
 	for c, cmd := range sc.sizes {
 		if cmd.Err() != nil && !errors.Is(cmd.Err(), redis.Nil) {
 			continue

@@ -53,7 +53,17 @@ type session struct {
 	quiet   atomic.Bool   // abandoned by a failed Start: an ending incarnation says nothing
 	started time.Time
 	host    string
+	// The registry entry written last (see beat), and how many beats ago; owned by the
+	// heartbeat loop.
+	regSlots SlotStats
+	regAgo   int
 }
+
+// registryBeats is how many heartbeats may pass without a write of the instance's
+// registry entry while its handler slots stay as they are: the entry is advisory (fair
+// share counts instances by their sessions, operators see the last heartbeat), and its
+// write is a Redis call per beat.
+const registryBeats = 3
 
 // incarnation is one life of the session: its owner name, the context every worker of
 // this life derives from, and the local lease deadline.
@@ -283,6 +293,10 @@ func (s *session) open(ctx context.Context) error {
 		if err := s.rdb.HSet(ctx, s.e.keys.InstancesKey(), s.e.regID, s.info(owner)).Err(); err != nil {
 			s.e.logs.warn("registry", "cannot write the instance registry entry", "err", translateRedisErr(err))
 		}
+		// What this instance knew of the others' sessions may be gone with its own (Redis
+		// lost its data, a failover); and the others count this one at once.
+		s.e.lives.forget()
+		_ = announce(ctx, s.rdb, s.e.keys, keyspace.Notice{Op: keyspace.NoticeInstance})
 		s.e.health.clear(healthSession)
 		s.e.log.Info("session opened", "owner", owner)
 		return nil
@@ -352,8 +366,12 @@ func (s *session) beat(in *incarnation) {
 	pipe := s.rdb.Pipeline()
 	renewed := pipe.PExpire(ctx, s.e.keys.SessionKey(in.owner), ttl)
 	var reg *redis.IntCmd
-	if !s.e.stopping() { // a stopping instance has left the registry already
+	// A stopping instance has left the registry already; else the entry is written when
+	// the handler slots changed, and every registryBeats beats.
+	slots, _ := s.e.slots.stats()
+	if s.regAgo++; !s.e.stopping() && (slots != s.regSlots || s.regAgo >= registryBeats) {
 		reg = pipe.HSet(ctx, s.e.keys.InstancesKey(), s.e.regID, s.info(in.owner))
+		s.regSlots, s.regAgo = slots, 0
 	}
 	_, _ = pipe.Exec(ctx)
 	switch err := renewed.Err(); {
@@ -366,6 +384,7 @@ func (s *session) beat(in *incarnation) {
 		s.e.health.clear(healthRedis)
 		if reg != nil && reg.Err() != nil {
 			err := reg.Err()
+			s.regAgo = registryBeats // written again at the next beat
 			s.e.logs.warn("registry", "heartbeat: the instance registry write failed; the session itself was renewed", "err", translateRedisErr(err))
 		}
 	case err == nil:

@@ -488,6 +488,7 @@ const (
 	NoticePartition = "partition" // control: a partition key was indexed (or again)
 	NoticeReaped    = "reaped"    // control: a partition key left its index
 	NoticeReleased  = "released"  // control: a lease was given back
+	NoticeInstance  = "instance"  // control: an instance opened a session (it joins the share)
 	NoticeResume    = "resume"    // wake: an operator resolved the unit's head, or resumed it
 	NoticePause     = "pause"     // wake: an operator paused the unit: start no more of its events
 	NoticeInterrupt = "interrupt" // wake: end the blocking read (shutdown)
