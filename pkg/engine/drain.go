@@ -78,6 +78,9 @@ func (w *worker) drain(expect *entry) (drainResult, error) {
 	w.unacked, w.sent = w.unacked[:0], 0 // the script acknowledged them all, fenced
 	w.owed = ""                          // and gave back what a lost read took, fenced or not
 	w.takeover = false                   // and corrected a previous owner's read-ahead
+	if res.Fresh {
+		w.trimmed = true // no previous owner's consumers to drop, nothing acknowledged to trim
+	}
 	if rearm && res.Code == scripts.DrainEntries {
 		w.dormant.Store(false)
 	}

@@ -17,7 +17,7 @@
 -- the group and the stream, never on instance-local flags.
 --
 -- KEYS[1]  lease key (string "{owner}:{generation}")
--- KEYS[2]  generation counter of the group (string, INCR)
+-- KEYS[2]  generation counter of the group (string: the last generation granted)
 -- KEYS[3]  the caller's session key (string; must exist); with a lease TTL (cluster
 --          mode) the lease key again, unread
 -- KEYS[4..3+g]  guard lease keys (strings, as KEYS[1]); none for a single-stream unit
@@ -112,9 +112,13 @@ if not readopt and #KEYS > last_guard then
 end
 local t = redis.call('TIME')
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local gen = redis.call('INCR', KEYS[2])
-if gen < floor then
-  gen = floor
+-- The next generation: the time floor, written at once (the counter is nearly always
+-- behind it: it grows by one a grant, the clock by a million a second), or one above
+-- the counter when that is ahead.
+local gen = floor
+local before = tonumber(redis.call('SET', KEYS[2], string.format('%d', floor), 'GET') or '0')
+if before and before >= floor then
+  gen = before + 1
   redis.call('SET', KEYS[2], string.format('%d', gen))
 end
 local token = ARGV[1] .. ':' .. string.format('%d', gen)

@@ -61,7 +61,10 @@ type DrainReply struct {
 	Entries    []redis.XMessage
 	// All is set (DrainEntries) when Entries are everything the unit held to read: new
 	// entries of the first lane, fewer than a batch, and no other lane exists.
-	All     bool
+	All bool
+	// Fresh is set (DrainEntries, on a first call after the lease was taken) when no lane
+	// had a consumer group before the call: no previous owner left consumers behind.
+	Fresh   bool
 	LastIDs []string // DrainEmpty: each lane's last entry id ("0-0" for none)
 	// PauseTTL is, for DrainPaused, how long the pause record lives: -1 when it has no
 	// end (an operator resumes it).
@@ -126,7 +129,7 @@ func ParseDrain(cmd *redis.Cmd) (DrainReply, error) {
 			if r.Entries, err = entries(rest[2]); err != nil {
 				return DrainReply{}, err
 			}
-			r.All = num(rest, 3) == 1
+			r.All, r.Fresh = num(rest, 3) == 1, num(rest, 4) == 1
 		}
 		return r, nil
 	})

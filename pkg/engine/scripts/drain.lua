@@ -59,13 +59,17 @@
 --   {-3, ms}                            paused: a pause record exists (acks were applied);
 --                                       ms is its time to live, -1 when it has no end
 --   {0, lastid1, lastid2, ...}          nothing to read; each lane's last entry id
---   {1, lane, deliveries, entries, all} entries of one lane (lane is 1-based); for a
+--   {1, lane, deliveries, entries, all, fresh}
+--                                       entries of one lane (lane is 1-based); for a
 --                                       pending head, deliveries is its delivery count;
 --                                       all is 1 when the entries are everything the unit
 --                                       held to read: new entries of the first lane, fewer
 --                                       than a batch, and no other lane exists (the caller
 --                                       may go idle once they are handled, without reading
---                                       again), else 0
+--                                       again), else 0; fresh is 1 on a first call after
+--                                       the lease was taken (ARGV[9]) when no lane had a
+--                                       consumer group before it (no previous owner left
+--                                       consumers to drop), else 0
 --   {3}                                 the expected head is no longer pending (an
 --                                       operator skipped or moved it): carry on
 --   {2}                                 (ARGV[7] set) the transaction's read stands: its
@@ -104,11 +108,20 @@ if fence[1] ~= ARGV[1] or not fence[2] then
   if native then give_back(ARGV[7]) end
   return {-1}
 end
+local nogroup = {} -- lanes found without the group (or without a stream) by the takeover
+local fresh = 0
 if ARGV[9] ~= '' then
   local keep = tonumber(ARGV[9])
+  fresh = 1
   for lane = 1, nlanes do
     local stream = KEYS[4 + lane]
-    local cs = redis.call('EXISTS', stream) == 1 and redis.pcall('XINFO', 'CONSUMERS', stream, group)
+    -- An error: no stream, or no group yet (a partition new to the group).
+    local cs = redis.pcall('XINFO', 'CONSUMERS', stream, group)
+    if type(cs) ~= 'table' or cs.err then
+      nogroup[lane] = true
+    else
+      fresh = 0
+    end
     if type(cs) == 'table' and not cs.err then
       for _, c in ipairs(cs) do
         local info = {}
@@ -211,18 +224,25 @@ local function claim_head(lane, stream)
   if lane > 1 and (missing[lane] or redis.call('EXISTS', stream) == 0) then
     return nil
   end
-  local r = redis.pcall('XAUTOCLAIM', stream, group, consumer, 0, '0-0', 'COUNT', 1)
-  if type(r) == 'table' and r.err then
+  if not nogroup[lane] then
+    local r = redis.pcall('XAUTOCLAIM', stream, group, consumer, 0, '0-0', 'COUNT', 1)
+    if type(r) ~= 'table' or not r.err then
+      return r
+    end
     if string.sub(r.err, 1, 7) ~= 'NOGROUP' then
       return redis.error_reply(r.err)
     end
-    if lane == 1 and redis.call('EXISTS', stream) == 0 then
+  end
+  -- No group yet: create it (it fails only when the stream does not exist). A group
+  -- created now holds nothing pending.
+  local c = redis.pcall('XGROUP', 'CREATE', stream, group, '0')
+  if type(c) == 'table' and c.err then
+    if redis.call('EXISTS', stream) == 0 then
       return nil
     end
-    redis.call('XGROUP', 'CREATE', stream, group, '0')
-    r = redis.call('XAUTOCLAIM', stream, group, consumer, 0, '0-0', 'COUNT', 1)
+    return redis.error_reply(c.err)
   end
-  return r
+  return {'0-0', {}, {}}
 end
 
 -- only reports whether no lane after the first exists (the caller's read then took
@@ -241,13 +261,13 @@ for lane = 1, nlanes do
   if r then
     if r.err then return r end
     if r[2][1] then
-      return entries({1, lane, pending_count(stream, r[2][1][1]), r[2], 0})
+      return entries({1, lane, pending_count(stream, r[2][1][1]), r[2], 0, fresh})
     end
     local n = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', ARGV[4], 'STREAMS', stream, '>')
     if n and n[1] and n[1][2][1] then
       local all = 0
       if lane == 1 and #n[1][2] < tonumber(ARGV[4]) then all = only() end
-      return entries({1, lane, 1, n[1][2], all})
+      return entries({1, lane, 1, n[1][2], all, fresh})
     end
   end
 end
