@@ -120,8 +120,14 @@ type bellLane struct {
 	stream string // the lane stream; its channel is Keys.BellChannel(stream)
 	// seq is the lane's ring count: bumped (from doorbell.seq, so it never repeats) when
 	// the channel rings, when a subscription to it is confirmed and when the connection
-	// failed.
-	seq uint64
+	// failed. rung is the highest entry id a bell ring named, and unknown the ring count
+	// of the last bump that named none (a keyspace ring, a confirmation, a failure): a
+	// worker whose read saw rung already, and no such bump since its mark, has nothing
+	// new to read (on Redis Cluster with keyspace notifications, a publish rings the
+	// keyspace channel and then the bell, and the bell's ring may come after the read).
+	seq     uint64
+	rung    keyspace.StreamID
+	unknown uint64
 	// The owners are the workers holding the lane that went idle on it at least once;
 	// the channel is subscribed while there is one. first is unset when there is none;
 	// more holds the others (several handlers over the same category: one worker per
@@ -143,6 +149,23 @@ type laneSub struct {
 	on     bool
 	unsubs int32         // unsubscriptions sent whose reply has not come
 	shard  *redis.PubSub // the connection it was sent on
+}
+
+// bump moves the lane's ring count to seq, for a ring that named the entry id at (known)
+// or for anything else.
+func (b *bellLane) bump(seq uint64, at keyspace.StreamID, known bool) {
+	b.seq = seq
+	if !known {
+		b.unknown = seq
+	} else if b.rung.Less(at) {
+		b.rung = at
+	}
+}
+
+// news reports whether the lane rang since mark with something a read that saw up to
+// last has not seen.
+func (b *bellLane) news(mark uint64, last keyspace.StreamID) bool {
+	return b.seq != mark && (b.unknown > mark || last.Less(b.rung))
 }
 
 // sub returns the lane's keyspace subscription (ks) or its bell's.
@@ -305,7 +328,7 @@ func (d *doorbell) watch(w *worker, mark []uint64, lastIDs []keyspace.StreamID) 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, l := range w.lanes {
-		if b := d.lanes[l]; b != nil && b.seq != mark[i] {
+		if b := d.lanes[l]; b != nil && b.news(mark[i], lastIDs[i]) {
 			return false
 		}
 	}
@@ -671,7 +694,7 @@ func (d *doorbell) rang(channel, id string) {
 	var wake []*worker
 	d.bellLanes(channel, func(b *bellLane) {
 		d.seq++
-		b.seq = d.seq
+		b.bump(d.seq, at, id != "")
 		wake = b.takeWaiting(wake, func(last keyspace.StreamID) bool { return id == "" || last.Less(at) })
 	})
 	d.mu.Unlock()
@@ -690,7 +713,7 @@ func (d *doorbell) confirmed(channel string) {
 	d.mu.Lock()
 	d.bellLanes(channel, func(b *bellLane) {
 		d.seq++
-		b.seq = d.seq
+		b.bump(d.seq, keyspace.StreamID{}, false)
 		if b.hasWaiting() {
 			d.checks[b] = struct{}{}
 			d.kickSync()
@@ -782,7 +805,7 @@ func (d *doorbell) wakeAll() {
 	var wake []*worker
 	for _, b := range d.lanes {
 		d.seq++
-		b.seq = d.seq
+		b.bump(d.seq, keyspace.StreamID{}, false)
 		b.bell.unsubs, b.ks.unsubs = 0, 0
 		wake = b.takeWaiting(wake, func(keyspace.StreamID) bool { return true })
 		d.drop(b)

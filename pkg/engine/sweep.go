@@ -295,7 +295,7 @@ func (d *doorbell) sweep() {
 			if k >= 0 && k < len(ls) {
 				l := ls[k]
 				d.seq++
-				l.b.seq = d.seq
+				l.b.bump(d.seq, keyspace.StreamID{}, false)
 				wake = l.b.takeWaiting(wake, func(keyspace.StreamID) bool { return true })
 			}
 		}
