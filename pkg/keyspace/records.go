@@ -146,7 +146,21 @@ type Instance struct {
 	SlotsInUse   int `json:"slots_in_use"`
 	SlotsLimit   int `json:"slots_limit"`
 	SlotsWaiting int `json:"slots_waiting"`
+	// Throttled lists the partitions waiting for a permit of their handler's limit key at
+	// the heartbeat (at most MaxThrottledListed; ThrottledTotal counts them all).
+	Throttled      []ThrottledUnit `json:"throttled,omitempty"`
+	ThrottledTotal int             `json:"throttled_total,omitempty"`
 }
+
+// ThrottledUnit is a partition waiting for a permit of its handler's limit key.
+type ThrottledUnit struct {
+	Group string `json:"group"`
+	Unit  string `json:"unit"`  // the lease unit: the primary stream (single-node name)
+	Value string `json:"value"` // the limit key's value (a tenant id, say)
+}
+
+// MaxThrottledListed bounds the throttled partitions one registry entry lists.
+const MaxThrottledListed = 1000
 
 // Encode renders the registry entry.
 func (i Instance) Encode() string {

@@ -33,8 +33,9 @@ func TestRecordsRoundTrip(t *testing.T) {
 		}
 	}
 
-	in := Instance{ID: "i1", Owner: "i1.abc", Host: "h", PID: 7, StartedMS: 1, HeartbeatMS: 2, SlotsInUse: 3, SlotsLimit: 4, SlotsWaiting: 5}
-	if out, err := DecodeInstance(in.Encode()); err != nil || out != in {
+	in := Instance{ID: "i1", Owner: "i1.abc", Host: "h", PID: 7, StartedMS: 1, HeartbeatMS: 2, SlotsInUse: 3, SlotsLimit: 4, SlotsWaiting: 5,
+		Throttled: []ThrottledUnit{{Group: "P", Unit: "order:k", Value: "acme"}}, ThrottledTotal: 1}
+	if out, err := DecodeInstance(in.Encode()); err != nil || !cmp.Equal(out, in) {
 		t.Errorf("instance round trip: %+v, %v", out, err)
 	}
 	if _, err := DecodeInstance("{"); err == nil {
