@@ -73,6 +73,12 @@ func (h rtHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 // a pipeline over three masters is three). It is shut down at cleanup.
 func benchEngine(b *testing.B, t *benchTarget, d *Domain, id string, rt *atomic.Int64) *Engine {
 	b.Helper()
+	return benchEngineWith(b, t, d, id, rt, nil)
+}
+
+// benchEngineWith is benchEngine with the configuration changed by mod.
+func benchEngineWith(b *testing.B, t *benchTarget, d *Domain, id string, rt *atomic.Int64, mod func(*EngineConfig)) *Engine {
+	b.Helper()
 	c := t.tg.client(b)
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		cc.OnNewNode(func(n *redis.Client) { n.AddHook(rtHook{rt}) })
@@ -93,6 +99,9 @@ func benchEngine(b *testing.B, t *benchTarget, d *Domain, id string, rt *atomic.
 		cfg.TracerProvider = tp
 	default:
 		b.Fatalf("SEQCTL_BENCH_TRACING=%s: want drop or nothing", v)
+	}
+	if mod != nil {
+		mod(&cfg)
 	}
 	return runEngine(b, cfg)
 }

@@ -13,6 +13,19 @@ type Delivery struct {
 	EntryID    string // the stream entry id
 	Generation int64  // the lease generation (fencing token)
 	Attempt    int    // 1 for the first delivery; counted from the stream's delivery counter
+	// Limit is set when the handler has a limit key (Handler.Limit): the event's value
+	// and the permit this run holds.
+	Limit *LimitPermit
+}
+
+// LimitPermit is the permit of a run under a limit key: the value it counts against, and
+// the concurrency slot and generation that a downstream may check (a run with a lower
+// generation for the same value and slot is a stalled holder's, superseded). Slot is -1
+// when the value's concurrency is not capped (only its rate).
+type LimitPermit struct {
+	Value      string
+	Slot       int
+	Generation int64
 }
 
 type deliveryKey struct{}

@@ -72,9 +72,27 @@ type Handler struct {
 	MaxRetries int
 	// RetryDelay is the wait between attempts (default 1s).
 	RetryDelay time.Duration
+	// Limit caps the handler's runs per value of a payload field (a tenant, say), across
+	// every instance: see HandlerLimit. The zero value: no limit.
+	Limit HandlerLimit
 	// Func is the Go handler. seqctl run sets it from the [handlers.deliver] table.
 	Func HandlerFunc
 }
+
+// HandlerLimit is a fleet-wide cap on a handler's runs per value of a payload field (the
+// limit key): at most Concurrency runs at once and at most Rate starts in any window of
+// Per, counted across every instance (limits.go tells how). Events stay ordered by their
+// partition key; the limit only decides when a partition's next event may start. An
+// operator may override both for one value at run time (RedisBroker.SetLimit).
+type HandlerLimit struct {
+	By          string        // the payload field; "" for no limit
+	Concurrency int           // runs at once per value; 0 for no cap
+	Rate        int           // starts per Per per value; 0 for no cap
+	Per         time.Duration // the rate's window (time.Second, time.Minute); default a second
+}
+
+// Active reports whether the limit caps anything.
+func (l HandlerLimit) Active() bool { return l.By != "" && (l.Concurrency > 0 || l.Rate > 0) }
 
 // Correlate maps an event field onto the process manager's correlation field. In TOML it
 // is either a field name (both sides alike) or a one-entry table {pm_field = "event_field"}.

@@ -39,6 +39,7 @@ type subscription struct {
 	fn          HandlerFunc
 	maxRetries  int
 	retryDelay  time.Duration
+	limit       HandlerLimit // the handler's limit key; the zero value for none
 }
 
 // Engine is the partitioned consumer: it discovers partitions, leases them, and drains each
@@ -89,6 +90,7 @@ type Engine struct {
 	workers    map[string]*worker // unit id -> worker; guarded by mu
 	byLane     map[string]*worker // group + "\x00" + lane stream -> worker; guarded by mu
 	knownOwner map[string]string  // unit id -> lease value seen; guarded by mu
+	limits     *limiter           // the handlers' limit keys (limits.go)
 	lives      liveCache          // which other instances live, as discovery read it
 	releaseSeq uint64             // count of release notices seen; guarded by mu
 	releasedAt map[string]uint64  // unit id -> releaseSeq of its last release notice; guarded by mu
@@ -140,6 +142,7 @@ func New(cfg EngineConfig) (*Engine, error) {
 		groups[i] = s.group
 	}
 	e.slots = newSlots(cfg.MaxConcurrentHandlers, cfg.HandlerLimits, groups)
+	e.limits = newLimiter(e)
 	e.hardCtx, e.hard = context.WithCancel(context.Background())
 	return e, nil
 }
@@ -168,10 +171,14 @@ func subscriptions(d *Domain, only []string) []*subscription {
 		// handler of the category reads those, including one that did not ask for
 		// sequential_by itself (it gets per-key order as a side effect).
 		_, part := d.PartitionField(cat)
-		subs = append(subs, &subscription{
+		s := &subscription{
 			group: h.Name, categories: []string{cat}, partitioned: part,
 			fn: h.Func, maxRetries: orInt(h.MaxRetries, DefaultMaxRetries), retryDelay: orDur(h.RetryDelay, DefaultRetryDelay),
-		})
+		}
+		if h.Limit.Active() {
+			s.limit = h.Limit
+		}
+		subs = append(subs, s)
 	}
 	for _, pm := range d.ProcessManagers {
 		if want(pm.Name, pm.Func) {
@@ -311,6 +318,13 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.bell.recheckKeyspace()
+	if len(e.limits.limitedGroups()) > 0 {
+		if err := e.limits.loadOverrides(ctx); err != nil {
+			return err
+		}
+		e.bg.Add(1)
+		go e.limits.loop()
+	}
 	e.bg.Add(5)
 	go e.acker.loop()
 	go e.sess.heartbeatLoop()
@@ -440,6 +454,10 @@ type Stats struct {
 	// that an owned partition has taken and not handled yet (by its entry id's time and
 	// this instance's clock). Caught-up pairs are left out.
 	Lag []LagStat
+	// Throttled is, per handler with a limit key, how many partitions wait for a permit
+	// now, and ThrottledTime how long partitions waited for one in all, since the start.
+	Throttled     map[string]int
+	ThrottledTime map[string]time.Duration
 }
 
 // LagStat is one handler's lag on one category in this instance.
@@ -474,5 +492,6 @@ func (e *Engine) Stats() Stats {
 		st.LivePartitions[c] = n
 	}
 	st.Slots, st.HandlerSlots = e.slots.stats()
+	st.Throttled, st.ThrottledTime = e.limits.stats()
 	return st
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -165,7 +166,12 @@ func (r *registration) handler(h Handler) {
 			r.add("%s: sequential_by field %q is missing from %s %q (fields: %s)",
 				who, h.SequentialBy, kindNoun(h.Kind), tname, strings.Join(fields, ", "))
 		}
+		if h.Limit.By != "" && !contains(fields, h.Limit.By) {
+			r.add("%s: limit_by field %q is missing from %s %q (fields: %s)",
+				who, h.Limit.By, kindNoun(h.Kind), tname, strings.Join(fields, ", "))
+		}
 	}
+	r.limit(who, h)
 	if h.SequentialBy == "" {
 		return
 	}
@@ -179,6 +185,23 @@ func (r *registration) handler(h Handler) {
 	}
 	if cat != "" {
 		r.declare(cat, h.SequentialBy, who)
+	}
+}
+
+// limit checks a handler's limit: a field and at least one cap, or nothing at all.
+func (r *registration) limit(who string, h Handler) {
+	l := h.Limit
+	switch {
+	case l.Concurrency < 0 || l.Rate < 0 || l.Per < 0:
+		r.add("%s: limit_concurrency and limit_rate cannot be negative", who)
+	case l.By == "" && (l.Concurrency > 0 || l.Rate > 0):
+		r.add("%s: limit_concurrency and limit_rate need limit_by, the payload field whose values they cap (a tenant id, say)", who)
+	case l.By != "" && l.Concurrency == 0 && l.Rate == 0:
+		r.add("%s: limit_by %q caps nothing: add limit_concurrency (runs at once per value) or limit_rate (\"100/s\"), or remove it", who, l.By)
+	case l.By != "" && h.Kind == CommandHandlerKind:
+		r.add("%s: limit_by applies to event handlers; a command handler dispatches synchronously", who)
+	case l.Rate > 0 && l.Per > 0 && l.Per < time.Millisecond:
+		r.add("%s: limit_rate's window is %v; use a second or more (\"20/s\", \"600/m\")", who, l.Per)
 	}
 }
 

@@ -55,8 +55,9 @@ type session struct {
 	host    string
 	// The registry entry written last (see beat), and how many beats ago; owned by the
 	// heartbeat loop.
-	regSlots SlotStats
-	regAgo   int
+	regSlots     SlotStats
+	regThrottled int
+	regAgo       int
 }
 
 // registryBeats is how many heartbeats may pass without a write of the instance's
@@ -326,10 +327,12 @@ func (s *session) warnSameID(ctx context.Context) {
 
 func (s *session) info(owner string) string {
 	slots, _ := s.e.slots.stats()
+	throttled, n := s.e.limits.throttled(keyspace.MaxThrottledListed)
 	return keyspace.Instance{
 		ID: s.e.cfg.InstanceID, Owner: owner, Host: s.host, PID: os.Getpid(),
 		StartedMS: s.started.UnixMilli(), HeartbeatMS: time.Now().UnixMilli(),
 		SlotsInUse: slots.InUse, SlotsLimit: slots.Limit, SlotsWaiting: slots.Waiting,
+		Throttled: throttled, ThrottledTotal: n,
 	}.Encode()
 }
 
@@ -369,16 +372,18 @@ func (s *session) beat(in *incarnation) {
 	// A stopping instance has left the registry already; else the entry is written when
 	// the handler slots changed, and every registryBeats beats.
 	slots, _ := s.e.slots.stats()
-	if s.regAgo++; !s.e.stopping() && (slots != s.regSlots || s.regAgo >= registryBeats) {
+	_, throttled := s.e.limits.throttled(0)
+	if s.regAgo++; !s.e.stopping() && (slots != s.regSlots || throttled != s.regThrottled || s.regAgo >= registryBeats) {
 		reg = pipe.HSet(ctx, s.e.keys.InstancesKey(), s.e.regID, s.info(in.owner))
-		s.regSlots, s.regAgo = slots, 0
+		s.regSlots, s.regThrottled, s.regAgo = slots, throttled, 0
 	}
 	_, _ = pipe.Exec(ctx)
 	switch err := renewed.Err(); {
 	case err == nil && renewed.Val():
 		// On Redis Cluster each lease carries its own expiry: the deadline moves only
 		// when every lease got its renewal answered.
-		if s.e.renewLeases(ctx, in) {
+		// And the permits of the limit keys its handlers hold, which live as the session.
+		if s.e.renewLeases(ctx, in) && s.e.limits.renew(ctx) {
 			in.extend(sent)
 		}
 		s.e.health.clear(healthRedis)

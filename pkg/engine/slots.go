@@ -22,10 +22,13 @@ import (
 // lease is lost, the engine stops or fair share hands the partition over; the entry is
 // then put back unstarted (a release gives its delivery back).
 //
-// Fairness: waiters are served first come, first served. A waiter is passed over only
-// when its own handler is at its limit, so a handler at its limit never holds up another
-// handler's partitions, and within one handler the partition that waited longest is
-// served first.
+// Fairness: a waiter is passed over only when its own handler is at its limit, so a
+// handler at its limit never holds up another handler's partitions. Within one handler,
+// the partitions wait in one line per value of the handler's limit key (one line for a
+// handler without one) and the lines take turns, round-robin: a value with many busy
+// partitions (a tenant with a backlog on a thousand keys) cannot take every slot while
+// another value's partition waits. Within a line, and across handlers, the partition
+// that waited longest is served first.
 
 // slots is the instance's handler-slot semaphore. Safe for concurrent use.
 type slots struct {
@@ -39,19 +42,73 @@ type slots struct {
 // slotGroup is one handler's share of the slots.
 type slotGroup struct {
 	name  string
-	limit int        // 0: bounded by the instance cap only; immutable
-	inUse int        // guarded by slots.mu
-	queue *list.List // of *slotTicket, in arrival order; guarded by slots.mu
+	limit int // 0: bounded by the instance cap only; immutable
+	inUse int // guarded by slots.mu
+	// lines are the waiters per limit value ("" for a handler without a limit key), each
+	// in arrival order; turn lists the values that have waiters, the next to serve first.
+	// waiting counts them all. Guarded by slots.mu.
+	lines   map[string]*list.List // of *slotTicket
+	turn    []string
+	waiting int
 }
 
-// slotTicket is one worker's place in the queue or its granted slot.
+// slotTicket is one worker's place in a line or its granted slot.
 type slotTicket struct {
 	g       *slotGroup
+	value   string // the limit value whose line it waits in
 	seq     uint64
 	ready   chan struct{} // closed when granted
-	elem    *list.Element // in g.queue while waiting; guarded by slots.mu
+	elem    *list.Element // in its line while waiting; guarded by slots.mu
 	granted bool          // guarded by slots.mu
 	done    bool          // released or cancelled; guarded by slots.mu
+}
+
+// front returns the waiter the group serves next, nil when none waits.
+func (g *slotGroup) front() *slotTicket {
+	if len(g.turn) == 0 {
+		return nil
+	}
+	return g.lines[g.turn[0]].Front().Value.(*slotTicket)
+}
+
+// push puts t at the end of its value's line.
+func (g *slotGroup) push(t *slotTicket) {
+	line := g.lines[t.value]
+	if line == nil {
+		line = list.New()
+		g.lines[t.value] = line
+	}
+	if line.Len() == 0 {
+		g.turn = append(g.turn, t.value)
+	}
+	t.elem = line.PushBack(t)
+	g.waiting++
+}
+
+// remove takes t out of its line; served says it was the front of the turn (the line's
+// turn then passes to the next value).
+func (g *slotGroup) remove(t *slotTicket, served bool) {
+	line := g.lines[t.value]
+	line.Remove(t.elem)
+	t.elem = nil
+	g.waiting--
+	empty := line.Len() == 0
+	if empty {
+		delete(g.lines, t.value)
+	}
+	if !empty && !served {
+		return // a waiter left its line: the line keeps its place in the turn
+	}
+	for i, v := range g.turn {
+		if v != t.value {
+			continue
+		}
+		g.turn = append(g.turn[:i], g.turn[i+1:]...)
+		if !empty {
+			g.turn = append(g.turn, t.value) // served: its turn comes round again
+		}
+		break
+	}
 }
 
 // newSlots builds the semaphore: instance is the instance cap (<= 0: none), limits the
@@ -60,7 +117,7 @@ func newSlots(instance int, limits map[string]int, groups []string) *slots {
 	s := &slots{limit: max(instance, 0), groups: map[string]*slotGroup{}}
 	for _, g := range groups {
 		if _, ok := s.groups[g]; !ok {
-			s.groups[g] = &slotGroup{name: g, limit: max(limits[g], 0), queue: list.New()}
+			s.groups[g] = &slotGroup{name: g, limit: max(limits[g], 0), lines: map[string]*list.List{}}
 		}
 	}
 	return s
@@ -79,12 +136,12 @@ func (s *slots) roomLocked(g *slotGroup) bool {
 	return (s.limit == 0 || s.inUse < s.limit) && (g.limit == 0 || g.inUse < g.limit)
 }
 
-// enqueue asks for a slot for handler group. The ticket's ready channel is closed once
-// the slot is granted (at once when there is room). Every ticket must end with exactly
-// one call of s.done.
-func (s *slots) enqueue(group string) *slotTicket {
+// enqueue asks for a slot for handler group, in the line of the limit value (""
+// without a limit key). The ticket's ready channel is closed once the slot is granted (at
+// once when there is room). Every ticket must end with exactly one call of s.done.
+func (s *slots) enqueue(group, value string) *slotTicket {
 	g := s.group(group)
-	t := &slotTicket{g: g, ready: make(chan struct{})}
+	t := &slotTicket{g: g, value: value, ready: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
@@ -95,7 +152,7 @@ func (s *slots) enqueue(group string) *slotTicket {
 		s.grantLocked(t)
 		return t
 	}
-	t.elem = g.queue.PushBack(t)
+	g.push(t)
 	return t
 }
 
@@ -116,8 +173,7 @@ func (s *slots) done(t *slotTicket) {
 	}
 	t.done = true
 	if !t.granted {
-		t.g.queue.Remove(t.elem)
-		t.elem = nil
+		t.g.remove(t, false)
 		return
 	}
 	s.inUse--
@@ -125,24 +181,24 @@ func (s *slots) done(t *slotTicket) {
 	s.dispatchLocked()
 }
 
-// dispatchLocked grants slots while there is room, always to the earliest arrival whose
-// handler is below its limit. s.mu is held.
+// dispatchLocked grants slots while there is room: across handlers to the earliest of
+// the waiters each handler below its limit would serve next (the front of the line whose
+// turn it is). s.mu is held.
 func (s *slots) dispatchLocked() {
 	for s.limit == 0 || s.inUse < s.limit {
 		var next *slotTicket
 		for _, g := range s.groups {
-			if g.queue.Len() == 0 || (g.limit > 0 && g.inUse >= g.limit) {
+			if g.limit > 0 && g.inUse >= g.limit {
 				continue
 			}
-			if t := g.queue.Front().Value.(*slotTicket); next == nil || t.seq < next.seq {
+			if t := g.front(); t != nil && (next == nil || t.seq < next.seq) {
 				next = t
 			}
 		}
 		if next == nil {
 			return
 		}
-		next.g.queue.Remove(next.elem)
-		next.elem = nil
+		next.g.remove(next, true)
 		s.grantLocked(next)
 	}
 }
@@ -172,8 +228,8 @@ func (s *slots) stats() (SlotStats, []HandlerSlotStats) {
 	per := make([]HandlerSlotStats, 0, len(s.groups))
 	unbounded := false
 	for _, g := range s.groups {
-		per = append(per, HandlerSlotStats{Handler: g.name, SlotStats: SlotStats{InUse: g.inUse, Limit: g.limit, Waiting: g.queue.Len()}})
-		total.Waiting += g.queue.Len()
+		per = append(per, HandlerSlotStats{Handler: g.name, SlotStats: SlotStats{InUse: g.inUse, Limit: g.limit, Waiting: g.waiting}})
+		total.Waiting += g.waiting
 		total.Limit += g.limit
 		if g.limit == 0 {
 			unbounded = true
@@ -190,14 +246,14 @@ func (s *slots) stats() (SlotStats, []HandlerSlotStats) {
 	return total, per
 }
 
-// waitSlot takes a handler slot for the worker's next call, waiting in line when the
-// handler or the instance is at its limit. It returns the function that gives the slot
+// waitSlot takes a handler slot for the worker's next call, waiting in the line of its
+// limit value ("" without a limit key) when the handler or the instance is at its limit. It returns the function that gives the slot
 // back (call it exactly once, also when ok is false) and ok = false when the wait ended
 // because the lease was lost, the engine is stopping, fair share handed the partition
 // over or an operator paused it: the caller then puts its entry back without starting it.
-func (w *worker) waitSlot() (release func(), ok bool) {
+func (w *worker) waitSlot(value string) (release func(), ok bool) {
 	s := w.e.slots
-	t := s.enqueue(w.sub.group)
+	t := s.enqueue(w.sub.group, value)
 	release = func() { s.done(t) }
 	start := time.Now()
 	for {

@@ -26,8 +26,8 @@ func granted(t *slotTicket) bool {
 func TestSlotsFirstComeFirstServed(t *testing.T) {
 	t.Run("one handler", func(t *testing.T) {
 		s := newSlots(0, map[string]int{"a": 1}, []string{"a"})
-		first := s.enqueue("a")
-		early, late := s.enqueue("a"), s.enqueue("a")
+		first := s.enqueue("a", "")
+		early, late := s.enqueue("a", ""), s.enqueue("a", "")
 		if !granted(first) || granted(early) || granted(late) {
 			t.Fatal("want only the first granted")
 		}
@@ -43,8 +43,8 @@ func TestSlotsFirstComeFirstServed(t *testing.T) {
 	})
 	t.Run("a handler at its limit does not hold up another", func(t *testing.T) {
 		s := newSlots(3, map[string]int{"a": 1}, []string{"a", "b"})
-		a1, a2 := s.enqueue("a"), s.enqueue("a")
-		b1 := s.enqueue("b")
+		a1, a2 := s.enqueue("a", ""), s.enqueue("a", "")
+		b1 := s.enqueue("b", "")
 		if !granted(a1) || granted(a2) || !granted(b1) {
 			t.Fatal("want a1 and b1 granted, a2 waiting on a's limit")
 		}
@@ -54,8 +54,8 @@ func TestSlotsFirstComeFirstServed(t *testing.T) {
 	})
 	t.Run("instance cap: earliest arrival first across handlers", func(t *testing.T) {
 		s := newSlots(2, map[string]int{"a": 1}, []string{"a", "b"})
-		a1, b1 := s.enqueue("a"), s.enqueue("b") // the instance is full
-		a2, b2 := s.enqueue("a"), s.enqueue("b")
+		a1, b1 := s.enqueue("a", ""), s.enqueue("b", "") // the instance is full
+		a2, b2 := s.enqueue("a", ""), s.enqueue("b", "")
 		if granted(a2) || granted(b2) {
 			t.Fatal("want a2 and b2 waiting on the instance cap")
 		}
@@ -63,7 +63,7 @@ func TestSlotsFirstComeFirstServed(t *testing.T) {
 		if granted(a2) || !granted(b2) {
 			t.Fatal("want b2 granted: a2 is held by a's own limit")
 		}
-		b3 := s.enqueue("b")
+		b3 := s.enqueue("b", "")
 		s.done(a1) // a2 arrived before b3
 		if !granted(a2) || granted(b3) {
 			t.Fatal("want a2 granted before the later b3")
@@ -85,8 +85,8 @@ func TestSlotsFirstComeFirstServed(t *testing.T) {
 	})
 	t.Run("a waiter that gives up leaves the line", func(t *testing.T) {
 		s := newSlots(1, nil, []string{"a"})
-		first := s.enqueue("a")
-		quitter, next := s.enqueue("a"), s.enqueue("a")
+		first := s.enqueue("a", "")
+		quitter, next := s.enqueue("a", ""), s.enqueue("a", "")
 		s.done(quitter)
 		s.done(quitter) // idempotent
 		s.done(first)
@@ -192,5 +192,41 @@ func TestShutdownEndsSlotWaitsWithoutAnAttempt(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, attempts); diff != "" {
 		t.Errorf("attempt numbers after waiting for a slot (-want +got):\n%s", diff)
+	}
+}
+
+// The lines of a handler's limit values take turns: a value with a backlog of waiting
+// partitions does not keep another value's partition waiting behind all of them, and a
+// partition that leaves its line keeps the line's place.
+func TestSlotsTakeTurnsAcrossLimitValues(t *testing.T) {
+	s := newSlots(0, map[string]int{"a": 1}, []string{"a"})
+	running := s.enqueue("a", "acme")
+	acme := []*slotTicket{s.enqueue("a", "acme"), s.enqueue("a", "acme"), s.enqueue("a", "acme")}
+	bolt := s.enqueue("a", "bolt")
+	cove := s.enqueue("a", "cove")
+	s.done(acme[1]) // leaves the acme line before its turn
+	var order []string
+	names := map[*slotTicket]string{acme[0]: "acme0", acme[2]: "acme2", bolt: "bolt", cove: "cove"}
+	cur := running
+	for range 4 {
+		s.done(cur)
+		cur = nil
+		for tk, n := range names {
+			if granted(tk) {
+				order = append(order, n)
+				delete(names, tk)
+				cur = tk
+			}
+		}
+		if cur == nil {
+			t.Fatalf("nothing granted after %v", order)
+		}
+	}
+	s.done(cur)
+	if diff := cmp.Diff([]string{"acme0", "bolt", "cove", "acme2"}, order); diff != "" {
+		t.Errorf("grant order (-want +got):\n%s", diff)
+	}
+	if st, _ := s.stats(); st.Waiting != 0 || st.InUse != 0 {
+		t.Errorf("after every release: %+v", st)
 	}
 }

@@ -550,31 +550,11 @@ func (w *worker) handle(ent entry) error {
 	}
 	ev, err := EventFromMessage(ent.msg)
 	if err == nil {
-		d := Delivery{
-			Handler: w.sub.group, Category: w.u.laneCats[ent.lane], Key: w.u.key, Stream: w.lanes[ent.lane],
-			EntryID: ent.msg.ID, Generation: w.gen, Attempt: ent.deliveries,
-		}
-		// Back-pressure: wait in line for a handler slot (slots.go). The wait is not an
-		// attempt; when it ends without a slot, or the lease lapsed, the engine began
-		// stopping or an operator paused the partition meanwhile, the entry goes back
-		// unstarted.
-		release, ok := w.waitSlot()
-		if !ok || w.pauseNoted.Load() || !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
-			release()
+		var back bool
+		if back, err = w.runHandler(ent, ev); back {
 			w.pending = append([]entry{ent}, w.pending...)
-			return nil
+			return err
 		}
-		started := time.Now()
-		hctx, span := w.e.handlerContext(w.ctx, w.spanName(ent.lane), ev, d, w.failedRunOf(ent.msg.ID))
-		err = w.call(WithDelivery(hctx, d), ev)
-		release()
-		w.failedRun, w.failedID = endSpan(span, err), ent.msg.ID
-		info := AttemptInfo{Group: w.sub.group, Category: d.Category, Attempt: ent.deliveries, Duration: time.Since(started), Err: err}
-		if ent.deliveries == 1 && !ev.PublishedAt.IsZero() {
-			info.Latency = max(started.Sub(ev.PublishedAt), 0)
-		}
-		info.Retry = err != nil && w.ctx.Err() == nil && ent.deliveries < w.sub.maxRetries
-		w.e.cfg.Observer.Attempt(info)
 	}
 	if err == nil {
 		// The ack waits for the next drain call (which acks and reads in one round trip)
@@ -607,6 +587,60 @@ func (w *worker) handle(ent entry) error {
 	w.retry = &ent
 	w.wait(w.sub.retryDelay)
 	return nil
+}
+
+// runHandler runs the handler for ent's event, under a permit of its limit key when the
+// handler has one, and a handler slot. back reports that the entry goes back unstarted:
+// a wait for a permit or a slot ended because the lease lapsed, the engine began
+// stopping, fair share handed the partition over or an operator paused it (err nil), or
+// Redis failed while a permit was taken (err says why). Otherwise err is the attempt's:
+// the handler's, or why the event has no valid limit value.
+func (w *worker) runHandler(ent entry, ev Event) (back bool, err error) {
+	d := Delivery{
+		Handler: w.sub.group, Category: w.u.laneCats[ent.lane], Key: w.u.key, Stream: w.lanes[ent.lane],
+		EntryID: ent.msg.ID, Generation: w.gen, Attempt: ent.deliveries,
+	}
+	var perm *permit
+	if w.sub.limit.Active() {
+		value, err := limitValue(ev, w.sub.limit, w.e.dom.backfillSuffix())
+		if err != nil {
+			return false, err
+		}
+		p, ok, err := w.e.limits.take(w, value)
+		if err != nil || !ok {
+			return true, err
+		}
+		perm = p
+		if p != nil {
+			d.Limit = &LimitPermit{Value: value, Slot: p.hold.Slot, Generation: p.hold.Generation}
+		}
+	}
+	defer w.e.limits.give(perm)
+	// Back-pressure: wait in line for a handler slot (slots.go), in the line of the limit
+	// value. The wait is not an attempt; when it ends without a slot, or the lease
+	// lapsed, the engine began stopping or an operator paused the partition meanwhile,
+	// the entry goes back unstarted.
+	value := ""
+	if d.Limit != nil {
+		value = d.Limit.Value
+	}
+	release, ok := w.waitSlot(value)
+	if !ok || w.pauseNoted.Load() || !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
+		release()
+		return true, nil
+	}
+	started := time.Now()
+	hctx, span := w.e.handlerContext(w.ctx, w.spanName(ent.lane), ev, d, w.failedRunOf(ent.msg.ID))
+	err = w.call(WithDelivery(hctx, d), ev)
+	release()
+	w.failedRun, w.failedID = endSpan(span, err), ent.msg.ID
+	info := AttemptInfo{Group: w.sub.group, Category: d.Category, Attempt: ent.deliveries, Duration: time.Since(started), Err: err}
+	if ent.deliveries == 1 && !ev.PublishedAt.IsZero() {
+		info.Latency = max(started.Sub(ev.PublishedAt), 0)
+	}
+	info.Retry = err != nil && w.ctx.Err() == nil && ent.deliveries < w.sub.maxRetries
+	w.e.cfg.Observer.Attempt(info)
+	return false, err
 }
 
 // setHead records ent as the oldest entry taken and not handled yet.
