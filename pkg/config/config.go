@@ -251,6 +251,9 @@ type HandlerConfig struct {
 	Handles []string
 	// SequentialBy is the partition-key payload field, "" for none.
 	SequentialBy string
+	// Limit is the handler's limit key (limit_by, limit_concurrency, limit_rate): a
+	// fleet-wide cap per value of a payload field; the zero value for none.
+	Limit engine.HandlerLimit
 	// MaxRetries is the number of attempts before the partition halts (default 3, >= 1).
 	MaxRetries int
 	// RetryDelay is the wait between attempts (retry_delay, default "1s").
@@ -538,6 +541,7 @@ func (c *Config) Domain() (*engine.Domain, error) {
 			SequentialBy: h.SequentialBy,
 			MaxRetries:   h.MaxRetries,
 			RetryDelay:   h.RetryDelay,
+			Limit:        h.Limit,
 		})
 	}
 	for _, p := range c.ProcessManagers {

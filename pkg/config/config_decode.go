@@ -23,6 +23,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 	"github.com/seqctl/seqctl/pkg/redact"
 )
 
@@ -482,7 +483,7 @@ func (d *decoder) retries(t table) (int, time.Duration) {
 }
 
 func (d *decoder) handler(t table, types, names map[string]declared) HandlerConfig {
-	t.known("name", "kind", "part_of", "handles", "sequential_by", "max_retries", "retry_delay", "deliver")
+	t.known("name", "kind", "part_of", "handles", "sequential_by", "limit_by", "limit_concurrency", "limit_rate", "max_retries", "retry_delay", "deliver")
 	h := HandlerConfig{Kind: engine.EventHandlerKind}
 	h.Name = d.name(t, "handler", names)
 	kindOK := true
@@ -527,11 +528,34 @@ func (d *decoder) handler(t table, types, names map[string]declared) HandlerConf
 	if s, ok := t.nonEmpty("sequential_by", "name a payload field, or remove the key to leave the category unpartitioned"); ok {
 		h.SequentialBy = s
 	}
+	h.Limit = d.limit(t)
 	h.MaxRetries, h.RetryDelay = d.retries(t)
 	if dt, ok := t.sub("deliver"); ok {
 		h.Deliver = d.deliver(dt)
 	}
 	return h
+}
+
+// limit reads a handler's limit key: limit_by, limit_concurrency and limit_rate. Whether
+// they go together is a registration rule (engine.Domain.Init), reported with the rest.
+func (d *decoder) limit(t table) engine.HandlerLimit {
+	var l engine.HandlerLimit
+	if s, ok := t.nonEmpty("limit_by", "name the payload field whose values are capped (a tenant id, say), or remove the key"); ok {
+		l.By = s
+	}
+	if t.has("limit_concurrency") {
+		d.integerIn(t, "limit_concurrency", 1, math.MaxInt32, "", &l.Concurrency,
+			"must be a positive number of runs at once per value of limit_by, got %d; remove the key for no cap")
+	}
+	if s, ok := t.str("limit_rate"); ok {
+		n, per, err := keyspace.ParseRate(s)
+		if err != nil {
+			d.problem(t.path.key("limit_rate"), "%v", err)
+		} else {
+			l.Rate, l.Per = n, per
+		}
+	}
+	return l
 }
 
 // checkHandled reports a handled type name that is not declared with the right kind.

@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -97,6 +98,12 @@ const (
 	HeaderEventID    = "X-Seq-Event-Id"
 	HeaderGeneration = "X-Seq-Generation"
 	HeaderAttempt    = "X-Seq-Attempt"
+	// The permit of a run under a limit key (limit_by): the value, the concurrency slot
+	// (-1 when only the rate is capped) and the permit's generation, a fencing token per
+	// (value, slot). Not sent for a handler without a limit key.
+	HeaderLimitKey        = "X-Seq-Limit-Key"
+	HeaderLimitSlot       = "X-Seq-Limit-Slot"
+	HeaderLimitGeneration = "X-Seq-Limit-Generation"
 	// HeaderTimestamp is when the attempt was sent, in Unix seconds; signed.
 	HeaderTimestamp = "X-Seq-Timestamp"
 	// HeaderSignature is "v1=<hex HMAC-SHA256>", one per signing key, comma separated
@@ -110,6 +117,10 @@ const (
 	EnvEventID    = "SEQ_EVENT_ID"
 	EnvGeneration = "SEQ_GENERATION"
 	EnvAttempt    = "SEQ_ATTEMPT"
+	// The limit permit, as the HTTP headers above; empty for a handler without a limit key.
+	EnvLimitKey        = "SEQ_LIMIT_KEY"
+	EnvLimitSlot       = "SEQ_LIMIT_SLOT"
+	EnvLimitGeneration = "SEQ_LIMIT_GENERATION"
 
 	// The handler run's W3C trace context (the publisher's, when it published with one):
 	// the traceparent and tracestate headers of an HTTP delivery, and the TRACEPARENT and
@@ -120,6 +131,15 @@ const (
 	EnvTraceParent    = "TRACEPARENT"
 	EnvTraceState     = "TRACESTATE"
 )
+
+// limitFields returns the limit permit's value, slot and generation as text, all empty
+// without one.
+func limitFields(d engine.Delivery) (value, slot, gen string) {
+	if d.Limit == nil {
+		return "", "", ""
+	}
+	return d.Limit.Value, strconv.Itoa(d.Limit.Slot), strconv.FormatInt(d.Limit.Generation, 10)
+}
 
 // DefaultTimeout bounds one attempt when a deliver table sets none (the config loader
 // already defaults timeout to 10s; this covers Go callers).

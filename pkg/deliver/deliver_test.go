@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -259,3 +260,41 @@ name = "OrderProjector"
 handles = ["OrderPlaced"]
 sequential_by = "client_id"
 `
+
+// A run under a limit key hands its permit to the handler: the value, the slot and the
+// generation, in headers over HTTP and in the environment of an exec handler.
+func TestLimitPermitDelivered(t *testing.T) {
+	ctx, ev := testEvent(t, `{"order_id":"o-1","client_id":"client-7","tenant_id":"acme"}`)
+	d, _ := engine.DeliveryFrom(ctx)
+	d.Limit = &engine.LimitPermit{Value: "acme", Slot: 1, Generation: 1796545924710123}
+	ctx = engine.WithDelivery(context.Background(), d)
+
+	srv, reqs, _ := testServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	fn, err := HTTP(HTTPConfig{URL: srv.URL, Client: newTestClient(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fn(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	h := reqs()[0].header
+	got := []string{h.Get(HeaderLimitKey), h.Get(HeaderLimitSlot), h.Get(HeaderLimitGeneration)}
+	if diff := cmp.Diff([]string{"acme", "1", "1796545924710123"}, got); diff != "" {
+		t.Errorf("limit headers (-want +got):\n%s", diff)
+	}
+
+	dir := t.TempDir()
+	t.Setenv("OUT", dir)
+	x, err := Exec(ExecConfig{Argv: []string{script(t, `env | grep -E '^SEQ_LIMIT_' | sort > "$OUT/env"`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	env, _ := os.ReadFile(filepath.Join(dir, "env"))
+	want := "SEQ_LIMIT_GENERATION=1796545924710123\nSEQ_LIMIT_KEY=acme\nSEQ_LIMIT_SLOT=1\n"
+	if diff := cmp.Diff(want, string(env)); diff != "" {
+		t.Errorf("limit environment (-want +got):\n%s", diff)
+	}
+}

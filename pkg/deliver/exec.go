@@ -137,6 +137,7 @@ func (x *execDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	stderr := &tailBuffer{max: StderrTailBytes}
 	cmd.Stderr = stderr
 	tp, ts := engine.TraceHeaders(ctx)
+	lv, lslot, lgen := limitFields(d)
 	cmd.Env = append(x.env,
 		EnvTraceParent+"="+tp, // set even when empty: never seqctl's own environment's
 		EnvTraceState+"="+ts,
@@ -147,6 +148,9 @@ func (x *execDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 		EnvEventID+"="+ev.ID,
 		EnvGeneration+"="+strconv.FormatInt(d.Generation, 10),
 		EnvAttempt+"="+strconv.Itoa(d.Attempt),
+		EnvLimitKey+"="+lv, // set even when empty, as the trace context
+		EnvLimitSlot+"="+lslot,
+		EnvLimitGeneration+"="+lgen,
 	)
 	ownProcessGroup(cmd)
 	cmd.Cancel = func() error { return killProcessGroup(cmd) }

@@ -58,6 +58,9 @@ echo "this goes nowhere"
 		"SEQ_GENERATION=42",
 		"SEQ_HANDLER=OrderProjector",
 		"SEQ_KEY=client-7",
+		"SEQ_LIMIT_GENERATION=", // set, empty: a handler without a limit key
+		"SEQ_LIMIT_KEY=",
+		"SEQ_LIMIT_SLOT=",
 		"SEQ_STREAM=order:client-7",
 	}, "\n") + "\n"
 	if diff := cmp.Diff(wantEnv, string(env)); diff != "" {

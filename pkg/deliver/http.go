@@ -129,6 +129,11 @@ func (h *httpDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	hd.Set(HeaderEventID, ev.ID)
 	hd.Set(HeaderGeneration, strconv.FormatInt(d.Generation, 10))
 	hd.Set(HeaderAttempt, strconv.Itoa(d.Attempt))
+	if v, slot, gen := limitFields(d); v != "" {
+		hd.Set(HeaderLimitKey, v)
+		hd.Set(HeaderLimitSlot, slot)
+		hd.Set(HeaderLimitGeneration, gen)
+	}
 	if tp, ts := engine.TraceHeaders(ctx); tp != "" {
 		hd.Set(HeaderTraceParent, tp)
 		if ts != "" {
