@@ -155,7 +155,7 @@ type Instance struct {
 // ThrottledUnit is a partition waiting for a permit of its handler's limit key.
 type ThrottledUnit struct {
 	Group string `json:"group"`
-	Unit  string `json:"unit"`  // the lease unit: the primary stream (single-node name)
+	Unit  string `json:"unit"`  // the lease unit as the instance names it: the primary stream
 	Value string `json:"value"` // the limit key's value (a tenant id, say)
 }
 
