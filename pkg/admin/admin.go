@@ -69,6 +69,10 @@ type Options struct {
 	// ReplicaTimeout bounds that wait ([broker] replica_timeout_ms; default
 	// engine.DefaultReplicaTimeout).
 	ReplicaTimeout time.Duration
+	// Limits is the limit key of every handler the domain declares with one (limit_by),
+	// by handler; nil without a config. The limit commands take a handler's domain caps
+	// from it and refuse a handler without one (see SetLimit).
+	Limits map[string]engine.HandlerLimit
 }
 
 // LaneMode says whether backfill lanes are read.
@@ -143,6 +147,12 @@ func FromConfig(cfg *config.Config) (Options, error) {
 		Declared:       engine.DeclaredGroups(dom),
 		MinReplicas:    cfg.Broker.MinReplicas,
 		ReplicaTimeout: cfg.Broker.ReplicaTimeout,
+		Limits:         map[string]engine.HandlerLimit{},
+	}
+	for _, h := range cfg.Handlers {
+		if h.Limit.By != "" {
+			opts.Limits[h.Name] = h.Limit
+		}
 	}
 	if cfg.Server.PriorityLanes.Enabled {
 		opts.Lanes = LanesOn
@@ -395,7 +405,8 @@ func translate(err error) error {
 	if errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, engine.ErrHeadMoved) ||
 		errors.Is(err, engine.ErrNotHalted) || errors.Is(err, engine.ErrEntryGone) ||
 		errors.Is(err, engine.ErrFenced) || errors.Is(err, engine.ErrInvalidKey) ||
-		errors.Is(err, engine.ErrReplicaShortfall) || errors.Is(err, engine.ErrHalted) || errors.Is(err, engine.ErrNotPaused) {
+		errors.Is(err, engine.ErrReplicaShortfall) || errors.Is(err, engine.ErrHalted) || errors.Is(err, engine.ErrNotPaused) ||
+		errors.Is(err, engine.ErrNoOverride) {
 		return err
 	}
 	if errors.Is(err, engine.ErrNoPermission) {

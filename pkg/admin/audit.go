@@ -46,6 +46,7 @@ var actionOutcomes = []errOutcome{
 	{engine.ErrHalted, OutcomeHalted},
 	{engine.ErrNotPaused, OutcomeNotPaused},
 	{ErrNotFound, OutcomeNotFound},
+	{engine.ErrNoOverride, OutcomeNotFound},
 	{engine.ErrReplicaShortfall, OutcomeNotReplicated},
 }
 
@@ -88,6 +89,9 @@ type AuditEntry struct {
 	Handler   string `json:"handler"`
 	// EntryID is the head entry (or DLQ entry) acted on.
 	EntryID string `json:"entry_id"`
+	// Value is the value of the handler's limit key a limits command acted on (a
+	// tenant); "" for the other commands.
+	Value string `json:"value,omitempty"`
 	// Outcome is one of the Outcome constants.
 	Outcome string `json:"outcome"`
 	// Detail is the error, or what was done beyond the outcome ("force", the replayed
@@ -105,15 +109,16 @@ func (a *Admin) Record(ctx context.Context, e AuditEntry) error {
 	if e.RedisUser == "" {
 		e.RedisUser = a.RedisUser(ctx)
 	}
-	err := a.rdb.XAdd(ctx, &redis.XAddArgs{
-		Stream: a.keys.AuditStream(), MaxLen: MaxAuditEntries, Approx: true,
-		Values: []any{
-			"user", e.User, "redis_user", e.RedisUser, "host", e.Host, "command", e.Command, "stream", e.Stream,
-			"handler", e.Handler, "entry", e.EntryID, "outcome", e.Outcome,
-			"detail", e.Detail, "reason", e.Reason,
-			"client_time_ms", strconv.FormatInt(a.opts.Now().UnixMilli(), 10),
-		},
-	}).Err()
+	values := []any{
+		"user", e.User, "redis_user", e.RedisUser, "host", e.Host, "command", e.Command, "stream", e.Stream,
+		"handler", e.Handler, "entry", e.EntryID, "outcome", e.Outcome,
+		"detail", e.Detail, "reason", e.Reason,
+		"client_time_ms", strconv.FormatInt(a.opts.Now().UnixMilli(), 10),
+	}
+	if e.Value != "" {
+		values = append(values, "value", e.Value)
+	}
+	err := a.rdb.XAdd(ctx, &redis.XAddArgs{Stream: a.keys.AuditStream(), MaxLen: MaxAuditEntries, Approx: true, Values: values}).Err()
 	return translate(err)
 }
 
@@ -251,7 +256,7 @@ func auditEntryOf(m redis.XMessage) AuditEntry {
 	return AuditEntry{
 		ID: m.ID, Time: time.UnixMilli(int64(keyspace.ParseStreamID(m.ID).MS)).UTC(),
 		User: str("user"), RedisUser: str("redis_user"), Host: str("host"), Command: str("command"), Stream: str("stream"),
-		Handler: str("handler"), EntryID: str("entry"), Outcome: str("outcome"),
+		Handler: str("handler"), EntryID: str("entry"), Value: str("value"), Outcome: str("outcome"),
 		Detail: str("detail"), Reason: str("reason"),
 	}
 }

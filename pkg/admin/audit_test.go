@@ -102,6 +102,8 @@ func TestOutcomeOf(t *testing.T) {
 		{engine.ErrNotHalted, admin.OutcomeNotHalted, admin.OutcomeNotHalted},
 		{wrap(engine.ErrEntryGone), admin.OutcomeEntryGone, admin.OutcomeEntryGone},
 		{&admin.NotFoundError{What: "handler", Name: "X"}, admin.OutcomeNotFound, admin.OutcomeNotFound},
+		{wrap(engine.ErrNoOverride), admin.OutcomeNotFound, admin.OutcomeNotFound},
+		{&admin.NoLimitError{Handler: "X"}, admin.OutcomeFailed, admin.OutcomeFailed},
 		{wrap(engine.ErrReplicaShortfall), admin.OutcomeNotReplicated, admin.OutcomeNotReplicated},
 		{wrap(engine.ErrGroupNotRegistered), admin.OutcomeFailed, admin.OutcomeNotRegistered},
 		{engine.ErrGroupLive, admin.OutcomeFailed, admin.OutcomeLiveLease},

@@ -82,3 +82,30 @@ func ExampleAdmin_RemoveGroup() {
 		}
 	}
 }
+
+// Raise one tenant's caps while its import runs, from a config that declares the
+// handler's limit key, and see what it uses.
+func ExampleAdmin_SetLimit() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	adm := admin.New(rdb, admin.Options{
+		// admin.FromConfig fills these in from domain.toml.
+		Limits:   map[string]engine.HandlerLimit{"OrderProjector": {By: "tenant_id", Concurrency: 2}},
+		Declared: map[string][]string{"order": {"OrderProjector"}},
+	})
+	ctx := context.Background()
+
+	res, err := adm.SetLimit(ctx, admin.LimitRequest{
+		Handler: "OrderProjector", Value: "acme", Concurrency: 8,
+		Reason: "acme import, OPS-7", Actor: admin.Actor{User: "alice", Host: "ops-1", Command: "runbook"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("caps:", admin.CapsText(res.Before), "->", admin.CapsText(res.After))
+	l, err := adm.Limit(ctx, "OrderProjector", "acme")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d runs under way, %d partitions waiting for a permit\n", l.Use.Held, l.Waiting)
+}

@@ -80,10 +80,13 @@ type HandlerState struct {
 	ProcessManager bool   `json:"process_manager"`
 	// Unit is the lease unit: the partition stream, or the process manager's
 	// correlation unit.
-	Unit  string             `json:"unit"`
-	State State              `json:"state"`
-	Lease *Lease             `json:"lease"`
-	Halt  *engine.HaltRecord `json:"halt"`
+	Unit  string `json:"unit"`
+	State State  `json:"state"`
+	// LimitValue is the value of the handler's limit key whose permit the partition
+	// waits for, when its state is throttled; absent otherwise.
+	LimitValue string             `json:"limit_value,omitempty"`
+	Lease      *Lease             `json:"lease"`
+	Halt       *engine.HaltRecord `json:"halt"`
 	// Pending lists up to MaxPendingShown pending entries per lane, oldest first;
 	// PendingTotal counts them all.
 	Pending      []PendingEntry `json:"pending"`
@@ -118,7 +121,7 @@ func (a *Admin) Inspect(ctx context.Context, stream, handler string) (*Inspectio
 		return nil, &NotFoundError{What: "partition", Name: p.Stream(),
 			Hint: "no stream, no DLQ and not in " + a.keys.PartitionIndex(p.Category) + " (check the name with 'seqctl partitions list')"}
 	}
-	listed, err := a.listedStates(ctx, p, handler)
+	listed, err := a.listedRows(ctx, p, handler)
 	if err != nil {
 		return nil, err
 	}
@@ -218,34 +221,34 @@ func (lc inspectedLane) lane() Lane {
 	return l
 }
 
-// listedStates returns the state of the partition for each handler (for the one asked
-// for, when one is), as ListPartitions decides it: the listing code is the one place
-// that reads leases, halt records and lag together.
-func (a *Admin) listedStates(ctx context.Context, p PartitionName, handler string) (map[string]State, error) {
+// listedRows returns the row of the partition for each handler (for the one asked
+// for, when one is), as ListPartitions lists it: the listing code is the one place that
+// reads leases, halt records, lag and the throttled partitions together.
+func (a *Admin) listedRows(ctx context.Context, p PartitionName, handler string) (map[string]Partition, error) {
 	rows, err := a.ListPartitions(ctx, Filter{Category: p.Category, Handler: handler})
 	if err != nil {
 		return nil, err
 	}
-	states := map[string]State{}
+	states := map[string]Partition{}
 	for _, r := range rows {
 		if r.Key == p.Key {
-			states[r.Handler] = r.State
+			states[r.Handler] = r
 		}
 	}
 	return states, nil
 }
 
-// handlerState describes one handler's view of the partition: the state listed (""
-// when the listing has no row for it: unowned), and its lease, halt record, pending
-// entries and head, read one after the other. lanes are the partition's lanes as read,
-// for the pending total.
-func (a *Admin) handlerState(ctx context.Context, p PartitionName, group string, listed State, lanes []Lane) (HandlerState, error) {
+// handlerState describes one handler's view of the partition: the state listed (the
+// zero row when the listing has none for it: unowned), and its lease, halt record,
+// pending entries and head, read one after the other. lanes are the partition's lanes as
+// read, for the pending total.
+func (a *Admin) handlerState(ctx context.Context, p PartitionName, group string, listed Partition, lanes []Lane) (HandlerState, error) {
 	ref, err := a.ref(ctx, p, group)
 	if err != nil {
 		return HandlerState{}, err
 	}
-	hs := HandlerState{Handler: group, ProcessManager: ref.ProcessManager, Unit: a.unit(ref), State: listed,
-		PendingTotal: pendingTotal(lanes, group)}
+	hs := HandlerState{Handler: group, ProcessManager: ref.ProcessManager, Unit: a.unit(ref), State: listed.State,
+		LimitValue: listed.LimitValue, PendingTotal: pendingTotal(lanes, group)}
 	if hs.State == "" {
 		hs.State = StateUnowned
 	}
@@ -256,7 +259,7 @@ func (a *Admin) handlerState(ctx context.Context, p PartitionName, group string,
 		return HandlerState{}, err
 	}
 	if hs.Halt != nil {
-		hs.State = StateHalted
+		hs.State, hs.LimitValue = StateHalted, ""
 	}
 	if hs.Pending, err = a.pendingEntries(ctx, p, group); err != nil {
 		return HandlerState{}, err

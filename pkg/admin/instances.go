@@ -28,6 +28,11 @@ type Instance struct {
 	SlotsInUse   int `json:"slots_in_use"`
 	SlotsLimit   int `json:"slots_limit"`
 	SlotsWaiting int `json:"slots_waiting"`
+	// Throttled lists, as of the last registry write, the partitions waiting for a
+	// permit of their handler's limit key (at most keyspace.MaxThrottledListed);
+	// ThrottledTotal counts them all.
+	Throttled      []keyspace.ThrottledUnit `json:"throttled,omitempty"`
+	ThrottledTotal int                      `json:"throttled_total,omitempty"`
 }
 
 // Instances lists the registered engine instances, sorted by id, with the liveness of
@@ -51,6 +56,7 @@ func (a *Admin) Instances(ctx context.Context) ([]Instance, error) {
 			ID: id, Owner: info.Owner, Host: info.Host, PID: info.PID,
 			StartedAt: time.UnixMilli(info.StartedMS).UTC(), HeartbeatAt: time.UnixMilli(info.HeartbeatMS).UTC(),
 			SlotsInUse: info.SlotsInUse, SlotsLimit: info.SlotsLimit, SlotsWaiting: info.SlotsWaiting,
+			Throttled: info.Throttled, ThrottledTotal: info.ThrottledTotal,
 		})
 	}
 	slices.SortFunc(out, func(x, y Instance) int { return strings.Compare(x.ID, y.ID) })

@@ -80,6 +80,8 @@ type partitionListing struct {
 	halts  map[string]*redis.MapStringStringCmd // by halt key, and pause records by pause key
 	dlqs   map[string]*redis.IntCmd             // DLQ lengths, by primary stream
 	ttls   map[string]*redis.DurationCmd        // session TTLs, by owner
+
+	registry *redis.MapStringStringCmd // the instance registry, for the throttled partitions
 }
 
 // ListPartitions lists every (handler, partition) pair the filter selects, sorted by
@@ -127,8 +129,9 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	return l.partitions(out), nil
 }
 
-// readIndexes is round trip 1: the indexes, the group registries (without a config) and
-// the server time. It makes the rows: one per indexed key and group the filter keeps.
+// readIndexes is round trip 1: the indexes, the group registries (without a config), the
+// instance registry and the server time. It makes the rows: one per indexed key and group
+// the filter keeps.
 func (l *partitionListing) readIndexes(ctx context.Context, cats []string) error {
 	a := l.a
 	pipe := a.rdb.Pipeline()
@@ -141,6 +144,7 @@ func (l *partitionListing) readIndexes(ctx context.Context, cats []string) error
 		}
 	}
 	l.now = pipe.Time(ctx)
+	l.registry = pipe.HGetAll(ctx, a.keys.InstancesKey())
 	if err := execTolerant(ctx, pipe); err != nil {
 		return err
 	}
@@ -408,6 +412,7 @@ func (r *row) queueHead(ctx context.Context, pipe redis.Pipeliner) {
 // those whose owner and state the filter keeps.
 func (l *partitionListing) partitions(out []Partition) []Partition {
 	nowMS := l.now.Val().UnixMilli()
+	throttled := l.throttled()
 	for _, r := range l.rows {
 		p := &r.p
 		r.settleLag()
@@ -420,6 +425,9 @@ func (l *partitionListing) partitions(out []Partition) []Partition {
 			p.Owner, p.Generation, p.LeaseRemainingMS = life.Lease.Owner, life.Lease.Generation, life.Remaining.Milliseconds()
 		}
 		r.settleHead(nowMS)
+		if p.Owner != "" && p.Halt == nil && p.Pause == nil {
+			p.LimitValue = throttled[p.Owner][l.unitOf(r)]
+		}
 		p.State = stateOf(p)
 		if l.f.keeps(p) {
 			out = append(out, *p)
@@ -462,6 +470,40 @@ func (r *row) settleHead(nowMS int64) {
 	}
 }
 
+// throttledUnits are the partitions the instances' registry entries list as waiting for a
+// permit: by session owner, then by group and unit (throttledKey), the limit value.
+type throttledUnits map[string]map[string]string
+
+func throttledKey(group, unit string) string { return group + "\x00" + unit }
+
+// throttled reads the throttled partitions of every registry entry read in round trip 1.
+// An entry that does not decode lists none; whose session is live is the row's business:
+// a partition is throttled only when its live lease names the entry's owner.
+func (l *partitionListing) throttled() throttledUnits {
+	out := throttledUnits{}
+	for _, raw := range l.registry.Val() {
+		info, err := keyspace.DecodeInstance(raw)
+		if err != nil || info.Owner == "" || len(info.Throttled) == 0 {
+			continue
+		}
+		units := make(map[string]string, len(info.Throttled))
+		for _, t := range info.Throttled {
+			units[throttledKey(t.Group, t.Unit)] = t.Value
+		}
+		out[info.Owner] = units
+	}
+	return out
+}
+
+// unitOf is the key of a row's lease unit among the throttled units.
+func (l *partitionListing) unitOf(r *row) string {
+	unit := r.p.Stream
+	if r.p.ProcessManager {
+		unit = l.a.keys.PMUnit(r.group.Name, r.name.Key)
+	}
+	return throttledKey(r.group.Name, unit)
+}
+
 // stateOf decides a partition's state, in the order the State constants list.
 func stateOf(p *Partition) State {
 	switch {
@@ -469,6 +511,8 @@ func stateOf(p *Partition) State {
 		return StateHalted
 	case p.Pause != nil:
 		return StatePaused
+	case p.LimitValue != "":
+		return StateThrottled
 	case p.Owner == "":
 		return StateUnowned
 	case p.Lag != 0 || p.Pending > 0:

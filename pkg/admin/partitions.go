@@ -22,6 +22,10 @@ const (
 	// pause'); its owner, if any, starts none of its events until it is resumed or the
 	// pause ends.
 	StatePaused State = "paused"
+	// StateThrottled: its live owner holds its next event until a permit of the
+	// handler's limit key is free (Partition.LimitValue names the value), as the owner's
+	// registry entry says at its last heartbeat. Waiting is not an attempt.
+	StateThrottled State = "throttled"
 	// StateUnowned: no live lease (no lease, or one whose owner is gone: see
 	// Partition.Owner); nothing reads the partition until an instance takes it.
 	StateUnowned State = "unowned"
@@ -69,7 +73,7 @@ type Partition struct {
 	// HeadAgeMS is the age of the head entry (the halted entry, else the oldest pending,
 	// else the next undelivered) by Redis TIME, in milliseconds; 0 when caught up.
 	HeadAgeMS int64
-	// State is halted, unowned, running or idle (see State).
+	// State is halted, paused, throttled, unowned, running or idle (see State).
 	State State
 	// HaltedEntryID is the entry the partition halted on, "" when not halted.
 	HaltedEntryID string
@@ -81,6 +85,9 @@ type Partition struct {
 	Halt *engine.HaltRecord
 	// Pause is the operator's pause record, nil when not paused.
 	Pause *engine.PauseRecord
+	// LimitValue is the value of the handler's limit key (a tenant) whose permit the
+	// partition waits for, "" when it is not throttled.
+	LimitValue string
 	// HeadID is the head entry id, "" when caught up.
 	HeadID string
 	// Handled is how many entries the group has read and acknowledged on the current
@@ -110,6 +117,7 @@ type partitionJSON struct {
 	HaltedEntryID    *string             `json:"halted_entry_id"`
 	Halt             *engine.HaltRecord  `json:"halt"`
 	Pause            *engine.PauseRecord `json:"pause"`
+	LimitValue       *string             `json:"limit_value"`
 	Handled          int64               `json:"handled"`
 }
 
@@ -129,13 +137,14 @@ func knownOrNil(n int64) *int64 {
 
 // MarshalJSON writes the partition with null for absent values: owner, generation and
 // lease_remaining_ms when unowned; backlog and lag when unknown; head_id and head_age_ms
-// when caught up; halted_entry_id and halt when not halted; pause when not paused.
+// when caught up; halted_entry_id and halt when not halted; pause when not paused;
+// limit_value when not throttled.
 func (p Partition) MarshalJSON() ([]byte, error) {
 	j := partitionJSON{
 		Category: p.Category, Key: p.Key, Stream: p.Stream, Handler: p.Handler, ProcessManager: p.ProcessManager,
 		State: p.State, Owner: strOrNil(p.Owner), Backlog: knownOrNil(p.Backlog), Lag: knownOrNil(p.Lag),
 		Pending: p.Pending, DLQ: p.DLQ, HeadID: strOrNil(p.HeadID), HaltedEntryID: strOrNil(p.HaltedEntryID),
-		Halt: p.Halt, Pause: p.Pause, Handled: p.Handled,
+		Halt: p.Halt, Pause: p.Pause, LimitValue: strOrNil(p.LimitValue), Handled: p.Handled,
 	}
 	if p.Owner != "" {
 		j.Generation, j.LeaseRemainingMS = &p.Generation, &p.LeaseRemainingMS
@@ -169,7 +178,8 @@ func (p *Partition) UnmarshalJSON(b []byte) error {
 		Category: j.Category, Key: j.Key, Stream: j.Stream, Handler: j.Handler, ProcessManager: j.ProcessManager,
 		State: j.State, Owner: deref(j.Owner), Generation: num(j.Generation, 0), LeaseRemainingMS: num(j.LeaseRemainingMS, 0),
 		Backlog: num(j.Backlog, -1), Lag: num(j.Lag, -1), Pending: j.Pending, DLQ: j.DLQ, HeadID: deref(j.HeadID),
-		HeadAgeMS: num(j.HeadAgeMS, 0), HaltedEntryID: deref(j.HaltedEntryID), Halt: j.Halt, Pause: j.Pause, Handled: j.Handled,
+		HeadAgeMS: num(j.HeadAgeMS, 0), HaltedEntryID: deref(j.HaltedEntryID), Halt: j.Halt, Pause: j.Pause,
+		LimitValue: deref(j.LimitValue), Handled: j.Handled,
 	}
 	return nil
 }
@@ -192,10 +202,10 @@ type Filter struct {
 // ParseState parses a state name.
 func ParseState(s string) (State, error) {
 	switch st := State(s); st {
-	case StateHalted, StatePaused, StateUnowned, StateRunning, StateIdle:
+	case StateHalted, StatePaused, StateThrottled, StateUnowned, StateRunning, StateIdle:
 		return st, nil
 	}
-	return "", fmt.Errorf("unknown state %q: want running, idle, halted, paused or unowned", s)
+	return "", fmt.Errorf("unknown state %q: want running, idle, halted, paused, throttled or unowned", s)
 }
 
 // CheckKeyGlob reports a malformed --key pattern.

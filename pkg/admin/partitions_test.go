@@ -75,14 +75,16 @@ func TestPartitionJSON(t *testing.T) {
 	}
 	want := `{"category":"order","key":"a","stream":"order:a","handler":"H","process_manager":false,"state":"unowned",` +
 		`"owner":null,"generation":null,"lease_remaining_ms":null,"backlog":null,"lag":null,"pending":0,"dlq":0,` +
-		`"head_id":null,"head_age_ms":null,"halted_entry_id":null,"halt":null,"pause":null,"handled":0}`
+		`"head_id":null,"head_age_ms":null,"halted_entry_id":null,"halt":null,"pause":null,"limit_value":null,"handled":0}`
 	if string(b) != want {
 		t.Errorf("unowned partition:\n got %s\nwant %s", b, want)
 	}
 	halted := admin.Partition{Category: "order", Key: "b", Stream: "order:b", Handler: "H", Owner: "w1.1", Generation: 3,
 		LeaseRemainingMS: 900, Backlog: 4, Lag: 1, Pending: 3, DLQ: 2, HeadID: "5-0", HeadAgeMS: 70, State: admin.StateHalted,
 		HaltedEntryID: "5-0", Halt: &engine.HaltRecord{EntryID: "5-0", Stream: "order:b", Attempts: 3, Error: "boom"}, Handled: 8}
-	for _, p := range []admin.Partition{unowned, halted} {
+	throttled := admin.Partition{Category: "order", Key: "c", Stream: "order:c", Handler: "H", Owner: "w1.1", Generation: 4,
+		LeaseRemainingMS: 900, Backlog: 2, Lag: 1, Pending: 1, HeadID: "6-0", HeadAgeMS: 70, State: admin.StateThrottled, LimitValue: "acme"}
+	for _, p := range []admin.Partition{unowned, halted, throttled} {
 		b, _ := json.Marshal(p)
 		var back admin.Partition
 		if err := json.Unmarshal(b, &back); err != nil {
@@ -100,7 +102,7 @@ func TestPartitionJSONDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := admin.Partition{Owner: "w1.1", HeadID: "1-0", HaltedEntryID: "1-0", Halt: &engine.HaltRecord{}}
+	p := admin.Partition{Owner: "w1.1", HeadID: "1-0", HaltedEntryID: "1-0", Halt: &engine.HaltRecord{}, LimitValue: "acme"}
 	b, _ := json.Marshal(p)
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(b, &fields); err != nil {
