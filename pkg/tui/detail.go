@@ -50,6 +50,8 @@ func (m *model) detailSummary(p Partition, listed bool) []string {
 		stStyle = st.rowHalted
 	case StatePaused:
 		stStyle = st.rowPaused
+	case StateThrottled:
+		stStyle = st.rowThrottled
 	}
 	lines := []string{title + "  " + stStyle.Render(stateText(p.State)), st.label.Render(fmt.Sprintf(
 		"owner %s · gen %d · lease %s · backlog %s · lag %s · pending %s · head age %s",
@@ -57,6 +59,9 @@ func (m *model) detailSummary(p Partition, listed bool) []string {
 		fmtThousands(p.Pending), fmtDurOr(p.HeadAge)))}
 	if pi := p.Pause; pi != nil {
 		lines = append(lines, st.rowPaused.Render("paused "+pauseInfoText(pi)+": "+oneLine(pi.Reason)))
+	}
+	if p.LimitValue != "" {
+		lines = append(lines, st.rowThrottled.Render("throttled: waiting for a permit of limit value "+oneLine(p.LimitValue)+" (seqctl limits get)"))
 	}
 	return lines
 }

@@ -10,7 +10,8 @@ import (
 // The filter of the partitions table. Every word must match:
 //
 //	text           occurs in the key, category, stream, handler, owner or state
-//	field:text     occurs in that field: key, category (cat), handler, owner, state, stream
+//	field:text     occurs in that field: key, category (cat), handler, owner, state, stream,
+//	               limit (the limit value a throttled partition waits for)
 //	/re/           the regular expression matches one of them (case-insensitive)
 //	field:/re/     the regular expression matches that field
 //
@@ -24,6 +25,7 @@ var filterFields = map[string]func(p *Partition) string{
 	"owner":    func(p *Partition) string { return p.Owner },
 	"state":    func(p *Partition) string { return p.State },
 	"stream":   func(p *Partition) string { return p.Stream },
+	"limit":    func(p *Partition) string { return p.LimitValue },
 }
 
 // filterTerm is one word of the filter.

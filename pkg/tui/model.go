@@ -232,10 +232,10 @@ type model struct {
 // ({category}:{key}), as everywhere in seqctl: streams counts them; total counts the
 // table's rows, one per (handler, partition), which is what the states add up to.
 type summary struct {
-	streams                                              int
-	total, running, idle, halted, paused, unowned, other int
-	lag, maxLag                                          int64 // backlog: lag + pending
-	alive, stale                                         int
+	streams                                                         int
+	total, running, idle, halted, paused, throttled, unowned, other int
+	lag, maxLag                                                     int64 // backlog: lag + pending
+	alive, stale                                                    int
 	// handler slots of the live instances: in use, limit (unbounded when any live
 	// instance has none) and partitions waiting for a slot
 	slotsInUse, slotsLimit, slotsWaiting int
@@ -327,6 +327,8 @@ func (m *model) apply(s Snapshot, now time.Time) {
 			sum.halted++
 		case StatePaused:
 			sum.paused++
+		case StateThrottled:
+			sum.throttled++
 		case StateUnowned:
 			sum.unowned++
 		default:
@@ -339,6 +341,7 @@ func (m *model) apply(s Snapshot, now time.Time) {
 		want[colCategory] = max(want[colCategory], textWidth(p.Category))
 		want[colHandler] = max(want[colHandler], textWidth(p.Handler))
 		want[colOwner] = max(want[colOwner], textWidth(p.Owner))
+		want[colState] = max(want[colState], textWidth(stateText(p.State)))
 		handled += p.Handled
 		if hadPrev {
 			if j, ok := prevIndex[p.Ref()]; ok && p.Handled > prev.Partitions[j].Handled {

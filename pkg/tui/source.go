@@ -44,7 +44,10 @@ const (
 	StateIdle    = "idle"    // owned, nothing to do
 	StateHalted  = "halted"  // a halt record exists: the head is poison, an operator must act
 	StatePaused  = "paused"  // an operator paused it: its owner starts none of its events
-	StateUnowned = "unowned" // no live lease: waiting for an instance to take it
+	// StateThrottled: its owner holds its next event until a permit of the handler's
+	// limit key is free (Partition.LimitValue names the value).
+	StateThrottled = "throttled"
+	StateUnowned   = "unowned" // no live lease: waiting for an instance to take it
 )
 
 // Snapshot is one reading of the deployment.
@@ -111,6 +114,9 @@ type Partition struct {
 	// Pause is the operator's pause of the partition; nil when it is not paused, or when
 	// the source does not say (State still says StatePaused).
 	Pause *PauseInfo
+	// LimitValue is the value of the handler's limit key (a tenant) whose permit a
+	// throttled partition waits for; "" otherwise.
+	LimitValue string
 }
 
 // PauseInfo is an operator's pause of a partition.

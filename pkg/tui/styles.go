@@ -17,6 +17,7 @@ var (
 	colYellow = lipgloss.Color("3")
 	colBlue   = lipgloss.Color("4")
 	colPurple = lipgloss.Color("5")
+	colCyan   = lipgloss.Color("6")
 	colWhite  = lipgloss.Color("15")
 	colGrey   = lipgloss.Color("8")
 )
@@ -31,7 +32,7 @@ type styles struct {
 	// Rows are rendered with a single style each (one Render per visible row).
 	// The cursor row is the same style in reverse video (and marked ">" in the gutter,
 	// which is all that is left of it without colour).
-	row, rowIdle, rowUnowned, rowHalted, rowPaused lipgloss.Style
+	row, rowIdle, rowUnowned, rowHalted, rowPaused, rowThrottled lipgloss.Style
 
 	statusOK, statusWarn, statusErr lipgloss.Style
 
@@ -72,6 +73,7 @@ func newStyles(r *lipgloss.Renderer) styles {
 	s.rowUnowned = r.NewStyle().Foreground(colYellow)
 	s.rowHalted = r.NewStyle().Bold(true).Foreground(colRed)
 	s.rowPaused = r.NewStyle().Bold(true).Foreground(colPurple)
+	s.rowThrottled = r.NewStyle().Foreground(colCyan)
 
 	s.statusOK = r.NewStyle().Foreground(colGreen)
 	s.statusWarn = r.NewStyle().Foreground(colYellow)
@@ -105,6 +107,8 @@ func (s styles) rowStyle(state string, selected bool) lipgloss.Style {
 		st = s.rowHalted
 	case StatePaused:
 		st = s.rowPaused
+	case StateThrottled:
+		st = s.rowThrottled
 	case StateUnowned:
 		st = s.rowUnowned
 	case StateIdle:

@@ -59,7 +59,7 @@ var partitionCols = []column{
 	{id: colBar, title: "", min: 5, max: 20, drop: 4},
 	{id: colPending, title: "PENDING", min: 7, max: 7, right: true, drop: 5},
 	{id: colHeadAge, title: "HEAD AGE", min: 9, max: 9, right: true},
-	{id: colState, title: "STATE", min: 7, max: 7},
+	{id: colState, title: "STATE", min: 7, max: 9}, // "throttled" when one is
 }
 
 var instanceCols = []column{

@@ -173,6 +173,11 @@ func (m *model) countSegments(compact bool) []segment {
 	if s.paused > 0 {
 		segs = append(segs, count("paused", int64(s.paused), st.rowPaused, 87))
 	}
+	// Partitions waiting for a permit of their handler's limit key: not failing, held
+	// back by a tenant's cap.
+	if s.throttled > 0 {
+		segs = append(segs, count("throttled", int64(s.throttled), st.rowThrottled, 86))
+	}
 	if s.other > 0 {
 		segs = append(segs, count("other", int64(s.other), st.value, 30))
 	}

@@ -122,6 +122,7 @@ var viewCasesSmall = []viewCase{
 		h.press("P")
 		h.typeText("billing of client-4 is down, OPS-42")
 	}},
+	{name: "throttled", snap: throttledFixture, setup: settle},
 	{name: "resume_dialog", snap: pausedFixture, setup: func(h *harness) {
 		settle(h)
 		h.cursorOn("client-1")
@@ -132,6 +133,11 @@ var viewCasesSmall = []viewCase{
 // Extra states, at 120x40 only (at 80 columns the GEN column is dropped).
 var viewCasesLarge = []viewCase{
 	{name: "generations", snap: generationsSnapshot, setup: settle},
+	{name: "throttled_detail", snap: throttledFixture, setup: func(h *harness) {
+		settle(h)
+		h.cursorOn("client-2")
+		h.press("enter")
+	}},
 	{name: "paused_detail", snap: pausedFixture, setup: func(h *harness) {
 		settle(h)
 		h.cursorOn("client-2")
