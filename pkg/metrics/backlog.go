@@ -20,7 +20,9 @@ import (
 // The backlog exporter ('seqctl exporter') reads the state of every partition from Redis
 // in the background and exports it per handler and category, whether any 'seqctl run'
 // instance runs or not: the signal an autoscaler needs to scale a deployment from zero.
-// Labels stay bounded (category, handler, state); a partition key is never one.
+// Labels stay bounded (category, handler, state); a partition key is never one, and of the
+// values of a limit key only the MaxLimitValues with the most waiting partitions per
+// handler are.
 
 // HandlerCategory names one handler (a consumer group) on one category: the labels of a
 // backlog series.
@@ -38,8 +40,9 @@ type BacklogStat struct {
 	// entries, and at least 1 when it has a head entry. Events is then a lower bound too.
 	Events int64
 	// WaitingEvents and WaitingSeconds are Events and LagSeconds over the partitions an
-	// instance would work on now: every state but halted (it waits for an operator) and
-	// paused (it waits for a resume). What an autoscaler scales on.
+	// instance would work on: every state but halted (it waits for an operator) and
+	// paused (it waits for a resume). What an autoscaler scales on. A throttled partition
+	// counts: it needs its instance, though more instances do not run it sooner.
 	WaitingEvents  int64
 	WaitingSeconds float64
 	// UnknownPartitions counts the partitions whose backlog is unknown.
@@ -56,12 +59,26 @@ type Backlog struct {
 	Stats map[HandlerCategory]BacklogStat
 	// States are the states counted: the states asked for and every state found, sorted.
 	States []admin.State
+	// Waiting lists, per handler, the values of its limit key with the most partitions
+	// waiting for a permit (throttled), most first, at most MaxLimitValues.
+	Waiting map[string][]LimitWaiting
 }
+
+// LimitWaiting is one value of a handler's limit key and its partitions waiting for a
+// permit.
+type LimitWaiting struct {
+	Value      string
+	Partitions int64
+}
+
+// MaxLimitValues bounds the values of one handler that seqctl_limit_waiting_partitions
+// exports: the value is a label, and a label per tenant would grow without bound.
+const MaxLimitValues = 10
 
 // knownStates are the partition states declared at 0 from the start. A state added to
 // pkg/admin later is counted from the first listing that has a partition in it, and stays
 // declared from then on (see BacklogExporter.Refresh).
-var knownStates = []admin.State{admin.StateHalted, admin.StatePaused, admin.StateUnowned, admin.StateRunning, admin.StateIdle}
+var knownStates = []admin.State{admin.StateHalted, admin.StatePaused, admin.StateThrottled, admin.StateUnowned, admin.StateRunning, admin.StateIdle}
 
 // AggregateBacklog aggregates a listing of partitions per (category, handler). Every
 // pair of declared gets a BacklogStat, at 0 when it has no partition; every BacklogStat
@@ -74,7 +91,7 @@ func AggregateBacklog(parts []admin.Partition, declared []HandlerCategory, state
 	for _, p := range parts {
 		all[p.State] = true
 	}
-	b := Backlog{Stats: map[HandlerCategory]BacklogStat{}, States: slices.Sorted(maps.Keys(all))}
+	b := Backlog{Stats: map[HandlerCategory]BacklogStat{}, States: slices.Sorted(maps.Keys(all)), Waiting: topWaiting(parts)}
 	stat := func(k HandlerCategory) BacklogStat {
 		if s, ok := b.Stats[k]; ok {
 			return s
@@ -106,6 +123,36 @@ func AggregateBacklog(parts []admin.Partition, declared []HandlerCategory, state
 		b.Stats[k] = s
 	}
 	return b
+}
+
+// topWaiting counts the throttled partitions per handler and value of its limit key,
+// and keeps the MaxLimitValues values of each handler with the most (ties by value).
+func topWaiting(parts []admin.Partition) map[string][]LimitWaiting {
+	counts := map[string]map[string]int64{}
+	for _, p := range parts {
+		if p.LimitValue == "" {
+			continue
+		}
+		if counts[p.Handler] == nil {
+			counts[p.Handler] = map[string]int64{}
+		}
+		counts[p.Handler][p.LimitValue]++
+	}
+	out := make(map[string][]LimitWaiting, len(counts))
+	for h, values := range counts {
+		ws := make([]LimitWaiting, 0, len(values))
+		for v, n := range values {
+			ws = append(ws, LimitWaiting{Value: v, Partitions: n})
+		}
+		slices.SortFunc(ws, func(a, b LimitWaiting) int {
+			if a.Partitions != b.Partitions {
+				return int(b.Partitions - a.Partitions)
+			}
+			return admin.NaturalCompare(a.Value, b.Value)
+		})
+		out[h] = ws[:min(len(ws), MaxLimitValues)]
+	}
+	return out
 }
 
 // backlogFloor is the least backlog a partition of unknown backlog has: its pending
@@ -186,8 +233,11 @@ var (
 		"Partitions whose backlog Redis cannot tell (entries deleted inside the undelivered range); seqctl_backlog_events counts only their pending entries, or 1 when they have a head entry.",
 		[]string{"category", "handler"}, nil)
 	descBacklogPartitions = prometheus.NewDesc(Namespace+"_backlog_partitions",
-		"Partitions of the category per handler and state (halted, paused, unowned, running, idle, as 'seqctl partitions list' shows them), as of the exporter's last refresh.",
+		"Partitions of the category per handler and state (halted, paused, throttled, unowned, running, idle, as 'seqctl partitions list' shows them), as of the exporter's last refresh.",
 		[]string{"category", "handler", "state"}, nil)
+	descLimitWaiting = prometheus.NewDesc(Namespace+"_limit_waiting_partitions",
+		"Partitions waiting for a permit of their handler's limit key, per value (a tenant), for the 10 values of each handler with the most, as the live instances' last heartbeats list them, as of the exporter's last refresh.",
+		[]string{"handler", "value"}, nil)
 )
 
 // NewBacklogExporter returns an exporter whose gauges show the declared pairs at 0 until
@@ -289,6 +339,7 @@ func (c backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descWaitingEvents
 	ch <- descWaitingSeconds
 	ch <- descBacklogPartitions
+	ch <- descLimitWaiting
 }
 
 func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
@@ -306,6 +357,11 @@ func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descWaitingSeconds, s.WaitingSeconds, k.Category, k.Handler)
 		for _, st := range b.States {
 			gauge(descBacklogPartitions, float64(s.Partitions[st]), k.Category, k.Handler, string(st))
+		}
+	}
+	for h, ws := range b.Waiting {
+		for _, w := range ws {
+			gauge(descLimitWaiting, float64(w.Partitions), h, w.Value)
 		}
 	}
 }

@@ -51,13 +51,14 @@ func TestAggregateBacklog(t *testing.T) {
 	declared := []HandlerCategory{{"order", "Projector"}, {"order", "Auditor"}}
 	got := AggregateBacklog(parts, declared, knownStates)
 
-	states := []admin.State{"draining", admin.StateHalted, admin.StateIdle, admin.StatePaused, admin.StateRunning, admin.StateUnowned}
+	states := []admin.State{"draining", admin.StateHalted, admin.StateIdle, admin.StatePaused, admin.StateRunning, admin.StateThrottled, admin.StateUnowned}
 	counts := func(draining, halted, idle, paused, running, unowned int64) map[admin.State]int64 {
 		return map[admin.State]int64{"draining": draining, admin.StateHalted: halted, admin.StateIdle: idle,
-			admin.StatePaused: paused, admin.StateRunning: running, admin.StateUnowned: unowned}
+			admin.StatePaused: paused, admin.StateRunning: running, admin.StateThrottled: 0, admin.StateUnowned: unowned}
 	}
 	want := Backlog{
-		States: states,
+		States:  states,
+		Waiting: map[string][]LimitWaiting{},
 		Stats: map[HandlerCategory]BacklogStat{
 			{"order", "Projector"}: {LagSeconds: 7.25, Events: 3 + 2 + 4 + 2 + 1, UnknownPartitions: 3, Partitions: counts(0, 1, 2, 0, 2, 2),
 				WaitingEvents: 3 + 2 + 2 + 1, WaitingSeconds: 7.25}, // not the halted one's 4
@@ -125,6 +126,7 @@ seqctl_backlog_partitions{category="order",handler="Projector",state="halted"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="idle"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="paused"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="running"} 0
+seqctl_backlog_partitions{category="order",handler="Projector",state="throttled"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="unowned"} 0
 seqctl_backlog_unknown_partitions{category="order",handler="Projector"} 0
 seqctl_lag_seconds{category="order",handler="Projector"} 0`
@@ -136,11 +138,13 @@ seqctl_backlog_partitions{category="order",handler="Projector",state="halted"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="idle"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="paused"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="running"} 0
+seqctl_backlog_partitions{category="order",handler="Projector",state="throttled"} 0
 seqctl_backlog_partitions{category="order",handler="Projector",state="unowned"} 1
 seqctl_backlog_partitions{category="order",handler="Reporter",state="halted"} 0
 seqctl_backlog_partitions{category="order",handler="Reporter",state="idle"} 0
 seqctl_backlog_partitions{category="order",handler="Reporter",state="paused"} 0
 seqctl_backlog_partitions{category="order",handler="Reporter",state="running"} 1
+seqctl_backlog_partitions{category="order",handler="Reporter",state="throttled"} 0
 seqctl_backlog_partitions{category="order",handler="Reporter",state="unowned"} 0
 seqctl_backlog_unknown_partitions{category="order",handler="Projector"} 0
 seqctl_backlog_unknown_partitions{category="order",handler="Reporter"} 0
@@ -421,5 +425,64 @@ func BenchmarkBacklogRefresh10k(b *testing.B) {
 			b.ReportMetric(float64(usec)/float64(n), "redis-us/op")
 			b.Logf("%d refreshes; Redis calls per refresh: %s", n, strings.Join(perCmd, ", "))
 		})
+	}
+}
+
+// The throttled partitions are counted in their state and in the waiting events (they
+// need their instance); per handler, the values with the most of them are exported, at
+// most MaxLimitValues, and a value waiting no more is dropped at the next refresh.
+func TestBacklogExporterLimitWaiting(t *testing.T) {
+	throttled := func(h, value string) admin.Partition {
+		p := part(h, admin.StateThrottled, 2, 0, 1000)
+		p.LimitValue = value
+		return p
+	}
+	var first []admin.Partition
+	for i := range 12 { // tenant-0 waits with 12 partitions, tenant-11 with 1
+		for range 12 - i {
+			first = append(first, throttled("Projector", fmt.Sprintf("tenant-%d", i)))
+		}
+	}
+	first = append(first, throttled("Mailer", "acme"), part("Mailer", admin.StateRunning, 1, 1, 10))
+	l := &fakeLister{replies: []listReply{{parts: first}, {parts: []admin.Partition{throttled("Projector", "tenant-11")}}}}
+	e := NewBacklogExporter(BacklogOptions{Lister: l})
+	if err := e.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := e.backlog
+	if s := got.Stats[HandlerCategory{"order", "Projector"}]; s.Partitions[admin.StateThrottled] != 78 || s.WaitingEvents != 2*78 {
+		t.Errorf("Projector: %d throttled, %d waiting events; want 78 and 156", s.Partitions[admin.StateThrottled], s.WaitingEvents)
+	}
+	var want []LimitWaiting
+	for i := range MaxLimitValues {
+		want = append(want, LimitWaiting{Value: fmt.Sprintf("tenant-%d", i), Partitions: int64(12 - i)})
+	}
+	if diff := cmp.Diff(map[string][]LimitWaiting{"Projector": want, "Mailer": {{"acme", 1}}}, got.Waiting); diff != "" {
+		t.Errorf("waiting values (-want +got):\n%s", diff)
+	}
+	rec := httptest.NewRecorder()
+	e.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, line := range []string{
+		`seqctl_limit_waiting_partitions{handler="Projector",value="tenant-0"} 12`,
+		`seqctl_limit_waiting_partitions{handler="Projector",value="tenant-9"} 3`,
+		`seqctl_limit_waiting_partitions{handler="Mailer",value="acme"} 1`,
+		`seqctl_backlog_partitions{category="order",handler="Mailer",state="throttled"} 1`,
+	} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("scrape lacks %q", line)
+		}
+	}
+	if n := strings.Count(body, "seqctl_limit_waiting_partitions{"); n != MaxLimitValues+1 {
+		t.Errorf("%d limit waiting series, want %d", n, MaxLimitValues+1)
+	}
+	if err := e.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec = httptest.NewRecorder()
+	e.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if body := rec.Body.String(); strings.Count(body, "seqctl_limit_waiting_partitions{") != 1 ||
+		!strings.Contains(body, `seqctl_limit_waiting_partitions{handler="Projector",value="tenant-11"} 1`+"\n") {
+		t.Errorf("after the second refresh:\n%s", body)
 	}
 }

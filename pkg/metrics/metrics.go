@@ -5,7 +5,9 @@
 //
 // Labels are bounded: handler (the consumer group: a handler or process manager name),
 // category, and a lease-loss reason. A partition key never becomes a label value, since
-// partitions come and go and a label per key would grow the series without bound.
+// partitions come and go and a label per key would grow the series without bound; nor
+// does a limit key's value in this package (the exporter exports the few values with the
+// most waiting partitions, see backlog.go).
 package metrics
 
 import (
@@ -46,6 +48,7 @@ type Metrics struct {
 	lost      *prometheus.CounterVec
 	fenced    *prometheus.CounterVec
 	slotWait  *prometheus.HistogramVec
+	limitWait *prometheus.CounterVec
 	backlog   prometheus.Gauge
 
 	source atomic.Pointer[sourceBox]
@@ -112,6 +115,9 @@ func New() *Metrics {
 		slotWait: histogramVec("handler_slot_wait_seconds",
 			"Time a partition with an event ready waited for a handler slot before the call (not part of the attempt or its timeout).",
 			LatencyBuckets, "handler"),
+		limitWait: counterVec("limit_wait_seconds_total",
+			"Time partitions waited for a permit of their handler's limit key before their run, in seconds (not part of the attempt or its timeout).",
+			"handler"),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "relay_backlog",
 			Help: "Outbox rows waiting to be published by the relay; 0 when no outbox relay runs in this process.",
@@ -119,7 +125,7 @@ func New() *Metrics {
 	}
 	m.reg.MustRegister(
 		m.processed, m.failed, m.retried, m.halts, m.duration, m.latency,
-		m.acquired, m.lost, m.fenced, m.slotWait, m.backlog,
+		m.acquired, m.lost, m.fenced, m.slotWait, m.limitWait, m.backlog,
 		&statsCollector{m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -226,9 +232,17 @@ func (m *Metrics) SlotWait(group string, wait time.Duration) {
 	m.slotWait.WithLabelValues(group).Observe(wait.Seconds())
 }
 
+// LimitWait implements engine.LimitObserver: the wait of one partition for a permit of
+// its handler's limit key, added to seqctl_limit_wait_seconds_total. The value it waited
+// for is not a label (unbounded).
+func (m *Metrics) LimitWait(group string, wait time.Duration) {
+	m.limitWait.WithLabelValues(group).Add(wait.Seconds())
+}
+
 var (
-	_ engine.Observer     = (*Metrics)(nil)
-	_ engine.SlotObserver = (*Metrics)(nil)
+	_ engine.Observer      = (*Metrics)(nil)
+	_ engine.SlotObserver  = (*Metrics)(nil)
+	_ engine.LimitObserver = (*Metrics)(nil)
 )
 
 // statsCollector reads the engine at scrape time, so the gauges are never stale and cost
@@ -254,6 +268,8 @@ var (
 		"Handler calls a handler may run at once in this instance (max_concurrent); 0 when unbounded.", []string{"handler"}, nil)
 	descWaiting = prometheus.NewDesc(Namespace+"_partitions_waiting_for_slot",
 		"Partitions with an event ready that wait for a handler slot, per handler. Waiting is not failing: the attempt and its timeout start with the slot.", []string{"handler"}, nil)
+	descThrottled = prometheus.NewDesc(Namespace+"_partitions_throttled",
+		"Partitions with an event ready that wait for a permit of their handler's limit key now, per handler. Waiting is not failing: the attempt starts with the permit.", []string{"handler"}, nil)
 	descInstanceLimit = prometheus.NewDesc(Namespace+"_instance_handler_slots_limit",
 		"Handler calls this instance may run at once across all handlers (max_concurrent_handlers, or the sum of the handlers' limits when lower); 0 when unbounded.", nil, nil)
 	descLag = prometheus.NewDesc(Namespace+"_lag_seconds",
@@ -270,6 +286,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSlotsInUse
 	ch <- descSlotsLimit
 	ch <- descWaiting
+	ch <- descThrottled
 	ch <- descInstanceLimit
 	ch <- descReady
 	ch <- descLag
@@ -313,6 +330,12 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSlotsLimit, prometheus.GaugeValue, float64(s.Limit), g)
 		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(s.Waiting), g)
 	}
+	for g := range st.Throttled {
+		c.m.addGroup(g)
+	}
+	for _, g := range c.m.knownGroups() {
+		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.GaugeValue, float64(st.Throttled[g]), g)
+	}
 	ch <- prometheus.MustNewConstMetric(descInstanceLimit, prometheus.GaugeValue, float64(st.Slots.Limit))
 	c.m.collectLag(ch, st.Lag)
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
@@ -334,6 +357,7 @@ func (m *Metrics) Declare(handler string, categories ...string) {
 	m.lost.WithLabelValues(handler, "session_expired")
 	m.fenced.WithLabelValues(handler)
 	m.slotWait.WithLabelValues(handler)
+	m.limitWait.WithLabelValues(handler)
 	for _, c := range categories {
 		m.processed.WithLabelValues(handler, c)
 		m.failed.WithLabelValues(handler, c)

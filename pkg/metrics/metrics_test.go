@@ -123,6 +123,33 @@ func TestSlotWaitHistogram(t *testing.T) {
 	}
 }
 
+// The engine's limit observer adds each wait for a permit to the handler's counter, in
+// seconds; the value waited for is no label.
+func TestLimitWaitCounter(t *testing.T) {
+	m := New()
+	var o engine.Observer = m
+	lo, ok := o.(engine.LimitObserver)
+	if !ok {
+		t.Fatal("Metrics does not implement engine.LimitObserver")
+	}
+	lo.LimitWait("Projector", 1500*time.Millisecond)
+	lo.LimitWait("Projector", 250*time.Millisecond)
+	if body := scrape(t, m); !strings.Contains(body, `seqctl_limit_wait_seconds_total{handler="Projector"} 1.75`+"\n") {
+		t.Errorf("scrape lacks the limit wait of 1.75 s:\n%s", grepLines(body, "limit_wait"))
+	}
+}
+
+// grepLines keeps the lines of body that contain s.
+func grepLines(body, s string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 func TestDeclareCreatesZeroSeries(t *testing.T) {
 	m := New()
 	m.Declare("Projector", "order")
@@ -140,6 +167,8 @@ func TestDeclareCreatesZeroSeries(t *testing.T) {
 		`seqctl_handler_slots_in_use{handler="Projector"} 0`,
 		`seqctl_partitions_waiting_for_slot{handler="Fulfillment"} 0`,
 		`seqctl_handler_slot_wait_seconds_count{handler="Projector"} 0`,
+		`seqctl_limit_wait_seconds_total{handler="Fulfillment"} 0`,
+		`seqctl_partitions_throttled{handler="Projector"} 0`,
 	} {
 		if !strings.Contains(body, line+"\n") {
 			t.Errorf("scrape lacks %q", line)
@@ -156,7 +185,8 @@ func TestGaugesReadTheSourceAtScrape(t *testing.T) {
 			HandlerSlots: []engine.HandlerSlotStats{
 				{Handler: "Fulfillment", SlotStats: engine.SlotStats{InUse: 1, Limit: 128}},
 				{Handler: "Projector", SlotStats: engine.SlotStats{InUse: 4, Limit: 4, Waiting: 7}},
-			}},
+			},
+			Throttled: map[string]int{"Projector": 9}},
 		owned: []engine.OwnedPartition{
 			{Group: "Projector", Stream: "order:c-1", Generation: 3},
 			{Group: "Projector", Stream: "order:c-2", Generation: 4},
@@ -181,6 +211,8 @@ func TestGaugesReadTheSourceAtScrape(t *testing.T) {
 		`seqctl_partitions_waiting_for_slot{handler="Fulfillment"} 0`,
 		`seqctl_handler_slots_limit{handler="Idle"} 0`,
 		`seqctl_instance_handler_slots_limit 132`,
+		`seqctl_partitions_throttled{handler="Projector"} 9`,
+		`seqctl_partitions_throttled{handler="Fulfillment"} 0`,
 	} {
 		if !strings.Contains(body, line+"\n") {
 			t.Errorf("scrape lacks %q", line)

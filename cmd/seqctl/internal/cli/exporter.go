@@ -59,11 +59,15 @@ serves the last aggregate and never reads Redis:
   seqctl_backlog_unknown_partitions{category,handler}
       partitions whose backlog Redis cannot tell; backlog_events counts their lower bound
   seqctl_backlog_partitions{category,handler,state}
-      partitions per state: halted, paused, unowned, running, idle
+      partitions per state: halted, paused, throttled, unowned, running, idle
+  seqctl_limit_waiting_partitions{handler,value}
+      partitions waiting for a permit of their handler's limit key, per value (a
+      tenant): the 10 values of each handler with the most
 
 seqctl_lag_seconds has the name and labels of the gauge of 'seqctl run', which counts
 only the partitions an instance owns, so max by (category, handler) (seqctl_lag_seconds)
-works with or without instances. No label carries a partition key.
+works with or without instances. No label carries a partition key, and a limit key's
+values only for the 10 values of a handler with the most waiting partitions.
 
 With --config, every handler of the domain has its series from the start, at 0, and the
 categories are the file's (no SCAN). Without it, categories and handlers are discovered
