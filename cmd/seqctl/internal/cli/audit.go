@@ -40,15 +40,16 @@ func newCmdAudit(f *Factory, runF func(*AuditOptions) error) *cobra.Command {
 		Long: `List the operator actions recorded in Redis (the __seqctl__:audit stream, capped at
 about 100,000 entries), oldest first, or the newest N first with --limit N: when (Redis
 time), the user and host, the command (head skip, head dlq, head retry, dlq replay, dlq
-purge, groups remove), the stream (the category for groups remove), the handler, the
-entry id and the outcome. Refused and failed attempts are recorded too:
+purge, groups remove, partitions pause|resume, limits set|clear), the stream (the
+category for groups remove; "value V" for limits set|clear, whose detail holds the old
+and new caps), the handler, the entry id and the outcome. Refused and failed attempts are recorded too:
 
   ok           done
   head_moved   the head was not the expected entry; nothing changed
   not_halted   the head was not halted (no --force); nothing changed
   not_pending  the head was not delivered yet; nothing changed
   entry_gone   the entry was trimmed; nothing changed
-  not_found    no such partition, handler or DLQ entry
+  not_found    no such partition, handler or DLQ entry (limits clear: no override)
   refused      no terminal to confirm on and no --yes; nothing changed
   declined     the operator answered no; nothing changed
   failed       another error (the detail says which)
@@ -101,6 +102,15 @@ the actions on one partition (its DLQ included) or, for groups remove, one categ
 	return cmd
 }
 
+// auditTarget is the STREAM cell of an action: its stream, or the limit value a limits
+// command acted on ("value acme").
+func auditTarget(e admin.AuditEntry) string {
+	if e.Stream == "" && e.Value != "" {
+		return "value " + e.Value
+	}
+	return orDash(e.Stream)
+}
+
 // parseSince parses a positive Go duration, or a number of days ("7d").
 func parseSince(s string) (time.Duration, error) {
 	var d time.Duration
@@ -138,7 +148,7 @@ func auditRun(ctx context.Context, adm Admin, opts *AuditOptions) error {
 	}
 	t := newTable(ios, opts.layout(), append(header, "OUTCOME")...)
 	for _, e := range entries {
-		row := []string{fmtTime(&e.Time), orDash(e.User), orDash(e.RedisUser), orDash(e.Host), orDash(e.Command), orDash(e.Stream), orDash(e.Handler), orDash(e.EntryID)}
+		row := []string{fmtTime(&e.Time), orDash(e.User), orDash(e.RedisUser), orDash(e.Host), orDash(e.Command), auditTarget(e), orDash(e.Handler), orDash(e.EntryID)}
 		if wide {
 			row = append(row, orDash(e.Reason), firstLine(orDash(e.Detail), 80))
 		}

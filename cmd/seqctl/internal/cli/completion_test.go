@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 func TestCompletionParse(t *testing.T) {
@@ -68,6 +69,8 @@ func TestDynamicCompletion(t *testing.T) {
 			{ID: "w1", Owner: "w1.3", Host: "h1", Live: true},
 			{ID: "w2", Owner: "w2.1", Host: "h2"}, // its session expired
 		},
+		handlerLimits: map[string]engine.HandlerLimit{"OrderProjector": sampleLimit},
+		limits:        limitsAdmin().limits,
 	}
 	tests := []struct {
 		name string
@@ -80,12 +83,16 @@ func TestDynamicCompletion(t *testing.T) {
 		{"handlers", []string{"head", "skip", "order:client-1", "--handler", "O"}, []string{"OrderProjector"}},
 		{"dlq ids", []string{"dlq", "replay", "order:client-1", "--id", ""}, []string{"1738318000000-0\tOrderPlaced: projector: total must be positive …"}},
 		{"sort values", []string{"partitions", "list", "--sort", ""}, []string{"name", "backlog", "lag", "age", "dlq"}},
-		{"state values", []string{"partitions", "list", "--state", ""}, []string{"running", "idle", "halted", "paused", "unowned"}},
+		{"state values", []string{"partitions", "list", "--state", ""}, []string{"running", "idle", "halted", "paused", "throttled", "unowned"}},
 		{"handlers of every category", []string{"partitions", "list", "--handler", ""}, []string{"OrderProjector", "Mailer"}},
 		{"categories", []string{"partitions", "list", "--category", ""}, []string{"order", "payment"}},
 		{"categories by prefix", []string{"partitions", "list", "--category", "p"}, []string{"payment"}},
 		{"owners: live instances and their sessions", []string{"partitions", "list", "--owner", "w"}, []string{"w1\tinstance on h1", "w1.3\tcurrent session of w1"}},
 		{"audit stream", []string{"audit", "--stream", "pay"}, []string{"payment:p-9"}},
+		{"handlers with a limit key", []string{"limits", "list", "--handler", ""}, []string{"OrderProjector\tlimit_by tenant"}},
+		{"limit values with an override or waiting", []string{"limits", "clear", ""},
+			[]string{"acme\toverride concurrency 8, 3 waiting", "globex\t5 waiting", "internal\toverride off, 0 waiting"}},
+		{"one limit value", []string{"limits", "get", "acme", ""}, nil},
 		{"outcomes", []string{"audit", "--outcome", "head"}, []string{"ok", "head_moved", "not_halted", "not_pending", "entry_gone", "not_found", "refused", "declined", "failed",
 			"not_replicated", "not_registered", "declared", "live_lease", "read_moved", "halted", "not_paused", "stopped"}},
 	}
@@ -185,7 +192,7 @@ func TestEveryOperatorCommandHasAnExample(t *testing.T) {
 }
 
 func TestGroupCommands(t *testing.T) {
-	for _, g := range []string{"partitions", "head", "dlq"} {
+	for _, g := range []string{"partitions", "head", "dlq", "limits"} {
 		r := runOps(t, &fakeAdmin{}, inPipe, "", g)
 		if r.Code != 0 || !strings.Contains(r.Stdout, "Available Commands:") {
 			t.Errorf("seqctl %s: exit %d, stdout %q", g, r.Code, r.Stdout)

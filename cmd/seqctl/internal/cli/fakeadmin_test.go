@@ -60,6 +60,17 @@ type fakeAdmin struct {
 	pauseCalls []pauseCall
 	pauseErrs  map[string]error
 	pauseRecs  map[string]*engine.PauseRecord
+
+	// handlerLimits is what HandlerLimits answers (nil: no config); limits the values
+	// Limit and Limits answer; limitErrs the error Limit, SetLimit and ClearLimit return
+	// for a value; limitCalls the SetLimit and ClearLimit calls, in order; limitQuery
+	// what Limits was asked last.
+	handlerLimits map[string]engine.HandlerLimit
+	limits        []admin.Limit
+	limitErrs     map[string]error
+	limitCalls    []admin.LimitRequest
+	limitActions  []string
+	limitQuery    admin.LimitQuery
 }
 
 // pauseCall is one Pause or Resume of the fake admin.
@@ -195,6 +206,65 @@ func (f *fakeAdmin) Resume(_ context.Context, req admin.PauseRequest) (*admin.Pa
 
 func (f *fakeAdmin) PauseOf(_ context.Context, stream, _ string) (*engine.PauseRecord, error) {
 	return f.pauseRecs[stream], nil
+}
+
+func (f *fakeAdmin) HandlerLimits() map[string]engine.HandlerLimit { return f.handlerLimits }
+
+// Limit answers the value of f.limits, or one without an override, with the domain's
+// caps of f.handlerLimits.
+func (f *fakeAdmin) Limit(_ context.Context, handler, value string) (*admin.Limit, error) {
+	if err := f.limitErrs[value]; err != nil {
+		return nil, err
+	}
+	for _, l := range f.limits {
+		if l.Handler == handler && l.Value == value {
+			return &l, nil
+		}
+	}
+	l := &admin.Limit{Handler: handler, Value: value}
+	if hl, ok := f.handlerLimits[handler]; ok {
+		caps := admin.CapsOf(hl)
+		l.By, l.Default = hl.By, &caps
+		l.Effective = admin.EffectiveCaps(l.Default, nil)
+	}
+	return l, nil
+}
+
+func (f *fakeAdmin) Limits(_ context.Context, q admin.LimitQuery) ([]admin.Limit, error) {
+	f.limitQuery = q
+	var out []admin.Limit
+	for _, l := range f.limits {
+		if (q.Handler == "" || l.Handler == q.Handler) && (l.Override != nil || q.Waiting && l.Waiting > 0) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// SetLimit answers as the admin does: an override by alice@ops-1 since t0.
+func (f *fakeAdmin) SetLimit(ctx context.Context, req admin.LimitRequest) (*admin.LimitResult, error) {
+	return f.limitAction(ctx, admin.ActionLimitSet, req)
+}
+
+func (f *fakeAdmin) ClearLimit(ctx context.Context, req admin.LimitRequest) (*admin.LimitResult, error) {
+	return f.limitAction(ctx, admin.ActionLimitClear, req)
+}
+
+func (f *fakeAdmin) limitAction(ctx context.Context, action string, req admin.LimitRequest) (*admin.LimitResult, error) {
+	f.limitCalls = append(f.limitCalls, req)
+	f.limitActions = append(f.limitActions, action+" "+req.Handler+" "+req.Value)
+	cur, err := f.Limit(ctx, req.Handler, req.Value)
+	if err != nil {
+		return nil, err
+	}
+	res := &admin.LimitResult{Action: action, Handler: req.Handler, Value: req.Value, Old: cur.Override, Default: cur.Default,
+		Before: cur.Effective, Outcome: admin.OutcomeOK}
+	if action == admin.ActionLimitSet {
+		res.New = &engine.LimitOverride{Concurrency: req.Concurrency, Rate: req.Rate, Per: req.Per, Off: req.Off,
+			Reason: req.Reason, By: "alice@ops-1", Since: t0}
+	}
+	res.After = admin.EffectiveCaps(res.Default, res.New)
+	return res, nil
 }
 
 // Fixed data of the run tables.

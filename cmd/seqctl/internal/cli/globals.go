@@ -111,6 +111,11 @@ type Admin interface {
 	Pause(ctx context.Context, req admin.PauseRequest) (*admin.PauseResult, error)
 	Resume(ctx context.Context, req admin.PauseRequest) (*admin.PauseResult, error)
 	PauseOf(ctx context.Context, stream, handler string) (*engine.PauseRecord, error)
+	HandlerLimits() map[string]engine.HandlerLimit
+	Limit(ctx context.Context, handler, value string) (*admin.Limit, error)
+	Limits(ctx context.Context, q admin.LimitQuery) ([]admin.Limit, error)
+	SetLimit(ctx context.Context, req admin.LimitRequest) (*admin.LimitResult, error)
+	ClearLimit(ctx context.Context, req admin.LimitRequest) (*admin.LimitResult, error)
 }
 
 var _ Admin = (*admin.Admin)(nil)

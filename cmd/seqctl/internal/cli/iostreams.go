@@ -56,11 +56,12 @@ func colorEnabled(tty bool, getenv func(string) string) bool {
 // ANSI styles. Every colour the CLI prints goes through these, so NO_COLOR and pipes
 // get plain text.
 const (
-	ansiReset = "\x1b[0m"
-	ansiBold  = "\x1b[1m"
-	ansiRed   = "\x1b[31m"
-	ansiGreen = "\x1b[32m"
-	ansiGray  = "\x1b[90m"
+	ansiReset  = "\x1b[0m"
+	ansiBold   = "\x1b[1m"
+	ansiRed    = "\x1b[31m"
+	ansiGreen  = "\x1b[32m"
+	ansiYellow = "\x1b[33m"
+	ansiGray   = "\x1b[90m"
 )
 
 func (s *IOStreams) style(code, text string) string {
@@ -70,9 +71,10 @@ func (s *IOStreams) style(code, text string) string {
 	return code + text + ansiReset
 }
 
-// Bold, Green, Red and Gray colour text when colour is on and return it unchanged
-// otherwise.
-func (s *IOStreams) Bold(text string) string  { return s.style(ansiBold, text) }
-func (s *IOStreams) Green(text string) string { return s.style(ansiGreen, text) }
-func (s *IOStreams) Red(text string) string   { return s.style(ansiRed, text) }
-func (s *IOStreams) Gray(text string) string  { return s.style(ansiGray, text) }
+// Bold, Green, Yellow, Red and Gray colour text when colour is on and return it
+// unchanged otherwise.
+func (s *IOStreams) Bold(text string) string   { return s.style(ansiBold, text) }
+func (s *IOStreams) Green(text string) string  { return s.style(ansiGreen, text) }
+func (s *IOStreams) Yellow(text string) string { return s.style(ansiYellow, text) }
+func (s *IOStreams) Red(text string) string    { return s.style(ansiRed, text) }
+func (s *IOStreams) Gray(text string) string   { return s.style(ansiGray, text) }

@@ -66,7 +66,8 @@ var sortOrders = []string{"name", "backlog", "lag", "age", "dlq"}
 
 // partitionStates are the values of partitions list --state.
 var partitionStates = []string{
-	string(admin.StateRunning), string(admin.StateIdle), string(admin.StateHalted), string(admin.StatePaused), string(admin.StateUnowned),
+	string(admin.StateRunning), string(admin.StateIdle), string(admin.StateHalted), string(admin.StatePaused),
+	string(admin.StateThrottled), string(admin.StateUnowned),
 }
 
 func newCmdPartitionsList(f *Factory, runF func(*PartitionsListOptions) error) *cobra.Command {
@@ -90,16 +91,20 @@ client-10):
   DLQ            entries in the partition's dead-letter stream
   HEAD AGE       age of the head entry: the halted one, else the oldest pending, else
                  the next undelivered
-  STATE          halted   the handler halted on a poison head; see 'seqctl head show'
-                 paused   an operator paused it ('seqctl partitions pause'): no event
-                          starts until it is resumed or the pause ends
-                 unowned  no live lease: nobody reads it until an instance takes it
-                 running  owned, with work to do
-                 idle     owned and caught up
+  STATE          halted     the handler halted on a poison head; see 'seqctl head show'
+                 paused     an operator paused it ('seqctl partitions pause'): no event
+                            starts until it is resumed or the pause ends
+                 throttled  its owner holds its next event until a permit of the
+                            handler's limit key is free ('seqctl limits get VALUE'),
+                            as the owner's last heartbeat says
+                 unowned    no live lease: nobody reads it until an instance takes it
+                 running    owned, with work to do
+                 idle       owned and caught up
                  (the first that applies, in this order)
 
--o wide adds, after STATE, the stream, the halted entry, its attempts and error, and
-who paused the partition, until when ("resumed": until a resume) and why.
+-o wide adds, after STATE, the stream, the halted entry, its attempts and error,
+who paused the partition, until when ("resumed": until a resume) and why, and the value
+of the limit key a throttled partition waits for.
 -o json and -o yaml print every field, null where a value is absent (see
 docs/json-output.md); with --watch, -o json prints NDJSON: one JSON object per line,
 every partition on the first refresh and then one per change (a partition that is
@@ -121,6 +126,9 @@ The listing is pipelined: a few round trips to Redis however many partitions the
   # paused partitions, with who paused them, until when and why
   $ seqctl partitions list --state paused -o wide
 
+  # partitions waiting for a permit of their handler's limit key, with the value
+  $ seqctl partitions list --state throttled -o wide
+
   # keys of one client range that have work, biggest backlog first
   $ seqctl partitions list --key 'client-1*' --state running,unowned --sort backlog
 
@@ -141,7 +149,7 @@ func (o *PartitionsListOptions) addFlags(cmd *cobra.Command, f *Factory) {
 	fl.StringVar(&o.Category, "category", "", "only this category")
 	fl.StringVar(&o.Handler, "handler", "", "only this handler (consumer group)")
 	fl.BoolVar(&o.Halted, "halted", false, "only halted partitions (the same as --state halted)")
-	fl.StringSliceVar(&o.States, "state", nil, "only partitions in these states: running, idle, halted, paused, unowned (repeat or separate with commas)")
+	fl.StringSliceVar(&o.States, "state", nil, "only partitions in these states: running, idle, halted, paused, throttled, unowned (repeat or separate with commas)")
 	fl.StringVar(&o.Key, "key", "", "only keys matching this glob: * any run of characters, ? one, [a-z] a class")
 	fl.StringVar(&o.Owner, "owner", "", "only partitions owned by this instance id (or session owner instance.N)")
 	fl.StringVar(&o.Sort, "sort", "name", "order: name, backlog, lag (largest first), age (oldest head first) or dlq (longest first)")
@@ -314,7 +322,7 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 	// error message is long.
 	header := []string{"CATEGORY", "KEY", "HANDLER", "OWNER", "GEN", "LEASE", "BACKLOG", "LAG", "PENDING", "DLQ", "HEAD AGE", "STATE"}
 	if wide {
-		header = append(header, "STREAM", "HALTED ENTRY", "ATTEMPTS", "ERROR", "PAUSED BY", "UNTIL", "PAUSE REASON")
+		header = append(header, "STREAM", "HALTED ENTRY", "ATTEMPTS", "ERROR", "PAUSED BY", "UNTIL", "PAUSE REASON", "LIMIT VALUE")
 	}
 	t := newTable(ios, opts.layout(), header...)
 	// The aligned table, read by a person, shows the last digits of a generation (the
@@ -332,6 +340,7 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 			}
 			row = append(row, p.Stream, orDash(p.HaltedEntryID), attempts, errText)
 			row = append(row, pauseCells(p.Pause)...)
+			row = append(row, orDash(p.LimitValue))
 		}
 		t.AddRow(row...)
 	}
@@ -383,6 +392,8 @@ func stateCell(ios *IOStreams, s admin.State) string {
 		return ios.Red(string(s))
 	case admin.StatePaused:
 		return ios.Bold(string(s))
+	case admin.StateThrottled:
+		return ios.Yellow(string(s))
 	case admin.StateRunning:
 		return ios.Green(string(s))
 	}
@@ -405,7 +416,8 @@ func newCmdPartitionsInspect(f *Factory, runF func(*PartitionsInspectOptions) er
 order:client-123): its lanes (primary and backfill) with their lengths and first and
 last ids; every consumer group with its last-delivered id, lag and pending count; and,
 per handler, the lease (owner, generation, time left), the halt record (entry, reason,
-attempts, since), the pending entries with their delivery counts and idle times, and
+attempts, since), the pause, the limit value a throttled partition waits for a permit
+of, the pending entries with their delivery counts and idle times, and
 the head entry's envelope. Also the length of the partition's DLQ.
 
 Exit status 3 when the partition has no stream, no DLQ and is not indexed.`,
@@ -517,6 +529,9 @@ func printHandlerInspection(ios *IOStreams, h handlerInspection) error {
 	if hr := h.Halt; hr != nil {
 		fmt.Fprintf(w, "  halted      on %s (%s) after %d attempts, since %s\n", hr.EntryID, hr.Stream, hr.Attempts, fmtTime(&hr.Since))
 		fmt.Fprintf(w, "  reason      %s\n", indentRest(hr.Error, "              "))
+	}
+	if h.LimitValue != "" {
+		fmt.Fprintf(w, "  throttled   waiting for a permit of limit value %s ('seqctl limits get %s --handler %s')\n", h.LimitValue, h.LimitValue, h.Handler)
 	}
 	if pr := h.Pause; pr != nil {
 		fmt.Fprintf(w, "  paused      by %s since %s, %s\n", orDash(pr.By), fmtTime(&pr.Since), untilRecord(pr))

@@ -285,7 +285,7 @@ func TestPartitionsPauseJSON(t *testing.T) {
 func TestPartitionsListAndInspectShowPause(t *testing.T) {
 	fa := pauseAdmin()
 	r := runOps(t, fa, inPipe, "", "partitions", "list", "--state", "paused", "-o", "wide", "--no-headers")
-	checkResult(t, r, 0, "", []string{"  paused  order:client-3  -  -  -  bob@ops-2  resumed  tenant migration\n"}, nil)
+	checkResult(t, r, 0, "", []string{"  paused  order:client-3  -  -  -  bob@ops-2  resumed  tenant migration  -\n"}, nil)
 	if strings.Count(r.Stdout, "\n") != 1 || fa.filter.States[0] != admin.StatePaused {
 		t.Errorf("--state paused: filter %+v, rows:\n%s", fa.filter, r.Stdout)
 	}

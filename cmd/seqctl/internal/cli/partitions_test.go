@@ -30,7 +30,7 @@ func TestPartitionsListParse(t *testing.T) {
 		{name: "states and key", argv: []string{"--state", "running,idle", "--state", "halted", "--key", "client-1*"},
 			want: PartitionsListOptions{States: []string{"running", "idle", "halted"}, Key: "client-1*", Sort: "name", Interval: 2 * time.Second}},
 		{name: "--halted with another state", argv: []string{"--halted", "--state", "idle"}, wantErr: "--halted keeps only halted partitions and --state idle none of them"},
-		{name: "bad state", argv: []string{"--state", "stuck"}, wantErr: `invalid value for --state: unknown state "stuck": want running, idle, halted, paused or unowned`},
+		{name: "bad state", argv: []string{"--state", "stuck"}, wantErr: `invalid value for --state: unknown state "stuck": want running, idle, halted, paused, throttled or unowned`},
 		{name: "bad key glob", argv: []string{"--key", "client-[1"}, wantErr: `invalid value for --key: invalid key pattern "client-[1"`},
 		{name: "sort by backlog", argv: []string{"--sort", "backlog"}, want: PartitionsListOptions{Sort: "backlog", Interval: 2 * time.Second}},
 		{name: "bad output", argv: []string{"-o", "csv"}, wantErr: `invalid value "csv" for --output: want table, wide, json or yaml`},
@@ -53,7 +53,7 @@ func TestPartitionsListRun(t *testing.T) {
 		{name: "-o table in a pipe keeps its header", args: []string{"partitions", "list", "-o", "table"}, tm: inPipe, golden: "testdata/ops/partitions-list.table-pipe.golden"},
 		{name: "--no-headers on a terminal", args: []string{"partitions", "list", "--no-headers"}, tm: onTTY, golden: "testdata/ops/partitions-list.no-headers.golden"},
 		{name: "-o wide in a pipe is the wide table", args: []string{"partitions", "list", "-o", "wide", "--no-headers"}, tm: inPipe,
-			stdoutHas: []string{"5m30s  halted   order:client-1   1738317600000-0  3  projector: total must be positive …  -  -  -\n"}},
+			stdoutHas: []string{"5m30s  halted   order:client-1   1738317600000-0  3  projector: total must be positive …  -  -  -  -\n"}},
 		{
 			name: "state and key filters reach the admin", args: []string{"partitions", "list", "--state", "idle,halted", "--key", "client-1*"},
 			tm: inPipe, fa: &fakeAdmin{}, wantFilter: admin.Filter{States: []admin.State{admin.StateIdle, admin.StateHalted}, KeyGlob: "client-1*"},

@@ -97,6 +97,7 @@ func newCmdRoot(f *Factory) *cobra.Command {
 		newCmdDLQ(f),
 		newCmdAudit(f, nil),
 		newCmdGroups(f),
+		newCmdLimits(f),
 		newCmdCompletion(f, nil),
 		newCmdTop(f, nil),
 		newCmdDev(f, nil),

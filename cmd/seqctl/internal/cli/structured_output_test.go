@@ -29,7 +29,7 @@ var printsNoData = map[string]string{
 
 // outputAdmin is a fake admin that answers every operator command with sample data.
 func outputAdmin() *fakeAdmin {
-	return &fakeAdmin{
+	fa := &fakeAdmin{
 		partitions: samplePartitions(),
 		inspection: sampleInspection(),
 		head:       sampleHead(),
@@ -41,6 +41,9 @@ func outputAdmin() *fakeAdmin {
 		replay: &admin.ReplayResult{DLQID: "1738318000000-0", DLQStream: "order:client-1:dlq", EventID: sampleEnvelope().ID,
 			Stream: "order:client-1", EntryID: "1738318100000-0", Removed: true, Outcome: admin.OutcomeOK},
 	}
+	la := limitsAdmin()
+	fa.handlerLimits, fa.limits = la.handlerLimits, la.limits
+	return fa
 }
 
 // Every command that prints data prints what -o asks for: -o yaml is YAML and -o json is
@@ -79,6 +82,11 @@ func TestStructuredOutputEveryCommand(t *testing.T) {
 		{cmd: "groups remove", args: []string{"Mailer", "--category", "order", "--expect-read", "83", "--yes"}},
 		{cmd: "groups remove", args: []string{"Mailer", "--category", "order", "--dry-run"}},
 		{cmd: "audit"},
+		{cmd: "limits list", args: []string{"--waiting"}},
+		{cmd: "limits get", args: []string{"acme"}},
+		{cmd: "limits set", args: []string{"acme", "--concurrency", "4", "--reason", "import", "--yes"}},
+		{cmd: "limits set", args: []string{"acme", "--off", "--reason", "import", "--dry-run"}},
+		{cmd: "limits clear", args: []string{"acme", "--yes"}},
 		{cmd: "outbox status", args: []string{"--config", config}},
 		{cmd: "inbox migrate", args: []string{"--config", sinkConfig}},
 		{cmd: "inbox prune", args: []string{"--config", sinkConfig, "--redis-url", srv.URL}},

@@ -124,6 +124,7 @@ func (s *adminSource) Snapshot(ctx context.Context) (tui.Snapshot, error) {
 			HaltedEntryID: p.HaltedEntryID,
 			Handled:       p.Handled,
 			Pause:         pauseInfo(p.Pause),
+			LimitValue:    p.LimitValue,
 		})
 	}
 	for _, in := range insts {

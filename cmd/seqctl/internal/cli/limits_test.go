@@ -1,0 +1,303 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// sampleLimit is the limit key the tests' config gives OrderProjector.
+var sampleLimit = engine.HandlerLimit{By: "tenant", Concurrency: 2, Rate: 20, Per: time.Second}
+
+// limitsAdmin is a fake admin whose config declares OrderProjector with a limit key (the
+// only one) and Mailer without, and three values: acme with a raised override and
+// partitions waiting, globex at the domain's caps with partitions waiting, internal
+// with every cap off.
+func limitsAdmin() *fakeAdmin {
+	def := admin.CapsOf(sampleLimit)
+	starts14, starts20 := 14, 20
+	return &fakeAdmin{
+		handlerLimits: map[string]engine.HandlerLimit{"OrderProjector": sampleLimit},
+		limits: []admin.Limit{
+			{Handler: "OrderProjector", Value: "acme", By: "tenant", Default: &def,
+				Override:  &engine.LimitOverride{Concurrency: 8, Reason: "acme import, OPS-7", By: "bob@ops-2", Since: t0},
+				Effective: &admin.LimitCaps{Concurrency: 8, Rate: "20/s"},
+				Use:       admin.LimitUsage{Held: 8, Starts: &starts14, Generation: 1738317600000123}, Waiting: 3},
+			{Handler: "OrderProjector", Value: "globex", By: "tenant", Default: &def, Effective: &def,
+				Use: admin.LimitUsage{Held: 2, Starts: &starts20, Generation: 1738317600000456}, Waiting: 5},
+			{Handler: "OrderProjector", Value: "internal", By: "tenant", Default: &def,
+				Override:  &engine.LimitOverride{Off: true, Reason: "our own backfill", By: "alice@ops-1", Since: t1},
+				Effective: &admin.LimitCaps{Off: true}},
+		},
+	}
+}
+
+func TestLimitsSetParse(t *testing.T) {
+	set := func(more ...string) []string { return append([]string{"acme", "--reason", "r"}, more...) }
+	testParse(t, "limits", newCmdLimitsSet, []parseCase[LimitsSetOptions]{
+		{name: "concurrency", argv: set("--concurrency", "8"),
+			want: LimitsSetOptions{Action: admin.ActionLimitSet, Value: "acme", Concurrency: 8, Reason: "r"}},
+		{name: "rate per minute, a handler, --yes", argv: set("--rate", "600/m", "--handler", "H", "--yes"),
+			want: LimitsSetOptions{GuardedOptions: GuardedOptions{Yes: true}, Action: admin.ActionLimitSet, Handler: "H", Value: "acme", Rate: 600, Per: time.Minute, Reason: "r"}},
+		{name: "both caps, dry run as json", argv: set("--concurrency", "3", "--rate", "20/s", "--dry-run", "-o", "json"),
+			want: LimitsSetOptions{GuardedOptions: GuardedOptions{OpsOptions: OpsOptions{Output: "json"}, DryRun: true}, Action: admin.ActionLimitSet,
+				Value: "acme", Concurrency: 3, Rate: 20, Per: time.Second, Reason: "r"}},
+		{name: "off", argv: set("--off"), want: LimitsSetOptions{Action: admin.ActionLimitSet, Value: "acme", Off: true, Reason: "r"}},
+		{name: "no value", argv: []string{"--concurrency", "8", "--reason", "r"}, wantErr: "missing the VALUE argument"},
+		{name: "two values", argv: set("globex", "--concurrency", "8"), wantErr: `unexpected argument "globex"`},
+		{name: "no cap", argv: set(), wantErr: "say what the override sets: --concurrency N (runs at once), --rate N/s or N/m (starts), or --off"},
+		{name: "off and a cap", argv: set("--off", "--rate", "5/s"), wantErr: "--off takes every cap off the value: it excludes --concurrency and --rate"},
+		{name: "zero concurrency", argv: set("--concurrency", "0"), wantErr: "invalid value 0 for --concurrency: want a positive number"},
+		{name: "a rate without a unit", argv: set("--rate", "20"), wantErr: `invalid value for --rate: rate "20": write it as N/s, N/m or N/h`},
+		{name: "a rate in days", argv: set("--rate", "20/d"), wantErr: `the unit "d" is not s, m or h`},
+		{name: "a rate of nothing", argv: set("--rate", "0/s"), wantErr: `"0" is not a positive whole number`},
+		{name: "no reason", argv: []string{"acme", "--concurrency", "8"}, wantErr: "--reason is required"},
+		{name: "bad output", argv: set("--off", "-o", "csv"), wantErr: `invalid value "csv" for --output`},
+	}, ignoreOpsInputs(LimitsSetOptions{}))
+}
+
+func TestLimitsOtherParse(t *testing.T) {
+	testParse(t, "limits", newCmdLimitsClear, []parseCase[LimitsSetOptions]{
+		{name: "minimal", argv: []string{"acme"}, want: LimitsSetOptions{Action: admin.ActionLimitClear, Value: "acme"}},
+		{name: "everything", argv: []string{"acme", "--handler", "H", "--reason", "done", "-y", "--dry-run"},
+			want: LimitsSetOptions{GuardedOptions: GuardedOptions{Yes: true, DryRun: true}, Action: admin.ActionLimitClear, Handler: "H", Value: "acme", Reason: "done"}},
+		{name: "no value", wantErr: "missing the VALUE argument"},
+		{name: "no caps to clear", argv: []string{"acme", "--off"}, wantErr: "unknown flag: --off"},
+	}, ignoreOpsInputs(LimitsSetOptions{}))
+	testParse(t, "limits", newCmdLimitsGet, []parseCase[LimitsGetOptions]{
+		{name: "value", argv: []string{"acme", "-o", "yaml"}, want: LimitsGetOptions{OpsOptions: OpsOptions{Output: "yaml"}, Value: "acme"}},
+		{name: "no value", wantErr: "missing the VALUE argument"},
+	}, ignoreOpsInputs(LimitsGetOptions{}))
+	testParse(t, "limits", newCmdLimitsList, []parseCase[LimitsListOptions]{
+		{name: "everything", want: LimitsListOptions{}},
+		{name: "waiting of one handler", argv: []string{"--waiting", "--handler", "H"}, want: LimitsListOptions{Handler: "H", Waiting: true}},
+		{name: "no arguments", argv: []string{"acme"}, wantErr: `unexpected argument "acme"`},
+	}, ignoreOpsInputs(LimitsListOptions{}))
+}
+
+func TestLimitsListAndGet(t *testing.T) {
+	testRun(t, limitsAdmin, []runCase{
+		{name: "terminal", args: []string{"limits", "list", "--waiting"}, tm: onTTY, golden: "testdata/ops/limits-list.tty.golden"},
+		{name: "wide", args: []string{"limits", "list", "--waiting", "-o", "wide"}, tm: inPipe, golden: "testdata/ops/limits-list.wide.golden"},
+		{name: "pipe: overrides only", args: []string{"limits", "list"}, tm: inPipe, golden: "testdata/ops/limits-list.pipe.golden"},
+		{name: "json", args: []string{"limits", "list", "--waiting", "-o", "json"}, tm: inPipe, golden: "testdata/ops/limits-list.json.golden"},
+		{name: "nothing", args: []string{"limits", "list"}, tm: onTTY, fa: &fakeAdmin{}, stderrHas: []string{"No limit overrides."}},
+		{name: "nothing as json is an array", args: []string{"limits", "list", "-o", "json"}, tm: inPipe, fa: &fakeAdmin{}, stdoutHas: []string{"[]"}},
+		{name: "get: the labelled view", args: []string{"limits", "get", "acme"}, tm: inPipe, golden: "testdata/ops/limits-get.pipe.golden"},
+		{name: "get: json", args: []string{"limits", "get", "acme", "--handler", "OrderProjector", "-o", "json"}, tm: inPipe, golden: "testdata/ops/limits-get.json.golden"},
+		{name: "get: a value at the domain's caps, as a table", args: []string{"limits", "get", "umbrella", "-o", "table"}, tm: inPipe,
+			stdoutHas: []string{"OrderProjector  umbrella  2            20/s  0     -       0        -\n"}},
+	})
+}
+
+// Without --config nothing says which handlers have a limit key: the domain's caps show
+// as "?" and --handler is required.
+func TestLimitsWithoutConfig(t *testing.T) {
+	fa := limitsAdmin()
+	fa.handlerLimits = nil
+	fa.limits[0].Default, fa.limits[0].Effective = nil, nil
+	r := runOps(t, fa, inPipe, "", "limits", "list", "-o", "table")
+	checkResult(t, r, 0, "", []string{"OrderProjector  acme      8            ?     8     14      3        concurrency 8\n"}, nil)
+	r = runOps(t, fa, inPipe, "", "limits", "get", "acme")
+	checkResult(t, r, ExitUsage, "", nil, []string{"--handler is required without --config", "limits get --help"})
+	r = runOps(t, fa, inPipe, "", "limits", "get", "acme", "--handler", "OrderProjector")
+	checkResult(t, r, 0, "", []string{"  caps        concurrency 8, rate ?\n", "  domain      unknown without --config\n"}, nil)
+}
+
+// Errors name what to do and exit with their status: a handler without limit_by and a
+// value that could not be one are usage errors (2), an unknown handler is not found (3),
+// and --handler is needed when the config has several handlers with limit_by or none.
+func TestLimitsErrors(t *testing.T) {
+	noLimit := &admin.NoLimitError{Handler: "Mailer", Limited: []string{"OrderProjector"}}
+	unknown := &admin.NotFoundError{What: "handler", Name: "Nope", Hint: "the handlers with a limit key are OrderProjector"}
+	badValue := fmt.Errorf("invalid limit value: %w", &engine.InvalidKeyError{Key: "a:b", Rule: engine.KeyHasColon})
+	for _, tt := range []struct {
+		name      string
+		args      []string
+		fa        func(*fakeAdmin)
+		code      int
+		stderrHas string
+	}{
+		{"a handler without limit_by", []string{"limits", "get", "acme", "--handler", "Mailer"},
+			func(f *fakeAdmin) { f.limitErrs = map[string]error{"acme": noLimit} }, ExitUsage,
+			"seqctl: handler Mailer has no limit_by: an override caps nothing until its [[handlers]] entry in domain.toml sets limit_by"},
+		{"an unknown handler", []string{"limits", "set", "acme", "--handler", "Nope", "--concurrency", "3", "--reason", "r", "--yes"},
+			func(f *fakeAdmin) { f.limitErrs = map[string]error{"acme": unknown} }, ExitNotFound, "handler Nope not found"},
+		{"a bad value", []string{"limits", "clear", "a:b", "--yes"},
+			func(f *fakeAdmin) { f.limitErrs = map[string]error{"a:b": badValue} }, ExitUsage, "invalid limit value: engine: invalid partition key"},
+		{"several handlers with limit_by", []string{"limits", "get", "acme"},
+			func(f *fakeAdmin) { f.handlerLimits["Mailer"] = sampleLimit }, ExitUsage,
+			"the config declares 2 handlers with limit_by (Mailer, OrderProjector): pass --handler"},
+		{"none", []string{"limits", "list", "--waiting"}, nil, 0, ""},
+		{"no handler with limit_by", []string{"limits", "set", "acme", "--off", "--reason", "r", "--yes"},
+			func(f *fakeAdmin) { f.handlerLimits = map[string]engine.HandlerLimit{} }, ExitUsage,
+			"the config declares no handler with limit_by, so there is no limit key"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := limitsAdmin()
+			if tt.fa != nil {
+				tt.fa(fa)
+			}
+			r := runOps(t, fa, inPipe, "", tt.args...)
+			var has []string
+			if tt.stderrHas != "" {
+				has = []string{tt.stderrHas}
+			}
+			checkResult(t, r, tt.code, "", nil, has)
+			if len(fa.limitCalls) != 0 {
+				t.Errorf("the admin was asked to change a limit: %+v", fa.limitCalls)
+			}
+		})
+	}
+}
+
+// limitCase is one run of 'limits set|clear' against limitsAdmin.
+type limitCase struct {
+	name      string
+	args      []string
+	tm        ttyMode
+	stdin     string
+	code      int
+	stdoutHas []string
+	stderrHas []string
+	// calls are the SetLimit and ClearLimit calls, as "set HANDLER VALUE"; records the
+	// refusals the command recorded itself, as "OUTCOME HANDLER VALUE DETAIL".
+	calls, records []string
+}
+
+func runLimitCases(t *testing.T, cases []limitCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			fa := limitsAdmin()
+			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
+			checkResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
+			if diff := cmp.Diff(tt.calls, fa.limitActions); diff != "" {
+				t.Errorf("limit calls (-want +got):\n%s", diff)
+			}
+			var records []string
+			for _, e := range fa.records {
+				records = append(records, strings.Join([]string{e.Outcome, e.Handler, e.Value, e.Detail}, " "))
+				if e.Command != "limits "+tt.args[1] || e.User == "" {
+					t.Errorf("record %+v does not name the command and the user", e)
+				}
+			}
+			if diff := cmp.Diff(tt.records, records); diff != "" {
+				t.Errorf("audit records written by the command (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A set asks for confirmation on a terminal after showing the caps now and after, needs
+// --yes without one (the refusal is recorded), and --dry-run changes and records nothing.
+func TestLimitsSet(t *testing.T) {
+	runLimitCases(t, []limitCase{
+		{name: "--yes", args: []string{"limits", "set", "globex", "--rate", "5/s", "--reason", "floods billing", "--yes"},
+			stdoutHas: []string{"✓ Set the override of globex for OrderProjector: concurrency 2, rate 5/s now (was concurrency 2, rate 20/s); every running instance applies it at once. " +
+				"Clear it with 'seqctl limits clear globex --handler OrderProjector'."},
+			calls: []string{"set OrderProjector globex"}},
+		{name: "no terminal, no --yes", args: []string{"limits", "set", "acme", "--off", "--reason", "r"}, code: ExitUsage,
+			stderrHas: []string{"refusing to set the override of acme for OrderProjector without confirmation: stdin is not a terminal, pass --yes"},
+			records:   []string{"refused OrderProjector acme no terminal and no --yes"}},
+		{name: "terminal, yes", args: []string{"limits", "set", "acme", "--concurrency", "4", "--reason", "r"}, tm: onTTY, stdin: "y\n",
+			stderrHas: []string{
+				"acme of OrderProjector: override concurrency 8 -> concurrency 4\n",
+				"  now    concurrency 8, rate 20/s; 8 permits held, 3 partitions waiting\n",
+				"  after  concurrency 4, rate 20/s\n",
+				"Every running instance applies it at once.\n",
+				"Set the override of acme for OrderProjector? [y/N]"},
+			calls: []string{"set OrderProjector acme"}},
+		{name: "terminal, no", args: []string{"limits", "set", "acme", "--concurrency", "4", "--reason", "r"}, tm: onTTY, stdin: "n\n", code: ExitFailure,
+			stderrHas: []string{cancelledText}, records: []string{"declined OrderProjector acme " + cancelledText}},
+		{name: "dry run", args: []string{"limits", "set", "umbrella", "--concurrency", "1", "--rate", "30/m", "--reason", "trial tenant", "--dry-run"},
+			stdoutHas: []string{
+				`Would set the override of umbrella for OrderProjector to concurrency 1, rate 30/m, reason "trial tenant":` + "\n",
+				"  now    concurrency 2, rate 20/s; 0 permits held, 0 partitions waiting\n",
+				"  after  concurrency 1, rate 30/m\n",
+				"Nothing changed (--dry-run).\n"}},
+	})
+	fa := limitsAdmin()
+	r := runOps(t, fa, inPipe, "", "limits", "set", "acme", "--rate", "50/s", "--reason", "import", "--yes")
+	checkResult(t, r, 0, "", nil, nil)
+	want := []admin.LimitRequest{{Handler: "OrderProjector", Value: "acme", Rate: 50, Per: time.Second, Reason: "import"}}
+	if diff := cmp.Diff(want, fa.limitCalls, cmpopts.IgnoreFields(admin.LimitRequest{}, "Actor")); diff != "" {
+		t.Errorf("request (-want +got):\n%s", diff)
+	}
+	if a := fa.limitCalls[0].Actor; a.Command != "limits set" || a.User == "" {
+		t.Errorf("actor = %+v", a)
+	}
+}
+
+// The JSON of a set is the admin's result; the dry run's is the result it would have.
+func TestLimitsSetJSON(t *testing.T) {
+	r := runOps(t, limitsAdmin(), inPipe, "", "limits", "set", "acme", "--rate", "50/s", "--reason", "import", "--yes", "-o", "json")
+	checkResult(t, r, 0, "testdata/ops/limits-set.json.golden", nil, nil)
+	r = runOps(t, limitsAdmin(), inPipe, "", "limits", "clear", "acme", "--dry-run", "-o", "json")
+	checkResult(t, r, 0, "", nil, nil)
+	var got map[string]any
+	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
+		t.Fatalf("%v\n%s", err, r.Stdout)
+	}
+	if got["dry_run"] != true || got["outcome"] != "dry_run" || got["new"] != nil || got["action"] != "clear" ||
+		!cmp.Equal(got["after"], map[string]any{"concurrency": 2.0, "rate": "20/s"}) {
+		t.Errorf("clear --dry-run -o json = %s", r.Stdout)
+	}
+}
+
+// A clear of a value without an override changes nothing and exits 3, recorded; a clear
+// of one with says what applies again.
+func TestLimitsClear(t *testing.T) {
+	runLimitCases(t, []limitCase{
+		{name: "an override", args: []string{"limits", "clear", "acme", "--reason", "import done", "--yes"},
+			stdoutHas: []string{"✓ Cleared the override of acme for OrderProjector: the domain's caps apply again (concurrency 2, rate 20/s), at once in every running instance."},
+			calls:     []string{"clear OrderProjector acme"}},
+		{name: "no override", args: []string{"limits", "clear", "globex", "--yes"}, code: ExitNotFound,
+			stderrHas: []string{"seqctl: engine: no override of the limit for this value: globex of OrderProjector has none to clear ('seqctl limits list' shows the overrides); nothing changed"},
+			records: []string{"not_found OrderProjector globex engine: no override of the limit for this value: globex of OrderProjector has none to clear " +
+				"('seqctl limits list' shows the overrides); nothing changed"}},
+		{name: "dry run", args: []string{"limits", "clear", "internal", "--dry-run"},
+			stdoutHas: []string{"Would clear the override of internal for OrderProjector (off):\n", "  now    no cap; 0 permits held", "  after  concurrency 2, rate 20/s\n"}},
+	})
+}
+
+// A partition waiting for a permit lists as throttled (--state throttled keeps it), -o
+// wide names the value, and inspect says what it waits for and where to look.
+func TestPartitionsShowThrottled(t *testing.T) {
+	fa := &fakeAdmin{partitions: samplePartitions(), handlers: []string{"OrderProjector"}}
+	fa.partitions[0].State, fa.partitions[0].LimitValue = admin.StateThrottled, "acme"
+	r := runOps(t, fa, inPipe, "", "partitions", "list", "--state", "throttled", "-o", "wide", "--no-headers")
+	checkResult(t, r, 0, "", []string{"  throttled  order:client-2  -  -  -  -  -  -  acme\n"}, nil)
+	if strings.Count(r.Stdout, "\n") != 1 || len(fa.filter.States) != 1 || fa.filter.States[0] != admin.StateThrottled {
+		t.Errorf("--state throttled: filter %+v, rows:\n%s", fa.filter, r.Stdout)
+	}
+
+	in := sampleInspection()
+	in.Stream, in.Key = "order:client-2", "client-2"
+	in.Handlers[0].State, in.Handlers[0].Halt, in.Handlers[0].LimitValue = admin.StateThrottled, nil, "acme"
+	fa.inspection = in
+	r = runOps(t, fa, inPipe, "", "partitions", "inspect", "order:client-2")
+	checkResult(t, r, 0, "", []string{"handler OrderProjector  throttled\n",
+		"  throttled   waiting for a permit of limit value acme ('seqctl limits get acme --handler OrderProjector')\n"}, nil)
+	r = runOps(t, fa, inPipe, "", "partitions", "inspect", "order:client-2", "-o", "json")
+	if !strings.Contains(r.Stdout, `"state": "throttled",`) || !strings.Contains(r.Stdout, `"limit_value": "acme",`) {
+		t.Errorf("inspect -o json:\n%s", r.Stdout)
+	}
+}
+
+// 'seqctl audit' names the value a limits command acted on in the STREAM column.
+func TestAuditShowsLimitValue(t *testing.T) {
+	fa := &fakeAdmin{audit: []admin.AuditEntry{{ID: "1738317900000-0", Time: t1, User: "alice", RedisUser: "ops", Host: "ops-1",
+		Command: "limits set", Handler: "OrderProjector", Value: "acme", Outcome: admin.OutcomeOK,
+		Detail: "override none -> concurrency 8", Reason: "acme import"}}}
+	r := runOps(t, fa, inPipe, "", "audit", "-o", "wide", "--no-headers")
+	checkResult(t, r, 0, "", []string{"limits set  value acme  OrderProjector  -  acme import  override none -> concurrency 8  ok\n"}, nil)
+}
