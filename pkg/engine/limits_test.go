@@ -345,3 +345,18 @@ func TestLimitThrottledListed(t *testing.T) {
 		t.Error("the wait for the permit was not counted")
 	}
 }
+
+// A cap far above the runs under way costs a take what the runs under way cost, not what
+// the cap is: a limit key of 100,000 permits runs its events like any other.
+func TestLimitLargeCap(t *testing.T) {
+	srv, rdb, b := startNode(t)
+	runs := newLimitRuns(rdb, 0)
+	d := limitDomain(t, runs.handle, HandlerLimit{Concurrency: 100_000})
+	startEngine(t, srv, d, "i1", 2*time.Second)
+	for k := range 10 {
+		for seq := range 3 {
+			publishLimited(t, b, d, "acme", fmt.Sprintf("k%d", k), seq)
+		}
+	}
+	testkit.WaitFor(t, 10*time.Second, "every event handled", func() bool { return runs.total() == 30 })
+}

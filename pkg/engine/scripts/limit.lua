@@ -55,22 +55,25 @@ end
 local cap, rate, window, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local free = -1
 if cap > 0 then
-  local fields = {}
-  for i = 1, cap do fields[i] = 's' .. (i - 1) end
-  local held = redis.call('HMGET', KEYS[1], unpack(fields))
-  local earliest = nil
-  for i = 1, cap do
-    local exp = held[i] and tonumber(string.match(held[i], '|(%d+)$'))
-    if not exp or exp <= now then
-      free = i - 1
-      break
+  -- The live permits (a crashed holder's expired one is free again), whatever their slot
+  -- (one above a cap that was lowered still counts), read in one call whatever the cap.
+  local all = redis.call('HGETALL', KEYS[1])
+  local used, live, earliest = {}, 0, nil
+  for i = 1, #all, 2 do
+    local idx = string.match(all[i], '^s(%d+)$')
+    local exp = idx and tonumber(string.match(all[i + 1], '|(%d+)$'))
+    if exp and exp > now then
+      used[tonumber(idx)] = true
+      live = live + 1
+      if not earliest or exp < earliest then earliest = exp end
     end
-    if not earliest or exp < earliest then earliest = exp end
   end
-  if free < 0 then
+  if live >= cap then
     redis.call('HSET', KEYS[1], 'waited', now)
     return {0, earliest - now, 'concurrency'}
   end
+  free = 0
+  while used[free] do free = free + 1 end
 end
 local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if rate > 0 then
