@@ -258,10 +258,22 @@ type HandlerConfig struct {
 	MaxRetries int
 	// RetryDelay is the wait between attempts (retry_delay, default "1s").
 	RetryDelay time.Duration
+	// BatchMax is the most consecutive events of one key the handler takes in one call
+	// (batch_max, 1 to engine.MaxBatch; 0 when unset: one event per call). Above 1, seqctl
+	// run delivers runs of events (engine.Handler.BatchFunc): an HTTP handler gets a JSON
+	// array, an exec handler NDJSON, a SQL sink one transaction per run.
+	BatchMax int
+	// BatchWait is how long an owner that caught up with its partition waits before it
+	// reads again, so that a run can fill up (batch_wait, default 0: never wait). Only
+	// with BatchMax above 1.
+	BatchWait time.Duration
 	// Deliver is nil when the table has no [handlers.deliver]: Go code registers the
 	// handler function.
 	Deliver *DeliverConfig
 }
+
+// Batched reports whether the handler takes runs of more than one event per call.
+func (h HandlerConfig) Batched() bool { return h.BatchMax > 1 }
 
 // DeliverConfig is a [handlers.deliver] or [process_managers.deliver] table. Exactly one of
 // HTTP and Exec is set.
@@ -542,6 +554,8 @@ func (c *Config) Domain() (*engine.Domain, error) {
 			MaxRetries:   h.MaxRetries,
 			RetryDelay:   h.RetryDelay,
 			Limit:        h.Limit,
+			BatchMax:     h.BatchMax,
+			BatchWait:    h.BatchWait,
 		})
 	}
 	for _, p := range c.ProcessManagers {

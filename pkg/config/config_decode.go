@@ -483,7 +483,7 @@ func (d *decoder) retries(t table) (int, time.Duration) {
 }
 
 func (d *decoder) handler(t table, types, names map[string]declared) HandlerConfig {
-	t.known("name", "kind", "part_of", "handles", "sequential_by", "limit_by", "limit_concurrency", "limit_rate", "max_retries", "retry_delay", "deliver")
+	t.known("name", "kind", "part_of", "handles", "sequential_by", "limit_by", "limit_concurrency", "limit_rate", "batch_max", "batch_wait", "max_retries", "retry_delay", "deliver")
 	h := HandlerConfig{Kind: engine.EventHandlerKind}
 	h.Name = d.name(t, "handler", names)
 	kindOK := true
@@ -529,6 +529,11 @@ func (d *decoder) handler(t table, types, names map[string]declared) HandlerConf
 		h.SequentialBy = s
 	}
 	h.Limit = d.limit(t)
+	if kindOK && h.Kind == engine.CommandHandlerKind {
+		d.notBatched(t, "a command handler dispatches one command at a time, synchronously")
+	} else {
+		h.BatchMax, h.BatchWait = d.batch(t)
+	}
 	h.MaxRetries, h.RetryDelay = d.retries(t)
 	if dt, ok := t.sub("deliver"); ok {
 		h.Deliver = d.deliver(dt)
@@ -556,6 +561,46 @@ func (d *decoder) limit(t table) engine.HandlerLimit {
 		}
 	}
 	return l
+}
+
+// batch reads an event handler's batch_max and batch_wait. That batch_wait needs a
+// batch_max above 1 is checked here too (engine.Domain.Init checks it again), so that the
+// problem points at the key.
+func (d *decoder) batch(t table) (n int, wait time.Duration) {
+	d.integerIn(t, "batch_max", 1, engine.MaxBatch, fmt.Sprintf("; a call takes at most %d events: use 1 (one event per call, the default) up to %d", engine.MaxBatch, engine.MaxBatch), &n,
+		"must be 1 (one event per call, the default) or more, got %d; up to %d consecutive events of one key go in one call", engine.MaxBatch)
+	v, ok := t.m["batch_wait"]
+	if !ok {
+		return n, 0
+	}
+	s, ok := v.(string)
+	if !ok {
+		t.wrongType("batch_wait", `a duration string such as "20ms"`, v)
+		return n, 0
+	}
+	wait, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		d.problem(t.path.key("batch_wait"), "%q is not a duration; write a number with a unit: \"5ms\", \"20ms\", \"1s\"", s)
+		return n, 0
+	case wait < 0:
+		d.problem(t.path.key("batch_wait"), "is negative (%q); use \"0s\" (never wait to fill a batch, the default) or a wait such as \"20ms\"", s)
+		return n, 0
+	case wait > 0 && (n == 1 || !t.has("batch_max")): // a batch_max with a problem is reported alone
+		d.problem(t.path.key("batch_wait"), "waits %v to fill batches, but batch_max is %d (one event per call): set batch_max above 1, or remove batch_wait", wait, max(n, 1))
+		return n, 0
+	}
+	return n, wait
+}
+
+// notBatched reports batch_max and batch_wait on a table that cannot take batches;
+// why says why not.
+func (d *decoder) notBatched(t table, why string) {
+	for _, key := range []string{"batch_max", "batch_wait"} {
+		if t.has(key) {
+			d.problem(t.path.key(key), "applies to event handlers only: %s; remove %s", why, key)
+		}
+	}
 }
 
 // checkHandled reports a handled type name that is not declared with the right kind.
@@ -716,9 +761,10 @@ func isEnvName(s string) bool {
 }
 
 func (d *decoder) processManager(t table, types, names map[string]declared) ProcessManagerConfig {
-	t.known("name", "sequential_by", "max_retries", "retry_delay", "deliver", "handles")
+	t.known("name", "sequential_by", "max_retries", "retry_delay", "deliver", "handles", "batch_max", "batch_wait")
 	p := ProcessManagerConfig{}
 	p.Name = d.name(t, "process manager", names)
+	d.notBatched(t, "a process manager takes its events one at a time, since each may change the state the next one reads")
 	if v, ok := t.m["sequential_by"]; ok {
 		if b, ok := v.(bool); ok {
 			p.SequentialBy = b

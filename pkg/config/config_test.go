@@ -577,6 +577,23 @@ func TestParseConfigProblems(t *testing.T) {
 			[]wantProblem{{"handlers[1].name", 23, []string{`"Projector" is already the name of a handler (handlers[0], line 18)`}}}},
 		{"handler and pm share a name", baseDomain + handlerAt18 + "[[process_managers]]\nname = \"Projector\"\n[[process_managers.handles]]\nevent = \"OrderPlaced\"\ncorrelate = \"order_id\"\n",
 			[]wantProblem{{"process_managers[0].name", 22, []string{"already the name of a handler"}}}},
+		// Batches.
+		{"batch_max zero", baseDomain + handlerAt18 + "batch_max = 0\n", []wantProblem{{"handlers[0].batch_max", 21, []string{"must be 1 (one event per call, the default) or more, got 0", "up to 1000"}}}},
+		{"batch_max above the most", baseDomain + handlerAt18 + "batch_max = 1001\n", []wantProblem{{"handlers[0].batch_max", 21, []string{"1001 is out of range", "at most 1000"}}}},
+		{"batch_max as string", baseDomain + handlerAt18 + "batch_max = \"32\"\n", []wantProblem{{"handlers[0].batch_max", 21, []string{"must be an integer", "batch_max = 32, without quotes"}}}},
+		{"batch_wait not a duration", baseDomain + handlerAt18 + "batch_max = 32\nbatch_wait = \"soon\"\n", []wantProblem{{"handlers[0].batch_wait", 22, []string{`"soon" is not a duration`, `"20ms"`}}}},
+		{"batch_wait as integer", baseDomain + handlerAt18 + "batch_max = 32\nbatch_wait = 20\n", []wantProblem{{"handlers[0].batch_wait", 22, []string{"must be a duration string", "in quotes with a unit"}}}},
+		{"batch_wait negative", baseDomain + handlerAt18 + "batch_max = 32\nbatch_wait = \"-5ms\"\n", []wantProblem{{"handlers[0].batch_wait", 22, []string{"is negative", `"0s"`}}}},
+		{"batch_wait without batch_max", baseDomain + handlerAt18 + "batch_wait = \"20ms\"\n", []wantProblem{{"handlers[0].batch_wait", 21, []string{"waits 20ms to fill batches, but batch_max is 1", "set batch_max above 1, or remove batch_wait"}}}},
+		{"batch_wait with batch_max 1", baseDomain + handlerAt18 + "batch_max = 1\nbatch_wait = \"20ms\"\n", []wantProblem{{"handlers[0].batch_wait", 22, []string{"batch_max is 1"}}}},
+		{"batch_wait with a bad batch_max is not reported twice", baseDomain + handlerAt18 + "batch_max = -3\nbatch_wait = \"20ms\"\n", []wantProblem{{"handlers[0].batch_max", 21, []string{"got -3"}}}},
+		{"batch_max on a command handler", baseDomain + "[[handlers]]\nname = \"P\"\nkind = \"command\"\nhandles = [\"PlaceOrder\"]\nbatch_max = 10\nbatch_wait = \"5ms\"\n",
+			[]wantProblem{
+				{"handlers[0].batch_max", 21, []string{"applies to event handlers only", "a command handler dispatches one command at a time", "remove batch_max"}},
+				{"handlers[0].batch_wait", 22, []string{"applies to event handlers only", "remove batch_wait"}},
+			}},
+		{"batch_max on a process manager", baseDomain + "[[process_managers]]\nname = \"P\"\nbatch_max = 10\n[[process_managers.handles]]\nevent = \"OrderPlaced\"\ncorrelate = \"order_id\"\n",
+			[]wantProblem{{"process_managers[0].batch_max", 19, []string{"applies to event handlers only", "a process manager takes its events one at a time", "remove batch_max"}}}},
 		// Deliver.
 		{"deliver both", baseDomain + handlerAt18 + "[handlers.deliver]\nhttp = \"http://h/x\"\nexec = [\"./x\"]\n", []wantProblem{{"handlers[0].deliver", 21, []string{"both http and exec", "keep one"}}}},
 		{"deliver neither", baseDomain + handlerAt18 + "[handlers.deliver]\ntimeout = \"5s\"\n", []wantProblem{{"handlers[0].deliver", 21, []string{"neither http nor exec", "remove the deliver table"}}}},
@@ -1057,6 +1074,43 @@ func TestConfiguredBrokerRegistersSequentialHandlers(t *testing.T) {
 
 // A [handlers.deliver.sql] table decodes into the handler's SQL sink, with the default
 // inbox table and its own concurrency default.
+func TestParseConfigBatch(t *testing.T) {
+	tests := []struct {
+		name     string
+		keys     string
+		wantMax  int
+		wantWait time.Duration
+		batched  bool
+	}{
+		{"unset: one event per call", "", 0, 0, false},
+		{"one", "batch_max = 1\n", 1, 0, false},
+		{"a run of up to 32", "batch_max = 32\n", 32, 0, true},
+		{"the most", "batch_max = 1000\n", 1000, 0, true},
+		{"with a wait", "batch_max = 10\nbatch_wait = \"20ms\"\n", 10, 20 * time.Millisecond, true},
+		{"an explicit zero wait", "batch_max = 10\nbatch_wait = \"0s\"\n", 10, 0, true},
+		{"a zero wait without batch_max", "batch_wait = \"0s\"\n", 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := mustParse(t, baseDomain+handlerAt18+tt.keys)
+			h := cfg.Handlers[0]
+			if h.BatchMax != tt.wantMax || h.BatchWait != tt.wantWait || h.Batched() != tt.batched {
+				t.Errorf("batch_max %d, batch_wait %v, batched %v; want %d, %v, %v", h.BatchMax, h.BatchWait, h.Batched(), tt.wantMax, tt.wantWait, tt.batched)
+			}
+			dom, err := cfg.Domain()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := dom.Handlers[0]; got.BatchMax != tt.wantMax || got.BatchWait != tt.wantWait {
+				t.Errorf("engine handler: BatchMax %d, BatchWait %v; want %d, %v", got.BatchMax, got.BatchWait, tt.wantMax, tt.wantWait)
+			}
+			if _, err := cfg.InitDomain(); err != nil {
+				t.Errorf("InitDomain: %v", err)
+			}
+		})
+	}
+}
+
 func TestParseConfigSQLSink(t *testing.T) {
 	cfg := mustParse(t, baseDomain+handlerAt18+`[handlers.deliver.sql]
 dsn_env = "ORDERS_DB"
