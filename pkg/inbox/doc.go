@@ -17,6 +17,11 @@
 //     the entry and the generation just before the commit, so an owner that stalled inside
 //     its transaction while a newer owner applied the entry is rolled back.
 //
+// A handler that takes runs of a key's events (engine.Handler.BatchFunc) applies each run
+// in one transaction with ApplyBatch (or BatchHandler): the events an earlier delivery
+// applied are skipped, the others run in order, and one claim records the run's last
+// entry, so the run's effects commit together, once.
+//
 // Effects outside the transaction (an e-mail, a call to another service, a write to
 // another database) are not covered: they run at least once, as before.
 //

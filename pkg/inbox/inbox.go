@@ -140,7 +140,7 @@ func (i *Inbox) Apply(ctx context.Context, d engine.Delivery, fn func(ctx contex
 	}
 	defer func() { _ = tx.Rollback() }()
 	if !sure {
-		if out, err := i.check(ctx, tx, d, id); out != 0 || err != nil {
+		if out, _, err := i.check(ctx, tx, d, id); out != 0 || err != nil {
 			i.forget(key)
 			return i.settle(ctx, tx, d, out, err)
 		}
@@ -159,7 +159,7 @@ func (i *Inbox) Apply(ctx context.Context, d engine.Delivery, fn func(ctx contex
 		i.forget(key)
 		// Applied or superseded while fn ran: the row is locked now, read it again. fn's
 		// effects go with the rollback.
-		out, err := i.check(ctx, tx, d, id)
+		out, _, err := i.check(ctx, tx, d, id)
 		if out == 0 && err == nil {
 			err = fmt.Errorf("inbox: the row of %s on %s refused %s for no reason it shows", d.Handler, d.Stream, d.EntryID)
 		}
@@ -220,21 +220,24 @@ func (i *Inbox) settle(ctx context.Context, tx *sql.Tx, d engine.Delivery, out O
 }
 
 // check reads the row of the delivery's handler and stream: ErrStale when a newer
-// generation applied, Duplicate when the entry was applied, 0 when it may be applied.
-func (i *Inbox) check(ctx context.Context, tx *sql.Tx, d engine.Delivery, id keyspace.StreamID) (Outcome, error) {
+// generation applied, Duplicate when entry id was applied, 0 when it may be applied;
+// applied is the row's entry (the zero id when there is no row).
+func (i *Inbox) check(ctx context.Context, tx *sql.Tx, d engine.Delivery, id keyspace.StreamID) (out Outcome, applied keyspace.StreamID, err error) {
 	var ms, seq, gen int64
-	err := tx.QueryRowContext(ctx, i.q.read, d.Handler, d.Stream).Scan(&ms, &seq, &gen)
+	err = tx.QueryRowContext(ctx, i.q.read, d.Handler, d.Stream).Scan(&ms, &seq, &gen)
+	applied = keyspace.StreamID{MS: uint64(ms), Seq: uint64(seq)}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return i.checkFloor(ctx, tx, d)
+		out, err = i.checkFloor(ctx, tx, d)
+		return out, keyspace.StreamID{}, err
 	case err != nil:
-		return 0, fmt.Errorf("inbox: read the row of %s on %s: %w", d.Handler, d.Stream, err)
+		return 0, applied, fmt.Errorf("inbox: read the row of %s on %s: %w", d.Handler, d.Stream, err)
 	case gen > d.Generation:
-		return 0, fmt.Errorf("%w (the row holds generation %d, this delivery %d)", ErrStale, gen, d.Generation)
-	case !(keyspace.StreamID{MS: uint64(ms), Seq: uint64(seq)}).Less(id):
-		return Duplicate, nil
+		return 0, applied, fmt.Errorf("%w (the row holds generation %d, this delivery %d)", ErrStale, gen, d.Generation)
+	case !applied.Less(id):
+		return Duplicate, applied, nil
 	}
-	return 0, nil
+	return 0, applied, nil
 }
 
 // checkFloor checks a delivery to a stream without a row against the handler's floor:

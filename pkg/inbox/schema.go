@@ -14,14 +14,17 @@ const floorStream = ""
 // queries are the statements of one inbox table.
 type queries struct {
 	create string
-	claim  string   // $1 handler, $2 stream, $3 entry ms, $4 entry seq, $5 generation
-	read   string   // $1 handler, $2 stream
-	floor  string   // $1 handler
-	raise  string   // $1 handler, $2 stream, $3 generation
-	prune  string   // $1 handler, $2 stream, $3 entry ms, $4 entry seq; returns the generation
-	lift   string   // $1 handler, $2 generation: raise the floor row to it
-	page   string   // $1 handler, $2 stream (the last row read), $3 how many
-	lock   []string // PostgreSQL: keep claims out while a prune removes rows; none on SQLite
+	claim  string // $1 handler, $2 stream, $3 entry ms, $4 entry seq, $5 generation
+	// claimRun is claim for a run of entries: $3, $4 the last entry (recorded), and $6,
+	// $7 the first entry the run applied (the row must hold an entry before it).
+	claimRun string
+	read     string   // $1 handler, $2 stream
+	floor    string   // $1 handler
+	raise    string   // $1 handler, $2 stream, $3 generation
+	prune    string   // $1 handler, $2 stream, $3 entry ms, $4 entry seq; returns the generation
+	lift     string   // $1 handler, $2 generation: raise the floor row to it
+	page     string   // $1 handler, $2 stream (the last row read), $3 how many
+	lock     []string // PostgreSQL: keep claims out while a prune removes rows; none on SQLite
 }
 
 // nowMs is the database clock in Unix milliseconds.
@@ -56,20 +59,28 @@ func newQueries(d outbox.Dialect, t string) queries {
 	// (PostgreSQL locks a conflicting row even when the WHERE of DO UPDATE is false, and
 	// re-reads it when another transaction held it; SQLite's transaction holds the write
 	// lock from BEGIN). One changed row: commit. None: refused (see Inbox.Apply).
-	claim := fmt.Sprintf(`INSERT INTO %[1]s AS i (handler, stream, entry_ms, entry_seq, generation, applied_ms)
+	//
+	// A run's claim (Inbox.ApplyBatch) records its last entry but compares the row with
+	// the first entry it applied: an owner that applied any entry of the run meanwhile
+	// (a stalled one of an older generation, say) left the row at or after it, and the
+	// claim is refused, so no entry's effects commit twice.
+	claimTmpl := `INSERT INTO %[1]s AS i (handler, stream, entry_ms, entry_seq, generation, applied_ms)
 SELECT CAST($1 AS text), CAST($2 AS text), CAST($3 AS %[3]s), CAST($4 AS %[3]s), CAST($5 AS %[3]s), %[2]s
 WHERE CAST($5 AS %[3]s) >= COALESCE((SELECT f.generation FROM %[1]s f WHERE f.handler = CAST($1 AS text) AND f.stream = ''), 0)
 ON CONFLICT (handler, stream) DO UPDATE SET
 	entry_ms = excluded.entry_ms, entry_seq = excluded.entry_seq,
 	generation = excluded.generation, applied_ms = excluded.applied_ms
 WHERE i.generation <= excluded.generation
-	AND (i.entry_ms < excluded.entry_ms OR (i.entry_ms = excluded.entry_ms AND i.entry_seq < excluded.entry_seq))`, t, nowMs(d), bigint)
+	AND (i.entry_ms < %[4]s OR (i.entry_ms = %[4]s AND i.entry_seq < %[5]s))`
+	claim := fmt.Sprintf(claimTmpl, t, nowMs(d), bigint, "excluded.entry_ms", "excluded.entry_seq")
+	claimRun := fmt.Sprintf(claimTmpl, t, nowMs(d), bigint, "CAST($6 AS "+bigint+")", "CAST($7 AS "+bigint+")")
 	q := queries{
-		create: create,
-		claim:  claim,
-		read:   fmt.Sprintf("SELECT entry_ms, entry_seq, generation FROM %s WHERE handler = $1 AND stream = $2", t),
-		floor:  fmt.Sprintf("SELECT generation FROM %s WHERE handler = $1 AND stream = ''", t),
-		raise:  fmt.Sprintf("UPDATE %s SET generation = $3 WHERE handler = $1 AND stream = $2 AND generation < $3", t),
+		create:   create,
+		claim:    claim,
+		claimRun: claimRun,
+		read:     fmt.Sprintf("SELECT entry_ms, entry_seq, generation FROM %s WHERE handler = $1 AND stream = $2", t),
+		floor:    fmt.Sprintf("SELECT generation FROM %s WHERE handler = $1 AND stream = ''", t),
+		raise:    fmt.Sprintf("UPDATE %s SET generation = $3 WHERE handler = $1 AND stream = $2 AND generation < $3", t),
 		page: fmt.Sprintf("SELECT handler, stream, entry_ms, entry_seq, generation FROM %s "+
 			"WHERE (handler > $1 OR (handler = $1 AND stream > $2)) AND stream <> '' ORDER BY handler, stream LIMIT $3", t),
 		prune: fmt.Sprintf("DELETE FROM %s WHERE handler = $1 AND stream = $2 AND entry_ms = $3 AND entry_seq = $4 RETURNING generation", t),

@@ -165,42 +165,80 @@ func (s *Sink) Handler() engine.HandlerFunc {
 		if !ok {
 			return errors.New("inbox: the context carries no delivery: the handler runs outside the engine")
 		}
-		s.mu.Lock()
-		ib, stmt := s.ib, s.stmt
-		s.mu.Unlock()
-		if ib == nil || stmt == nil {
-			return fmt.Errorf("handler %s: the SQL sink is not started", s.cfg.Handler)
+		args := s.args(ev, d)
+		return s.retrying(ctx, func(ctx context.Context, ib *Inbox, stmt *sql.Stmt) error {
+			_, err := ib.Apply(ctx, d, func(ctx context.Context, tx *sql.Tx) error {
+				_, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
+				return err
+			})
+			return err
+		})
+	}
+}
+
+// BatchHandler returns the handler of a handler that takes runs of events (batch_max
+// above 1, engine.Handler.BatchFunc): a run runs the statement once per event, in order,
+// in one transaction with one inbox claim, for the run's last entry (Inbox.ApplyBatch),
+// so its effects commit all together or not at all; events of the run that an earlier
+// delivery applied are skipped. $4 is each event's own entry id. The database being
+// unreachable is waited out as by Handler; an error the statement raises for any event
+// fails the attempt of the whole run, naming the event.
+func (s *Sink) BatchHandler() engine.BatchFunc {
+	return func(ctx context.Context, evs []engine.Event) error {
+		d, ok := engine.DeliveryFrom(ctx)
+		if !ok {
+			return errors.New("inbox: the context carries no delivery: the handler runs outside the engine")
 		}
-		args := []any{string(ev.Data), ev.ID, ev.Key, d.EntryID, d.Generation}[:s.params]
-		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
-			err := s.attempt(ctx, ib, stmt, d, args)
-			switch {
-			case err == nil:
-				s.reachable()
-				return nil
-			case ctx.Err() != nil || !transient(err):
-				return s.cleanErr(err)
-			}
-			s.unreachable(err)
-			if !ctxwait.Sleep(ctx, backoff) {
-				return ctx.Err()
-			}
+		return s.retrying(ctx, func(ctx context.Context, ib *Inbox, stmt *sql.Stmt) error {
+			_, err := ib.ApplyBatch(ctx, d, evs, func(ctx context.Context, tx *sql.Tx, ev engine.Event) error {
+				one, _ := engine.DeliveryFrom(ctx) // the event's own delivery (ApplyBatch)
+				_, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, s.args(ev, one)...)
+				return err
+			})
+			return err
+		})
+	}
+}
+
+// args returns the statement's parameters for ev delivered with d, as many as it names.
+func (s *Sink) args(ev engine.Event, d engine.Delivery) []any {
+	return []any{string(ev.Data), ev.ID, ev.Key, d.EntryID, d.Generation}[:s.params]
+}
+
+// retrying runs apply, each try within the sink's timeout, until it succeeds or fails
+// for a reason other than reaching the database: while the database cannot be reached it
+// waits and tries again (the attempt is not counted).
+func (s *Sink) retrying(ctx context.Context, apply func(ctx context.Context, ib *Inbox, stmt *sql.Stmt) error) error {
+	s.mu.Lock()
+	ib, stmt := s.ib, s.stmt
+	s.mu.Unlock()
+	if ib == nil || stmt == nil {
+		return fmt.Errorf("handler %s: the SQL sink is not started", s.cfg.Handler)
+	}
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+		err := s.attempt(ctx, ib, stmt, apply)
+		switch {
+		case err == nil:
+			s.reachable()
+			return nil
+		case ctx.Err() != nil || !transient(err):
+			return s.cleanErr(err)
+		}
+		s.unreachable(err)
+		if !ctxwait.Sleep(ctx, backoff) {
+			return ctx.Err()
 		}
 	}
 }
 
-// attempt applies one delivery, within the sink's timeout.
-func (s *Sink) attempt(ctx context.Context, ib *Inbox, stmt *sql.Stmt, d engine.Delivery, args []any) error {
+// attempt makes one try of apply, within the sink's timeout.
+func (s *Sink) attempt(ctx context.Context, ib *Inbox, stmt *sql.Stmt, apply func(ctx context.Context, ib *Inbox, stmt *sql.Stmt) error) error {
 	if s.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
 	}
-	_, err := ib.Apply(ctx, d, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
-		return err
-	})
-	return err
+	return apply(ctx, ib, stmt)
 }
 
 // Ready reports whether the database answers; reason says why not.
