@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
@@ -45,6 +46,11 @@ type Binding struct {
 	Target string
 	// Signed says the HTTP requests carry X-Seq-Signature.
 	Signed bool
+	// BatchMax is the most events one call takes (batch_max), above 1 for a handler bound
+	// to a BatchFunc; 0 or 1 for one event per call.
+	BatchMax int
+	// BatchWait is the handler's batch_wait.
+	BatchWait time.Duration
 	// Sink is the SQL sink of a "sql" binding: start it (it reads its DSN then, and
 	// waits for the database) before the engine runs the handler.
 	Sink *inbox.Sink
@@ -52,7 +58,8 @@ type Binding struct {
 
 // Bind gives every event handler and process manager of dom (built from cfg with
 // cfg.InitDomain) the HandlerFunc its deliver table describes, and returns what it bound,
-// in file order. Command handlers are left alone: they are validated by Init but inert at
+// in file order. A handler with batch_max above 1 gets a BatchFunc instead (HTTPBatch,
+// ExecBatch, the SQL sink's BatchHandler), and its Func is left nil. Command handlers are left alone: they are validated by Init but inert at
 // runtime (commands never reach a stream); they are listed with an empty Mode.
 //
 // Every problem is reported at once, as a *config.Error for cfg.File: an event
@@ -74,21 +81,22 @@ func Bind(cfg *config.Config, dom *engine.Domain, opt BindOptions) ([]Binding, e
 	}
 	ce := &config.Error{File: cfg.File}
 	var bindings []Binding
-	funcs := map[string]engine.HandlerFunc{}
-	build := func(path, table, kind, name string, dc *config.DeliverConfig) {
+	funcs := map[string]bound{}
+	build := func(path, table, kind, name string, dc *config.DeliverConfig, batch batching) {
 		if dc == nil {
 			ce.Problems = append(ce.Problems, config.Problem{Path: path, Message: fmt.Sprintf(
 				"%s %q has no [%s.deliver] table, so seqctl run cannot deliver its events: add one with http = \"URL\" or exec = [\"program\"] (a handler without one is run by Go code embedding the engine)",
 				kind, name, table)})
 			return
 		}
-		fn, b, problems := buildOne(path, name, dc, opt)
+		fns, b, problems := buildOne(path, name, dc, batch, opt)
 		ce.Problems = append(ce.Problems, problems...)
-		if fn == nil {
+		if fns.fn == nil && fns.batch == nil {
 			return
 		}
 		b.Name, b.Kind = name, kind
-		funcs[kind+"\x00"+name] = fn
+		b.BatchMax, b.BatchWait = batch.max, batch.wait
+		funcs[kind+"\x00"+name] = fns
 		bindings = append(bindings, b)
 	}
 	for i, h := range cfg.Handlers {
@@ -96,29 +104,44 @@ func Bind(cfg *config.Config, dom *engine.Domain, opt BindOptions) ([]Binding, e
 			bindings = append(bindings, Binding{Name: h.Name, Kind: "command handler"})
 			continue
 		}
-		build(fmt.Sprintf("handlers[%d]", i), "handlers", "handler", h.Name, h.Deliver)
+		build(fmt.Sprintf("handlers[%d]", i), "handlers", "handler", h.Name, h.Deliver, batching{h.BatchMax, h.BatchWait})
 	}
 	for i, p := range cfg.ProcessManagers {
-		build(fmt.Sprintf("process_managers[%d]", i), "process_managers", "process manager", p.Name, p.Deliver)
+		build(fmt.Sprintf("process_managers[%d]", i), "process_managers", "process manager", p.Name, p.Deliver, batching{})
 	}
 	if len(ce.Problems) > 0 {
 		return nil, ce
 	}
 	for i := range dom.Handlers {
-		if fn, ok := funcs["handler\x00"+dom.Handlers[i].Name]; ok {
-			dom.Handlers[i].Func = fn
+		if fns, ok := funcs["handler\x00"+dom.Handlers[i].Name]; ok {
+			dom.Handlers[i].Func, dom.Handlers[i].BatchFunc = fns.fn, fns.batch
 		}
 	}
 	for i := range dom.ProcessManagers {
-		if fn, ok := funcs["process manager\x00"+dom.ProcessManagers[i].Name]; ok {
-			dom.ProcessManagers[i].Func = fn
+		if fns, ok := funcs["process manager\x00"+dom.ProcessManagers[i].Name]; ok {
+			dom.ProcessManagers[i].Func = fns.fn
 		}
 	}
 	return bindings, nil
 }
 
-// buildOne builds the HandlerFunc of one deliver table.
-func buildOne(path, name string, dc *config.DeliverConfig, opt BindOptions) (engine.HandlerFunc, Binding, []config.Problem) {
+// batching is a handler's batch_max and batch_wait; the zero value takes one event per
+// call.
+type batching struct {
+	max  int
+	wait time.Duration
+}
+
+// bound is what a deliver table runs: fn for one event per call, or batch for runs.
+type bound struct {
+	fn    engine.HandlerFunc
+	batch engine.BatchFunc
+}
+
+// buildOne builds the function of one deliver table: a HandlerFunc, or a BatchFunc when
+// batch.max is above 1.
+func buildOne(path, name string, dc *config.DeliverConfig, batch batching, opt BindOptions) (bound, Binding, []config.Problem) {
+	batched := batch.max > 1
 	var problems []config.Problem
 	var keys [][]byte
 	for _, src := range []struct{ env, file, key string }{
@@ -134,27 +157,38 @@ func buildOne(path, name string, dc *config.DeliverConfig, opt BindOptions) (eng
 	}
 	if dc.HTTP != "" {
 		if len(problems) > 0 {
-			return nil, Binding{}, problems
+			return bound{}, Binding{}, problems
 		}
-		fn, err := HTTP(HTTPConfig{URL: dc.HTTP, Timeout: dc.Timeout, Keys: keys, Client: opt.HTTPClient})
+		hc := HTTPConfig{URL: dc.HTTP, Timeout: dc.Timeout, Keys: keys, Client: opt.HTTPClient}
+		var fns bound
+		var err error
+		if batched {
+			fns.batch, err = HTTPBatch(hc)
+		} else {
+			fns.fn, err = HTTP(hc)
+		}
 		if err != nil {
-			return nil, Binding{}, append(problems, config.Problem{Path: path + ".deliver.http", Message: err.Error()})
+			return bound{}, Binding{}, append(problems, config.Problem{Path: path + ".deliver.http", Message: err.Error()})
 		}
-		return fn, Binding{Mode: "http", Target: redact.URL(dc.HTTP), Signed: len(keys) > 0}, nil
+		return fns, Binding{Mode: "http", Target: redact.URL(dc.HTTP), Signed: len(keys) > 0}, nil
 	}
 	if dc.SQL != nil {
 		if len(problems) > 0 {
-			return nil, Binding{}, problems
+			return bound{}, Binding{}, problems
 		}
 		sink, err := inbox.NewSink(inbox.SinkConfig{Handler: name, DSN: SQLDSN(dc.SQL, opt), Statement: dc.SQL.Statement,
 			Table: dc.SQL.Table, Timeout: dc.Timeout, Conns: dc.Limit(), Logger: opt.Logger})
 		if err != nil {
-			return nil, Binding{}, []config.Problem{{Path: path + ".deliver.sql.statement", Message: err.Error()}}
+			return bound{}, Binding{}, []config.Problem{{Path: path + ".deliver.sql.statement", Message: err.Error()}}
 		}
-		return sink.Handler(), Binding{Mode: "sql", Target: dsnSource(dc.SQL), Sink: sink}, nil
+		fns := bound{fn: sink.Handler()}
+		if batched {
+			fns = bound{batch: sink.BatchHandler()}
+		}
+		return fns, Binding{Mode: "sql", Target: dsnSource(dc.SQL), Sink: sink}, nil
 	}
 	if len(dc.Exec) == 0 || dc.Exec[0] == "" {
-		return nil, Binding{}, append(problems, config.Problem{Path: path + ".deliver.exec", Message: "needs a program to run"})
+		return bound{}, Binding{}, append(problems, config.Problem{Path: path + ".deliver.exec", Message: "needs a program to run"})
 	}
 	if _, err := opt.LookPath(dc.Exec[0]); err != nil {
 		problems = append(problems, config.Problem{Path: path + ".deliver.exec", Message: fmt.Sprintf(
@@ -162,17 +196,24 @@ func buildOne(path, name string, dc *config.DeliverConfig, opt BindOptions) (eng
 			dc.Exec[0], unwrapExecErr(err))})
 	}
 	if len(problems) > 0 {
-		return nil, Binding{}, problems
+		return bound{}, Binding{}, problems
 	}
-	fn, err := Exec(ExecConfig{Argv: dc.Exec, Timeout: dc.Timeout, Procs: opt.Procs})
+	ec := ExecConfig{Argv: dc.Exec, Timeout: dc.Timeout, Procs: opt.Procs}
+	var fns bound
+	var err error
+	if batched {
+		fns.batch, err = ExecBatch(ec)
+	} else {
+		fns.fn, err = Exec(ec)
+	}
 	if err != nil {
-		return nil, Binding{}, []config.Problem{{Path: path + ".deliver.exec", Message: err.Error()}}
+		return bound{}, Binding{}, []config.Problem{{Path: path + ".deliver.exec", Message: err.Error()}}
 	}
 	shown := make([]string, len(dc.Exec))
 	for i, a := range dc.Exec {
 		shown[i] = redact.URL(a) // an argument may be a DSN or --token=...
 	}
-	return fn, Binding{Mode: "exec", Target: strings.Join(shown, " ")}, nil
+	return fns, Binding{Mode: "exec", Target: strings.Join(shown, " ")}, nil
 }
 
 // readKey reads one signing key from the environment variable env or the file file

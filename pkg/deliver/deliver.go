@@ -6,6 +6,10 @@
 //   - exec = ["cmd", "arg"]: the envelope is written to the command's stdin; exit status 0
 //     means done.
 //
+// A handler with batch_max above 1 takes runs of consecutive events of one key in one
+// call (HTTPBatch, ExecBatch, the SQL sink's BatchHandler): a JSON array of envelopes
+// (MarshalBatch), NDJSON on stdin, one transaction. A run is all or nothing.
+//
 // Both carry the partition (stream, key), the event id, the lease generation (the fencing
 // token) and the attempt number, in headers or environment variables. Anything else (a
 // non-2xx status, a non-zero exit, a connection error, the handler's timeout) fails the
@@ -89,6 +93,61 @@ func Marshal(ev engine.Event, d engine.Delivery) ([]byte, error) {
 	return json.Marshal(env)
 }
 
+// MarshalBatch renders the envelopes of a run of events delivered with d (an
+// engine.BatchFunc's call) as a JSON array: the body an HTTP handler with batch_max above
+// 1 receives. Each element is what Marshal gives for the event alone, with the event's
+// own entry id (d.Entries), in order.
+func MarshalBatch(evs []engine.Event, d engine.Delivery) ([]byte, error) {
+	out := []byte{'['}
+	for k, ev := range evs {
+		b, err := Marshal(ev, eventDelivery(d, k))
+		if err != nil {
+			return nil, err
+		}
+		if k > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b...)
+	}
+	return append(out, ']'), nil
+}
+
+// MarshalNDJSON renders the envelopes of a run as NDJSON: one envelope (Marshal) per line,
+// each ended by a newline, in order: what an exec handler with batch_max above 1 reads
+// from stdin.
+func MarshalNDJSON(evs []engine.Event, d engine.Delivery) ([]byte, error) {
+	var out []byte
+	for k, ev := range evs {
+		b, err := Marshal(ev, eventDelivery(d, k))
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(out, b...), '\n')
+	}
+	return out, nil
+}
+
+// eventDelivery returns the delivery of the k-th event of a run delivered with d: d, with
+// the event's own entry id (d.Entries[k]; d.EntryID for the first of a run that lists
+// none).
+func eventDelivery(d engine.Delivery, k int) engine.Delivery {
+	one := d
+	one.Entries = nil
+	switch {
+	case k < len(d.Entries):
+		one.EntryID = d.Entries[k]
+	case k > 0:
+		one.EntryID = ""
+	}
+	return one
+}
+
+// batchEntries returns the entry ids of the first and the last event of a run of n
+// events delivered with d.
+func batchEntries(d engine.Delivery, n int) (first, last string) {
+	return eventDelivery(d, 0).EntryID, eventDelivery(d, n-1).EntryID
+}
+
 // Delivery metadata names: HTTP headers and exec environment variables carry the same
 // values.
 const (
@@ -104,6 +163,12 @@ const (
 	HeaderLimitKey        = "X-Seq-Limit-Key"
 	HeaderLimitSlot       = "X-Seq-Limit-Slot"
 	HeaderLimitGeneration = "X-Seq-Limit-Generation"
+	// A run of a handler with batch_max above 1: the entry ids of its first and last
+	// events and how many it holds. Sent only by such handlers (their body is an array);
+	// X-Seq-Event-Id is then the first event's id.
+	HeaderFirstEntry = "X-Seq-First-Entry"
+	HeaderLastEntry  = "X-Seq-Last-Entry"
+	HeaderBatchSize  = "X-Seq-Batch-Size"
 	// HeaderTimestamp is when the attempt was sent, in Unix seconds; signed.
 	HeaderTimestamp = "X-Seq-Timestamp"
 	// HeaderSignature is "v1=<hex HMAC-SHA256>", one per signing key, comma separated
@@ -121,6 +186,11 @@ const (
 	EnvLimitKey        = "SEQ_LIMIT_KEY"
 	EnvLimitSlot       = "SEQ_LIMIT_SLOT"
 	EnvLimitGeneration = "SEQ_LIMIT_GENERATION"
+	// A run of a handler with batch_max above 1, as the HTTP headers above (stdin then
+	// holds NDJSON, and SEQ_EVENT_ID is the first event's id); set only for such handlers.
+	EnvFirstEntry = "SEQ_FIRST_ENTRY"
+	EnvLastEntry  = "SEQ_LAST_ENTRY"
+	EnvBatchSize  = "SEQ_BATCH_SIZE"
 
 	// The handler run's W3C trace context (the publisher's, when it published with one):
 	// the traceparent and tracestate headers of an HTTP delivery, and the TRACEPARENT and

@@ -121,12 +121,50 @@ func newExec(cfg ExecConfig) (*execDeliverer, error) {
 	return x, nil
 }
 
+// ExecBatch returns the BatchFunc of a handler that takes runs of events (batch_max
+// above 1): cfg.Argv runs once per attempt of a run, with the run's envelopes on stdin as
+// NDJSON (MarshalNDJSON: one envelope per line, in order) and, next to the variables of a
+// single delivery (SEQ_EVENT_ID is the first event's id), SEQ_FIRST_ENTRY,
+// SEQ_LAST_ENTRY and SEQ_BATCH_SIZE. Exit status 0 means every event of the run is done;
+// anything else fails the whole run, as for Exec.
+func ExecBatch(cfg ExecConfig) (engine.BatchFunc, error) {
+	x, err := newExec(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return x.deliverBatch, nil
+}
+
 func (x *execDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	d := deliveryOf(ctx, ev)
 	body, err := Marshal(ev, d)
 	if err != nil {
 		return err
 	}
+	return x.run(ctx, d, ev.ID, body, nil)
+}
+
+// deliverBatch runs the command for a run of events, NDJSON on stdin.
+func (x *execDeliverer) deliverBatch(ctx context.Context, evs []engine.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	d := deliveryOf(ctx, evs[0])
+	body, err := MarshalNDJSON(evs, d)
+	if err != nil {
+		return err
+	}
+	first, last := batchEntries(d, len(evs))
+	return x.run(ctx, d, evs[0].ID, body, []string{
+		EnvFirstEntry + "=" + first,
+		EnvLastEntry + "=" + last,
+		EnvBatchSize + "=" + strconv.Itoa(len(evs)),
+	})
+}
+
+// run runs the command once with body on stdin, the delivery of d whose (first) event is
+// eventID in SEQ_* variables, and the variables more.
+func (x *execDeliverer) run(ctx context.Context, d engine.Delivery, eventID string, body []byte, more []string) error {
 	// The timeout bounds the process, not the wait for the process starter: it is armed
 	// once the process runs (below), so a queue of starts never fails a healthy event.
 	actx, cancel := context.WithCancel(ctx)
@@ -145,13 +183,14 @@ func (x *execDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 		EnvStream+"="+d.Stream,
 		EnvCategory+"="+d.Category,
 		EnvKey+"="+d.Key,
-		EnvEventID+"="+ev.ID,
+		EnvEventID+"="+eventID,
 		EnvGeneration+"="+strconv.FormatInt(d.Generation, 10),
 		EnvAttempt+"="+strconv.Itoa(d.Attempt),
 		EnvLimitKey+"="+lv, // set even when empty, as the trace context
 		EnvLimitSlot+"="+lslot,
 		EnvLimitGeneration+"="+lgen,
 	)
+	cmd.Env = append(cmd.Env, more...)
 	ownProcessGroup(cmd)
 	cmd.Cancel = func() error { return killProcessGroup(cmd) }
 	cmd.WaitDelay = waitDelay
@@ -169,7 +208,7 @@ func (x *execDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	timer := time.AfterFunc(x.timeout, func() { timedOut.Store(true); cancel() })
 	defer timer.Stop()
 	x.procs.add(cmd)
-	err = cmd.Wait()
+	err := cmd.Wait()
 	x.procs.remove(cmd)
 	if err == nil || (errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState.Success()) {
 		return nil

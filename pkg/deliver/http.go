@@ -89,6 +89,14 @@ type httpDeliverer struct {
 // cancels the handler's context (lease lost, shutdown deadline) the request is
 // abandoned.
 func HTTP(cfg HTTPConfig) (engine.HandlerFunc, error) {
+	h, err := newHTTP(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return h.deliver, nil
+}
+
+func newHTTP(cfg HTTPConfig) (*httpDeliverer, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("deliver: %q is not an http:// or https:// URL with a host", redact.URL(cfg.URL))
@@ -105,7 +113,7 @@ func HTTP(cfg HTTPConfig) (engine.HandlerFunc, error) {
 			h.keys = append(h.keys, append([]byte(nil), k...))
 		}
 	}
-	return h.deliver, nil
+	return h, nil
 }
 
 func (h *httpDeliverer) deliver(ctx context.Context, ev engine.Event) error {
@@ -114,6 +122,45 @@ func (h *httpDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	if err != nil {
 		return err
 	}
+	return h.post(ctx, d, ev.ID, body, nil)
+}
+
+// HTTPBatch returns the BatchFunc of a handler that takes runs of events (batch_max above
+// 1): each run is one POST to cfg.URL whose body is a JSON array of the envelopes its
+// events would be sent one by one (MarshalBatch), in order, signed over the whole body.
+// Next to the headers of a single delivery (X-Seq-Event-Id is the first event's) it
+// carries X-Seq-First-Entry, X-Seq-Last-Entry and X-Seq-Batch-Size. A 2xx answer means
+// every event of the run is done; any other status, a connection error or the timeout
+// fails the whole run, as for HTTP.
+func HTTPBatch(cfg HTTPConfig) (engine.BatchFunc, error) {
+	h, err := newHTTP(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return h.deliverBatch, nil
+}
+
+// deliverBatch POSTs a run of events as one JSON array.
+func (h *httpDeliverer) deliverBatch(ctx context.Context, evs []engine.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	d := deliveryOf(ctx, evs[0])
+	body, err := MarshalBatch(evs, d)
+	if err != nil {
+		return err
+	}
+	first, last := batchEntries(d, len(evs))
+	return h.post(ctx, d, evs[0].ID, body, func(hd http.Header) {
+		hd.Set(HeaderFirstEntry, first)
+		hd.Set(HeaderLastEntry, last)
+		hd.Set(HeaderBatchSize, strconv.Itoa(len(evs)))
+	})
+}
+
+// post sends body, the delivery of d whose (first) event is eventID, with the X-Seq-*
+// headers of the delivery and those more adds, and reads the answer.
+func (h *httpDeliverer) post(ctx context.Context, d engine.Delivery, eventID string, body []byte, more func(http.Header)) error {
 	actx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, h.url, bytes.NewReader(body))
@@ -126,13 +173,16 @@ func (h *httpDeliverer) deliver(ctx context.Context, ev engine.Event) error {
 	hd.Set(HeaderHandler, d.Handler)
 	hd.Set(HeaderStream, d.Stream)
 	hd.Set(HeaderKey, d.Key)
-	hd.Set(HeaderEventID, ev.ID)
+	hd.Set(HeaderEventID, eventID)
 	hd.Set(HeaderGeneration, strconv.FormatInt(d.Generation, 10))
 	hd.Set(HeaderAttempt, strconv.Itoa(d.Attempt))
 	if v, slot, gen := limitFields(d); v != "" {
 		hd.Set(HeaderLimitKey, v)
 		hd.Set(HeaderLimitSlot, slot)
 		hd.Set(HeaderLimitGeneration, gen)
+	}
+	if more != nil {
+		more(hd)
 	}
 	if tp, ts := engine.TraceHeaders(ctx); tp != "" {
 		hd.Set(HeaderTraceParent, tp)
