@@ -86,13 +86,13 @@ func New() *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		processed: counterVec("events_processed_total",
-			"Handler attempts that succeeded (the event was acknowledged).",
+			"Handler attempts that succeeded (the event was acknowledged); a batch's attempt counts each of its events.",
 			hc...),
 		failed: counterVec("events_failed_total",
-			"Handler attempts that failed: a retried attempt, the last attempt before a halt, or an attempt cut off by a lost lease.",
+			"Handler attempts that failed: a retried attempt, the last attempt before a halt, or an attempt cut off by a lost lease; a batch's attempt counts each of its events.",
 			hc...),
 		retried: counterVec("events_retried_total",
-			"Failed handler attempts that will be retried (a subset of events_failed_total).",
+			"Failed handler attempts that will be retried (a subset of events_failed_total); a batch's attempt counts each of its events.",
 			hc...),
 		halts: counterVec("partition_halts_total",
 			"Partitions this instance halted on a poison head, after the handler's retries.",
@@ -196,14 +196,18 @@ func (m *Metrics) SetRelayBacklog(rows int) { m.backlog.Set(float64(rows)) }
 // import this package.
 func (m *Metrics) RelayBacklogFunc() func(rows int) { return m.SetRelayBacklog }
 
-// Attempt implements engine.Observer.
+// Attempt implements engine.Observer. The event counters count events, not calls: an
+// attempt of a batch (a BatchFunc's run) counts as many as it carried (a.Events; 0 is
+// taken for 1), so that events_processed_total keeps adding up to the events handled
+// whatever batch_max is. The duration and latency histograms observe the call once.
 func (m *Metrics) Attempt(a engine.AttemptInfo) {
+	n := float64(max(a.Events, 1))
 	if a.Err == nil {
-		m.processed.WithLabelValues(a.Group, a.Category).Inc()
+		m.processed.WithLabelValues(a.Group, a.Category).Add(n)
 	} else {
-		m.failed.WithLabelValues(a.Group, a.Category).Inc()
+		m.failed.WithLabelValues(a.Group, a.Category).Add(n)
 		if a.Retry {
-			m.retried.WithLabelValues(a.Group, a.Category).Inc()
+			m.retried.WithLabelValues(a.Group, a.Category).Add(n)
 		}
 	}
 	m.duration.WithLabelValues(a.Group, a.Category).Observe(a.Duration.Seconds())

@@ -102,6 +102,35 @@ seqctl_publish_to_handle_latency_seconds_count{category="order",handler="Project
 	}
 }
 
+// An attempt of a batch counts each of its events; one that says nothing counts one.
+func TestObserverCountsBatchEvents(t *testing.T) {
+	m := New()
+	boom := errors.New("boom")
+	m.Attempt(engine.AttemptInfo{Group: "Projector", Category: "order", Attempt: 1, Events: 32, Duration: 10 * time.Millisecond})
+	m.Attempt(engine.AttemptInfo{Group: "Projector", Category: "order", Attempt: 1, Events: 10, Err: boom, Retry: true})
+	m.Attempt(engine.AttemptInfo{Group: "Projector", Category: "order", Attempt: 2, Events: 10, Err: boom})
+	m.Attempt(engine.AttemptInfo{Group: "Projector", Category: "order", Attempt: 2, Events: 1}) // the split: one at a time
+	m.Attempt(engine.AttemptInfo{Group: "Projector", Category: "order", Attempt: 1})            // Events unset
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"processed", testutil.ToFloat64(m.processed.WithLabelValues("Projector", "order")), 34},
+		{"failed", testutil.ToFloat64(m.failed.WithLabelValues("Projector", "order")), 20},
+		{"retried", testutil.ToFloat64(m.retried.WithLabelValues("Projector", "order")), 10},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	// The call's duration is observed once per attempt, not per event.
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if want := `seqctl_handler_duration_seconds_count{category="order",handler="Projector"} 5`; !strings.Contains(rec.Body.String(), want+"\n") {
+		t.Errorf("the scrape lacks %q: the duration is observed once per attempt", want)
+	}
+}
+
 func TestSlotWaitHistogram(t *testing.T) {
 	m := New()
 	var o engine.Observer = m
