@@ -375,7 +375,11 @@ func (p *runPlan) logBindings(log *slog.Logger) (running int) {
 			inert = append(inert, b.Name)
 			continue
 		}
-		log.Info("delivering", "kind", b.Kind, "name", b.Name, "mode", b.Mode, "target", b.Target, "signed", b.Signed)
+		attrs := []any{"kind", b.Kind, "name", b.Name, "mode", b.Mode, "target", b.Target, "signed", b.Signed}
+		if b.BatchMax > 1 {
+			attrs = append(attrs, "batch_max", b.BatchMax, "batch_wait", b.BatchWait)
+		}
+		log.Info("delivering", attrs...)
 	}
 	if len(inert) > 0 {
 		log.Info("command handlers are validated but inert: commands never reach a stream", "handlers", inert)

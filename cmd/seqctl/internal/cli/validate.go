@@ -243,8 +243,25 @@ type handlerSummary struct {
 	Kind         string `json:"kind"`
 	Category     string `json:"category"`
 	SequentialBy string `json:"sequential_by,omitempty"`
-	// Delivery is "http", "exec" or "go" (registered by Go code).
+	// Delivery is "http", "exec", "sql" or "go" (registered by Go code).
 	Delivery string `json:"delivery"`
+	// BatchMax is the most events one call takes (batch_max), set only above 1;
+	// BatchWait is batch_wait ("20ms"), set only when it waits.
+	BatchMax  int    `json:"batch_max,omitempty"`
+	BatchWait string `json:"batch_wait,omitempty"`
+}
+
+// deliveryNote is the handler's delivery for a person, with its batches when it takes
+// them: "http, up to 32 per call, waits 20ms".
+func (h handlerSummary) deliveryNote() string {
+	if h.BatchMax <= 1 {
+		return h.Delivery
+	}
+	note := fmt.Sprintf("%s, up to %d per call", h.Delivery, h.BatchMax)
+	if h.BatchWait != "" {
+		note += ", waits " + h.BatchWait
+	}
+	return note
 }
 
 type pmSummary struct {
@@ -314,9 +331,16 @@ func summarize(cfg *config.Config, dom *engine.Domain) validateSummary {
 		if cat == "" && len(h.Handles) > 0 {
 			cat = typeCategory[h.Handles[0]]
 		}
-		s.Handlers = append(s.Handlers, handlerSummary{
+		hs := handlerSummary{
 			Name: h.Name, Kind: h.Kind.String(), Category: cat, SequentialBy: h.SequentialBy, Delivery: delivery(h.Deliver),
-		})
+		}
+		if h.Batched() {
+			hs.BatchMax = h.BatchMax
+			if h.BatchWait > 0 {
+				hs.BatchWait = h.BatchWait.String()
+			}
+		}
+		s.Handlers = append(s.Handlers, hs)
 		// A command category's key is checked by Init but never applied: show it anyway.
 		if h.Kind == engine.CommandHandlerKind && h.SequentialBy != "" {
 			if i, ok := index["command/"+cat]; ok {
@@ -397,7 +421,7 @@ func printSummary(ios *IOStreams, s validateSummary) error {
 		fmt.Fprintln(w)
 		t := newTablePrinter(ios, "HANDLER", "KIND", "CATEGORY", "SEQUENTIAL BY", "DELIVERY")
 		for _, h := range s.Handlers {
-			t.AddRow(h.Name, h.Kind, h.Category, orDash(h.SequentialBy), h.Delivery)
+			t.AddRow(h.Name, h.Kind, h.Category, orDash(h.SequentialBy), h.deliveryNote())
 		}
 		if err := t.Render(w); err != nil {
 			return err

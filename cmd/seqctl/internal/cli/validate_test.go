@@ -160,6 +160,29 @@ func TestValidateJSON(t *testing.T) {
 
 // validate -o json on an invalid file prints the problems as JSON on stdout (exit 2),
 // and the unknown key and the registration problem come in the same run.
+// A handler that takes batches shows them in the delivery column and in the JSON.
+func TestValidateShowsBatches(t *testing.T) {
+	t.Setenv(config.EnvRedisURL, "")
+	path := writeConfig(t, strings.Replace(domainText(t, "inline"), "sequential_by = \"host\"\n",
+		"sequential_by = \"host\"\nbatch_max = 32\nbatch_wait = \"20ms\"\n", 1))
+	r := runCLI(t, true, "validate", "--config", path)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "Pinger   event  ping      host           go, up to 32 per call, waits 20ms") {
+		t.Errorf("code %d, stdout:\n%s\nwant Pinger's delivery with its batches", r.Code, r.Stdout)
+	}
+	r = runCLI(t, false, "validate", "--config", path, "-o", "json")
+	var got validateSummary
+	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
+		t.Fatalf("stdout is not the JSON summary: %v\n%s", err, r.Stdout)
+	}
+	want := []handlerSummary{
+		{Name: "Pinger", Kind: "event", Category: "ping", SequentialBy: "host", Delivery: "go", BatchMax: 32, BatchWait: "20ms"},
+		{Name: "Ticker", Kind: "event", Category: "clock", Delivery: "go"},
+	}
+	if diff := cmp.Diff(want, got.Handlers); diff != "" {
+		t.Errorf("handlers (-want +got):\n%s", diff)
+	}
+}
+
 func TestValidateJSONProblems(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	repoRoot(t)
