@@ -10,12 +10,24 @@ type Delivery struct {
 	Category   string
 	Key        string // partition key, "" when not partitioned
 	Stream     string // the lane stream the entry is on
-	EntryID    string // the stream entry id
+	EntryID    string // the stream entry id; for a BatchFunc's run, the first event's
 	Generation int64  // the lease generation (fencing token)
 	Attempt    int    // 1 for the first delivery; counted from the stream's delivery counter
 	// Limit is set when the handler has a limit key (Handler.Limit): the event's value
 	// and the permit this run holds.
 	Limit *LimitPermit
+	// Entries lists, for a BatchFunc's run, the stream entry ids of its events in order
+	// (EntryID is the first); nil for a HandlerFunc's run.
+	Entries []string
+}
+
+// LastEntryID returns the entry id of the run's last event: Entries' last for a batch,
+// else EntryID.
+func (d Delivery) LastEntryID() string {
+	if len(d.Entries) > 0 {
+		return d.Entries[len(d.Entries)-1]
+	}
+	return d.EntryID
 }
 
 // LimitPermit is the permit of a run under a limit key: the value it counts against, and

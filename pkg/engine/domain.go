@@ -52,6 +52,19 @@ func (k HandlerKind) String() string {
 // shuts down past its deadline.
 type HandlerFunc func(ctx context.Context, ev Event) error
 
+// BatchFunc handles a run of consecutive events of one partition key in one call, in
+// publish order (Handler.BatchMax). It is all or nothing: nil means every event of the
+// run is handled (all are acknowledged); an error means none is, and the run is retried
+// as a whole. When a run of more than one event fails its last attempt, its events are
+// run one at a time, each in a call of its own: those before the failing one are handled
+// once, and only the failing one halts the partition. The context carries the delivery
+// (see DeliveryFrom): its EntryID is the first event's entry and Entries lists every
+// event's, in order. A run holds one limit-key permit and one handler slot.
+type BatchFunc func(ctx context.Context, evs []Event) error
+
+// MaxBatch is the largest Handler.BatchMax.
+const MaxBatch = 1000
+
 // Defaults for handlers and process managers.
 const (
 	DefaultMaxRetries = 3
@@ -77,6 +90,18 @@ type Handler struct {
 	Limit HandlerLimit
 	// Func is the Go handler. seqctl run sets it from the [handlers.deliver] table.
 	Func HandlerFunc
+	// BatchFunc, instead of Func, takes runs of up to BatchMax consecutive events of one
+	// partition key in one call (see BatchFunc).
+	BatchFunc BatchFunc
+	// BatchMax is the most events one BatchFunc call takes (0 or 1: one at a time; at
+	// most MaxBatch). A run holds consecutive entries of one lane that the owner has read
+	// (and, with a limit key, of one limit value); it never waits for more unless
+	// BatchWait says so.
+	BatchMax int
+	// BatchWait is how long an owner that caught up with its partition waits before it
+	// reads again, so that a run can fill up (0: never waits). It delays the first event
+	// after a quiet spell by as much.
+	BatchWait time.Duration
 }
 
 // HandlerLimit is a fleet-wide cap on a handler's runs per value of a payload field (the

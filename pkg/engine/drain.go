@@ -43,7 +43,7 @@ func (w *worker) drain(expect *entry) (drainResult, error) {
 	rearm := w.dormant.Load() && len(w.u.guards) == 0
 	c := scripts.Drain{
 		Lease: w.leaseKey, Live: w.liveKey, Halt: w.haltKey, Pause: w.pauseKey, Lanes: w.lanes,
-		Token: w.token, Group: w.sub.group, Consumer: w.consumer, Batch: w.e.cfg.BatchSize,
+		Token: w.token, Group: w.sub.group, Consumer: w.consumer, Batch: w.readCount(),
 		Owed: w.owed, Acks: w.unackedByLane(),
 	}
 	if expect != nil {
@@ -59,7 +59,9 @@ func (w *worker) drain(expect *entry) (drainResult, error) {
 	}
 	w.busyAfter = ""
 	if w.takeover {
-		c.TakeoverKeep = max(w.e.cfg.MaxUnacked, 1)
+		// An owner starts a run only while at most max_unacked-1 handled events lack an
+		// acknowledgement, and a run carries up to batch_max events.
+		c.TakeoverKeep = max(w.e.cfg.MaxUnacked, 1) - 1 + w.sub.batchMax
 	}
 	w.pauseNoted.Store(false) // the script reads the pause record; a notice from now on is new
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
@@ -114,7 +116,7 @@ func (w *worker) drained(res scripts.DrainReply, read *redis.XStreamSliceCmd) (d
 		for _, m := range msgs {
 			r.entries = append(r.entries, entry{lane: 0, msg: m, deliveries: 1})
 		}
-		if len(msgs) >= w.e.cfg.BatchSize {
+		if len(msgs) >= w.readCount() {
 			w.busyAfter = msgs[len(msgs)-1].ID
 		}
 	case scripts.DrainEntries:
@@ -128,12 +130,16 @@ func (w *worker) drained(res scripts.DrainReply, read *redis.XStreamSliceCmd) (d
 			}
 			r.entries = append(r.entries, entry{lane: res.Lane, msg: m, deliveries: d})
 		}
-		if res.Lane == 0 && res.Deliveries == 1 && len(msgs) >= w.e.cfg.BatchSize {
+		if res.Lane == 0 && res.Deliveries == 1 && len(msgs) >= w.readCount() {
 			w.busyAfter = msgs[len(msgs)-1].ID
 		}
 	}
 	return r, nil
 }
+
+// readCount is how many new entries one read may return: the engine's BatchSize, or the
+// handler's batch_max when it is larger (so that a read can fill a run).
+func (w *worker) readCount() int { return max(w.e.cfg.BatchSize, w.sub.batchMax) }
 
 // drainNative runs the first lane's XREADGROUP and then drain.lua (c.NativeAfter: the
 // last id the worker read before) in one transaction. The read runs first, whatever the
@@ -146,7 +152,7 @@ func (w *worker) drainNative(ctx context.Context, c scripts.Drain) (scripts.Drai
 	pipe := w.e.rdb.TxPipeline()
 	read := pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: w.sub.group, Consumer: w.consumer, Streams: []string{w.lanes[0], ">"},
-		Count: int64(w.e.cfg.BatchSize), Block: -1,
+		Count: int64(w.readCount()), Block: -1,
 	})
 	script := c.EvalSha(ctx, pipe)
 	_, err := pipe.Exec(ctx)

@@ -37,6 +37,9 @@ type subscription struct {
 	partitioned bool
 	pm          bool // units are correlation values spanning every category
 	fn          HandlerFunc
+	batchFn     BatchFunc     // instead of fn: takes runs of up to batchMax events
+	batchMax    int           // 1 without batchFn
+	batchWait   time.Duration // see Handler.BatchWait
 	maxRetries  int
 	retryDelay  time.Duration
 	limit       HandlerLimit // the handler's limit key; the zero value for none
@@ -121,6 +124,11 @@ func New(cfg EngineConfig) (*Engine, error) {
 	}
 	e.logs = newRateLog(e.log, logEvery)
 	e.regID = keyspace.RegistryField(cfg.InstanceID, randomToken())
+	for _, h := range cfg.Domain.Handlers {
+		if p := h.funcProblem(); p != "" {
+			return nil, fmt.Errorf("engine: handler %q: %s", h.Name, p)
+		}
+	}
 	e.subs = subscriptions(cfg.Domain, cfg.Handlers)
 	if len(e.subs) == 0 {
 		return nil, errors.New("engine: no handler to run: give each event handler or process manager a Func")
@@ -157,9 +165,14 @@ func subscriptions(d *Domain, only []string) []*subscription {
 		keep[n] = true
 	}
 	want := func(name string, fn HandlerFunc) bool { return fn != nil && (len(keep) == 0 || keep[name]) }
+	var batchFn HandlerFunc = func(context.Context, Event) error { return nil } // stands for a BatchFunc in want
 	var subs []*subscription
 	for _, h := range d.Handlers {
-		if h.Kind == CommandHandlerKind || !want(h.Name, h.Func) {
+		fn := h.Func
+		if h.BatchFunc != nil {
+			fn = batchFn
+		}
+		if h.Kind == CommandHandlerKind || !want(h.Name, fn) {
 			continue // command handlers never consume from streams
 		}
 		cat := h.PartOf
@@ -174,6 +187,10 @@ func subscriptions(d *Domain, only []string) []*subscription {
 		s := &subscription{
 			group: h.Name, categories: []string{cat}, partitioned: part,
 			fn: h.Func, maxRetries: orInt(h.MaxRetries, DefaultMaxRetries), retryDelay: orDur(h.RetryDelay, DefaultRetryDelay),
+			batchMax: 1,
+		}
+		if h.BatchFunc != nil {
+			s.fn, s.batchFn, s.batchMax, s.batchWait = nil, h.BatchFunc, max(h.BatchMax, 1), h.BatchWait
 		}
 		if h.Limit.Active() {
 			s.limit = h.Limit
@@ -201,7 +218,7 @@ func pmSubscriptions(d *Domain, pm ProcessManager) []*subscription {
 			allPart = false
 		}
 	}
-	base := subscription{group: pm.Name, fn: pm.Func,
+	base := subscription{group: pm.Name, fn: pm.Func, batchMax: 1,
 		maxRetries: orInt(pm.MaxRetries, DefaultMaxRetries), retryDelay: orDur(pm.RetryDelay, DefaultRetryDelay)}
 	if pm.SequentialBy && allPart {
 		s := base

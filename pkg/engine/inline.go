@@ -91,13 +91,21 @@ func (b *InlineBroker) dispatch() {
 		d := b.dom
 		b.mu.Unlock()
 		for _, h := range d.Handlers {
-			if h.Func == nil || !contains(h.Handles, it.ev.Type) {
+			if (h.Func == nil && h.BatchFunc == nil) || !contains(h.Handles, it.ev.Type) {
 				continue
 			}
 			var err error
 			for attempt := 1; attempt <= orInt(h.MaxRetries, DefaultMaxRetries); attempt++ {
-				ctx := WithDelivery(withTrace(context.Background(), it.ev), Delivery{Handler: h.Name, Category: it.ev.Category, Key: it.ev.Key, Stream: it.ev.Category, Attempt: attempt})
-				if err = h.Func(ctx, it.ev); err == nil {
+				d := Delivery{Handler: h.Name, Category: it.ev.Category, Key: it.ev.Key, Stream: it.ev.Category, Attempt: attempt}
+				ctx := withTrace(context.Background(), it.ev)
+				if h.BatchFunc != nil {
+					// A batch handler takes each event in a run of its own: the inline
+					// broker handles one event at a time.
+					err = h.BatchFunc(WithDelivery(ctx, d), []Event{it.ev})
+				} else {
+					err = h.Func(WithDelivery(ctx, d), it.ev)
+				}
+				if err == nil {
 					break
 				}
 			}

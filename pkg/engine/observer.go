@@ -24,9 +24,10 @@ type AttemptInfo struct {
 	Group    string
 	Category string
 	Attempt  int           // 1 for the first delivery
+	Events   int           // the events the run carried: 1, or a BatchFunc run's count
 	Duration time.Duration // time inside the handler
 	// Latency is from the publish (Redis time of the XADD) to the handler start, for a
-	// first attempt; 0 for retries.
+	// first attempt; 0 for retries. For a batch, the first (oldest) event's.
 	Latency time.Duration
 	Err     error // nil when handled
 	// Retry is set when the attempt failed and will be retried; a failed attempt without

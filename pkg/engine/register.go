@@ -172,6 +172,7 @@ func (r *registration) handler(h Handler) {
 		}
 	}
 	r.limit(who, h)
+	r.batch(who, h)
 	if h.SequentialBy == "" {
 		return
 	}
@@ -203,6 +204,39 @@ func (r *registration) limit(who string, h Handler) {
 	case l.Rate > 0 && l.Per > 0 && l.Per < time.Millisecond:
 		r.add("%s: limit_rate's window is %v; use a second or more (\"20/s\", \"600/m\")", who, l.Per)
 	}
+}
+
+// batch checks a handler's batch settings: a size within 1..MaxBatch, a wait only with a
+// size above one, an event handler, and one Go function of the kind the size asks for.
+// A handler without Func or BatchFunc is checked again when an engine runs it (seqctl
+// run binds its deliver table after Init).
+func (r *registration) batch(who string, h Handler) {
+	switch {
+	case h.BatchMax < 0 || h.BatchMax > MaxBatch:
+		r.add("%s: batch_max %d is out of range: use 1 (one event per call, the default) up to %d", who, h.BatchMax, MaxBatch)
+	case h.BatchWait < 0:
+		r.add("%s: batch_wait %v is negative: use 0 (never wait to fill a batch) or a duration such as \"20ms\"", who, h.BatchWait)
+	case h.BatchWait > 0 && h.BatchMax <= 1:
+		r.add("%s: batch_wait %v waits to fill batches, but batch_max is %d: set batch_max above 1, or remove batch_wait", who, h.BatchWait, max(h.BatchMax, 1))
+	case (h.BatchMax > 1 || h.BatchFunc != nil) && h.Kind == CommandHandlerKind:
+		r.add("%s: batch_max applies to event handlers; a command handler dispatches synchronously", who)
+	default:
+		if err := h.funcProblem(); err != "" {
+			r.add("%s: %s", who, err)
+		}
+	}
+}
+
+// funcProblem says what is wrong with the handler's Go functions for its batch size, ""
+// when nothing is (or none is set yet).
+func (h Handler) funcProblem() string {
+	switch {
+	case h.Func != nil && h.BatchFunc != nil:
+		return "both Func and BatchFunc are set: set BatchFunc to take batches, Func to take one event per call"
+	case h.BatchMax > 1 && h.Func != nil:
+		return fmt.Sprintf("batch_max is %d but the handler is a Func, which takes one event per call: set BatchFunc instead", h.BatchMax)
+	}
+	return ""
 }
 
 // handledType returns the fields and category of the command (for a command handler) or

@@ -167,6 +167,45 @@ func (e *Engine) handlerContext(ctx context.Context, name string, ev Event, d De
 
 var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
 
+// batchContext returns the context of one run of a BatchFunc over several events: with a
+// tracer, one consumer span for the run, the root of a trace of its own (a run has many
+// publishers) linked to each event's publisher span and, for a retry in this process, to
+// the failed run's (prev), with the run's first and last entry and its event count.
+// Without a tracer, ctx as it is: the events' trace contexts ride in the events
+// themselves. The span is nil without a tracer.
+func (e *Engine) batchContext(ctx context.Context, name string, evs []Event, d Delivery, prev trace.SpanContext) (context.Context, trace.Span) {
+	if e.tracer == nil {
+		return ctx, nil
+	}
+	links := make([]trace.Link, 0, len(evs)+1)
+	for _, ev := range evs {
+		if p := trace.SpanContextFromContext(withTrace(context.Background(), ev)); p.IsValid() {
+			links = append(links, trace.Link{SpanContext: p})
+		}
+	}
+	if prev.IsValid() {
+		links = append(links, trace.Link{SpanContext: prev})
+	}
+	ctx, span := e.tracer.Start(ctx, name, consumerKind, trace.WithNewRoot(), trace.WithLinks(links...))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.system", "redis"),
+			attribute.String("messaging.operation.name", "process"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", d.Stream),
+			attribute.String("messaging.destination.template", d.Category),
+			attribute.String("messaging.consumer.group.name", d.Handler),
+			attribute.Int("messaging.batch.message_count", len(evs)),
+			attribute.String("seqctl.entry_id", d.EntryID),
+			attribute.String("seqctl.last_entry_id", d.LastEntryID()),
+			attribute.String("seqctl.key", d.Key),
+			attribute.Int("seqctl.attempt", d.Attempt),
+			attribute.Int64("seqctl.generation", d.Generation),
+		)
+	}
+	return ctx, span
+}
+
 // endSpan ends a handler run's span, recording a failed attempt as an error. It returns
 // the span's context when the run failed (its retry links to it), else nothing.
 func endSpan(span trace.Span, err error) trace.SpanContext {

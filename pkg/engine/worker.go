@@ -97,7 +97,11 @@ type worker struct {
 	// next drain gives them their delivery count back.
 	busyAfter string
 	owed      string
-	takeover  bool // the lease is new to this worker: its first drain corrects a previous owner's read-ahead
+	// fill is set when the last read caught up with the unit (it found nothing, or took
+	// everything) and the handler waits to fill its batches (batch_wait): the next read
+	// waits that long first.
+	fill     bool
+	takeover bool // the lease is new to this worker: its first drain corrects a previous owner's read-ahead
 	// readMark is set while w.pending holds everything the unit had to read when it was
 	// read (drain.lua's "all"): the lanes' ring counts before that read. Once those
 	// entries are handled the worker goes idle without reading again (settle), unless a
@@ -273,6 +277,9 @@ func (w *worker) run() {
 			err = w.handle(ent)
 		case w.readMark != nil:
 			err = w.settle() // the last read took everything: idle, unless a lane rang
+		case w.fill:
+			w.fill = false
+			w.fillWait()
 		default:
 			err = w.fetch()
 		}
@@ -443,8 +450,10 @@ func (w *worker) fetch() error {
 		}
 		return w.park(pauseWait(r.pauseTTL), false)
 	case scripts.DrainEmpty:
+		w.fill = w.sub.batchWait > 0
 		return w.goIdle(mark, r.lastIDs)
 	case scripts.DrainEntries:
+		w.fill = w.sub.batchWait > 0 && r.all
 		w.idle.Store(false)
 		w.halted.Store(false)
 		w.toSleep.Store(false)
@@ -455,6 +464,20 @@ func (w *worker) fetch() error {
 		}
 	}
 	return nil
+}
+
+// fillWait waits batch_wait before a read that follows one that caught up, so that the
+// events published meanwhile fill a batch. It waits without a run-gate token, and ends
+// early only when the lease or the engine does.
+func (w *worker) fillWait() {
+	w.ungate()
+	t := time.NewTimer(w.sub.batchWait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.ctx.Done():
+	case <-w.e.stopped:
+	}
 }
 
 // goIdle parks the worker of a partition that holds nothing to read: lastIDs are its
@@ -520,7 +543,8 @@ func (w *worker) step(head *entry) error {
 	return nil
 }
 
-// handle runs the handler for one entry, then acks it or schedules its retry / halt.
+// handle runs the handler for ent and, for a BatchFunc, the entries after it that join
+// its run (see runOf), then acks them or schedules the retry / halt.
 func (w *worker) handle(ent entry) error {
 	w.setHead(ent)
 	w.ungate() // what follows may wait for a handler slot, acknowledgements or the handler
@@ -529,46 +553,35 @@ func (w *worker) handle(ent entry) error {
 	// owner that was frozen never starts another event after it wakes (past the deadline
 	// the incarnation is over and its context cancelled).
 	if err := w.awaitAcks(w.e.cfg.MaxUnacked - 1); err != nil {
-		w.pending = append([]entry{ent}, w.pending...)
+		w.unshift(ent)
 		return err
 	}
 	if w.pauseNoted.Load() {
 		// An operator paused the partition while the entry waited for acknowledgements:
 		// it goes back with the rest of the read-ahead (see run).
-		w.pending = append([]entry{ent}, w.pending...)
+		w.unshift(ent)
 		return nil
 	}
 	if w.dormant.Load() {
 		if err := w.rearm(); err != nil {
-			w.pending = append([]entry{ent}, w.pending...)
+			w.unshift(ent)
 			return err
 		}
 	}
 	if !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
-		w.pending = append([]entry{ent}, w.pending...)
+		w.unshift(ent)
 		return nil
 	}
-	ev, err := EventFromMessage(ent.msg)
+	r, err := w.runOf(ent)
 	if err == nil {
 		var back bool
-		if back, err = w.runHandler(ent, ev); back {
-			w.pending = append([]entry{ent}, w.pending...)
+		if back, err = w.runHandler(r, ent.deliveries); back {
+			w.unshift(r.ents...)
 			return err
 		}
 	}
 	if err == nil {
-		// The ack waits for the next drain call (which acks and reads in one round trip)
-		// unless the next event cannot start before it is confirmed: awaitAcks then
-		// hands it to the instance's acker, whose flush carries many partitions' acks.
-		w.unacked = append(w.unacked, ackItem{lane: ent.lane, id: ent.msg.ID})
-		if len(w.pending) == 0 {
-			w.headMS.Store(0) // caught up; otherwise the next handle records its entry
-		}
-		if w.sinceTrim++; w.sinceTrim >= trimEvery && len(w.pending) == 0 {
-			// Between batches. Entries whose ack is still in flight are pending, and the
-			// trim keeps everything from the oldest pending entry on.
-			w.trim()
-		}
+		w.handled(r.ents)
 		return nil
 	}
 	if w.ctx.Err() != nil {
@@ -581,38 +594,158 @@ func (w *worker) handle(ent entry) error {
 		return fmt.Errorf("the handler's sink refused generation %d: %w", w.gen, err)
 	}
 	if ent.deliveries >= w.sub.maxRetries {
+		if len(r.ents) > 1 {
+			return w.split(r, ent.deliveries, err)
+		}
 		return w.halt(ent, err)
 	}
-	w.e.log.Info("handler failed; will retry", "group", w.sub.group, "stream", w.lanes[ent.lane], "entry", ent.msg.ID, "attempt", ent.deliveries, "err", err)
+	w.e.log.Info("handler failed; will retry", "group", w.sub.group, "stream", w.lanes[ent.lane], "entry", ent.msg.ID,
+		"attempt", ent.deliveries, "events", len(r.ents), "err", err)
+	w.unshift(r.ents[1:]...) // the run is retried whole: its head is claimed again (step)
 	w.retry = &ent
 	w.wait(w.sub.retryDelay)
 	return nil
 }
 
-// runHandler runs the handler for ent's event, under a permit of its limit key when the
-// handler has one, and a handler slot. back reports that the entry goes back unstarted:
-// a wait for a permit or a slot ended because the lease lapsed, the engine began
-// stopping, fair share handed the partition over or an operator paused it (err nil), or
-// Redis failed while a permit was taken (err says why). Otherwise err is the attempt's:
-// the handler's, or why the event has no valid limit value.
-func (w *worker) runHandler(ent entry, ev Event) (back bool, err error) {
+// unshift puts entries taken from w.pending back at its front, unstarted.
+func (w *worker) unshift(ents ...entry) {
+	if len(ents) > 0 {
+		w.pending = append(append(make([]entry, 0, len(ents)+len(w.pending)), ents...), w.pending...)
+	}
+}
+
+// handled records a run's entries as handled: their acknowledgement waits for the next
+// drain call (which acks and reads in one round trip) unless the next event cannot start
+// before it is confirmed: awaitAcks then hands them to the instance's acker, whose flush
+// carries many partitions' acks.
+func (w *worker) handled(ents []entry) {
+	for _, ent := range ents {
+		w.unacked = append(w.unacked, ackItem{lane: ent.lane, id: ent.msg.ID})
+	}
+	if len(w.pending) == 0 {
+		w.headMS.Store(0) // caught up; otherwise the next handle records its entry
+	}
+	if w.sinceTrim += int32(len(ents)); w.sinceTrim >= trimEvery && len(w.pending) == 0 {
+		// Between batches. Entries whose ack is still in flight are pending, and the
+		// trim keeps everything from the oldest pending entry on.
+		w.trim()
+	}
+}
+
+// run is what one handler call takes: one entry, or for a BatchFunc a run of
+// consecutive entries, with their events and, under a limit key, their limit value.
+type run struct {
+	ents  []entry
+	evs   []Event
+	value string
+}
+
+// runOf returns the run that head starts: head alone, or for a BatchFunc head and the
+// entries after it in w.pending (taken out of it) up to batch_max, as long as they are of
+// head's lane, hold an event and, under a limit key, the same limit value (a run holds
+// one permit). err is head's: its entry holds no event, or no valid limit value; it is
+// the attempt's error.
+func (w *worker) runOf(head entry) (r run, err error) {
+	r.ents = []entry{head}
+	ev, err := EventFromMessage(head.msg)
+	if err != nil {
+		return r, err
+	}
+	r.evs = []Event{ev}
+	limited := w.sub.limit.Active()
+	if limited {
+		if r.value, err = limitValue(ev, w.sub.limit, w.e.dom.backfillSuffix()); err != nil {
+			return r, err
+		}
+	}
+	for len(r.ents) < w.sub.batchMax && len(w.pending) > 0 && w.pending[0].lane == head.lane {
+		next := w.pending[0]
+		ev, err := EventFromMessage(next.msg)
+		if err != nil {
+			break // it fails alone, in a run of its own
+		}
+		if limited {
+			if v, err := limitValue(ev, w.sub.limit, w.e.dom.backfillSuffix()); err != nil || v != r.value {
+				break
+			}
+		}
+		r.ents, r.evs = append(r.ents, next), append(r.evs, ev)
+		if w.pending = w.pending[1:]; len(w.pending) == 0 {
+			w.pending = nil
+		}
+	}
+	return r, nil
+}
+
+// split runs the events of a run that failed its last attempt one at a time, in order,
+// each in a call of its own counted as that attempt: the events before the first that
+// fails are handled (once: the run was all or nothing), and that one halts the
+// partition, the entries after it going back unstarted. When every event passes alone,
+// the run is handled.
+func (w *worker) split(r run, attempt int, cause error) error {
+	w.e.log.Info("a batch failed its last attempt; running its events one at a time to find the failing one",
+		"group", w.sub.group, "stream", w.lanes[r.ents[0].lane], "entry", r.ents[0].msg.ID, "events", len(r.ents), "err", cause)
+	for i := range r.ents {
+		one := r.ents[i]
+		one.deliveries = attempt
+		w.setHead(one)
+		back, err := w.runHandler(run{ents: r.ents[i : i+1], evs: r.evs[i : i+1], value: r.value}, attempt)
+		if back {
+			w.unshift(r.ents[i:]...)
+			return err
+		}
+		if err == nil {
+			w.handled(r.ents[i : i+1])
+			continue
+		}
+		if w.ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrFenced) {
+			return fmt.Errorf("the handler's sink refused generation %d: %w", w.gen, err)
+		}
+		w.unshift(r.ents[i+1:]...)
+		// The events before it are acknowledged before the halt names it, so that
+		// resolving the halt carries on right after it. If Redis does not take them now,
+		// the next read does (every read acknowledges first).
+		ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
+		ferr := w.flushAcks(ctx)
+		cancel()
+		if errors.Is(ferr, ErrFenced) {
+			return ferr
+		}
+		return w.halt(one, err)
+	}
+	return nil
+}
+
+// runHandler runs the handler for r's events, under a permit of its limit key when the
+// handler has one, and a handler slot; attempt is the run's (its head's delivery count).
+// back reports that the entries go back unstarted: a wait for a permit or a slot ended
+// because the lease lapsed, the engine began stopping, fair share handed the partition
+// over or an operator paused it (err nil), or Redis failed while a permit was taken
+// (err says why). Otherwise err is the attempt's: the handler's.
+func (w *worker) runHandler(r run, attempt int) (back bool, err error) {
+	head := r.ents[0]
 	d := Delivery{
-		Handler: w.sub.group, Category: w.u.laneCats[ent.lane], Key: w.u.key, Stream: w.lanes[ent.lane],
-		EntryID: ent.msg.ID, Generation: w.gen, Attempt: ent.deliveries,
+		Handler: w.sub.group, Category: w.u.laneCats[head.lane], Key: w.u.key, Stream: w.lanes[head.lane],
+		EntryID: head.msg.ID, Generation: w.gen, Attempt: attempt,
+	}
+	if w.sub.batchFn != nil {
+		d.Entries = make([]string, len(r.ents))
+		for i, ent := range r.ents {
+			d.Entries[i] = ent.msg.ID
+		}
 	}
 	var perm *permit
 	if w.sub.limit.Active() {
-		value, err := limitValue(ev, w.sub.limit, w.e.dom.backfillSuffix())
-		if err != nil {
-			return false, err
-		}
-		p, ok, err := w.e.limits.take(w, value)
+		p, ok, err := w.e.limits.take(w, r.value)
 		if err != nil || !ok {
 			return true, err
 		}
 		perm = p
 		if p != nil {
-			d.Limit = &LimitPermit{Value: value, Slot: p.hold.Slot, Generation: p.hold.Generation}
+			d.Limit = &LimitPermit{Value: r.value, Slot: p.hold.Slot, Generation: p.hold.Generation}
 		}
 	}
 	defer w.e.limits.give(perm)
@@ -620,25 +753,27 @@ func (w *worker) runHandler(ent entry, ev Event) (back bool, err error) {
 	// value. The wait is not an attempt; when it ends without a slot, or the lease
 	// lapsed, the engine began stopping or an operator paused the partition meanwhile,
 	// the entry goes back unstarted.
-	value := ""
-	if d.Limit != nil {
-		value = d.Limit.Value
-	}
-	release, ok := w.waitSlot(value)
+	release, ok := w.waitSlot(r.value)
 	if !ok || w.pauseNoted.Load() || !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
 		release()
 		return true, nil
 	}
 	started := time.Now()
-	hctx, span := w.e.handlerContext(w.ctx, w.spanName(ent.lane), ev, d, w.failedRunOf(ent.msg.ID))
-	err = w.call(WithDelivery(hctx, d), ev)
-	release()
-	w.failedRun, w.failedID = endSpan(span, err), ent.msg.ID
-	info := AttemptInfo{Group: w.sub.group, Category: d.Category, Attempt: ent.deliveries, Duration: time.Since(started), Err: err}
-	if ent.deliveries == 1 && !ev.PublishedAt.IsZero() {
-		info.Latency = max(started.Sub(ev.PublishedAt), 0)
+	var hctx context.Context
+	var span trace.Span
+	if len(r.evs) == 1 {
+		hctx, span = w.e.handlerContext(w.ctx, w.spanName(head.lane), r.evs[0], d, w.failedRunOf(head.msg.ID))
+	} else {
+		hctx, span = w.e.batchContext(w.ctx, w.spanName(head.lane), r.evs, d, w.failedRunOf(head.msg.ID))
 	}
-	info.Retry = err != nil && w.ctx.Err() == nil && ent.deliveries < w.sub.maxRetries
+	err = w.call(WithDelivery(hctx, d), r.evs)
+	release()
+	w.failedRun, w.failedID = endSpan(span, err), head.msg.ID
+	info := AttemptInfo{Group: w.sub.group, Category: d.Category, Attempt: attempt, Events: len(r.evs), Duration: time.Since(started), Err: err}
+	if attempt == 1 && !r.evs[0].PublishedAt.IsZero() {
+		info.Latency = max(started.Sub(r.evs[0].PublishedAt), 0)
+	}
+	info.Retry = err != nil && w.ctx.Err() == nil && attempt < w.sub.maxRetries
 	w.e.cfg.Observer.Attempt(info)
 	return false, err
 }
@@ -649,14 +784,18 @@ func (w *worker) setHead(ent entry) {
 	w.headMS.Store(int64(keyspace.ParseStreamID(ent.msg.ID).MS))
 }
 
-// call runs the handler, turning a panic into an error.
-func (w *worker) call(ctx context.Context, ev Event) (err error) {
+// call runs the handler for evs (one event for a HandlerFunc), turning a panic into an
+// error.
+func (w *worker) call(ctx context.Context, evs []Event) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panicked: %v", p)
 		}
 	}()
-	return w.sub.fn(ctx, ev)
+	if w.sub.batchFn != nil {
+		return w.sub.batchFn(ctx, evs)
+	}
+	return w.sub.fn(ctx, evs[0])
 }
 
 // halt writes the durable halt record and parks the head until an operator resolves it.

@@ -46,9 +46,10 @@
 --          without the lease (they are the caller's own, and nobody claimed them since).
 -- ARGV[9]  "" or n, on the new owner's first call after it took the lease: of each other
 --          consumer's pending entries (a previous owner's), only the first n that
---          reached a handler (count 1 or more) may have run: that owner starts an event
---          only while at most n of its handled events lack an acknowledgement (its
---          max_unacked, taken to be the caller's). The others are its read-ahead, which
+--          reached a handler (count 1 or more) may have run: that owner starts a run
+--          only while fewer than its max_unacked handled events lack an acknowledgement,
+--          and a run carries up to batch_max events (n is max_unacked - 1 + batch_max,
+--          both taken to be the caller's). The others are its read-ahead, which
 --          never reached a handler (it crashed, or lost its lease before it could give
 --          them back): each gets its delivery count lowered by one, under the consumer
 --          __unstarted__, where nothing is corrected twice.
