@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -275,6 +277,66 @@ func TestInitRegistration(t *testing.T) {
 				{`process manager "Empty": the name is already used`},
 				{`process manager "Empty": the correlate spec for "OrderPlaced" is empty`},
 			},
+		},
+		{
+			name: "batch_max out of range",
+			build: func(d *Domain) {
+				h := regProjector("P", "client_id")
+				h.BatchMax = MaxBatch + 1
+				d.AddHandler(h)
+			},
+			broker:       regRedis,
+			wantProblems: [][]string{{`handler "P"`, "batch_max 1001 is out of range", "up to 1000"}},
+		},
+		{
+			name: "batch_wait without batch_max",
+			build: func(d *Domain) {
+				h := regProjector("P", "client_id")
+				h.BatchWait = time.Millisecond
+				d.AddHandler(h)
+			},
+			broker:       regRedis,
+			wantProblems: [][]string{{`handler "P"`, "batch_wait 1ms waits to fill batches, but batch_max is 1", "set batch_max above 1"}},
+		},
+		{
+			name: "batch_max on a Func",
+			build: func(d *Domain) {
+				h := regProjector("P", "client_id")
+				h.BatchMax, h.Func = 8, func(context.Context, Event) error { return nil }
+				d.AddHandler(h)
+			},
+			broker:       regRedis,
+			wantProblems: [][]string{{`handler "P"`, "batch_max is 8 but the handler is a Func", "set BatchFunc instead"}},
+		},
+		{
+			name: "both Func and BatchFunc",
+			build: func(d *Domain) {
+				h := regProjector("P", "client_id")
+				h.Func = func(context.Context, Event) error { return nil }
+				h.BatchFunc = func(context.Context, []Event) error { return nil }
+				d.AddHandler(h)
+			},
+			broker:       regRedis,
+			wantProblems: [][]string{{`handler "P"`, "both Func and BatchFunc are set"}},
+		},
+		{
+			name: "batch_max on a command handler",
+			build: func(d *Domain) {
+				d.AddHandler(Handler{Name: "Placer", Kind: CommandHandlerKind, PartOf: "order_command", Handles: []string{"PlaceOrder"}, BatchMax: 4})
+			},
+			broker:       regRedis,
+			wantProblems: [][]string{{`handler "Placer"`, "batch_max applies to event handlers"}},
+		},
+		{
+			name: "a batch handler",
+			build: func(d *Domain) {
+				h := regProjector("P", "client_id")
+				h.BatchMax, h.BatchWait = 32, 20*time.Millisecond
+				h.BatchFunc = func(context.Context, []Event) error { return nil }
+				d.AddHandler(h)
+			},
+			broker:   regRedis,
+			wantKeys: map[string]string{"order": "client_id"},
 		},
 		{
 			name:         "no broker",
