@@ -575,13 +575,13 @@ func (w *worker) handle(ent entry) error {
 	r, err := w.runOf(ent)
 	if err == nil {
 		var back bool
-		if back, err = w.runHandler(r, ent.deliveries); back {
-			w.unshift(r.ents...)
+		if back, err = w.runHandler(&r, ent.deliveries); back {
+			w.unshift(r.entries()...)
 			return err
 		}
 	}
 	if err == nil {
-		w.handled(r.ents)
+		w.handled(&r)
 		return nil
 	}
 	if w.ctx.Err() != nil {
@@ -594,14 +594,14 @@ func (w *worker) handle(ent entry) error {
 		return fmt.Errorf("the handler's sink refused generation %d: %w", w.gen, err)
 	}
 	if ent.deliveries >= w.sub.maxRetries {
-		if len(r.ents) > 1 {
-			return w.split(r, ent.deliveries, err)
+		if r.size() > 1 {
+			return w.split(&r, ent.deliveries, err)
 		}
 		return w.halt(ent, err)
 	}
 	w.e.log.Info("handler failed; will retry", "group", w.sub.group, "stream", w.lanes[ent.lane], "entry", ent.msg.ID,
-		"attempt", ent.deliveries, "events", len(r.ents), "err", err)
-	w.unshift(r.ents[1:]...) // the run is retried whole: its head is claimed again (step)
+		"attempt", ent.deliveries, "events", r.size(), "err", err)
+	w.unshift(r.entries()[1:]...) // the run is retried whole: its head is claimed again (step)
 	w.retry = &ent
 	w.wait(w.sub.retryDelay)
 	return nil
@@ -618,14 +618,16 @@ func (w *worker) unshift(ents ...entry) {
 // drain call (which acks and reads in one round trip) unless the next event cannot start
 // before it is confirmed: awaitAcks then hands them to the instance's acker, whose flush
 // carries many partitions' acks.
-func (w *worker) handled(ents []entry) {
-	for _, ent := range ents {
+func (w *worker) handled(r *run) {
+	n := r.size()
+	for i := range n {
+		ent := r.at(i)
 		w.unacked = append(w.unacked, ackItem{lane: ent.lane, id: ent.msg.ID})
 	}
 	if len(w.pending) == 0 {
 		w.headMS.Store(0) // caught up; otherwise the next handle records its entry
 	}
-	if w.sinceTrim += int32(len(ents)); w.sinceTrim >= trimEvery && len(w.pending) == 0 {
+	if w.sinceTrim += int32(n); w.sinceTrim >= trimEvery && len(w.pending) == 0 {
 		// Between batches. Entries whose ack is still in flight are pending, and the
 		// trim keeps everything from the oldest pending entry on.
 		w.trim()
@@ -633,11 +635,39 @@ func (w *worker) handled(ents []entry) {
 }
 
 // run is what one handler call takes: one entry, or for a BatchFunc a run of
-// consecutive entries, with their events and, under a limit key, their limit value.
+// consecutive entries, with their events and, under a limit key, their limit value. A
+// HandlerFunc's run keeps its one entry and event in head and ev only (no slice to
+// allocate per event).
 type run struct {
-	ents  []entry
-	evs   []Event
+	head  entry
+	ev    Event   // head's event
+	ents  []entry // a BatchFunc's run: its entries, head first; nil for a HandlerFunc's
+	evs   []Event // their events
 	value string
+}
+
+// size is the number of events in the run.
+func (r *run) size() int {
+	if r.ents == nil {
+		return 1
+	}
+	return len(r.ents)
+}
+
+// at returns the run's i-th entry.
+func (r *run) at(i int) entry {
+	if r.ents == nil {
+		return r.head
+	}
+	return r.ents[i]
+}
+
+// entries returns the run's entries, head first.
+func (r *run) entries() []entry {
+	if r.ents == nil {
+		return []entry{r.head}
+	}
+	return r.ents
 }
 
 // runOf returns the run that head starts: head alone, or for a BatchFunc head and the
@@ -646,18 +676,20 @@ type run struct {
 // one permit). err is head's: its entry holds no event, or no valid limit value; it is
 // the attempt's error.
 func (w *worker) runOf(head entry) (r run, err error) {
-	r.ents = []entry{head}
-	ev, err := EventFromMessage(head.msg)
-	if err != nil {
+	r.head = head
+	if r.ev, err = EventFromMessage(head.msg); err != nil {
 		return r, err
 	}
-	r.evs = []Event{ev}
 	limited := w.sub.limit.Active()
 	if limited {
-		if r.value, err = limitValue(ev, w.sub.limit, w.e.dom.backfillSuffix()); err != nil {
+		if r.value, err = limitValue(r.ev, w.sub.limit, w.e.dom.backfillSuffix()); err != nil {
 			return r, err
 		}
 	}
+	if w.sub.batchFn == nil {
+		return r, nil
+	}
+	r.ents, r.evs = []entry{head}, []Event{r.ev}
 	for len(r.ents) < w.sub.batchMax && len(w.pending) > 0 && w.pending[0].lane == head.lane {
 		next := w.pending[0]
 		ev, err := EventFromMessage(next.msg)
@@ -682,20 +714,21 @@ func (w *worker) runOf(head entry) (r run, err error) {
 // fails are handled (once: the run was all or nothing), and that one halts the
 // partition, the entries after it going back unstarted. When every event passes alone,
 // the run is handled.
-func (w *worker) split(r run, attempt int, cause error) error {
+func (w *worker) split(r *run, attempt int, cause error) error {
 	w.e.log.Info("a batch failed its last attempt; running its events one at a time to find the failing one",
 		"group", w.sub.group, "stream", w.lanes[r.ents[0].lane], "entry", r.ents[0].msg.ID, "events", len(r.ents), "err", cause)
 	for i := range r.ents {
 		one := r.ents[i]
 		one.deliveries = attempt
 		w.setHead(one)
-		back, err := w.runHandler(run{ents: r.ents[i : i+1], evs: r.evs[i : i+1], value: r.value}, attempt)
+		alone := run{head: one, ev: r.evs[i], ents: r.ents[i : i+1], evs: r.evs[i : i+1], value: r.value}
+		back, err := w.runHandler(&alone, attempt)
 		if back {
 			w.unshift(r.ents[i:]...)
 			return err
 		}
 		if err == nil {
-			w.handled(r.ents[i : i+1])
+			w.handled(&alone)
 			continue
 		}
 		if w.ctx.Err() != nil {
@@ -725,8 +758,8 @@ func (w *worker) split(r run, attempt int, cause error) error {
 // because the lease lapsed, the engine began stopping, fair share handed the partition
 // over or an operator paused it (err nil), or Redis failed while a permit was taken
 // (err says why). Otherwise err is the attempt's: the handler's.
-func (w *worker) runHandler(r run, attempt int) (back bool, err error) {
-	head := r.ents[0]
+func (w *worker) runHandler(r *run, attempt int) (back bool, err error) {
+	head := r.head
 	d := Delivery{
 		Handler: w.sub.group, Category: w.u.laneCats[head.lane], Key: w.u.key, Stream: w.lanes[head.lane],
 		EntryID: head.msg.ID, Generation: w.gen, Attempt: attempt,
@@ -761,17 +794,17 @@ func (w *worker) runHandler(r run, attempt int) (back bool, err error) {
 	started := time.Now()
 	var hctx context.Context
 	var span trace.Span
-	if len(r.evs) == 1 {
-		hctx, span = w.e.handlerContext(w.ctx, w.spanName(head.lane), r.evs[0], d, w.failedRunOf(head.msg.ID))
+	if r.size() == 1 {
+		hctx, span = w.e.handlerContext(w.ctx, w.spanName(head.lane), r.ev, d, w.failedRunOf(head.msg.ID))
 	} else {
 		hctx, span = w.e.batchContext(w.ctx, w.spanName(head.lane), r.evs, d, w.failedRunOf(head.msg.ID))
 	}
-	err = w.call(WithDelivery(hctx, d), r.evs)
+	err = w.call(WithDelivery(hctx, d), r)
 	release()
 	w.failedRun, w.failedID = endSpan(span, err), head.msg.ID
-	info := AttemptInfo{Group: w.sub.group, Category: d.Category, Attempt: attempt, Events: len(r.evs), Duration: time.Since(started), Err: err}
-	if attempt == 1 && !r.evs[0].PublishedAt.IsZero() {
-		info.Latency = max(started.Sub(r.evs[0].PublishedAt), 0)
+	info := AttemptInfo{Group: w.sub.group, Category: d.Category, Attempt: attempt, Events: r.size(), Duration: time.Since(started), Err: err}
+	if attempt == 1 && !r.ev.PublishedAt.IsZero() {
+		info.Latency = max(started.Sub(r.ev.PublishedAt), 0)
 	}
 	info.Retry = err != nil && w.ctx.Err() == nil && attempt < w.sub.maxRetries
 	w.e.cfg.Observer.Attempt(info)
@@ -784,18 +817,17 @@ func (w *worker) setHead(ent entry) {
 	w.headMS.Store(int64(keyspace.ParseStreamID(ent.msg.ID).MS))
 }
 
-// call runs the handler for evs (one event for a HandlerFunc), turning a panic into an
-// error.
-func (w *worker) call(ctx context.Context, evs []Event) (err error) {
+// call runs the handler for r's events, turning a panic into an error.
+func (w *worker) call(ctx context.Context, r *run) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panicked: %v", p)
 		}
 	}()
 	if w.sub.batchFn != nil {
-		return w.sub.batchFn(ctx, evs)
+		return w.sub.batchFn(ctx, r.evs)
 	}
-	return w.sub.fn(ctx, evs[0])
+	return w.sub.fn(ctx, r.ev)
 }
 
 // halt writes the durable halt record and parks the head until an operator resolves it.
