@@ -98,7 +98,8 @@ type Head struct {
 	Lane    string     `json:"lane"`
 	Status  HeadStatus `json:"status"`
 	// Attempts is the entry's delivery count (from the stream's counter, which survives
-	// takeovers).
+	// takeovers); for a halted head, the attempts of its halt record when they are more
+	// (a batch retries a run of events within one delivery).
 	Attempts int64 `json:"attempts"`
 	// LastError is the error of the last attempt, recorded when the partition halted;
 	// "" otherwise (failed attempts before the halt are only logged by the owner).
@@ -190,7 +191,9 @@ func (a *Admin) headOf(ctx context.Context, p PartitionName, ref engine.HeadRef,
 		if pe, err := a.pendingRange(ctx, h.Lane, ref.Group, h.ID, h.ID, 1); err != nil {
 			return nil, err
 		} else if len(pe) == 1 {
-			h.Attempts, h.IdleMS, h.Consumer = pe[0].RetryCount, pe[0].Idle.Milliseconds(), pe[0].Consumer
+			// A batch retries a run within one delivery and splits it on its last
+			// attempt, so the halt record may count more attempts than deliveries.
+			h.Attempts, h.IdleMS, h.Consumer = max(h.Attempts, pe[0].RetryCount), pe[0].Idle.Milliseconds(), pe[0].Consumer
 		}
 	default:
 		found := false

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 func TestHeadAndInspect(t *testing.T) {
@@ -91,5 +93,57 @@ func TestAbsentTimesAreNull(t *testing.T) {
 	b, _ := json.Marshal(admin.DLQEntry{})
 	if !strings.Contains(string(b), `"moved_at":null`) {
 		t.Errorf("DLQ entry JSON lacks moved_at null: %s", b)
+	}
+}
+
+// A batch handler retries a run in one delivery, then splits it on the last attempt: the
+// poison event it halts on was delivered once but attempted twice. The head shows the
+// attempts the halt record counted, not the smaller delivery count.
+func TestHeadOfABatchHaltCountsItsAttempts(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := engine.NewRedisBroker(rdb)
+	fn := poisonHandler(srv.Client(t))
+	d := engine.NewDomain("test").
+		AddEvent(engine.EventType{Name: "OrderPlaced", Category: "order", Fields: []string{"client_id", "seq", "poison"}}).
+		AddHandler(engine.Handler{Name: "Projector", Kind: engine.EventHandlerKind, PartOf: "order", Handles: []string{"OrderPlaced"},
+			SequentialBy: "client_id", MaxRetries: 2, RetryDelay: 10 * time.Millisecond, BatchMax: 8,
+			BatchFunc: func(ctx context.Context, evs []engine.Event) error {
+				// All or nothing: a run holding the poison applies none of its events.
+				for _, ev := range evs {
+					if strings.Contains(string(ev.Data), `"poison":true`) {
+						return fn(ctx, ev)
+					}
+				}
+				for _, ev := range evs {
+					if err := fn(ctx, ev); err != nil {
+						return err
+					}
+				}
+				return nil
+			}})
+	if err := d.Init(engine.NewRedisBroker(nil)); err != nil {
+		t.Fatal(err)
+	}
+	// Published before the engine starts, so that its first read takes all of them in one run.
+	var poison engine.Published
+	for seq := 0; seq < 4; seq++ {
+		p := publish(t, b, d, "A", seq, seq == 2)
+		if seq == 2 {
+			poison = p
+		}
+	}
+	startEngine(t, srv, d, "i1")
+	waitHalted(t, b, "A")
+
+	h, err := admin.New(rdb, admin.Options{}).Head(context.Background(), "order:A", "Projector")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ID != poison.EntryID || h.Status != admin.HeadHalted || h.Attempts != 2 {
+		t.Errorf("head = id %s status %s attempts %d, want the poison entry %s, halted after 2 attempts", h.ID, h.Status, h.Attempts, poison.EntryID)
+	}
+	if got := logOf(t, rdb, "A"); strings.Join(got, ",") != "0,1" {
+		t.Errorf("applied %v, want the two events before the poison, once each", got)
 	}
 }
