@@ -313,44 +313,6 @@ func firstID(msgs []redis.XMessage, none string) string {
 	return msgs[0].ID
 }
 
-// liveness checks the sessions of the registered instances and of the known foreign
-// owners of units (at most one PTTL per distinct owner, never one per partition, see
-// sessionsAlive), prunes long-dead registry entries, and returns which owners are alive
-// and how many instances are (at least 1: this one).
-func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]string, owner string) (map[string]bool, int, error) {
-	e.mu.Lock()
-	owners := map[string]bool{}
-	for _, u := range all {
-		if lv, ok := e.knownOwner[u.id()]; ok {
-			if o := ownerOf(lv); o != "" && o != owner {
-				owners[o] = true
-			}
-		}
-	}
-	e.mu.Unlock()
-	registered := map[string]string{} // registry field -> session owner
-	for id, raw := range instances {
-		if info, err := keyspace.DecodeInstance(raw); err == nil && info.Owner != "" {
-			registered[id] = info.Owner
-			if info.Owner != owner {
-				owners[info.Owner] = true
-			}
-		}
-	}
-	alive := map[string]bool{owner: true}
-	if err := e.sessionsAlive(ctx, owners, alive); err != nil {
-		return nil, 0, err
-	}
-	instancesAlive := 0
-	for id, o := range registered {
-		if alive[o] || id == e.regID {
-			instancesAlive++
-		}
-	}
-	e.pruneInstances(ctx, registered, alive)
-	return alive, max(instancesAlive, 1), nil
-}
-
 // controlRead takes the control-stream entries the doorbell read, in stream order: each
 // partition notice of a subscribed category adds its key to the view. The next pass
 // checks that no notice was trimmed from the stream before the doorbell read it.
@@ -416,105 +378,6 @@ func errorCause(err error) string {
 	return "unreachable"
 }
 
-// staleRecheckBatch bounds how many cached owners one discovery pass forgets when the
-// instance is short of its share.
-const staleRecheckBatch = 512
-
-// candidatesLocked returns the units this instance may try: not its own, and not held by
-// an owner it knows to be alive other than self (a lease self holds without a worker is
-// a candidate: acquire.lua re-adopts it). e.mu is held.
-func (e *Engine) candidatesLocked(all []unit, alive map[string]bool, self string) []unit {
-	var try []unit
-	for _, u := range all {
-		if _, mine := e.workers[u.id()]; mine {
-			continue
-		}
-		if lv, ok := e.knownOwner[u.id()]; ok && ownerOf(lv) != self && alive[ownerOf(lv)] {
-			continue
-		}
-		try = append(try, u)
-	}
-	return try
-}
-
-// splitSelfHeld separates the units whose cached lease is held by self (without a worker
-// here) from the others, keeping the order of each.
-func (e *Engine) splitSelfHeld(units []unit, self string) (own, other []unit) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, u := range units {
-		if lv, ok := e.knownOwner[u.id()]; ok && ownerOf(lv) == self {
-			own = append(own, u)
-		} else {
-			other = append(other, u)
-		}
-	}
-	return own, other
-}
-
-// forgetCachedLocked drops up to n cached owners among units, starting at a random
-// place so that successive passes cover different units. e.mu is held.
-func (e *Engine) forgetCachedLocked(units []unit, n int) {
-	if len(units) == 0 {
-		return
-	}
-	start := rand.IntN(len(units))
-	for i := 0; i < len(units) && n > 0; i++ {
-		id := units[(start+i)%len(units)].id()
-		if _, ok := e.knownOwner[id]; ok {
-			delete(e.knownOwner, id)
-			n--
-		}
-	}
-}
-
-// dropLiveOwned reads the lease of each unit whose owner is not known yet, caches what
-// it finds, and returns the units that are free or held by an owner whose session is gone.
-// alive gains the liveness of the owners it had to check.
-func (e *Engine) dropLiveOwned(ctx context.Context, units []unit, alive map[string]bool, passStart uint64, self string) ([]unit, error) {
-	pipe := e.rdb.Pipeline()
-	gets := map[string]*redis.StringCmd{}
-	e.mu.Lock()
-	for _, u := range units {
-		if _, known := e.knownOwner[u.id()]; !known {
-			gets[u.id()] = pipe.Get(ctx, e.keys.LeaseKey(u.name, u.sub.group))
-		}
-	}
-	e.mu.Unlock()
-	if len(gets) == 0 {
-		return units, nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, translateRedisErr(err)
-	}
-	fresh := map[string]bool{}
-	e.mu.Lock()
-	for id, g := range gets {
-		if lv := g.Val(); lv != "" && e.releasedAt[id] <= passStart {
-			e.knownOwner[id] = lv
-			if o := ownerOf(lv); o != "" {
-				if _, seen := alive[o]; !seen {
-					fresh[o] = true
-				}
-			}
-		}
-	}
-	e.mu.Unlock()
-	if err := e.sessionsAlive(ctx, fresh, alive); err != nil {
-		return nil, err
-	}
-	out := units[:0]
-	e.mu.Lock()
-	for _, u := range units {
-		if lv, ok := e.knownOwner[u.id()]; ok && ownerOf(lv) != self && alive[ownerOf(lv)] {
-			continue
-		}
-		out = append(out, u)
-	}
-	e.mu.Unlock()
-	return out, nil
-}
-
 // fairShareSlack is how far above its share an instance may stay before it hands
 // partitions over, so that shares do not flap at the boundary.
 const fairShareSlack = 1
@@ -542,50 +405,6 @@ func (e *Engine) handOverLocked(n int) {
 		w.poke()
 		n--
 	}
-}
-
-// pruneInstances removes registry entries of instances whose session is gone and whose
-// last heartbeat is older than ten lease TTLs.
-func (e *Engine) pruneInstances(ctx context.Context, registered map[string]string, alive map[string]bool) {
-	// Only the stale entries' heartbeat needs reading; they are rare.
-	for id, o := range registered {
-		if alive[o] || id == e.regID {
-			continue
-		}
-		raw, err := e.rdb.HGet(ctx, e.keys.InstancesKey(), id).Result()
-		if err != nil {
-			continue
-		}
-		info, err := keyspace.DecodeInstance(raw)
-		if err != nil {
-			continue
-		}
-		if time.Since(time.UnixMilli(info.HeartbeatMS)) > 10*e.cfg.Timing.LeaseTTL {
-			e.rdb.HDel(ctx, e.keys.InstancesKey(), id)
-		}
-	}
-}
-
-// forgetOwner drops the cached owner of a released unit, so the next pass tries it.
-func (e *Engine) forgetOwner(group, unitName string) {
-	e.mu.Lock()
-	id := group + "\x00" + unitName
-	delete(e.knownOwner, id)
-	e.releaseSeq++
-	e.releasedAt[id] = e.releaseSeq
-	e.mu.Unlock()
-}
-
-// cacheOwner remembers a unit's lease value read during a pass that started at passStart,
-// unless a release of the unit was noticed since: the value read may predate the release,
-// and caching it would make every instance skip a free unit while its old owner lives.
-func (e *Engine) cacheOwner(id, lease string, passStart uint64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.releasedAt[id] > passStart {
-		return
-	}
-	e.knownOwner[id] = lease
 }
 
 // checkCardinality logs once per crossing when a category's live partitions exceed the

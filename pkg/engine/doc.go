@@ -41,19 +41,28 @@
 //   - The domain: domain.go (the model), register.go (Domain.Init, every registration
 //     rule), partitionkey.go (what a partition key may be), router.go (an event's route
 //     and envelope), groups.go (consumer groups: registry, retiring one).
-//   - Publishing: broker.go (the Redis broker), inline.go (the in-process broker),
-//     replicas.go (waiting for replicas after a write).
-//   - The engine: engineconfig.go (its settings), engine.go (New, Start, Run, Shutdown,
-//     health and stats), session.go (the instance's session and heartbeat).
-//   - Partitions: discovery.go (finding partitions and taking a fair share),
+//   - Publishing: broker.go (the Redis broker), publishmany.go (many events in one round
+//     trip), inline.go (the in-process broker), replicas.go (waiting for replicas after a
+//     write).
+//   - The engine: engineconfig.go (its settings and their defaults), engine.go (New,
+//     Start, Run, Shutdown, health and stats), session.go (the instance's session and
+//     heartbeat).
+//   - Partitions: discovery.go (finding partitions and taking a fair share), owners.go
+//     (the cache of who holds each lease), liveness.go (which other instances live),
 //     indexview.go (the view of the partition index), lease.go (a lease taken, renewed,
-//     made dormant, released), worker.go (one partition's owner: handle, retry, halt),
-//     drain.go (the fenced read), acker.go (acknowledgements), rungate.go and slots.go
-//     (handler concurrency), reap.go (trimming and reaping cold partitions),
-//     doorbell.go and sweep.go (waking idle owners when an entry arrives).
+//     made dormant, released), worker.go (one partition's owner: runs of events and
+//     batches, retry, split, halt), drain.go (the fenced read), acker.go
+//     (acknowledgements), rungate.go and slots.go (handler concurrency), limits.go (the
+//     fleet-wide limit keys: permits, the fair line of waiting partitions), reap.go
+//     (trimming and reaping cold partitions).
+//   - Waking idle owners when an entry arrives: doorbell.go (the doorbell and its loop),
+//     doorbell_lanes.go (lanes and the workers waiting on them), doorbell_pubsub.go (the
+//     pub/sub shards and their subscriptions), doorbell_notices.go (the wake and control
+//     streams), sweep.go (entries from other publishers: keyspace notifications and the
+//     sweep).
 //   - Operators: operator.go (inspect, skip, move to the DLQ, retry, DLQ replay, pause and
-//     resume a key).
+//     resume a key), limitops.go (limit overrides and their use).
 //   - Around them: errors.go, redis.go (calls to Redis), noperm.go (ACL refusals),
 //     health.go, observer.go, delivery.go, trace.go (W3C trace context from the
-//     publisher to the handler, and the span of each handler run).
+//     publisher to the handler, and the span of each handler run or batch).
 package engine

@@ -128,3 +128,63 @@ func (e *Engine) sessionsAlive(ctx context.Context, owners map[string]bool, aliv
 	}
 	return nil
 }
+
+// liveness checks the sessions of the registered instances and of the known foreign
+// owners of units (at most one PTTL per distinct owner, never one per partition, see
+// sessionsAlive), prunes long-dead registry entries, and returns which owners are alive
+// and how many instances are (at least 1: this one).
+func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]string, owner string) (map[string]bool, int, error) {
+	e.mu.Lock()
+	owners := map[string]bool{}
+	for _, u := range all {
+		if lv, ok := e.knownOwner[u.id()]; ok {
+			if o := ownerOf(lv); o != "" && o != owner {
+				owners[o] = true
+			}
+		}
+	}
+	e.mu.Unlock()
+	registered := map[string]string{} // registry field -> session owner
+	for id, raw := range instances {
+		if info, err := keyspace.DecodeInstance(raw); err == nil && info.Owner != "" {
+			registered[id] = info.Owner
+			if info.Owner != owner {
+				owners[info.Owner] = true
+			}
+		}
+	}
+	alive := map[string]bool{owner: true}
+	if err := e.sessionsAlive(ctx, owners, alive); err != nil {
+		return nil, 0, err
+	}
+	instancesAlive := 0
+	for id, o := range registered {
+		if alive[o] || id == e.regID {
+			instancesAlive++
+		}
+	}
+	e.pruneInstances(ctx, registered, alive)
+	return alive, max(instancesAlive, 1), nil
+}
+
+// pruneInstances removes registry entries of instances whose session is gone and whose
+// last heartbeat is older than ten lease TTLs.
+func (e *Engine) pruneInstances(ctx context.Context, registered map[string]string, alive map[string]bool) {
+	// Only the stale entries' heartbeat needs reading; they are rare.
+	for id, o := range registered {
+		if alive[o] || id == e.regID {
+			continue
+		}
+		raw, err := e.rdb.HGet(ctx, e.keys.InstancesKey(), id).Result()
+		if err != nil {
+			continue
+		}
+		info, err := keyspace.DecodeInstance(raw)
+		if err != nil {
+			continue
+		}
+		if time.Since(time.UnixMilli(info.HeartbeatMS)) > 10*e.cfg.Timing.LeaseTTL {
+			e.rdb.HDel(ctx, e.keys.InstancesKey(), id)
+		}
+	}
+}
