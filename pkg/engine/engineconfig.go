@@ -84,7 +84,10 @@ type EngineConfig struct {
 	// entries wait for the sweep, every Timing.SweepInterval).
 	KeyspaceNotifications string
 	// DiscoveryInterval is how often the liveness of other owners and the fair share are
-	// checked (default 2s): the crash-detection period. New partitions and released
+	// checked: the crash-detection period. The default follows the lease TTL: half of
+	// Timing.LeaseTTL (after its default), between 250 ms and 2 s, so 2 s with the
+	// default TTL, and a deployment that shortens the TTL for fast failover also notices
+	// dead owners and released partitions that much sooner. New partitions and released
 	// leases are announced on the control stream and handled at once; the whole
 	// partition indexes are read only every 15 intervals as a backstop, and when notices
 	// may have been lost (see indexView). The first pass after Start waits an eighth of
@@ -168,7 +171,7 @@ func (c *EngineConfig) Validate() error {
 		c.MaxUnacked = DefaultMaxUnacked
 	}
 	if c.DiscoveryInterval <= 0 {
-		c.DiscoveryInterval = 2 * time.Second
+		c.DiscoveryInterval = defaultDiscoveryInterval(c.Timing.LeaseTTL)
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 30 * time.Second
@@ -200,6 +203,12 @@ func (c *EngineConfig) Validate() error {
 		}
 	}
 	return nil
+}
+
+// defaultDiscoveryInterval is the discovery period of a lease TTL: half the TTL, between
+// 250 ms and 2 s.
+func defaultDiscoveryInterval(leaseTTL time.Duration) time.Duration {
+	return min(max(leaseTTL/2, 250*time.Millisecond), 2*time.Second)
 }
 
 func orInt(v, d int) int {

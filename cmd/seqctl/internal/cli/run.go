@@ -440,7 +440,6 @@ func (p *runPlan) engineConfig(opts *RunOptions, rdb redis.UniversalClient, log 
 	ecfg.Logger = log
 	ecfg.Observer = m
 	ecfg.ShutdownTimeout = opts.ShutdownTimeout
-	ecfg.DiscoveryInterval = discoveryInterval(ecfg.Timing.LeaseTTL)
 	if p.tracer != nil {
 		ecfg.TracerProvider = p.tracer
 	}
@@ -495,17 +494,6 @@ func shutDown(eng *engine.Engine, forced <-chan os.Signal, procs *deliver.Procs,
 		log.Error("second signal: forcing the exit; in-flight events are retried by another instance once their leases expire", "signal", s.String(), "killed_commands", n)
 		return &ExitError{Code: ExitFailure}
 	}
-}
-
-// discoveryInterval scales the engine's discovery period (its crash-detection and
-// fallback period, 2 s by default) with the lease TTL: half the TTL, between 250 ms and
-// 2 s. A deployment that shortens lease_ttl_ms for fast failover then also notices dead
-// owners and released partitions that much sooner; the default TTL keeps the default 2 s.
-func discoveryInterval(leaseTTL time.Duration) time.Duration {
-	if leaseTTL <= 0 {
-		leaseTTL = engine.DefaultLeaseTTL
-	}
-	return min(max(leaseTTL/2, 250*time.Millisecond), 2*time.Second)
 }
 
 // startEngine logs where it connects and starts an engine, retrying with backoff while

@@ -142,20 +142,6 @@ func TestRunHelp(t *testing.T) {
 	}
 }
 
-func TestDiscoveryInterval(t *testing.T) {
-	for _, tt := range []struct{ ttl, want time.Duration }{
-		{0, 2 * time.Second},
-		{15 * time.Second, 2 * time.Second},
-		{3 * time.Second, 1500 * time.Millisecond},
-		{time.Second, 500 * time.Millisecond},
-		{200 * time.Millisecond, 250 * time.Millisecond},
-	} {
-		if got := discoveryInterval(tt.ttl); got != tt.want {
-			t.Errorf("discoveryInterval(%v) = %v, want %v", tt.ttl, got, tt.want)
-		}
-	}
-}
-
 // inProcessRun is a 'seqctl run' in the test process, so the race detector sees it: the
 // signals it gets, what it returns, and its log.
 type inProcessRun struct {
