@@ -1,21 +1,39 @@
 // Package admin is the operator's view of a live seqctl deployment: it lists partitions
-// with their owner, generation, lease, lag, pending entries and halt state, inspects a
-// partition and its head entry, resolves a halted head (skip, move to the DLQ, retry),
-// lists and replays DLQ entries, lists the consumer groups each category waits for and
-// retires a removed one, and keeps the audit log of every operator action.
+// with their owner, generation, lease, lag, pending entries, pause, limit and halt state,
+// inspects a partition and its head entry, resolves a halted head (skip, move to the DLQ,
+// retry), pauses and resumes a key, sets and clears the overrides of limit keys, lists,
+// replays and purges DLQ entries, lists the consumer groups each category waits for and
+// removes a retired one, lists the running instances, and keeps the audit log of every
+// operator action.
 //
-// It reads and writes Redis only, through the key names of pkg/engine/keyspace.go, and
-// returns plain structs with JSON tags. Every write is a compare-and-act done by an engine
-// script (see engine.RedisBroker.Skip, MoveToDLQ, Retry and RetireGroup): it names what
-// the operator inspected (the head entry, a group's read figure) and changes nothing when
-// that has changed. Redis errors are
-// translated at this boundary: a network failure matches engine.ErrRedisUnavailable.
+// It reads and writes Redis only, through the key names and record codecs of package
+// keyspace, and returns plain structs with JSON tags. Every write is a compare-and-act
+// done by an engine operation (engine.RedisBroker's Skip, MoveToDLQ, Retry, Pause,
+// Resume, SetLimit, ClearLimit and RetireGroup): it names what the operator inspected
+// (the head entry, a group's read figure) and changes nothing when that has changed.
+// Redis errors are translated at this boundary: a network failure matches
+// engine.ErrRedisUnavailable.
 //
 // An Admin works on one Redis node (or a primary) or on a Redis Cluster, as the engine
-// does: every key name comes from the deployment's layout (engine.KeysFor), reads that
+// does: every key name comes from the deployment's layout (keyspace.Keys), reads that
 // span partitions are pipelined (the cluster client splits a pipeline per node) and never
 // one command over keys of different slots, and SCANs cover every master. It is safe for
 // concurrent use; it starts no goroutines.
+//
+// Files:
+//
+//   - admin.go: New, Options, partition names (ParseStream), the handlers of a
+//     partition, error translation; scan.go: SCAN over every master.
+//   - Reading: partitions.go (the Partition row, its State, Filter and sorting),
+//     listing.go (ListPartitions, Streams), inspect.go (Inspect), head.go (Head: the
+//     head entry of a partition for a handler), lease.go (a lease and whether it is live,
+//     by keyspace.LeaseLife), groups.go (Groups, RemoveGroup), instances.go (Instances).
+//   - Acting on one head: actions.go (Act: skip, move to the DLQ, retry, each audited).
+//   - Pausing a key: pause.go (Pause, Resume, PauseOf).
+//   - Limit keys: limits.go (Limit, Limits: caps, overrides and use per value),
+//     limitset.go (SetLimit, ClearLimit).
+//   - DLQs: dlq.go (DLQ, PlanReplay, Replay), dlqs.go (DLQs, PurgeDLQ).
+//   - audit.go: the audit log (Record, Audit, AuditEntries) and the outcome of an action.
 package admin
 
 import (
