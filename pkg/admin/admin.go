@@ -411,8 +411,11 @@ func (a *Admin) Handlers(ctx context.Context, stream string) ([]string, error) {
 	return out, nil
 }
 
-// translate turns go-redis errors into errors callers can test: a network failure
-// matches engine.ErrRedisUnavailable; a Redis reply error is wrapped with "admin: redis".
+// translate turns go-redis errors into errors callers can test: a failure that passes
+// with time (engine.Transient: a network failure, a reply Redis gives while not ready)
+// matches engine.ErrRedisUnavailable; a missing permission matches engine.ErrNoPermission;
+// any other Redis reply is wrapped with "admin: redis". The engine's errors, translated
+// already, are returned as they are.
 func translate(err error) error {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return err
@@ -433,14 +436,14 @@ func translate(err error) error {
 	if missing, _ := engine.MissingPermission(err); missing != "" {
 		return fmt.Errorf("%w: %s; grant the ACL of its role as %s shows (%w)", engine.ErrNoPermission, missing, engine.SecurityDoc, err)
 	}
+	if engine.Transient(err) {
+		return fmt.Errorf("%w: %w", engine.ErrRedisUnavailable, err)
+	}
 	var re redis.Error
 	if errors.As(err, &re) {
 		return fmt.Errorf("admin: redis: %w", err)
 	}
-	if strings.HasPrefix(err.Error(), "engine: ") {
-		return err
-	}
-	return fmt.Errorf("%w: %v", engine.ErrRedisUnavailable, err)
+	return err
 }
 
 func contains(xs []string, x string) bool {

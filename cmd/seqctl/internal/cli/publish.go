@@ -393,24 +393,16 @@ func (p *publisher) retry(ctx context.Context, send func() error) error {
 
 // redisUnavailable reports whether a publish failed because Redis did not answer or
 // was not ready to (loading its data after a restart, a cluster or failover not settled):
-// a state that passes, unlike a refusal (out of memory, no permission). Before anything
-// was published (reached false) only a refused connection counts: a failed TLS
-// handshake, a TLS server spoken to in plain text or a wrong address would not pass, and
-// fail at once.
+// a state that passes (engine.Transient), unlike a refusal (out of memory, no
+// permission). Before anything was published (reached false) only a refused connection
+// counts among the network failures: a failed TLS handshake, a TLS server spoken to in
+// plain text or a wrong address would not pass, and fail at once.
 func redisUnavailable(err error, reached bool) bool {
-	if errors.Is(err, engine.ErrRedisUnavailable) {
-		return reached || errors.Is(err, syscall.ECONNREFUSED)
-	}
-	var re redis.Error
-	if !errors.As(err, &re) {
+	if !engine.Transient(err) {
 		return false
 	}
-	for _, p := range []string{"LOADING ", "TRYAGAIN ", "CLUSTERDOWN ", "MASTERDOWN ", "READONLY "} {
-		if strings.HasPrefix(re.Error(), p) {
-			return true
-		}
-	}
-	return false
+	var re redis.Error
+	return reached || errors.As(err, &re) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // newPublisher loads the config and connects the broker (lazily: go-redis dials on the

@@ -3,13 +3,17 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -890,5 +894,41 @@ func TestPublishFileStopsAtARefusedEvent(t *testing.T) {
 	ctx := context.Background()
 	if n := rdb.XLen(ctx, "order:c-1").Val() + rdb.XLen(ctx, "order:c-3").Val(); n != int64(appended) {
 		t.Errorf("%d entries, want %d", n, appended)
+	}
+}
+
+// loadingReply is a LOADING reply, as go-redis returns one.
+type loadingReply struct{}
+
+func (loadingReply) Error() string { return "LOADING Redis is loading the dataset in memory" }
+func (loadingReply) RedisError()   {}
+
+// TestPublishRedisUnavailable checks which failures publish retries: what
+// engine.Transient calls transient, and before anything was published, of the network
+// failures only a refused connection.
+func TestPublishRedisUnavailable(t *testing.T) {
+	refused := fmt.Errorf("%w: %w", engine.ErrRedisUnavailable, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)})
+	reset := fmt.Errorf("%w: %w", engine.ErrRedisUnavailable, io.EOF)
+	loading := fmt.Errorf("%w: %w", engine.ErrRedisUnavailable, loadingReply{})
+	for _, tt := range []struct {
+		name          string
+		err           error
+		before, after bool
+	}{
+		{"refused", refused, true, true},
+		{"closed", reset, false, true},
+		{"LOADING, translated", loading, true, true},
+		{"LOADING", loadingReply{}, true, true},
+		{"out of memory", fmt.Errorf("%w: full", engine.ErrRedisOutOfMemory), false, false},
+		{"another error", errors.New("engine: unknown event type"), false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := redisUnavailable(tt.err, false); got != tt.before {
+				t.Errorf("before anything was published: redisUnavailable(%v) = %v, want %v", tt.err, got, tt.before)
+			}
+			if got := redisUnavailable(tt.err, true); got != tt.after {
+				t.Errorf("after: redisUnavailable(%v) = %v, want %v", tt.err, got, tt.after)
+			}
+		})
 	}
 }

@@ -297,6 +297,10 @@ type sentRequestError string
 
 func (e sentRequestError) Error() string { return string(e) }
 
+// Transient says the failure passes with time (see engine.Transient), so that the
+// operator API reports it as engine.ErrRedisUnavailable.
+func (sentRequestError) Transient() bool { return true }
+
 // checkRedisAddr refuses a TCP address whose port is not a port, before any dial (which
 // go-redis would retry).
 func checkRedisAddr(c *redisConn) error {
