@@ -21,8 +21,8 @@ import (
 	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/inbox"
+	"github.com/seqctl/seqctl/pkg/sqldb"
 )
 
 // testRun is a run of three events as the engine hands it to a BatchFunc, with its
@@ -283,7 +283,7 @@ http = "http://127.0.0.1:1/orders"
 // once, in one transaction; a batch whose function fails for one envelope commits none;
 // a body whose headers do not describe it is refused with 400.
 func TestReceiveBatch(t *testing.T) {
-	db, dialect, err := outbox.Open(sqltest.SQLiteDSN(t, "receiver.db"))
+	db, dialect, err := sqldb.Open(sqltest.SQLiteDSN(t, "receiver.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

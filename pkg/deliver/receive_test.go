@@ -16,8 +16,8 @@ import (
 	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/inbox"
+	"github.com/seqctl/seqctl/pkg/sqldb"
 )
 
 // inboxReceiver is a Go service that receives deliveries through Receive into a SQLite inbox;
@@ -31,7 +31,7 @@ type inboxReceiver struct {
 
 func newInboxReceiver(t *testing.T) *inboxReceiver {
 	t.Helper()
-	db, d, err := outbox.Open(sqltest.SQLiteDSN(t, "inboxReceiver.db"))
+	db, d, err := sqldb.Open(sqltest.SQLiteDSN(t, "inboxReceiver.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ statement = "INSERT INTO orders(id) VALUES (json_extract($1, '$.order_id'))"
 		t.Fatalf("Start without the variable: %v", err)
 	}
 	dsn := sqltest.SQLiteDSN(t, "orders.db")
-	db, d, err := outbox.Open(dsn)
+	db, d, err := sqldb.Open(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

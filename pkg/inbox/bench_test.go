@@ -17,8 +17,8 @@ import (
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/inbox"
+	"github.com/seqctl/seqctl/pkg/sqldb"
 )
 
 // BenchmarkSQLSink drains events from Redis into PostgreSQL through the SQL sink (the
@@ -59,7 +59,7 @@ const (
 func sinkRun(b *testing.B, kind string, maxUnacked, events int) {
 	b.StopTimer()
 	dsn := sqltest.PostgresDSN(b)
-	setup, _, err := outbox.Open(dsn)
+	setup, _, err := sqldb.Open(dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func sinkRun(b *testing.B, kind string, maxUnacked, events int) {
 	var handler engine.HandlerFunc
 	switch kind {
 	case "plain":
-		db, _, err := outbox.Open(viaProxy)
+		db, _, err := sqldb.Open(viaProxy)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func sinkRun(b *testing.B, kind string, maxUnacked, events int) {
 			return tx.Commit()
 		}
 	case "inbox":
-		db, d, err := outbox.Open(dsn)
+		db, d, err := sqldb.Open(dsn)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -25,10 +25,10 @@
 // Effects outside the transaction (an e-mail, a call to another service, a write to
 // another database) are not covered: they run at least once, as before.
 //
-// Typical use, with the databases the outbox supports (PostgreSQL through pgx, SQLite
-// through modernc.org/sqlite):
+// Typical use, with the databases package sqldb opens (PostgreSQL through pgx, SQLite
+// through modernc.org/sqlite), as the outbox does:
 //
-//	db, dialect, err := outbox.Open("postgres://app@db/app")
+//	db, dialect, err := sqldb.Open("postgres://app@db/app")
 //	ib, err := inbox.New(db, dialect)
 //	err = ib.Migrate(ctx) // or: seqctl inbox migrate
 //

@@ -18,8 +18,8 @@ import (
 	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/inbox"
+	"github.com/seqctl/seqctl/pkg/sqldb"
 )
 
 type order struct {
@@ -60,7 +60,7 @@ func TestFrozenOwnersCommitIsRefused(t *testing.T) {
 }
 
 func frozenOwnerRun(t *testing.T, dsn string) {
-	db, dialect, err := outbox.Open(dsn)
+	db, dialect, err := sqldb.Open(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func frozenOwnerRun(t *testing.T, dsn string) {
 		t.Fatal(err)
 	}
 	ddl := "CREATE TABLE effects (n INTEGER PRIMARY KEY AUTOINCREMENT, client text, seq INTEGER, generation INTEGER)"
-	if dialect == outbox.Postgres {
+	if dialect == sqldb.Postgres {
 		ddl = "CREATE TABLE effects (n bigserial PRIMARY KEY, client text, seq int, generation bigint)"
 	}
 	if _, err := db.Exec(ddl); err != nil {
@@ -111,8 +111,8 @@ func frozenOwnerRun(t *testing.T, dsn string) {
 		}
 		d, _ := engine.DeliveryFrom(ctx)
 		ctx = context.WithoutCancel(ctx)
-		fn := effect(dialect == outbox.Postgres)
-		if dialect == outbox.SQLite {
+		fn := effect(dialect == sqldb.Postgres)
+		if dialect == sqldb.SQLite {
 			close(inside)
 			<-release
 		}

@@ -9,8 +9,8 @@ import (
 	"sync"
 
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/keyspace"
+	"github.com/seqctl/seqctl/pkg/sqldb"
 )
 
 // DefaultTable is the inbox table's name unless WithTable gives another.
@@ -46,7 +46,7 @@ func (o Outcome) String() string {
 // Inbox applies events exactly once, in stream order, into the database it lives in.
 type Inbox struct {
 	db      *sql.DB
-	dialect outbox.Dialect
+	dialect sqldb.Dialect
 	table   string
 	q       queries
 
@@ -77,19 +77,19 @@ func WithTable(name string) Option { return func(i *Inbox) { i.table = name } }
 
 var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
-// New returns an Inbox over db (opened with outbox.Open, or any *sql.DB of the dialect:
-// with SQLite, transactions must take the write lock up front, as outbox.Open's
+// New returns an Inbox over db (opened with sqldb.Open, or any *sql.DB of the dialect:
+// with SQLite, transactions must take the write lock up front, as sqldb.Open's
 // _txlock=immediate does). It does not touch the database: call Migrate once.
-func New(db *sql.DB, dialect outbox.Dialect, opts ...Option) (*Inbox, error) {
+func New(db *sql.DB, dialect sqldb.Dialect, opts ...Option) (*Inbox, error) {
 	i := &Inbox{db: db, dialect: dialect, table: DefaultTable, seen: map[rowKey]rowState{}}
 	for _, opt := range opts {
 		opt(i)
 	}
 	switch {
 	case db == nil:
-		return nil, errors.New("inbox: no database: open one with outbox.Open")
-	case dialect != outbox.Postgres && dialect != outbox.SQLite:
-		return nil, fmt.Errorf("inbox: unknown dialect %v: use outbox.Postgres or outbox.SQLite", dialect)
+		return nil, errors.New("inbox: no database: open one with sqldb.Open")
+	case dialect != sqldb.Postgres && dialect != sqldb.SQLite:
+		return nil, fmt.Errorf("inbox: unknown dialect %v: use sqldb.Postgres or sqldb.SQLite", dialect)
 	case !tableName.MatchString(i.table):
 		return nil, fmt.Errorf("inbox: table name %q is not a lower-case SQL identifier of at most 40 bytes ([a-z_][a-z0-9_]*)", i.table)
 	}

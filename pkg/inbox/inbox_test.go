@@ -9,7 +9,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
+	"github.com/seqctl/seqctl/pkg/sqldb"
 )
 
 // forEachDialect runs fn on a fresh database of each dialect.
@@ -30,7 +30,7 @@ func forEachDialect(t *testing.T, fn func(t *testing.T, ib *Inbox)) {
 // effect, in the order applied).
 func newTestInbox(t *testing.T, dsn string) *Inbox {
 	t.Helper()
-	db, d, err := outbox.Open(dsn)
+	db, d, err := sqldb.Open(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func newTestInbox(t *testing.T, dsn string) *Inbox {
 		t.Fatalf("a second Migrate: %v", err)
 	}
 	ddl := "CREATE TABLE effects (n INTEGER PRIMARY KEY AUTOINCREMENT, entry text NOT NULL, generation INTEGER NOT NULL)"
-	if d == outbox.Postgres {
+	if d == sqldb.Postgres {
 		ddl = "CREATE TABLE effects (n bigserial PRIMARY KEY, entry text NOT NULL, generation bigint NOT NULL)"
 	}
 	if _, err := db.Exec(ddl); err != nil {
@@ -218,10 +218,10 @@ func TestBadInput(t *testing.T) {
 	if _, err := ib.Apply(context.Background(), engine.Delivery{Handler: "P"}, nil); err == nil {
 		t.Error("a delivery without stream and entry id was applied")
 	}
-	if _, err := New(ib.DB(), outbox.SQLite, WithTable("Bad-Name")); err == nil {
+	if _, err := New(ib.DB(), sqldb.SQLite, WithTable("Bad-Name")); err == nil {
 		t.Error("a table name that is not an identifier was accepted")
 	}
-	if _, err := New(nil, outbox.SQLite); err == nil {
+	if _, err := New(nil, sqldb.SQLite); err == nil {
 		t.Error("no database was accepted")
 	}
 	h := ib.Handler(func(context.Context, *sql.Tx, engine.Event) error { return nil })

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
+	"github.com/seqctl/seqctl/pkg/sqldb"
 )
 
 // floorStream is the stream column of a handler's floor row: the highest generation of
@@ -28,16 +28,16 @@ type queries struct {
 }
 
 // nowMs is the database clock in Unix milliseconds.
-func nowMs(d outbox.Dialect) string {
-	if d == outbox.Postgres {
+func nowMs(d sqldb.Dialect) string {
+	if d == sqldb.Postgres {
 		return "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 	}
 	return "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
 }
 
-func newQueries(d outbox.Dialect, t string) queries {
+func newQueries(d sqldb.Dialect, t string) queries {
 	bigint := "INTEGER"
-	if d == outbox.Postgres {
+	if d == sqldb.Postgres {
 		bigint = "bigint"
 	}
 	// One row per handler and lane stream: the last entry applied and the generation of
@@ -89,7 +89,7 @@ VALUES ($1, '', 0, 0, $2, %[2]s)
 ON CONFLICT (handler, stream) DO UPDATE SET generation = excluded.generation, applied_ms = excluded.applied_ms
 WHERE i.generation < excluded.generation`, t, nowMs(d)),
 	}
-	if d == outbox.Postgres {
+	if d == sqldb.Postgres {
 		// SHARE ROW EXCLUSIVE waits for the claims under way and keeps new ones out until
 		// the prune's transaction ends: a claim then sees the floor it raised. Bounded, so
 		// that an owner stalled with its claim made and not committed cannot hold a

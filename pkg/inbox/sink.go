@@ -20,8 +20,8 @@ import (
 
 	"github.com/seqctl/seqctl/internal/ctxwait"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/redact"
+	"github.com/seqctl/seqctl/pkg/sqldb"
 )
 
 // DefaultConns is a sink's connections when SinkConfig.Conns is not set: the default
@@ -94,7 +94,7 @@ func (s *Sink) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("handler %s: %w", s.cfg.Handler, err)
 	}
-	db, dialect, err := outbox.Open(dsn)
+	db, dialect, err := sqldb.Open(dsn)
 	if err != nil {
 		return fmt.Errorf("handler %s: %s", s.cfg.Handler, redact.Error(err, dsn))
 	}
@@ -103,7 +103,7 @@ func (s *Sink) Start(ctx context.Context) error {
 		_ = db.Close()
 		return fmt.Errorf("handler %s: %w", s.cfg.Handler, err)
 	}
-	if dialect == outbox.Postgres {
+	if dialect == sqldb.Postgres {
 		db.SetMaxOpenConns(s.cfg.Conns)
 		db.SetMaxIdleConns(s.cfg.Conns)
 		if typed, ok := typedParams(s.cfg.Statement); ok {

@@ -15,7 +15,7 @@ import (
 	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
+	"github.com/seqctl/seqctl/pkg/sqldb"
 )
 
 func TestHighestParam(t *testing.T) {
@@ -56,7 +56,7 @@ func sinkFor(t *testing.T, dialect, stmt string) (*Sink, *sql.DB) {
 		dsn = sqltest.PostgresDSN(t)
 		ddl = "CREATE TABLE orders (n bigserial PRIMARY KEY, id text NOT NULL UNIQUE, client text, entry text, generation bigint)"
 	}
-	db, d, err := outbox.Open(dsn)
+	db, d, err := sqldb.Open(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestSinkStaleDeliveryIsFenced(t *testing.T) {
 // refuses to prepare, an inbox table that does not exist, a DSN it cannot read.
 func TestSinkStartRefusesWhatWaitingCannotFix(t *testing.T) {
 	dsn := sqltest.PostgresDSN(t)
-	db, d, err := outbox.Open(dsn)
+	db, d, err := sqldb.Open(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestSinkStartWaitsForTheDatabase(t *testing.T) {
 	_ = ln.Close() // nothing listens: connection refused
 	var logs testkit.Buffer
 	dsn := sqltest.PostgresDSN(t)
-	if db, d, err := outbox.Open(dsn); err == nil {
+	if db, d, err := sqldb.Open(dsn); err == nil {
 		ib, _ := New(db, d)
 		if err := ib.Migrate(context.Background()); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,8 @@
-package outbox
+// Package sqldb opens the SQL databases seqctl writes to beside the application: the
+// outbox (package outbox) and the inbox and SQL sink (package inbox). One DSN form names
+// either dialect, PostgreSQL through pgx or SQLite through modernc.org/sqlite, and both
+// packages take the *sql.DB and Dialect that Open returns.
+package sqldb
 
 import (
 	"database/sql"
@@ -13,16 +17,16 @@ import (
 	"github.com/seqctl/seqctl/pkg/redact"
 )
 
-// Dialect is the SQL database the outbox lives in. The outbox shares the application's
-// database so that an outbox row commits or rolls back with the application's own writes.
+// Dialect is the SQL database an outbox or an inbox lives in: the application's own, so
+// that their rows commit or roll back with the application's writes.
 type Dialect int
 
 const (
 	// Postgres is PostgreSQL through github.com/jackc/pgx/v5/stdlib: the production
-	// dialect. The relay is woken by LISTEN/NOTIFY on commit.
+	// dialect. The outbox relay is woken by LISTEN/NOTIFY on commit.
 	Postgres Dialect = iota + 1
 	// SQLite is SQLite through modernc.org/sqlite (pure Go, no cgo): the embedded default.
-	// The relay polls at RelayConfig.PollInterval.
+	// The outbox relay polls at its RelayConfig.PollInterval.
 	SQLite
 )
 
@@ -46,7 +50,7 @@ func (d Dialect) driverName() string {
 }
 
 // sqliteDefaults are the connection settings Open adds to a SQLite DSN unless the DSN sets
-// them itself: WAL so the relay reads while the application writes, a 5 s busy timeout so
+// them itself: WAL so the outbox relay reads while the application writes, a 5 s busy timeout so
 // concurrent writers wait for the write lock instead of failing with SQLITE_BUSY, and
 // BEGIN IMMEDIATE so a transaction takes the write lock up front and never fails to upgrade
 // a read lock halfway through (SQLITE_BUSY_SNAPSHOT).
@@ -60,9 +64,9 @@ var sqliteDefaults = []struct {
 }
 
 // ErrBadDSN is matched by every error Open returns for a DSN it cannot use.
-var ErrBadDSN = errors.New("outbox: unusable DSN")
+var ErrBadDSN = errors.New("sqldb: unusable DSN")
 
-// Open opens the outbox database named by dsn and reports its dialect. Accepted forms:
+// Open opens the database named by dsn and reports its dialect. Accepted forms:
 //
 //	postgres://user@host:5432/db?sslmode=disable   (also postgresql://)
 //	sqlite://relative/path/to/file.db               (sqlite:///absolute/path.db for an absolute path)
@@ -72,8 +76,8 @@ var ErrBadDSN = errors.New("outbox: unusable DSN")
 // transactions, each unless its query string sets that itself (_pragma=journal_mode(...),
 // _pragma=busy_timeout(...) or their shorthands, _txlock=...); the query string is passed
 // to modernc.org/sqlite. An in-memory database lives in one connection, so Open
-// limits that pool to one connection: a caller holding a transaction then blocks the relay
-// until it commits. A PostgreSQL DSN is passed to pgx unchanged (query parameters pgx does
+// limits that pool to one connection: a caller holding a transaction then blocks every
+// other user of the pool (the outbox relay, the sink) until it commits. A PostgreSQL DSN is passed to pgx unchanged (query parameters pgx does
 // not know, such as search_path, become session parameters).
 //
 // Open does not connect; the first query does. The caller owns and closes the *sql.DB.
@@ -84,7 +88,7 @@ func Open(dsn string) (*sql.DB, Dialect, error) {
 	}
 	db, err := sql.Open(dialect.driverName(), driverDSN)
 	if err != nil {
-		return nil, 0, fmt.Errorf("outbox: open %s database: %w", dialect, err)
+		return nil, 0, fmt.Errorf("sqldb: open %s database: %w", dialect, err)
 	}
 	if dialect == SQLite && isMemory(driverDSN) {
 		db.SetMaxOpenConns(1)
