@@ -148,21 +148,30 @@ func (e *Engine) handlerContext(ctx context.Context, name string, ev Event, d De
 	// The attributes are built only for a span that is recorded: a sampler that drops
 	// the span costs no allocation for them (samplers do not see them).
 	if span.IsRecording() {
-		span.SetAttributes(
-			attribute.String("messaging.system", "redis"),
-			attribute.String("messaging.operation.name", "process"),
-			attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.destination.name", d.Stream),
-			attribute.String("messaging.destination.template", d.Category),
-			attribute.String("messaging.consumer.group.name", d.Handler),
-			attribute.String("messaging.message.id", ev.ID),
-			attribute.String("seqctl.entry_id", d.EntryID),
-			attribute.String("seqctl.key", d.Key),
-			attribute.Int("seqctl.attempt", d.Attempt),
-			attribute.Int64("seqctl.generation", d.Generation),
-		)
+		setProcessAttrs(span, d, attribute.String("messaging.message.id", ev.ID))
 	}
 	return ctx, span
+}
+
+// setProcessAttrs sets the attributes of a handler run's span: the messaging
+// conventions' for a process operation, then more (what tells a single event's run from a
+// batch's), then the delivery's entry, key, attempt and generation.
+func setProcessAttrs(span trace.Span, d Delivery, more ...attribute.KeyValue) {
+	attrs := make([]attribute.KeyValue, 0, 10+len(more))
+	attrs = append(attrs,
+		attribute.String("messaging.system", "redis"),
+		attribute.String("messaging.operation.name", "process"),
+		attribute.String("messaging.operation.type", "process"),
+		attribute.String("messaging.destination.name", d.Stream),
+		attribute.String("messaging.destination.template", d.Category),
+		attribute.String("messaging.consumer.group.name", d.Handler))
+	attrs = append(attrs, more...)
+	attrs = append(attrs,
+		attribute.String("seqctl.entry_id", d.EntryID),
+		attribute.String("seqctl.key", d.Key),
+		attribute.Int("seqctl.attempt", d.Attempt),
+		attribute.Int64("seqctl.generation", d.Generation))
+	span.SetAttributes(attrs...)
 }
 
 var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
@@ -188,20 +197,8 @@ func (e *Engine) batchContext(ctx context.Context, name string, evs []Event, d D
 	}
 	ctx, span := e.tracer.Start(ctx, name, consumerKind, trace.WithNewRoot(), trace.WithLinks(links...))
 	if span.IsRecording() {
-		span.SetAttributes(
-			attribute.String("messaging.system", "redis"),
-			attribute.String("messaging.operation.name", "process"),
-			attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.destination.name", d.Stream),
-			attribute.String("messaging.destination.template", d.Category),
-			attribute.String("messaging.consumer.group.name", d.Handler),
-			attribute.Int("messaging.batch.message_count", len(evs)),
-			attribute.String("seqctl.entry_id", d.EntryID),
-			attribute.String("seqctl.last_entry_id", d.LastEntryID()),
-			attribute.String("seqctl.key", d.Key),
-			attribute.Int("seqctl.attempt", d.Attempt),
-			attribute.Int64("seqctl.generation", d.Generation),
-		)
+		setProcessAttrs(span, d, attribute.Int("messaging.batch.message_count", len(evs)),
+			attribute.String("seqctl.last_entry_id", d.LastEntryID()))
 	}
 	return ctx, span
 }
