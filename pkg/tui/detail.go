@@ -44,15 +44,7 @@ func (m *model) detailSummary(p Partition, listed bool) []string {
 	if !listed {
 		return []string{title, st.statusWarn.Render("not in the last snapshot (reaped, or filtered out by the source)")}
 	}
-	stStyle := st.value
-	switch p.State {
-	case StateHalted:
-		stStyle = st.rowHalted
-	case StatePaused:
-		stStyle = st.rowPaused
-	case StateThrottled:
-		stStyle = st.rowThrottled
-	}
+	stStyle := st.alertStyle(p.State, st.value)
 	lines := []string{title + "  " + stStyle.Render(stateText(p.State)), st.label.Render(fmt.Sprintf(
 		"owner %s · gen %d · lease %s · backlog %s · lag %s · pending %s · head age %s",
 		orDash(p.Owner), p.Generation, fmtDurOr(p.LeaseTTL), fmtLag(p.Backlog()), fmtLag(p.Lag),

@@ -99,22 +99,30 @@ func newStyles(r *lipgloss.Renderer) styles {
 	return s
 }
 
-// rowStyle is the style of a table row in the given partition state.
-func (s styles) rowStyle(state string, selected bool) lipgloss.Style {
-	var st lipgloss.Style
+// alertStyle is the style of a state that wants an operator's eye (halted, paused,
+// throttled), else otherwise.
+func (s styles) alertStyle(state string, otherwise lipgloss.Style) lipgloss.Style {
 	switch state {
 	case StateHalted:
-		st = s.rowHalted
+		return s.rowHalted
 	case StatePaused:
-		st = s.rowPaused
+		return s.rowPaused
 	case StateThrottled:
-		st = s.rowThrottled
+		return s.rowThrottled
+	}
+	return otherwise
+}
+
+// rowStyle is the style of a table row in the given partition state.
+func (s styles) rowStyle(state string, selected bool) lipgloss.Style {
+	st := s.row
+	switch state {
 	case StateUnowned:
 		st = s.rowUnowned
 	case StateIdle:
 		st = s.rowIdle
 	default:
-		st = s.row
+		st = s.alertStyle(state, s.row)
 	}
 	if selected {
 		st = st.Reverse(true)
