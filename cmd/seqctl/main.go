@@ -5,8 +5,9 @@ import (
 	"os"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cli"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 )
 
 func main() {
-	os.Exit(cli.Main(os.Args[1:], cli.System()))
+	os.Exit(cli.Main(os.Args[1:], cmdutil.System()))
 }

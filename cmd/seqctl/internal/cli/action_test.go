@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/pkg/admin"
@@ -57,7 +59,7 @@ func TestMutatingCommandsRecordRefusals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.fa.recordErr = errors.New("NOPERM")
 			r := runOps(t, tt.fa, inPipe, "", tt.args...)
-			checkResult(t, r, ExitUsage, "", nil, []string{"without confirmation"})
+			checkResult(t, r, cmdutil.ExitUsage, "", nil, []string{"without confirmation"})
 			if len(tt.fa.records) != 1 {
 				t.Fatalf("%d audit records, want 1: %+v", len(tt.fa.records), tt.fa.records)
 			}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
@@ -15,7 +17,7 @@ import (
 
 // AuditOptions are the inputs of 'seqctl audit'.
 type AuditOptions struct {
-	OpsOptions
+	cmdutil.OpsOptions
 	// Since keeps the actions of the last Since (0: all of them).
 	Since time.Duration
 	// Limit keeps the newest Limit actions, newest first (0: all, oldest first).
@@ -31,8 +33,8 @@ var auditOutcomes = []string{admin.OutcomeOK, admin.OutcomeHeadMoved, admin.Outc
 	admin.OutcomeNotReplicated, admin.OutcomeNotRegistered, admin.OutcomeDeclared, admin.OutcomeLiveLease, admin.OutcomeReadMoved,
 	admin.OutcomeHalted, admin.OutcomeNotPaused, admin.OutcomeStopped}
 
-func newCmdAudit(f *Factory, runF func(*AuditOptions) error) *cobra.Command {
-	opts := &AuditOptions{OpsOptions: f.opsOptions()}
+func newCmdAudit(f *cmdutil.Factory, runF func(*AuditOptions) error) *cobra.Command {
+	opts := &AuditOptions{OpsOptions: f.OpsOptions()}
 	var since string
 	cmd := &cobra.Command{
 		Use:   "audit [--since DURATION] [--limit N] [--stream S] [--outcome O]",
@@ -74,20 +76,20 @@ the actions on one partition (its DLQ included) or, for groups remove, one categ
 
   # everything, as JSON
   $ seqctl audit -o json`,
-		Args: noArgs,
-		RunE: opsRunE(f, opts, func(cmd *cobra.Command, _ []string) error {
+		Args: cmdutil.NoArgs,
+		RunE: cmdutil.OpsRunE(f, opts, func(cmd *cobra.Command, _ []string) error {
 			if since != "" {
 				d, err := parseSince(since)
 				if err != nil {
-					return usageErrorf(cmd.CommandPath(), "invalid value %q for --since: %v", since, err)
+					return cmdutil.UsageErrorf(cmd.CommandPath(), "invalid value %q for --since: %v", since, err)
 				}
 				opts.Since = d
 			}
 			if opts.Limit < 0 {
-				return usageErrorf(cmd.CommandPath(), "invalid value %d for --limit: want a positive number of actions (0 for all)", opts.Limit)
+				return cmdutil.UsageErrorf(cmd.CommandPath(), "invalid value %d for --limit: want a positive number of actions (0 for all)", opts.Limit)
 			}
 			if opts.Outcome != "" && !slices.Contains(auditOutcomes, opts.Outcome) {
-				return usageErrorf(cmd.CommandPath(), "invalid value %q for --outcome: want one of %s", opts.Outcome, strings.Join(auditOutcomes, ", "))
+				return cmdutil.UsageErrorf(cmd.CommandPath(), "invalid value %q for --outcome: want one of %s", opts.Outcome, strings.Join(auditOutcomes, ", "))
 			}
 			return nil
 		}, runF, auditRun),
@@ -98,7 +100,7 @@ the actions on one partition (its DLQ included) or, for groups remove, one categ
 	fl.StringVar(&opts.Stream, "stream", "", "only the actions on this partition ({category}:{key}) or its DLQ")
 	fl.StringVar(&opts.Outcome, "outcome", "", "only the actions with this outcome: "+strings.Join(auditOutcomes, ", "))
 	_ = cmd.RegisterFlagCompletionFunc("outcome", cobra.FixedCompletions(auditOutcomes, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("stream", completeStreams(f))
+	_ = cmd.RegisterFlagCompletionFunc("stream", cmdutil.CompleteStreams(f))
 	return cmd
 }
 
@@ -108,7 +110,7 @@ func auditTarget(e admin.AuditEntry) string {
 	if e.Stream == "" && e.Value != "" {
 		return "value " + e.Value
 	}
-	return orDash(e.Stream)
+	return cmdutil.OrDash(e.Stream)
 }
 
 // parseSince parses a positive Go duration, or a number of days ("7d").
@@ -132,13 +134,13 @@ func parseSince(s string) (time.Duration, error) {
 	return d, nil
 }
 
-func auditRun(ctx context.Context, adm Admin, opts *AuditOptions) error {
+func auditRun(ctx context.Context, adm cmdutil.Admin, opts *AuditOptions) error {
 	entries, err := adm.AuditEntries(ctx, admin.AuditQuery{Since: opts.Since, Limit: opts.Limit, Stream: opts.Stream, Outcome: opts.Outcome})
 	if err != nil {
-		return exitFor(err)
+		return cmdutil.ExitFor(err)
 	}
 	ios := opts.IO
-	if done, err := writeList(ios, opts.Output, entries, "No operator actions recorded."); done {
+	if done, err := cmdutil.WriteList(ios, opts.Output, entries, "No operator actions recorded."); done {
 		return err
 	}
 	header := []string{"TIME", "OS USER", "REDIS USER", "HOST", "COMMAND", "STREAM", "HANDLER", "ENTRY"}
@@ -146,11 +148,11 @@ func auditRun(ctx context.Context, adm Admin, opts *AuditOptions) error {
 	if wide {
 		header = append(header, "REASON", "DETAIL")
 	}
-	t := newTable(ios, opts.layout(), append(header, "OUTCOME")...)
+	t := cmdutil.NewTable(ios, opts.Layout(), append(header, "OUTCOME")...)
 	for _, e := range entries {
-		row := []string{fmtTime(&e.Time), orDash(e.User), orDash(e.RedisUser), orDash(e.Host), orDash(e.Command), auditTarget(e), orDash(e.Handler), orDash(e.EntryID)}
+		row := []string{cmdutil.FmtTime(&e.Time), cmdutil.OrDash(e.User), cmdutil.OrDash(e.RedisUser), cmdutil.OrDash(e.Host), cmdutil.OrDash(e.Command), auditTarget(e), cmdutil.OrDash(e.Handler), cmdutil.OrDash(e.EntryID)}
 		if wide {
-			row = append(row, orDash(e.Reason), firstLine(orDash(e.Detail), 80))
+			row = append(row, cmdutil.OrDash(e.Reason), cmdutil.FirstLine(cmdutil.OrDash(e.Detail), 80))
 		}
 		outcome := ios.Red(e.Outcome)
 		if e.Outcome == admin.OutcomeOK {

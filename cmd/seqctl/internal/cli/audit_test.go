@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/seqctl/seqctl/pkg/admin"
 )
 
@@ -11,7 +13,7 @@ func TestAuditParse(t *testing.T) {
 	testParse(t, "", newCmdAudit, []parseCase[AuditOptions]{
 		{name: "everything", want: AuditOptions{}},
 		{name: "hours", argv: []string{"--since", "12h"}, want: AuditOptions{Since: 12 * time.Hour}},
-		{name: "days and json", argv: []string{"--since", "7d", "-o", "json"}, want: AuditOptions{OpsOptions: OpsOptions{Output: "json"}, Since: 7 * 24 * time.Hour}},
+		{name: "days and json", argv: []string{"--since", "7d", "-o", "json"}, want: AuditOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Since: 7 * 24 * time.Hour}},
 		{name: "bad duration", argv: []string{"--since", "yesterday"}, wantErr: `invalid value "yesterday" for --since`},
 		{name: "negative", argv: []string{"--since", "-1h"}, wantErr: "must be positive"},
 		{name: "argument", argv: []string{"order:c"}, wantErr: `unexpected argument "order:c"`},

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
@@ -31,7 +33,7 @@ func TestCompletionParse(t *testing.T) {
 			var got *CompletionOptions
 			err := parseOps(t, f, "", newCmdCompletion(f, func(o *CompletionOptions) error { got = o; return nil }), tt.argv...)
 			if tt.wantErr != "" {
-				var ue *UsageError
+				var ue *cmdutil.UsageError
 				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want a *UsageError containing %q", err, tt.wantErr)
 				}
@@ -198,7 +200,7 @@ func TestGroupCommands(t *testing.T) {
 			t.Errorf("seqctl %s: exit %d, stdout %q", g, r.Code, r.Stdout)
 		}
 		r = runOps(t, &fakeAdmin{}, inPipe, "", g, "frobnicate")
-		if r.Code != ExitUsage || !strings.Contains(r.Stderr, `unknown command "frobnicate"`) {
+		if r.Code != cmdutil.ExitUsage || !strings.Contains(r.Stderr, `unknown command "frobnicate"`) {
 			t.Errorf("seqctl %s frobnicate: exit %d, stderr %q", g, r.Code, r.Stderr)
 		}
 	}

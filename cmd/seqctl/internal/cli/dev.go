@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
@@ -21,8 +23,8 @@ import (
 
 // DevOptions are the options of seqctl dev.
 type DevOptions struct {
-	IO        *IOStreams
-	Global    *GlobalOptions
+	IO        *cmdutil.IOStreams
+	Global    *cmdutil.GlobalOptions
 	Rate      int
 	Instances int
 	Headless  bool
@@ -31,7 +33,7 @@ type DevOptions struct {
 	Poison    int
 }
 
-func newCmdDev(f *Factory, runF func(*DevOptions) error) *cobra.Command {
+func newCmdDev(f *cmdutil.Factory, runF func(*DevOptions) error) *cobra.Command {
 	opts := &DevOptions{IO: f.IOStreams, Global: &f.Global}
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -55,16 +57,16 @@ With --redis-url the demo runs on that Redis instead of the embedded one.`,
   # meanwhile, from another shell, with the URL dev printed
   $ seqctl partitions list --redis-url redis://127.0.0.1:40123/0`,
 		Args: cobra.NoArgs,
-		RunE: runE(opts, func(*cobra.Command, []string) error {
+		RunE: cmdutil.RunE(opts, func(*cobra.Command, []string) error {
 			switch {
 			case opts.Rate <= 0:
-				return &ExitError{Code: ExitUsage, Err: errors.New("--rate must be a positive number of events per second")}
+				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("--rate must be a positive number of events per second")}
 			case opts.Instances <= 0:
-				return &ExitError{Code: ExitUsage, Err: errors.New("--instances must be at least 1")}
+				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("--instances must be at least 1")}
 			case opts.Duration < 0 || opts.Every <= 0:
-				return &ExitError{Code: ExitUsage, Err: errors.New("--duration must not be negative and --every must be positive")}
+				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("--duration must not be negative and --every must be positive")}
 			case opts.Global.RedisCluster:
-				return &ExitError{Code: ExitUsage, Err: errors.New("seqctl dev runs on one Redis (the embedded one, or --redis-url's), not on a Redis Cluster: drop --cluster")}
+				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("seqctl dev runs on one Redis (the embedded one, or --redis-url's), not on a Redis Cluster: drop --cluster")}
 			}
 			return nil
 		}, runF, devRun),
@@ -89,7 +91,7 @@ func otherShellHint(url string, lookPath func(string) (string, error)) string {
 }
 
 func devRun(ctx context.Context, opts *DevOptions) error {
-	ctx = orBackground(ctx)
+	ctx = cmdutil.OrBackground(ctx)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if opts.Duration > 0 {
@@ -110,7 +112,7 @@ func devRun(ctx context.Context, opts *DevOptions) error {
 	if !d.Embedded {
 		where = "Redis"
 	}
-	shown := maskURL(d.URL) // a password is masked in the hint too: the operator knows it
+	shown := cmdutil.MaskURL(d.URL) // a password is masked in the hint too: the operator knows it
 	fmt.Fprintf(opts.IO.ErrOut, "seqctl dev: %s at %s\n%s\n", where, shown, otherShellHint(shown, exec.LookPath))
 
 	if opts.Headless {
@@ -142,6 +144,6 @@ func devRun(ctx context.Context, opts *DevOptions) error {
 	ropt.MaxRetries = -1 // compare-and-act calls are never retried blindly
 	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
-	src := &adminSource{a: admin.New(rdb, aopts), actor: actor("dev")}
+	src := &adminSource{a: admin.New(rdb, aopts), actor: cmdutil.Actor("dev")}
 	return tui.Run(ctx, tui.Options{Source: src, Refresh: time.Second, NoColor: !opts.IO.Color, Addr: shown}, opts.IO.In, opts.IO.Out)
 }

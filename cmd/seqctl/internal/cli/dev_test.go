@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/seqctl/seqctl/pkg/demo"
 )
 
@@ -18,7 +20,7 @@ func TestDevParse(t *testing.T) {
 		t.Errorf("defaults: poison every %d at %d/s, want %d at 50/s", got.Poison, got.Rate, demo.DefaultPoisonEvery)
 	}
 	err := parseOps(t, f, "", newCmdDev(f, func(*DevOptions) error { return nil }), "--rate", "0")
-	if ExitCode(err) != ExitUsage || !strings.Contains(err.Error(), "--rate must be a positive number") {
+	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--rate must be a positive number") {
 		t.Errorf("--rate 0: %v", err)
 	}
 }

@@ -6,14 +6,16 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-func newCmdDLQ(f *Factory) *cobra.Command {
-	return groupOf(&cobra.Command{
+func newCmdDLQ(f *cmdutil.Factory) *cobra.Command {
+	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "dlq <command>",
 		Short: "List, replay and purge dead-letter entries",
 		Long: `List and replay the entries of a partition's dead-letter stream,
@@ -30,12 +32,12 @@ the handler, who moved it, when and why.`,
 
 // DLQListOptions are the inputs of 'seqctl dlq list'.
 type DLQListOptions struct {
-	OpsOptions
+	cmdutil.OpsOptions
 	Stream string
 }
 
-func newCmdDLQList(f *Factory, runF func(*DLQListOptions) error) *cobra.Command {
-	opts := &DLQListOptions{OpsOptions: f.opsOptions()}
+func newCmdDLQList(f *cmdutil.Factory, runF func(*DLQListOptions) error) *cobra.Command {
+	opts := &DLQListOptions{OpsOptions: f.OpsOptions()}
 	cmd := &cobra.Command{
 		Use:   "list [STREAM]",
 		Short: "List every DLQ with its length, or a partition's dead-letter entries with their errors",
@@ -57,12 +59,12 @@ STREAM is the partition ({category}:{key}) or its DLQ ({category}:{key}:dlq).`,
   $ seqctl dlq list order:client-123 -o json | jq '.[].envelope.data'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
-				return usageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes at most one STREAM", args[1], cmd.CommandPath())
+				return cmdutil.UsageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes at most one STREAM", args[1], cmd.CommandPath())
 			}
 			return nil
 		},
-		ValidArgsFunction: completeStreams(f),
-		RunE: opsRunE(f, opts, func(_ *cobra.Command, args []string) error {
+		ValidArgsFunction: cmdutil.CompleteStreams(f),
+		RunE: cmdutil.OpsRunE(f, opts, func(_ *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.Stream = args[0]
 			}
@@ -72,67 +74,67 @@ STREAM is the partition ({category}:{key}) or its DLQ ({category}:{key}:dlq).`,
 	return cmd
 }
 
-func dlqListRun(ctx context.Context, adm Admin, opts *DLQListOptions) error {
+func dlqListRun(ctx context.Context, adm cmdutil.Admin, opts *DLQListOptions) error {
 	if opts.Stream == "" {
 		return printDLQs(ctx, adm, opts)
 	}
 	entries, err := adm.DLQ(ctx, opts.Stream)
 	if err != nil {
-		return exitFor(err)
+		return cmdutil.ExitFor(err)
 	}
 	ios := opts.IO
-	if done, err := writeList(ios, opts.Output, entries, fmt.Sprintf("The DLQ of %s is empty.", opts.Stream)); done {
+	if done, err := cmdutil.WriteList(ios, opts.Output, entries, fmt.Sprintf("The DLQ of %s is empty.", opts.Stream)); done {
 		return err
 	}
 	header := []string{"ID", "ORIGINAL ID", "HANDLER", "TYPE", "EVENT ID", "ATTEMPTS", "MOVED AT", "MOVED BY"}
 	if opts.Output == "wide" {
 		header = append(header, "LANE", "REASON")
 	}
-	t := newTable(ios, opts.layout(), append(header, "ERROR")...)
+	t := cmdutil.NewTable(ios, opts.Layout(), append(header, "ERROR")...)
 	for _, e := range entries {
-		row := []string{e.ID, orDash(e.OriginalID), orDash(e.Handler), orDash(e.Envelope.Type), orDash(e.Envelope.ID),
-			strconv.Itoa(e.Attempts), fmtTime(e.MovedAt), orDash(e.MovedBy)}
+		row := []string{e.ID, cmdutil.OrDash(e.OriginalID), cmdutil.OrDash(e.Handler), cmdutil.OrDash(e.Envelope.Type), cmdutil.OrDash(e.Envelope.ID),
+			strconv.Itoa(e.Attempts), cmdutil.FmtTime(e.MovedAt), cmdutil.OrDash(e.MovedBy)}
 		if opts.Output == "wide" {
-			row = append(row, orDash(e.Lane), orDash(e.Reason))
+			row = append(row, cmdutil.OrDash(e.Lane), cmdutil.OrDash(e.Reason))
 		}
-		t.AddRow(append(row, firstLine(orDash(e.Error), 80))...)
+		t.AddRow(append(row, cmdutil.FirstLine(cmdutil.OrDash(e.Error), 80))...)
 	}
 	return t.Render(ios.Out)
 }
 
 // printDLQs lists every non-empty DLQ.
-func printDLQs(ctx context.Context, adm Admin, opts *DLQListOptions) error {
+func printDLQs(ctx context.Context, adm cmdutil.Admin, opts *DLQListOptions) error {
 	ios := opts.IO
 	ds, err := adm.DLQs(ctx)
 	if err != nil {
-		return exitFor(err)
+		return cmdutil.ExitFor(err)
 	}
-	if done, err := writeList(ios, opts.Output, ds, "No DLQ has entries."); done {
+	if done, err := cmdutil.WriteList(ios, opts.Output, ds, "No DLQ has entries."); done {
 		return err
 	}
-	t := newTable(ios, opts.layout(), "STREAM", "ENTRIES", "OLDEST", "NEWEST", "OLDEST AGE")
+	t := cmdutil.NewTable(ios, opts.Layout(), "STREAM", "ENTRIES", "OLDEST", "NEWEST", "OLDEST AGE")
 	for _, d := range ds {
-		t.AddRow(d.Stream, strconv.FormatInt(d.Length, 10), orDash(d.OldestID), orDash(d.NewestID), msCell(d.OldestAgeMS, d.OldestID != ""))
+		t.AddRow(d.Stream, strconv.FormatInt(d.Length, 10), cmdutil.OrDash(d.OldestID), cmdutil.OrDash(d.NewestID), cmdutil.MSCell(d.OldestAgeMS, d.OldestID != ""))
 	}
 	return t.Render(ios.Out)
 }
 
 // DLQReplayOptions are the inputs of 'seqctl dlq replay'.
 type DLQReplayOptions struct {
-	GuardedOptions
+	cmdutil.GuardedOptions
 	Stream string
 	ID     string
 	// All replays every entry of the DLQ, oldest first.
 	All bool
 	// Rate paces All: at most Rate.N replays in any one Rate.Per (the zero Rate: as fast
 	// as Redis answers).
-	Rate Rate
+	Rate cmdutil.Rate
 	// ProgressTTY says stderr is a terminal: a long All redraws its progress there.
 	ProgressTTY bool
 }
 
-func newCmdDLQReplay(f *Factory, runF func(*DLQReplayOptions) error) *cobra.Command {
-	opts := &DLQReplayOptions{GuardedOptions: f.guardedOptions()}
+func newCmdDLQReplay(f *cmdutil.Factory, runF func(*DLQReplayOptions) error) *cobra.Command {
+	opts := &DLQReplayOptions{GuardedOptions: f.GuardedOptions()}
 	var rate string
 	cmd := &cobra.Command{
 		Use:   "replay STREAM --id ID|--all [--rate N/s] [--yes] [--dry-run]",
@@ -177,9 +179,9 @@ again replays the rest, and no entry twice.`,
 
   # everything, at most 50 a second; Ctrl-C stops, the same command again does the rest
   $ seqctl dlq replay order:client-123 --all --rate 50/s --yes`,
-		Args:              streamArg,
-		ValidArgsFunction: completeStreams(f),
-		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+		Args:              cmdutil.StreamArg,
+		ValidArgsFunction: cmdutil.CompleteStreams(f),
+		RunE: cmdutil.OpsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
 			opts.Stream = args[0]
 			return opts.check(cmd, rate)
 		}, runF, dlqReplayRun),
@@ -188,9 +190,9 @@ again replays the rest, and no entry twice.`,
 	fl.StringVar(&opts.ID, "id", "", "the DLQ entry id to replay")
 	fl.BoolVar(&opts.All, "all", false, "replay every entry of the DLQ, oldest first")
 	fl.StringVar(&rate, "rate", "", "with --all, replay at most N entries a second or a minute: N/s, N/m or N (per second) (default: as fast as Redis answers)")
-	opts.addGuardFlags(cmd, "print what would happen")
-	_ = cmd.RegisterFlagCompletionFunc("id", completeDLQIDs(f))
-	opts.ProgressTTY = stderrIsTerminal(f)
+	opts.AddGuardFlags(cmd, "print what would happen")
+	_ = cmd.RegisterFlagCompletionFunc("id", cmdutil.CompleteDLQIDs(f))
+	opts.ProgressTTY = cmdutil.StderrIsTerminal(f)
 	return cmd
 }
 
@@ -199,87 +201,87 @@ func (o *DLQReplayOptions) check(cmd *cobra.Command, rate string) error {
 	command := cmd.CommandPath()
 	switch {
 	case o.ID == "" && !o.All:
-		return usageErrorf(command, "--id is required: the DLQ entry id to replay (see 'seqctl dlq list %s'), or --all for every entry", o.Stream)
+		return cmdutil.UsageErrorf(command, "--id is required: the DLQ entry id to replay (see 'seqctl dlq list %s'), or --all for every entry", o.Stream)
 	case o.ID != "" && o.All:
-		return usageErrorf(command, "--id and --all exclude each other: name one entry, or replay them all")
+		return cmdutil.UsageErrorf(command, "--id and --all exclude each other: name one entry, or replay them all")
 	}
 	if cmd.Flags().Changed("rate") {
-		r, err := parseRateFlag(command, rate)
+		r, err := cmdutil.ParseRateFlag(command, rate)
 		if err != nil {
 			return err
 		}
 		if !o.All {
-			return usageErrorf(command, "--rate paces --all: one entry (--id) is replayed at once")
+			return cmdutil.UsageErrorf(command, "--rate paces --all: one entry (--id) is replayed at once")
 		}
 		o.Rate = r
 	}
-	return checkEntryID(command, "--id", o.ID)
+	return cmdutil.CheckEntryID(command, "--id", o.ID)
 }
 
-func dlqReplayRun(ctx context.Context, adm Admin, opts *DLQReplayOptions) error {
-	g := opts.guarded(ctx, adm, "dlq replay")
-	g.refusal.Stream = opts.Stream
+func dlqReplayRun(ctx context.Context, adm cmdutil.Admin, opts *DLQReplayOptions) error {
+	g := opts.Guarded(ctx, adm, "dlq replay")
+	g.Refusal.Stream = opts.Stream
 	if opts.All {
-		g.quietAudit = true
-		a := &dlqReplayAll{guardedAction: g, opts: opts}
-		return a.run(a)
+		g.QuietAudit = true
+		a := &dlqReplayAll{GuardedAction: g, opts: opts}
+		return a.Run(a)
 	}
-	g.refusal.EntryID = opts.ID
-	g.inDoubt = fmt.Sprintf("the replay: the event may have been re-published; check 'seqctl dlq list %s' and the partition before replaying again", opts.Stream)
-	r := &dlqReplayOne{guardedAction: g, opts: opts}
-	return r.run(r)
+	g.Refusal.EntryID = opts.ID
+	g.InDoubt = fmt.Sprintf("the replay: the event may have been re-published; check 'seqctl dlq list %s' and the partition before replaying again", opts.Stream)
+	r := &dlqReplayOne{GuardedAction: g, opts: opts}
+	return r.Run(r)
 }
 
-// dlqReplayOne is one run of 'dlq replay --id': the steps of a guardedAction that are
+// dlqReplayOne is one run of 'dlq replay --id': the steps of a GuardedAction that are
 // its own.
 type dlqReplayOne struct {
-	guardedAction
+	cmdutil.GuardedAction
 	opts   *DLQReplayOptions
 	replay *admin.ReplayPlan   // read by plan
 	res    *admin.ReplayResult // returned by act
 }
 
 // plan reads the DLQ entry and where it would go.
-func (r *dlqReplayOne) plan() error {
-	p, err := r.adm.PlanReplay(r.ctx, r.opts.Stream, r.opts.ID)
+func (r *dlqReplayOne) Plan() error {
+	p, err := r.Admin.PlanReplay(r.Ctx, r.opts.Stream, r.opts.ID)
 	if err != nil {
-		return r.refuseErr(admin.OutcomeOf(err), exitFor(err))
+		return r.RefuseErr(admin.OutcomeOf(err), cmdutil.ExitFor(err))
 	}
 	r.replay = p
 	return nil
 }
 
-func (r *dlqReplayOne) dryRun() error {
+func (r *dlqReplayOne) DryRun() error {
 	p, e := r.replay, r.replay.Entry
-	if structured(r.output) {
-		return writeData(r.ios.Out, r.output, struct {
+	if cmdutil.Structured(r.Output) {
+		return cmdutil.WriteData(r.IO.Out, r.Output, struct {
 			*admin.ReplayPlan
 			DryRun bool `json:"dry_run"`
 		}{p, true})
 	}
-	fmt.Fprintf(r.ios.Out, "Would re-publish %s (%s, event %s, originally %s) at the tail of %s and remove it from %s. Nothing changed (--dry-run).\n",
-		e.ID, orDash(e.Envelope.Type), orDash(e.Envelope.ID), orDash(e.OriginalID), p.Stream, e.DLQStream)
+	fmt.Fprintf(r.IO.Out, "Would re-publish %s (%s, event %s, originally %s) at the tail of %s and remove it from %s. Nothing changed (--dry-run).\n",
+		e.ID, cmdutil.OrDash(e.Envelope.Type), cmdutil.OrDash(e.Envelope.ID), cmdutil.OrDash(e.OriginalID), p.Stream, e.DLQStream)
 	return nil
 }
 
-func (r *dlqReplayOne) confirmation() confirmation {
+func (r *dlqReplayOne) Confirmation() cmdutil.Confirmation {
 	p, e := r.replay, r.replay.Entry
-	refused := usageErrorf("seqctl dlq replay",
+	refused := cmdutil.UsageErrorf("seqctl dlq replay",
 		"refusing to replay %s without confirmation: stdin is not a terminal, pass --yes; nothing changed", e.ID)
-	return confirmation{
-		refused: refused, refusedDetail: refused.Error(),
-		before: func() error {
-			fmt.Fprintf(r.ios.ErrOut, "%s (%s, event %s) goes to the TAIL of %s: after everything published before now, and every handler of %s receives it again.\n",
-				e.ID, orDash(e.Envelope.Type), orDash(e.Envelope.ID), p.Stream, orDash(e.Envelope.Category))
+	return cmdutil.Confirmation{
+		Refused: refused, RefusedDetail: refused.Error(),
+		Before: func() error {
+			fmt.Fprintf(r.IO.ErrOut, "%s (%s, event %s) goes to the TAIL of %s: after everything published before now, and every handler of %s receives it again.\n",
+				e.ID, cmdutil.OrDash(e.Envelope.Type), cmdutil.OrDash(e.Envelope.ID), p.Stream, cmdutil.OrDash(e.Envelope.Category))
 			return nil
 		},
-		question:       "Replay it?",
-		declinedDetail: cancelledText,
+		Question:       "Replay it?",
+		DeclinedDetail: cmdutil.CancelledText,
 	}
 }
 
-func (r *dlqReplayOne) act() (any, string, error) {
-	res, err := r.adm.Replay(r.ctx, r.opts.Stream, r.opts.ID, r.who)
+func (r *dlqReplayOne) Act() (any, string, error) {
+	res, err := r.Admin.Replay(r.Ctx, r.opts.Stream, r.opts.ID, r.Who)
 	if err != nil {
 		return nil, "", err
 	}
@@ -287,7 +289,7 @@ func (r *dlqReplayOne) act() (any, string, error) {
 	return res, res.Warning, nil
 }
 
-func (r *dlqReplayOne) done() string {
+func (r *dlqReplayOne) Done() string {
 	res := r.res
 	s := fmt.Sprintf("Replayed %s as %s at the tail of %s (event %s): its position changed, it now follows everything published before the replay.\n",
 		res.DLQID, res.EntryID, res.Stream, res.EventID)
@@ -300,54 +302,54 @@ func (r *dlqReplayOne) done() string {
 // dlqReplayAll is one run of 'dlq replay --all': it replays every entry listed when
 // the operator confirms, oldest first.
 type dlqReplayAll struct {
-	guardedAction
+	cmdutil.GuardedAction
 	opts    *DLQReplayOptions
 	entries []admin.DLQEntry      // listed by plan
 	results []*admin.ReplayResult // of act, one per entry replayed
 }
 
 // plan lists the entries; an empty DLQ is not found.
-func (r *dlqReplayAll) plan() error {
-	entries, err := r.adm.DLQ(r.ctx, r.opts.Stream)
+func (r *dlqReplayAll) Plan() error {
+	entries, err := r.Admin.DLQ(r.Ctx, r.opts.Stream)
 	if err != nil {
-		return exitFor(err)
+		return cmdutil.ExitFor(err)
 	}
 	if len(entries) == 0 {
-		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("the DLQ of %s is empty: nothing to replay", r.opts.Stream)}
+		return &cmdutil.ExitError{Code: cmdutil.ExitNotFound, Err: fmt.Errorf("the DLQ of %s is empty: nothing to replay", r.opts.Stream)}
 	}
 	r.entries = entries
 	return nil
 }
 
-func (r *dlqReplayAll) dryRun() error {
+func (r *dlqReplayAll) DryRun() error {
 	entries := r.entries
-	if structured(r.output) {
-		return writeData(r.ios.Out, r.output, struct {
+	if cmdutil.Structured(r.Output) {
+		return cmdutil.WriteData(r.IO.Out, r.Output, struct {
 			Entries []admin.DLQEntry `json:"entries"`
 			DryRun  bool             `json:"dry_run"`
 		}{entries, true})
 	}
-	fmt.Fprintf(r.ios.Out, "Would re-publish %d entries (%s to %s) at the tail of %s, oldest first%s, and remove them from its DLQ. Nothing changed (--dry-run).\n",
+	fmt.Fprintf(r.IO.Out, "Would re-publish %d entries (%s to %s) at the tail of %s, oldest first%s, and remove them from its DLQ. Nothing changed (--dry-run).\n",
 		len(entries), entries[0].ID, entries[len(entries)-1].ID, r.opts.Stream, r.pace())
 	return nil
 }
 
 // pace says how fast --rate replays the entries: ", at most 50/s (about 10s)"; "" without
 // --rate.
-func (r *dlqReplayAll) pace() string { return paceText(r.opts.Rate, len(r.entries)) }
+func (r *dlqReplayAll) pace() string { return cmdutil.PaceText(r.opts.Rate, len(r.entries)) }
 
-func (r *dlqReplayAll) confirmation() confirmation {
+func (r *dlqReplayAll) Confirmation() cmdutil.Confirmation {
 	n := len(r.entries)
-	return confirmation{
-		refused:       usageErrorf("seqctl dlq replay", "refusing to replay %d entries without confirmation: stdin is not a terminal, pass --yes; nothing changed", n),
-		refusedDetail: fmt.Sprintf("--all: %d entries; no terminal and no --yes", n),
-		before: func() error {
-			fmt.Fprintf(r.ios.ErrOut, "%d entries of %s go to the TAIL of the partition, oldest first%s: after everything published before now, and every handler of the category receives them again.\n",
+	return cmdutil.Confirmation{
+		Refused:       cmdutil.UsageErrorf("seqctl dlq replay", "refusing to replay %d entries without confirmation: stdin is not a terminal, pass --yes; nothing changed", n),
+		RefusedDetail: fmt.Sprintf("--all: %d entries; no terminal and no --yes", n),
+		Before: func() error {
+			fmt.Fprintf(r.IO.ErrOut, "%d entries of %s go to the TAIL of the partition, oldest first%s: after everything published before now, and every handler of the category receives them again.\n",
 				n, r.opts.Stream, r.pace())
 			return nil
 		},
-		question:       fmt.Sprintf("Replay all %d?", n),
-		declinedDetail: fmt.Sprintf("--all: %d entries", n),
+		Question:       fmt.Sprintf("Replay all %d?", n),
+		DeclinedDetail: fmt.Sprintf("--all: %d entries", n),
 	}
 }
 
@@ -355,52 +357,52 @@ func (r *dlqReplayAll) confirmation() confirmation {
 // --rate of them a second (or minute). It stops at the first failure, and between two
 // entries when the operator stops it (Ctrl-C, or the command's context ends): an entry
 // under way is always finished, on a context that is not cancelled.
-func (r *dlqReplayAll) act() (any, string, error) {
-	rd := startRedrive(r.ctx, r.opts.Rate, newReplayProgress(r.ios.ErrOut, r.opts.ProgressTTY && !structured(r.output), len(r.entries), time.Now))
-	defer rd.end()
+func (r *dlqReplayAll) Act() (any, string, error) {
+	rd := cmdutil.StartRedrive(r.Ctx, r.opts.Rate, cmdutil.NewReplayProgress(r.IO.ErrOut, r.opts.ProgressTTY && !cmdutil.Structured(r.Output), len(r.entries), time.Now))
+	defer rd.End()
 	for i, e := range r.entries {
-		if !rd.next() {
+		if !rd.Next() {
 			return nil, "", r.stopped(rd)
 		}
-		res, err := r.adm.Replay(rd.work, r.opts.Stream, e.ID, r.who)
+		res, err := r.Admin.Replay(rd.Work, r.opts.Stream, e.ID, r.Who)
 		if err != nil {
 			return nil, "", fmt.Errorf("replayed %d of %d entries; %s failed: %w", i, len(r.entries), e.ID, err)
 		}
 		if res.Warning != "" {
-			rd.printf(r.ios.ErrOut, "warning: %s: %s\n", e.ID, res.Warning)
+			rd.Printf(r.IO.ErrOut, "warning: %s: %s\n", e.ID, res.Warning)
 		}
 		r.results = append(r.results, res)
-		rd.progress(len(r.results))
+		rd.Progress(len(r.results))
 	}
 	return r.results, "", nil
 }
 
 // stopped records in the audit log that the operator stopped the replay after the
 // entries replayed so far, and returns the error that says so (exit status 1).
-func (r *dlqReplayAll) stopped(rd *redrive) error {
+func (r *dlqReplayAll) stopped(rd *cmdutil.Redrive) error {
 	done, n := len(r.results), len(r.entries)
 	flags := "--all"
 	if r.opts.Rate.N > 0 {
 		flags += " --rate " + r.opts.Rate.String()
 	}
 	detail := fmt.Sprintf("%s: stopped by the operator after %d of %d entries; %d left in the DLQ", flags, done, n, n-done)
-	return rd.stopped(r.adm, r.ios, r.refusal, detail, done, n, "replay the rest (each entry is replayed once)")
+	return rd.Stopped(r.Admin, r.IO, r.Refusal, detail, done, n, "replay the rest (each entry is replayed once)")
 }
 
-func (r *dlqReplayAll) done() string {
+func (r *dlqReplayAll) Done() string {
 	return fmt.Sprintf("Replayed %d entries of %s at the tail of the partition, oldest first, and removed them from its DLQ.", len(r.results), r.opts.Stream)
 }
 
 // DLQPurgeOptions are the inputs of 'seqctl dlq purge'.
 type DLQPurgeOptions struct {
-	GuardedOptions
+	cmdutil.GuardedOptions
 	Stream string
 	// Through is the newest entry to delete; "" means the newest entry shown.
 	Through string
 }
 
-func newCmdDLQPurge(f *Factory, runF func(*DLQPurgeOptions) error) *cobra.Command {
-	opts := &DLQPurgeOptions{GuardedOptions: f.guardedOptions()}
+func newCmdDLQPurge(f *cmdutil.Factory, runF func(*DLQPurgeOptions) error) *cobra.Command {
+	opts := &DLQPurgeOptions{GuardedOptions: f.GuardedOptions()}
 	cmd := &cobra.Command{
 		Use:   "purge STREAM [--through ID] [--yes] [--dry-run]",
 		Short: "Delete a partition's dead-letter entries, up to the newest one you saw",
@@ -416,29 +418,29 @@ status 2 and nothing changes). --dry-run prints what would be deleted. Exit stat
 when the DLQ is empty.`,
 		Example: `  $ seqctl dlq list order:client-123
   $ seqctl dlq purge order:client-123 --through 1718000000123-0 --yes`,
-		Args:              streamArg,
-		ValidArgsFunction: completeStreams(f),
-		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+		Args:              cmdutil.StreamArg,
+		ValidArgsFunction: cmdutil.CompleteStreams(f),
+		RunE: cmdutil.OpsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
 			opts.Stream = args[0]
-			return checkRangeEnd(cmd.CommandPath(), "--through", opts.Through)
+			return cmdutil.CheckRangeEnd(cmd.CommandPath(), "--through", opts.Through)
 		}, runF, dlqPurgeRun),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Through, "through", "", "delete entries up to and including this id (default: the newest entry, shown first)")
-	opts.addGuardFlags(cmd, "print what would be deleted")
-	_ = cmd.RegisterFlagCompletionFunc("through", completeDLQIDs(f))
+	opts.AddGuardFlags(cmd, "print what would be deleted")
+	_ = cmd.RegisterFlagCompletionFunc("through", cmdutil.CompleteDLQIDs(f))
 	return cmd
 }
 
-func dlqPurgeRun(ctx context.Context, adm Admin, opts *DLQPurgeOptions) error {
-	p := &dlqPurge{guardedAction: opts.guarded(ctx, adm, "dlq purge"), opts: opts}
-	p.refusal.Stream, p.refusal.EntryID = opts.Stream, opts.Through
-	return p.run(p)
+func dlqPurgeRun(ctx context.Context, adm cmdutil.Admin, opts *DLQPurgeOptions) error {
+	p := &dlqPurge{GuardedAction: opts.Guarded(ctx, adm, "dlq purge"), opts: opts}
+	p.Refusal.Stream, p.Refusal.EntryID = opts.Stream, opts.Through
+	return p.Run(p)
 }
 
-// dlqPurge is one run of 'dlq purge': the steps of a guardedAction that are its own.
+// dlqPurge is one run of 'dlq purge': the steps of a GuardedAction that are its own.
 type dlqPurge struct {
-	guardedAction
+	cmdutil.GuardedAction
 	opts *DLQPurgeOptions
 	// listed is the number of entries in the DLQ, n those up to through (the newest
 	// entry listed without --through), as plan found them.
@@ -448,11 +450,11 @@ type dlqPurge struct {
 }
 
 // plan counts the entries the purge would delete; none is not found.
-func (p *dlqPurge) plan() error {
+func (p *dlqPurge) Plan() error {
 	opts := p.opts
-	entries, err := p.adm.DLQ(p.ctx, opts.Stream)
+	entries, err := p.Admin.DLQ(p.Ctx, opts.Stream)
 	if err != nil {
-		return exitFor(err)
+		return cmdutil.ExitFor(err)
 	}
 	p.listed, p.through = len(entries), opts.Through
 	end, _ := keyspace.ParseRangeEnd(opts.Through) // checked: "5" ends with every entry of 5
@@ -465,28 +467,28 @@ func (p *dlqPurge) plan() error {
 		p.through = entries[len(entries)-1].ID
 	}
 	if p.n == 0 {
-		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("the DLQ of %s has no entry up to %s: nothing to purge", opts.Stream, orDash(opts.Through))}
+		return &cmdutil.ExitError{Code: cmdutil.ExitNotFound, Err: fmt.Errorf("the DLQ of %s has no entry up to %s: nothing to purge", opts.Stream, cmdutil.OrDash(opts.Through))}
 	}
 	return nil
 }
 
-// dryRun says what would be deleted, as text even with -o json|yaml.
-func (p *dlqPurge) dryRun() error {
-	fmt.Fprintf(p.ios.Out, "Would delete %d entries of the DLQ of %s, through %s (of %d). Nothing changed (--dry-run).\n", p.n, p.opts.Stream, p.through, p.listed)
+// DryRun says what would be deleted, as text even with -o json|yaml.
+func (p *dlqPurge) DryRun() error {
+	fmt.Fprintf(p.IO.Out, "Would delete %d entries of the DLQ of %s, through %s (of %d). Nothing changed (--dry-run).\n", p.n, p.opts.Stream, p.through, p.listed)
 	return nil
 }
 
-func (p *dlqPurge) confirmation() confirmation {
-	return confirmation{
-		refused: usageErrorf("seqctl dlq purge",
+func (p *dlqPurge) Confirmation() cmdutil.Confirmation {
+	return cmdutil.Confirmation{
+		Refused: cmdutil.UsageErrorf("seqctl dlq purge",
 			"refusing to delete %d DLQ entries without confirmation: stdin is not a terminal, pass --yes (and --through %s to be sure of the entries); nothing changed", p.n, p.through),
-		refusedDetail: "no terminal and no --yes",
-		question:      fmt.Sprintf("Delete %d entries of the DLQ of %s, through %s, for good?", p.n, p.opts.Stream, p.through),
+		RefusedDetail: "no terminal and no --yes",
+		Question:      fmt.Sprintf("Delete %d entries of the DLQ of %s, through %s, for good?", p.n, p.opts.Stream, p.through),
 	}
 }
 
-func (p *dlqPurge) act() (any, string, error) {
-	res, err := p.adm.PurgeDLQ(p.ctx, p.opts.Stream, p.through, p.who)
+func (p *dlqPurge) Act() (any, string, error) {
+	res, err := p.Admin.PurgeDLQ(p.Ctx, p.opts.Stream, p.through, p.Who)
 	if err != nil {
 		return nil, "", err
 	}
@@ -494,6 +496,6 @@ func (p *dlqPurge) act() (any, string, error) {
 	return res, res.Warning, nil
 }
 
-func (p *dlqPurge) done() string {
+func (p *dlqPurge) Done() string {
 	return fmt.Sprintf("Deleted %d entries of %s, through %s; %d left.", p.res.Removed, p.res.DLQStream, p.res.Through, p.res.Left)
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 )
 
 // TestDocumentedCommandsExist reads every seqctl command line in the fenced code blocks of
@@ -15,8 +17,8 @@ import (
 func TestDocumentedCommandsExist(t *testing.T) {
 	files, _ := filepath.Glob("../../../../docs/*.md")
 	files = append(files, "../../../../README.md")
-	ios, _, _, _ := NewTestIOStreams()
-	root := newCmdRoot(&Factory{IOStreams: ios})
+	ios, _, _, _ := cmdutil.NewTestIOStreams()
+	root := newCmdRoot(&cmdutil.Factory{IOStreams: ios})
 	checked := 0
 	for _, file := range files {
 		f, err := os.Open(file)

@@ -12,6 +12,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
@@ -22,10 +26,10 @@ import (
 
 // ExporterOptions are the inputs of 'seqctl exporter'.
 type ExporterOptions struct {
-	IO *IOStreams
+	IO *cmdutil.IOStreams
 	// Global holds the config path ("" discovers categories and handlers in Redis) and
 	// the connection flags.
-	Global GlobalOptions
+	Global cmdutil.GlobalOptions
 	// Listen is where /metrics and /healthz are served (--listen).
 	Listen string
 	// Interval is the time between two refreshes (--interval).
@@ -84,7 +88,7 @@ It serves /metrics and /healthz on --listen (default :9465, next to the :9464 th
 Redis, not the instances. SIGINT or SIGTERM stops it, exit status 0. docs/metrics.md
 lists its series; docs/operator-runbook.md scales a deployment from zero on them.`
 
-func newCmdExporter(f *Factory, runF func(*ExporterOptions) error) *cobra.Command {
+func newCmdExporter(f *cmdutil.Factory, runF func(*ExporterOptions) error) *cobra.Command {
 	opts := &ExporterOptions{IO: f.IOStreams}
 	cmd := &cobra.Command{
 		Use:   "exporter [--config FILE] [--listen ADDR] [--interval D]",
@@ -100,8 +104,8 @@ func newCmdExporter(f *Factory, runF func(*ExporterOptions) error) *cobra.Comman
   # what an autoscaler reads
   $ curl -s localhost:9465/metrics | grep '^seqctl_backlog_events'
   seqctl_backlog_events{category="order",handler="OrderProjector"} 1`,
-		Args: noArgs,
-		RunE: runE(opts, func(cmd *cobra.Command, _ []string) error {
+		Args: cmdutil.NoArgs,
+		RunE: cmdutil.RunE(opts, func(cmd *cobra.Command, _ []string) error {
 			opts.Global = f.Global
 			return opts.check(cmd.CommandPath())
 		}, runF, exporterRun),
@@ -116,13 +120,13 @@ func newCmdExporter(f *Factory, runF func(*ExporterOptions) error) *cobra.Comman
 // check validates the flags.
 func (o *ExporterOptions) check(command string) error {
 	if o.Interval < minExporterInterval {
-		return usageErrorf(command, "--interval must be at least %v, got %v (e.g. --interval 10s)", minExporterInterval, o.Interval)
+		return cmdutil.UsageErrorf(command, "--interval must be at least %v, got %v (e.g. --interval 10s)", minExporterInterval, o.Interval)
 	}
 	if o.LogFormat != "text" && o.LogFormat != "json" {
-		return usageErrorf(command, "invalid value %q for --log-format: use text or json", o.LogFormat)
+		return cmdutil.UsageErrorf(command, "invalid value %q for --log-format: use text or json", o.LogFormat)
 	}
 	if _, port, err := net.SplitHostPort(o.Listen); err != nil || port == "" {
-		return usageErrorf(command, "invalid value %q for --listen: want host:port or :port, e.g. %s or 127.0.0.1:9465", o.Listen, defaultExporterListen)
+		return cmdutil.UsageErrorf(command, "invalid value %q for --listen: want host:port or :port, e.g. %s or 127.0.0.1:9465", o.Listen, defaultExporterListen)
 	}
 	return nil
 }
@@ -131,7 +135,7 @@ func (o *ExporterOptions) check(command string) error {
 // (category, handler) pairs of the config.
 type exporterSource struct {
 	adm      *admin.Admin
-	conn     *redisConn
+	conn     *redisconn.Conn
 	rdb      redis.UniversalClient
 	declared []metrics.HandlerCategory
 }
@@ -139,12 +143,12 @@ type exporterSource struct {
 // openExporterSource loads the config when one is given and builds the client, without
 // reaching Redis yet. Every failure is a problem of the command line or the config
 // (exit 2).
-func openExporterSource(g GlobalOptions, log *slog.Logger) (*exporterSource, error) {
+func openExporterSource(g cmdutil.GlobalOptions, log *slog.Logger) (*exporterSource, error) {
 	var cfg *config.Config
 	opts := admin.Options{}
 	if g.ConfigPath != "" {
 		var err error
-		if cfg, err = loadConfigFile(g.ConfigPath); err != nil {
+		if cfg, err = cmdutil.LoadConfigFile(g.ConfigPath); err != nil {
 			return nil, err
 		}
 		if !cfg.Broker.IsRedis() {
@@ -155,14 +159,14 @@ func openExporterSource(g GlobalOptions, log *slog.Logger) (*exporterSource, err
 			return nil, err
 		}
 	}
-	conn, err := resolveRedis(g.redisFlags(), cfg, os.Getenv)
+	conn, err := redisconn.Resolve(g.RedisFlags(), cfg, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	warnInsecureTLS(conn.tlsConfig(), func(msg string) { log.Warn(msg) })
-	conn.engineTimeouts() // each refresh's deadline reaches the socket
-	routeRedisLogs(log)
-	rdb := conn.newClient()
+	redisconn.WarnInsecureTLS(conn.TLSConfig(), func(msg string) { log.Warn(msg) })
+	conn.EngineTimeouts() // each refresh's deadline reaches the socket
+	redisconn.RouteRedisLogs(log)
+	rdb := conn.NewClient()
 	return &exporterSource{
 		adm: admin.New(rdb, opts), conn: conn, rdb: rdb, declared: metrics.DeclaredPairs(opts.Topology),
 	}, nil
@@ -171,22 +175,22 @@ func openExporterSource(g GlobalOptions, log *slog.Logger) (*exporterSource, err
 // permanentProblem reaches Redis once and returns what to fix when the answer is a
 // problem that waiting cannot fix, or "" (reachable, or not yet: the refreshes retry).
 func (s *exporterSource) permanentProblem(ctx context.Context) string {
-	if err := checkRedisAddr(s.conn); err != nil {
-		if msg := permanentRedisError(err, s.conn); msg != "" {
+	if err := redisconn.CheckAddr(s.conn); err != nil {
+		if msg := redisconn.PermanentProblem(err, s.conn); msg != "" {
 			return msg
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := s.conn.ping(pctx, s.rdb); err != nil && ctx.Err() == nil {
-		return permanentRedisError(err, s.conn)
+	if err := s.conn.Ping(pctx, s.rdb); err != nil && ctx.Err() == nil {
+		return redisconn.PermanentProblem(err, s.conn)
 	}
 	return ""
 }
 
 func exporterRun(ctx context.Context, opts *ExporterOptions) error {
-	ctx = orBackground(ctx)
-	log := newLogger(opts.IO.ErrOut, opts.LogFormat, "info")
+	ctx = cmdutil.OrBackground(ctx)
+	log := cmdutil.NewLogger(opts.IO.ErrOut, opts.LogFormat, "info")
 	src, err := openExporterSource(opts.Global, log)
 	if err != nil {
 		return err
@@ -194,16 +198,16 @@ func exporterRun(ctx context.Context, opts *ExporterOptions) error {
 	defer src.rdb.Close()
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
-		return &ExitError{Code: ExitFailure, Err: fmt.Errorf(
+		return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf(
 			"--listen: cannot listen on %s: %v; another process (a second exporter, or seqctl run --metrics-addr) may serve there: pass --listen with a free address", opts.Listen, err)}
 	}
 	defer ln.Close()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	log.Info("connecting to Redis", src.conn.logAttrs()...)
+	log.Info("connecting to Redis", src.conn.LogAttrs()...)
 	if msg := src.permanentProblem(ctx); msg != "" {
-		return &ExitError{Code: ExitFailure, Err: errors.New(msg)}
+		return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: errors.New(msg)}
 	}
 	if len(src.declared) == 0 {
 		log.Info("no --config: categories and handlers are discovered in Redis; a handler's series appear with its first partition")

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
@@ -80,8 +82,8 @@ type pauseCall struct {
 }
 
 // opener opens f, and closes nothing.
-func (f *fakeAdmin) opener() AdminOpener {
-	return func(context.Context) (Admin, func(), error) { return f, func() {}, nil }
+func (f *fakeAdmin) opener() cmdutil.AdminOpener {
+	return func(context.Context) (cmdutil.Admin, func(), error) { return f, func() {}, nil }
 }
 
 func (f *fakeAdmin) ListPartitions(_ context.Context, flt admin.Filter) ([]admin.Partition, error) {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
@@ -14,8 +16,8 @@ import (
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-func newCmdGroups(f *Factory) *cobra.Command {
-	return groupOf(&cobra.Command{
+func newCmdGroups(f *cmdutil.Factory) *cobra.Command {
+	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "groups <command>",
 		Short: "List the consumer groups each category waits for, and retire a removed handler",
 		Long: `List and retire the consumer groups registered for each category.
@@ -40,13 +42,13 @@ and reap resume.`,
 
 // GroupsListOptions are the inputs of 'seqctl groups list'.
 type GroupsListOptions struct {
-	OpsOptions
+	cmdutil.OpsOptions
 	// Category lists only this category ("" for all).
 	Category string
 }
 
-func newCmdGroupsList(f *Factory, runF func(*GroupsListOptions) error) *cobra.Command {
-	opts := &GroupsListOptions{OpsOptions: f.opsOptions()}
+func newCmdGroupsList(f *cmdutil.Factory, runF func(*GroupsListOptions) error) *cobra.Command {
+	opts := &GroupsListOptions{OpsOptions: f.OpsOptions()}
 	cmd := &cobra.Command{
 		Use:   "list [--category C]",
 		Short: "List each category's consumer groups: registered, declared, leases, unread, read",
@@ -71,27 +73,27 @@ the fields category, name, registered, declared (null without --config), partiti
 behind, unread, pending, read, live_leases and halted.`,
 		Example: `  $ seqctl groups list --config domain.toml
   $ seqctl groups list --category order -o json`,
-		Args: noArgs,
-		RunE: opsRunE(f, opts, nil, runF, groupsListRun),
+		Args: cmdutil.NoArgs,
+		RunE: cmdutil.OpsRunE(f, opts, nil, runF, groupsListRun),
 	}
 	cmd.Flags().StringVar(&opts.Category, "category", "", "only this category")
 	return cmd
 }
 
-func groupsListRun(ctx context.Context, adm Admin, opts *GroupsListOptions) error {
+func groupsListRun(ctx context.Context, adm cmdutil.Admin, opts *GroupsListOptions) error {
 	gs, err := adm.Groups(ctx, opts.Category)
 	if err != nil {
-		return exitFor(err)
+		return cmdutil.ExitFor(err)
 	}
 	ios := opts.IO
-	if done, err := writeList(ios, opts.Output, gs, "No consumer groups registered or declared."); done {
+	if done, err := cmdutil.WriteList(ios, opts.Output, gs, "No consumer groups registered or declared."); done {
 		return err
 	}
 	// DECLARED is last: its colour codes cannot upset the alignment of a column after it.
-	t := newTablePrinter(ios, "CATEGORY", "GROUP", "REGISTERED", "LEASES", "PARTITIONS", "BEHIND", "UNREAD", "PENDING", "READ", "HALTED", "DECLARED")
+	t := cmdutil.NewTablePrinter(ios, "CATEGORY", "GROUP", "REGISTERED", "LEASES", "PARTITIONS", "BEHIND", "UNREAD", "PENDING", "READ", "HALTED", "DECLARED")
 	for _, g := range gs {
 		t.AddRow(g.Category, g.Name, yesNo(g.Registered), strconv.Itoa(g.LiveLeases), strconv.Itoa(g.Partitions), strconv.Itoa(g.Behind),
-			lagCell(g.Unread), strconv.FormatInt(g.Pending, 10), strconv.FormatInt(g.Read, 10), strconv.Itoa(g.Halted), declaredCell(ios, g))
+			cmdutil.LagCell(g.Unread), strconv.FormatInt(g.Pending, 10), strconv.FormatInt(g.Read, 10), strconv.Itoa(g.Halted), declaredCell(ios, g))
 	}
 	return t.Render(ios.Out)
 }
@@ -105,7 +107,7 @@ func yesNo(b bool) string {
 
 // declaredCell marks in red a registered group the config no longer declares: it holds
 // trim and reap back until it is retired.
-func declaredCell(ios *IOStreams, g admin.Group) string {
+func declaredCell(ios *cmdutil.IOStreams, g admin.Group) string {
 	switch {
 	case g.Declared == nil:
 		return "-"
@@ -120,7 +122,7 @@ func declaredCell(ios *IOStreams, g admin.Group) string {
 // GroupsRemoveOptions are the inputs of 'seqctl groups remove'.
 type GroupsRemoveOptions struct {
 	// GuardedOptions: with --dry-run, every check runs and nothing changes.
-	GuardedOptions
+	cmdutil.GuardedOptions
 	Group    string
 	Category string
 	// ExpectRead is the READ figure the operator inspected; nil means the current one,
@@ -129,8 +131,8 @@ type GroupsRemoveOptions struct {
 	Reason     string
 }
 
-func newCmdGroupsRemove(f *Factory, runF func(*GroupsRemoveOptions) error) *cobra.Command {
-	opts := &GroupsRemoveOptions{GuardedOptions: f.guardedOptions()}
+func newCmdGroupsRemove(f *cmdutil.Factory, runF func(*GroupsRemoveOptions) error) *cobra.Command {
+	opts := &GroupsRemoveOptions{GuardedOptions: f.GuardedOptions()}
 	var expect int64
 	cmd := &cobra.Command{
 		Use:   "remove NAME --category C [--expect-read N] [--yes] [--dry-run] [--reason R]",
@@ -165,18 +167,18 @@ Exit status: 0 done; 4 refused by a check (nothing changed); 1 declined or faile
 			case 1:
 				return nil
 			case 0:
-				return usageErrorf(cmd.CommandPath(), "missing the NAME argument: the consumer group (handler or process manager) to remove")
+				return cmdutil.UsageErrorf(cmd.CommandPath(), "missing the NAME argument: the consumer group (handler or process manager) to remove")
 			}
-			return usageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one NAME", args[1], cmd.CommandPath())
+			return cmdutil.UsageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one NAME", args[1], cmd.CommandPath())
 		},
-		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.OpsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
 			opts.Group = args[0]
 			if opts.Category == "" {
-				return usageErrorf(cmd.CommandPath(), "--category is required: name the category to remove %s from", opts.Group)
+				return cmdutil.UsageErrorf(cmd.CommandPath(), "--category is required: name the category to remove %s from", opts.Group)
 			}
 			if cmd.Flags().Changed("expect-read") {
 				if expect < 0 {
-					return usageErrorf(cmd.CommandPath(), "--expect-read must not be negative, got %d", expect)
+					return cmdutil.UsageErrorf(cmd.CommandPath(), "--expect-read must not be negative, got %d", expect)
 				}
 				opts.ExpectRead = &expect
 			}
@@ -186,25 +188,25 @@ Exit status: 0 done; 4 refused by a check (nothing changed); 1 declined or faile
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Category, "category", "", "the category to remove the group from (required)")
 	fl.Int64Var(&expect, "expect-read", 0, "act only if the group has still read this many entries (the READ of 'groups list'; default: the current figure, shown first)")
-	opts.addGuardFlags(cmd, "run every check")
+	opts.AddGuardFlags(cmd, "run every check")
 	fl.StringVar(&opts.Reason, "reason", "", "why, for the audit log")
 	return cmd
 }
 
 const groupsRemoveCommand = "groups remove"
 
-func groupsRemoveRun(ctx context.Context, adm Admin, opts *GroupsRemoveOptions) error {
-	r := &groupsRemove{guardedAction: opts.guarded(ctx, adm, groupsRemoveCommand), opts: opts}
-	r.exit = groupsExit
-	r.inDoubt = mayOrMayNot("removal", fmt.Sprintf("'seqctl groups list --category %s'", opts.Category))
-	r.refusal.Stream, r.refusal.Handler, r.refusal.Reason = keyspace.SingleNode.CategoryStream(opts.Category), opts.Group, opts.Reason
-	return r.run(r)
+func groupsRemoveRun(ctx context.Context, adm cmdutil.Admin, opts *GroupsRemoveOptions) error {
+	r := &groupsRemove{GuardedAction: opts.Guarded(ctx, adm, groupsRemoveCommand), opts: opts}
+	r.Exit = groupsExit
+	r.InDoubt = cmdutil.MayOrMayNot("removal", fmt.Sprintf("'seqctl groups list --category %s'", opts.Category))
+	r.Refusal.Stream, r.Refusal.Handler, r.Refusal.Reason = keyspace.SingleNode.CategoryStream(opts.Category), opts.Group, opts.Reason
+	return r.Run(r)
 }
 
-// groupsRemove is one run of 'groups remove': the steps of a guardedAction that are its
+// groupsRemove is one run of 'groups remove': the steps of a GuardedAction that are its
 // own.
 type groupsRemove struct {
-	guardedAction
+	cmdutil.GuardedAction
 	opts    *GroupsRemoveOptions
 	group   *admin.Group       // read by plan
 	removal admin.GroupRemoval // what plan checked, compared by the script
@@ -213,11 +215,11 @@ type groupsRemove struct {
 
 // plan reads the group and checks that it can be retired: registered, not declared
 // by --config, no live lease, and the READ figure the operator inspected.
-func (r *groupsRemove) plan() error {
+func (r *groupsRemove) Plan() error {
 	opts := r.opts
-	gs, err := r.adm.Groups(r.ctx, opts.Category)
+	gs, err := r.Admin.Groups(r.Ctx, opts.Category)
 	if err != nil {
-		return r.refuse(admin.OutcomeOf(err), err.Error(), exitFor(err))
+		return r.Refuse(admin.OutcomeOf(err), err.Error(), cmdutil.ExitFor(err))
 	}
 	g, registered := findGroup(gs, opts.Group)
 	switch {
@@ -237,15 +239,15 @@ func (r *groupsRemove) plan() error {
 	case opts.ExpectRead != nil && *opts.ExpectRead != g.Read:
 		return r.conflict(admin.OutcomeReadMoved, &engine.GroupReadError{Group: opts.Group, Category: opts.Category, Expected: *opts.ExpectRead, Read: g.Read})
 	}
-	if opts.ExpectRead == nil && !structured(opts.Output) {
-		fmt.Fprintf(r.ios.ErrOut, "Consumer group %s of %s:\n", opts.Group, opts.Category)
-		fmt.Fprintf(r.ios.ErrOut, "  registered, declared %s, no live lease, %d halted partitions\n", declaredText(g), g.Halted)
-		fmt.Fprintf(r.ios.ErrOut, "  behind on %d of %d partitions: %s entries unread, %d pending; %d read\n",
-			g.Behind, g.Partitions, lagCell(g.Unread), g.Pending, g.Read)
+	if opts.ExpectRead == nil && !cmdutil.Structured(opts.Output) {
+		fmt.Fprintf(r.IO.ErrOut, "Consumer group %s of %s:\n", opts.Group, opts.Category)
+		fmt.Fprintf(r.IO.ErrOut, "  registered, declared %s, no live lease, %d halted partitions\n", declaredText(g), g.Halted)
+		fmt.Fprintf(r.IO.ErrOut, "  behind on %d of %d partitions: %s entries unread, %d pending; %d read\n",
+			g.Behind, g.Partitions, cmdutil.LagCell(g.Unread), g.Pending, g.Read)
 	}
 	read := g.Read
 	r.group = g
-	r.removal = admin.GroupRemoval{Category: opts.Category, Group: opts.Group, ExpectRead: &read, Reason: opts.Reason, Actor: r.who}
+	r.removal = admin.GroupRemoval{Category: opts.Category, Group: opts.Group, ExpectRead: &read, Reason: opts.Reason, Actor: r.Who}
 	return nil
 }
 
@@ -265,53 +267,53 @@ func findGroup(gs []admin.Group, name string) (g *admin.Group, registered []stri
 
 // conflict refuses with exit status 4, err its detail.
 func (r *groupsRemove) conflict(outcome string, err error) error {
-	return r.refuse(outcome, err.Error(), &ExitError{Code: ExitConflict, Err: err})
+	return r.Refuse(outcome, err.Error(), &cmdutil.ExitError{Code: cmdutil.ExitConflict, Err: err})
 }
 
 // check runs the removal's script as a dry run: every check in Redis, nothing changed.
 func (r *groupsRemove) check() (*admin.GroupRemoved, error) {
 	check := r.removal
 	check.DryRun = true
-	res, err := r.adm.RemoveGroup(r.ctx, check)
+	res, err := r.Admin.RemoveGroup(r.Ctx, check)
 	if err != nil {
 		return nil, groupsExit(err)
 	}
 	return res, nil
 }
 
-func (r *groupsRemove) dryRun() error {
+func (r *groupsRemove) DryRun() error {
 	res, err := r.check()
 	if err != nil {
 		return err
 	}
-	if structured(r.output) {
-		return writeData(r.ios.Out, r.output, res)
+	if cmdutil.Structured(r.Output) {
+		return cmdutil.WriteData(r.IO.Out, r.Output, res)
 	}
-	fmt.Fprintf(r.ios.Out, "Would remove %s from %s: giving up %s unread and %d pending entries, destroying its consumer group on %d streams, deleting %d halt records. Nothing changed (--dry-run).\n",
-		r.opts.Group, r.opts.Category, lagCell(r.group.Unread), r.group.Pending, res.Destroyed, res.Halts)
+	fmt.Fprintf(r.IO.Out, "Would remove %s from %s: giving up %s unread and %d pending entries, destroying its consumer group on %d streams, deleting %d halt records. Nothing changed (--dry-run).\n",
+		r.opts.Group, r.opts.Category, cmdutil.LagCell(r.group.Unread), r.group.Pending, res.Destroyed, res.Halts)
 	return nil
 }
 
-func (r *groupsRemove) confirmation() confirmation {
+func (r *groupsRemove) Confirmation() cmdutil.Confirmation {
 	opts, g := r.opts, r.group
-	return confirmation{
-		refused: usageErrorf("seqctl "+groupsRemoveCommand,
+	return cmdutil.Confirmation{
+		Refused: cmdutil.UsageErrorf("seqctl "+groupsRemoveCommand,
 			"refusing to remove %s from %s without confirmation: stdin is not a terminal, pass --yes (and --expect-read %d to be sure of what you inspected); nothing changed",
 			opts.Group, opts.Category, g.Read),
-		refusedDetail: "no terminal and no --yes",
+		RefusedDetail: "no terminal and no --yes",
 		// Check before asking: a removal that would be refused (a live handler, Redis
 		// Cluster) is refused now rather than after the operator said yes.
-		before: func() error {
+		Before: func() error {
 			_, err := r.check()
 			return err
 		},
-		question:       fmt.Sprintf("Remove %s from %s, giving up its %s unread entries?", opts.Group, opts.Category, lagCell(g.Unread)),
-		declinedDetail: "declined",
+		Question:       fmt.Sprintf("Remove %s from %s, giving up its %s unread entries?", opts.Group, opts.Category, cmdutil.LagCell(g.Unread)),
+		DeclinedDetail: "declined",
 	}
 }
 
-func (r *groupsRemove) act() (any, string, error) {
-	res, err := r.adm.RemoveGroup(r.ctx, r.removal)
+func (r *groupsRemove) Act() (any, string, error) {
+	res, err := r.Admin.RemoveGroup(r.Ctx, r.removal)
 	if err != nil {
 		return nil, "", err
 	}
@@ -319,7 +321,7 @@ func (r *groupsRemove) act() (any, string, error) {
 	return res, res.AuditWarning, nil
 }
 
-func (r *groupsRemove) done() string {
+func (r *groupsRemove) Done() string {
 	return fmt.Sprintf("Removed %s from %s: its consumer group was destroyed on %d streams and %d halt records deleted. Trim and reap no longer wait for it.",
 		r.opts.Group, r.opts.Category, r.res.Destroyed, r.res.Halts)
 }
@@ -332,18 +334,18 @@ func declaredText(g *admin.Group) string {
 }
 
 // groupsExit gives a 'groups remove' error its exit code: every refused check is a
-// conflict (4); others as exitFor says.
+// conflict (4); others as cmdutil.ExitFor says.
 func groupsExit(err error) error {
-	var ee *ExitError
+	var ee *cmdutil.ExitError
 	switch {
 	case errors.As(err, &ee):
 		return err
 	case errors.Is(err, engine.ErrGroupNotRegistered), errors.Is(err, engine.ErrGroupLive),
 		errors.Is(err, engine.ErrGroupRead), errors.Is(err, admin.ErrGroupDeclared):
-		return &ExitError{Code: ExitConflict, Err: err}
+		return &cmdutil.ExitError{Code: cmdutil.ExitConflict, Err: err}
 	case errors.Is(err, engine.ErrNotSupported):
 		// Redis Cluster: the engine's message says what to do by hand instead.
-		return &ExitError{Code: ExitFailure, Err: err}
+		return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: err}
 	}
-	return exitFor(err)
+	return cmdutil.ExitFor(err)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/internal/enginetest"
@@ -22,7 +24,7 @@ import (
 func TestGroupsListParse(t *testing.T) {
 	testParse(t, "groups", newCmdGroupsList, []parseCase[GroupsListOptions]{
 		{name: "everything", want: GroupsListOptions{}},
-		{name: "one category as json", argv: []string{"--category", "order", "-o", "json"}, want: GroupsListOptions{OpsOptions: OpsOptions{Output: "json"}, Category: "order"}},
+		{name: "one category as json", argv: []string{"--category", "order", "-o", "json"}, want: GroupsListOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Category: "order"}},
 		{name: "no arguments", argv: []string{"order"}, wantErr: `unexpected argument "order"`},
 		{name: "bad output", argv: []string{"-o", "csv"}, wantErr: `invalid value "csv" for --output`},
 	}, ignoreOpsInputs(GroupsListOptions{}))
@@ -33,9 +35,9 @@ func TestGroupsRemoveParse(t *testing.T) {
 	testParse(t, "groups", newCmdGroupsRemove, []parseCase[GroupsRemoveOptions]{
 		{name: "minimal", argv: []string{"Mailer", "--category", "order"}, want: GroupsRemoveOptions{Group: "Mailer", Category: "order"}},
 		{name: "expect zero is a comparison", argv: []string{"Mailer", "--category", "order", "--expect-read", "0", "--yes"},
-			want: GroupsRemoveOptions{GuardedOptions: GuardedOptions{Yes: true}, Group: "Mailer", Category: "order", ExpectRead: &zero}},
+			want: GroupsRemoveOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Group: "Mailer", Category: "order", ExpectRead: &zero}},
 		{name: "everything", argv: []string{"Mailer", "--category", "order", "--expect-read", "7", "-y", "--dry-run", "--reason", "OPS-7", "-o", "json"},
-			want: GroupsRemoveOptions{GuardedOptions: GuardedOptions{OpsOptions: OpsOptions{Output: "json"}, Yes: true, DryRun: true}, Group: "Mailer", Category: "order", ExpectRead: &seven, Reason: "OPS-7"}},
+			want: GroupsRemoveOptions{GuardedOptions: cmdutil.GuardedOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Yes: true, DryRun: true}, Group: "Mailer", Category: "order", ExpectRead: &seven, Reason: "OPS-7"}},
 		{name: "category required", argv: []string{"Mailer"}, wantErr: "--category is required"},
 		{name: "name required", argv: []string{"--category", "order"}, wantErr: "missing the NAME argument"},
 		{name: "one name", argv: []string{"A", "B", "--category", "order"}, wantErr: `unexpected argument "B"`},
@@ -50,7 +52,7 @@ func TestGroupsListRun(t *testing.T) {
 		{name: "json", args: []string{"groups", "list", "-o", "json"}, tm: inPipe, golden: "testdata/ops/groups-list.json.golden"},
 		{name: "nothing on a terminal", args: []string{"groups", "list"}, tm: onTTY, fa: &fakeAdmin{}, stderrHas: []string{"No consumer groups registered or declared."}},
 		{name: "nothing as json is an array", args: []string{"groups", "list", "-o", "json"}, tm: inPipe, fa: &fakeAdmin{}, stdoutHas: []string{"[]"}},
-		{name: "redis down", args: []string{"groups", "list"}, tm: inPipe, code: ExitFailure,
+		{name: "redis down", args: []string{"groups", "list"}, tm: inPipe, code: cmdutil.ExitFailure,
 			fa: &fakeAdmin{groupsErr: fmt.Errorf("%w: connection refused", engine.ErrRedisUnavailable)}, stderrHas: []string{"redis unavailable"}},
 	})
 }
@@ -88,18 +90,18 @@ func TestGroupsRemoveRun(t *testing.T) {
 			},
 		},
 		{
-			name: "declined on a terminal", args: remove, tm: onTTY, stdin: "n\n", code: ExitFailure,
+			name: "declined on a terminal", args: remove, tm: onTTY, stdin: "n\n", code: cmdutil.ExitFailure,
 			stderrHas: []string{"cancelled; nothing changed"}, wantRecord: admin.OutcomeDeclined,
 			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83, DryRun: true}},
 		},
 		{
-			name: "Redis Cluster on a terminal: refused before the question", args: remove, tm: onTTY, stdin: "yes\n", code: ExitFailure,
+			name: "Redis Cluster on a terminal: refused before the question", args: remove, tm: onTTY, stdin: "yes\n", code: cmdutil.ExitFailure,
 			fa:         &fakeAdmin{groups: sampleGroups(), removeErr: fmt.Errorf("%w: retiring a consumer group checks and deletes every partition of the category in one script, which Redis Cluster cannot run across slots", engine.ErrNotSupported)},
 			stderrHas:  []string{"which Redis Cluster cannot run across slots"},
 			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83, DryRun: true}},
 		},
 		{
-			name: "no terminal and no --yes: exit 2", args: remove, tm: inPipe, code: ExitUsage,
+			name: "no terminal and no --yes: exit 2", args: remove, tm: inPipe, code: cmdutil.ExitUsage,
 			stderrHas: []string{"refusing to remove Mailer from order without confirmation", "--expect-read 83"}, wantRecord: admin.OutcomeRefused,
 		},
 		{
@@ -108,39 +110,39 @@ func TestGroupsRemoveRun(t *testing.T) {
 			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83, DryRun: true}},
 		},
 		{
-			name: "stale --expect-read: exit 4", args: with("--expect-read", "80", "--yes"), tm: inPipe, code: ExitConflict,
+			name: "stale --expect-read: exit 4", args: with("--expect-read", "80", "--yes"), tm: inPipe, code: cmdutil.ExitConflict,
 			stderrHas: []string{"has read 83 entries of order, expected 80"}, wantRecord: admin.OutcomeReadMoved,
 		},
 		{
-			name: "running: exit 4", args: with("--yes"), tm: inPipe, fa: &fakeAdmin{groups: running}, code: ExitConflict,
+			name: "running: exit 4", args: with("--yes"), tm: inPipe, fa: &fakeAdmin{groups: running}, code: cmdutil.ExitConflict,
 			stderrHas: []string{"Mailer holds 1 live leases in order: it is running"}, wantRecord: admin.OutcomeLiveLease,
 		},
 		{
-			name: "declared by the config: exit 4", args: []string{"groups", "remove", "Projector", "--category", "order", "--yes"}, tm: inPipe, code: ExitConflict,
+			name: "declared by the config: exit 4", args: []string{"groups", "remove", "Projector", "--category", "order", "--yes"}, tm: inPipe, code: cmdutil.ExitConflict,
 			stderrHas: []string{"the config declares Projector on order"}, wantRecord: admin.OutcomeDeclared,
 		},
 		{
-			name: "not registered: exit 4", args: []string{"groups", "remove", "Ledger", "--category", "payment", "--yes"}, tm: inPipe, code: ExitConflict,
+			name: "not registered: exit 4", args: []string{"groups", "remove", "Ledger", "--category", "payment", "--yes"}, tm: inPipe, code: cmdutil.ExitConflict,
 			stderrHas: []string{"Ledger is not registered for payment (the registered groups of payment are"}, wantRecord: admin.OutcomeNotRegistered,
 		},
 		{
-			name: "unknown: exit 4", args: []string{"groups", "remove", "Nobody", "--category", "order", "--yes"}, tm: inPipe, code: ExitConflict,
+			name: "unknown: exit 4", args: []string{"groups", "remove", "Nobody", "--category", "order", "--yes"}, tm: inPipe, code: cmdutil.ExitConflict,
 			stderrHas: []string{"the registered groups of order are Mailer, Projector"}, wantRecord: admin.OutcomeNotRegistered,
 		},
 		{
-			name: "a lease taken under the script: exit 4", args: with("--expect-read", "83", "--yes"), tm: inPipe, code: ExitConflict,
+			name: "a lease taken under the script: exit 4", args: with("--expect-read", "83", "--yes"), tm: inPipe, code: cmdutil.ExitConflict,
 			fa:         &fakeAdmin{groups: sampleGroups(), removeErr: &engine.GroupLiveError{Group: "Mailer", Category: "order", LeaseKey: "{order:a}:__lease__:Mailer", Lease: "w1.1:9"}},
 			stderrHas:  []string{"holds a live lease in order"},
 			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
 		},
 		{
-			name: "Redis Cluster cannot run the script: exit 1 with the engine's reason", args: with("--expect-read", "83", "--yes"), tm: inPipe, code: ExitFailure,
+			name: "Redis Cluster cannot run the script: exit 1 with the engine's reason", args: with("--expect-read", "83", "--yes"), tm: inPipe, code: cmdutil.ExitFailure,
 			fa:         &fakeAdmin{groups: sampleGroups(), removeErr: fmt.Errorf("%w: retiring a consumer group checks and deletes every partition of the category in one script, which Redis Cluster cannot run across slots", engine.ErrNotSupported)},
 			stderrHas:  []string{"engine: not supported by this broker: retiring a consumer group", "which Redis Cluster cannot run across slots"},
 			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
 		},
 		{
-			name: "the connection fails during the script", args: with("--expect-read", "83", "--yes"), tm: inPipe, code: ExitFailure,
+			name: "the connection fails during the script", args: with("--expect-read", "83", "--yes"), tm: inPipe, code: cmdutil.ExitFailure,
 			fa:         &fakeAdmin{groups: sampleGroups(), removeErr: fmt.Errorf("%w: connection reset", engine.ErrRedisUnavailable)},
 			stderrHas:  []string{"it may or may not have been applied; check with 'seqctl groups list --category order'"},
 			wantRemove: []admin.GroupRemoval{{Category: "order", Group: "Mailer", ExpectRead: &read83}},
@@ -200,11 +202,11 @@ func TestGroupsRemoveEndToEnd(t *testing.T) {
 	}
 
 	r = cli(oldConfig, "groups", "remove", "Mailer", "--category", "order", "--expect-read", "0", "--yes")
-	checkResult(t, r, ExitConflict, "", nil, []string{"the config declares Mailer on order"})
+	checkResult(t, r, cmdutil.ExitConflict, "", nil, []string{"the config declares Mailer on order"})
 	r = cli("", "groups", "remove", "Projector", "--category", "order", "--yes")
-	checkResult(t, r, ExitConflict, "", nil, []string{"Projector holds 2 live leases in order"})
+	checkResult(t, r, cmdutil.ExitConflict, "", nil, []string{"Projector holds 2 live leases in order"})
 	r = cli(newConfig, "groups", "remove", "Mailer", "--category", "order", "--expect-read", "5", "--yes")
-	checkResult(t, r, ExitConflict, "", nil, []string{"has read 0 entries of order, expected 5"})
+	checkResult(t, r, cmdutil.ExitConflict, "", nil, []string{"has read 0 entries of order, expected 5"})
 	r = cli(newConfig, "groups", "remove", "Mailer", "--category", "order", "--expect-read", "0", "--dry-run")
 	checkResult(t, r, 0, "", []string{"Nothing changed (--dry-run)"}, nil)
 	if !rdb.SIsMember(ctx, keyspace.SingleNode.GroupRegistry("order"), "Mailer").Val() {

@@ -1,24 +1,23 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-func newCmdHead(f *Factory) *cobra.Command {
-	return groupOf(&cobra.Command{
+func newCmdHead(f *cmdutil.Factory) *cobra.Command {
+	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "head <command>",
 		Short: "Show a partition's head entry and unwedge a halted partition",
 		Long: `Show and resolve the head entry of a partition for one handler.
@@ -46,15 +45,15 @@ Every attempt is recorded in the audit log ('seqctl audit').`,
 
 // HeadShowOptions are the inputs of 'seqctl head show'.
 type HeadShowOptions struct {
-	OpsOptions
+	cmdutil.OpsOptions
 	Stream  string
 	Handler string // "" when the category has exactly one handler
 	// Full prints the whole payload and error and every extra field.
 	Full bool
 }
 
-func newCmdHeadShow(f *Factory, runF func(*HeadShowOptions) error) *cobra.Command {
-	opts := &HeadShowOptions{OpsOptions: f.opsOptions()}
+func newCmdHeadShow(f *cmdutil.Factory, runF func(*HeadShowOptions) error) *cobra.Command {
+	opts := &HeadShowOptions{OpsOptions: f.OpsOptions()}
 	cmd := &cobra.Command{
 		Use:   "show STREAM [--handler H] [--full]",
 		Short: "Show the head entry: id, envelope, payload, attempts, last error",
@@ -71,82 +70,32 @@ category has one handler. Exit status 3 when the handler is caught up.`,
 
   # everything, as JSON, e.g. to keep with an incident
   $ seqctl head show order:client-123 --handler OrderProjector -o json > head.json`,
-		Args:              streamArg,
-		ValidArgsFunction: completeStreams(f),
-		RunE:              opsRunE(f, opts, takeStream(&opts.Stream), runF, headShowRun),
+		Args:              cmdutil.StreamArg,
+		ValidArgsFunction: cmdutil.CompleteStreams(f),
+		RunE:              cmdutil.OpsRunE(f, opts, cmdutil.TakeStream(&opts.Stream), runF, headShowRun),
 	}
 	cmd.Flags().StringVar(&opts.Handler, "handler", "", "the handler (consumer group); required when the category has several")
 	cmd.Flags().BoolVar(&opts.Full, "full", false, "print the whole payload and error, and every extra field")
-	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
+	_ = cmd.RegisterFlagCompletionFunc("handler", cmdutil.CompleteHandlers(f))
 	return cmd
 }
 
-func headShowRun(ctx context.Context, adm Admin, opts *HeadShowOptions) error {
-	handler, err := resolveHandler(ctx, adm, "seqctl head show", opts.Stream, opts.Handler)
+func headShowRun(ctx context.Context, adm cmdutil.Admin, opts *HeadShowOptions) error {
+	handler, err := cmdutil.ResolveHandler(ctx, adm, "seqctl head show", opts.Stream, opts.Handler)
 	if err != nil {
 		return err
 	}
 	h, err := adm.Head(ctx, opts.Stream, handler)
 	if err != nil {
-		return exitFor(err)
+		return cmdutil.ExitFor(err)
 	}
-	if structured(opts.Output) {
-		return writeData(opts.IO.Out, opts.Output, h)
+	if cmdutil.Structured(opts.Output) {
+		return cmdutil.WriteData(opts.IO.Out, opts.Output, h)
 	}
 	if !opts.IO.IsTerminal {
 		return printHeadRows(opts.IO, h)
 	}
 	return printHead(opts.IO, h, opts.Full)
-}
-
-// resolveHandler returns handler when it is set, else the category's only handler. A
-// category with several handlers is a usage error listing them; one with none is not
-// found.
-func resolveHandler(ctx context.Context, adm Admin, command, stream, handler string) (string, error) {
-	if handler != "" {
-		return handler, nil
-	}
-	hs, err := adm.Handlers(ctx, stream)
-	if err != nil {
-		return "", exitFor(err)
-	}
-	switch len(hs) {
-	case 0:
-		return "", &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no handler reads %s (no consumer group is registered for its category)", stream)}
-	case 1:
-		return hs[0], nil
-	}
-	return "", usageErrorf(command, "%s has %d handlers (%s): pass --handler", stream, len(hs), strings.Join(hs, ", "))
-}
-
-// checkEntryID rejects an id given to flag that is not the id of one entry
-// (keyspace.ParseEntryID: MILLISECONDS-SEQUENCE; a bare millisecond names none).
-func checkEntryID(command, flag, id string) error {
-	if id == "" {
-		return nil
-	}
-	_, err := keyspace.ParseEntryID(id)
-	return entryIDFlagError(command, flag, err)
-}
-
-// checkRangeEnd rejects an id given to flag that cannot end a range of entries
-// (keyspace.ParseRangeEnd: a bare millisecond takes in every entry of it).
-func checkRangeEnd(command, flag, id string) error {
-	if id == "" {
-		return nil
-	}
-	_, err := keyspace.ParseRangeEnd(id)
-	return entryIDFlagError(command, flag, err)
-}
-
-// entryIDFlagError is the usage error of a flag whose id keyspace refused (err), nil
-// for none.
-func entryIDFlagError(command, flag string, err error) error {
-	var ie *keyspace.StreamIDError
-	if !errors.As(err, &ie) {
-		return err
-	}
-	return usageErrorf(command, "invalid value %q for %s: %s (copy it from 'seqctl head show' or 'seqctl dlq list')", ie.ID, flag, ie.Reason)
 }
 
 // Cuts of 'head show' without --full.
@@ -155,7 +104,7 @@ const (
 	maxErrorChars   = 600
 )
 
-func printHead(ios *IOStreams, h *admin.Head, full bool) error {
+func printHead(ios *cmdutil.IOStreams, h *admin.Head, full bool) error {
 	w := ios.Out
 	status := string(h.Status)
 	if h.Status == admin.HeadHalted {
@@ -164,23 +113,23 @@ func printHead(ios *IOStreams, h *admin.Head, full bool) error {
 	fmt.Fprintf(w, "Head of %s for %s: %s\n", ios.Bold(h.Stream), ios.Bold(h.Handler), status)
 	fmt.Fprintf(w, "  entry       %s on %s\n", h.ID, h.Lane)
 	fmt.Fprintf(w, "  attempts    %d\n", h.Attempts)
-	fmt.Fprintf(w, "  age         %s\n", fmtMS(h.AgeMS))
+	fmt.Fprintf(w, "  age         %s\n", cmdutil.FmtMS(h.AgeMS))
 	if h.HaltedSince != nil {
-		fmt.Fprintf(w, "  halted      since %s\n", fmtTime(h.HaltedSince))
+		fmt.Fprintf(w, "  halted      since %s\n", cmdutil.FmtTime(h.HaltedSince))
 	}
 	if h.Status == admin.HeadPending {
-		fmt.Fprintf(w, "  delivered   to %s, idle %s\n", h.Consumer, fmtMS(h.IdleMS))
+		fmt.Fprintf(w, "  delivered   to %s, idle %s\n", h.Consumer, cmdutil.FmtMS(h.IdleMS))
 	}
 	if h.LastError != "" {
 		e := h.LastError
 		if !full && len(e) > maxErrorChars {
 			e = e[:maxErrorChars] + fmt.Sprintf(" … (%d more bytes; --full prints it all)", len(h.LastError)-maxErrorChars)
 		}
-		fmt.Fprintf(w, "  last error  %s\n", indentRest(e, "              "))
+		fmt.Fprintf(w, "  last error  %s\n", cmdutil.IndentRest(e, "              "))
 	}
-	fmt.Fprintf(w, "  event       %s\n", envelopeLine(h.Envelope))
+	fmt.Fprintf(w, "  event       %s\n", cmdutil.EnvelopeLine(h.Envelope))
 	if h.Envelope.PublishedAt != nil {
-		fmt.Fprintf(w, "  published   %s\n", fmtTime(h.Envelope.PublishedAt))
+		fmt.Fprintf(w, "  published   %s\n", cmdutil.FmtTime(h.Envelope.PublishedAt))
 	}
 	if h.Envelope.Problem != "" {
 		fmt.Fprintf(w, "  problem     %s\n", ios.Red(h.Envelope.Problem))
@@ -196,7 +145,7 @@ func printHead(ios *IOStreams, h *admin.Head, full bool) error {
 		}
 	}
 	fmt.Fprintln(w, "  payload")
-	lines := strings.Split(prettyJSON(h.Envelope.Data), "\n")
+	lines := strings.Split(cmdutil.PrettyJSON(h.Envelope.Data), "\n")
 	shown := lines
 	if !full && len(lines) > maxPayloadLines {
 		shown = lines[:maxPayloadLines]
@@ -212,8 +161,8 @@ func printHead(ios *IOStreams, h *admin.Head, full bool) error {
 
 // printHeadRows prints the head for a pipe: one "field<TAB>value" row per field, the
 // payload as compact JSON.
-func printHeadRows(ios *IOStreams, h *admin.Head) error {
-	t := newTablePrinter(ios)
+func printHeadRows(ios *cmdutil.IOStreams, h *admin.Head) error {
+	t := cmdutil.NewTablePrinter(ios)
 	t.AddRow("stream", h.Stream)
 	t.AddRow("handler", h.Handler)
 	t.AddRow("id", h.ID)
@@ -221,50 +170,20 @@ func printHeadRows(ios *IOStreams, h *admin.Head) error {
 	t.AddRow("status", string(h.Status))
 	t.AddRow("attempts", strconv.FormatInt(h.Attempts, 10))
 	t.AddRow("age_ms", strconv.FormatInt(h.AgeMS, 10))
-	t.AddRow("halted_since", fmtTime(h.HaltedSince))
+	t.AddRow("halted_since", cmdutil.FmtTime(h.HaltedSince))
 	t.AddRow("last_error", h.LastError)
 	t.AddRow("event_id", h.Envelope.ID)
 	t.AddRow("type", h.Envelope.Type)
 	t.AddRow("key", h.Envelope.Key)
 	t.AddRow("priority", strconv.Itoa(h.Envelope.Priority))
-	t.AddRow("published_at", fmtTime(h.Envelope.PublishedAt))
-	t.AddRow("data", compactJSON(h.Envelope.Data))
+	t.AddRow("published_at", cmdutil.FmtTime(h.Envelope.PublishedAt))
+	t.AddRow("data", cmdutil.CompactJSON(h.Envelope.Data))
 	return t.Render(ios.Out)
-}
-
-// envelopeLine summarises an envelope on one line.
-func envelopeLine(e admin.Envelope) string {
-	if e.Type == "" && e.ID == "" {
-		return "-"
-	}
-	return fmt.Sprintf("%s  id %s  key %s  priority %d", orDash(e.Type), orDash(e.ID), orDash(e.Key), e.Priority)
-}
-
-// prettyJSON indents a JSON payload; a JSON string (a payload that was not JSON) is
-// printed as its text.
-func prettyJSON(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var b bytes.Buffer
-	if json.Indent(&b, raw, "", "  ") != nil {
-		return string(raw)
-	}
-	return b.String()
-}
-
-func compactJSON(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if json.Compact(&b, raw) != nil {
-		return string(raw)
-	}
-	return b.String()
 }
 
 // HeadActionOptions are the inputs of 'seqctl head skip|dlq|retry'.
 type HeadActionOptions struct {
-	GuardedOptions
+	cmdutil.GuardedOptions
 	Kind    admin.ActionKind
 	Stream  string
 	Handler string
@@ -276,7 +195,7 @@ type HeadActionOptions struct {
 	// Key and Category select the halted partitions to retry instead of Stream (retry
 	// only); Rate paces them (the zero Rate: as fast as Redis answers).
 	Key, Category string
-	Rate          Rate
+	Rate          cmdutil.Rate
 	// ProgressTTY says stderr is a terminal: a long retry of many partitions redraws its
 	// progress there.
 	ProgressTTY bool
@@ -342,9 +261,9 @@ Only a halted head can be retried.`,
 	},
 }
 
-func newCmdHeadAction(f *Factory, kind admin.ActionKind, runF func(*HeadActionOptions) error) *cobra.Command {
+func newCmdHeadAction(f *cmdutil.Factory, kind admin.ActionKind, runF func(*HeadActionOptions) error) *cobra.Command {
 	text := headActions[kind]
-	opts := &HeadActionOptions{GuardedOptions: f.guardedOptions(), Kind: kind}
+	opts := &HeadActionOptions{GuardedOptions: f.GuardedOptions(), Kind: kind}
 	common := `
 
 --handler may be left out when the category has one handler; with several, the
@@ -372,55 +291,55 @@ handler or head; 1 refused (not halted, declined) or failed.`
 		Short:             text.short,
 		Long:              text.long + common,
 		Example:           text.example,
-		Args:              streamArg,
-		ValidArgsFunction: completeStreams(f),
-		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+		Args:              cmdutil.StreamArg,
+		ValidArgsFunction: cmdutil.CompleteStreams(f),
+		RunE: cmdutil.OpsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
 			if kind == admin.ActionRetry {
 				return opts.checkRetry(cmd, args, rate)
 			}
 			opts.Stream = args[0]
-			return checkEntryID(cmd.CommandPath(), "--expect-id", opts.ExpectID)
+			return cmdutil.CheckEntryID(cmd.CommandPath(), "--expect-id", opts.ExpectID)
 		}, runF, headActionRun),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Handler, "handler", "", "the handler (consumer group); required when the category has several")
 	fl.StringVar(&opts.ExpectID, "expect-id", "", "act only if the head is still this entry id (default: the current head, shown first)")
-	opts.addGuardFlags(cmd, "print what would happen")
+	opts.AddGuardFlags(cmd, "print what would happen")
 	fl.StringVar(&opts.Reason, "reason", "", "why, for the audit log (and the DLQ entry)")
 	if kind != admin.ActionRetry {
 		fl.BoolVar(&opts.Force, "force", false, "act on a head that is not halted")
 	} else {
 		addRetryManyFlags(f, cmd, opts, &rate)
 	}
-	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
+	_ = cmd.RegisterFlagCompletionFunc("handler", cmdutil.CompleteHandlers(f))
 	return cmd
 }
 
 // auditCommand is the command name recorded in the audit log.
 func (o *HeadActionOptions) auditCommand() string { return "head " + string(o.Kind) }
 
-func headActionRun(ctx context.Context, adm Admin, opts *HeadActionOptions) error {
-	if opts.selection().set() {
+func headActionRun(ctx context.Context, adm cmdutil.Admin, opts *HeadActionOptions) error {
+	if opts.selection().Set() {
 		return headRetryManyRun(ctx, adm, opts)
 	}
-	handler, err := resolveHandler(ctx, adm, "seqctl "+opts.auditCommand(), opts.Stream, opts.Handler)
+	handler, err := cmdutil.ResolveHandler(ctx, adm, "seqctl "+opts.auditCommand(), opts.Stream, opts.Handler)
 	if err != nil {
 		return err
 	}
 	opts.Handler = handler
-	a := &headAction{guardedAction: opts.guarded(ctx, adm, opts.auditCommand()), opts: opts, text: headActions[opts.Kind]}
-	a.refusal.Stream, a.refusal.Handler, a.refusal.EntryID, a.refusal.Reason = opts.Stream, opts.Handler, opts.ExpectID, opts.Reason
-	a.inDoubt = mayOrMayNot(a.text.verb, fmt.Sprintf("'seqctl head show %s --handler %s'", opts.Stream, opts.Handler))
+	a := &headAction{GuardedAction: opts.Guarded(ctx, adm, opts.auditCommand()), opts: opts, text: headActions[opts.Kind]}
+	a.Refusal.Stream, a.Refusal.Handler, a.Refusal.EntryID, a.Refusal.Reason = opts.Stream, opts.Handler, opts.ExpectID, opts.Reason
+	a.InDoubt = cmdutil.MayOrMayNot(a.text.verb, fmt.Sprintf("'seqctl head show %s --handler %s'", opts.Stream, opts.Handler))
 	if opts.Force {
-		a.detailPrefix = "force; "
+		a.DetailPrefix = "force; "
 	}
-	return a.run(a)
+	return a.Run(a)
 }
 
-// headAction is one run of 'head skip|dlq|retry': the steps of a guardedAction that
+// headAction is one run of 'head skip|dlq|retry': the steps of a GuardedAction that
 // are its own.
 type headAction struct {
-	guardedAction
+	cmdutil.GuardedAction
 	opts *HeadActionOptions
 	text headActionText
 	head *admin.Head         // read by plan
@@ -429,28 +348,28 @@ type headAction struct {
 
 // plan reads the head, checks it is the expected entry, shows it when the operator
 // named none, and checks it can be acted on: halted, or in flight with --force.
-func (a *headAction) plan() error {
+func (a *headAction) Plan() error {
 	opts := a.opts
-	head, err := a.adm.Head(a.ctx, opts.Stream, opts.Handler)
+	head, err := a.Admin.Head(a.Ctx, opts.Stream, opts.Handler)
 	if err != nil {
 		var nf *admin.NotFoundError
 		if errors.As(err, &nf) && nf.What == "head" && opts.ExpectID != "" {
 			moved := &engine.HeadMovedError{Expected: opts.ExpectID}
-			return a.refuseErr(admin.OutcomeHeadMoved, &ExitError{Code: ExitConflict, Err: moved})
+			return a.RefuseErr(admin.OutcomeHeadMoved, &cmdutil.ExitError{Code: cmdutil.ExitConflict, Err: moved})
 		}
-		return a.refuseErr(admin.OutcomeOf(err), exitFor(err))
+		return a.RefuseErr(admin.OutcomeOf(err), cmdutil.ExitFor(err))
 	}
 	if opts.ExpectID != "" && head.ID != opts.ExpectID {
 		moved := &engine.HeadMovedError{Expected: opts.ExpectID, Head: head.ID}
-		return a.refuseErr(admin.OutcomeHeadMoved, &ExitError{Code: ExitConflict, Err: moved})
+		return a.RefuseErr(admin.OutcomeHeadMoved, &cmdutil.ExitError{Code: cmdutil.ExitConflict, Err: moved})
 	}
-	a.head, a.refusal.EntryID = head, head.ID
-	if opts.ExpectID == "" && !structured(opts.Output) {
+	a.head, a.Refusal.EntryID = head, head.ID
+	if opts.ExpectID == "" && !cmdutil.Structured(opts.Output) {
 		a.showHead()
 	}
 	switch {
 	case head.Status == admin.HeadUndelivered:
-		return a.refuseErr(admin.OutcomeNotPending, fmt.Errorf(
+		return a.RefuseErr(admin.OutcomeNotPending, fmt.Errorf(
 			"the head %s of %s has not been delivered to %s yet: nothing is halted or in flight to %s; nothing changed",
 			head.ID, opts.Stream, opts.Handler, a.text.verb))
 	case head.Status != admin.HeadHalted && (opts.Kind == admin.ActionRetry || !opts.Force):
@@ -458,7 +377,7 @@ func (a *headAction) plan() error {
 		if opts.Kind == admin.ActionRetry {
 			hint = "; only a halted head can be retried"
 		}
-		return a.refuseErr(admin.OutcomeNotHalted, fmt.Errorf(
+		return a.RefuseErr(admin.OutcomeNotHalted, fmt.Errorf(
 			"%w: the head %s of %s for %s is %s, not halted%s; nothing changed", engine.ErrNotHalted, head.ID, opts.Stream, opts.Handler, head.Status, hint))
 	}
 	return nil
@@ -467,49 +386,49 @@ func (a *headAction) plan() error {
 // showHead shows on stderr the head about to be acted on, when the operator named no
 // entry.
 func (a *headAction) showHead() {
-	ios, head := a.ios, a.head
+	ios, head := a.IO, a.head
 	fmt.Fprintf(ios.ErrOut, "Current head of %s for %s:\n", a.opts.Stream, a.opts.Handler)
-	fmt.Fprintf(ios.ErrOut, "  %s on %s: %s, %d attempts, age %s\n", head.ID, head.Lane, head.Status, head.Attempts, fmtMS(head.AgeMS))
-	fmt.Fprintf(ios.ErrOut, "  event       %s\n", envelopeLine(head.Envelope))
+	fmt.Fprintf(ios.ErrOut, "  %s on %s: %s, %d attempts, age %s\n", head.ID, head.Lane, head.Status, head.Attempts, cmdutil.FmtMS(head.AgeMS))
+	fmt.Fprintf(ios.ErrOut, "  event       %s\n", cmdutil.EnvelopeLine(head.Envelope))
 	if head.LastError != "" {
-		fmt.Fprintf(ios.ErrOut, "  last error  %s\n", firstLine(head.LastError, 200))
+		fmt.Fprintf(ios.ErrOut, "  last error  %s\n", cmdutil.FirstLine(head.LastError, 200))
 	}
-	fmt.Fprintf(ios.ErrOut, "  payload     %s\n", firstLine(compactJSON(head.Envelope.Data), 200))
+	fmt.Fprintf(ios.ErrOut, "  payload     %s\n", cmdutil.FirstLine(cmdutil.CompactJSON(head.Envelope.Data), 200))
 }
 
-func (a *headAction) dryRun() error {
+func (a *headAction) DryRun() error {
 	opts, head := a.opts, a.head
 	res := &admin.ActionResult{Action: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, EntryID: head.ID, Outcome: "dry_run"}
-	if structured(opts.Output) {
-		return writeData(a.ios.Out, opts.Output, struct {
+	if cmdutil.Structured(opts.Output) {
+		return cmdutil.WriteData(a.IO.Out, opts.Output, struct {
 			*admin.ActionResult
 			DryRun bool        `json:"dry_run"`
 			Head   *admin.Head `json:"head"`
 		}{res, true, head})
 	}
-	fmt.Fprintf(a.ios.Out, "Would %s %s on %s for %s (%s, %d attempts). Nothing changed (--dry-run).\n",
+	fmt.Fprintf(a.IO.Out, "Would %s %s on %s for %s (%s, %d attempts). Nothing changed (--dry-run).\n",
 		a.text.verb, head.ID, head.Lane, opts.Handler, head.Status, head.Attempts)
 	return nil
 }
 
-func (a *headAction) confirmation() confirmation {
+func (a *headAction) Confirmation() cmdutil.Confirmation {
 	opts, id := a.opts, a.head.ID
-	refused := usageErrorf("seqctl "+opts.auditCommand(),
+	refused := cmdutil.UsageErrorf("seqctl "+opts.auditCommand(),
 		"refusing to %s %s without confirmation: stdin is not a terminal, pass --yes (and --expect-id %s to be sure of the entry); nothing changed",
 		a.text.verb, id, id)
-	return confirmation{
-		refused: refused, refusedDetail: refused.Error(),
-		question:       fmt.Sprintf("%s %s on %s for %s?", capitalize(a.text.verb), id, opts.Stream, opts.Handler),
-		declinedDetail: cancelledText,
+	return cmdutil.Confirmation{
+		Refused: refused, RefusedDetail: refused.Error(),
+		Question:       fmt.Sprintf("%s %s on %s for %s?", cmdutil.Capitalize(a.text.verb), id, opts.Stream, opts.Handler),
+		DeclinedDetail: cmdutil.CancelledText,
 	}
 }
 
 // act is the compare-and-act on the head the plan read.
-func (a *headAction) act() (any, string, error) {
+func (a *headAction) Act() (any, string, error) {
 	opts := a.opts
-	res, err := a.adm.Act(a.ctx, admin.Action{
+	res, err := a.Admin.Act(a.Ctx, admin.Action{
 		Kind: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, ExpectID: a.head.ID,
-		Force: opts.Force, Reason: opts.Reason, Actor: a.who,
+		Force: opts.Force, Reason: opts.Reason, Actor: a.Who,
 	})
 	if err != nil {
 		return nil, "", err
@@ -518,11 +437,4 @@ func (a *headAction) act() (any, string, error) {
 	return res, res.AuditWarning, nil
 }
 
-func (a *headAction) done() string { return a.text.done(a.res) }
-
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
-}
+func (a *headAction) Done() string { return a.text.done(a.res) }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/internal/testkit"
@@ -129,10 +131,10 @@ func TestOperatorRefusalsEndToEnd(t *testing.T) {
 	pendingA := pending("order:A")
 
 	r := w.cli(t, true, "head", "skip", "order:A", "--handler", "Projector", "--expect-id", "1-1", "--yes")
-	checkResult(t, r, ExitConflict, "", nil, []string{"head moved: expected 1-1, the head is now " + poison.EntryID})
+	checkResult(t, r, cmdutil.ExitConflict, "", nil, []string{"head moved: expected 1-1, the head is now " + poison.EntryID})
 
 	r = w.cli(t, true, "head", "dlq", "order:A", "--handler", "Projector")
-	checkResult(t, r, ExitUsage, "", nil, []string{"refusing to move to the DLQ " + poison.EntryID + " without confirmation", "pass --yes"})
+	checkResult(t, r, cmdutil.ExitUsage, "", nil, []string{"refusing to move to the DLQ " + poison.EntryID + " without confirmation", "pass --yes"})
 
 	if diff := cmp.Diff(before, haltOf()); diff != "" {
 		t.Errorf("the halt record changed (-before +after):\n%s", diff)
@@ -150,12 +152,12 @@ func TestOperatorRefusalsEndToEnd(t *testing.T) {
 		return pending("order:C") == 1
 	})
 	r = w.cli(t, true, "head", "skip", "order:C", "--handler", "Projector", "--yes")
-	checkResult(t, r, ExitFailure, "", nil, []string{"the head " + blocked.EntryID + " of order:C for Projector is pending, not halted; pass --force"})
+	checkResult(t, r, cmdutil.ExitFailure, "", nil, []string{"the head " + blocked.EntryID + " of order:C for Projector is pending, not halted; pass --force"})
 	if n := pending("order:C"); n != 1 {
 		t.Errorf("the refused skip acknowledged the in-flight entry")
 	}
 	r = w.cli(t, true, "head", "retry", "order:C", "--handler", "Projector", "--expect-id", blocked.EntryID, "--yes")
-	checkResult(t, r, ExitFailure, "", nil, []string{"only a halted head can be retried"})
+	checkResult(t, r, cmdutil.ExitFailure, "", nil, []string{"only a halted head can be retried"})
 
 	want := []string{"head skip head_moved", "head dlq refused", "head skip not_halted", "head retry not_halted"}
 	if diff := cmp.Diff(want, outcomes(auditOf(t, w.srv.URL))); diff != "" {
@@ -175,7 +177,7 @@ func TestOperatorSkipInfersHandlerEndToEnd(t *testing.T) {
 	poison := w.haltA(t, false)
 
 	r := w.cli(t, false, "head", "skip", "order:A", "--expect-id", "garbage", "--yes")
-	checkResult(t, r, ExitUsage, "", nil, []string{`invalid value "garbage" for --expect-id`})
+	checkResult(t, r, cmdutil.ExitUsage, "", nil, []string{`invalid value "garbage" for --expect-id`})
 	if got := w.log(t, "A"); len(got) != 2 {
 		t.Fatalf("a malformed --expect-id changed something: %v", got)
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
@@ -52,10 +54,10 @@ else the status of the first partition refused (the others were retried all the 
 
 // addRetryManyFlags adds to 'head retry' the flags that select many partitions, and
 // --rate (given as rate) that paces them.
-func addRetryManyFlags(f *Factory, cmd *cobra.Command, opts *HeadActionOptions, rate *string) {
+func addRetryManyFlags(f *cmdutil.Factory, cmd *cobra.Command, opts *HeadActionOptions, rate *string) {
 	cmd.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 1 {
-			return streamArg(cmd, args)
+			return cmdutil.StreamArg(cmd, args)
 		}
 		return nil // STREAM or a selector: checked with the flags, in checkRetry
 	}
@@ -63,13 +65,13 @@ func addRetryManyFlags(f *Factory, cmd *cobra.Command, opts *HeadActionOptions, 
 	fl.StringVar(&opts.Category, "category", "", "retry every halted partition of this category instead of STREAM (with --key: those of its keys that match)")
 	fl.StringVar(&opts.Key, "key", "", "retry every halted partition whose key matches this glob instead of STREAM: * any run of characters, ? one, [a-z] a class")
 	fl.StringVar(rate, "rate", "", "with --category/--key, retry at most N partitions a second or a minute: N/s, N/m or N (per second) (default: as fast as Redis answers)")
-	_ = cmd.RegisterFlagCompletionFunc("category", completeCategories(f))
-	opts.ProgressTTY = stderrIsTerminal(f)
+	_ = cmd.RegisterFlagCompletionFunc("category", cmdutil.CompleteCategories(f))
+	opts.ProgressTTY = cmdutil.StderrIsTerminal(f)
 }
 
 // selection is what --key, --category and --handler select.
-func (o *HeadActionOptions) selection() selection {
-	return selection{Key: o.Key, Category: o.Category, Handler: o.Handler}
+func (o *HeadActionOptions) selection() cmdutil.Selection {
+	return cmdutil.Selection{Key: o.Key, Category: o.Category, Handler: o.Handler}
 }
 
 // checkRetry checks the arguments and flags of 'head retry': one STREAM, or a
@@ -78,30 +80,30 @@ func (o *HeadActionOptions) checkRetry(cmd *cobra.Command, args []string, rate s
 	command := cmd.CommandPath()
 	sel := o.selection()
 	switch {
-	case len(args) == 1 && sel.set():
-		return usageErrorf(command, "STREAM and --key/--category exclude each other: name one partition, or select the halted partitions to retry")
-	case len(args) == 0 && !sel.set():
-		return usageErrorf(command, "missing the STREAM argument, e.g. %s order:client-123, or select halted partitions with --category C and/or --key GLOB", command)
-	case sel.set() && o.ExpectID != "":
-		return usageErrorf(command, "--expect-id names the head of one STREAM: with --key/--category the halted head of each partition is read when its turn comes")
+	case len(args) == 1 && sel.Set():
+		return cmdutil.UsageErrorf(command, "STREAM and --key/--category exclude each other: name one partition, or select the halted partitions to retry")
+	case len(args) == 0 && !sel.Set():
+		return cmdutil.UsageErrorf(command, "missing the STREAM argument, e.g. %s order:client-123, or select halted partitions with --category C and/or --key GLOB", command)
+	case sel.Set() && o.ExpectID != "":
+		return cmdutil.UsageErrorf(command, "--expect-id names the head of one STREAM: with --key/--category the halted head of each partition is read when its turn comes")
 	}
 	if len(args) == 1 {
 		o.Stream = args[0]
 	}
 	if err := admin.CheckKeyGlob(o.Key); err != nil {
-		return usageErrorf(command, "invalid value for --key: %v", err)
+		return cmdutil.UsageErrorf(command, "invalid value for --key: %v", err)
 	}
 	if cmd.Flags().Changed("rate") {
-		r, err := parseRateFlag(command, rate)
+		r, err := cmdutil.ParseRateFlag(command, rate)
 		if err != nil {
 			return err
 		}
-		if !sel.set() {
-			return usageErrorf(command, "--rate paces a retry of many partitions (--category/--key): one STREAM is retried at once")
+		if !sel.Set() {
+			return cmdutil.UsageErrorf(command, "--rate paces a retry of many partitions (--category/--key): one STREAM is retried at once")
 		}
 		o.Rate = r
 	}
-	return checkEntryID(command, "--expect-id", o.ExpectID)
+	return cmdutil.CheckEntryID(command, "--expect-id", o.ExpectID)
 }
 
 // retryReport is what -o json|yaml prints of one partition of 'head retry --category':
@@ -118,23 +120,23 @@ type retryReport struct {
 	DryRun bool `json:"dry_run,omitempty"`
 }
 
-// retryMany is one run of 'head retry --category|--key': the steps of a guardedAction
+// retryMany is one run of 'head retry --category|--key': the steps of a GuardedAction
 // that are its own.
 type retryMany struct {
-	guardedAction
-	batch
+	cmdutil.GuardedAction
+	cmdutil.Batch
 	opts    *HeadActionOptions
 	reports []retryReport // of act, one per partition gone through
 	skipped int           // partitions no longer halted when their turn came
 }
 
-func headRetryManyRun(ctx context.Context, adm Admin, opts *HeadActionOptions) error {
-	a := &retryMany{guardedAction: opts.guarded(ctx, adm, opts.auditCommand()), opts: opts}
-	a.refusal.Reason = opts.Reason
-	if err := a.run(a); err != nil {
+func headRetryManyRun(ctx context.Context, adm cmdutil.Admin, opts *HeadActionOptions) error {
+	a := &retryMany{GuardedAction: opts.Guarded(ctx, adm, opts.auditCommand()), opts: opts}
+	a.Refusal.Reason = opts.Reason
+	if err := a.Run(a); err != nil {
 		return err
 	}
-	return a.refusalErr(exitFor, "retried")
+	return a.RefusalErr(cmdutil.ExitFor, "retried")
 }
 
 // command is the command path, for usage errors.
@@ -142,62 +144,62 @@ func (a *retryMany) command() string { return "seqctl head retry" }
 
 // plan lists the halted partitions of the selection, with their handlers. A failure
 // here (a usage error, nothing halted) is not recorded: nothing was attempted yet.
-func (a *retryMany) plan() error {
+func (a *retryMany) Plan() error {
 	sel := a.opts.selection()
-	targets, err := sel.targets(a.ctx, a.adm, a.command(), []admin.State{admin.StateHalted}, nil)
+	targets, err := sel.Targets(a.Ctx, a.Admin, a.command(), []admin.State{admin.StateHalted}, nil)
 	if err != nil {
 		return err
 	}
 	if len(targets) == 0 {
-		return sel.none("halted partition", "retry")
+		return sel.None("halted partition", "retry")
 	}
-	a.targets = targets
-	if a.many() {
-		a.detailPrefix = a.auditPrefix()
+	a.Targets = targets
+	if a.Many() {
+		a.DetailPrefix = a.AuditPrefix()
 	} else {
-		a.refusal.Stream, a.refusal.Handler = targets[0].stream, targets[0].handler
+		a.Refusal.Stream, a.Refusal.Handler = targets[0].Stream, targets[0].Handler
 	}
-	a.inDoubt = mayOrMayNot("retry", "'seqctl partitions list --halted'")
+	a.InDoubt = cmdutil.MayOrMayNot("retry", "'seqctl partitions list --halted'")
 	return nil
 }
 
 // haltText describes a halted partition as listed before the retry.
-func haltText(t partitionTarget) string {
-	h := t.row.Halt
+func haltText(t cmdutil.PartitionTarget) string {
+	h := t.Row.Halt
 	if h == nil {
-		return "halted on " + orDash(t.row.HaltedEntryID)
+		return "halted on " + cmdutil.OrDash(t.Row.HaltedEntryID)
 	}
-	return fmt.Sprintf("halted on %s since %s after %d attempts: %s", h.EntryID, fmtTime(&h.Since), h.Attempts, firstLine(h.Error, 80))
+	return fmt.Sprintf("halted on %s since %s after %d attempts: %s", h.EntryID, cmdutil.FmtTime(&h.Since), h.Attempts, cmdutil.FirstLine(h.Error, 80))
 }
 
 // pace says how fast the partitions are retried: ", at most 10/s (about 3s)".
-func (a *retryMany) pace() string { return paceText(a.opts.Rate, len(a.targets)) }
+func (a *retryMany) pace() string { return cmdutil.PaceText(a.opts.Rate, len(a.Targets)) }
 
-func (a *retryMany) dryRun() error {
-	if structured(a.output) {
-		reports := make([]retryReport, len(a.targets))
-		for i, t := range a.targets {
-			reports[i] = retryReport{DryRun: true, ActionResult: &admin.ActionResult{Action: admin.ActionRetry, Stream: t.stream,
-				Handler: t.handler, EntryID: t.row.HaltedEntryID, Outcome: "dry_run"}}
+func (a *retryMany) DryRun() error {
+	if cmdutil.Structured(a.Output) {
+		reports := make([]retryReport, len(a.Targets))
+		for i, t := range a.Targets {
+			reports[i] = retryReport{DryRun: true, ActionResult: &admin.ActionResult{Action: admin.ActionRetry, Stream: t.Stream,
+				Handler: t.Handler, EntryID: t.Row.HaltedEntryID, Outcome: "dry_run"}}
 		}
-		return writeData(a.ios.Out, a.output, reports)
+		return cmdutil.WriteData(a.IO.Out, a.Output, reports)
 	}
-	w := a.ios.Out
-	fmt.Fprintf(w, "Would retry the halted head of %s, one at a time%s:\n", a.what(), a.pace())
-	for _, t := range a.targets {
+	w := a.IO.Out
+	fmt.Fprintf(w, "Would retry the halted head of %s, one at a time%s:\n", a.What(), a.pace())
+	for _, t := range a.Targets {
 		fmt.Fprintf(w, "  retry    %s (%s)\n", t, haltText(t))
 	}
 	fmt.Fprintln(w, "Nothing changed (--dry-run).")
 	return nil
 }
 
-func (a *retryMany) confirmation() confirmation {
-	return a.batch.confirmation(a.ios, a.command(), "retry", a.describe)
+func (a *retryMany) Confirmation() cmdutil.Confirmation {
+	return a.Batch.Confirmation(a.IO, a.command(), "retry", a.describe)
 }
 
 // describe says, before the question, which partitions are retried and how.
 func (a *retryMany) describe(w io.Writer) {
-	a.list(w, haltText)
+	a.List(w, haltText)
 	fmt.Fprintf(w, "Each owner tries its halted head once more, one partition at a time%s; a partition no longer halted by then is skipped.\n", a.pace())
 }
 
@@ -205,48 +207,48 @@ func (a *retryMany) describe(w io.Writer) {
 // minute). A partition skipped or refused does not stop the others; Redis becoming
 // unavailable does, and so does the operator (Ctrl-C), between two partitions: a retry
 // under way is always finished, on a context that is not cancelled.
-func (a *retryMany) act() (any, string, error) {
-	bar := newReplayProgress(a.ios.ErrOut, a.opts.ProgressTTY && !structured(a.output), len(a.targets), time.Now)
-	bar.done = "retried"
-	rd := startRedrive(a.ctx, a.opts.Rate, bar)
-	defer rd.end()
-	for i, t := range a.targets {
-		if !rd.next() {
+func (a *retryMany) Act() (any, string, error) {
+	bar := cmdutil.NewReplayProgress(a.IO.ErrOut, a.opts.ProgressTTY && !cmdutil.Structured(a.Output), len(a.Targets), time.Now)
+	bar.Done = "retried"
+	rd := cmdutil.StartRedrive(a.Ctx, a.opts.Rate, bar)
+	defer rd.End()
+	for i, t := range a.Targets {
+		if !rd.Next() {
 			return nil, "", a.stopped(rd, i)
 		}
-		rep, err := a.retryOne(rd.work, t)
+		rep, err := a.retryOne(rd.Work, t)
 		if err != nil {
-			return nil, "", a.failedAt("retried", t, err)
+			return nil, "", a.FailedAt("retried", t, err)
 		}
 		a.reports = append(a.reports, rep)
 		if rep.AuditWarning != "" {
-			rd.printf(a.ios.ErrOut, "warning: %s: %s\n", t, rep.AuditWarning)
+			rd.Printf(a.IO.ErrOut, "warning: %s: %s\n", t, rep.AuditWarning)
 		}
-		if !structured(a.output) {
-			rd.printf(a.ios.Out, "%s\n", a.reportLine(t, rep))
+		if !cmdutil.Structured(a.Output) {
+			rd.Printf(a.IO.Out, "%s\n", a.reportLine(t, rep))
 		}
-		rd.progress(i + 1)
+		rd.Progress(i + 1)
 	}
-	if a.nDone == 0 && a.refusals > 0 {
+	if a.NDone == 0 && a.Refusals > 0 {
 		// run prints the data of an act that succeeded; -o json|yaml prints the array
 		// whatever happened to the partitions.
-		if structured(a.output) {
-			if err := writeData(a.ios.Out, a.output, a.reports); err != nil {
+		if cmdutil.Structured(a.Output) {
+			if err := cmdutil.WriteData(a.IO.Out, a.Output, a.reports); err != nil {
 				return nil, "", err
 			}
 		}
-		return nil, "", a.refusalErr(exitFor, "retried")
+		return nil, "", a.RefusalErr(cmdutil.ExitFor, "retried")
 	}
 	return a.reports, "", nil
 }
 
 // retryOne reads the head of t and retries it when it is still halted. It returns an
-// error only when that stops the whole action (see stopsAll); a partition skipped or
+// error only when that stops the whole action (see cmdutil.StopsAll); a partition skipped or
 // refused is in the report.
-func (a *retryMany) retryOne(ctx context.Context, t partitionTarget) (retryReport, error) {
-	res := &admin.ActionResult{Action: admin.ActionRetry, Stream: t.stream, Handler: t.handler}
+func (a *retryMany) retryOne(ctx context.Context, t cmdutil.PartitionTarget) (retryReport, error) {
+	res := &admin.ActionResult{Action: admin.ActionRetry, Stream: t.Stream, Handler: t.Handler}
 	rep := retryReport{ActionResult: res}
-	head, err := a.adm.Head(ctx, t.stream, t.handler)
+	head, err := a.Admin.Head(ctx, t.Stream, t.Handler)
 	var nf *admin.NotFoundError
 	switch {
 	case errors.As(err, &nf) && nf.What == "head":
@@ -257,10 +259,10 @@ func (a *retryMany) retryOne(ctx context.Context, t partitionTarget) (retryRepor
 	case err == nil:
 		res.EntryID = head.ID
 		var done *admin.ActionResult
-		done, err = a.adm.Act(ctx, admin.Action{Kind: admin.ActionRetry, Stream: t.stream, Handler: t.handler,
-			ExpectID: head.ID, Reason: a.opts.Reason, Actor: a.who})
+		done, err = a.Admin.Act(ctx, admin.Action{Kind: admin.ActionRetry, Stream: t.Stream, Handler: t.Handler,
+			ExpectID: head.ID, Reason: a.opts.Reason, Actor: a.Who})
 		if err == nil {
-			a.nDone++
+			a.NDone++
 			rep.ActionResult = done
 			return rep, nil
 		}
@@ -271,19 +273,19 @@ func (a *retryMany) retryOne(ctx context.Context, t partitionTarget) (retryRepor
 			return rep, nil
 		}
 	}
-	if stopsAll(err) {
+	if cmdutil.StopsAll(err) {
 		return rep, err
 	}
 	res.Outcome, rep.Error = admin.OutcomeOf(err), err.Error()
 	if head == nil {
 		a.record(ctx, t, "", res.Outcome, err.Error()) // Act did not run: nothing recorded it
 	}
-	a.refused(t, err)
+	a.Refused(t, err)
 	return rep, nil
 }
 
 // skip reports t as no longer halted (why) and records that it was not retried.
-func (a *retryMany) skip(ctx context.Context, t partitionTarget, rep retryReport, entryID, why string) retryReport {
+func (a *retryMany) skip(ctx context.Context, t cmdutil.PartitionTarget, rep retryReport, entryID, why string) retryReport {
 	a.skipped++
 	rep.Outcome, rep.Skipped = admin.OutcomeNotHalted, "no longer halted: "+why
 	a.record(ctx, t, entryID, admin.OutcomeNotHalted, rep.Skipped+"; skipped")
@@ -291,18 +293,18 @@ func (a *retryMany) skip(ctx context.Context, t partitionTarget, rep retryReport
 }
 
 // record writes the audit record of a partition not retried, with outcome and detail.
-func (a *retryMany) record(ctx context.Context, t partitionTarget, entryID, outcome, detail string) {
-	rec := auditEntryBy(a.who)
-	rec.Stream, rec.Handler, rec.EntryID, rec.Reason = t.stream, t.handler, entryID, a.opts.Reason
+func (a *retryMany) record(ctx context.Context, t cmdutil.PartitionTarget, entryID, outcome, detail string) {
+	rec := cmdutil.AuditEntryBy(a.Who)
+	rec.Stream, rec.Handler, rec.EntryID, rec.Reason = t.Stream, t.Handler, entryID, a.opts.Reason
 	rec.Outcome, rec.Detail = outcome, detail
-	if err := a.adm.Record(ctx, rec); err != nil {
-		fmt.Fprintf(a.ios.ErrOut, "warning: %s: not recorded in the audit log: %v\n", t, err)
+	if err := a.Admin.Record(ctx, rec); err != nil {
+		fmt.Fprintf(a.IO.ErrOut, "warning: %s: not recorded in the audit log: %v\n", t, err)
 	}
 }
 
 // reportLine is the line of one partition.
-func (a *retryMany) reportLine(t partitionTarget, rep retryReport) string {
-	ios := a.ios
+func (a *retryMany) reportLine(t cmdutil.PartitionTarget, rep retryReport) string {
+	ios := a.IO
 	switch {
 	case rep.Error != "":
 		return fmt.Sprintf("%s  %s: %s", ios.Red("refused"), t, rep.Error)
@@ -314,22 +316,22 @@ func (a *retryMany) reportLine(t partitionTarget, rep retryReport) string {
 
 // stopped records in the audit log that the operator stopped the retry before target
 // i, and returns the error that says so (exit status 1).
-func (a *retryMany) stopped(rd *redrive, i int) error {
+func (a *retryMany) stopped(rd *cmdutil.Redrive, i int) error {
 	flags := a.opts.selection().String()
 	if a.opts.Rate.N > 0 {
 		flags += " --rate " + a.opts.Rate.String()
 	}
-	n := len(a.targets)
+	n := len(a.Targets)
 	detail := fmt.Sprintf("%s: stopped by the operator after %d of %d partitions (%d retried, %d skipped, %d refused); %d not tried",
-		flags, i, n, a.nDone, a.skipped, a.refusals, n-i)
-	return rd.stopped(a.adm, a.ios, a.refusal, detail, i, n, "retry the rest (only the partitions still halted are retried)")
+		flags, i, n, a.NDone, a.skipped, a.Refusals, n-i)
+	return rd.Stopped(a.Admin, a.IO, a.Refusal, detail, i, n, "retry the rest (only the partitions still halted are retried)")
 }
 
-func (a *retryMany) done() string {
-	n := len(a.targets)
-	s := "Retried " + a.what()
-	if a.nDone < n {
-		s = fmt.Sprintf("Retried %d of %d partitions; %d no longer halted, %d refused (above)", a.nDone, n, a.skipped, a.refusals)
+func (a *retryMany) Done() string {
+	n := len(a.Targets)
+	s := "Retried " + a.What()
+	if a.NDone < n {
+		s = fmt.Sprintf("Retried %d of %d partitions; %d no longer halted, %d refused (above)", a.NDone, n, a.skipped, a.Refusals)
 	}
 	return s + ": each owner tries its head once more now. A partition whose retry fails halts again: see 'seqctl partitions list --halted'."
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/enginetest"
@@ -157,10 +159,10 @@ func TestHeadRetryManyStopAndRestartEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	time.AfterFunc(time.Second, cancel)
-	ios, _, out, errOut := NewTestIOStreams()
-	code := run(ctx, &Factory{IOStreams: ios, Build: testBuild}, args)
+	ios, _, out, errOut := cmdutil.NewTestIOStreams()
+	code := run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild}, args)
 	m := retryStoppedRe.FindStringSubmatch(errOut.String())
-	if code != ExitFailure || m == nil {
+	if code != cmdutil.ExitFailure || m == nil {
 		t.Fatalf("stopped run: exit %d, stderr %q, stdout %q; want exit 1 and the count", code, errOut.String(), out.String())
 	}
 	done, _ := strconv.Atoi(m[1])

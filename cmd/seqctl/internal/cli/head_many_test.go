@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
@@ -96,39 +98,39 @@ func checkRetries(t *testing.T, fa *fakeAdmin, acts, records []string) {
 // why: STREAM with a selector, --rate or --expect-id on the wrong form, a bad --rate.
 func TestHeadRetryManyFlags(t *testing.T) {
 	cases := []retryCase{
-		{name: "STREAM and --category", args: []string{"head", "retry", "order:h-01", "--category", "order", "--yes"}, code: ExitUsage,
+		{name: "STREAM and --category", args: []string{"head", "retry", "order:h-01", "--category", "order", "--yes"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"STREAM and --key/--category exclude each other", "Run 'seqctl head retry --help'"}},
-		{name: "STREAM and --key", args: []string{"head", "retry", "order:h-01", "--key", "h-*", "--yes"}, code: ExitUsage,
+		{name: "STREAM and --key", args: []string{"head", "retry", "order:h-01", "--key", "h-*", "--yes"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"exclude each other"}},
-		{name: "--rate without a selector", args: []string{"head", "retry", "order:h-01", "--rate", "5/s", "--yes"}, code: ExitUsage,
+		{name: "--rate without a selector", args: []string{"head", "retry", "order:h-01", "--rate", "5/s", "--yes"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"--rate paces a retry of many partitions (--category/--key): one STREAM is retried at once"}},
-		{name: "--expect-id with a selector", args: []string{"head", "retry", "--category", "order", "--expect-id", "1-0", "--yes"}, code: ExitUsage,
+		{name: "--expect-id with a selector", args: []string{"head", "retry", "--category", "order", "--expect-id", "1-0", "--yes"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"--expect-id names the head of one STREAM"}},
-		{name: "neither STREAM nor selector", args: []string{"head", "retry", "--yes"}, code: ExitUsage,
+		{name: "neither STREAM nor selector", args: []string{"head", "retry", "--yes"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"missing the STREAM argument, e.g. seqctl head retry order:client-123, or select halted partitions with --category C"}},
-		{name: "two streams", args: []string{"head", "retry", "order:h-01", "order:h-02", "--yes"}, code: ExitUsage,
+		{name: "two streams", args: []string{"head", "retry", "order:h-01", "order:h-02", "--yes"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{`unexpected argument "order:h-02"`}},
-		{name: "a bad glob", args: []string{"head", "retry", "--key", "h-[1", "--yes"}, code: ExitUsage, stderrHas: []string{"invalid value for --key"}},
-		{name: "several handlers", args: []string{"head", "retry", "--category", "order", "--yes"}, code: ExitUsage,
+		{name: "a bad glob", args: []string{"head", "retry", "--key", "h-[1", "--yes"}, code: cmdutil.ExitUsage, stderrHas: []string{"invalid value for --key"}},
+		{name: "several handlers", args: []string{"head", "retry", "--category", "order", "--yes"}, code: cmdutil.ExitUsage,
 			fa:        func(f *fakeAdmin) { f.handlers = []string{"OrderProjector", "Mailer"} },
 			stderrHas: []string{"order has 2 handlers (OrderProjector, Mailer): pass --handler"}},
-		{name: "nothing halted", args: []string{"head", "retry", "--category", "payment", "--yes"}, code: ExitNotFound,
+		{name: "nothing halted", args: []string{"head", "retry", "--category", "payment", "--yes"}, code: cmdutil.ExitNotFound,
 			stderrHas: []string{"no halted partition matches --category payment: nothing to retry"}},
 	}
 	for _, bad := range []string{"0", "-1/s", "fast", "10/h", "2.5/s"} {
 		cases = append(cases, retryCase{name: "--rate " + bad, args: []string{"head", "retry", "--category", "order", "--rate", bad, "--yes"},
-			code: ExitUsage, stderrHas: []string{fmt.Sprintf("invalid value %q for --rate", bad), "N/s, N/m or N (per second)"}})
+			code: cmdutil.ExitUsage, stderrHas: []string{fmt.Sprintf("invalid value %q for --rate", bad), "N/s, N/m or N (per second)"}})
 	}
 	runRetryCases(t, cases)
 
-	testParse(t, "head", func(f *Factory, runF func(*HeadActionOptions) error) *cobra.Command {
+	testParse(t, "head", func(f *cmdutil.Factory, runF func(*HeadActionOptions) error) *cobra.Command {
 		return newCmdHeadAction(f, admin.ActionRetry, runF)
 	}, []parseCase[HeadActionOptions]{
 		{name: "selector and rate", argv: []string{"--category", "order", "--key", "acme-*", "--rate", "10/s", "--reason", "OPS-7", "--yes"},
-			want: HeadActionOptions{GuardedOptions: GuardedOptions{Yes: true}, Kind: admin.ActionRetry, Category: "order", Key: "acme-*",
-				Rate: Rate{10, time.Second}, Reason: "OPS-7"}},
+			want: HeadActionOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Kind: admin.ActionRetry, Category: "order", Key: "acme-*",
+				Rate: cmdutil.Rate{N: 10, Per: time.Second}, Reason: "OPS-7"}},
 		{name: "per minute", argv: []string{"--key", "x*", "--rate", "30/m"},
-			want: HeadActionOptions{Kind: admin.ActionRetry, Key: "x*", Rate: Rate{30, time.Minute}}},
+			want: HeadActionOptions{Kind: admin.ActionRetry, Key: "x*", Rate: cmdutil.Rate{N: 30, Per: time.Minute}}},
 		{name: "one stream", argv: []string{"order:c", "--expect-id", "1-0"},
 			want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", ExpectID: "1-0"}},
 	}, ignoreOpsInputs(HeadActionOptions{}))
@@ -167,13 +169,13 @@ func TestHeadRetryManyDryRun(t *testing.T) {
 // a terminal at most 20 partitions are listed before the question, and a no is recorded.
 func TestHeadRetryManyConfirmation(t *testing.T) {
 	runRetryCases(t, []retryCase{
-		{name: "no terminal, no --yes", args: []string{"head", "retry", "--category", "order"}, code: ExitUsage,
+		{name: "no terminal, no --yes", args: []string{"head", "retry", "--category", "order"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"refusing to retry 4 partitions without confirmation: stdin is not a terminal, pass --yes"},
 			records:   []string{"refused  4 partitions (order:h-01, order:h-02, order:h-03, order:h-04); no terminal and no --yes"}},
-		{name: "terminal, no", args: []string{"head", "retry", "--category", "order", "--rate", "10/s"}, tm: onTTY, stdin: "n\n", code: ExitFailure,
+		{name: "terminal, no", args: []string{"head", "retry", "--category", "order", "--rate", "10/s"}, tm: onTTY, stdin: "n\n", code: cmdutil.ExitFailure,
 			stderrHas: []string{"  order:h-01 for OrderProjector (halted on 1738317600001-0", "one partition at a time, at most 10/s; a partition no longer halted by then is skipped",
-				"Retry 4 partitions? [y/N]", cancelledText},
-			records: []string{"declined  4 partitions (order:h-01, order:h-02, order:h-03, order:h-04); " + cancelledText}},
+				"Retry 4 partitions? [y/N]", cmdutil.CancelledText},
+			records: []string{"declined  4 partitions (order:h-01, order:h-02, order:h-03, order:h-04); " + cmdutil.CancelledText}},
 	})
 	fa := retryAdmin(25)
 	r := runOps(t, fa, onTTY, "y\n", "head", "retry", "--category", "order")
@@ -210,7 +212,7 @@ func TestHeadRetryManyGoesOn(t *testing.T) {
 			acts: []string{"order:h-01", "order:h-03"},
 			records: []string{"not_halted order:h-02 no longer halted: its head 1738317600002-0 is pending; skipped",
 				"not_halted order:h-04 no longer halted: caught up: it has no head any more; skipped"}},
-		{name: "one refused", args: []string{"head", "retry", "--key", "h-*", "--yes"}, code: ExitNotFound,
+		{name: "one refused", args: []string{"head", "retry", "--key", "h-*", "--yes"}, code: cmdutil.ExitNotFound,
 			fa: func(f *fakeAdmin) {
 				f.actErrs = map[string]error{"order:h-02": &admin.NotFoundError{What: "handler", Name: `"OrderProjector" of order`}}
 			},
@@ -218,7 +220,7 @@ func TestHeadRetryManyGoesOn(t *testing.T) {
 				"✓ Retried 3 of 4 partitions; 0 no longer halted, 1 refused (above)"},
 			stderrHas: []string{"1 of 4 partitions were not retried; the first: order:h-02 for OrderProjector"},
 			acts:      []string{"order:h-01", "order:h-02", "order:h-03", "order:h-04"}},
-		{name: "Redis gone half-way", args: []string{"head", "retry", "--category", "order", "--yes"}, code: ExitFailure,
+		{name: "Redis gone half-way", args: []string{"head", "retry", "--category", "order", "--yes"}, code: cmdutil.ExitFailure,
 			fa: func(f *fakeAdmin) {
 				f.actErrs = map[string]error{"order:h-02": fmt.Errorf("%w: EOF", engine.ErrRedisUnavailable)}
 			},
@@ -291,12 +293,12 @@ func TestHeadRetryManyStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	fa := &stoppingActs{fakeAdmin: retryAdmin(5), stopAt: 2, stop: cancel}
-	ios, _, out, errOut := NewTestIOStreams()
-	f := &Factory{IOStreams: ios, Build: testBuild, OpenAdmin: func(context.Context) (Admin, func(), error) { return fa, func() {}, nil }}
+	ios, _, out, errOut := cmdutil.NewTestIOStreams()
+	f := &cmdutil.Factory{IOStreams: ios, Build: testBuild, OpenAdmin: func(context.Context) (cmdutil.Admin, func(), error) { return fa, func() {}, nil }}
 	code := run(ctx, f, []string{"head", "retry", "--category", "order", "--rate", "1000/s", "--yes"})
 
 	r := result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
-	checkResult(t, r, ExitFailure, "", []string{"retried  order:h-01", "retried  order:h-02"},
+	checkResult(t, r, cmdutil.ExitFailure, "", []string{"retried  order:h-01", "retried  order:h-02"},
 		[]string{"stopped after 2 of 5; run the same command again to retry the rest (only the partitions still halted are retried)\n"})
 	if fa.cancelledCtxs != 0 {
 		t.Errorf("%d retries ran on a cancelled context: the stop cut into a partition", fa.cancelledCtxs)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
@@ -16,7 +18,7 @@ func TestHeadShowParse(t *testing.T) {
 	testParse(t, "head", newCmdHeadShow, []parseCase[HeadShowOptions]{
 		{name: "stream only", argv: []string{"order:client-1"}, want: HeadShowOptions{Stream: "order:client-1"}},
 		{name: "everything", argv: []string{"order:client-1", "--handler", "P", "--full", "-o", "json"},
-			want: HeadShowOptions{OpsOptions: OpsOptions{Output: "json"}, Stream: "order:client-1", Handler: "P", Full: true}},
+			want: HeadShowOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Stream: "order:client-1", Handler: "P", Full: true}},
 		{name: "no stream", wantErr: "missing the STREAM argument"},
 		{name: "bad output", argv: []string{"a:b", "-o", "csv"}, wantErr: `invalid value "csv" for --output`},
 	}, ignoreOpsInputs(HeadShowOptions{}))
@@ -44,11 +46,11 @@ func TestHeadShowRun(t *testing.T) {
 			fa: &fakeAdmin{head: sampleHead(), handlers: []string{"OrderProjector"}}, stdoutHas: []string{"handler\tOrderProjector"},
 		},
 		{
-			name: "several handlers need --handler", args: []string{"head", "show", "order:client-1"}, tm: inPipe, code: ExitUsage,
+			name: "several handlers need --handler", args: []string{"head", "show", "order:client-1"}, tm: inPipe, code: cmdutil.ExitUsage,
 			fa: &fakeAdmin{handlers: []string{"A", "B"}}, stderrHas: []string{"order:client-1 has 2 handlers (A, B): pass --handler"},
 		},
 		{
-			name: "caught up", args: []string{"head", "show", "order:client-1", "--handler", "P"}, tm: inPipe, code: ExitNotFound,
+			name: "caught up", args: []string{"head", "show", "order:client-1", "--handler", "P"}, tm: inPipe, code: cmdutil.ExitNotFound,
 			fa:        &fakeAdmin{headErr: &admin.NotFoundError{What: "head", Name: "of order:client-1 for P", Hint: "the handler is caught up"}},
 			stderrHas: []string{"head of order:client-1 for P not found: the handler is caught up"},
 		},
@@ -59,15 +61,15 @@ func TestHeadActionParse(t *testing.T) {
 	for kind, cases := range map[admin.ActionKind][]parseCase[HeadActionOptions]{
 		admin.ActionSkip: {
 			{name: "skip", argv: []string{"order:c", "--handler", "P", "--expect-id", "1-0", "--yes"},
-				want: HeadActionOptions{GuardedOptions: GuardedOptions{Yes: true}, Kind: admin.ActionSkip, Stream: "order:c", Handler: "P", ExpectID: "1-0"}},
+				want: HeadActionOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Kind: admin.ActionSkip, Stream: "order:c", Handler: "P", ExpectID: "1-0"}},
 			{name: "handler may be left out", argv: []string{"order:c", "--yes"},
-				want: HeadActionOptions{GuardedOptions: GuardedOptions{Yes: true}, Kind: admin.ActionSkip, Stream: "order:c"}},
+				want: HeadActionOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Kind: admin.ActionSkip, Stream: "order:c"}},
 			{name: "malformed --expect-id", argv: []string{"order:c", "--expect-id", "garbage"},
 				wantErr: `invalid value "garbage" for --expect-id: an entry id is MILLISECONDS-SEQUENCE`},
 		},
 		admin.ActionDLQ: {
 			{name: "dlq with everything", argv: []string{"order:c", "--handler", "P", "-y", "--dry-run", "--force", "--reason", "OPS-1", "-o", "json"},
-				want: HeadActionOptions{GuardedOptions: GuardedOptions{OpsOptions: OpsOptions{Output: "json"}, Yes: true, DryRun: true}, Kind: admin.ActionDLQ, Stream: "order:c", Handler: "P", Force: true, Reason: "OPS-1"}},
+				want: HeadActionOptions{GuardedOptions: cmdutil.GuardedOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Yes: true, DryRun: true}, Kind: admin.ActionDLQ, Stream: "order:c", Handler: "P", Force: true, Reason: "OPS-1"}},
 			{name: "--expect-id with a bad sequence", argv: []string{"order:c", "--expect-id", "1-x"}, wantErr: `invalid value "1-x" for --expect-id`},
 			{name: "stream required", argv: []string{"--handler", "P"}, wantErr: "missing the STREAM argument"},
 		},
@@ -82,7 +84,7 @@ func TestHeadActionParse(t *testing.T) {
 		},
 	} {
 		t.Run(string(kind), func(t *testing.T) {
-			newCmd := func(f *Factory, runF func(*HeadActionOptions) error) *cobra.Command {
+			newCmd := func(f *cmdutil.Factory, runF func(*HeadActionOptions) error) *cobra.Command {
 				return newCmdHeadAction(f, kind, runF)
 			}
 			testParse(t, "head", newCmd, cases, ignoreOpsInputs(HeadActionOptions{}))
@@ -114,23 +116,23 @@ func TestHeadActionRun(t *testing.T) {
 			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
 		},
 		{
-			name: "several handlers: exit 2 listing them", args: []string{"head", "dlq", "order:client-1", "--yes"}, tm: inPipe, code: ExitUsage,
+			name: "several handlers: exit 2 listing them", args: []string{"head", "dlq", "order:client-1", "--yes"}, tm: inPipe, code: cmdutil.ExitUsage,
 			fa:        &fakeAdmin{head: sampleHead(), handlers: []string{"Billing", "OrderProjector"}},
 			stderrHas: []string{"order:client-1 has 2 handlers (Billing, OrderProjector): pass --handler", "Run 'seqctl head dlq --help'"},
 		},
 		{
-			name: "no handler: exit 3", args: []string{"head", "retry", "order:client-1", "--yes"}, tm: inPipe, code: ExitNotFound,
+			name: "no handler: exit 3", args: []string{"head", "retry", "order:client-1", "--yes"}, tm: inPipe, code: cmdutil.ExitNotFound,
 			fa: &fakeAdmin{head: sampleHead()}, stderrHas: []string{"no handler reads order:client-1"},
 		},
 		{
-			name: "malformed --expect-id: exit 2, nothing read", args: with(skip, "--expect-id", "garbage", "--yes"), tm: inPipe, code: ExitUsage,
+			name: "malformed --expect-id: exit 2, nothing read", args: with(skip, "--expect-id", "garbage", "--yes"), tm: inPipe, code: cmdutil.ExitUsage,
 			stderrHas: []string{`invalid value "garbage" for --expect-id`},
 		},
 		{
 			// The head is 1738317600000-0: its millisecond alone is no entry id, rather than
 			// a head that "moved" (exit 4).
 			name: "the head's millisecond as --expect-id: exit 2, nothing read", args: with(skip, "--expect-id", "1738317600000", "--yes"), tm: inPipe,
-			code: ExitUsage, stderrHas: []string{`invalid value "1738317600000" for --expect-id`, "names a millisecond, not one entry"},
+			code: cmdutil.ExitUsage, stderrHas: []string{`invalid value "1738317600000" for --expect-id`, "names a millisecond, not one entry"},
 		},
 		{
 			name: "dlq", args: []string{"head", "dlq", "order:client-1", "--handler", "OrderProjector", "--yes"}, tm: inPipe,
@@ -144,7 +146,7 @@ func TestHeadActionRun(t *testing.T) {
 			wantAct:   &admin.Action{Kind: admin.ActionRetry, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
 		},
 		{
-			name: "no terminal and no --yes: exit 2, nothing changes", args: skip, tm: inPipe, code: ExitUsage,
+			name: "no terminal and no --yes: exit 2, nothing changes", args: skip, tm: inPipe, code: cmdutil.ExitUsage,
 			stderrHas:  []string{"Current head of order:client-1", "refusing to skip 1738317600000-0 without confirmation: stdin is not a terminal, pass --yes"},
 			wantRecord: admin.OutcomeRefused,
 		},
@@ -154,55 +156,55 @@ func TestHeadActionRun(t *testing.T) {
 			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
 		},
 		{
-			name: "declined on a terminal", args: skip, tm: onTTY, stdin: "n\n", code: ExitFailure,
+			name: "declined on a terminal", args: skip, tm: onTTY, stdin: "n\n", code: cmdutil.ExitFailure,
 			stderrHas: []string{"cancelled; nothing changed"}, wantRecord: admin.OutcomeDeclined,
 		},
 		{
-			name: "end of input on a terminal declines", args: skip, tm: onTTY, stdin: "", code: ExitFailure,
+			name: "end of input on a terminal declines", args: skip, tm: onTTY, stdin: "", code: cmdutil.ExitFailure,
 			stderrHas: []string{"cancelled; nothing changed"}, wantRecord: admin.OutcomeDeclined,
 		},
 		{
-			name: "stale --expect-id: exit 4, nothing changes", args: with(skip, "--expect-id", "1-1", "--yes"), tm: inPipe, code: ExitConflict,
+			name: "stale --expect-id: exit 4, nothing changes", args: with(skip, "--expect-id", "1-1", "--yes"), tm: inPipe, code: cmdutil.ExitConflict,
 			stderrHas:  []string{"head moved: expected 1-1, the head is now 1738317600000-0; nothing was changed"},
 			wantRecord: admin.OutcomeHeadMoved,
 		},
 		{
-			name: "the head moves under the script: exit 4", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: ExitConflict,
+			name: "the head moves under the script: exit 4", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: cmdutil.ExitConflict,
 			fa:        &fakeAdmin{head: sampleHead(), actErr: &engine.HeadMovedError{Expected: poisonID, Head: "1738317601000-0"}},
 			stderrHas: []string{"head moved"},
 			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
 		},
 		{
-			name: "the connection fails during the script", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: ExitFailure,
+			name: "the connection fails during the script", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: cmdutil.ExitFailure,
 			fa:        &fakeAdmin{head: sampleHead(), actErr: fmt.Errorf("%w: connection reset", engine.ErrRedisUnavailable)},
 			stderrHas: []string{"it may or may not have been applied; check with 'seqctl head show order:client-1 --handler OrderProjector'"},
 			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
 		},
 		{
-			name: "too few replicas acknowledged the skip: exit 1, says it may be lost", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: ExitFailure,
+			name: "too few replicas acknowledged the skip: exit 1, says it may be lost", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: cmdutil.ExitFailure,
 			fa:        &fakeAdmin{head: sampleHead(), actErr: &engine.ReplicaShortfallError{Write: "skip", Want: 1, Got: 0, Timeout: time.Second}},
 			stderrHas: []string{"the skip is done on the Redis primary, but only 0 of the 1 required replicas acknowledged it within 1s, so a failover may lose it"},
 			wantAct:   &admin.Action{Kind: admin.ActionSkip, Stream: "order:client-1", Handler: "OrderProjector", ExpectID: poisonID},
 		},
 		{
-			name: "caught up with --expect-id: exit 4", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: ExitConflict,
+			name: "caught up with --expect-id: exit 4", args: with(skip, "--expect-id", poisonID, "--yes"), tm: inPipe, code: cmdutil.ExitConflict,
 			fa:         &fakeAdmin{headErr: &admin.NotFoundError{What: "head", Name: "of order:client-1 for OrderProjector"}},
 			stderrHas:  []string{"the partition has no head now"},
 			wantRecord: admin.OutcomeHeadMoved,
 		},
 		{
-			name: "caught up without --expect-id: exit 3", args: with(skip, "--yes"), tm: inPipe, code: ExitNotFound,
+			name: "caught up without --expect-id: exit 3", args: with(skip, "--yes"), tm: inPipe, code: cmdutil.ExitNotFound,
 			fa:         &fakeAdmin{headErr: &admin.NotFoundError{What: "head", Name: "of order:client-1 for OrderProjector"}},
 			wantRecord: admin.OutcomeNotFound,
 		},
 		{
-			name: "unknown handler: exit 3", args: with(skip, "--expect-id", "1-0", "--yes"), tm: inPipe, code: ExitNotFound,
+			name: "unknown handler: exit 3", args: with(skip, "--expect-id", "1-0", "--yes"), tm: inPipe, code: cmdutil.ExitNotFound,
 			fa:         &fakeAdmin{headErr: &admin.NotFoundError{What: "handler", Name: `"X" of order`}},
 			stderrHas:  []string{`handler "X" of order not found`},
 			wantRecord: admin.OutcomeNotFound,
 		},
 		{
-			name: "a running head is refused without --force", args: with(skip, "--yes"), tm: inPipe, code: ExitFailure,
+			name: "a running head is refused without --force", args: with(skip, "--yes"), tm: inPipe, code: cmdutil.ExitFailure,
 			fa: &fakeAdmin{head: pending}, stderrHas: []string{"is pending, not halted; pass --force"}, wantRecord: admin.OutcomeNotHalted,
 		},
 		{
@@ -211,10 +213,10 @@ func TestHeadActionRun(t *testing.T) {
 		},
 		{
 			name: "retry of a running head is refused", args: []string{"head", "retry", "order:client-1", "--handler", "OrderProjector", "--yes"}, tm: inPipe,
-			code: ExitFailure, fa: &fakeAdmin{head: pending}, stderrHas: []string{"only a halted head can be retried"}, wantRecord: admin.OutcomeNotHalted,
+			code: cmdutil.ExitFailure, fa: &fakeAdmin{head: pending}, stderrHas: []string{"only a halted head can be retried"}, wantRecord: admin.OutcomeNotHalted,
 		},
 		{
-			name: "an undelivered head is refused even with --force", args: with(skip, "--yes", "--force"), tm: inPipe, code: ExitFailure,
+			name: "an undelivered head is refused even with --force", args: with(skip, "--yes", "--force"), tm: inPipe, code: cmdutil.ExitFailure,
 			fa: &fakeAdmin{head: undelivered}, stderrHas: []string{"has not been delivered to OrderProjector yet"}, wantRecord: admin.OutcomeNotPending,
 		},
 		{
@@ -225,7 +227,7 @@ func TestHeadActionRun(t *testing.T) {
 			name: "dry run as json", args: with(skip, "--dry-run", "--expect-id", poisonID, "-o", "json"), tm: inPipe, golden: "testdata/ops/head-skip-dry-run.json.golden",
 		},
 		{
-			name: "dry run with a stale id: exit 4", args: with(skip, "--dry-run", "--expect-id", "1-1"), tm: inPipe, code: ExitConflict,
+			name: "dry run with a stale id: exit 4", args: with(skip, "--dry-run", "--expect-id", "1-1"), tm: inPipe, code: cmdutil.ExitConflict,
 		},
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/config"
@@ -15,13 +17,13 @@ import (
 
 // InboxOptions are the options of seqctl inbox migrate|prune.
 type InboxOptions struct {
-	IO     *IOStreams
-	Global *GlobalOptions
+	IO     *cmdutil.IOStreams
+	Global *cmdutil.GlobalOptions
 	DryRun bool // prune: count, change nothing
 }
 
-func newCmdInbox(f *Factory) *cobra.Command {
-	return groupOf(&cobra.Command{
+func newCmdInbox(f *cmdutil.Factory) *cobra.Command {
+	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "inbox <command>",
 		Short: "Create and prune the inbox tables of the SQL sinks",
 		Long: `A SQL sink ([handlers.deliver.sql] in domain.toml) runs its statement once per event,
@@ -37,7 +39,7 @@ the DSN in its dsn_env variable or dsn_file, as seqctl run does.`,
 	}, newCmdInboxMigrate(f), newCmdInboxPrune(f))
 }
 
-func newCmdInboxMigrate(f *Factory) *cobra.Command {
+func newCmdInboxMigrate(f *cmdutil.Factory) *cobra.Command {
 	opts := &InboxOptions{IO: f.IOStreams, Global: &f.Global}
 	return &cobra.Command{
 		Use:   "migrate",
@@ -48,7 +50,7 @@ With -o json it prints [{"handler", "table", "dialect"}].`,
 		Example: `  $ seqctl inbox migrate --config domain.toml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(cmd, opts.Global.Output); err != nil {
+			if err := cmdutil.CheckFormat(cmd, opts.Global.Output); err != nil {
 				return err
 			}
 			type migrated struct {
@@ -57,7 +59,7 @@ With -o json it prints [{"handler", "table", "dialect"}].`,
 				Dialect string `json:"dialect"`
 			}
 			var out []migrated
-			err := eachInbox(cmdContext(cmd), opts.Global, func(ctx context.Context, handler string, ib *inbox.Inbox, d outbox.Dialect) error {
+			err := eachInbox(cmdutil.CmdContext(cmd), opts.Global, func(ctx context.Context, handler string, ib *inbox.Inbox, d outbox.Dialect) error {
 				if err := ib.Migrate(ctx); err != nil {
 					return err
 				}
@@ -67,8 +69,8 @@ With -o json it prints [{"handler", "table", "dialect"}].`,
 			if err != nil {
 				return err
 			}
-			if structured(opts.Global.Output) {
-				return writeData(opts.IO.Out, opts.Global.Output, out)
+			if cmdutil.Structured(opts.Global.Output) {
+				return cmdutil.WriteData(opts.IO.Out, opts.Global.Output, out)
 			}
 			for _, m := range out {
 				fmt.Fprintf(opts.IO.Out, "handler %s: inbox table %s is up to date (%s)\n", m.Handler, m.Table, m.Dialect)
@@ -78,7 +80,7 @@ With -o json it prints [{"handler", "table", "dialect"}].`,
 	}
 }
 
-func newCmdInboxPrune(f *Factory) *cobra.Command {
+func newCmdInboxPrune(f *cmdutil.Factory) *cobra.Command {
 	opts := &InboxOptions{IO: f.IOStreams, Global: &f.Global}
 	cmd := &cobra.Command{
 		Use:   "prune",
@@ -95,10 +97,10 @@ Run it from time to time (a cron job) when partitions come and go. With -o json 
   $ seqctl inbox prune --config domain.toml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(cmd, opts.Global.Output); err != nil {
+			if err := cmdutil.CheckFormat(cmd, opts.Global.Output); err != nil {
 				return err
 			}
-			return inboxPruneRun(cmdContext(cmd), opts)
+			return inboxPruneRun(cmdutil.CmdContext(cmd), opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "count the rows to remove, remove nothing")
@@ -106,11 +108,11 @@ Run it from time to time (a cron job) when partitions come and go. With -o json 
 }
 
 func inboxPruneRun(ctx context.Context, opts *InboxOptions) error {
-	_, conn, err := opts.Global.configRedis()
+	_, conn, err := opts.Global.ConfigRedis()
 	if err != nil {
 		return err
 	}
-	rdb := conn.newClient()
+	rdb := conn.NewClient()
 	defer rdb.Close()
 	gone := func(ctx context.Context, streams []string) ([]bool, error) {
 		pipe := rdb.Pipeline()
@@ -119,7 +121,7 @@ func inboxPruneRun(ctx context.Context, opts *InboxOptions) error {
 		}
 		cmds, err := pipe.Exec(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("reading which streams exist in Redis (%s): %w", conn.shown, err)
+			return nil, fmt.Errorf("reading which streams exist in Redis (%s): %w", conn.Shown, err)
 		}
 		out := make([]bool, len(cmds))
 		for k, c := range cmds {
@@ -141,8 +143,8 @@ func inboxPruneRun(ctx context.Context, opts *InboxOptions) error {
 	if err != nil {
 		return err
 	}
-	if structured(opts.Global.Output) {
-		return writeData(opts.IO.Out, opts.Global.Output, out)
+	if cmdutil.Structured(opts.Global.Output) {
+		return cmdutil.WriteData(opts.IO.Out, opts.Global.Output, out)
 	}
 	verb := "removed"
 	if opts.DryRun {
@@ -156,18 +158,18 @@ func inboxPruneRun(ctx context.Context, opts *InboxOptions) error {
 
 // eachInbox opens the inbox of each SQL sink of the config and calls fn with it. An
 // unreadable DSN or a database that refuses exits 1, naming the handler.
-func eachInbox(ctx context.Context, g *GlobalOptions, fn func(ctx context.Context, handler string, ib *inbox.Inbox, d outbox.Dialect) error) error {
-	cfg, err := loadConfigFile(configOrDefault(g.ConfigPath))
+func eachInbox(ctx context.Context, g *cmdutil.GlobalOptions, fn func(ctx context.Context, handler string, ib *inbox.Inbox, d outbox.Dialect) error) error {
+	cfg, err := cmdutil.LoadConfigFile(cmdutil.ConfigOrDefault(g.ConfigPath))
 	if err != nil {
 		return err
 	}
 	sinks := sqlSinks(cfg)
 	if len(sinks) == 0 {
-		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s declares no SQL sink ([handlers.deliver.sql]): there is no inbox to work on", cfg.File)}
+		return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s declares no SQL sink ([handlers.deliver.sql]): there is no inbox to work on", cfg.File)}
 	}
 	for _, s := range sinks {
 		if err := withInbox(ctx, s, fn); err != nil {
-			return &ExitError{Code: ExitFailure, Err: fmt.Errorf("handler %s: %w", s.handler, err)}
+			return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("handler %s: %w", s.handler, err)}
 		}
 	}
 	return nil

@@ -9,14 +9,16 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
-func newCmdLimits(f *Factory) *cobra.Command {
-	return groupOf(&cobra.Command{
+func newCmdLimits(f *cmdutil.Factory) *cobra.Command {
+	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "limits <command>",
 		Short: "See and override the limit keys: a fleet-wide cap per tenant of a handler",
 		Long: `See and override a handler's limit key: the cap on its runs per value of a payload
@@ -48,7 +50,7 @@ left out.`,
 
 // LimitsListOptions are the inputs of 'seqctl limits list'.
 type LimitsListOptions struct {
-	OpsOptions
+	cmdutil.OpsOptions
 	// Handler lists one handler's values; "" every handler with a limit key.
 	Handler string
 	// Waiting lists also the values with partitions waiting for a permit.
@@ -71,8 +73,8 @@ const limitColumns = `  HANDLER      the handler (consumer group) whose limit ke
 
 -o wide adds the domain's caps (DOMAIN), who set the override, since when and why.`
 
-func newCmdLimitsList(f *Factory, runF func(*LimitsListOptions) error) *cobra.Command {
-	opts := &LimitsListOptions{OpsOptions: f.opsOptions()}
+func newCmdLimitsList(f *cmdutil.Factory, runF func(*LimitsListOptions) error) *cobra.Command {
+	opts := &LimitsListOptions{OpsOptions: f.OpsOptions()}
 	cmd := &cobra.Command{
 		Use:   "list [--handler H] [--waiting]",
 		Short: "List the values of limit keys with an override, and with --waiting those with partitions waiting",
@@ -91,8 +93,8 @@ docs/json-output.md). Reading a value's use costs a round trip or two per value.
 
   # every tenant with partitions waiting for a permit, and the overrides
   $ seqctl limits list --waiting -o wide --config domain.toml`,
-		Args: noArgs,
-		RunE: opsRunE(f, opts, nil, runF, limitsListRun),
+		Args: cmdutil.NoArgs,
+		RunE: cmdutil.OpsRunE(f, opts, nil, runF, limitsListRun),
 	}
 	cmd.Flags().StringVar(&opts.Handler, "handler", "", "only this handler's values (default: every handler with a limit key)")
 	cmd.Flags().BoolVar(&opts.Waiting, "waiting", false, "also the values with partitions waiting for a permit now")
@@ -100,7 +102,7 @@ docs/json-output.md). Reading a value's use costs a round trip or two per value.
 	return cmd
 }
 
-func limitsListRun(ctx context.Context, adm Admin, opts *LimitsListOptions) error {
+func limitsListRun(ctx context.Context, adm cmdutil.Admin, opts *LimitsListOptions) error {
 	ls, err := adm.Limits(ctx, admin.LimitQuery{Handler: opts.Handler, Waiting: opts.Waiting})
 	if err != nil {
 		return limitExit(err)
@@ -109,20 +111,20 @@ func limitsListRun(ctx context.Context, adm Admin, opts *LimitsListOptions) erro
 	if opts.Waiting {
 		empty = "No limit overrides, and no partition waits for a permit."
 	}
-	if done, err := writeList(opts.IO, opts.Output, ls, empty); done {
+	if done, err := cmdutil.WriteList(opts.IO, opts.Output, ls, empty); done {
 		return err
 	}
 	return printLimits(&opts.OpsOptions, ls)
 }
 
 // printLimits prints limits as a table (see limitColumns).
-func printLimits(opts *OpsOptions, ls []admin.Limit) error {
+func printLimits(opts *cmdutil.OpsOptions, ls []admin.Limit) error {
 	header := []string{"HANDLER", "VALUE", "CONCURRENCY", "RATE", "HELD", "STARTS", "WAITING", "OVERRIDE"}
 	wide := opts.Output == "wide"
 	if wide {
 		header = append(header, "DOMAIN", "SET BY", "SINCE", "REASON")
 	}
-	t := newTable(opts.IO, opts.layout(), header...)
+	t := cmdutil.NewTable(opts.IO, opts.Layout(), header...)
 	for _, l := range ls {
 		concurrency, rate := capCells(l)
 		starts := "-"
@@ -133,7 +135,7 @@ func printLimits(opts *OpsOptions, ls []admin.Limit) error {
 		if wide {
 			by, since, reason := "-", "-", "-"
 			if o := l.Override; o != nil {
-				by, since, reason = orDash(o.By), fmtTime(&o.Since), firstLine(orDash(o.Reason), 60)
+				by, since, reason = cmdutil.OrDash(o.By), cmdutil.FmtTime(&o.Since), cmdutil.FirstLine(cmdutil.OrDash(o.Reason), 60)
 			}
 			row = append(row, domainCell(l.Default), by, since, reason)
 		}
@@ -165,11 +167,11 @@ func capCells(l admin.Limit) (concurrency, rate string) {
 	default:
 		concurrency = strconv.Itoa(c.Concurrency)
 	}
-	return concurrency, orDash(c.Rate)
+	return concurrency, cmdutil.OrDash(c.Rate)
 }
 
 // waitingCell is the WAITING cell: yellow when partitions wait.
-func waitingCell(ios *IOStreams, n int) string {
+func waitingCell(ios *cmdutil.IOStreams, n int) string {
 	if n == 0 {
 		return "0"
 	}
@@ -194,14 +196,14 @@ func domainCell(c *admin.LimitCaps) string {
 
 // LimitsGetOptions are the inputs of 'seqctl limits get'.
 type LimitsGetOptions struct {
-	OpsOptions
+	cmdutil.OpsOptions
 	// Handler is "" when the config declares exactly one handler with a limit key.
 	Handler string
 	Value   string
 }
 
-func newCmdLimitsGet(f *Factory, runF func(*LimitsGetOptions) error) *cobra.Command {
-	opts := &LimitsGetOptions{OpsOptions: f.opsOptions()}
+func newCmdLimitsGet(f *cmdutil.Factory, runF func(*LimitsGetOptions) error) *cobra.Command {
+	opts := &LimitsGetOptions{OpsOptions: f.OpsOptions()}
 	cmd := &cobra.Command{
 		Use:   "get VALUE [--handler H]",
 		Short: "Show one value of a limit key: its caps, override, permits held, starts and waiting partitions",
@@ -223,7 +225,7 @@ not be a limit value; 3 for a handler that does not exist.`,
   $ seqctl limits get acme --handler OrderProjector -o json --config domain.toml`,
 		Args:              limitValueArg,
 		ValidArgsFunction: completeLimitValues(f, &opts.Handler),
-		RunE: opsRunE(f, opts, func(_ *cobra.Command, args []string) error {
+		RunE: cmdutil.OpsRunE(f, opts, func(_ *cobra.Command, args []string) error {
 			opts.Value = args[0]
 			return nil
 		}, runF, limitsGetRun),
@@ -239,12 +241,12 @@ func limitValueArg(cmd *cobra.Command, args []string) error {
 	case 1:
 		return nil
 	case 0:
-		return usageErrorf(cmd.CommandPath(), "missing the VALUE argument: the value of the handler's limit_by field (a tenant id, say), e.g. %s acme", cmd.CommandPath())
+		return cmdutil.UsageErrorf(cmd.CommandPath(), "missing the VALUE argument: the value of the handler's limit_by field (a tenant id, say), e.g. %s acme", cmd.CommandPath())
 	}
-	return usageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one VALUE", args[1], cmd.CommandPath())
+	return cmdutil.UsageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one VALUE", args[1], cmd.CommandPath())
 }
 
-func limitsGetRun(ctx context.Context, adm Admin, opts *LimitsGetOptions) error {
+func limitsGetRun(ctx context.Context, adm cmdutil.Admin, opts *LimitsGetOptions) error {
 	handler, err := limitHandler(adm, "seqctl limits get", opts.Handler)
 	if err != nil {
 		return err
@@ -254,8 +256,8 @@ func limitsGetRun(ctx context.Context, adm Admin, opts *LimitsGetOptions) error 
 		return limitExit(err)
 	}
 	switch {
-	case structured(opts.Output):
-		return writeData(opts.IO.Out, opts.Output, l)
+	case cmdutil.Structured(opts.Output):
+		return cmdutil.WriteData(opts.IO.Out, opts.Output, l)
 	case opts.Output == "table" || opts.Output == "wide":
 		return printLimits(&opts.OpsOptions, []admin.Limit{*l})
 	}
@@ -264,7 +266,7 @@ func limitsGetRun(ctx context.Context, adm Admin, opts *LimitsGetOptions) error 
 }
 
 // printLimit prints one value of a limit key for a person.
-func printLimit(ios *IOStreams, l *admin.Limit) {
+func printLimit(ios *cmdutil.IOStreams, l *admin.Limit) {
 	w := ios.Out
 	by := ""
 	if l.By != "" {
@@ -275,8 +277,8 @@ func printLimit(ios *IOStreams, l *admin.Limit) {
 	fmt.Fprintf(w, "  caps        concurrency %s, rate %s\n", concurrency, rate)
 	fmt.Fprintf(w, "  domain      %s\n", limitDomainText(l.Default))
 	if o := l.Override; o != nil {
-		fmt.Fprintf(w, "  override    %s, set by %s since %s\n", admin.OverrideText(o), orDash(o.By), fmtTime(&o.Since))
-		fmt.Fprintf(w, "  why         %s\n", indentRest(o.Reason, "              "))
+		fmt.Fprintf(w, "  override    %s, set by %s since %s\n", admin.OverrideText(o), cmdutil.OrDash(o.By), cmdutil.FmtTime(&o.Since))
+		fmt.Fprintf(w, "  why         %s\n", cmdutil.IndentRest(o.Reason, "              "))
 	} else {
 		fmt.Fprintln(w, "  override    none")
 	}
@@ -302,7 +304,7 @@ func limitDomainText(c *admin.LimitCaps) string {
 // limitHandler resolves --handler of a limits command: the flag, else the config's only
 // handler with limit_by. Without a config, or with several such handlers, it is a usage
 // error that says what to pass.
-func limitHandler(adm Admin, command, handler string) (string, error) {
+func limitHandler(adm cmdutil.Admin, command, handler string) (string, error) {
 	if handler != "" {
 		return handler, nil
 	}
@@ -310,36 +312,36 @@ func limitHandler(adm Admin, command, handler string) (string, error) {
 	names := slices.Sorted(maps.Keys(hs))
 	switch {
 	case hs == nil:
-		return "", usageErrorf(command, "--handler is required without --config: name the handler whose limit key it is, or give --config (with one handler with limit_by it is found there)")
+		return "", cmdutil.UsageErrorf(command, "--handler is required without --config: name the handler whose limit key it is, or give --config (with one handler with limit_by it is found there)")
 	case len(names) == 0:
-		return "", usageErrorf(command, "the config declares no handler with limit_by, so there is no limit key: add limit_by with limit_concurrency or limit_rate to a [[handlers]] entry")
+		return "", cmdutil.UsageErrorf(command, "the config declares no handler with limit_by, so there is no limit key: add limit_by with limit_concurrency or limit_rate to a [[handlers]] entry")
 	case len(names) > 1:
-		return "", usageErrorf(command, "the config declares %d handlers with limit_by (%s): pass --handler", len(names), strings.Join(names, ", "))
+		return "", cmdutil.UsageErrorf(command, "the config declares %d handlers with limit_by (%s): pass --handler", len(names), strings.Join(names, ", "))
 	}
 	return names[0], nil
 }
 
 // limitExit gives an error of a limits command its exit code: a handler without limit_by
 // and an invalid value are usage errors (2), a value without an override not found (3);
-// others as exitFor says.
+// others as cmdutil.ExitFor says.
 func limitExit(err error) error {
-	var ee *ExitError
+	var ee *cmdutil.ExitError
 	switch {
 	case errors.As(err, &ee):
 		return err
 	case errors.Is(err, admin.ErrNoLimit), errors.Is(err, engine.ErrInvalidKey):
-		return &ExitError{Code: ExitUsage, Err: err}
+		return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
 	case errors.Is(err, engine.ErrNoOverride):
-		return &ExitError{Code: ExitNotFound, Err: err}
+		return &cmdutil.ExitError{Code: cmdutil.ExitNotFound, Err: err}
 	}
-	return exitFor(err)
+	return cmdutil.ExitFor(err)
 }
 
 // completeLimitHandlers completes --handler of the limits commands: the config's
 // handlers with limit_by, or without a config those with an override or partitions
 // waiting.
-func completeLimitHandlers(f *Factory) cobra.CompletionFunc {
-	return completeWith(f, nil, func(ctx context.Context, adm Admin, _ []string) []cobra.Completion {
+func completeLimitHandlers(f *cmdutil.Factory) cobra.CompletionFunc {
+	return cmdutil.CompleteWith(f, nil, func(ctx context.Context, adm cmdutil.Admin, _ []string) []cobra.Completion {
 		if hs := adm.HandlerLimits(); hs != nil {
 			var out []cobra.Completion
 			for _, h := range slices.Sorted(maps.Keys(hs)) {
@@ -363,9 +365,9 @@ func completeLimitHandlers(f *Factory) cobra.CompletionFunc {
 
 // completeLimitValues completes VALUE with the values of the handler (*handler, or the
 // config's only one) that have an override or partitions waiting.
-func completeLimitValues(f *Factory, handler *string) cobra.CompletionFunc {
+func completeLimitValues(f *cmdutil.Factory, handler *string) cobra.CompletionFunc {
 	noValueYet := func(args []string) bool { return len(args) == 0 }
-	return completeWith(f, noValueYet, func(ctx context.Context, adm Admin, _ []string) []cobra.Completion {
+	return cmdutil.CompleteWith(f, noValueYet, func(ctx context.Context, adm cmdutil.Admin, _ []string) []cobra.Completion {
 		h, err := limitHandler(adm, "", *handler)
 		if err != nil {
 			return nil

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
@@ -16,7 +18,7 @@ import (
 
 // LimitsSetOptions are the inputs of 'seqctl limits set' and 'seqctl limits clear'.
 type LimitsSetOptions struct {
-	GuardedOptions
+	cmdutil.GuardedOptions
 	// Action is admin.ActionLimitSet or admin.ActionLimitClear.
 	Action string
 	// Handler is "" when the config declares exactly one handler with a limit key.
@@ -38,8 +40,8 @@ the audit log). --dry-run says what would change and changes nothing. Every atte
 recorded in the audit log ('seqctl audit', with the value, the old and new caps and the
 reason). -o json and -o yaml print the result (see docs/json-output.md).`
 
-func newCmdLimitsSet(f *Factory, runF func(*LimitsSetOptions) error) *cobra.Command {
-	opts := &LimitsSetOptions{GuardedOptions: f.guardedOptions(), Action: admin.ActionLimitSet}
+func newCmdLimitsSet(f *cmdutil.Factory, runF func(*LimitsSetOptions) error) *cobra.Command {
+	opts := &LimitsSetOptions{GuardedOptions: f.GuardedOptions(), Action: admin.ActionLimitSet}
 	var rate string
 	cmd := &cobra.Command{
 		Use:   "set VALUE [--handler H] [--concurrency N] [--rate N/s] [--off] --reason TEXT [--yes] [--dry-run]",
@@ -78,7 +80,7 @@ a limit value, no terminal and no --yes); 3 an unknown handler; 1 declined, or f
   $ seqctl limits set internal --off --handler OrderProjector --reason "our own backfill" --yes --config domain.toml`,
 		Args:              limitValueArg,
 		ValidArgsFunction: completeLimitValues(f, &opts.Handler),
-		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.OpsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
 			opts.Value = args[0]
 			return opts.checkSet(cmd, rate)
 		}, runF, limitsSetRun),
@@ -89,7 +91,7 @@ a limit value, no terminal and no --yes); 3 an unknown handler; 1 declined, or f
 	fl.StringVar(&rate, "rate", "", `at most this many starts of the value per second, minute or hour: "20/s", "600/m", "1000/h" (default: the domain's)`)
 	fl.BoolVar(&opts.Off, "off", false, "no cap at all for the value")
 	fl.StringVar(&opts.Reason, "reason", "", "why (required): kept with the override and in the audit log")
-	opts.addGuardFlags(cmd, "say what would change")
+	opts.AddGuardFlags(cmd, "say what would change")
 	_ = cmd.RegisterFlagCompletionFunc("handler", completeLimitHandlers(f))
 	return cmd
 }
@@ -100,27 +102,27 @@ func (o *LimitsSetOptions) checkSet(cmd *cobra.Command, rate string) error {
 	capped := cmd.Flags().Changed("concurrency") || rate != ""
 	switch {
 	case o.Off && capped:
-		return usageErrorf(command, "--off takes every cap off the value: it excludes --concurrency and --rate")
+		return cmdutil.UsageErrorf(command, "--off takes every cap off the value: it excludes --concurrency and --rate")
 	case !o.Off && !capped:
-		return usageErrorf(command, "say what the override sets: --concurrency N (runs at once), --rate N/s or N/m (starts), or --off (no cap); a cap left out keeps the domain's")
+		return cmdutil.UsageErrorf(command, "say what the override sets: --concurrency N (runs at once), --rate N/s or N/m (starts), or --off (no cap); a cap left out keeps the domain's")
 	case cmd.Flags().Changed("concurrency") && o.Concurrency < 1:
-		return usageErrorf(command, "invalid value %d for --concurrency: want a positive number of runs at once; leave --concurrency out to keep the domain's", o.Concurrency)
+		return cmdutil.UsageErrorf(command, "invalid value %d for --concurrency: want a positive number of runs at once; leave --concurrency out to keep the domain's", o.Concurrency)
 	}
 	if rate != "" {
 		n, per, err := keyspace.ParseRate(rate)
 		if err != nil {
-			return usageErrorf(command, "invalid value for --rate: %v", err)
+			return cmdutil.UsageErrorf(command, "invalid value for --rate: %v", err)
 		}
 		o.Rate, o.Per = n, per
 	}
 	if strings.TrimSpace(o.Reason) == "" {
-		return usageErrorf(command, `--reason is required: say why (it is kept with the override and in the audit log), e.g. --reason "acme import, OPS-7"`)
+		return cmdutil.UsageErrorf(command, `--reason is required: say why (it is kept with the override and in the audit log), e.g. --reason "acme import, OPS-7"`)
 	}
 	return nil
 }
 
-func newCmdLimitsClear(f *Factory, runF func(*LimitsSetOptions) error) *cobra.Command {
-	opts := &LimitsSetOptions{GuardedOptions: f.guardedOptions(), Action: admin.ActionLimitClear}
+func newCmdLimitsClear(f *cmdutil.Factory, runF func(*LimitsSetOptions) error) *cobra.Command {
+	opts := &LimitsSetOptions{GuardedOptions: f.GuardedOptions(), Action: admin.ActionLimitClear}
 	cmd := &cobra.Command{
 		Use:   "clear VALUE [--handler H] [--reason TEXT] [--yes] [--dry-run]",
 		Short: "Remove the override of one value: the domain's caps apply to it again",
@@ -138,23 +140,23 @@ error (as for 'limits set'); 1 declined, or failed.`,
   $ seqctl limits clear acme --handler OrderProjector --dry-run --config domain.toml`,
 		Args:              limitValueArg,
 		ValidArgsFunction: completeLimitValues(f, &opts.Handler),
-		RunE: opsRunE(f, opts, func(_ *cobra.Command, args []string) error {
+		RunE: cmdutil.OpsRunE(f, opts, func(_ *cobra.Command, args []string) error {
 			opts.Value = args[0]
 			return nil
 		}, runF, limitsSetRun),
 	}
 	cmd.Flags().StringVar(&opts.Handler, "handler", "", "the handler whose limit key it is (default: the config's only handler with limit_by)")
 	cmd.Flags().StringVar(&opts.Reason, "reason", "", "why, for the audit log")
-	opts.addGuardFlags(cmd, "say what would change")
+	opts.AddGuardFlags(cmd, "say what would change")
 	_ = cmd.RegisterFlagCompletionFunc("handler", completeLimitHandlers(f))
 	return cmd
 }
 
-func limitsSetRun(ctx context.Context, adm Admin, opts *LimitsSetOptions) error {
-	a := &limitAction{guardedAction: opts.guarded(ctx, adm, "limits "+opts.Action), opts: opts}
-	a.exit = limitExit
-	a.refusal.Value, a.refusal.Reason = opts.Value, opts.Reason
-	return a.run(a)
+func limitsSetRun(ctx context.Context, adm cmdutil.Admin, opts *LimitsSetOptions) error {
+	a := &limitAction{GuardedAction: opts.Guarded(ctx, adm, "limits "+opts.Action), opts: opts}
+	a.Exit = limitExit
+	a.Refusal.Value, a.Refusal.Reason = opts.Value, opts.Reason
+	return a.Run(a)
 }
 
 // limitReport is what -o json|yaml prints of a dry run: the result the action would
@@ -164,10 +166,10 @@ type limitReport struct {
 	DryRun bool `json:"dry_run,omitempty"`
 }
 
-// limitAction is one run of 'limits set|clear': the steps of a guardedAction that are
+// limitAction is one run of 'limits set|clear': the steps of a GuardedAction that are
 // its own.
 type limitAction struct {
-	guardedAction
+	cmdutil.GuardedAction
 	opts    *LimitsSetOptions
 	handler string
 	cur     *admin.Limit // read by plan
@@ -182,26 +184,26 @@ func (a *limitAction) set() bool { return a.opts.Action == admin.ActionLimitSet 
 func (a *limitAction) request() admin.LimitRequest {
 	o := a.opts
 	return admin.LimitRequest{Handler: a.handler, Value: o.Value, Concurrency: o.Concurrency, Rate: o.Rate, Per: o.Per,
-		Off: o.Off, Reason: o.Reason, Actor: a.who}
+		Off: o.Off, Reason: o.Reason, Actor: a.Who}
 }
 
 // plan resolves the handler and reads the value's caps, override and use. A refused
 // check (an unknown handler, a value that could not be one, nothing to clear) is
 // recorded; a usage error naming no handler is not: nothing was attempted yet.
-func (a *limitAction) plan() error {
-	h, err := limitHandler(a.adm, a.command(), a.opts.Handler)
+func (a *limitAction) Plan() error {
+	h, err := limitHandler(a.Admin, a.command(), a.opts.Handler)
 	if err != nil {
 		return err
 	}
-	a.handler, a.refusal.Handler = h, h
-	if a.cur, err = a.adm.Limit(a.ctx, h, a.opts.Value); err != nil {
-		return a.refuseErr(admin.OutcomeOf(err), limitExit(err))
+	a.handler, a.Refusal.Handler = h, h
+	if a.cur, err = a.Admin.Limit(a.Ctx, h, a.opts.Value); err != nil {
+		return a.RefuseErr(admin.OutcomeOf(err), limitExit(err))
 	}
 	if !a.set() && a.cur.Override == nil {
 		err := fmt.Errorf("%w: %s of %s has none to clear ('seqctl limits list' shows the overrides); nothing changed", engine.ErrNoOverride, a.opts.Value, h)
-		return a.refuse(admin.OutcomeNotFound, err.Error(), &ExitError{Code: ExitNotFound, Err: err})
+		return a.Refuse(admin.OutcomeNotFound, err.Error(), &cmdutil.ExitError{Code: cmdutil.ExitNotFound, Err: err})
 	}
-	a.inDoubt = mayOrMayNot("limit "+a.opts.Action, fmt.Sprintf("'seqctl limits get %s --handler %s'", a.opts.Value, h))
+	a.InDoubt = cmdutil.MayOrMayNot("limit "+a.opts.Action, fmt.Sprintf("'seqctl limits get %s --handler %s'", a.opts.Value, h))
 	return nil
 }
 
@@ -219,12 +221,12 @@ func (a *limitAction) predicted() *admin.LimitResult {
 	return res
 }
 
-func (a *limitAction) dryRun() error {
+func (a *limitAction) DryRun() error {
 	res := a.predicted()
-	if structured(a.output) {
-		return writeData(a.ios.Out, a.output, limitReport{LimitResult: res, DryRun: true})
+	if cmdutil.Structured(a.Output) {
+		return cmdutil.WriteData(a.IO.Out, a.Output, limitReport{LimitResult: res, DryRun: true})
 	}
-	w := a.ios.Out
+	w := a.IO.Out
 	if a.set() {
 		fmt.Fprintf(w, "Would set the override of %s for %s to %s, reason %q:\n", a.opts.Value, a.handler, admin.OverrideText(res.New), a.opts.Reason)
 	} else {
@@ -237,7 +239,7 @@ func (a *limitAction) dryRun() error {
 
 // describeCaps says the value's caps now and after the action, and what it uses now.
 func (a *limitAction) describeCaps(w io.Writer, res *admin.LimitResult) {
-	fmt.Fprintf(w, "  now    %s; %d permits held, %s partitions waiting\n", capsNow(res.Before, res.Old), a.cur.Use.Held, waitingCell(a.ios, a.cur.Waiting))
+	fmt.Fprintf(w, "  now    %s; %d permits held, %s partitions waiting\n", capsNow(res.Before, res.Old), a.cur.Use.Held, waitingCell(a.IO, a.cur.Waiting))
 	fmt.Fprintf(w, "  after  %s\n", capsNow(res.After, res.New))
 }
 
@@ -253,31 +255,31 @@ func capsNow(c *admin.LimitCaps, o *engine.LimitOverride) string {
 	return "the domain's caps (unknown without --config)"
 }
 
-func (a *limitAction) confirmation() confirmation {
+func (a *limitAction) Confirmation() cmdutil.Confirmation {
 	verb := a.opts.Action
-	return confirmation{
-		refused: usageErrorf(a.command(),
+	return cmdutil.Confirmation{
+		Refused: cmdutil.UsageErrorf(a.command(),
 			"refusing to %s the override of %s for %s without confirmation: stdin is not a terminal, pass --yes (--dry-run shows what it would do); nothing changed",
 			verb, a.opts.Value, a.handler),
-		refusedDetail: "no terminal and no --yes",
-		before: func() error {
+		RefusedDetail: "no terminal and no --yes",
+		Before: func() error {
 			res := a.predicted()
-			fmt.Fprintf(a.ios.ErrOut, "%s of %s: override %s -> %s\n", a.opts.Value, a.handler, admin.OverrideText(res.Old), admin.OverrideText(res.New))
-			a.describeCaps(a.ios.ErrOut, res)
-			fmt.Fprintln(a.ios.ErrOut, "Every running instance applies it at once.")
+			fmt.Fprintf(a.IO.ErrOut, "%s of %s: override %s -> %s\n", a.opts.Value, a.handler, admin.OverrideText(res.Old), admin.OverrideText(res.New))
+			a.describeCaps(a.IO.ErrOut, res)
+			fmt.Fprintln(a.IO.ErrOut, "Every running instance applies it at once.")
 			return nil
 		},
-		question:       fmt.Sprintf("%s the override of %s for %s?", capitalize(verb), a.opts.Value, a.handler),
-		declinedDetail: cancelledText,
+		Question:       fmt.Sprintf("%s the override of %s for %s?", cmdutil.Capitalize(verb), a.opts.Value, a.handler),
+		DeclinedDetail: cmdutil.CancelledText,
 	}
 }
 
-func (a *limitAction) act() (any, string, error) {
+func (a *limitAction) Act() (any, string, error) {
 	var err error
 	if a.set() {
-		a.res, err = a.adm.SetLimit(a.ctx, a.request())
+		a.res, err = a.Admin.SetLimit(a.Ctx, a.request())
 	} else {
-		a.res, err = a.adm.ClearLimit(a.ctx, a.request())
+		a.res, err = a.Admin.ClearLimit(a.Ctx, a.request())
 	}
 	if err != nil {
 		return nil, "", err
@@ -285,7 +287,7 @@ func (a *limitAction) act() (any, string, error) {
 	return a.res, a.res.AuditWarning, nil
 }
 
-func (a *limitAction) done() string {
+func (a *limitAction) Done() string {
 	res := a.res
 	if a.set() {
 		return fmt.Sprintf("Set the override of %s for %s: %s now (was %s); every running instance applies it at once. Clear it with 'seqctl limits clear %s --handler %s'.",

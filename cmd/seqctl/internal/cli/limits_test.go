@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
@@ -46,9 +48,9 @@ func TestLimitsSetParse(t *testing.T) {
 		{name: "concurrency", argv: set("--concurrency", "8"),
 			want: LimitsSetOptions{Action: admin.ActionLimitSet, Value: "acme", Concurrency: 8, Reason: "r"}},
 		{name: "rate per minute, a handler, --yes", argv: set("--rate", "600/m", "--handler", "H", "--yes"),
-			want: LimitsSetOptions{GuardedOptions: GuardedOptions{Yes: true}, Action: admin.ActionLimitSet, Handler: "H", Value: "acme", Rate: 600, Per: time.Minute, Reason: "r"}},
+			want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Action: admin.ActionLimitSet, Handler: "H", Value: "acme", Rate: 600, Per: time.Minute, Reason: "r"}},
 		{name: "both caps, dry run as json", argv: set("--concurrency", "3", "--rate", "20/s", "--dry-run", "-o", "json"),
-			want: LimitsSetOptions{GuardedOptions: GuardedOptions{OpsOptions: OpsOptions{Output: "json"}, DryRun: true}, Action: admin.ActionLimitSet,
+			want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, DryRun: true}, Action: admin.ActionLimitSet,
 				Value: "acme", Concurrency: 3, Rate: 20, Per: time.Second, Reason: "r"}},
 		{name: "off", argv: set("--off"), want: LimitsSetOptions{Action: admin.ActionLimitSet, Value: "acme", Off: true, Reason: "r"}},
 		{name: "no value", argv: []string{"--concurrency", "8", "--reason", "r"}, wantErr: "missing the VALUE argument"},
@@ -68,12 +70,12 @@ func TestLimitsOtherParse(t *testing.T) {
 	testParse(t, "limits", newCmdLimitsClear, []parseCase[LimitsSetOptions]{
 		{name: "minimal", argv: []string{"acme"}, want: LimitsSetOptions{Action: admin.ActionLimitClear, Value: "acme"}},
 		{name: "everything", argv: []string{"acme", "--handler", "H", "--reason", "done", "-y", "--dry-run"},
-			want: LimitsSetOptions{GuardedOptions: GuardedOptions{Yes: true, DryRun: true}, Action: admin.ActionLimitClear, Handler: "H", Value: "acme", Reason: "done"}},
+			want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true, DryRun: true}, Action: admin.ActionLimitClear, Handler: "H", Value: "acme", Reason: "done"}},
 		{name: "no value", wantErr: "missing the VALUE argument"},
 		{name: "no caps to clear", argv: []string{"acme", "--off"}, wantErr: "unknown flag: --off"},
 	}, ignoreOpsInputs(LimitsSetOptions{}))
 	testParse(t, "limits", newCmdLimitsGet, []parseCase[LimitsGetOptions]{
-		{name: "value", argv: []string{"acme", "-o", "yaml"}, want: LimitsGetOptions{OpsOptions: OpsOptions{Output: "yaml"}, Value: "acme"}},
+		{name: "value", argv: []string{"acme", "-o", "yaml"}, want: LimitsGetOptions{OpsOptions: cmdutil.OpsOptions{Output: "yaml"}, Value: "acme"}},
 		{name: "no value", wantErr: "missing the VALUE argument"},
 	}, ignoreOpsInputs(LimitsGetOptions{}))
 	testParse(t, "limits", newCmdLimitsList, []parseCase[LimitsListOptions]{
@@ -107,7 +109,7 @@ func TestLimitsWithoutConfig(t *testing.T) {
 	r := runOps(t, fa, inPipe, "", "limits", "list", "-o", "table")
 	checkResult(t, r, 0, "", []string{"OrderProjector  acme      8            ?     8     14      3        concurrency 8\n"}, nil)
 	r = runOps(t, fa, inPipe, "", "limits", "get", "acme")
-	checkResult(t, r, ExitUsage, "", nil, []string{"--handler is required without --config", "limits get --help"})
+	checkResult(t, r, cmdutil.ExitUsage, "", nil, []string{"--handler is required without --config", "limits get --help"})
 	r = runOps(t, fa, inPipe, "", "limits", "get", "acme", "--handler", "OrderProjector")
 	checkResult(t, r, 0, "", []string{"  caps        concurrency 8, rate ?\n", "  domain      unknown without --config\n"}, nil)
 }
@@ -127,18 +129,18 @@ func TestLimitsErrors(t *testing.T) {
 		stderrHas string
 	}{
 		{"a handler without limit_by", []string{"limits", "get", "acme", "--handler", "Mailer"},
-			func(f *fakeAdmin) { f.limitErrs = map[string]error{"acme": noLimit} }, ExitUsage,
+			func(f *fakeAdmin) { f.limitErrs = map[string]error{"acme": noLimit} }, cmdutil.ExitUsage,
 			"seqctl: handler Mailer has no limit_by: an override caps nothing until its [[handlers]] entry in domain.toml sets limit_by"},
 		{"an unknown handler", []string{"limits", "set", "acme", "--handler", "Nope", "--concurrency", "3", "--reason", "r", "--yes"},
-			func(f *fakeAdmin) { f.limitErrs = map[string]error{"acme": unknown} }, ExitNotFound, "handler Nope not found"},
+			func(f *fakeAdmin) { f.limitErrs = map[string]error{"acme": unknown} }, cmdutil.ExitNotFound, "handler Nope not found"},
 		{"a bad value", []string{"limits", "clear", "a:b", "--yes"},
-			func(f *fakeAdmin) { f.limitErrs = map[string]error{"a:b": badValue} }, ExitUsage, "invalid limit value: engine: invalid partition key"},
+			func(f *fakeAdmin) { f.limitErrs = map[string]error{"a:b": badValue} }, cmdutil.ExitUsage, "invalid limit value: engine: invalid partition key"},
 		{"several handlers with limit_by", []string{"limits", "get", "acme"},
-			func(f *fakeAdmin) { f.handlerLimits["Mailer"] = sampleLimit }, ExitUsage,
+			func(f *fakeAdmin) { f.handlerLimits["Mailer"] = sampleLimit }, cmdutil.ExitUsage,
 			"the config declares 2 handlers with limit_by (Mailer, OrderProjector): pass --handler"},
 		{"none", []string{"limits", "list", "--waiting"}, nil, 0, ""},
 		{"no handler with limit_by", []string{"limits", "set", "acme", "--off", "--reason", "r", "--yes"},
-			func(f *fakeAdmin) { f.handlerLimits = map[string]engine.HandlerLimit{} }, ExitUsage,
+			func(f *fakeAdmin) { f.handlerLimits = map[string]engine.HandlerLimit{} }, cmdutil.ExitUsage,
 			"the config declares no handler with limit_by, so there is no limit key"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,7 +207,7 @@ func TestLimitsSet(t *testing.T) {
 			stdoutHas: []string{"✓ Set the override of globex for OrderProjector: concurrency 2, rate 5/s now (was concurrency 2, rate 20/s); every running instance applies it at once. " +
 				"Clear it with 'seqctl limits clear globex --handler OrderProjector'."},
 			calls: []string{"set OrderProjector globex"}},
-		{name: "no terminal, no --yes", args: []string{"limits", "set", "acme", "--off", "--reason", "r"}, code: ExitUsage,
+		{name: "no terminal, no --yes", args: []string{"limits", "set", "acme", "--off", "--reason", "r"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"refusing to set the override of acme for OrderProjector without confirmation: stdin is not a terminal, pass --yes"},
 			records:   []string{"refused OrderProjector acme no terminal and no --yes"}},
 		{name: "terminal, yes", args: []string{"limits", "set", "acme", "--concurrency", "4", "--reason", "r"}, tm: onTTY, stdin: "y\n",
@@ -216,8 +218,8 @@ func TestLimitsSet(t *testing.T) {
 				"Every running instance applies it at once.\n",
 				"Set the override of acme for OrderProjector? [y/N]"},
 			calls: []string{"set OrderProjector acme"}},
-		{name: "terminal, no", args: []string{"limits", "set", "acme", "--concurrency", "4", "--reason", "r"}, tm: onTTY, stdin: "n\n", code: ExitFailure,
-			stderrHas: []string{cancelledText}, records: []string{"declined OrderProjector acme " + cancelledText}},
+		{name: "terminal, no", args: []string{"limits", "set", "acme", "--concurrency", "4", "--reason", "r"}, tm: onTTY, stdin: "n\n", code: cmdutil.ExitFailure,
+			stderrHas: []string{cmdutil.CancelledText}, records: []string{"declined OrderProjector acme " + cmdutil.CancelledText}},
 		{name: "dry run", args: []string{"limits", "set", "umbrella", "--concurrency", "1", "--rate", "30/m", "--reason", "trial tenant", "--dry-run"},
 			stdoutHas: []string{
 				`Would set the override of umbrella for OrderProjector to concurrency 1, rate 30/m, reason "trial tenant":` + "\n",
@@ -260,7 +262,7 @@ func TestLimitsClear(t *testing.T) {
 		{name: "an override", args: []string{"limits", "clear", "acme", "--reason", "import done", "--yes"},
 			stdoutHas: []string{"✓ Cleared the override of acme for OrderProjector: the domain's caps apply again (concurrency 2, rate 20/s), at once in every running instance."},
 			calls:     []string{"clear OrderProjector acme"}},
-		{name: "no override", args: []string{"limits", "clear", "globex", "--yes"}, code: ExitNotFound,
+		{name: "no override", args: []string{"limits", "clear", "globex", "--yes"}, code: cmdutil.ExitNotFound,
 			stderrHas: []string{"seqctl: engine: no override of the limit for this value: globex of OrderProjector has none to clear ('seqctl limits list' shows the overrides); nothing changed"},
 			records: []string{"not_found OrderProjector globex engine: no override of the limit for this value: globex of OrderProjector has none to clear " +
 				"('seqctl limits list' shows the overrides); nothing changed"}},

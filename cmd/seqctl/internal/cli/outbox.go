@@ -10,6 +10,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -22,15 +26,15 @@ import (
 
 // OutboxOptions are the options of seqctl outbox migrate|status and seqctl relay.
 type OutboxOptions struct {
-	IO     *IOStreams
-	Global *GlobalOptions
+	IO     *cmdutil.IOStreams
+	Global *cmdutil.GlobalOptions
 	Limit  int  // status: how many abandoned / failing rows to show
 	Once   bool // relay: publish what is there, then exit
 	LogFmt string
 }
 
-func newCmdOutbox(f *Factory) *cobra.Command {
-	return groupOf(&cobra.Command{
+func newCmdOutbox(f *cmdutil.Factory) *cobra.Command {
+	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "outbox <command>",
 		Short: "Create the outbox table and report on it",
 		Long: `The outbox is a table in the application's database ([outbox] dsn in domain.toml:
@@ -42,7 +46,7 @@ each row to its partition stream in per-key commit order. See docs/outbox.md.`,
 	}, newCmdOutboxMigrate(f), newCmdOutboxStatus(f))
 }
 
-func newCmdOutboxMigrate(f *Factory) *cobra.Command {
+func newCmdOutboxMigrate(f *cmdutil.Factory) *cobra.Command {
 	opts := &OutboxOptions{IO: f.IOStreams, Global: &f.Global}
 	return &cobra.Command{
 		Use:   "migrate",
@@ -58,9 +62,9 @@ in the table break the new rules, nothing is changed and it exits 4.`,
 				return err
 			}
 			defer closeDB()
-			if err := ob.Migrate(cmdContext(cmd)); err != nil {
+			if err := ob.Migrate(cmdutil.CmdContext(cmd)); err != nil {
 				if errors.Is(err, outbox.ErrSchema) {
-					return &ExitError{Code: ExitConflict, Err: err}
+					return &cmdutil.ExitError{Code: cmdutil.ExitConflict, Err: err}
 				}
 				return err
 			}
@@ -70,7 +74,7 @@ in the table break the new rules, nothing is changed and it exits 4.`,
 	}
 }
 
-func newCmdOutboxStatus(f *Factory) *cobra.Command {
+func newCmdOutboxStatus(f *cmdutil.Factory) *cobra.Command {
 	opts := &OutboxOptions{IO: f.IOStreams, Global: &f.Global}
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -83,18 +87,18 @@ holds each category's lease.`,
   $ seqctl outbox status --config domain.toml --limit 50 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(cmd, opts.Global.Output); err != nil {
+			if err := cmdutil.CheckFormat(cmd, opts.Global.Output); err != nil {
 				return err
 			}
 			if opts.Limit < 0 {
-				return &ExitError{Code: ExitUsage, Err: errors.New("--limit must not be negative")}
+				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("--limit must not be negative")}
 			}
 			ob, closeDB, err := openOutbox(opts.Global)
 			if err != nil {
 				return err
 			}
 			defer closeDB()
-			rep, err := ob.Status(cmdContext(cmd), outbox.StatusOptions{Limit: opts.Limit})
+			rep, err := ob.Status(cmdutil.CmdContext(cmd), outbox.StatusOptions{Limit: opts.Limit})
 			if err != nil {
 				return err
 			}
@@ -106,8 +110,8 @@ holds each category's lease.`,
 }
 
 func printOutboxStatus(opts *OutboxOptions, rep outbox.StatusReport) error {
-	if structured(opts.Global.Output) {
-		return writeData(opts.IO.Out, opts.Global.Output, rep)
+	if cmdutil.Structured(opts.Global.Output) {
+		return cmdutil.WriteData(opts.IO.Out, opts.Global.Output, rep)
 	}
 	w := opts.IO.Out
 	c := rep.Counts
@@ -132,7 +136,7 @@ func printOutboxStatus(opts *OutboxOptions, rep outbox.StatusReport) error {
 	return nil
 }
 
-func newCmdRelay(f *Factory) *cobra.Command {
+func newCmdRelay(f *cmdutil.Factory) *cobra.Command {
 	opts := &OutboxOptions{IO: f.IOStreams, Global: &f.Global}
 	cmd := &cobra.Command{
 		Use:   "relay",
@@ -146,7 +150,7 @@ seqctl run starts the same relay when [outbox] is configured.`,
   $ seqctl relay --config domain.toml --once`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return relayRun(cmdContext(cmd), opts)
+			return relayRun(cmdutil.CmdContext(cmd), opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.Once, "once", false, "publish what is in the table now, then exit")
@@ -155,22 +159,22 @@ seqctl run starts the same relay when [outbox] is configured.`,
 }
 
 func relayRun(ctx context.Context, opts *OutboxOptions) error {
-	cfg, conn, err := opts.Global.configRedis()
+	cfg, conn, err := opts.Global.ConfigRedis()
 	if err != nil {
 		return err
 	}
-	rdb := conn.newClient()
+	rdb := conn.NewClient()
 	defer rdb.Close()
-	log := newLogger(opts.IO.ErrOut, opts.LogFmt, "info")
-	warnInsecureTLS(conn.tlsConfig(), func(msg string) { log.Warn(msg) })
+	log := cmdutil.NewLogger(opts.IO.ErrOut, opts.LogFmt, "info")
+	redisconn.WarnInsecureTLS(conn.TLSConfig(), func(msg string) { log.Warn(msg) })
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tp, err := tracerProviderFromEnv(ctx, os.Getenv, log)
+	tp, err := cmdutil.TracerProviderFromEnv(ctx, os.Getenv, log)
 	if err != nil {
 		return err
 	}
 	if tp != nil {
-		defer shutdownTracing(tp, log)
+		defer cmdutil.ShutdownTracing(tp, log)
 	}
 	r, _, closeDB, err := newRelay(cfg, rdb, tp, log)
 	if err != nil {
@@ -194,7 +198,7 @@ func relayRun(ctx context.Context, opts *OutboxOptions) error {
 // function closing the database.
 func newRelay(cfg *config.Config, rdb redis.UniversalClient, tp *sdktrace.TracerProvider, log *slog.Logger) (*outbox.Relay, *outbox.Outbox, func(), error) {
 	if cfg.Outbox == nil {
-		return nil, nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s has no [outbox] table: add one with dsn = \"sqlite://outbox.db\" or \"postgres://...\"", cfg.File)}
+		return nil, nil, nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s has no [outbox] table: add one with dsn = \"sqlite://outbox.db\" or \"postgres://...\"", cfg.File)}
 	}
 	broker := engine.NewRedisBroker(rdb)
 	dom, err := cfg.Domain()
@@ -202,11 +206,11 @@ func newRelay(cfg *config.Config, rdb redis.UniversalClient, tp *sdktrace.Tracer
 		return nil, nil, nil, err
 	}
 	if err := dom.Init(broker); err != nil {
-		return nil, nil, nil, &ExitError{Code: ExitUsage, Err: err}
+		return nil, nil, nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
 	}
 	db, dialect, err := outbox.Open(cfg.Outbox.DSN)
 	if err != nil {
-		return nil, nil, nil, &ExitError{Code: ExitUsage, Err: err}
+		return nil, nil, nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
 	}
 	ob, err := outbox.New(db, dialect, dom)
 	if err != nil {
@@ -227,13 +231,13 @@ func newRelay(cfg *config.Config, rdb redis.UniversalClient, tp *sdktrace.Tracer
 }
 
 // openOutbox opens the configured outbox for migrate and status (no Redis needed).
-func openOutbox(g *GlobalOptions) (*outbox.Outbox, func(), error) {
-	cfg, err := loadConfigFile(configOrDefault(g.ConfigPath))
+func openOutbox(g *cmdutil.GlobalOptions) (*outbox.Outbox, func(), error) {
+	cfg, err := cmdutil.LoadConfigFile(cmdutil.ConfigOrDefault(g.ConfigPath))
 	if err != nil {
 		return nil, nil, err
 	}
 	if cfg.Outbox == nil {
-		return nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s has no [outbox] table: add one with dsn = \"sqlite://outbox.db\" or \"postgres://...\"", cfg.File)}
+		return nil, nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s has no [outbox] table: add one with dsn = \"sqlite://outbox.db\" or \"postgres://...\"", cfg.File)}
 	}
 	dom, err := cfg.InitDomain()
 	if err != nil {
@@ -241,7 +245,7 @@ func openOutbox(g *GlobalOptions) (*outbox.Outbox, func(), error) {
 	}
 	db, dialect, err := outbox.Open(cfg.Outbox.DSN)
 	if err != nil {
-		return nil, nil, &ExitError{Code: ExitUsage, Err: err}
+		return nil, nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
 	}
 	ob, err := outbox.New(db, dialect, dom)
 	if err != nil {
@@ -267,11 +271,4 @@ func startBacklogGauge(ctx context.Context, ob *outbox.Outbox, m *metrics.Metric
 			}
 		}
 	}()
-}
-
-func cmdContext(cmd *cobra.Command) context.Context {
-	if ctx := cmd.Context(); ctx != nil {
-		return ctx
-	}
-	return context.Background()
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
@@ -71,7 +73,7 @@ func outboxCommands(t *testing.T, url string, rdb redis.UniversalClient, global 
 // Without an [outbox] table the commands say what to add and exit 2.
 func TestOutboxCommandsNeedTheTable(t *testing.T) {
 	r := runCLI(t, false, "outbox", "status", "--config", "../../../../testdata/demo/domain.toml")
-	if r.Code != ExitUsage || !strings.Contains(r.Stderr, "no [outbox] table") {
+	if r.Code != cmdutil.ExitUsage || !strings.Contains(r.Stderr, "no [outbox] table") {
 		t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
 	}
 }
@@ -102,7 +104,7 @@ func TestRelayOnceMinReplicas(t *testing.T) {
 	replica.Stop()
 	r := runCLI(t, false, "relay", "--once", "--config", cfgPath, "--redis-url", srv.URL)
 	t.Logf("relay --once with the replica down: exit %d\n%s", r.Code, r.Stderr)
-	if r.Code != ExitFailure || !strings.Contains(r.Stderr, "appended but left unpublished") || !strings.Contains(r.Stderr, "0 of the 1 required replicas") {
+	if r.Code != cmdutil.ExitFailure || !strings.Contains(r.Stderr, "appended but left unpublished") || !strings.Contains(r.Stderr, "0 of the 1 required replicas") {
 		t.Fatalf("relay --once with the replica down: exit %d, stderr:\n%s\nwant exit 1 saying why", r.Code, r.Stderr)
 	}
 	if n := published(); n != 0 {

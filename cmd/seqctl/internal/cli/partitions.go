@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
@@ -21,8 +23,8 @@ import (
 	"github.com/seqctl/seqctl/pkg/tui"
 )
 
-func newCmdPartitions(f *Factory) *cobra.Command {
-	return groupOf(&cobra.Command{
+func newCmdPartitions(f *cmdutil.Factory) *cobra.Command {
+	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "partitions <command>",
 		Short: "List and inspect partitions: owner, lease, lag, pending entries, halts",
 		Long: `List and inspect the partitions of a live deployment, read from Redis.
@@ -43,7 +45,7 @@ group registry.`,
 
 // PartitionsListOptions are the inputs of 'seqctl partitions list'.
 type PartitionsListOptions struct {
-	OpsOptions
+	cmdutil.OpsOptions
 	Category string
 	Handler  string
 	Halted   bool
@@ -70,8 +72,8 @@ var partitionStates = []string{
 	string(admin.StateThrottled), string(admin.StateUnowned),
 }
 
-func newCmdPartitionsList(f *Factory, runF func(*PartitionsListOptions) error) *cobra.Command {
-	opts := &PartitionsListOptions{OpsOptions: f.opsOptions()}
+func newCmdPartitionsList(f *cmdutil.Factory, runF func(*PartitionsListOptions) error) *cobra.Command {
+	opts := &PartitionsListOptions{OpsOptions: f.OpsOptions()}
 	cmd := &cobra.Command{
 		Use:   "list [--category C] [--handler H] [--state S] [--key GLOB] [--owner ID] [--sort name|backlog|lag|age|dlq] [--watch]",
 		Short: "List partitions with owner, generation, lease, backlog, DLQ, head age and state",
@@ -134,8 +136,8 @@ The listing is pipelined: a few round trips to Redis however many partitions the
 
   # the partitions one instance owns, refreshed every 2s, one JSON object per line
   $ seqctl partitions list --owner worker-7 --watch -o json`,
-		Args: noArgs,
-		RunE: opsRunE(f, opts, func(cmd *cobra.Command, _ []string) error {
+		Args: cmdutil.NoArgs,
+		RunE: cmdutil.OpsRunE(f, opts, func(cmd *cobra.Command, _ []string) error {
 			return opts.check(cmd.CommandPath())
 		}, runF, partitionsListRun),
 	}
@@ -144,7 +146,7 @@ The listing is pipelined: a few round trips to Redis however many partitions the
 }
 
 // addFlags binds the flags of 'partitions list' to o, with their completions.
-func (o *PartitionsListOptions) addFlags(cmd *cobra.Command, f *Factory) {
+func (o *PartitionsListOptions) addFlags(cmd *cobra.Command, f *cmdutil.Factory) {
 	fl := cmd.Flags()
 	fl.StringVar(&o.Category, "category", "", "only this category")
 	fl.StringVar(&o.Handler, "handler", "", "only this handler (consumer group)")
@@ -155,9 +157,9 @@ func (o *PartitionsListOptions) addFlags(cmd *cobra.Command, f *Factory) {
 	fl.StringVar(&o.Sort, "sort", "name", "order: name, backlog, lag (largest first), age (oldest head first) or dlq (longest first)")
 	fl.BoolVarP(&o.Watch, "watch", "w", false, "refresh every --interval until interrupted")
 	fl.DurationVar(&o.Interval, "interval", 2*time.Second, "refresh period of --watch")
-	_ = cmd.RegisterFlagCompletionFunc("category", completeCategories(f))
-	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
-	_ = cmd.RegisterFlagCompletionFunc("owner", completeOwners(f))
+	_ = cmd.RegisterFlagCompletionFunc("category", cmdutil.CompleteCategories(f))
+	_ = cmd.RegisterFlagCompletionFunc("handler", cmdutil.CompleteHandlers(f))
+	_ = cmd.RegisterFlagCompletionFunc("owner", cmdutil.CompleteOwners(f))
 	_ = cmd.RegisterFlagCompletionFunc("sort", cobra.FixedCompletions(sortOrders, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(partitionStates, cobra.ShellCompDirectiveNoFileComp))
 }
@@ -165,38 +167,38 @@ func (o *PartitionsListOptions) addFlags(cmd *cobra.Command, f *Factory) {
 // check validates the flags.
 func (o *PartitionsListOptions) check(command string) error {
 	if !slices.Contains(sortOrders, o.Sort) {
-		return usageErrorf(command, "invalid value %q for --sort: want %s", o.Sort, strings.Join(sortOrders, ", "))
+		return cmdutil.UsageErrorf(command, "invalid value %q for --sort: want %s", o.Sort, strings.Join(sortOrders, ", "))
 	}
 	for _, s := range o.States {
 		if _, err := admin.ParseState(s); err != nil {
-			return usageErrorf(command, "invalid value for --state: %v", err)
+			return cmdutil.UsageErrorf(command, "invalid value for --state: %v", err)
 		}
 	}
 	if o.Halted && len(o.States) > 0 && !slices.Contains(o.States, string(admin.StateHalted)) {
-		return usageErrorf(command, "--halted keeps only halted partitions and --state %s none of them: drop one of the two", strings.Join(o.States, ","))
+		return cmdutil.UsageErrorf(command, "--halted keeps only halted partitions and --state %s none of them: drop one of the two", strings.Join(o.States, ","))
 	}
 	if err := admin.CheckKeyGlob(o.Key); err != nil {
-		return usageErrorf(command, "invalid value for --key: %v", err)
+		return cmdutil.UsageErrorf(command, "invalid value for --key: %v", err)
 	}
 	if o.Interval <= 0 {
-		return usageErrorf(command, "--interval must be positive, got %v", o.Interval)
+		return cmdutil.UsageErrorf(command, "--interval must be positive, got %v", o.Interval)
 	}
 	return nil
 }
 
-func partitionsListRun(ctx context.Context, adm Admin, opts *PartitionsListOptions) error {
+func partitionsListRun(ctx context.Context, adm cmdutil.Admin, opts *PartitionsListOptions) error {
 	filter := admin.Filter{Category: opts.Category, Handler: opts.Handler, Halted: opts.Halted, Owner: opts.Owner, KeyGlob: opts.Key}
 	for _, s := range opts.States {
 		st, err := admin.ParseState(s)
 		if err != nil {
-			return &ExitError{Code: ExitUsage, Err: err}
+			return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
 		}
 		filter.States = append(filter.States, st)
 	}
 	if !opts.Watch {
 		ps, err := adm.ListPartitions(ctx, filter)
 		if err != nil {
-			return exitFor(err)
+			return cmdutil.ExitFor(err)
 		}
 		return printPartitions(opts, ps)
 	}
@@ -215,7 +217,7 @@ func partitionsListRun(ctx context.Context, adm Admin, opts *PartitionsListOptio
 			return nil // interrupted: a watch ends cleanly
 		}
 		if err != nil {
-			return exitFor(err)
+			return cmdutil.ExitFor(err)
 		}
 		switch {
 		case opts.Output == "json":
@@ -314,7 +316,7 @@ func (nw *ndjsonWatch) write(w io.Writer, sortBy string, ps []admin.Partition, a
 func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 	admin.SortPartitions(ps, admin.SortBy(opts.Sort))
 	ios := opts.IO
-	if done, err := writeList(ios, opts.Output, ps, "No partitions match."); done {
+	if done, err := cmdutil.WriteList(ios, opts.Output, ps, "No partitions match."); done {
 		return err
 	}
 	wide := opts.Output == "wide"
@@ -324,23 +326,23 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 	if wide {
 		header = append(header, "STREAM", "HALTED ENTRY", "ATTEMPTS", "ERROR", "PAUSED BY", "UNTIL", "PAUSE REASON", "LIMIT VALUE")
 	}
-	t := newTable(ios, opts.layout(), header...)
+	t := cmdutil.NewTable(ios, opts.Layout(), header...)
 	// The aligned table, read by a person, shows the last digits of a generation (the
 	// ones that differ between owners) so a row fits a 120-column terminal; the rows of a
 	// pipe, read by programs, and -o wide keep the whole number.
-	shortGen := t.aligned && !wide
+	shortGen := t.Aligned && !wide
 	for _, p := range ps {
-		row := []string{p.Category, p.Key, p.Handler, orDash(p.Owner), genCell(p.Generation, shortGen), msCell(p.LeaseRemainingMS, p.Owner != ""),
-			lagCell(p.Backlog), lagCell(p.Lag), strconv.FormatInt(p.Pending, 10), strconv.FormatInt(p.DLQ, 10),
-			msCell(p.HeadAgeMS, p.HeadID != "" || p.HeadAgeMS > 0), stateCell(ios, p.State)}
+		row := []string{p.Category, p.Key, p.Handler, cmdutil.OrDash(p.Owner), genCell(p.Generation, shortGen), cmdutil.MSCell(p.LeaseRemainingMS, p.Owner != ""),
+			cmdutil.LagCell(p.Backlog), cmdutil.LagCell(p.Lag), strconv.FormatInt(p.Pending, 10), strconv.FormatInt(p.DLQ, 10),
+			cmdutil.MSCell(p.HeadAgeMS, p.HeadID != "" || p.HeadAgeMS > 0), stateCell(ios, p.State)}
 		if wide {
 			attempts, errText := "-", "-"
 			if p.Halt != nil {
-				attempts, errText = strconv.Itoa(p.Halt.Attempts), firstLine(p.Halt.Error, 60)
+				attempts, errText = strconv.Itoa(p.Halt.Attempts), cmdutil.FirstLine(p.Halt.Error, 60)
 			}
-			row = append(row, p.Stream, orDash(p.HaltedEntryID), attempts, errText)
+			row = append(row, p.Stream, cmdutil.OrDash(p.HaltedEntryID), attempts, errText)
 			row = append(row, pauseCells(p.Pause)...)
-			row = append(row, orDash(p.LimitValue))
+			row = append(row, cmdutil.OrDash(p.LimitValue))
 		}
 		t.AddRow(row...)
 	}
@@ -359,20 +361,6 @@ func genCell(g int64, short bool) string {
 	return strconv.FormatInt(g, 10)
 }
 
-func lagCell(lag int64) string {
-	if lag < 0 {
-		return "?"
-	}
-	return strconv.FormatInt(lag, 10)
-}
-
-func msCell(ms int64, known bool) string {
-	if !known {
-		return "-"
-	}
-	return fmtMS(ms)
-}
-
 // pauseCells are the pause columns of -o wide: who paused, until when ("resumed": until
 // a resume) and why; "-" when not paused.
 func pauseCells(rec *engine.PauseRecord) []string {
@@ -381,12 +369,12 @@ func pauseCells(rec *engine.PauseRecord) []string {
 	}
 	until := "resumed"
 	if !rec.Until.IsZero() {
-		until = fmtTime(&rec.Until)
+		until = cmdutil.FmtTime(&rec.Until)
 	}
-	return []string{orDash(rec.By), until, firstLine(rec.Reason, 60)}
+	return []string{cmdutil.OrDash(rec.By), until, cmdutil.FirstLine(rec.Reason, 60)}
 }
 
-func stateCell(ios *IOStreams, s admin.State) string {
+func stateCell(ios *cmdutil.IOStreams, s admin.State) string {
 	switch s {
 	case admin.StateHalted, admin.StateUnowned:
 		return ios.Red(string(s))
@@ -402,13 +390,13 @@ func stateCell(ios *IOStreams, s admin.State) string {
 
 // PartitionsInspectOptions are the inputs of 'seqctl partitions inspect'.
 type PartitionsInspectOptions struct {
-	OpsOptions
+	cmdutil.OpsOptions
 	Stream  string
 	Handler string // "" for every handler of the category
 }
 
-func newCmdPartitionsInspect(f *Factory, runF func(*PartitionsInspectOptions) error) *cobra.Command {
-	opts := &PartitionsInspectOptions{OpsOptions: f.opsOptions()}
+func newCmdPartitionsInspect(f *cmdutil.Factory, runF func(*PartitionsInspectOptions) error) *cobra.Command {
+	opts := &PartitionsInspectOptions{OpsOptions: f.OpsOptions()}
 	cmd := &cobra.Command{
 		Use:   "inspect STREAM [--handler H]",
 		Short: "Show a partition's lanes, groups, pending entries, halt record, lease and head",
@@ -425,29 +413,29 @@ Exit status 3 when the partition has no stream, no DLQ and is not indexed.`,
 
   # one handler, as JSON
   $ seqctl partitions inspect order:client-123 --handler OrderProjector -o json`,
-		Args:              streamArg,
-		ValidArgsFunction: completeStreams(f),
-		RunE:              opsRunE(f, opts, takeStream(&opts.Stream), runF, partitionsInspectRun),
+		Args:              cmdutil.StreamArg,
+		ValidArgsFunction: cmdutil.CompleteStreams(f),
+		RunE:              cmdutil.OpsRunE(f, opts, cmdutil.TakeStream(&opts.Stream), runF, partitionsInspectRun),
 	}
 	cmd.Flags().StringVar(&opts.Handler, "handler", "", "only this handler (default: every handler of the category)")
-	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
+	_ = cmd.RegisterFlagCompletionFunc("handler", cmdutil.CompleteHandlers(f))
 	return cmd
 }
 
-func partitionsInspectRun(ctx context.Context, adm Admin, opts *PartitionsInspectOptions) error {
+func partitionsInspectRun(ctx context.Context, adm cmdutil.Admin, opts *PartitionsInspectOptions) error {
 	ai, err := adm.Inspect(ctx, opts.Stream, opts.Handler)
 	if err != nil {
-		return exitFor(err)
+		return cmdutil.ExitFor(err)
 	}
 	in := &inspection{Inspection: ai, Handlers: make([]handlerInspection, len(ai.Handlers))}
 	for i, h := range ai.Handlers {
 		in.Handlers[i].HandlerState = h
 		if in.Handlers[i].Pause, err = adm.PauseOf(ctx, ai.Stream, h.Handler); err != nil {
-			return exitFor(err)
+			return cmdutil.ExitFor(err)
 		}
 	}
-	if structured(opts.Output) {
-		return writeData(opts.IO.Out, opts.Output, in)
+	if cmdutil.Structured(opts.Output) {
+		return cmdutil.WriteData(opts.IO.Out, opts.Output, in)
 	}
 	// The labelled view everywhere: a pipe gets it without colour (-o json is for
 	// scripts).
@@ -469,28 +457,28 @@ type handlerInspection struct {
 }
 
 // printInspection prints an inspection for a person.
-func printInspection(ios *IOStreams, in *inspection) error {
+func printInspection(ios *cmdutil.IOStreams, in *inspection) error {
 	w := ios.Out
 	where := "not in the discovery index"
 	if in.Indexed {
 		where = "indexed"
 	}
-	fmt.Fprintf(w, "%s  (category %s, key %s, %s)\n\n", ios.Bold(in.Stream), in.Category, orDash(in.Key), where)
-	t := alignedTable(ios, "LANE", "STREAM", "LENGTH", "FIRST ID", "LAST ID")
+	fmt.Fprintf(w, "%s  (category %s, key %s, %s)\n\n", ios.Bold(in.Stream), in.Category, cmdutil.OrDash(in.Key), where)
+	t := cmdutil.AlignedTable(ios, "LANE", "STREAM", "LENGTH", "FIRST ID", "LAST ID")
 	for _, l := range in.Lanes {
-		t.AddRow(l.Kind, l.Stream, strconv.FormatInt(l.Length, 10), orDash(l.FirstID), orDash(l.LastID))
+		t.AddRow(l.Kind, l.Stream, strconv.FormatInt(l.Length, 10), cmdutil.OrDash(l.FirstID), cmdutil.OrDash(l.LastID))
 	}
 	if err := t.Render(w); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
-	t = alignedTable(ios, "STREAM", "GROUP", "LAST DELIVERED", "LAG", "PENDING", "CONSUMERS")
+	t = cmdutil.AlignedTable(ios, "STREAM", "GROUP", "LAST DELIVERED", "LAG", "PENDING", "CONSUMERS")
 	for _, l := range in.Lanes {
 		for _, g := range l.Groups {
-			t.AddRow(l.Stream, g.Name, g.LastDeliveredID, lagCell(g.Lag), strconv.FormatInt(g.Pending, 10), strconv.FormatInt(g.Consumers, 10))
+			t.AddRow(l.Stream, g.Name, g.LastDeliveredID, cmdutil.LagCell(g.Lag), strconv.FormatInt(g.Pending, 10), strconv.FormatInt(g.Consumers, 10))
 		}
 	}
-	if len(t.rows) > 0 {
+	if len(t.Rows) > 0 {
 		if err := t.Render(w); err != nil {
 			return err
 		}
@@ -508,7 +496,7 @@ func printInspection(ios *IOStreams, in *inspection) error {
 }
 
 // printHandlerInspection prints one handler's view of an inspected partition.
-func printHandlerInspection(ios *IOStreams, h handlerInspection) error {
+func printHandlerInspection(ios *cmdutil.IOStreams, h handlerInspection) error {
 	w := ios.Out
 	kind := "handler"
 	if h.ProcessManager {
@@ -522,43 +510,38 @@ func printHandlerInspection(ios *IOStreams, h handlerInspection) error {
 	case l == nil:
 		fmt.Fprintln(w, "  lease       none")
 	case l.Live:
-		fmt.Fprintf(w, "  lease       %s, generation %d, %s left\n", l.Owner, l.Generation, fmtMS(l.RemainingMS))
+		fmt.Fprintf(w, "  lease       %s, generation %d, %s left\n", l.Owner, l.Generation, cmdutil.FmtMS(l.RemainingMS))
 	default:
 		fmt.Fprintf(w, "  lease       %s, generation %d, void (the owner's session expired)\n", l.Owner, l.Generation)
 	}
 	if hr := h.Halt; hr != nil {
-		fmt.Fprintf(w, "  halted      on %s (%s) after %d attempts, since %s\n", hr.EntryID, hr.Stream, hr.Attempts, fmtTime(&hr.Since))
-		fmt.Fprintf(w, "  reason      %s\n", indentRest(hr.Error, "              "))
+		fmt.Fprintf(w, "  halted      on %s (%s) after %d attempts, since %s\n", hr.EntryID, hr.Stream, hr.Attempts, cmdutil.FmtTime(&hr.Since))
+		fmt.Fprintf(w, "  reason      %s\n", cmdutil.IndentRest(hr.Error, "              "))
 	}
 	if h.LimitValue != "" {
 		fmt.Fprintf(w, "  throttled   waiting for a permit of limit value %s ('seqctl limits get %s --handler %s')\n", h.LimitValue, h.LimitValue, h.Handler)
 	}
 	if pr := h.Pause; pr != nil {
-		fmt.Fprintf(w, "  paused      by %s since %s, %s\n", orDash(pr.By), fmtTime(&pr.Since), untilRecord(pr))
-		fmt.Fprintf(w, "  why         %s\n", indentRest(pr.Reason, "              "))
+		fmt.Fprintf(w, "  paused      by %s since %s, %s\n", cmdutil.OrDash(pr.By), cmdutil.FmtTime(&pr.Since), untilRecord(pr))
+		fmt.Fprintf(w, "  why         %s\n", cmdutil.IndentRest(pr.Reason, "              "))
 	}
 	fmt.Fprintf(w, "  pending     %d\n", h.PendingTotal)
 	if len(h.Pending) > 0 {
-		t := alignedTable(ios, "    ID", "LANE", "CONSUMER", "DELIVERIES", "IDLE")
+		t := cmdutil.AlignedTable(ios, "    ID", "LANE", "CONSUMER", "DELIVERIES", "IDLE")
 		for _, p := range h.Pending {
-			t.AddRow("    "+p.ID, p.Lane, p.Consumer, strconv.FormatInt(p.Deliveries, 10), fmtMS(p.IdleMS))
+			t.AddRow("    "+p.ID, p.Lane, p.Consumer, strconv.FormatInt(p.Deliveries, 10), cmdutil.FmtMS(p.IdleMS))
 		}
 		if err := t.Render(w); err != nil {
 			return err
 		}
 	}
 	if hd := h.Head; hd != nil {
-		fmt.Fprintf(w, "  head        %s on %s: %s, %d attempts, age %s\n", hd.ID, hd.Lane, hd.Status, hd.Attempts, fmtMS(hd.AgeMS))
-		fmt.Fprintf(w, "  event       %s\n", envelopeLine(hd.Envelope))
-		fmt.Fprintf(w, "  payload     %s\n", compactJSON(hd.Envelope.Data))
+		fmt.Fprintf(w, "  head        %s on %s: %s, %d attempts, age %s\n", hd.ID, hd.Lane, hd.Status, hd.Attempts, cmdutil.FmtMS(hd.AgeMS))
+		fmt.Fprintf(w, "  event       %s\n", cmdutil.EnvelopeLine(hd.Envelope))
+		fmt.Fprintf(w, "  payload     %s\n", cmdutil.CompactJSON(hd.Envelope.Data))
 	} else {
 		fmt.Fprintln(w, "  head        none: caught up")
 	}
 	fmt.Fprintln(w)
 	return nil
-}
-
-// indentRest indents every line of s after the first.
-func indentRest(s, indent string) string {
-	return strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+indent)
 }

@@ -9,17 +9,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/tui"
 )
 
 // PartitionsPauseOptions are the inputs of 'seqctl partitions pause' and 'seqctl
 // partitions resume'.
 type PartitionsPauseOptions struct {
-	GuardedOptions
+	cmdutil.GuardedOptions
 	// Action is admin.ActionPause or admin.ActionResume.
 	Action string
 	// Streams are the partitions named as arguments. Key (a glob over the keys) and
@@ -120,17 +121,17 @@ resumed all the same.`,
 	},
 }
 
-func newCmdPartitionsPause(f *Factory, runF func(*PartitionsPauseOptions) error) *cobra.Command {
+func newCmdPartitionsPause(f *cmdutil.Factory, runF func(*PartitionsPauseOptions) error) *cobra.Command {
 	return newCmdPartitionsPauseAction(f, admin.ActionPause, runF)
 }
 
-func newCmdPartitionsResume(f *Factory, runF func(*PartitionsPauseOptions) error) *cobra.Command {
+func newCmdPartitionsResume(f *cmdutil.Factory, runF func(*PartitionsPauseOptions) error) *cobra.Command {
 	return newCmdPartitionsPauseAction(f, admin.ActionResume, runF)
 }
 
-func newCmdPartitionsPauseAction(f *Factory, action string, runF func(*PartitionsPauseOptions) error) *cobra.Command {
+func newCmdPartitionsPauseAction(f *cmdutil.Factory, action string, runF func(*PartitionsPauseOptions) error) *cobra.Command {
 	text := pauseTexts[action]
-	opts := &PartitionsPauseOptions{GuardedOptions: f.guardedOptions(), Action: action}
+	opts := &PartitionsPauseOptions{GuardedOptions: f.GuardedOptions(), Action: action}
 	var forText string
 	cmd := &cobra.Command{
 		Use:               text.use,
@@ -139,7 +140,7 @@ func newCmdPartitionsPauseAction(f *Factory, action string, runF func(*Partition
 		Example:           text.example,
 		Args:              cobra.ArbitraryArgs, // checked with the flags, in check
 		ValidArgsFunction: completeMoreStreams(f),
-		RunE: opsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.OpsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
 			opts.Streams = args
 			return opts.check(cmd.CommandPath(), forText)
 		}, runF, partitionsPauseRun),
@@ -154,9 +155,9 @@ func newCmdPartitionsPauseAction(f *Factory, action string, runF func(*Partition
 	} else {
 		fl.StringVar(&opts.Reason, "reason", "", "why, for the audit log")
 	}
-	opts.addGuardFlags(cmd, "list what would be "+text.past)
-	_ = cmd.RegisterFlagCompletionFunc("handler", completeHandlers(f))
-	_ = cmd.RegisterFlagCompletionFunc("category", completeCategories(f))
+	opts.AddGuardFlags(cmd, "list what would be "+text.past)
+	_ = cmd.RegisterFlagCompletionFunc("handler", cmdutil.CompleteHandlers(f))
+	_ = cmd.RegisterFlagCompletionFunc("category", cmdutil.CompleteCategories(f))
 	return cmd
 }
 
@@ -166,30 +167,30 @@ func (o *PartitionsPauseOptions) check(command, forText string) error {
 	selector := o.Key != "" || o.Category != ""
 	switch {
 	case len(o.Streams) == 0 && !selector:
-		return usageErrorf(command, "name the partitions to %s: STREAM arguments ({category}:{key}, e.g. order:client-123), or select them with --key GLOB and/or --category C", verb)
+		return cmdutil.UsageErrorf(command, "name the partitions to %s: STREAM arguments ({category}:{key}, e.g. order:client-123), or select them with --key GLOB and/or --category C", verb)
 	case len(o.Streams) > 0 && selector:
-		return usageErrorf(command, "STREAM arguments and --key/--category exclude each other: name the partitions, or select them")
+		return cmdutil.UsageErrorf(command, "STREAM arguments and --key/--category exclude each other: name the partitions, or select them")
 	}
 	if err := admin.CheckKeyGlob(o.Key); err != nil {
-		return usageErrorf(command, "invalid value for --key: %v", err)
+		return cmdutil.UsageErrorf(command, "invalid value for --key: %v", err)
 	}
 	if o.Action != admin.ActionPause {
 		return nil
 	}
 	if strings.TrimSpace(o.Reason) == "" {
-		return usageErrorf(command, `--reason is required: say why (it is shown with the pause and kept in the audit log), e.g. --reason "repairing client-123, OPS-42"`)
+		return cmdutil.UsageErrorf(command, `--reason is required: say why (it is shown with the pause and kept in the audit log), e.g. --reason "repairing client-123, OPS-42"`)
 	}
 	d, err := parseFor(forText)
 	if err != nil {
-		return usageErrorf(command, "%v", err)
+		return cmdutil.UsageErrorf(command, "%v", err)
 	}
 	o.For = d
 	return nil
 }
 
 // selection is what --key, --category and --handler select.
-func (o *PartitionsPauseOptions) selection() selection {
-	return selection{Key: o.Key, Category: o.Category, Handler: o.Handler}
+func (o *PartitionsPauseOptions) selection() cmdutil.Selection {
+	return cmdutil.Selection{Key: o.Key, Category: o.Category, Handler: o.Handler}
 }
 
 // parseFor reads --for: "" is 0 (until resumed), else a Go duration of at least 1ms.
@@ -206,8 +207,8 @@ func parseFor(s string) (time.Duration, error) {
 
 // completeMoreStreams completes every STREAM argument with the indexed partition
 // streams not named yet.
-func completeMoreStreams(f *Factory) cobra.CompletionFunc {
-	return completeWith(f, nil, func(ctx context.Context, adm Admin, args []string) []cobra.Completion {
+func completeMoreStreams(f *cmdutil.Factory) cobra.CompletionFunc {
+	return cmdutil.CompleteWith(f, nil, func(ctx context.Context, adm cmdutil.Admin, args []string) []cobra.Completion {
 		streams, err := adm.Streams(ctx)
 		if err != nil {
 			return nil
@@ -222,11 +223,11 @@ func completeMoreStreams(f *Factory) cobra.CompletionFunc {
 	})
 }
 
-func partitionsPauseRun(ctx context.Context, adm Admin, opts *PartitionsPauseOptions) error {
-	a := &pauseAction{guardedAction: opts.guarded(ctx, adm, "partitions "+opts.Action), opts: opts, text: pauseTexts[opts.Action]}
-	a.exit = pauseExit
-	a.refusal.Reason = opts.Reason
-	if err := a.run(a); err != nil {
+func partitionsPauseRun(ctx context.Context, adm cmdutil.Admin, opts *PartitionsPauseOptions) error {
+	a := &pauseAction{GuardedAction: opts.Guarded(ctx, adm, "partitions "+opts.Action), opts: opts, text: pauseTexts[opts.Action]}
+	a.Exit = pauseExit
+	a.Refusal.Reason = opts.Reason
+	if err := a.Run(a); err != nil {
 		return err
 	}
 	return a.refusedErr()
@@ -234,20 +235,20 @@ func partitionsPauseRun(ctx context.Context, adm Admin, opts *PartitionsPauseOpt
 
 // pauseExit gives an error of a pause or resume its exit code: a halted partition is a
 // conflict (4), a partition not paused is not found (3), a bad key a usage error (2);
-// others as exitFor says.
+// others as cmdutil.ExitFor says.
 func pauseExit(err error) error {
-	var ee *ExitError
+	var ee *cmdutil.ExitError
 	switch {
 	case errors.As(err, &ee):
 		return err
 	case errors.Is(err, engine.ErrHalted):
-		return &ExitError{Code: ExitConflict, Err: err}
+		return &cmdutil.ExitError{Code: cmdutil.ExitConflict, Err: err}
 	case errors.Is(err, engine.ErrNotPaused):
-		return &ExitError{Code: ExitNotFound, Err: err}
+		return &cmdutil.ExitError{Code: cmdutil.ExitNotFound, Err: err}
 	case errors.Is(err, engine.ErrInvalidKey):
-		return &ExitError{Code: ExitUsage, Err: err}
+		return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
 	}
-	return exitFor(err)
+	return cmdutil.ExitFor(err)
 }
 
 // pauseReport is what -o json|yaml prints of one partition: the admin's PauseResult
@@ -263,11 +264,11 @@ type pauseReport struct {
 	State  admin.State `json:"state,omitempty"`
 }
 
-// pauseAction is one run of 'partitions pause|resume': the steps of a guardedAction
+// pauseAction is one run of 'partitions pause|resume': the steps of a GuardedAction
 // that are its own.
 type pauseAction struct {
-	guardedAction
-	batch
+	cmdutil.GuardedAction
+	cmdutil.Batch
 	opts    *PartitionsPauseOptions
 	text    pauseText
 	reports []pauseReport // of act, one per partition
@@ -278,31 +279,31 @@ func (a *pauseAction) command() string { return "seqctl partitions " + a.opts.Ac
 
 // plan resolves the partitions and their handlers and reads their rows. A failure here
 // (a usage error, nothing matching) is not recorded: nothing was attempted yet.
-func (a *pauseAction) plan() error {
+func (a *pauseAction) Plan() error {
 	var err error
 	if len(a.opts.Streams) > 0 {
-		a.targets, err = a.namedTargets()
+		a.Targets, err = a.namedTargets()
 	} else {
-		a.targets, err = a.selectedTargets()
+		a.Targets, err = a.selectedTargets()
 	}
 	if err != nil {
 		return err
 	}
-	if a.many() {
-		a.detailPrefix = a.auditPrefix()
+	if a.Many() {
+		a.DetailPrefix = a.AuditPrefix()
 	} else {
-		a.refusal.Stream, a.refusal.Handler = a.targets[0].stream, a.targets[0].handler
+		a.Refusal.Stream, a.Refusal.Handler = a.Targets[0].Stream, a.Targets[0].Handler
 	}
-	a.inDoubt = mayOrMayNot(a.text.verb, "'seqctl partitions list --state paused'")
+	a.InDoubt = cmdutil.MayOrMayNot(a.text.verb, "'seqctl partitions list --state paused'")
 	return nil
 }
 
 // namedTargets are the STREAM arguments, once each, with their handler and their row.
-func (a *pauseAction) namedTargets() ([]partitionTarget, error) {
-	var out []partitionTarget
+func (a *pauseAction) namedTargets() ([]cmdutil.PartitionTarget, error) {
+	var out []cmdutil.PartitionTarget
 	seen := map[string]bool{}
 	for _, s := range a.opts.Streams {
-		h, err := resolveHandler(a.ctx, a.adm, a.command(), s, a.opts.Handler)
+		h, err := cmdutil.ResolveHandler(a.Ctx, a.Admin, a.command(), s, a.opts.Handler)
 		if err != nil {
 			return nil, err
 		}
@@ -311,14 +312,14 @@ func (a *pauseAction) namedTargets() ([]partitionTarget, error) {
 		}
 		seen[s+"\x00"+h] = true
 		category, key, _ := strings.Cut(s, ":")
-		ps, err := a.adm.ListPartitions(a.ctx, admin.Filter{Category: category, Handler: h, KeyGlob: escapeGlob(key)})
+		ps, err := a.Admin.ListPartitions(a.Ctx, admin.Filter{Category: category, Handler: h, KeyGlob: escapeGlob(key)})
 		if err != nil {
-			return nil, exitFor(err)
+			return nil, cmdutil.ExitFor(err)
 		}
-		t := partitionTarget{stream: s, handler: h}
+		t := cmdutil.PartitionTarget{Stream: s, Handler: h}
 		for i := range ps {
 			if ps[i].Stream == s && ps[i].Handler == h {
-				t.row = &ps[i]
+				t.Row = &ps[i]
 			}
 		}
 		out = append(out, t)
@@ -340,15 +341,15 @@ func escapeGlob(key string) string {
 
 // selectedTargets are the partitions --key and --category select, in name order, for
 // the handler of each category; a resume keeps only the paused ones.
-func (a *pauseAction) selectedTargets() ([]partitionTarget, error) {
+func (a *pauseAction) selectedTargets() ([]cmdutil.PartitionTarget, error) {
 	var keep func(*admin.Partition) bool
 	if a.opts.Action == admin.ActionResume {
 		keep = func(p *admin.Partition) bool { return p.Pause != nil }
 	}
 	sel := a.opts.selection()
-	out, err := sel.targets(a.ctx, a.adm, a.command(), nil, keep)
+	out, err := sel.Targets(a.Ctx, a.Admin, a.command(), nil, keep)
 	if err == nil && len(out) == 0 {
-		err = sel.none(a.selectedNoun(), a.text.verb)
+		err = sel.None(a.selectedNoun(), a.text.verb)
 	}
 	return out, err
 }
@@ -371,12 +372,12 @@ func (a *pauseAction) untilText() string {
 
 // rowText describes a partition as listed before the action, for the dry run and the
 // confirmation.
-func rowText(t partitionTarget) string {
-	p := t.row
+func rowText(t cmdutil.PartitionTarget) string {
+	p := t.Row
 	if p == nil {
 		return "not listed: no stream yet, or not indexed"
 	}
-	s := fmt.Sprintf("%s, backlog %s", p.State, lagCell(p.Backlog))
+	s := fmt.Sprintf("%s, backlog %s", p.State, cmdutil.LagCell(p.Backlog))
 	if p.Pause != nil {
 		s += "; " + describePause(p.Pause)
 	}
@@ -385,7 +386,7 @@ func rowText(t partitionTarget) string {
 
 // describePause describes a pause record on one line.
 func describePause(rec *engine.PauseRecord) string {
-	return fmt.Sprintf("paused by %s since %s, %s: %s", orDash(rec.By), fmtTime(&rec.Since), untilRecord(rec), rec.Reason)
+	return fmt.Sprintf("paused by %s since %s, %s: %s", cmdutil.OrDash(rec.By), cmdutil.FmtTime(&rec.Since), untilRecord(rec), rec.Reason)
 }
 
 // untilRecord says until when a pause record holds.
@@ -393,44 +394,44 @@ func untilRecord(rec *engine.PauseRecord) string {
 	if rec.Until.IsZero() {
 		return "until resumed"
 	}
-	return "until " + fmtTime(&rec.Until)
+	return "until " + cmdutil.FmtTime(&rec.Until)
 }
 
 // predict is the dry run's report of a target: what the action would do, or the
 // refusal the listing foresees (a halted partition, one not paused).
-func (a *pauseAction) predict(t partitionTarget) pauseReport {
-	res := &admin.PauseResult{Action: a.opts.Action, Stream: t.stream, Handler: t.handler, Outcome: "dry_run"}
+func (a *pauseAction) predict(t cmdutil.PartitionTarget) pauseReport {
+	res := &admin.PauseResult{Action: a.opts.Action, Stream: t.Stream, Handler: t.Handler, Outcome: "dry_run"}
 	r := pauseReport{PauseResult: res, DryRun: true}
-	if t.row == nil {
+	if t.Row == nil {
 		return r
 	}
-	r.State = t.row.State
+	r.State = t.Row.State
 	switch {
-	case a.opts.Action == admin.ActionPause && t.row.Halt != nil:
-		res.Outcome, r.Error = admin.OutcomeHalted, "halted: resolve its head first ('seqctl head show "+t.stream+" --handler "+t.handler+"')"
+	case a.opts.Action == admin.ActionPause && t.Row.Halt != nil:
+		res.Outcome, r.Error = admin.OutcomeHalted, "halted: resolve its head first ('seqctl head show "+t.Stream+" --handler "+t.Handler+"')"
 	case a.opts.Action == admin.ActionPause:
-		res.Replaced = t.row.Pause != nil
-	case t.row.Pause == nil:
+		res.Replaced = t.Row.Pause != nil
+	case t.Row.Pause == nil:
 		res.Outcome, r.Error = admin.OutcomeNotPaused, "not paused"
 	}
 	return r
 }
 
-func (a *pauseAction) dryRun() error {
-	reports := make([]pauseReport, len(a.targets))
-	for i, t := range a.targets {
+func (a *pauseAction) DryRun() error {
+	reports := make([]pauseReport, len(a.Targets))
+	for i, t := range a.Targets {
 		reports[i] = a.predict(t)
 	}
-	if structured(a.output) {
-		return writeData(a.ios.Out, a.output, reports)
+	if cmdutil.Structured(a.Output) {
+		return cmdutil.WriteData(a.IO.Out, a.Output, reports)
 	}
-	w := a.ios.Out
+	w := a.IO.Out
 	if a.opts.Action == admin.ActionPause {
-		fmt.Fprintf(w, "Would pause %s %s, reason %q:\n", a.what(), a.untilText(), a.opts.Reason)
+		fmt.Fprintf(w, "Would pause %s %s, reason %q:\n", a.What(), a.untilText(), a.opts.Reason)
 	} else {
-		fmt.Fprintf(w, "Would resume %s:\n", a.what())
+		fmt.Fprintf(w, "Would resume %s:\n", a.What())
 	}
-	for i, t := range a.targets {
+	for i, t := range a.Targets {
 		verb := a.text.verb
 		switch {
 		case reports[i].Error != "":
@@ -445,14 +446,14 @@ func (a *pauseAction) dryRun() error {
 	return nil
 }
 
-func (a *pauseAction) confirmation() confirmation {
-	return a.batch.confirmation(a.ios, a.command(), a.text.verb, a.describe)
+func (a *pauseAction) Confirmation() cmdutil.Confirmation {
+	return a.Batch.Confirmation(a.IO, a.command(), a.text.verb, a.describe)
 }
 
 // describe says, before the question, which partitions the action concerns and what it
 // does to them.
 func (a *pauseAction) describe(w io.Writer) {
-	a.list(w, rowText)
+	a.List(w, rowText)
 	if a.opts.Action == admin.ActionResume {
 		fmt.Fprintln(w, "Each owner starts its next event at once.")
 		return
@@ -463,39 +464,39 @@ func (a *pauseAction) describe(w io.Writer) {
 // act pauses or resumes the partitions one at a time. A partition refused (halted, not
 // paused, an unknown handler...) does not stop the others; Redis becoming unavailable
 // does. With several partitions each is reported on its own line as it is done.
-func (a *pauseAction) act() (any, string, error) {
+func (a *pauseAction) Act() (any, string, error) {
 	warning := ""
-	for _, t := range a.targets {
-		req := admin.PauseRequest{Stream: t.stream, Handler: t.handler, Reason: a.opts.Reason, For: a.opts.For, Actor: a.who}
+	for _, t := range a.Targets {
+		req := admin.PauseRequest{Stream: t.Stream, Handler: t.Handler, Reason: a.opts.Reason, For: a.opts.For, Actor: a.Who}
 		res, err := a.call(req)
-		if err != nil && stopsAll(err) {
-			return nil, "", a.failedAt(a.text.past, t, err)
+		if err != nil && cmdutil.StopsAll(err) {
+			return nil, "", a.FailedAt(a.text.past, t, err)
 		}
 		rep := pauseReport{PauseResult: res}
 		if err != nil {
-			rep.PauseResult = &admin.PauseResult{Action: a.opts.Action, Stream: t.stream, Handler: t.handler, Outcome: admin.OutcomeOf(err)}
+			rep.PauseResult = &admin.PauseResult{Action: a.opts.Action, Stream: t.Stream, Handler: t.Handler, Outcome: admin.OutcomeOf(err)}
 			rep.Error = err.Error()
-			a.refused(t, err)
+			a.Refused(t, err)
 		} else {
-			a.nDone++
+			a.NDone++
 		}
 		a.reports = append(a.reports, rep)
 		if res != nil && res.AuditWarning != "" {
-			if !a.many() {
+			if !a.Many() {
 				warning = res.AuditWarning
 			} else {
-				fmt.Fprintf(a.ios.ErrOut, "warning: %s: %s\n", t, res.AuditWarning)
+				fmt.Fprintf(a.IO.ErrOut, "warning: %s: %s\n", t, res.AuditWarning)
 			}
 		}
-		if a.many() && !structured(a.output) {
+		if a.Many() && !cmdutil.Structured(a.Output) {
 			a.printReport(t, rep)
 		}
 	}
-	if a.nDone == 0 {
+	if a.NDone == 0 {
 		// run prints the data of an act that succeeded; -o json|yaml prints the array
 		// whatever happened to the partitions.
-		if structured(a.output) {
-			if err := writeData(a.ios.Out, a.output, a.reports); err != nil {
+		if cmdutil.Structured(a.Output) {
+			if err := cmdutil.WriteData(a.IO.Out, a.Output, a.reports); err != nil {
 				return nil, "", err
 			}
 		}
@@ -506,18 +507,18 @@ func (a *pauseAction) act() (any, string, error) {
 
 func (a *pauseAction) call(req admin.PauseRequest) (*admin.PauseResult, error) {
 	if a.opts.Action == admin.ActionPause {
-		return a.adm.Pause(a.ctx, req)
+		return a.Admin.Pause(a.Ctx, req)
 	}
-	return a.adm.Resume(a.ctx, req)
+	return a.Admin.Resume(a.Ctx, req)
 }
 
 // refusedErr is the error the command ends with when partitions were refused, with the
 // exit status of the first refusal; nil when none was.
-func (a *pauseAction) refusedErr() error { return a.refusalErr(pauseExit, a.text.past) }
+func (a *pauseAction) refusedErr() error { return a.RefusalErr(pauseExit, a.text.past) }
 
 // printReport prints the line of one partition of several.
-func (a *pauseAction) printReport(t partitionTarget, rep pauseReport) {
-	ios := a.ios
+func (a *pauseAction) printReport(t cmdutil.PartitionTarget, rep pauseReport) {
+	ios := a.IO
 	if rep.Error != "" {
 		fmt.Fprintf(ios.Out, "%s  %s: %s\n", ios.Red("refused"), t, rep.Error)
 		return
@@ -532,18 +533,18 @@ func (a *pauseAction) printReport(t partitionTarget, rep pauseReport) {
 	fmt.Fprintln(ios.Out, line)
 }
 
-func (a *pauseAction) done() string {
-	if a.many() {
-		s := fmt.Sprintf("%s %d partitions", capitalize(a.text.past), a.nDone)
-		if a.refusals > 0 {
-			s = fmt.Sprintf("%s %d of %d partitions; %d refused (above)", capitalize(a.text.past), a.nDone, len(a.targets), a.refusals)
+func (a *pauseAction) Done() string {
+	if a.Many() {
+		s := fmt.Sprintf("%s %d partitions", cmdutil.Capitalize(a.text.past), a.NDone)
+		if a.Refusals > 0 {
+			s = fmt.Sprintf("%s %d of %d partitions; %d refused (above)", cmdutil.Capitalize(a.text.past), a.NDone, len(a.Targets), a.Refusals)
 		}
 		if a.opts.Action == admin.ActionPause {
 			return s + ". See them with 'seqctl partitions list --state paused -o wide'."
 		}
 		return s + ": their owners start their next events at once."
 	}
-	t, res := a.targets[0], a.reports[0]
+	t, res := a.Targets[0], a.reports[0]
 	if a.opts.Action == admin.ActionResume {
 		return fmt.Sprintf("Resumed %s: its owner starts its next event at once.", t)
 	}
@@ -558,28 +559,5 @@ func (a *pauseAction) done() string {
 	if res.Replaced {
 		s += " It replaced the previous pause."
 	}
-	return s + fmt.Sprintf(" Resume it with 'seqctl partitions resume %s --handler %s'.", t.stream, t.handler)
-}
-
-// The dashboard's pause and resume keys: adminSource is its Source (top.go).
-var _ tui.PauseSource = (*adminSource)(nil)
-
-// Pause pauses a partition from 'seqctl top', until it is resumed.
-func (s *adminSource) Pause(ctx context.Context, p tui.PartitionRef, reason string) error {
-	_, err := s.a.Pause(ctx, admin.PauseRequest{Stream: streamOf(p), Handler: p.Handler, Reason: reason, Actor: s.pauseActor(admin.ActionPause)})
-	return err
-}
-
-// Resume resumes a partition from 'seqctl top'.
-func (s *adminSource) Resume(ctx context.Context, p tui.PartitionRef) error {
-	_, err := s.a.Resume(ctx, admin.PauseRequest{Stream: streamOf(p), Handler: p.Handler, Reason: "from seqctl top", Actor: s.pauseActor(admin.ActionResume)})
-	return err
-}
-
-// pauseActor is the dashboard's actor, recorded with the command of the CLI that does
-// the same, so 'seqctl audit' shows every pause alike.
-func (s *adminSource) pauseActor(action string) admin.Actor {
-	who := s.actor
-	who.Command = "partitions " + action
-	return who
+	return s + fmt.Sprintf(" Resume it with 'seqctl partitions resume %s --handler %s'.", t.Stream, t.Handler)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/internal/testkit"
@@ -142,13 +144,13 @@ func (w *opsWorld) pauseEndsByItself(t *testing.T, key string) {
 func (w *opsWorld) pauseRefusals(t *testing.T) {
 	t.Helper()
 	r := w.cli(t, false, "partitions", "resume", "order:C", "--yes")
-	checkResult(t, r, ExitNotFound, "", nil, []string{"engine: partition is not paused: order:C for Projector"})
+	checkResult(t, r, cmdutil.ExitNotFound, "", nil, []string{"engine: partition is not paused: order:C for Projector"})
 	w.publish(t, opsPayload{Client: "H", Seq: 0, Poison: true})
 	testkit.WaitFor(t, 20*time.Second, "order:H halted", func() bool {
 		return strings.Contains(w.cli(t, false, "partitions", "list", "--halted", "-o", "json").Stdout, `"order:H"`)
 	})
 	r = w.cli(t, false, "partitions", "pause", "order:H", "--reason", "too late", "--yes")
-	checkResult(t, r, ExitConflict, "", nil, []string{"order:H is halted for Projector; resolve its head first"})
+	checkResult(t, r, cmdutil.ExitConflict, "", nil, []string{"order:H is halted for Projector; resolve its head first"})
 	r = w.cli(t, false, "partitions", "pause", "order:C", "--handler", "Nope", "--reason", "r", "--yes")
-	checkResult(t, r, ExitNotFound, "", nil, []string{`handler "Nope" of order not found`})
+	checkResult(t, r, cmdutil.ExitNotFound, "", nil, []string{`handler "Nope" of order not found`})
 }

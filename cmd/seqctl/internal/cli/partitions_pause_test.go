@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/pkg/admin"
@@ -84,25 +86,25 @@ func TestPartitionsPauseFlags(t *testing.T) {
 	pause := []string{"partitions", "pause", "order:client-2", "--yes"}
 	with := func(extra ...string) []string { return append(append([]string(nil), pause...), extra...) }
 	runPauseCases(t, []pauseCase{
-		{name: "no reason", args: pause, code: ExitUsage, stderrHas: []string{"--reason is required", "partitions pause --help"}},
-		{name: "a blank reason", args: with("--reason", "  "), code: ExitUsage, stderrHas: []string{"--reason is required"}},
-		{name: "garbage --for", args: with("--reason", "r", "--for", "soon"), code: ExitUsage, stderrHas: []string{`invalid value "soon" for --for: ` + forWant}},
-		{name: "zero --for", args: with("--reason", "r", "--for", "0s"), code: ExitUsage, stderrHas: []string{`invalid value "0s" for --for`}},
-		{name: "negative --for", args: with("--reason", "r", "--for", "-5m"), code: ExitUsage, stderrHas: []string{`invalid value "-5m" for --for`}},
-		{name: "--for under a millisecond", args: with("--reason", "r", "--for", "500us"), code: ExitUsage, stderrHas: []string{`invalid value "500us" for --for`}},
-		{name: "STREAM and --key", args: with("--reason", "r", "--key", "client-*"), code: ExitUsage,
+		{name: "no reason", args: pause, code: cmdutil.ExitUsage, stderrHas: []string{"--reason is required", "partitions pause --help"}},
+		{name: "a blank reason", args: with("--reason", "  "), code: cmdutil.ExitUsage, stderrHas: []string{"--reason is required"}},
+		{name: "garbage --for", args: with("--reason", "r", "--for", "soon"), code: cmdutil.ExitUsage, stderrHas: []string{`invalid value "soon" for --for: ` + forWant}},
+		{name: "zero --for", args: with("--reason", "r", "--for", "0s"), code: cmdutil.ExitUsage, stderrHas: []string{`invalid value "0s" for --for`}},
+		{name: "negative --for", args: with("--reason", "r", "--for", "-5m"), code: cmdutil.ExitUsage, stderrHas: []string{`invalid value "-5m" for --for`}},
+		{name: "--for under a millisecond", args: with("--reason", "r", "--for", "500us"), code: cmdutil.ExitUsage, stderrHas: []string{`invalid value "500us" for --for`}},
+		{name: "STREAM and --key", args: with("--reason", "r", "--key", "client-*"), code: cmdutil.ExitUsage,
 			stderrHas: []string{"STREAM arguments and --key/--category exclude each other"}},
-		{name: "STREAM and --category", args: with("--reason", "r", "--category", "order"), code: ExitUsage,
+		{name: "STREAM and --category", args: with("--reason", "r", "--category", "order"), code: cmdutil.ExitUsage,
 			stderrHas: []string{"exclude each other"}},
-		{name: "nothing named", args: []string{"partitions", "resume", "--yes"}, code: ExitUsage,
+		{name: "nothing named", args: []string{"partitions", "resume", "--yes"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"name the partitions to resume: STREAM arguments"}},
-		{name: "a bad glob", args: []string{"partitions", "pause", "--key", "client-[1", "--reason", "r", "--yes"}, code: ExitUsage,
+		{name: "a bad glob", args: []string{"partitions", "pause", "--key", "client-[1", "--reason", "r", "--yes"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"invalid value for --key"}},
 		{name: "several handlers", args: with("--reason", "r"), fa: func(f *fakeAdmin) { f.handlers = []string{"OrderProjector", "Mailer"} },
-			code: ExitUsage, stderrHas: []string{"order:client-2 has 2 handlers (OrderProjector, Mailer): pass --handler"}},
+			code: cmdutil.ExitUsage, stderrHas: []string{"order:client-2 has 2 handlers (OrderProjector, Mailer): pass --handler"}},
 		{name: "several handlers in a selected category", args: []string{"partitions", "pause", "--category", "order", "--reason", "r", "--yes"},
 			fa:   func(f *fakeAdmin) { f.handlers = []string{"OrderProjector", "Mailer"} },
-			code: ExitUsage, stderrHas: []string{"order has 2 handlers (OrderProjector, Mailer): pass --handler"}},
+			code: cmdutil.ExitUsage, stderrHas: []string{"order has 2 handlers (OrderProjector, Mailer): pass --handler"}},
 	})
 }
 
@@ -134,10 +136,10 @@ func TestPartitionsPauseOne(t *testing.T) {
 // recorded as declined.
 func TestPartitionsPauseConfirmation(t *testing.T) {
 	runPauseCases(t, []pauseCase{
-		{name: "no terminal, no --yes", args: []string{"partitions", "pause", "order:client-2", "--reason", "r"}, code: ExitUsage,
+		{name: "no terminal, no --yes", args: []string{"partitions", "pause", "order:client-2", "--reason", "r"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"refusing to pause order:client-2 for OrderProjector without confirmation: stdin is not a terminal, pass --yes"},
 			records:   []string{"refused order:client-2 no terminal and no --yes"}},
-		{name: "no terminal, several", args: []string{"partitions", "resume", "--category", "order"}, code: ExitUsage,
+		{name: "no terminal, several", args: []string{"partitions", "resume", "--category", "order"}, code: cmdutil.ExitUsage,
 			fa:        func(f *fakeAdmin) { f.partitions[0].Pause = &engine.PauseRecord{Reason: "x"} }, // client-2 paused too
 			stderrHas: []string{"refusing to resume 2 partitions without confirmation"},
 			records:   []string{"refused  2 partitions (order:client-2, order:client-3); no terminal and no --yes"}},
@@ -145,8 +147,8 @@ func TestPartitionsPauseConfirmation(t *testing.T) {
 			stderrHas: []string{"order:client-2 for OrderProjector (running, backlog 121)", "The event in flight finishes and no other starts, until resumed",
 				"Pause order:client-2 for OrderProjector? [y/N]"},
 			calls: []string{"pause order:client-2 OrderProjector"}},
-		{name: "terminal, no", args: []string{"partitions", "pause", "order:client-2", "--reason", "r"}, tm: onTTY, stdin: "n\n", code: ExitFailure,
-			stderrHas: []string{cancelledText}, records: []string{"declined order:client-2 " + cancelledText}},
+		{name: "terminal, no", args: []string{"partitions", "pause", "order:client-2", "--reason", "r"}, tm: onTTY, stdin: "n\n", code: cmdutil.ExitFailure,
+			stderrHas: []string{cmdutil.CancelledText}, records: []string{"declined order:client-2 " + cmdutil.CancelledText}},
 	})
 }
 
@@ -193,7 +195,7 @@ func TestPartitionsPauseMany(t *testing.T) {
 	halted := func(f *fakeAdmin) { f.pauseErrs = map[string]error{"order:client-1": errHaltedClient1} }
 	unknown := &admin.NotFoundError{What: "handler", Name: `"Nope" of order`, Hint: "the handlers of order are OrderProjector"}
 	runPauseCases(t, []pauseCase{
-		{name: "by selector, one halted", args: []string{"partitions", "pause", "--key", "client-*", "--reason", "r", "--yes"}, fa: halted, code: ExitConflict,
+		{name: "by selector, one halted", args: []string{"partitions", "pause", "--key", "client-*", "--reason", "r", "--yes"}, fa: halted, code: cmdutil.ExitConflict,
 			stdoutHas: []string{
 				"refused  order:client-1 for OrderProjector: engine: partition halted: order:client-1 is halted for OrderProjector",
 				"paused   order:client-2 for OrderProjector, until resumed\n",
@@ -204,23 +206,23 @@ func TestPartitionsPauseMany(t *testing.T) {
 			stderrHas: []string{"1 of 4 partitions were not paused; the first: order:client-1 for OrderProjector: engine: partition halted"},
 			calls: []string{"pause order:client-1 OrderProjector", "pause order:client-2 OrderProjector", "pause order:client-3 OrderProjector",
 				"pause order:client-10 OrderProjector"}},
-		{name: "one halted", args: []string{"partitions", "pause", "order:client-1", "--reason", "r", "--yes"}, fa: halted, code: ExitConflict,
+		{name: "one halted", args: []string{"partitions", "pause", "order:client-1", "--reason", "r", "--yes"}, fa: halted, code: cmdutil.ExitConflict,
 			stderrHas: []string{"seqctl: engine: partition halted: order:client-1 is halted"}, calls: []string{"pause order:client-1 OrderProjector"}},
-		{name: "not paused", args: []string{"partitions", "resume", "order:client-2", "order:client-3", "--yes"}, code: ExitNotFound,
+		{name: "not paused", args: []string{"partitions", "resume", "order:client-2", "order:client-3", "--yes"}, code: cmdutil.ExitNotFound,
 			fa:        func(f *fakeAdmin) { f.pauseErrs = map[string]error{"order:client-2": errNotPaused} },
 			stdoutHas: []string{"refused  order:client-2 for OrderProjector: engine: partition is not paused", "resumed  order:client-3 for OrderProjector\n", "✓ Resumed 1 of 2 partitions"},
 			stderrHas: []string{"1 of 2 partitions were not resumed"},
 			calls:     []string{"resume order:client-2 OrderProjector", "resume order:client-3 OrderProjector"}},
-		{name: "unknown handler", args: []string{"partitions", "pause", "order:client-2", "--handler", "Nope", "--reason", "r", "--yes"}, code: ExitNotFound,
+		{name: "unknown handler", args: []string{"partitions", "pause", "order:client-2", "--handler", "Nope", "--reason", "r", "--yes"}, code: cmdutil.ExitNotFound,
 			fa: func(f *fakeAdmin) { f.pauseErrs = map[string]error{"order:client-2": unknown} }, stderrHas: []string{`handler "Nope" of order not found`},
 			calls: []string{"pause order:client-2 Nope"}},
-		{name: "a selection of nothing", args: []string{"partitions", "resume", "--key", "client-2*", "--yes"}, code: ExitNotFound,
+		{name: "a selection of nothing", args: []string{"partitions", "resume", "--key", "client-2*", "--yes"}, code: cmdutil.ExitNotFound,
 			stderrHas: []string{"no paused partition matches --key client-2*: nothing to resume"}},
 		{name: "Redis gone half-way stops", args: []string{"partitions", "pause", "order:client-2", "order:client-3", "order:client-10", "--reason", "r", "--yes"},
 			fa: func(f *fakeAdmin) {
 				f.pauseErrs = map[string]error{"order:client-3": fmt.Errorf("%w: EOF", engine.ErrRedisUnavailable)}
 			},
-			code: ExitFailure, stdoutHas: []string{"paused   order:client-2"},
+			code: cmdutil.ExitFailure, stdoutHas: []string{"paused   order:client-2"},
 			stderrHas: []string{"paused 1 of 3 partitions (0 refused); order:client-3 for OrderProjector failed", "the connection failed during the pause"},
 			calls:     []string{"pause order:client-2 OrderProjector", "pause order:client-3 OrderProjector"}},
 	})
@@ -235,7 +237,7 @@ func TestPartitionsPauseJSON(t *testing.T) {
 		code int
 		want string
 	}{
-		{"some done", []string{"order:client-1", "order:client-2"}, ExitConflict, `[
+		{"some done", []string{"order:client-1", "order:client-2"}, cmdutil.ExitConflict, `[
   {
     "action": "pause",
     "stream": "order:client-1",
@@ -257,7 +259,7 @@ func TestPartitionsPauseJSON(t *testing.T) {
   }
 ]
 `},
-		{"none done", []string{"order:client-1"}, ExitConflict, `[
+		{"none done", []string{"order:client-1"}, cmdutil.ExitConflict, `[
   {
     "action": "pause",
     "stream": "order:client-1",

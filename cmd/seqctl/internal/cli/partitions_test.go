@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -23,10 +26,10 @@ func TestPartitionsListParse(t *testing.T) {
 			want: PartitionsListOptions{Category: "order", Handler: "P", Halted: true, Owner: "w-1", Sort: "name", Interval: 2 * time.Second}},
 		{name: "sort and watch", argv: []string{"--sort", "lag", "--watch", "--interval", "500ms"},
 			want: PartitionsListOptions{Sort: "lag", Watch: true, Interval: 500 * time.Millisecond}},
-		{name: "json", argv: []string{"-o", "json"}, want: PartitionsListOptions{OpsOptions: OpsOptions{Output: "json"}, Sort: "name", Interval: 2 * time.Second}},
-		{name: "wide, long form", argv: []string{"--output=wide"}, want: PartitionsListOptions{OpsOptions: OpsOptions{Output: "wide"}, Sort: "name", Interval: 2 * time.Second}},
-		{name: "yaml", argv: []string{"-o", "yaml"}, want: PartitionsListOptions{OpsOptions: OpsOptions{Output: "yaml"}, Sort: "name", Interval: 2 * time.Second}},
-		{name: "no headers", argv: []string{"--no-headers"}, want: PartitionsListOptions{OpsOptions: OpsOptions{NoHeaders: true}, Sort: "name", Interval: 2 * time.Second}},
+		{name: "json", argv: []string{"-o", "json"}, want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Sort: "name", Interval: 2 * time.Second}},
+		{name: "wide, long form", argv: []string{"--output=wide"}, want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{Output: "wide"}, Sort: "name", Interval: 2 * time.Second}},
+		{name: "yaml", argv: []string{"-o", "yaml"}, want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{Output: "yaml"}, Sort: "name", Interval: 2 * time.Second}},
+		{name: "no headers", argv: []string{"--no-headers"}, want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{NoHeaders: true}, Sort: "name", Interval: 2 * time.Second}},
 		{name: "states and key", argv: []string{"--state", "running,idle", "--state", "halted", "--key", "client-1*"},
 			want: PartitionsListOptions{States: []string{"running", "idle", "halted"}, Key: "client-1*", Sort: "name", Interval: 2 * time.Second}},
 		{name: "--halted with another state", argv: []string{"--halted", "--state", "idle"}, wantErr: "--halted keeps only halted partitions and --state idle none of them"},
@@ -66,7 +69,7 @@ func TestPartitionsListRun(t *testing.T) {
 		{name: "nothing in a pipe", args: []string{"partitions", "list"}, tm: inPipe, fa: &fakeAdmin{}},
 		{name: "empty json is an array", args: []string{"partitions", "list", "-o", "json"}, tm: inPipe, fa: &fakeAdmin{partitions: []admin.Partition{}}, stdoutHas: []string{"[]"}},
 		{
-			name: "redis down", args: []string{"partitions", "list"}, tm: inPipe, code: ExitFailure,
+			name: "redis down", args: []string{"partitions", "list"}, tm: inPipe, code: cmdutil.ExitFailure,
 			fa:        &fakeAdmin{listErr: errors.New("engine: redis unavailable: dial tcp: connection refused")},
 			stderrHas: []string{"seqctl: engine: redis unavailable"},
 		},
@@ -125,14 +128,14 @@ func TestPartitionsListTellsGenerationsApart(t *testing.T) {
 }
 
 func TestPartitionsListColor(t *testing.T) {
-	ios, _, out, _ := NewTestIOStreams()
+	ios, _, out, _ := cmdutil.NewTestIOStreams()
 	ios.IsTerminal, ios.Color = true, true
 	fa := &fakeAdmin{partitions: samplePartitions()}
-	f := &Factory{IOStreams: ios, OpenAdmin: fa.opener()}
+	f := &cmdutil.Factory{IOStreams: ios, OpenAdmin: fa.opener()}
 	if code := run(context.Background(), f, []string{"partitions", "list"}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	if !strings.Contains(out.String(), ansiRed+"halted"+ansiReset) {
+	if !strings.Contains(out.String(), cmdutil.AnsiRed+"halted"+cmdutil.AnsiReset) {
 		t.Errorf("a halted state is not red on a colour terminal:\n%q", out.String())
 	}
 	out.Reset()
@@ -147,7 +150,7 @@ func TestPartitionsListColor(t *testing.T) {
 
 func TestPartitionsListWatch(t *testing.T) {
 	for _, tm := range []ttyMode{onTTY, inPipe} {
-		ios, _, out, _ := NewTestIOStreams()
+		ios, _, out, _ := cmdutil.NewTestIOStreams()
 		ios.IsTerminal = tm.out
 		ctx, cancel := context.WithCancel(context.Background())
 		fa := &fakeAdmin{partitions: samplePartitions()[:1], onList: func(n int) {
@@ -155,9 +158,9 @@ func TestPartitionsListWatch(t *testing.T) {
 				cancel()
 			}
 		}}
-		opts := &PartitionsListOptions{OpsOptions: OpsOptions{IO: ios, Ctx: ctx, Admin: fa.opener()},
+		opts := &PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{IO: ios, Ctx: ctx, Admin: fa.opener()},
 			Sort: "name", Watch: true, Interval: time.Millisecond}
-		if err := runWithAdmin(opts, partitionsListRun); err != nil {
+		if err := cmdutil.RunWithAdmin(opts, partitionsListRun); err != nil {
 			t.Fatal(err)
 		}
 		if fa.listCalls != 3 {
@@ -176,7 +179,7 @@ func TestPartitionsListWatch(t *testing.T) {
 // object per change (a lease that only ticks down is no change), and a removed object
 // for a partition that is gone; never a pretty array.
 func TestPartitionsListWatchNDJSON(t *testing.T) {
-	ios, _, out, _ := NewTestIOStreams()
+	ios, _, out, _ := cmdutil.NewTestIOStreams()
 	ctx, cancel := context.WithCancel(context.Background())
 	fa := &fakeAdmin{partitions: samplePartitions()[:3]}
 	fa.onList = func(n int) {
@@ -192,10 +195,10 @@ func TestPartitionsListWatchNDJSON(t *testing.T) {
 		}
 	}
 	n := 0
-	opts := &PartitionsListOptions{OpsOptions: OpsOptions{IO: ios, Output: "json", Ctx: ctx, Admin: fa.opener()},
+	opts := &PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{IO: ios, Output: "json", Ctx: ctx, Admin: fa.opener()},
 		Sort: "name", Watch: true, Interval: time.Millisecond,
 		Now: func() time.Time { n++; return t0.Add(time.Duration(n) * time.Second) }}
-	if err := runWithAdmin(opts, partitionsListRun); err != nil {
+	if err := cmdutil.RunWithAdmin(opts, partitionsListRun); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "testdata/ops/partitions-list.watch.ndjson.golden", out.String())
@@ -215,7 +218,7 @@ func TestPartitionsInspectParse(t *testing.T) {
 	testParse(t, "partitions", newCmdPartitionsInspect, []parseCase[PartitionsInspectOptions]{
 		{name: "stream", argv: []string{"order:client-1"}, want: PartitionsInspectOptions{Stream: "order:client-1"}},
 		{name: "handler and json", argv: []string{"order:client-1", "--handler", "P", "-o", "json"},
-			want: PartitionsInspectOptions{OpsOptions: OpsOptions{Output: "json"}, Stream: "order:client-1", Handler: "P"}},
+			want: PartitionsInspectOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Stream: "order:client-1", Handler: "P"}},
 		{name: "global flags before the command", argv: []string{"order:c", "--redis-url", "redis://x:1/0", "--config", "d.toml"},
 			want: PartitionsInspectOptions{Stream: "order:c"}},
 		{name: "no stream", argv: nil, wantErr: "missing the STREAM argument"},
@@ -227,7 +230,7 @@ func TestPartitionsInspectParse(t *testing.T) {
 	if err := parseOps(t, f, "partitions", cmd, "order:c", "--redis-url", "rediss://h:6380/1", "--config", "d.toml", "--no-color"); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(GlobalOptions{ConfigPath: "d.toml", RedisURL: "rediss://h:6380/1", NoColor: true}, f.Global); diff != "" {
+	if diff := cmp.Diff(cmdutil.GlobalOptions{ConfigPath: "d.toml", RedisURL: "rediss://h:6380/1", NoColor: true}, f.Global); diff != "" {
 		t.Errorf("global options (-want +got):\n%s", diff)
 	}
 }
@@ -238,14 +241,37 @@ func TestPartitionsInspectRun(t *testing.T) {
 		{name: "pipe", args: []string{"partitions", "inspect", "order:client-1"}, tm: inPipe, golden: "testdata/ops/partitions-inspect.pipe.golden"},
 		{name: "json", args: []string{"partitions", "inspect", "order:client-1", "-o", "json"}, tm: inPipe, golden: "testdata/ops/partitions-inspect.json.golden"},
 		{
-			name: "not found", args: []string{"partitions", "inspect", "order:nope"}, tm: inPipe, code: ExitNotFound,
+			name: "not found", args: []string{"partitions", "inspect", "order:nope"}, tm: inPipe, code: cmdutil.ExitNotFound,
 			fa:        &fakeAdmin{inspectErr: &admin.NotFoundError{What: "partition", Name: "order:nope"}},
 			stderrHas: []string{"seqctl: partition order:nope not found"},
 		},
 		{
-			name: "invalid stream", args: []string{"partitions", "inspect", "order:a:b"}, tm: inPipe, code: ExitUsage,
+			name: "invalid stream", args: []string{"partitions", "inspect", "order:a:b"}, tm: inPipe, code: cmdutil.ExitUsage,
 			fa:        &fakeAdmin{inspectErr: errors.Join(admin.ErrInvalidStream, &engine.InvalidKeyError{Key: "x"})},
 			stderrHas: []string{"invalid stream name"},
 		},
 	})
 }
+
+// A coloured STATE in the middle of -o wide does not move the columns after it: the table
+// in colour, stripped of its escapes, is the table without colour.
+func TestWideTableColourKeepsAlignment(t *testing.T) {
+	render := func(color bool) string {
+		ios, _, out, _ := cmdutil.NewTestIOStreams()
+		ios.IsTerminal, ios.Color = true, color
+		opts := &PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{IO: ios, Output: "wide"}, Sort: "name"}
+		if err := printPartitions(opts, samplePartitions()); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	plain, coloured := render(false), render(true)
+	if !strings.Contains(coloured, cmdutil.AnsiRed+"halted"+cmdutil.AnsiReset) {
+		t.Fatalf("no colour in the coloured table:\n%q", coloured)
+	}
+	if got := ansiEscape.ReplaceAllString(coloured, ""); got != plain {
+		t.Errorf("coloured table, stripped:\n%s\nplain table:\n%s", got, plain)
+	}
+}
+
+var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")

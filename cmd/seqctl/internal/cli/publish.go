@@ -13,6 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/trace"
@@ -26,12 +30,12 @@ import (
 
 // PublishOptions are the inputs of 'seqctl publish'.
 type PublishOptions struct {
-	IO *IOStreams
+	IO *cmdutil.IOStreams
 	// ConfigPath is the domain.toml whose router is used (the global --config;
 	// "domain.toml" when not given).
 	ConfigPath string
-	// Redis are the global connection flags (see resolveRedis).
-	Redis redisFlags
+	// Redis are the global connection flags (see redisconn.Resolve).
+	Redis redisconn.Flags
 	// Event is the event type (--event). With a file, it says every line is a payload of
 	// this type; without it, every line is an object {"event", "data", "priority"}.
 	Event string
@@ -53,7 +57,7 @@ type PublishOptions struct {
 	TraceParent, TraceState string
 }
 
-func newCmdPublish(f *Factory, runF func(*PublishOptions) error) *cobra.Command {
+func newCmdPublish(f *cmdutil.Factory, runF func(*PublishOptions) error) *cobra.Command {
 	opts := &PublishOptions{IO: f.IOStreams}
 	cmd := &cobra.Command{
 		Use:   "publish --event NAME --data JSON|@FILE [flags]",
@@ -113,10 +117,10 @@ handler's context).`,
 
   # a file whose lines name their events
   $ seqctl publish --data @events.jsonl`,
-		Args: noArgs,
-		RunE: runE(opts, func(cmd *cobra.Command, _ []string) error {
-			opts.ConfigPath, opts.Redis, opts.Output = configOrDefault(f.Global.ConfigPath), f.Global.redisFlags(), f.Global.Output
-			if err := checkFormat(cmd, opts.Output); err != nil {
+		Args: cmdutil.NoArgs,
+		RunE: cmdutil.RunE(opts, func(cmd *cobra.Command, _ []string) error {
+			opts.ConfigPath, opts.Redis, opts.Output = cmdutil.ConfigOrDefault(f.Global.ConfigPath), f.Global.RedisFlags(), f.Global.Output
+			if err := cmdutil.CheckFormat(cmd, opts.Output); err != nil {
 				return err
 			}
 			if err := opts.traceFrom(cmd.CommandPath(), os.Getenv); err != nil {
@@ -141,15 +145,15 @@ handler's context).`,
 func (o *PublishOptions) check(command string) error {
 	switch {
 	case o.Data == "":
-		return usageErrorf(command, "--data is required: a JSON payload, or @FILE for a JSON Lines file")
+		return cmdutil.UsageErrorf(command, "--data is required: a JSON payload, or @FILE for a JSON Lines file")
 	case o.Data == "@":
-		return usageErrorf(command, "--data @ needs a file name: @events.jsonl, or @- for stdin")
+		return cmdutil.UsageErrorf(command, "--data @ needs a file name: @events.jsonl, or @- for stdin")
 	case !o.fileMode() && o.Event == "":
-		return usageErrorf(command, "--event is required with a single --data payload")
+		return cmdutil.UsageErrorf(command, "--event is required with a single --data payload")
 	case !o.fileMode() && !json.Valid([]byte(o.Data)):
-		return usageErrorf(command, "--data is not valid JSON: %s", jsonError([]byte(o.Data)))
+		return cmdutil.UsageErrorf(command, "--data is not valid JSON: %s", jsonError([]byte(o.Data)))
 	case o.fileMode() && o.ID != "":
-		return usageErrorf(command, "--id names one event; it cannot be used with a file")
+		return cmdutil.UsageErrorf(command, "--id names one event; it cannot be used with a file")
 	}
 	return nil
 }
@@ -167,10 +171,10 @@ func (o *PublishOptions) traceFrom(command string, getenv func(string) string) e
 		return nil
 	}
 	if err := keyspace.ValidTraceParent(o.TraceParent); err != nil {
-		return usageErrorf(command, "%s: %v (or unset it to publish without trace context)", from, err)
+		return cmdutil.UsageErrorf(command, "%s: %v (or unset it to publish without trace context)", from, err)
 	}
 	if !remoteSpan(o.TraceParent, o.TraceState).IsValid() {
-		return usageErrorf(command, "%s: traceparent %q sets trace flags W3C trace context does not define (version 00 has 01, sampled, and 02, random): its events would reach their handlers without it", from, o.TraceParent)
+		return cmdutil.UsageErrorf(command, "%s: traceparent %q sets trace flags W3C trace context does not define (version 00 has 01, sampled, and 02, random): its events would reach their handlers without it", from, o.TraceParent)
 	}
 	return nil
 }
@@ -209,7 +213,7 @@ type publishResult struct {
 type publisher struct {
 	dom    *engine.Domain
 	broker *engine.RedisBroker
-	redis  *redisConn // to explain a connection failure; nil in tests
+	redis  *redisconn.Conn // to explain a connection failure; nil in tests
 	// retryFor bounds how long one event is published again while Redis is unavailable;
 	// retrying is said once on errOut (before it, clear clears a progress bar).
 	retryFor time.Duration
@@ -408,7 +412,7 @@ func redisUnavailable(err error, reached bool) bool {
 // newPublisher loads the config and connects the broker (lazily: go-redis dials on the
 // first command).
 func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
-	cfg, err := loadConfigFile(opts.ConfigPath)
+	cfg, err := cmdutil.LoadConfigFile(opts.ConfigPath)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -416,17 +420,17 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 		return nil, nil, &config.Error{File: cfg.File, Problems: []config.Problem{{Path: "broker.kind", Message: fmt.Sprintf(
 			"seqctl publish needs the redis broker, not %q: the inline broker lives inside one Go process", cfg.Broker.Kind)}}}
 	}
-	conn, err := resolveRedis(opts.Redis, cfg, os.Getenv)
+	conn, err := redisconn.Resolve(opts.Redis, cfg, os.Getenv)
 	if err != nil {
 		return nil, nil, err
 	}
-	warnInsecureTLS(conn.tlsConfig(), func(msg string) { fmt.Fprintln(opts.IO.ErrOut, "seqctl: warning: "+msg) })
+	redisconn.WarnInsecureTLS(conn.TLSConfig(), func(msg string) { fmt.Fprintln(opts.IO.ErrOut, "seqctl: warning: "+msg) })
 	dom, err := cfg.InitDomain()
 	if err != nil {
 		return nil, nil, err
 	}
-	routeRedisLogs(nil)
-	rdb := conn.newClient()
+	redisconn.RouteRedisLogs(nil)
+	rdb := conn.NewClient()
 	broker := engine.NewRedisBroker(rdb).WithReplicas(cfg.Broker.MinReplicas, cfg.Broker.ReplicaTimeout)
 	return &publisher{dom: dom, broker: broker, redis: conn, retryFor: opts.RetryFor, errOut: opts.IO.ErrOut,
 			span: remoteSpan(opts.TraceParent, opts.TraceState)},
@@ -434,7 +438,7 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 }
 
 func publishRun(ctx context.Context, opts *PublishOptions) error {
-	ctx = orBackground(ctx)
+	ctx = cmdutil.OrBackground(ctx)
 	p, closeFn, err := newPublisher(opts)
 	if err != nil {
 		return err
@@ -442,13 +446,13 @@ func publishRun(ctx context.Context, opts *PublishOptions) error {
 	defer closeFn()
 	err = publishWith(ctx, opts, p)
 	if p.redis != nil {
-		if msg := tlsProblem(err, p.redis.where()); msg != "" {
+		if msg := redisconn.TLSProblem(err, p.redis.Where()); msg != "" {
 			return errors.New(msg)
 		}
-		if msg := closedConnProblem(err, p.redis); msg != "" {
+		if msg := redisconn.ClosedConnProblem(err, p.redis); msg != "" {
 			return errors.New(msg)
 		}
-		if msg := notClusterProblem(err, p.redis); msg != "" {
+		if msg := redisconn.NotClusterProblem(err, p.redis); msg != "" {
 			return errors.New(msg)
 		}
 	}
@@ -462,7 +466,7 @@ func publishWith(ctx context.Context, opts *PublishOptions, p *publisher) error 
 	}
 	data := []byte(opts.Data)
 	if err := p.check(opts.Event, data, opts.Priority); err != nil {
-		return &ExitError{Code: ExitUsage, Err: err}
+		return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
 	}
 	res, err := p.publish(ctx, opts.Event, opts.ID, data, opts.Priority)
 	if err != nil {
@@ -471,8 +475,8 @@ func publishWith(ctx context.Context, opts *PublishOptions, p *publisher) error 
 	// The event is on the primary now: say where, then whether the replicas have it.
 	out := opts.IO.Out
 	switch {
-	case structured(opts.Output):
-		err = writeData(out, opts.Output, res)
+	case cmdutil.Structured(opts.Output):
+		err = cmdutil.WriteData(out, opts.Output, res)
 	case opts.IO.IsTerminal:
 		_, err = fmt.Fprintf(out, "%s published %s %s to %s as entry %s\n",
 			opts.IO.Green("✓"), res.Type, opts.IO.Gray(res.EventID), opts.IO.Bold(res.Stream), res.EntryID)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
@@ -55,7 +57,7 @@ func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error 
 		bar:       &progressBar{w: opts.IO.ErrOut, on: opts.ProgressTTY, total: total},
 		sum:       fileSummary{File: name, Failures: []lineFailure{}},
 		rows:      bufio.NewWriter(opts.IO.Out),
-		printRows: !structured(opts.Output) && !opts.IO.IsTerminal,
+		printRows: !cmdutil.Structured(opts.Output) && !opts.IO.IsTerminal,
 	}
 	p.clear = f.bar.clear
 	start := time.Now()
@@ -84,7 +86,7 @@ func openDataFile(opts *PublishOptions) (in io.ReadCloser, name string, total in
 	}
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, "", 0, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--data @%s: %w", name, errors.Unwrap(err))}
+		return nil, "", 0, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("--data @%s: %w", name, errors.Unwrap(err))}
 	}
 	if opts.ProgressTTY {
 		if total = countLines(f); total < 0 {
@@ -267,8 +269,8 @@ func (f *filePublish) fail(line int, err error) {
 // a line failed.
 func (f *filePublish) report(abort error) error {
 	ios, sum := f.opts.IO, f.sum
-	if structured(f.opts.Output) {
-		if err := writeData(ios.Out, f.opts.Output, sum); err != nil {
+	if cmdutil.Structured(f.opts.Output) {
+		if err := cmdutil.WriteData(ios.Out, f.opts.Output, sum); err != nil {
 			return err
 		}
 	}
@@ -286,7 +288,7 @@ func (f *filePublish) report(abort error) error {
 	case abort != nil:
 		return abort
 	case sum.Failed > 0:
-		return &ExitError{Code: ExitUsage} // every failure is already on stderr
+		return &cmdutil.ExitError{Code: cmdutil.ExitUsage} // every failure is already on stderr
 	}
 	return nil
 }

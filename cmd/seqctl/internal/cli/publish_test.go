@@ -17,6 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/redis/go-redis/v9"
@@ -37,7 +41,7 @@ func TestPublishParse(t *testing.T) {
 		{
 			name: "a file of payloads",
 			argv: []string{"--config", "d.toml", "-e", "OrderPlaced", "-d", "@orders.jsonl", "-o", "json", "--redis-url", "redis://x:1/2"},
-			want: PublishOptions{ConfigPath: "d.toml", Event: "OrderPlaced", Data: "@orders.jsonl", Output: "json", Redis: redisFlags{URL: "redis://x:1/2"}, RetryFor: 15 * time.Second},
+			want: PublishOptions{ConfigPath: "d.toml", Event: "OrderPlaced", Data: "@orders.jsonl", Output: "json", Redis: redisconn.Flags{URL: "redis://x:1/2"}, RetryFor: 15 * time.Second},
 		},
 		{
 			name: "a file of event lines",
@@ -127,7 +131,7 @@ func TestPublishOne(t *testing.T) {
 	})
 	t.Run("unknown event", func(t *testing.T) {
 		res := runCLI(t, false, append(base, "--event", "Nope", "--data", `{}`)...)
-		if res.Code != ExitUsage || !strings.Contains(res.Stderr, `unknown event type "Nope" (declared events: Audited, OrderPlaced)`) {
+		if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, `unknown event type "Nope" (declared events: Audited, OrderPlaced)`) {
 			t.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
 		}
 	})
@@ -139,7 +143,7 @@ func TestPublishOne(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			res := runCLI(t, false, append(base, "--event", tt.event, "--data", tt.data)...)
-			if res.Code != ExitUsage || !strings.Contains(res.Stderr, tt.want) || strings.Contains(res.Stderr, "engine:") || strings.Contains(res.Stderr, "Go value") {
+			if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, tt.want) || strings.Contains(res.Stderr, "engine:") || strings.Contains(res.Stderr, "Go value") {
 				t.Errorf("exit %d, stderr %q; want exit 2 and %q in the user's terms", res.Code, res.Stderr, tt.want)
 			}
 		})
@@ -174,7 +178,7 @@ func TestPublishInvalidKeys(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", tt.data)
-			if res.Code != ExitUsage {
+			if res.Code != cmdutil.ExitUsage {
 				t.Errorf("exit code = %d, want 2", res.Code)
 			}
 			if !strings.Contains(res.Stderr, `invalid partition key for category "order" (field "client_id"): `+tt.reason) {
@@ -210,7 +214,7 @@ func TestPublishFile(t *testing.T) {
 `)
 	t.Run("payload lines with --event", func(t *testing.T) {
 		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+payloads)
-		if res.Code != ExitUsage {
+		if res.Code != cmdutil.ExitUsage {
 			t.Errorf("exit %d, want 2", res.Code)
 		}
 		for _, w := range []string{
@@ -256,7 +260,7 @@ func TestPublishFile(t *testing.T) {
 {"event":"OrderPlaced","data":[1]}
 `)
 		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--data", "@"+events, "-o", "json")
-		if res.Code != ExitUsage {
+		if res.Code != cmdutil.ExitUsage {
 			t.Errorf("exit %d, want 2", res.Code)
 		}
 		var sum fileSummary
@@ -288,9 +292,9 @@ func TestPublishFile(t *testing.T) {
 	})
 
 	t.Run("stdin, all good", func(t *testing.T) {
-		ios, in, out, errOut := NewTestIOStreams()
+		ios, in, out, errOut := cmdutil.NewTestIOStreams()
 		in.WriteString(`{"client_id":"c-7"}` + "\n" + `{"client_id":"c-7"}`)
-		code := run(context.Background(), &Factory{IOStreams: ios, Build: testBuild},
+		code := run(context.Background(), &cmdutil.Factory{IOStreams: ios, Build: testBuild},
 			[]string{"publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@-"})
 		if code != 0 || strings.Count(out.String(), "\n") != 2 || !strings.Contains(errOut.String(), "stdin: published 2 of 2 events, 0 failed") {
 			t.Errorf("exit %d\nstdout %q\nstderr %q", code, out.String(), errOut.String())
@@ -298,11 +302,11 @@ func TestPublishFile(t *testing.T) {
 	})
 
 	t.Run("progress bar on a terminal", func(t *testing.T) {
-		ios, _, out, errOut := NewTestIOStreams()
+		ios, _, out, errOut := cmdutil.NewTestIOStreams()
 		ios.IsTerminal = true
-		opts := &PublishOptions{IO: ios, ConfigPath: cfg, Redis: redisFlags{URL: url}, Event: "OrderPlaced", Data: "@" + payloads, ProgressTTY: true}
+		opts := &PublishOptions{IO: ios, ConfigPath: cfg, Redis: redisconn.Flags{URL: url}, Event: "OrderPlaced", Data: "@" + payloads, ProgressTTY: true}
 		err := publishRun(context.Background(), opts)
-		if ExitCode(err) != ExitUsage {
+		if cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 			t.Errorf("err = %v", err)
 		}
 		if !strings.Contains(errOut.String(), "\r\x1b[2K[") || !strings.Contains(errOut.String(), "/6 lines") {
@@ -315,7 +319,7 @@ func TestPublishFile(t *testing.T) {
 
 	t.Run("missing file", func(t *testing.T) {
 		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+filepath.Join(dir, "absent.jsonl"))
-		if res.Code != ExitUsage || !strings.Contains(res.Stderr, "no such file") {
+		if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, "no such file") {
 			t.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
 		}
 	})
@@ -329,7 +333,7 @@ func TestPublishRedisDown(t *testing.T) {
 	for _, retry := range []string{"0", "300ms"} {
 		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", "redis://127.0.0.1:1/0", "--retry-for", retry,
 			"--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)
-		if res.Code != ExitFailure || !strings.Contains(res.Stderr, "redis unavailable") {
+		if res.Code != cmdutil.ExitFailure || !strings.Contains(res.Stderr, "redis unavailable") {
 			t.Errorf("--retry-for %s: exit %d, stderr %q", retry, res.Code, res.Stderr)
 		}
 		said := strings.Contains(res.Stderr, "publishing again with the same event id for up to 300ms (--retry-for)")
@@ -403,7 +407,7 @@ func TestPublishWaitsForReplicas(t *testing.T) {
 
 	for _, args := range [][]string{one, many} {
 		res := runCLI(t, false, args...)
-		if res.Code != ExitFailure || !strings.Contains(res.Stderr, "0 of the 1 required replicas") || !strings.Contains(res.Stderr, "a failover may lose") {
+		if res.Code != cmdutil.ExitFailure || !strings.Contains(res.Stderr, "0 of the 1 required replicas") || !strings.Contains(res.Stderr, "a failover may lose") {
 			t.Errorf("%v without a replica: exit %d, stderr %q; want exit 1 naming the replicas", args[len(args)-1], res.Code, res.Stderr)
 		}
 	}
@@ -451,11 +455,11 @@ func TestPublishTraceContext(t *testing.T) {
 	}
 	t.Setenv("TRACEPARENT", "00-abc-def-01")
 	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`)
-	if res.Code != ExitUsage || !strings.Contains(res.Stderr, `$TRACEPARENT: traceparent "00-abc-def-01" is not a W3C trace context`) {
+	if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, `$TRACEPARENT: traceparent "00-abc-def-01" is not a W3C trace context`) {
 		t.Errorf("a bad $TRACEPARENT: exit %d, stderr %q", res.Code, res.Stderr)
 	}
 	res = runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--traceparent", "x", "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`)
-	if res.Code != ExitUsage || !strings.Contains(res.Stderr, `--traceparent: traceparent "x"`) {
+	if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, `--traceparent: traceparent "x"`) {
 		t.Errorf("a bad --traceparent: exit %d, stderr %q", res.Code, res.Stderr)
 	}
 	if n := rdb.Exists(ctx, "order:c-2").Val(); n != 0 {
@@ -471,7 +475,7 @@ func TestPublishTraceContext(t *testing.T) {
 func TestPublishWritesWhatBrokerPublishWrites(t *testing.T) {
 	rdb, cfg, url := publishFixture(t)
 	ctx := context.Background()
-	conf, err := loadConfigFile(cfg)
+	conf, err := cmdutil.LoadConfigFile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +512,7 @@ func TestPublishWritesWhatBrokerPublishWrites(t *testing.T) {
 			res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", tt.event, "--data", tt.data,
 				"--priority", strconv.Itoa(tt.priority), "--id", id)
 			if tt.refused != "" {
-				if res.Code != ExitUsage || !strings.Contains(res.Stderr, tt.refused) {
+				if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, tt.refused) {
 					t.Errorf("seqctl publish: exit %d, stderr %q; want exit 2 and %q", res.Code, res.Stderr, tt.refused)
 				}
 				tt.traceparent, tt.tracestate = "", ""
@@ -702,7 +706,7 @@ func TestPublishFileChunkWithBadLines(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "events.jsonl")
 	writeFile(t, file, b.String())
 	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--data", "@"+file)
-	if res.Code != ExitUsage {
+	if res.Code != cmdutil.ExitUsage {
 		t.Errorf("exit %d, want 2", res.Code)
 	}
 	var reported []int
@@ -774,7 +778,7 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func TestPublishFileRoundTrips(t *testing.T) {
 	rdb, cfg, url := publishFixture(t)
 	ctx := context.Background()
-	conf, err := loadConfigFile(cfg)
+	conf, err := cmdutil.LoadConfigFile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -793,7 +797,7 @@ func TestPublishFileRoundTrips(t *testing.T) {
 
 	const lines = 1000
 	file := orderLines(t, lines, func(i int) string { return fmt.Sprintf("c-%d", i%10) })
-	ios, _, out, errOut := NewTestIOStreams()
+	ios, _, out, errOut := cmdutil.NewTestIOStreams()
 	opts := &PublishOptions{IO: ios, ConfigPath: cfg, Event: "OrderPlaced", Data: "@" + file}
 	p := &publisher{dom: dom, broker: engine.NewRedisBroker(counted), errOut: ios.ErrOut}
 	if err := publishWith(ctx, opts, p); err != nil {
@@ -827,11 +831,11 @@ func TestPublishStdinPublishesLinesAsTheyCome(t *testing.T) {
 	rdb, cfg, url := publishFixture(t)
 	ctx := context.Background()
 	pr, pw := io.Pipe()
-	ios, _, out, errOut := NewTestIOStreams()
+	ios, _, out, errOut := cmdutil.NewTestIOStreams()
 	ios.In = pr
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, &Factory{IOStreams: ios, Build: testBuild},
+		done <- run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild},
 			[]string{"publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@-"})
 	}()
 	for i := 1; i <= 3; i++ {
@@ -870,7 +874,7 @@ func TestPublishFileStopsAtARefusedEvent(t *testing.T) {
 	}
 	file := orderLines(t, lines, key)
 	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.UserURL("publisher", "pw"), "--event", "OrderPlaced", "--data", "@"+file)
-	if res.Code != ExitFailure || !strings.Contains(res.Stderr, file+":2: publish stopped: ") || !strings.Contains(res.Stderr, "lacks a permission") {
+	if res.Code != cmdutil.ExitFailure || !strings.Contains(res.Stderr, file+":2: publish stopped: ") || !strings.Contains(res.Stderr, "lacks a permission") {
 		t.Errorf("exit %d, stderr %q; want exit 1 and %s:2 refused", res.Code, res.Stderr, file)
 	}
 	appended := chunkEvents - 1

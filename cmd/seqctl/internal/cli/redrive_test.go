@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
@@ -25,22 +27,22 @@ func TestDLQReplayRateUsage(t *testing.T) {
 	all := []string{"dlq", "replay", "order:client-1", "--all", "--yes", "--rate"}
 	var cases []runCase
 	for _, bad := range []string{"0", "0/s", "-1/s", "-5", "fast", "50/h", "50/", "2.5/s", "", "50/s/s", "1e3"} {
-		cases = append(cases, runCase{name: "--rate " + strconv.Quote(bad), args: append(all[:len(all):len(all)], bad), tm: inPipe, code: ExitUsage,
+		cases = append(cases, runCase{name: "--rate " + strconv.Quote(bad), args: append(all[:len(all):len(all)], bad), tm: inPipe, code: cmdutil.ExitUsage,
 			stderrHas: []string{fmt.Sprintf("invalid value %q for --rate", bad), "N/s, N/m or N (per second)", "Run 'seqctl dlq replay --help'"}})
 	}
 	cases = append(cases,
-		runCase{name: "--rate without a value", args: all, tm: inPipe, code: ExitUsage, stderrHas: []string{"--rate"}},
+		runCase{name: "--rate without a value", args: all, tm: inPipe, code: cmdutil.ExitUsage, stderrHas: []string{"--rate"}},
 		runCase{name: "--rate with --id", args: []string{"dlq", "replay", "order:client-1", "--id", "1738318000000-0", "--rate", "5/s", "--yes"},
-			tm: inPipe, code: ExitUsage, stderrHas: []string{"--rate paces --all"}},
+			tm: inPipe, code: cmdutil.ExitUsage, stderrHas: []string{"--rate paces --all"}},
 		runCase{name: "--rate 30/m with --dry-run", args: []string{"dlq", "replay", "order:client-1", "--all", "--rate", "30/m", "--dry-run"}, tm: inPipe,
 			stdoutHas: []string{"oldest first, at most 30/m (about 2s), and remove them"}},
 	)
 	testRun(t, func() *fakeAdmin { return &fakeAdmin{dlq: two} }, cases)
 
 	testParse(t, "dlq", newCmdDLQReplay, []parseCase[DLQReplayOptions]{
-		{name: "per second", argv: []string{"order:c", "--all", "--rate", "50/s"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: Rate{50, time.Second}}},
-		{name: "plain N is per second", argv: []string{"order:c", "--all", "--rate=7"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: Rate{7, time.Second}}},
-		{name: "per minute", argv: []string{"order:c", "--all", "--rate", "30/m"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: Rate{30, time.Minute}}},
+		{name: "per second", argv: []string{"order:c", "--all", "--rate", "50/s"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 50, Per: time.Second}}},
+		{name: "plain N is per second", argv: []string{"order:c", "--all", "--rate=7"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 7, Per: time.Second}}},
+		{name: "per minute", argv: []string{"order:c", "--all", "--rate", "30/m"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 30, Per: time.Minute}}},
 		{name: "no rate", argv: []string{"order:c", "--all"}, want: DLQReplayOptions{Stream: "order:c", All: true}},
 	}, ignoreOpsInputs(DLQReplayOptions{}))
 }
@@ -76,12 +78,12 @@ func TestDLQReplayAllStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	fa := &stoppingAdmin{fakeAdmin: &fakeAdmin{dlq: entries, replay: &admin.ReplayResult{Removed: true}}, stopAt: 3, stop: cancel}
-	ios, _, out, errOut := NewTestIOStreams()
-	f := &Factory{IOStreams: ios, Build: testBuild, OpenAdmin: func(context.Context) (Admin, func(), error) { return fa, func() {}, nil }}
+	ios, _, out, errOut := cmdutil.NewTestIOStreams()
+	f := &cmdutil.Factory{IOStreams: ios, Build: testBuild, OpenAdmin: func(context.Context) (cmdutil.Admin, func(), error) { return fa, func() {}, nil }}
 	code := run(ctx, f, []string{"dlq", "replay", "order:client-1", "--all", "--rate", "1000/s", "--yes"})
 
 	r := result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
-	checkResult(t, r, ExitFailure, "", nil,
+	checkResult(t, r, cmdutil.ExitFailure, "", nil,
 		[]string{"stopped after 3 of 5; run the same command again to replay the rest (each entry is replayed once)\n"})
 	if want := []string{entries[0].ID, entries[1].ID, entries[2].ID}; strings.Join(fa.replayed, " ") != strings.Join(want, " ") {
 		t.Errorf("replayed %v, want %v", fa.replayed, want)
@@ -108,10 +110,10 @@ func TestReplayProgress(t *testing.T) {
 	clock := time.Unix(1700000000, 0)
 	now := func() time.Time { return clock }
 	var w bytes.Buffer
-	p := newReplayProgress(&w, true, 500, now)
+	p := cmdutil.NewReplayProgress(&w, true, 500, now)
 	for n := 1; n <= 130; n++ {
 		clock = clock.Add(20 * time.Millisecond) // 50/s
-		p.update(n)
+		p.Update(n)
 	}
 	lines := strings.Split(w.String(), "\r\x1b[2K")[1:]
 	// 2.6 s, the first line at 260 ms (the 13th entry), then one each 13 entries (260 ms):
@@ -125,18 +127,18 @@ func TestReplayProgress(t *testing.T) {
 	if lines[0] != "replayed 13/500 (50/s, about 10s left)" {
 		t.Errorf("first line %q", lines[0])
 	}
-	p.clear()
-	if !strings.HasSuffix(w.String(), "\r\x1b[2K") || p.drawn {
+	p.Clear()
+	if !strings.HasSuffix(w.String(), "\r\x1b[2K") || p.Drawn {
 		t.Errorf("clear did not erase the line: %q", w.String())
 	}
 
 	w.Reset()
-	off := newReplayProgress(&w, false, 500, now)
+	off := cmdutil.NewReplayProgress(&w, false, 500, now)
 	for n := 1; n <= 100; n++ {
 		clock = clock.Add(time.Second)
-		off.update(n)
+		off.Update(n)
 	}
-	off.clear()
+	off.Clear()
 	if w.Len() != 0 {
 		t.Errorf("off, the progress wrote %q", w.String())
 	}
@@ -151,7 +153,7 @@ func TestReplayProgress(t *testing.T) {
 		{n: 5, took: 2 * time.Second, total: 10, want: "replayed 5/10 (2.5/s, about 2s left)"},
 		{n: 100, took: time.Second, total: 400000, want: "replayed 100/400000 (100/s, about 1h06m left)"},
 	} {
-		if got := (&replayProgress{total: tt.total}).line(tt.n, tt.took); got != tt.want {
+		if got := (&cmdutil.ReplayProgress{Total: tt.total}).Line(tt.n, tt.took); got != tt.want {
 			t.Errorf("line(%d, %s) = %q, want %q", tt.n, tt.took, got, tt.want)
 		}
 	}
@@ -176,10 +178,10 @@ func TestDLQReplayAllProgressOnlyOnATerminal(t *testing.T) {
 		{name: "not a terminal", tty: false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ios, _, _, errOut := NewTestIOStreams()
+			ios, _, _, errOut := cmdutil.NewTestIOStreams()
 			fa := &fakeAdmin{dlq: entries, replay: &admin.ReplayResult{Removed: true}}
-			opts := &DLQReplayOptions{GuardedOptions: GuardedOptions{OpsOptions: OpsOptions{IO: ios, Output: tt.output}, Yes: true},
-				Stream: "order:client-1", All: true, Rate: Rate{40, time.Second}, ProgressTTY: tt.tty}
+			opts := &DLQReplayOptions{GuardedOptions: cmdutil.GuardedOptions{OpsOptions: cmdutil.OpsOptions{IO: ios, Output: tt.output}, Yes: true},
+				Stream: "order:client-1", All: true, Rate: cmdutil.Rate{N: 40, Per: time.Second}, ProgressTTY: tt.tty}
 			if err := dlqReplayRun(context.Background(), fa, opts); err != nil {
 				t.Fatal(err)
 			}
@@ -315,10 +317,10 @@ func TestDLQReplayAllStopAndRestartEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	time.AfterFunc(2*time.Second, cancel)
-	ios, _, out, errOut := NewTestIOStreams()
-	code := run(ctx, &Factory{IOStreams: ios, Build: testBuild}, args)
+	ios, _, out, errOut := cmdutil.NewTestIOStreams()
+	code := run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild}, args)
 	m := stoppedRe.FindStringSubmatch(errOut.String())
-	if code != ExitFailure || m == nil {
+	if code != cmdutil.ExitFailure || m == nil {
 		t.Fatalf("stopped run: exit %d, stderr %q, stdout %q; want exit 1 and the count", code, errOut.String(), out.String())
 	}
 	done, _ := strconv.Atoi(m[1])

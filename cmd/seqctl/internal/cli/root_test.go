@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
@@ -26,15 +28,15 @@ func TestRootRun(t *testing.T) {
 		{name: "help command", args: []string{"help", "validate"}, wantStdout: "seqctl validate --config deploy/domain.toml"},
 		{name: "command help", args: []string{"validate", "--help"}, wantStdout: "FILE:LINE: KEY PATH: message"},
 		{
-			name: "unknown command", args: []string{"valdate"}, wantCode: ExitUsage,
+			name: "unknown command", args: []string{"valdate"}, wantCode: cmdutil.ExitUsage,
 			wantStderr: "seqctl: unknown command \"valdate\" for \"seqctl\"\n\nDid you mean this?\n\tvalidate\nRun 'seqctl --help' for usage.\n",
 		},
 		{
-			name: "unknown flag", args: []string{"validate", "--strict"}, wantCode: ExitUsage,
+			name: "unknown flag", args: []string{"validate", "--strict"}, wantCode: cmdutil.ExitUsage,
 			wantStderr: "seqctl: unknown flag: --strict\nRun 'seqctl validate --help' for usage.\n",
 		},
 		{
-			name: "unknown root flag", args: []string{"--verbose"}, wantCode: ExitUsage,
+			name: "unknown root flag", args: []string{"--verbose"}, wantCode: cmdutil.ExitUsage,
 			wantStderr: "seqctl: unknown flag: --verbose\nRun 'seqctl --help' for usage.\n",
 		},
 	}
@@ -60,8 +62,8 @@ func TestRootRun(t *testing.T) {
 // TestEveryCommandTeaches checks that every seqctl command has a short line, a long
 // description and an example in its --help.
 func TestEveryCommandTeaches(t *testing.T) {
-	ios, _, _, _ := NewTestIOStreams()
-	root := newCmdRoot(&Factory{IOStreams: ios})
+	ios, _, _, _ := cmdutil.NewTestIOStreams()
+	root := newCmdRoot(&cmdutil.Factory{IOStreams: ios})
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {
 		t.Run(c.CommandPath(), func(t *testing.T) {
@@ -85,8 +87,8 @@ func TestErrorsPrintedOnce(t *testing.T) {
 	if n := strings.Count(r.Stderr, `unknown broker kind "kafka"`); n != 1 {
 		t.Errorf("problem printed %d times, want once:\n%s", n, r.Stderr)
 	}
-	if r.Code != ExitUsage {
-		t.Errorf("exit code = %d, want %d", r.Code, ExitUsage)
+	if r.Code != cmdutil.ExitUsage {
+		t.Errorf("exit code = %d, want %d", r.Code, cmdutil.ExitUsage)
 	}
 }
 
@@ -99,9 +101,9 @@ func TestPrintError(t *testing.T) {
 		{"nil", nil, ""},
 		{"plain", errors.New("redis: connection refused"), "seqctl: redis: connection refused\n"},
 		{"wrapped plain", fmt.Errorf("connect: %w", errors.New("refused")), "seqctl: connect: refused\n"},
-		{"silent exit", &ExitError{Code: 3}, ""},
-		{"exit error with message", &ExitError{Code: 3, Err: errors.New(`partition "order:c-1" not found`)}, "seqctl: partition \"order:c-1\" not found\n"},
-		{"usage", usageErrorf("seqctl head", "missing --partition"), "seqctl: missing --partition\nRun 'seqctl head --help' for usage.\n"},
+		{"silent exit", &cmdutil.ExitError{Code: 3}, ""},
+		{"exit error with message", &cmdutil.ExitError{Code: 3, Err: errors.New(`partition "order:c-1" not found`)}, "seqctl: partition \"order:c-1\" not found\n"},
+		{"usage", cmdutil.UsageErrorf("seqctl head", "missing --partition"), "seqctl: missing --partition\nRun 'seqctl head --help' for usage.\n"},
 		{
 			"config error",
 			&config.Error{File: "d.toml", Problems: []config.Problem{{Path: "name", Line: 1, Message: "must be a string"}, {Message: "other"}}},
@@ -111,7 +113,7 @@ func TestPrintError(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b bytes.Buffer
-			printError(&b, tt.err)
+			cmdutil.PrintError(&b, tt.err)
 			if diff := cmp.Diff(tt.want, b.String()); diff != "" {
 				t.Errorf("printError mismatch (-want +got):\n%s", diff)
 			}
@@ -120,7 +122,7 @@ func TestPrintError(t *testing.T) {
 }
 
 func TestMainUsesTheGivenStreams(t *testing.T) {
-	ios, _, out, errOut := NewTestIOStreams()
+	ios, _, out, errOut := cmdutil.NewTestIOStreams()
 	if code := Main([]string{"version"}, ios); code != 0 {
 		t.Fatalf("Main(version) = %d, want 0; stderr %q", code, errOut.String())
 	}

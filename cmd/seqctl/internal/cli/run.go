@@ -4,16 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -28,12 +30,12 @@ import (
 
 // RunOptions are the inputs of 'seqctl run'.
 type RunOptions struct {
-	IO *IOStreams
+	IO *cmdutil.IOStreams
 	// ConfigPath is the domain.toml to run (the global --config; "domain.toml" when
 	// not given).
 	ConfigPath string
-	// Redis are the global connection flags (see resolveRedis).
-	Redis redisFlags
+	// Redis are the global connection flags (see redisconn.Resolve).
+	Redis redisconn.Flags
 	// InstanceID names this instance in leases and the registry (--instance-id; "" lets
 	// the engine pick host-pid-random).
 	InstanceID string
@@ -60,7 +62,7 @@ const (
 	startBackoffMax = 10 * time.Second
 )
 
-func newCmdRun(f *Factory, runF func(*RunOptions) error) *cobra.Command {
+func newCmdRun(f *cmdutil.Factory, runF func(*RunOptions) error) *cobra.Command {
 	opts := &RunOptions{IO: f.IOStreams}
 	cmd := &cobra.Command{
 		Use:   "run [--config FILE] [flags]",
@@ -114,9 +116,9 @@ TRACEPARENT).`,
 
   # stop it gracefully (a second signal forces the exit)
   $ kill -TERM <pid>`,
-		Args: noArgs,
-		RunE: runE(opts, func(cmd *cobra.Command, _ []string) error {
-			opts.ConfigPath, opts.Redis = configOrDefault(f.Global.ConfigPath), f.Global.redisFlags()
+		Args: cmdutil.NoArgs,
+		RunE: cmdutil.RunE(opts, func(cmd *cobra.Command, _ []string) error {
+			opts.ConfigPath, opts.Redis = cmdutil.ConfigOrDefault(f.Global.ConfigPath), f.Global.RedisFlags()
 			return opts.check(cmd.CommandPath())
 		}, runF, runRun),
 	}
@@ -129,48 +131,20 @@ TRACEPARENT).`,
 	return cmd
 }
 
-// configOrDefault is the domain.toml of run and publish: the global --config, else
-// ./domain.toml (as for validate).
-func configOrDefault(path string) string {
-	if path == "" {
-		return "domain.toml"
-	}
-	return path
-}
-
 // check validates the flags.
 func (o *RunOptions) check(command string) error {
 	switch {
 	case o.LogFormat != "text" && o.LogFormat != "json":
-		return usageErrorf(command, "invalid value %q for --log-format: use text or json", o.LogFormat)
+		return cmdutil.UsageErrorf(command, "invalid value %q for --log-format: use text or json", o.LogFormat)
 	case o.ShutdownTimeout <= 0:
-		return usageErrorf(command, "--shutdown-timeout must be positive, got %v", o.ShutdownTimeout)
+		return cmdutil.UsageErrorf(command, "--shutdown-timeout must be positive, got %v", o.ShutdownTimeout)
 	case strings.ContainsAny(o.InstanceID, " \t\r\n"):
-		return usageErrorf(command, "--instance-id %q contains white space", o.InstanceID)
+		return cmdutil.UsageErrorf(command, "--instance-id %q contains white space", o.InstanceID)
 	}
-	if _, err := parseLogLevel(o.LogLevel); err != nil {
-		return usageErrorf(command, "invalid value %q for --log-level: use debug, info, warn or error", o.LogLevel)
+	if _, err := cmdutil.ParseLogLevel(o.LogLevel); err != nil {
+		return cmdutil.UsageErrorf(command, "invalid value %q for --log-level: use debug, info, warn or error", o.LogLevel)
 	}
 	return nil
-}
-
-func parseLogLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	switch s {
-	case "debug", "info", "warn", "error":
-		return l, l.UnmarshalText([]byte(s))
-	}
-	return l, fmt.Errorf("unknown log level %q", s)
-}
-
-// newLogger returns the structured logger of 'seqctl run', writing to w.
-func newLogger(w io.Writer, format, level string) *slog.Logger {
-	lvl, _ := parseLogLevel(level)
-	ho := &slog.HandlerOptions{Level: lvl}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, ho))
-	}
-	return slog.New(slog.NewTextHandler(w, ho))
 }
 
 // runPlan is what 'seqctl run' will run: the loaded config, the initialised domain with
@@ -179,14 +153,14 @@ type runPlan struct {
 	cfg      *config.Config
 	dom      *engine.Domain
 	bindings []deliver.Binding
-	redis    *redisConn
+	redis    *redisconn.Conn
 	tracer   *sdktrace.TracerProvider // nil: no spans (tracing.go)
 }
 
 // loadRunPlan loads, checks and binds the config. Every failure is a config problem
 // (exit 2).
 func loadRunPlan(opts *RunOptions, procs *deliver.Procs, log *slog.Logger) (*runPlan, error) {
-	cfg, err := loadConfigFile(opts.ConfigPath)
+	cfg, err := cmdutil.LoadConfigFile(opts.ConfigPath)
 	if err != nil {
 		return nil, err
 	}
@@ -194,11 +168,11 @@ func loadRunPlan(opts *RunOptions, procs *deliver.Procs, log *slog.Logger) (*run
 		return nil, &config.Error{File: cfg.File, Problems: []config.Problem{{Path: "broker.kind", Message: fmt.Sprintf(
 			"seqctl run needs the redis broker, not %q: set kind = \"redis\", or \"redis-cluster\" for a Redis Cluster (the inline broker runs in one Go process, for tests)", cfg.Broker.Kind)}}}
 	}
-	conn, err := resolveRedis(opts.Redis, cfg, os.Getenv)
+	conn, err := redisconn.Resolve(opts.Redis, cfg, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	conn.engineTimeouts()
+	conn.EngineTimeouts()
 	dom, err := cfg.InitDomain()
 	if err != nil {
 		return nil, err
@@ -217,19 +191,6 @@ func loadRunPlan(opts *RunOptions, procs *deliver.Procs, log *slog.Logger) (*run
 		return nil, &config.Error{File: cfg.File, Problems: []config.Problem{{Message: "nothing to run: declare at least one event handler or process manager with a deliver table (command handlers are inert)"}}}
 	}
 	return &runPlan{cfg: cfg, dom: dom, bindings: bindings, redis: conn}, nil
-}
-
-// loadConfigFile loads a domain.toml, with the CLI's wording for a missing file.
-func loadConfigFile(path string) (*config.Config, error) {
-	cfg, err := config.Load(path)
-	if err != nil {
-		var ce *config.Error
-		if errors.Is(err, os.ErrNotExist) && errors.As(err, &ce) && len(ce.Problems) == 1 {
-			ce.Problems[0].Message = "the config file does not exist; pass --config with the path of your domain.toml"
-		}
-		return nil, err
-	}
-	return cfg, nil
 }
 
 // categories returns the categories a binding consumes, for the metrics' labels.
@@ -274,8 +235,8 @@ func containsString(xs []string, x string) bool {
 }
 
 func runRun(ctx context.Context, opts *RunOptions) error {
-	ctx = orBackground(ctx)
-	log := newLogger(opts.IO.ErrOut, opts.LogFormat, opts.LogLevel)
+	ctx = cmdutil.OrBackground(ctx)
+	log := cmdutil.NewLogger(opts.IO.ErrOut, opts.LogFormat, opts.LogLevel)
 	procs := &deliver.Procs{}
 	plan, err := loadRunPlan(opts, procs, log)
 	if err != nil {
@@ -298,12 +259,12 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 		}()
 	}
 
-	tp, err := tracerProviderFromEnv(ctx, os.Getenv, log)
+	tp, err := cmdutil.TracerProviderFromEnv(ctx, os.Getenv, log)
 	if err != nil {
 		return err
 	}
 	if tp != nil {
-		defer shutdownTracing(tp, log)
+		defer cmdutil.ShutdownTracing(tp, log)
 		plan.tracer = tp
 	}
 
@@ -313,9 +274,9 @@ func runRun(ctx context.Context, opts *RunOptions) error {
 	}
 	defer stopSinks()
 
-	warnInsecureTLS(plan.redis.tlsConfig(), func(msg string) { log.Warn(msg) })
-	routeRedisLogs(log)
-	rdb := plan.redis.newClient() // a *redis.ClusterClient in cluster mode: the engine tells a cluster by it
+	redisconn.WarnInsecureTLS(plan.redis.TLSConfig(), func(msg string) { log.Warn(msg) })
+	redisconn.RouteRedisLogs(log)
+	rdb := plan.redis.NewClient() // a *redis.ClusterClient in cluster mode: the engine tells a cluster by it
 	defer rdb.Close()
 	eng, err := startEngine(ctx, plan.engineConfig(opts, rdb, log, m), plan.redis, log)
 	if err != nil || eng == nil {
@@ -359,7 +320,7 @@ func startSinks(ctx context.Context, bindings []deliver.Binding, m *metrics.Metr
 			if ctx.Err() != nil {
 				return nil, nil
 			}
-			return nil, &ExitError{Code: ExitFailure, Err: fmt.Errorf("cannot start: %w", err)}
+			return nil, &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("cannot start: %w", err)}
 		}
 		started = append(started, b.Sink)
 	}
@@ -492,7 +453,7 @@ func shutDown(eng *engine.Engine, forced <-chan os.Signal, procs *deliver.Procs,
 	case s := <-forced:
 		n := procs.KillAll()
 		log.Error("second signal: forcing the exit; in-flight events are retried by another instance once their leases expire", "signal", s.String(), "killed_commands", n)
-		return &ExitError{Code: ExitFailure}
+		return &cmdutil.ExitError{Code: cmdutil.ExitFailure}
 	}
 }
 
@@ -500,15 +461,15 @@ func shutDown(eng *engine.Engine, forced <-chan os.Signal, procs *deliver.Procs,
 // Redis cannot be reached. A problem that waiting cannot fix (a bad port, a database
 // index Redis does not have, refused credentials, a missing permission) ends it at once
 // with a message saying what to fix. It returns nil, nil when ctx ends first.
-func startEngine(ctx context.Context, ecfg engine.EngineConfig, conn *redisConn, log *slog.Logger) (*engine.Engine, error) {
-	if conn.isCluster() {
-		log.Info("connecting to Redis Cluster", conn.logAttrs()...)
+func startEngine(ctx context.Context, ecfg engine.EngineConfig, conn *redisconn.Conn, log *slog.Logger) (*engine.Engine, error) {
+	if conn.IsCluster() {
+		log.Info("connecting to Redis Cluster", conn.LogAttrs()...)
 	} else {
-		log.Info("connecting to Redis", conn.logAttrs()...)
+		log.Info("connecting to Redis", conn.LogAttrs()...)
 	}
-	if err := checkRedisAddr(conn); err != nil {
-		if msg := permanentRedisError(err, conn); msg != "" {
-			return nil, &ExitError{Code: ExitFailure, Err: errors.New(msg)}
+	if err := redisconn.CheckAddr(conn); err != nil {
+		if msg := redisconn.PermanentProblem(err, conn); msg != "" {
+			return nil, &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: errors.New(msg)}
 		}
 	}
 	backoff := startBackoffMin
@@ -526,10 +487,10 @@ func startEngine(ctx context.Context, ecfg engine.EngineConfig, conn *redisConn,
 		if ctx.Err() != nil {
 			return nil, nil
 		}
-		if msg := permanentRedisError(err, conn); msg != "" {
-			return nil, &ExitError{Code: ExitFailure, Err: errors.New(msg)}
+		if msg := redisconn.PermanentProblem(err, conn); msg != "" {
+			return nil, &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: errors.New(msg)}
 		}
-		log.Warn("redis unreachable: retrying", append(conn.logAttrs(), "attempt", attempt, "retry_in", backoff, "err", err)...)
+		log.Warn("redis unreachable: retrying", append(conn.LogAttrs(), "attempt", attempt, "retry_in", backoff, "err", err)...)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -539,54 +500,6 @@ func startEngine(ctx context.Context, ecfg engine.EngineConfig, conn *redisConn,
 		}
 		backoff = min(backoff*2, startBackoffMax)
 	}
-}
-
-// urlSetting names where the Redis URL comes from, for messages that say what to fix.
-const urlSetting = "the Redis URL (--redis-url, $" + config.EnvRedisURL + ", or [broker] url in domain.toml)"
-
-// permanentRedisError returns what to fix when err cannot go away by waiting, or ""
-// when it may (Redis unreachable, loading its data, failing over, busy, out of memory).
-func permanentRedisError(err error, conn *redisConn) string {
-	msg, perm := err.Error(), permissionProblem(err)
-	var addrErr *net.AddrError
-	switch {
-	case errors.As(err, &addrErr) || strings.Contains(msg, "invalid port") || strings.Contains(msg, "missing port"):
-		if conn.isCluster() {
-			addr := conn.addrs()[0]
-			if addrErr != nil && addrErr.Addr != "" {
-				addr = addrErr.Addr
-			}
-			return fmt.Sprintf("cannot start: the Redis Cluster address %q is not a valid host:port (%v); fix %s, e.g. redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002", addr, err, urlSetting)
-		}
-		return fmt.Sprintf("cannot start: the Redis address %q is not a valid host:port (%v); fix %s, e.g. redis://127.0.0.1:6379/0", conn.node.Addr, err, urlSetting)
-	case !conn.isCluster() && (strings.Contains(msg, "DB index is out of range") || strings.Contains(msg, "invalid DB index")):
-		return fmt.Sprintf("cannot start: Redis at %s has no database %d (its 'databases' setting is lower); fix the /%d at the end of %s", conn.shown, conn.node.DB, conn.node.DB, urlSetting)
-	case strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "invalid password") ||
-		strings.Contains(msg, "invalid username-password") || strings.Contains(msg, "ERR AUTH"):
-		return fmt.Sprintf("cannot start: %s refused the credentials (%v); fix the user and password in %s, or $%s", conn.where(), redisReply(err), urlSetting, EnvRedisPassword)
-	case perm != "":
-		return "cannot start: " + perm + " (the user comes from " + urlSetting + ")"
-	case notClusterProblem(err, conn) != "":
-		return "cannot start: " + notClusterProblem(err, conn)
-	case clusterNodeProblem(err, conn.where()) != "":
-		return "cannot start: " + clusterNodeProblem(err, conn.where())
-	case tlsProblem(err, conn.where()) != "":
-		return "cannot start: " + tlsProblem(err, conn.where())
-	case closedConnProblem(err, conn) != "":
-		return "cannot start: " + closedConnProblem(err, conn)
-	case strings.Contains(msg, "unknown command"):
-		return fmt.Sprintf("cannot start: %s lacks a command seqctl needs (%v); seqctl needs Redis 6.2 or later", conn.where(), redisReply(err))
-	}
-	return ""
-}
-
-// redisReply strips the engine's wrapping from a Redis error reply.
-func redisReply(err error) string {
-	var re redis.Error
-	if errors.As(err, &re) {
-		return re.Error()
-	}
-	return err.Error()
 }
 
 // serveMetrics listens on addr and serves the metrics endpoints in the background.
@@ -603,23 +516,4 @@ func serveMetrics(addr string, m *metrics.Metrics, log *slog.Logger) (*http.Serv
 	}()
 	log.Info("serving metrics", "addr", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
 	return srv, nil
-}
-
-// redisLogOnce guards the go-redis logger, which is process-wide: the first command to
-// connect sets it, once.
-var redisLogOnce sync.Once
-
-// routeRedisLogs sends go-redis's own messages (dial failures, pool notices) to log at
-// debug level instead of unstructured lines on stderr; a nil log drops them. The
-// failures that matter reach the caller as errors and are logged there.
-func routeRedisLogs(log *slog.Logger) {
-	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{log: log}) })
-}
-
-type redisLogger struct{ log *slog.Logger }
-
-func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	if r.log != nil {
-		r.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
-	}
 }

@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
+
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/seqctl/seqctl/internal/redistest"
@@ -24,7 +28,7 @@ func TestRunParse(t *testing.T) {
 			name: "every flag",
 			argv: []string{"--config", "deploy/domain.toml", "--redis-url", "redis://r:6379/1", "--instance-id", "worker-1",
 				"--metrics-addr", ":9464", "--log-format", "json", "--log-level", "debug", "--shutdown-timeout", "5s"},
-			want: RunOptions{ConfigPath: "deploy/domain.toml", Redis: redisFlags{URL: "redis://r:6379/1"}, InstanceID: "worker-1",
+			want: RunOptions{ConfigPath: "deploy/domain.toml", Redis: redisconn.Flags{URL: "redis://r:6379/1"}, InstanceID: "worker-1",
 				MetricsAddr: ":9464", LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second},
 		},
 		{name: "empty config is ./domain.toml", argv: []string{"--config", ""}, want: defaults},
@@ -112,7 +116,7 @@ exec = ["cat"]
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeConfig(t, tt.config)
 			res := runCLI(t, false, append([]string{"run", "--config", path}, tt.extraArgs...)...)
-			if res.Code != ExitUsage {
+			if res.Code != cmdutil.ExitUsage {
 				t.Errorf("exit code = %d, want 2; stderr:\n%s", res.Code, res.Stderr)
 			}
 			for _, w := range tt.wantStderr {
@@ -127,7 +131,7 @@ exec = ["cat"]
 func TestRunMissingConfig(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "absent.toml")
 	res := runCLI(t, false, "run", "--config", missing)
-	if res.Code != ExitUsage || res.Stderr != missing+": the config file does not exist; pass --config with the path of your domain.toml\n" {
+	if res.Code != cmdutil.ExitUsage || res.Stderr != missing+": the config file does not exist; pass --config with the path of your domain.toml\n" {
 		t.Errorf("code %d, stderr %q", res.Code, res.Stderr)
 	}
 }
@@ -155,7 +159,7 @@ type inProcessRun struct {
 func startRun(t *testing.T, opts RunOptions) *inProcessRun {
 	t.Helper()
 	r := &inProcessRun{sigs: make(chan os.Signal, 2), errc: make(chan error, 1), logs: &testkit.Buffer{}}
-	ios, _, _, _ := NewTestIOStreams()
+	ios, _, _, _ := cmdutil.NewTestIOStreams()
 	ios.ErrOut = r.logs
 	opts.IO, opts.signals = ios, r.sigs
 	go func() { r.errc <- runRun(context.Background(), &opts) }()
@@ -190,7 +194,7 @@ func TestRunInProcess(t *testing.T) {
 	}
 	t.Setenv("OUT", dir)
 	cfg := writeDomain(t, "exec", "HANDLER", handler)
-	opts := RunOptions{ConfigPath: cfg, Redis: redisFlags{URL: srv.URL}, InstanceID: "in-process", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second}
+	opts := RunOptions{ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "in-process", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second}
 	got := func() string { b, _ := os.ReadFile(filepath.Join(dir, "got")); return string(b) }
 
 	t.Run("graceful", func(t *testing.T) {
@@ -212,7 +216,7 @@ func TestRunInProcess(t *testing.T) {
 		testkit.WaitFor(t, 10*time.Second, "the event of c-2 delivered", func() bool { return strings.Contains(got(), `"key":"c-2"`) })
 		r.sigs <- syscall.SIGTERM
 		r.sigs <- syscall.SIGINT
-		if err := r.wait(t, 5*time.Second); ExitCode(err) != ExitFailure {
+		if err := r.wait(t, 5*time.Second); cmdutil.ExitCode(err) != cmdutil.ExitFailure {
 			t.Errorf("runRun = %v, want exit 1", err)
 		}
 	})

@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
+
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/config"
@@ -67,9 +71,9 @@ func TestSecretsNeverPrinted(t *testing.T) {
 				}
 				check("partitions list --redis-url", res.Stdout+res.Stderr)
 			}
-			check("top header", maskURL(redisURL))
-			conn, _ := resolveRedis(redisFlags{URL: redisURL}, nil, func(string) string { return "" })
-			check("resolveRedis shown", conn.shown)
+			check("top header", cmdutil.MaskURL(redisURL))
+			conn, _ := redisconn.Resolve(redisconn.Flags{URL: redisURL}, nil, func(string) string { return "" })
+			check("resolveRedis shown", conn.Shown)
 
 			// The same in cluster mode, with cluster URLs: --cluster against the real (not
 			// a cluster) Redis and an unreachable one, $SEQCTL_REDIS_CLUSTER, a config of
@@ -83,16 +87,16 @@ func TestSecretsNeverPrinted(t *testing.T) {
 				}
 				check("partitions list --cluster --redis-url", res.Stdout+res.Stderr)
 			}
-			t.Setenv(EnvRedisCluster, "1")
+			t.Setenv(redisconn.EnvRedisCluster, "1")
 			t.Setenv(config.EnvRedisURL, clusterURL)
 			res := runCLI(t, false, "groups", "list")
-			check("groups list with "+EnvRedisCluster, res.Stdout+res.Stderr)
-			t.Setenv(EnvRedisCluster, "")
+			check("groups list with "+redisconn.EnvRedisCluster, res.Stdout+res.Stderr)
+			t.Setenv(redisconn.EnvRedisCluster, "")
 			t.Setenv(config.EnvRedisURL, "")
-			if conn, err := resolveRedis(redisFlags{URL: clusterURL, Cluster: true}, nil, func(string) string { return "" }); err != nil {
+			if conn, err := redisconn.Resolve(redisconn.Flags{URL: clusterURL, Cluster: true}, nil, func(string) string { return "" }); err != nil {
 				check("resolveRedis cluster error", err.Error())
 			} else {
-				check("resolveRedis cluster shown", conn.shown+" "+conn.where())
+				check("resolveRedis cluster shown", conn.Shown+" "+conn.Where())
 			}
 			clusterDomain := strings.Replace(commands, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("kind = \"redis-cluster\"\nurl = %q", clusterURL), 1)
 			if _, err := config.Parse("domain.toml", []byte(clusterDomain)); err != nil {
@@ -107,8 +111,8 @@ handles = ["OrderPlaced"]
 http = "http://127.0.0.1:1/orders"
 `)
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				ios, _, out, errOut := NewTestIOStreams()
-				code := run(ctx, &Factory{IOStreams: ios, Build: testBuild}, []string{"run", "--config", path})
+				ios, _, out, errOut := cmdutil.NewTestIOStreams()
+				code := run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild}, []string{"run", "--config", path})
 				cancel()
 				if code == 0 {
 					t.Error("seqctl run on a redis-cluster config against one Redis succeeded")
@@ -123,8 +127,8 @@ http = "http://127.0.0.1:1/orders"
 					// An unreachable Redis is waited for: stop the run after a while.
 					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 					defer cancel()
-					ios, _, out, errOut := NewTestIOStreams()
-					code := run(ctx, &Factory{IOStreams: ios, Build: testBuild}, args)
+					ios, _, out, errOut := cmdutil.NewTestIOStreams()
+					code := run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild}, args)
 					return result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
 				}
 				path := writeConfig(t, strings.Replace(commands, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("url = %q", broker), 1)+fmt.Sprintf(`
@@ -206,7 +210,7 @@ func TestSecretsNotInHaltRecords(t *testing.T) {
 	srv := redistest.Start(t)
 	const token = "tok-3f9a-secret"
 	cfg := writeDomain(t, "http-unreachable", "TOKEN", token)
-	r := startRun(t, RunOptions{ConfigPath: cfg, Redis: redisFlags{URL: srv.URL}, InstanceID: "secrets", LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second})
+	r := startRun(t, RunOptions{ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "secrets", LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second})
 	defer func() {
 		r.sigs <- syscall.SIGTERM
 		r.wait(t, 10*time.Second)

@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
+
 	"github.com/seqctl/seqctl/internal/faultproxy"
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/sqltest"
@@ -48,7 +52,7 @@ func TestRunSQLSink(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := writeDomain(t, "sqlsink", "STATEMENT", ordersStatement)
 	dsn := migratedOrdersDB(t, cfg)
-	r := startRun(t, RunOptions{ConfigPath: cfg, Redis: redisFlags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second})
+	r := startRun(t, RunOptions{ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second})
 	for i, c := range []string{"c-1", "c-2", "c-1"} {
 		publishOne(t, cfg, srv.URL, `{"order_id":"o-`+string(rune('1'+i))+`","client_id":"`+c+`","seq":`+string(rune('1'+i))+`}`)
 	}
@@ -121,11 +125,11 @@ func TestRunSQLSinkRefusals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("SEQCTL_TEST_ORDERS_DB", tt.dsn)
 			cfg := writeDomain(t, "sqlsink", "STATEMENT", tt.stmt)
-			ios, _, _, errOut := NewTestIOStreams()
-			opts := RunOptions{IO: ios, ConfigPath: cfg, Redis: redisFlags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info", ShutdownTimeout: time.Second}
+			ios, _, _, errOut := cmdutil.NewTestIOStreams()
+			opts := RunOptions{IO: ios, ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info", ShutdownTimeout: time.Second}
 			err := runRun(context.Background(), &opts)
-			printError(ios.ErrOut, err)
-			if code := ExitCode(err); code != ExitFailure {
+			cmdutil.PrintError(ios.ErrOut, err)
+			if code := cmdutil.ExitCode(err); code != cmdutil.ExitFailure {
 				t.Fatalf("exit %d, want 1; stderr:\n%s", code, errOut.String())
 			}
 			for _, w := range tt.want {
@@ -159,10 +163,10 @@ func TestRunSQLSinkWaitsForTheDatabase(t *testing.T) {
 	_ = metricsLn.Close()
 
 	logs := &testkit.Buffer{}
-	ios, _, _, _ := NewTestIOStreams()
+	ios, _, _, _ := cmdutil.NewTestIOStreams()
 	ios.ErrOut = logs
 	sigs := make(chan os.Signal, 2)
-	opts := RunOptions{IO: ios, ConfigPath: cfg, Redis: redisFlags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info",
+	opts := RunOptions{IO: ios, ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info",
 		ShutdownTimeout: 10 * time.Second, MetricsAddr: metricsAddr, signals: sigs}
 	errc := make(chan error, 1)
 	go func() { errc <- runRun(context.Background(), &opts) }()

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/spf13/cobra"
@@ -15,7 +17,7 @@ import (
 )
 
 // testBuild is the build info every test factory carries.
-var testBuild = BuildInfo{Version: "v1.2.3", Commit: "abc1234", Date: "2025-01-31T10:00:00Z"}
+var testBuild = cmdutil.BuildInfo{Version: "v1.2.3", Commit: "abc1234", Date: "2025-01-31T10:00:00Z"}
 
 // result is what one seqctl invocation produced.
 type result struct {
@@ -28,9 +30,9 @@ type result struct {
 // a terminal (colour stays off).
 func runCLI(t testing.TB, tty bool, args ...string) result {
 	t.Helper()
-	ios, _, out, errOut := NewTestIOStreams()
+	ios, _, out, errOut := cmdutil.NewTestIOStreams()
 	ios.IsTerminal = tty
-	code := run(context.Background(), &Factory{IOStreams: ios, Build: testBuild}, args)
+	code := run(context.Background(), &cmdutil.Factory{IOStreams: ios, Build: testBuild}, args)
 	return result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
 }
 
@@ -45,34 +47,34 @@ var (
 // runOps runs seqctl in process against a fake admin.
 func runOps(t testing.TB, fa *fakeAdmin, tm ttyMode, stdin string, args ...string) result {
 	t.Helper()
-	ios, in, out, errOut := NewTestIOStreams()
+	ios, in, out, errOut := cmdutil.NewTestIOStreams()
 	ios.IsTerminal, ios.InIsTerminal = tm.out, tm.in
 	in.WriteString(stdin)
-	f := &Factory{IOStreams: ios, Build: testBuild, OpenAdmin: fa.opener()}
+	f := &cmdutil.Factory{IOStreams: ios, Build: testBuild, OpenAdmin: fa.opener()}
 	code := run(context.Background(), f, args)
 	return result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
 }
 
-func testFactory() *Factory {
-	ios, _, _, _ := NewTestIOStreams()
-	return &Factory{IOStreams: ios, Build: testBuild}
+func testFactory() *cmdutil.Factory {
+	ios, _, _, _ := cmdutil.NewTestIOStreams()
+	return &cmdutil.Factory{IOStreams: ios, Build: testBuild}
 }
 
 // parseCmd runs argv through a root command holding only cmd, the way Main would, and
 // returns the error (the command's runF captures the options).
 func parseCmd(t testing.TB, cmd *cobra.Command, argv ...string) error {
 	t.Helper()
-	root := newRootCommand()
+	root := cmdutil.NewRootCommand()
 	root.AddCommand(cmd)
-	return execute(root, append([]string{cmd.Name()}, argv...))
+	return executeSilently(root, append([]string{cmd.Name()}, argv...))
 }
 
 // parseOps runs argv through a root holding the global flags, parent (when not "") and
 // cmd, the way Main would; the command's runF captures the options.
-func parseOps(t testing.TB, f *Factory, parent string, cmd *cobra.Command, argv ...string) error {
+func parseOps(t testing.TB, f *cmdutil.Factory, parent string, cmd *cobra.Command, argv ...string) error {
 	t.Helper()
-	root := newRootCommand()
-	addGlobalFlags(root, f)
+	root := cmdutil.NewRootCommand()
+	cmdutil.AddGlobalFlags(root, f)
 	path := []string{cmd.Name()}
 	if parent != "" {
 		p := &cobra.Command{Use: parent}
@@ -82,11 +84,11 @@ func parseOps(t testing.TB, f *Factory, parent string, cmd *cobra.Command, argv 
 	} else {
 		root.AddCommand(cmd)
 	}
-	return execute(root, append(path, argv...))
+	return executeSilently(root, append(path, argv...))
 }
 
-// execute runs root with args, its output thrown away.
-func execute(root *cobra.Command, args []string) error {
+// executeSilently runs root with args, its output thrown away.
+func executeSilently(root *cobra.Command, args []string) error {
 	root.SetArgs(args)
 	var sink bytes.Buffer
 	root.SetOut(&sink)
@@ -107,7 +109,7 @@ type parseCase[O any] struct {
 // under parent ("" for none) and the global flags, the way Main would. It compares the
 // options the command's run function gets with want (opts say what to leave out), or the
 // error with wantErr.
-func testParse[O any](t *testing.T, parent string, newCmd func(*Factory, func(*O) error) *cobra.Command, cases []parseCase[O], opts ...cmp.Option) {
+func testParse[O any](t *testing.T, parent string, newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, cases []parseCase[O], opts ...cmp.Option) {
 	t.Helper()
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,7 +126,7 @@ func testParse[O any](t *testing.T, parent string, newCmd func(*Factory, func(*O
 func checkParsed[O any](t *testing.T, err error, got *O, want O, wantErr string, opts ...cmp.Option) {
 	t.Helper()
 	if wantErr != "" {
-		var ue *UsageError
+		var ue *cmdutil.UsageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), wantErr) {
 			t.Fatalf("error = %v, want a *UsageError containing %q", err, wantErr)
 		}
@@ -161,7 +163,7 @@ type runCase struct {
 	stdoutHas []string
 	stderrHas []string
 
-	wantAct    *admin.Action        // the one head action (Actor left out); nil: none
+	wantAct    *admin.Action        // the one head action (actor left out); nil: none
 	replayed   []string             // the DLQ entries replayed, in order
 	purges     []string             // the --through of each DLQ purge
 	wantRemove []admin.GroupRemoval // the group removals, dry runs included (Actor left out)
@@ -262,8 +264,8 @@ func checkResult(t *testing.T, r result, code int, goldenPath string, stdoutHas,
 // fragment.
 func checkUsageError(t *testing.T, err error, fragments ...string) {
 	t.Helper()
-	if err == nil || ExitCode(err) != ExitUsage {
-		t.Fatalf("err = %v (exit %d), want a usage error", err, ExitCode(err))
+	if err == nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+		t.Fatalf("err = %v (exit %d), want a usage error", err, cmdutil.ExitCode(err))
 	}
 	for _, w := range fragments {
 		if !strings.Contains(err.Error(), w) {

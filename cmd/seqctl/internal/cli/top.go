@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
@@ -18,16 +20,16 @@ import (
 
 // TopOptions are the options of seqctl top.
 type TopOptions struct {
-	IO       *IOStreams
+	IO       *cmdutil.IOStreams
 	Refresh  time.Duration
 	ReadOnly bool
 	// open connects the operator API and returns the URL of the Redis it connected to
 	// (password masked), which the header shows.
-	open func(ctx context.Context) (a Admin, shown string, close func(), err error)
+	open func(ctx context.Context) (a cmdutil.Admin, shown string, close func(), err error)
 }
 
-func newCmdTop(f *Factory, runF func(*TopOptions) error) *cobra.Command {
-	opts := &TopOptions{IO: f.IOStreams, open: f.openAdminAt}
+func newCmdTop(f *cmdutil.Factory, runF func(*TopOptions) error) *cobra.Command {
+	opts := &TopOptions{IO: f.IOStreams, open: f.OpenAdminAt}
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Live dashboard of partitions, owners, generations, lag and halts",
@@ -62,9 +64,9 @@ next column, O reverse, / filter, p pause, ? help, q quit.`,
   # watch without the power to change anything, refreshing every 2 s
   $ seqctl top --config domain.toml --readonly --refresh 2s`,
 		Args: cobra.NoArgs,
-		RunE: runE(opts, func(*cobra.Command, []string) error {
+		RunE: cmdutil.RunE(opts, func(*cobra.Command, []string) error {
 			if opts.Refresh <= 0 {
-				return &ExitError{Code: ExitUsage, Err: errors.New("--refresh must be positive, e.g. 1s")}
+				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("--refresh must be positive, e.g. 1s")}
 			}
 			return nil
 		}, runF, topRun),
@@ -75,7 +77,7 @@ next column, O reverse, / filter, p pause, ? help, q quit.`,
 }
 
 func topRun(ctx context.Context, opts *TopOptions) error {
-	ctx = orBackground(ctx)
+	ctx = cmdutil.OrBackground(ctx)
 	a, shown, closeAdmin, err := opts.open(ctx)
 	if err != nil {
 		return err
@@ -84,7 +86,7 @@ func topRun(ctx context.Context, opts *TopOptions) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return tui.Run(ctx, tui.Options{
-		Source:   &adminSource{a: a, actor: actor("top")},
+		Source:   &adminSource{a: a, actor: cmdutil.Actor("top")},
 		Refresh:  opts.Refresh,
 		ReadOnly: opts.ReadOnly,
 		NoColor:  !opts.IO.Color,
@@ -94,7 +96,7 @@ func topRun(ctx context.Context, opts *TopOptions) error {
 
 // adminSource adapts the operator API to the dashboard's Source.
 type adminSource struct {
-	a     Admin
+	a     cmdutil.Admin
 	actor admin.Actor
 }
 
@@ -234,3 +236,26 @@ func pauseInfo(p *engine.PauseRecord) *tui.PauseInfo {
 	}
 	return &tui.PauseInfo{Reason: p.Reason, By: p.By, Since: p.Since, Until: p.Until}
 }
+
+// Pause pauses a partition from 'seqctl top', until it is resumed.
+func (s *adminSource) Pause(ctx context.Context, p tui.PartitionRef, reason string) error {
+	_, err := s.a.Pause(ctx, admin.PauseRequest{Stream: streamOf(p), Handler: p.Handler, Reason: reason, Actor: s.pauseActor(admin.ActionPause)})
+	return err
+}
+
+// Resume resumes a partition from 'seqctl top'.
+func (s *adminSource) Resume(ctx context.Context, p tui.PartitionRef) error {
+	_, err := s.a.Resume(ctx, admin.PauseRequest{Stream: streamOf(p), Handler: p.Handler, Reason: "from seqctl top", Actor: s.pauseActor(admin.ActionResume)})
+	return err
+}
+
+// pauseActor is the dashboard's actor, recorded with the command of the CLI that does
+// the same, so 'seqctl audit' shows every pause alike.
+func (s *adminSource) pauseActor(action string) admin.Actor {
+	who := s.actor
+	who.Command = "partitions " + action
+	return who
+}
+
+// The dashboard's pause and resume keys.
+var _ tui.PauseSource = (*adminSource)(nil)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
@@ -63,10 +65,10 @@ func TestTopOnCluster(t *testing.T) {
 	in, inW := io.Pipe()
 	defer inW.Close()
 	out := &testkit.Buffer{}
-	ios := &IOStreams{In: in, Out: out, ErrOut: io.Discard}
+	ios := &cmdutil.IOStreams{In: in, Out: out, ErrOut: io.Discard}
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, &Factory{IOStreams: ios, Build: testBuild},
+		done <- run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild},
 			[]string{"top", "--cluster", "--redis-url", w.cl.URL, "--refresh", "200ms"})
 	}()
 	testkit.WaitFor(t, 20*time.Second, "the dashboard to show every partition and the halted one", func() bool {
@@ -90,7 +92,7 @@ func TestTopOnCluster(t *testing.T) {
 
 	// The dashboard's data source over the cluster client: the rows, the head detail and
 	// an action.
-	src := &adminSource{a: admin.New(w.cl.Client(t), admin.Options{}), actor: actor("top")}
+	src := &adminSource{a: admin.New(w.cl.Client(t), admin.Options{}), actor: cmdutil.Actor("top")}
 	type row struct{ Stream, State, Halted string }
 	var want []row
 	for _, k := range w.keys {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/seqctl/seqctl/pkg/admin"
@@ -26,8 +28,8 @@ func TestTopParse(t *testing.T) {
 		{args: []string{"extra"}, wantErr: true},
 	}
 	for _, tt := range tests {
-		ios, _, _, _ := NewTestIOStreams()
-		f := &Factory{IOStreams: ios}
+		ios, _, _, _ := cmdutil.NewTestIOStreams()
+		f := &cmdutil.Factory{IOStreams: ios}
 		var got *TopOptions
 		cmd := newCmdTop(f, func(o *TopOptions) error { got = o; return nil })
 		cmd.SetArgs(tt.args)

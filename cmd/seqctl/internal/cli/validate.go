@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/config"
@@ -17,14 +19,14 @@ import (
 
 // ValidateOptions are the inputs of 'seqctl validate'.
 type ValidateOptions struct {
-	IO *IOStreams
+	IO *cmdutil.IOStreams
 	// ConfigPath is the domain.toml to check (--config, default "domain.toml").
 	ConfigPath string
 	// Output is "" for text, "json" or "yaml".
 	Output string
 }
 
-func newCmdValidate(f *Factory, runF func(*ValidateOptions) error) *cobra.Command {
+func newCmdValidate(f *cmdutil.Factory, runF func(*ValidateOptions) error) *cobra.Command {
 	opts := &ValidateOptions{IO: f.IOStreams}
 	cmd := &cobra.Command{
 		Use:   "validate [--config FILE]",
@@ -61,13 +63,13 @@ process manager. With -o json an invalid file prints {"file", "valid": false,
 
   # the summary as JSON, for scripts
   $ seqctl validate --config deploy/domain.toml -o json`,
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(cmd, opts.Output); err != nil {
+			if err := cmdutil.CheckOutput(cmd, opts.Output); err != nil {
 				return err
 			}
 			if opts.ConfigPath == "" {
-				return usageErrorf(cmd.CommandPath(), "--config is empty; pass the path of a domain.toml")
+				return cmdutil.UsageErrorf(cmd.CommandPath(), "--config is empty; pass the path of a domain.toml")
 			}
 			if runF != nil {
 				return runF(opts)
@@ -76,12 +78,12 @@ process manager. With -o json an invalid file prints {"file", "valid": false,
 		},
 	}
 	cmd.Flags().StringVarP(&opts.ConfigPath, "config", "c", "domain.toml", "path of the domain.toml to check")
-	outputFlag(cmd, &opts.Output)
+	cmdutil.OutputFlag(cmd, &opts.Output)
 	return cmd
 }
 
 func validateRun(opts *ValidateOptions) error {
-	cfg, err := loadConfigFile(opts.ConfigPath)
+	cfg, err := cmdutil.LoadConfigFile(opts.ConfigPath)
 	if err != nil {
 		return validateFailed(opts, withSemanticProblems(opts.ConfigPath, err))
 	}
@@ -91,11 +93,11 @@ func validateRun(opts *ValidateOptions) error {
 	}
 	if err := sinkEnvironment(cfg, os.LookupEnv); err != nil {
 		// The file is valid; what seqctl run would read from the environment is not.
-		return &ExitError{Code: ExitFailure, Err: validateFailed(opts, err)}
+		return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: validateFailed(opts, err)}
 	}
 	s := summarize(cfg, dom)
-	if structured(opts.Output) {
-		return writeData(opts.IO.Out, opts.Output, s)
+	if cmdutil.Structured(opts.Output) {
+		return cmdutil.WriteData(opts.IO.Out, opts.Output, s)
 	}
 	if opts.IO.IsTerminal {
 		return printSummary(opts.IO, s)
@@ -150,14 +152,14 @@ type problemSummary struct {
 // returns err (printed to stderr, exit status 2).
 func validateFailed(opts *ValidateOptions, err error) error {
 	var ce *config.Error
-	if !structured(opts.Output) || !errors.As(err, &ce) {
+	if !cmdutil.Structured(opts.Output) || !errors.As(err, &ce) {
 		return err
 	}
 	out := validateProblems{File: ce.File, Problems: []problemSummary{}}
 	for _, p := range ce.Problems {
 		out.Problems = append(out.Problems, problemSummary{Line: p.Line, Path: p.Path, Message: p.Message})
 	}
-	if werr := writeData(opts.IO.Out, opts.Output, out); werr != nil {
+	if werr := cmdutil.WriteData(opts.IO.Out, opts.Output, out); werr != nil {
 		return werr
 	}
 	return err
@@ -387,15 +389,8 @@ func (c categorySummary) keyState() string {
 	return "partitioned"
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 // printSummary prints the summary for a terminal: a headline and aligned tables.
-func printSummary(ios *IOStreams, s validateSummary) error {
+func printSummary(ios *cmdutil.IOStreams, s validateSummary) error {
 	w := ios.Out
 	brokerNote := "stream partitioning"
 	if !s.Broker.StreamPartitioning {
@@ -409,7 +404,7 @@ func printSummary(ios *IOStreams, s validateSummary) error {
 
 	if len(s.Categories) > 0 {
 		fmt.Fprintln(w)
-		t := newTablePrinter(ios, "CATEGORY", "KIND", "TYPES", "PARTITION KEY")
+		t := cmdutil.NewTablePrinter(ios, "CATEGORY", "KIND", "TYPES", "PARTITION KEY")
 		for _, c := range s.Categories {
 			t.AddRow(c.Name, c.Kind, strings.Join(c.Types, ", "), c.keyNote(s.Broker))
 		}
@@ -419,9 +414,9 @@ func printSummary(ios *IOStreams, s validateSummary) error {
 	}
 	if len(s.Handlers) > 0 {
 		fmt.Fprintln(w)
-		t := newTablePrinter(ios, "HANDLER", "KIND", "CATEGORY", "SEQUENTIAL BY", "DELIVERY")
+		t := cmdutil.NewTablePrinter(ios, "HANDLER", "KIND", "CATEGORY", "SEQUENTIAL BY", "DELIVERY")
 		for _, h := range s.Handlers {
-			t.AddRow(h.Name, h.Kind, h.Category, orDash(h.SequentialBy), h.deliveryNote())
+			t.AddRow(h.Name, h.Kind, h.Category, cmdutil.OrDash(h.SequentialBy), h.deliveryNote())
 		}
 		if err := t.Render(w); err != nil {
 			return err
@@ -429,7 +424,7 @@ func printSummary(ios *IOStreams, s validateSummary) error {
 	}
 	if len(s.ProcessManagers) > 0 {
 		fmt.Fprintln(w)
-		t := newTablePrinter(ios, "PROCESS MANAGER", "SEQUENTIAL", "HANDLES", "DELIVERY")
+		t := cmdutil.NewTablePrinter(ios, "PROCESS MANAGER", "SEQUENTIAL", "HANDLES", "DELIVERY")
 		for _, p := range s.ProcessManagers {
 			var hs []string
 			for _, h := range p.Handles {
@@ -463,14 +458,14 @@ func printSummary(ios *IOStreams, s validateSummary) error {
 //	category         NAME  KIND  KEY|-  partitioned|no-op|inert|-
 //	handler          NAME  KIND  CATEGORY  SEQUENTIAL_BY|-  DELIVERY
 //	process_manager  NAME  sequential|-  EVENT,EVENT  DELIVERY
-func printSummaryRows(ios *IOStreams, s validateSummary) error {
-	t := newTablePrinter(ios)
+func printSummaryRows(ios *cmdutil.IOStreams, s validateSummary) error {
+	t := cmdutil.NewTablePrinter(ios)
 	t.AddRow("valid", s.File, s.Name, s.Broker.Kind)
 	for _, c := range s.Categories {
-		t.AddRow("category", c.Name, c.Kind, orDash(c.PartitionKey), c.keyState())
+		t.AddRow("category", c.Name, c.Kind, cmdutil.OrDash(c.PartitionKey), c.keyState())
 	}
 	for _, h := range s.Handlers {
-		t.AddRow("handler", h.Name, h.Kind, h.Category, orDash(h.SequentialBy), h.Delivery)
+		t.AddRow("handler", h.Name, h.Kind, h.Category, cmdutil.OrDash(h.SequentialBy), h.Delivery)
 	}
 	for _, p := range s.ProcessManagers {
 		var events []string

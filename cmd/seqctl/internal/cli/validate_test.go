@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
@@ -26,12 +28,12 @@ func TestValidateParse(t *testing.T) {
 		{name: "unknown flag", argv: []string{"--strict"}, wantErr: "unknown flag: --strict"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ios, _, _, _ := NewTestIOStreams()
+			ios, _, _, _ := cmdutil.NewTestIOStreams()
 			var got *ValidateOptions
-			cmd := newCmdValidate(&Factory{IOStreams: ios}, func(o *ValidateOptions) error { got = o; return nil })
+			cmd := newCmdValidate(&cmdutil.Factory{IOStreams: ios}, func(o *ValidateOptions) error { got = o; return nil })
 			err := parseCmd(t, cmd, tt.argv...)
 			checkParsed(t, err, got, tt.want, tt.wantErr, cmpopts.IgnoreFields(ValidateOptions{}, "IO"))
-			var ue *UsageError
+			var ue *cmdutil.UsageError
 			if errors.As(err, &ue) && ue.Command != "seqctl validate" {
 				t.Errorf("UsageError.Command = %q, want seqctl validate", ue.Command)
 			}
@@ -86,28 +88,28 @@ func TestValidateRun(t *testing.T) {
 			},
 		},
 		{
-			name: "invalid config", opts: ValidateOptions{ConfigPath: invalid}, wantCode: ExitUsage,
+			name: "invalid config", opts: ValidateOptions{ConfigPath: invalid}, wantCode: cmdutil.ExitUsage,
 			wantStderr: invalid + `:3: broker.kind: unknown broker kind "kafka"; use "redis" (partitioned, production) or "inline" (in process, for tests)` + "\n",
 		},
 		{
-			name: "sql sink without its DSN in the environment", opts: ValidateOptions{ConfigPath: sqlSink}, wantCode: ExitFailure,
+			name: "sql sink without its DSN in the environment", opts: ValidateOptions{ConfigPath: sqlSink}, wantCode: cmdutil.ExitFailure,
 			wantStderr: sqlSink + ": handlers[0].deliver.sql.dsn_env: handler OrderProjector: the environment variable SEQCTL_TEST_ORDERS_DB is not set (or empty): " +
 				"export the database's DSN in it (postgres://USER@HOST:5432/DB or sqlite://FILE) before starting seqctl run\n",
 		},
 		{
-			name: "missing file", opts: ValidateOptions{ConfigPath: missing}, wantCode: ExitUsage,
+			name: "missing file", opts: ValidateOptions{ConfigPath: missing}, wantCode: cmdutil.ExitUsage,
 			wantStderr: missing + ": the config file does not exist; pass --config with the path of your domain.toml\n",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ios, _, out, errOut := NewTestIOStreams()
+			ios, _, out, errOut := cmdutil.NewTestIOStreams()
 			ios.IsTerminal, ios.Color = tt.tty, tt.color
 			opts := tt.opts
 			opts.IO = ios
 			err := validateRun(&opts)
-			printError(ios.ErrOut, err)
-			if got := ExitCode(err); got != tt.wantCode {
+			cmdutil.PrintError(ios.ErrOut, err)
+			if got := cmdutil.ExitCode(err); got != tt.wantCode {
 				t.Errorf("exit code = %d, want %d (err %v)", got, tt.wantCode, err)
 			}
 			rest := out.String()
@@ -188,7 +190,7 @@ func TestValidateJSONProblems(t *testing.T) {
 	repoRoot(t)
 	file := "testdata/invalid/unknown_key_and_sequential_by.toml"
 	r := runCLI(t, false, "validate", "--config", file, "-o", "json")
-	if r.Code != ExitUsage {
+	if r.Code != cmdutil.ExitUsage {
 		t.Errorf("exit code = %d, want 2", r.Code)
 	}
 	golden(t, "testdata/invalid/unknown_key_and_sequential_by.json.golden", r.Stdout)
@@ -205,7 +207,7 @@ func TestValidateJSONProblems(t *testing.T) {
 	// A file that does not parse at all still gets its JSON.
 	bad := writeConfig(t, "name = \"x\"\n[broker\n")
 	r = runCLI(t, false, "validate", "--config", bad, "-o", "json")
-	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil || r.Code != ExitUsage || len(got.Problems) == 0 {
+	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil || r.Code != cmdutil.ExitUsage || len(got.Problems) == 0 {
 		t.Errorf("syntax error: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
 	}
 }
@@ -256,8 +258,8 @@ func TestValidateGoldens(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(file), ".toml")
 		t.Run(name, func(t *testing.T) {
 			r := runCLI(t, false, "validate", "--config", file)
-			if r.Code != ExitUsage {
-				t.Errorf("exit code = %d, want %d", r.Code, ExitUsage)
+			if r.Code != cmdutil.ExitUsage {
+				t.Errorf("exit code = %d, want %d", r.Code, cmdutil.ExitUsage)
 			}
 			if r.Stdout != "" {
 				t.Errorf("stdout = %q, want nothing", r.Stdout)
@@ -276,7 +278,7 @@ func TestValidateGoldens(t *testing.T) {
 func TestValidateSQLSink(t *testing.T) {
 	path := writeDomain(t, "sqlsink", "STATEMENT", "SELECT $1::text")
 	t.Setenv("SEQCTL_TEST_ORDERS_DB", "postgres://app@db:5432/app")
-	ios, _, out, _ := NewTestIOStreams()
+	ios, _, out, _ := cmdutil.NewTestIOStreams()
 	if err := validateRun(&ValidateOptions{IO: ios, ConfigPath: path}); err != nil {
 		t.Fatal(err)
 	}

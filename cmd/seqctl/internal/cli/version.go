@@ -4,30 +4,24 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/internal/buildinfo"
 )
 
-// BuildInfo is the version stamped into the binary (see internal/buildinfo and the
-// Makefile's LDFLAGS).
-type BuildInfo struct {
-	Version string `json:"version"`
-	Commit  string `json:"commit"`
-	Date    string `json:"date"`
-}
-
 // VersionOptions are the inputs of 'seqctl version'.
 type VersionOptions struct {
-	IO     *IOStreams
-	Build  BuildInfo
+	IO     *cmdutil.IOStreams
+	Build  cmdutil.BuildInfo
 	Output string // "", "json" or "yaml"
 	// GoVersion and Platform default to the running binary's.
 	GoVersion string
 	Platform  string
 }
 
-func newCmdVersion(f *Factory, runF func(*VersionOptions) error) *cobra.Command {
+func newCmdVersion(f *cmdutil.Factory, runF func(*VersionOptions) error) *cobra.Command {
 	opts := &VersionOptions{IO: f.IOStreams, Build: f.Build}
 	cmd := &cobra.Command{
 		Use:   "version",
@@ -38,9 +32,9 @@ version and platform it was built for. Include it in bug reports.`,
   seqctl v0.3.0 (commit 1a2b3c4, built 2025-01-31T10:00:00Z, go1.26.0 linux/amd64)
 
   $ seqctl version -o json`,
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(cmd, opts.Output); err != nil {
+			if err := cmdutil.CheckOutput(cmd, opts.Output); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -49,28 +43,28 @@ version and platform it was built for. Include it in bug reports.`,
 			return versionRun(opts)
 		},
 	}
-	outputFlag(cmd, &opts.Output)
+	cmdutil.OutputFlag(cmd, &opts.Output)
 	return cmd
 }
 
 // linkedBuildInfo returns the version stamped with -ldflags -X, else what the Go
 // toolchain recorded: the module version of 'go install module@version', the VCS
 // revision and time of a build from a clone (see internal/buildinfo).
-func linkedBuildInfo() BuildInfo {
+func linkedBuildInfo() cmdutil.BuildInfo {
 	b := buildinfo.Get()
-	return BuildInfo{Version: b.Version, Commit: b.Commit, Date: b.Date}
+	return cmdutil.BuildInfo{Version: b.Version, Commit: b.Commit, Date: b.Date}
 }
 
 // addVersionFlag gives the root command --version, printing what 'seqctl version'
 // prints.
-func addVersionFlag(cmd *cobra.Command, f *Factory) {
+func addVersionFlag(cmd *cobra.Command, f *cmdutil.Factory) {
 	cmd.Version = versionLine(f.Build, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH)
 	cmd.SetVersionTemplate("seqctl {{.Version}}\n")
 	cmd.Flags().Bool("version", false, "print the version (as 'seqctl version' does) and exit")
 }
 
 // versionLine is the version as one line: "v0.3.0 (commit 1a2b3c4, built ..., go1.26 linux/amd64)".
-func versionLine(b BuildInfo, goVersion, platform string) string {
+func versionLine(b cmdutil.BuildInfo, goVersion, platform string) string {
 	return fmt.Sprintf("%s (commit %s, built %s, %s %s)", b.Version, b.Commit, b.Date, goVersion, platform)
 }
 
@@ -82,9 +76,9 @@ func versionRun(opts *VersionOptions) error {
 	if platform == "" {
 		platform = runtime.GOOS + "/" + runtime.GOARCH
 	}
-	if structured(opts.Output) {
-		return writeData(opts.IO.Out, opts.Output, struct {
-			BuildInfo
+	if cmdutil.Structured(opts.Output) {
+		return cmdutil.WriteData(opts.IO.Out, opts.Output, struct {
+			cmdutil.BuildInfo
 			Go       string `json:"go"`
 			Platform string `json:"platform"`
 		}{opts.Build, goVersion, platform})

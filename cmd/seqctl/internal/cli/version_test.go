@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
@@ -19,9 +21,9 @@ func TestVersionParse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ios, _, _, _ := NewTestIOStreams()
+			ios, _, _, _ := cmdutil.NewTestIOStreams()
 			var got *VersionOptions
-			cmd := newCmdVersion(&Factory{IOStreams: ios, Build: testBuild}, func(o *VersionOptions) error { got = o; return nil })
+			cmd := newCmdVersion(&cmdutil.Factory{IOStreams: ios, Build: testBuild}, func(o *VersionOptions) error { got = o; return nil })
 			checkParsed(t, parseCmd(t, cmd, tt.argv...), got, tt.want, tt.wantErr, cmpopts.IgnoreFields(VersionOptions{}, "IO"))
 		})
 	}
@@ -52,7 +54,7 @@ func TestVersionRun(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ios, _, out, errOut := NewTestIOStreams()
+			ios, _, out, errOut := cmdutil.NewTestIOStreams()
 			err := versionRun(&VersionOptions{IO: ios, Build: testBuild, Output: tt.output, GoVersion: "go1.26.0", Platform: "linux/amd64"})
 			if err != nil {
 				t.Fatal(err)
@@ -87,7 +89,7 @@ func TestLinkedBuildInfo(t *testing.T) {
 	t.Cleanup(func() { buildinfo.Version, buildinfo.Commit, buildinfo.Date = saved[0], saved[1], saved[2] })
 
 	buildinfo.Version, buildinfo.Commit, buildinfo.Date = "v9.9.9", "deadbee", "2030-01-01"
-	if diff := cmp.Diff(BuildInfo{Version: "v9.9.9", Commit: "deadbee", Date: "2030-01-01"}, linkedBuildInfo()); diff != "" {
+	if diff := cmp.Diff(cmdutil.BuildInfo{Version: "v9.9.9", Commit: "deadbee", Date: "2030-01-01"}, linkedBuildInfo()); diff != "" {
 		t.Errorf("-ldflags values mismatch (-want +got):\n%s", diff)
 	}
 	buildinfo.Version, buildinfo.Commit, buildinfo.Date = "dev", "none", "unknown"

@@ -1,4 +1,4 @@
-package cli
+package cmdutil
 
 import (
 	"context"
@@ -20,58 +20,58 @@ type OpsOptions struct {
 	Ctx context.Context
 }
 
-// opsOptions returns the inputs of an operator command built by f.
-func (f *Factory) opsOptions() OpsOptions {
+// OpsOptions returns the inputs of an operator command built by f.
+func (f *Factory) OpsOptions() OpsOptions {
 	return OpsOptions{IO: f.IOStreams, Admin: f.openAdmin}
 }
 
 // ops returns o, which the options of every operator command embed.
-func (o *OpsOptions) ops() *OpsOptions { return o }
+func (o *OpsOptions) Ops() *OpsOptions { return o }
 
 // layout is what -o and --no-headers say about tables.
-func (o *OpsOptions) layout() tableLayout {
+func (o *OpsOptions) Layout() tableLayout {
 	return tableLayout{Output: o.Output, NoHeaders: o.NoHeaders}
 }
 
 // opsCommand is the options of an operator command.
-type opsCommand interface{ ops() *OpsOptions }
+type opsCommand interface{ Ops() *OpsOptions }
 
-// opsRunE is the RunE of an operator command whose options are opts. It takes -o,
+// OpsRunE is the RunE of an operator command whose options are opts. It takes -o,
 // --no-headers and the command's context into them and checks -o; then prepare (nil:
 // nothing to do) takes the arguments and checks the command's own flags; then runF runs
-// when a test set it, else run, with the operator API connected (see runWithAdmin).
-func opsRunE[O opsCommand](f *Factory, opts O, prepare func(cmd *cobra.Command, args []string) error,
+// when a test set it, else run, with the operator API connected (see RunWithAdmin).
+func OpsRunE[O opsCommand](f *Factory, opts O, prepare func(cmd *cobra.Command, args []string) error,
 	runF func(O) error, run func(context.Context, Admin, O) error) func(*cobra.Command, []string) error {
-	return runE(opts, func(cmd *cobra.Command, args []string) error {
-		o := opts.ops()
+	return RunE(opts, func(cmd *cobra.Command, args []string) error {
+		o := opts.Ops()
 		o.Output, o.NoHeaders, o.Ctx = f.Global.Output, f.Global.NoHeaders, cmd.Context()
-		if err := checkFormat(cmd, o.Output); err != nil {
+		if err := CheckFormat(cmd, o.Output); err != nil {
 			return err
 		}
 		if prepare == nil {
 			return nil
 		}
 		return prepare(cmd, args)
-	}, runF, func(context.Context, O) error { return runWithAdmin(opts, run) })
+	}, runF, func(context.Context, O) error { return RunWithAdmin(opts, run) })
 }
 
-// runWithAdmin connects the operator API in the command's context, or in
-// context.Background() when it has none (a test calling runWithAdmin), runs run with
+// RunWithAdmin connects the operator API in the command's context, or in
+// context.Background() when it has none (a test calling RunWithAdmin), runs run with
 // it and closes it. An error connecting comes with its exit code.
-func runWithAdmin[O opsCommand](opts O, run func(context.Context, Admin, O) error) error {
-	o := opts.ops()
-	ctx := orBackground(o.Ctx)
+func RunWithAdmin[O opsCommand](opts O, run func(context.Context, Admin, O) error) error {
+	o := opts.Ops()
+	ctx := OrBackground(o.Ctx)
 	adm, closeAdm, err := o.Admin(ctx)
 	if err != nil {
-		return exitFor(err)
+		return ExitFor(err)
 	}
 	defer closeAdm()
 	return run(ctx, adm, opts)
 }
 
-// takeStream is the prepare step (see opsRunE) of a command whose one argument is
+// TakeStream is the prepare step (see OpsRunE) of a command whose one argument is
 // STREAM: it keeps it in stream.
-func takeStream(stream *string) func(*cobra.Command, []string) error {
+func TakeStream(stream *string) func(*cobra.Command, []string) error {
 	return func(_ *cobra.Command, args []string) error {
 		*stream = args[0]
 		return nil

@@ -1,11 +1,15 @@
-package cli
+package cmdutil
 
 import (
 	"errors"
 	"fmt"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
+
+	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Exit codes of seqctl. Scripts rely on them; they never change meaning.
@@ -49,8 +53,8 @@ type UsageError struct {
 func (e *UsageError) Error() string { return e.Err.Error() }
 func (e *UsageError) Unwrap() error { return e.Err }
 
-// usageErrorf returns a *UsageError for the command path.
-func usageErrorf(command, format string, args ...any) error {
+// UsageErrorf returns a *UsageError for the command path.
+func UsageErrorf(command, format string, args ...any) error {
 	return &UsageError{Command: command, Err: fmt.Errorf(format, args...)}
 }
 
@@ -59,7 +63,7 @@ func usageErrorf(command, format string, args ...any) error {
 //	nil                                                  0
 //	*ExitError                                           its Code
 //	*UsageError, *config.Error,
-//	*engine.IncorrectUsageError                          2
+//	*engine.IncorrectUsageError, a bad Redis setting     2
 //	anything else                                        1
 func ExitCode(err error) int {
 	if err == nil {
@@ -72,8 +76,26 @@ func ExitCode(err error) int {
 	var ue *UsageError
 	var ce *config.Error
 	var iue *engine.IncorrectUsageError
-	if errors.As(err, &ue) || errors.As(err, &ce) || errors.As(err, &iue) {
+	var se *redisconn.SettingError
+	if errors.As(err, &ue) || errors.As(err, &ce) || errors.As(err, &iue) || errors.As(err, &se) {
 		return ExitUsage
 	}
 	return ExitFailure
+}
+
+// ExitFor gives an operator error its exit code: not found 3, head moved or fenced 4,
+// an invalid stream name 2; others keep theirs (1, or 2 for a config error).
+func ExitFor(err error) error {
+	var ee *ExitError
+	switch {
+	case err == nil, errors.As(err, &ee):
+		return err
+	case errors.Is(err, admin.ErrNotFound), errors.Is(err, engine.ErrEntryGone):
+		return &ExitError{Code: ExitNotFound, Err: err}
+	case errors.Is(err, engine.ErrHeadMoved), errors.Is(err, engine.ErrFenced):
+		return &ExitError{Code: ExitConflict, Err: err}
+	case errors.Is(err, admin.ErrInvalidStream), errors.Is(err, keyspace.ErrInvalidStreamID):
+		return &ExitError{Code: ExitUsage, Err: err}
+	}
+	return err
 }

@@ -1,4 +1,4 @@
-package cli
+package cmdutil
 
 import (
 	"bytes"
@@ -63,7 +63,7 @@ func TestTablePrinter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ios, _, _, _ := NewTestIOStreams()
 			ios.IsTerminal, ios.Color = tt.tty, tt.color
-			tp := newTablePrinter(ios, "CATEGORY", "KEY")
+			tp := NewTablePrinter(ios, "CATEGORY", "KEY")
 			tp.AddRow("order", "client_id")
 			tp.AddRow("payment", "not\tpartitioned") // a tab inside a cell would split it: it becomes a space
 			var b bytes.Buffer

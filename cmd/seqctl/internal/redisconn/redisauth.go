@@ -1,4 +1,4 @@
-package cli
+package redisconn
 
 import (
 	"crypto/tls"
@@ -17,8 +17,8 @@ import (
 // The Redis TLS settings and the ACL permissions: where each TLS setting comes from, and
 // what to tell an operator when the handshake or a permission check fails.
 
-// securityDoc is where the TLS settings and the ACL users of each role are documented.
-const securityDoc = engine.SecurityDoc
+// SecurityDoc is where the TLS settings and the ACL users of each role are documented.
+const SecurityDoc = engine.SecurityDoc
 
 // resolveTLS merges the TLS settings, each on its own: a --redis-tls-* flag, else its
 // SEQCTL_REDIS_TLS_* variable, else the config's [broker.tls] key. Any setting turns TLS
@@ -98,17 +98,17 @@ func tlsSettingError(err error, flags config.TLSConfig, cfg *config.Config, gete
 	return fmt.Errorf("Redis TLS: %s: %s", from, te.Message)
 }
 
-// warnInsecureTLS calls warn when the connection would accept any server certificate.
-func warnInsecureTLS(tc *tls.Config, warn func(string)) {
+// WarnInsecureTLS calls warn when the connection would accept any server certificate.
+func WarnInsecureTLS(tc *tls.Config, warn func(string)) {
 	if tc != nil && tc.InsecureSkipVerify {
 		warn("Redis TLS certificate verification is OFF (insecure_skip_verify / " + EnvRedisTLSInsecure + "): anyone on the network path can read and change the traffic, credentials included; set the CA with " + tlsSettingNames(config.TLSSettingCA) + " instead")
 	}
 }
 
-// tlsProblem says what to fix when err is a TLS handshake failure that waiting cannot
+// TLSProblem says what to fix when err is a TLS handshake failure that waiting cannot
 // cure, or returns "". where names the server ("Redis at URL", "Redis Cluster at URL";
 // "" when unknown).
-func tlsProblem(err error, where string) string {
+func TLSProblem(err error, where string) string {
 	if err == nil {
 		return ""
 	}
@@ -142,17 +142,17 @@ func tlsProblem(err error, where string) string {
 	return ""
 }
 
-// permissionProblem explains a NOPERM reply: which permission the Redis ACL user lacks
+// PermissionProblem explains a NOPERM reply: which permission the Redis ACL user lacks
 // and where the ACL of each role is documented; "" when err holds no NOPERM reply.
-func permissionProblem(err error) string {
+func PermissionProblem(err error) string {
 	missing, reply := engine.MissingPermission(err)
 	if missing == "" {
 		return ""
 	}
-	return fmt.Sprintf("the Redis ACL user lacks %s (%s); grant the ACL of this role as %s shows, or use a user that has it", missing, reply, securityDoc)
+	return fmt.Sprintf("the Redis ACL user lacks %s (%s); grant the ACL of this role as %s shows, or use a user that has it", missing, reply, SecurityDoc)
 }
 
-// closedConnProblem explains a connection Redis closed at once (EOF, reset), or returns
+// ClosedConnProblem explains a connection Redis closed at once (EOF, reset), or returns
 // "". Over plain TCP: when the port answers a TLS handshake (Redis's tls-port), it says
 // to use TLS. Over TLS without a client certificate: when Redis refuses the handshake
 // for the lack of one, it says to give one (see clientCertProblem).
@@ -161,11 +161,11 @@ func permissionProblem(err error) string {
 // over the connection, so it does not verify the certificate. A proxy without a backend
 // also closes at once; it fails the probe and stays "unreachable". A cluster's first
 // address is probed.
-func closedConnProblem(err error, c *redisConn) string {
-	if err != nil && c != nil && c.tlsConfig() != nil {
+func ClosedConnProblem(err error, c *Conn) string {
+	if err != nil && c != nil && c.TLSConfig() != nil {
 		return clientCertProblem(err, c)
 	}
-	if err == nil || c == nil || (!c.isCluster() && c.node.Network == "unix") {
+	if err == nil || c == nil || (!c.IsCluster() && c.node.Network == "unix") {
 		return ""
 	}
 	if !closedAtOnce(err) {
@@ -181,7 +181,7 @@ func closedConnProblem(err error, c *redisConn) string {
 	if herr != nil && !strings.Contains(herr.Error(), "remote error: tls:") {
 		return ""
 	}
-	return fmt.Sprintf("%s closed the connection (%v): that port speaks TLS; use a rediss:// URL (or TLS settings) and give the CA that signed its certificate with %s", c.where(), err, tlsSettingNames(config.TLSSettingCA))
+	return fmt.Sprintf("%s closed the connection (%v): that port speaks TLS; use a rediss:// URL (or TLS settings) and give the CA that signed its certificate with %s", c.Where(), err, tlsSettingNames(config.TLSSettingCA))
 }
 
 // closedAtOnce reports an error of a connection the peer closed: EOF or a reset.
@@ -196,8 +196,8 @@ func closedAtOnce(err error) bool {
 // the first command fails with a reset or an EOF, not always with the server's alert. The
 // probe does the handshake again and reads without sending anything, which gets the
 // alert; when it says a certificate is required, the message says to give one.
-func clientCertProblem(err error, c *redisConn) string {
-	tc := c.tlsConfig()
+func clientCertProblem(err error, c *Conn) string {
+	tc := c.TLSConfig()
 	if len(tc.Certificates) > 0 || tc.GetClientCertificate != nil || !closedAtOnce(err) {
 		return ""
 	}
@@ -220,5 +220,5 @@ func clientCertProblem(err error, c *redisConn) string {
 	if rerr == nil || !strings.Contains(rerr.Error(), "tls: certificate required") {
 		return ""
 	}
-	return tlsProblem(fmt.Errorf("%w (the command failed with: %v)", rerr, err), c.where())
+	return TLSProblem(fmt.Errorf("%w (the command failed with: %v)", rerr, err), c.Where())
 }

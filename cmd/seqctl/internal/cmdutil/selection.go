@@ -1,4 +1,4 @@
-package cli
+package cmdutil
 
 import (
 	"context"
@@ -17,15 +17,15 @@ import (
 // on its own: a partition refused does not stop the others. What they share is here.
 
 // selection is what --key (a glob over the keys), --category and --handler select.
-type selection struct {
+type Selection struct {
 	Key, Category, Handler string
 }
 
 // set says a partition selector (--key or --category) was given.
-func (s selection) set() bool { return s.Key != "" || s.Category != "" }
+func (s Selection) Set() bool { return s.Key != "" || s.Category != "" }
 
 // String says what was selected: "--category order --key acme-*".
-func (s selection) String() string {
+func (s Selection) String() string {
 	var parts []string
 	if s.Category != "" {
 		parts = append(parts, "--category "+s.Category)
@@ -43,19 +43,19 @@ func (s selection) String() string {
 // (any state when there is none) and kept by keep (every one when nil), for the handler
 // of each category: --handler, else the category's only handler (several are a usage
 // error of command). It may be empty.
-func (s selection) targets(ctx context.Context, adm Admin, command string, states []admin.State, keep func(*admin.Partition) bool) ([]partitionTarget, error) {
+func (s Selection) Targets(ctx context.Context, adm Admin, command string, states []admin.State, keep func(*admin.Partition) bool) ([]PartitionTarget, error) {
 	ps, err := adm.ListPartitions(ctx, admin.Filter{Category: s.Category, Handler: s.Handler, KeyGlob: s.Key, States: states})
 	if err != nil {
-		return nil, exitFor(err)
+		return nil, ExitFor(err)
 	}
 	admin.SortPartitions(ps, admin.SortName)
 	handlers := map[string]string{} // category -> the handler acted for
-	var out []partitionTarget
+	var out []PartitionTarget
 	for i := range ps {
 		p := &ps[i]
 		h, ok := handlers[p.Category]
 		if !ok {
-			if h, err = resolveHandler(ctx, adm, command, p.Category, s.Handler); err != nil {
+			if h, err = ResolveHandler(ctx, adm, command, p.Category, s.Handler); err != nil {
 				return nil, err
 			}
 			handlers[p.Category] = h
@@ -63,103 +63,103 @@ func (s selection) targets(ctx context.Context, adm Admin, command string, state
 		if p.Handler != h || keep != nil && !keep(p) {
 			continue
 		}
-		out = append(out, partitionTarget{stream: p.Stream, handler: h, row: p})
+		out = append(out, PartitionTarget{Stream: p.Stream, Handler: h, Row: p})
 	}
 	return out, nil
 }
 
 // none is the error of a selection that picks no noun ("paused partition"): not found,
 // nothing to verb.
-func (s selection) none(noun, verb string) error {
+func (s Selection) None(noun, verb string) error {
 	return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no %s matches %s: nothing to %s", noun, s, verb)}
 }
 
-// partitionTarget is one partition an action acts on, for one handler.
-type partitionTarget struct {
-	stream, handler string
+// PartitionTarget is one partition an action acts on, for one handler.
+type PartitionTarget struct {
+	Stream, Handler string
 	// row is the partition as listed before the action; nil when the listing has none
 	// (no stream yet, or not in the discovery index).
-	row *admin.Partition
+	Row *admin.Partition
 }
 
-func (t partitionTarget) String() string { return t.stream + " for " + t.handler }
+func (t PartitionTarget) String() string { return t.Stream + " for " + t.Handler }
 
 // targetList names up to n targets, comma-separated, "…" for the rest.
-func targetList(ts []partitionTarget, n int) string {
+func targetList(ts []PartitionTarget, n int) string {
 	names := make([]string, 0, min(len(ts), n)+1)
 	for i, t := range ts {
 		if i == n {
 			names = append(names, fmt.Sprintf("… %d more", len(ts)-n))
 			break
 		}
-		names = append(names, t.stream)
+		names = append(names, t.Stream)
 	}
 	return strings.Join(names, ", ")
 }
 
 // batch is the account of an action over partitions done one at a time: its targets,
 // how many were done, and the refusals.
-type batch struct {
-	targets []partitionTarget
-	nDone   int // partitions done
+type Batch struct {
+	Targets []PartitionTarget
+	NDone   int // partitions done
 	// firstRefusal is the error of the first partition refused, refusedAt its target;
 	// refusals counts them.
 	firstRefusal error
-	refusedAt    partitionTarget
-	refusals     int
+	refusedAt    PartitionTarget
+	Refusals     int
 }
 
 // many says the action concerns several partitions: each is reported on its own line.
-func (b *batch) many() bool { return len(b.targets) > 1 }
+func (b *Batch) Many() bool { return len(b.Targets) > 1 }
 
 // what names the partitions in a sentence.
-func (b *batch) what() string {
-	if b.many() {
-		return fmt.Sprintf("%d partitions", len(b.targets))
+func (b *Batch) What() string {
+	if b.Many() {
+		return fmt.Sprintf("%d partitions", len(b.Targets))
 	}
-	return b.targets[0].String()
+	return b.Targets[0].String()
 }
 
-// auditPrefix starts the detail of an audit record of the whole action: "4 partitions
+// AuditPrefix starts the detail of an audit record of the whole action: "4 partitions
 // (order:a, order:b, …); ".
-func (b *batch) auditPrefix() string {
-	return b.what() + " (" + targetList(b.targets, 10) + "); "
+func (b *Batch) AuditPrefix() string {
+	return b.What() + " (" + targetList(b.Targets, 10) + "); "
 }
 
 // refused notes that target t was refused with err.
-func (b *batch) refused(t partitionTarget, err error) {
-	if b.refusals == 0 {
+func (b *Batch) Refused(t PartitionTarget, err error) {
+	if b.Refusals == 0 {
 		b.firstRefusal, b.refusedAt = err, t
 	}
-	b.refusals++
+	b.Refusals++
 }
 
-// refusalErr is the error the command ends with when partitions were refused: the exit
+// RefusalErr is the error the command ends with when partitions were refused: the exit
 // status of the first refusal, as exit gives it; nil when none was. past is the verb's
 // past ("paused").
-func (b *batch) refusalErr(exit func(error) error, past string) error {
-	if b.refusals == 0 {
+func (b *Batch) RefusalErr(exit func(error) error, past string) error {
+	if b.Refusals == 0 {
 		return nil
 	}
 	first := exit(b.firstRefusal)
-	if !b.many() {
+	if !b.Many() {
 		return first
 	}
 	return &ExitError{Code: ExitCode(first), Err: fmt.Errorf("%d of %d partitions were not %s; the first: %s: %w",
-		b.refusals, len(b.targets), past, b.refusedAt, b.firstRefusal)}
+		b.Refusals, len(b.Targets), past, b.refusedAt, b.firstRefusal)}
 }
 
-// failedAt is the error of an action that err stopped at target t (see stopsAll).
-func (b *batch) failedAt(past string, t partitionTarget, err error) error {
-	if !b.many() {
+// FailedAt is the error of an action that err stopped at target t (see StopsAll).
+func (b *Batch) FailedAt(past string, t PartitionTarget, err error) error {
+	if !b.Many() {
 		return err
 	}
-	return fmt.Errorf("%s %d of %d partitions (%d refused); %s failed: %w", past, b.nDone, len(b.targets), b.refusals, t, err)
+	return fmt.Errorf("%s %d of %d partitions (%d refused); %s failed: %w", past, b.NDone, len(b.Targets), b.Refusals, t, err)
 }
 
-// stopsAll says an error of one partition stops the action: Redis is unavailable, or
+// StopsAll says an error of one partition stops the action: Redis is unavailable, or
 // the command was interrupted.
-func stopsAll(err error) bool {
+func StopsAll(err error) bool {
 	return errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
@@ -168,10 +168,10 @@ const describeMax = 20
 
 // list writes the first describeMax targets, one a line with what row says of it, and
 // counts the rest.
-func (b *batch) list(w io.Writer, row func(partitionTarget) string) {
-	for i, t := range b.targets {
+func (b *Batch) List(w io.Writer, row func(PartitionTarget) string) {
+	for i, t := range b.Targets {
 		if i == describeMax {
-			fmt.Fprintf(w, "  … and %d more (--dry-run lists them all)\n", len(b.targets)-describeMax)
+			fmt.Fprintf(w, "  … and %d more (--dry-run lists them all)\n", len(b.Targets)-describeMax)
 			return
 		}
 		fmt.Fprintf(w, "  %s (%s)\n", t, row(t))
@@ -181,17 +181,17 @@ func (b *batch) list(w io.Writer, row func(partitionTarget) string) {
 // confirmation is what the confirm step of an action over partitions asks: verb them
 // (describe says first, on stderr, which and what it does); command is the command path
 // of the usage error without a terminal.
-func (b *batch) confirmation(ios *IOStreams, command, verb string, describe func(io.Writer)) confirmation {
-	refused := usageErrorf(command,
+func (b *Batch) Confirmation(ios *IOStreams, command, verb string, describe func(io.Writer)) Confirmation {
+	refused := UsageErrorf(command,
 		"refusing to %s %s without confirmation: stdin is not a terminal, pass --yes (--dry-run shows what it would do); nothing changed",
-		verb, b.what())
-	return confirmation{
-		refused: refused, refusedDetail: "no terminal and no --yes",
-		before: func() error {
+		verb, b.What())
+	return Confirmation{
+		Refused: refused, RefusedDetail: "no terminal and no --yes",
+		Before: func() error {
 			describe(ios.ErrOut)
 			return nil
 		},
-		question:       fmt.Sprintf("%s %s?", capitalize(verb), b.what()),
-		declinedDetail: cancelledText,
+		Question:       fmt.Sprintf("%s %s?", Capitalize(verb), b.What()),
+		DeclinedDetail: CancelledText,
 	}
 }

@@ -1,8 +1,6 @@
-package cli
+package cmdutil
 
 import (
-	"regexp"
-	"strings"
 	"testing"
 )
 
@@ -22,14 +20,14 @@ func TestTablePrinterLayouts(t *testing.T) {
 		{name: "pipe with -o wide and --no-headers", layout: tableLayout{Output: "wide", NoHeaders: true}, want: "order    client-1         halted\npayment  p-10 with a tab  idle\n"},
 		{
 			name: "colour: bold header, coloured cells keep their width and one reset", tty: true, color: true,
-			want: ansiBold + "CATEGORY  KEY              STATE" + ansiReset + "\norder     client-1         " + ansiRed + "halted" + ansiReset + "\npayment   p-10 with a tab  idle\n",
+			want: ansiBold + "CATEGORY  KEY              STATE" + AnsiReset + "\norder     client-1         " + AnsiRed + "halted" + AnsiReset + "\npayment   p-10 with a tab  idle\n",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ios, _, out, _ := NewTestIOStreams()
 			ios.IsTerminal, ios.Color = tt.tty, tt.color
-			tp := newTable(ios, tt.layout, "CATEGORY", "KEY", "STATE")
+			tp := NewTable(ios, tt.layout, "CATEGORY", "KEY", "STATE")
 			for _, r := range rows {
 				state := r[2]
 				if state == "halted" {
@@ -46,26 +44,3 @@ func TestTablePrinterLayouts(t *testing.T) {
 		})
 	}
 }
-
-// A coloured STATE in the middle of -o wide does not move the columns after it: the table
-// in colour, stripped of its escapes, is the table without colour.
-func TestWideTableColourKeepsAlignment(t *testing.T) {
-	render := func(color bool) string {
-		ios, _, out, _ := NewTestIOStreams()
-		ios.IsTerminal, ios.Color = true, color
-		opts := &PartitionsListOptions{OpsOptions: OpsOptions{IO: ios, Output: "wide"}, Sort: "name"}
-		if err := printPartitions(opts, samplePartitions()); err != nil {
-			t.Fatal(err)
-		}
-		return out.String()
-	}
-	plain, coloured := render(false), render(true)
-	if !strings.Contains(coloured, ansiRed+"halted"+ansiReset) {
-		t.Fatalf("no colour in the coloured table:\n%q", coloured)
-	}
-	if got := ansiEscape.ReplaceAllString(coloured, ""); got != plain {
-		t.Errorf("coloured table, stripped:\n%s\nplain table:\n%s", got, plain)
-	}
-}
-
-var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")

@@ -1,4 +1,4 @@
-package cli
+package cmdutil
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func TestTracingFromEnv(t *testing.T) {
 		{name: "gRPC", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, wantErr: "OTEL_EXPORTER_OTLP_PROTOCOL=grpc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tp, err := tracerProviderFromEnv(context.Background(), func(k string) string { return tc.env[k] }, slog.New(slog.DiscardHandler))
+			tp, err := TracerProviderFromEnv(context.Background(), func(k string) string { return tc.env[k] }, slog.New(slog.DiscardHandler))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want one saying %q", err, tc.wantErr)

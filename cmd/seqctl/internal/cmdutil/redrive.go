@@ -1,4 +1,4 @@
-package cli
+package cmdutil
 
 import (
 	"context"
@@ -21,71 +21,71 @@ import (
 // recorded in the audit log and says how to go on.
 
 // redrive is one run of the items of a redrive.
-type redrive struct {
+type Redrive struct {
 	// stopCtx ends when the operator stops the run (Ctrl-C, SIGTERM, or the command's
 	// context ends); work never ends, so that an item under way is always finished.
-	stopCtx, work context.Context
+	stopCtx, Work context.Context
 	release       context.CancelFunc
 	pace          *pacer
-	bar           *replayProgress
+	bar           *ReplayProgress
 }
 
-// startRedrive starts a redrive in ctx at rate (the zero Rate: no pace), drawing bar.
+// StartRedrive starts a redrive in ctx at rate (the zero Rate: no pace), drawing bar.
 // end must be called when it is over.
-func startRedrive(ctx context.Context, rate Rate, bar *replayProgress) *redrive {
+func StartRedrive(ctx context.Context, rate Rate, bar *ReplayProgress) *Redrive {
 	stopCtx, release := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(stopCtx, release) // a second Ctrl-C ends the process at once
-	return &redrive{stopCtx: stopCtx, work: context.WithoutCancel(ctx), release: release, pace: newPacer(rate), bar: bar}
+	return &Redrive{stopCtx: stopCtx, Work: context.WithoutCancel(ctx), release: release, pace: newPacer(rate), bar: bar}
 }
 
 // next waits until the next item may start. False: the operator stopped the run, and
 // no other item must start (the progress line is erased).
-func (r *redrive) next() bool {
+func (r *Redrive) Next() bool {
 	if r.pace.wait(r.stopCtx) != nil {
-		r.bar.clear()
+		r.bar.Clear()
 		return false
 	}
 	return true
 }
 
 // progress redraws the progress line for n items done.
-func (r *redrive) progress(n int) { r.bar.update(n) }
+func (r *Redrive) Progress(n int) { r.bar.Update(n) }
 
 // printf prints a line to w over the progress line (e.g. a warning).
-func (r *redrive) printf(w io.Writer, format string, args ...any) {
-	r.bar.clear()
+func (r *Redrive) Printf(w io.Writer, format string, args ...any) {
+	r.bar.Clear()
 	fmt.Fprintf(w, format, args...)
 }
 
 // end stops listening for Ctrl-C and erases the progress line.
-func (r *redrive) end() {
+func (r *Redrive) End() {
 	r.release()
-	r.bar.clear()
+	r.bar.Clear()
 }
 
 // stopped records rec in the audit log as the operator's stop (outcome stopped, with
 // detail) and returns the error that ends the command with status 1: "stopped after
 // done of n; run the same command again to " and again.
-func (r *redrive) stopped(adm Admin, ios *IOStreams, rec admin.AuditEntry, detail string, done, n int, again string) error {
+func (r *Redrive) Stopped(adm Admin, ios *IOStreams, rec admin.AuditEntry, detail string, done, n int, again string) error {
 	rec.Outcome, rec.Detail = admin.OutcomeStopped, detail
-	if err := adm.Record(r.work, rec); err != nil {
+	if err := adm.Record(r.Work, rec); err != nil {
 		fmt.Fprintf(ios.ErrOut, "warning: the stop was not recorded in the audit log: %v\n", err)
 	}
 	return &ExitError{Code: ExitFailure, Err: fmt.Errorf("stopped after %d of %d; run the same command again to %s", done, n, again)}
 }
 
-// parseRateFlag parses the value of --rate for command; a bad one is a usage error.
-func parseRateFlag(command, value string) (Rate, error) {
+// ParseRateFlag parses the value of --rate for command; a bad one is a usage error.
+func ParseRateFlag(command, value string) (Rate, error) {
 	r, err := parseRate(value)
 	if err != nil {
-		return Rate{}, usageErrorf(command, "invalid value %q for --rate: %v", value, err)
+		return Rate{}, UsageErrorf(command, "invalid value %q for --rate: %v", value, err)
 	}
 	return r, nil
 }
 
-// paceText says how fast n items go at rate: ", at most 50/s (about 10s)"; "" for the
+// PaceText says how fast n items go at rate: ", at most 50/s (about 10s)"; "" for the
 // zero Rate.
-func paceText(rate Rate, n int) string {
+func PaceText(rate Rate, n int) string {
 	if rate.N == 0 {
 		return ""
 	}
@@ -95,39 +95,39 @@ func paceText(rate Rate, n int) string {
 	return ", at most " + rate.String()
 }
 
-// stderrIsTerminal says the stderr of f is a terminal, where a redrive draws its
+// StderrIsTerminal says the stderr of f is a terminal, where a redrive draws its
 // progress.
-func stderrIsTerminal(f *Factory) bool {
+func StderrIsTerminal(f *Factory) bool {
 	file, ok := f.IOStreams.ErrOut.(*os.File)
 	return ok && term.IsTerminal(int(file.Fd()))
 }
 
-// replayProgress draws "replayed 120/500 (50/s, about 8s left)" on one line of a
+// ReplayProgress draws "replayed 120/500 (50/s, about 8s left)" on one line of a
 // terminal, redrawn in place at most every progressEvery, the first time progressEvery
 // after the start (a short redrive draws nothing). Off, it draws nothing.
-type replayProgress struct {
+type ReplayProgress struct {
 	w     io.Writer
 	on    bool
-	total int
+	Total int
 	now   func() time.Time
 	// done is the word before the count: "replayed" when "".
-	done string
+	Done string
 	// start is when the redrive started, last when the line was drawn (start before).
 	start, last time.Time
-	drawn       bool
+	Drawn       bool
 }
 
 // progressEvery is the least time between two redraws of a progress line.
 const progressEvery = 250 * time.Millisecond
 
-func newReplayProgress(w io.Writer, on bool, total int, now func() time.Time) *replayProgress {
+func NewReplayProgress(w io.Writer, on bool, total int, now func() time.Time) *ReplayProgress {
 	t := now()
-	return &replayProgress{w: w, on: on, total: total, now: now, start: t, last: t}
+	return &ReplayProgress{w: w, on: on, Total: total, now: now, start: t, last: t}
 }
 
 // update draws the line for n items done, unless it was drawn less than progressEvery
 // ago.
-func (p *replayProgress) update(n int) {
+func (p *ReplayProgress) Update(n int) {
 	if !p.on {
 		return
 	}
@@ -135,27 +135,27 @@ func (p *replayProgress) update(n int) {
 	if now.Sub(p.last) < progressEvery {
 		return
 	}
-	p.last, p.drawn = now, true
-	fmt.Fprintf(p.w, "\r\x1b[2K%s", p.line(n, now.Sub(p.start)))
+	p.last, p.Drawn = now, true
+	fmt.Fprintf(p.w, "\r\x1b[2K%s", p.Line(n, now.Sub(p.start)))
 }
 
 // line is the progress after n items in took: the mean rate so far and the time the
 // rest takes at it.
-func (p *replayProgress) line(n int, took time.Duration) string {
+func (p *ReplayProgress) Line(n int, took time.Duration) string {
 	perSecond := float64(n) / took.Seconds()
-	left := time.Duration(float64(p.total-n) / perSecond * float64(time.Second))
-	done := p.done
+	left := time.Duration(float64(p.Total-n) / perSecond * float64(time.Second))
+	done := p.Done
 	if done == "" {
 		done = "replayed"
 	}
-	return fmt.Sprintf("%s %d/%d (%s, about %s left)", done, n, p.total, fmtPerSecond(perSecond), fmtLeft(left))
+	return fmt.Sprintf("%s %d/%d (%s, about %s left)", done, n, p.Total, fmtPerSecond(perSecond), fmtLeft(left))
 }
 
 // clear erases the line, so that a message can be printed on a clean one.
-func (p *replayProgress) clear() {
-	if p.drawn {
+func (p *ReplayProgress) Clear() {
+	if p.Drawn {
 		fmt.Fprint(p.w, "\r\x1b[2K")
-		p.drawn = false
+		p.Drawn = false
 	}
 }
 
@@ -176,5 +176,5 @@ func fmtLeft(d time.Duration) string {
 	if secs < 60 {
 		return fmt.Sprintf("%ds", secs)
 	}
-	return fmtMS(secs * 1000)
+	return FmtMS(secs * 1000)
 }

@@ -1,4 +1,4 @@
-package cli
+package cmdutil
 
 import (
 	"bytes"
@@ -56,9 +56,9 @@ func colorEnabled(tty bool, getenv func(string) string) bool {
 // ANSI styles. Every colour the CLI prints goes through these, so NO_COLOR and pipes
 // get plain text.
 const (
-	ansiReset  = "\x1b[0m"
+	AnsiReset  = "\x1b[0m"
 	ansiBold   = "\x1b[1m"
-	ansiRed    = "\x1b[31m"
+	AnsiRed    = "\x1b[31m"
 	ansiGreen  = "\x1b[32m"
 	ansiYellow = "\x1b[33m"
 	ansiGray   = "\x1b[90m"
@@ -68,7 +68,7 @@ func (s *IOStreams) style(code, text string) string {
 	if !s.Color || text == "" {
 		return text
 	}
-	return code + text + ansiReset
+	return code + text + AnsiReset
 }
 
 // Bold, Green, Yellow, Red and Gray colour text when colour is on and return it
@@ -76,5 +76,5 @@ func (s *IOStreams) style(code, text string) string {
 func (s *IOStreams) Bold(text string) string   { return s.style(ansiBold, text) }
 func (s *IOStreams) Green(text string) string  { return s.style(ansiGreen, text) }
 func (s *IOStreams) Yellow(text string) string { return s.style(ansiYellow, text) }
-func (s *IOStreams) Red(text string) string    { return s.style(ansiRed, text) }
+func (s *IOStreams) Red(text string) string    { return s.style(AnsiRed, text) }
 func (s *IOStreams) Gray(text string) string   { return s.style(ansiGray, text) }

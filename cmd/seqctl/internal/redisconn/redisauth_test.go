@@ -1,4 +1,4 @@
-package cli
+package redisconn
 
 import (
 	"crypto/tls"
@@ -47,15 +47,15 @@ func TestRedisOptionsTLS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := resolveRedis(redisFlags{URL: tt.url, TLS: tt.flags}, tt.cfg, func(k string) string { return tt.env[k] })
+			conn, err := Resolve(Flags{URL: tt.url, TLS: tt.flags}, tt.cfg, func(k string) string { return tt.env[k] })
 			if tt.wantErr != nil {
-				checkUsageError(t, err, tt.wantErr...)
+				checkSettingError(t, err, tt.wantErr...)
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			tc := conn.tlsConfig()
+			tc := conn.TLSConfig()
 			if (tc != nil) != tt.wantTLS {
 				t.Fatalf("TLS %v, want %v", tc != nil, tt.wantTLS)
 			}
@@ -71,9 +71,9 @@ func TestRedisOptionsTLS(t *testing.T) {
 
 func TestWarnInsecureTLS(t *testing.T) {
 	var got []string
-	warnInsecureTLS(&tls.Config{InsecureSkipVerify: true}, func(m string) { got = append(got, m) }) //nolint:gosec // the case under test
-	warnInsecureTLS(&tls.Config{}, func(m string) { got = append(got, m) })
-	warnInsecureTLS(nil, func(m string) { got = append(got, m) })
+	WarnInsecureTLS(&tls.Config{InsecureSkipVerify: true}, func(m string) { got = append(got, m) }) //nolint:gosec // the case under test
+	WarnInsecureTLS(&tls.Config{}, func(m string) { got = append(got, m) })
+	WarnInsecureTLS(nil, func(m string) { got = append(got, m) })
 	if len(got) != 1 || !strings.Contains(got[0], "verification is OFF") || !strings.Contains(got[0], "--redis-tls-ca") {
 		t.Fatalf("warnings %q, want one naming the CA setting", got)
 	}
@@ -92,15 +92,15 @@ func TestPermissionProblem(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.reply, func(t *testing.T) {
-			got := permissionProblem(errors.New("head skip: " + tt.reply))
+			got := PermissionProblem(errors.New("head skip: " + tt.reply))
 			if tt.want == "" {
 				if got != "" {
 					t.Fatalf("got %q, want none", got)
 				}
 				return
 			}
-			if !strings.Contains(got, tt.want) || !strings.Contains(got, securityDoc) || !strings.Contains(got, tt.reply) {
-				t.Fatalf("got %q, want %q, the reply and %s", got, tt.want, securityDoc)
+			if !strings.Contains(got, tt.want) || !strings.Contains(got, SecurityDoc) || !strings.Contains(got, tt.reply) {
+				t.Fatalf("got %q, want %q, the reply and %s", got, tt.want, SecurityDoc)
 			}
 		})
 	}
@@ -114,24 +114,24 @@ func TestPermissionProblem(t *testing.T) {
 func TestClosedConnAfterHandshakeNamesTheClientCertificate(t *testing.T) {
 	srv := redistest.StartWith(t, redistest.Options{TLS: true})
 	reset := errors.New("write tcp 127.0.0.1:1->" + srv.Addr + ": write: connection reset by peer")
-	conn, err := resolveRedis(redisFlags{URL: srv.URL, TLS: config.TLSConfig{CAFile: srv.TLS.CA}}, nil, func(string) string { return "" })
+	conn, err := Resolve(Flags{URL: srv.URL, TLS: config.TLSConfig{CAFile: srv.TLS.CA}}, nil, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := closedConnProblem(reset, conn)
+	msg := ClosedConnProblem(reset, conn)
 	for _, w := range []string{"requires a client certificate", "--redis-tls-cert", "--redis-tls-key", "connection reset by peer"} {
 		if !strings.Contains(msg, w) {
 			t.Errorf("message %q does not mention %q", msg, w)
 		}
 	}
-	withCert, err := resolveRedis(redisFlags{URL: srv.URL, TLS: config.TLSConfig{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: srv.TLS.ClientKey}}, nil, func(string) string { return "" })
+	withCert, err := Resolve(Flags{URL: srv.URL, TLS: config.TLSConfig{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: srv.TLS.ClientKey}}, nil, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg := closedConnProblem(reset, withCert); msg != "" {
+	if msg := ClosedConnProblem(reset, withCert); msg != "" {
 		t.Errorf("with a client certificate: %q, want no message", msg)
 	}
-	if msg := closedConnProblem(errors.New("i/o timeout"), conn); msg != "" {
+	if msg := ClosedConnProblem(errors.New("i/o timeout"), conn); msg != "" {
 		t.Errorf("a timeout: %q, want no message", msg)
 	}
 }

@@ -1,4 +1,4 @@
-package cli
+package cmdutil
 
 import (
 	"bytes"
@@ -24,8 +24,8 @@ import (
 type tablePrinter struct {
 	ios     *IOStreams
 	header  []string
-	rows    [][]string
-	aligned bool
+	Rows    [][]string
+	Aligned bool
 	// showHeader prints the header row.
 	showHeader bool
 }
@@ -37,18 +37,18 @@ type tableLayout struct {
 	NoHeaders bool
 }
 
-// newTablePrinter returns a printer that follows the streams only: aligned with a header
+// NewTablePrinter returns a printer that follows the streams only: aligned with a header
 // on a terminal, tab-separated rows without a header in a pipe.
-func newTablePrinter(ios *IOStreams, header ...string) *tablePrinter {
-	return &tablePrinter{ios: ios, header: header, aligned: ios.IsTerminal, showHeader: ios.IsTerminal}
+func NewTablePrinter(ios *IOStreams, header ...string) *tablePrinter {
+	return &tablePrinter{ios: ios, header: header, Aligned: ios.IsTerminal, showHeader: ios.IsTerminal}
 }
 
-// newTable returns a printer that follows the streams and the command line: -o table or
+// NewTable returns a printer that follows the streams and the command line: -o table or
 // -o wide align the columns under a header even in a pipe; --no-headers drops it.
-func newTable(ios *IOStreams, l tableLayout, header ...string) *tablePrinter {
-	t := newTablePrinter(ios, header...)
+func NewTable(ios *IOStreams, l tableLayout, header ...string) *tablePrinter {
+	t := NewTablePrinter(ios, header...)
 	if l.Output == "table" || l.Output == "wide" {
-		t.aligned, t.showHeader = true, true
+		t.Aligned, t.showHeader = true, true
 	}
 	if l.NoHeaders {
 		t.showHeader = false
@@ -56,10 +56,10 @@ func newTable(ios *IOStreams, l tableLayout, header ...string) *tablePrinter {
 	return t
 }
 
-// alignedTable returns a printer that always aligns its columns under a header: for
+// AlignedTable returns a printer that always aligns its columns under a header: for
 // labelled views (inspect) that must read the same in a pipe.
-func alignedTable(ios *IOStreams, header ...string) *tablePrinter {
-	return &tablePrinter{ios: ios, header: header, aligned: true, showHeader: true}
+func AlignedTable(ios *IOStreams, header ...string) *tablePrinter {
+	return &tablePrinter{ios: ios, header: header, Aligned: true, showHeader: true}
 }
 
 var cellCleaner = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
@@ -69,17 +69,17 @@ func (t *tablePrinter) AddRow(cells ...string) {
 	for i, c := range cells {
 		clean[i] = cellCleaner.Replace(c)
 	}
-	t.rows = append(t.rows, clean)
+	t.Rows = append(t.Rows, clean)
 }
 
 // Render writes the table to w.
 func (t *tablePrinter) Render(w io.Writer) error {
-	if !t.aligned {
+	if !t.Aligned {
 		var b strings.Builder
 		if t.showHeader && len(t.header) > 0 {
 			b.WriteString(strings.Join(t.header, "\t") + "\n")
 		}
-		for _, r := range t.rows {
+		for _, r := range t.Rows {
 			b.WriteString(strings.Join(r, "\t") + "\n")
 		}
 		_, err := io.WriteString(w, b.String())
@@ -114,7 +114,7 @@ func (t *tablePrinter) Render(w io.Writer) error {
 	if headed {
 		tbl.Header(t.header)
 	}
-	for _, r := range t.rows {
+	for _, r := range t.Rows {
 		if err := tbl.Append(r); err != nil {
 			return fmt.Errorf("table: %w", err)
 		}

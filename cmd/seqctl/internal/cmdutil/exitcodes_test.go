@@ -1,4 +1,4 @@
-package cli
+package cmdutil
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ func TestExitCode(t *testing.T) {
 		{"explicit not found", &ExitError{Code: ExitNotFound, Err: errors.New("no such partition")}, ExitNotFound},
 		{"explicit conflict, wrapped", fmt.Errorf("skip: %w", &ExitError{Code: ExitConflict, Err: errors.New("head moved")}), ExitConflict},
 		{"silent exit", &ExitError{Code: ExitFailure}, ExitFailure},
-		{"usage", usageErrorf("seqctl", "bad flag"), ExitUsage},
+		{"usage", UsageErrorf("seqctl", "bad flag"), ExitUsage},
 		{"config error", &config.Error{File: "d.toml"}, ExitUsage},
 		{"wrapped config error", fmt.Errorf("load: %w", &config.Error{File: "d.toml"}), ExitUsage},
 		{"incorrect usage", &engine.IncorrectUsageError{Problems: []string{"x"}}, ExitUsage},

@@ -1,4 +1,4 @@
-package cli
+package cmdutil
 
 import (
 	"context"
@@ -22,10 +22,10 @@ import (
 // Without them (or with OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true) no span is
 // made, and the publishers' trace context still reaches the handlers.
 
-// tracerProviderFromEnv returns the tracer provider the variables ask for, or nil for
+// TracerProviderFromEnv returns the tracer provider the variables ask for, or nil for
 // none. A setting seqctl cannot honour (another exporter, the gRPC protocol) is an error
 // that names it.
-func tracerProviderFromEnv(ctx context.Context, getenv func(string) string, log *slog.Logger) (*sdktrace.TracerProvider, error) {
+func TracerProviderFromEnv(ctx context.Context, getenv func(string) string, log *slog.Logger) (*sdktrace.TracerProvider, error) {
 	exporter := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")))
 	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	if endpoint == "" {
@@ -60,8 +60,8 @@ func tracerProviderFromEnv(ctx context.Context, getenv func(string) string, log 
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
 }
 
-// shutdownTracing sends the spans still batched, within a few seconds.
-func shutdownTracing(tp *sdktrace.TracerProvider, log *slog.Logger) {
+// ShutdownTracing sends the spans still batched, within a few seconds.
+func ShutdownTracing(tp *sdktrace.TracerProvider, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := tp.Shutdown(ctx); err != nil {
