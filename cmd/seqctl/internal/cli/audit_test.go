@@ -4,35 +4,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/seqctl/seqctl/pkg/admin"
 )
 
 func TestAuditParse(t *testing.T) {
-	testParse(t, "", newCmdAudit, []parseCase[AuditOptions]{
-		{name: "everything", want: AuditOptions{}},
-		{name: "hours", argv: []string{"--since", "12h"}, want: AuditOptions{Since: 12 * time.Hour}},
-		{name: "days and json", argv: []string{"--since", "7d", "-o", "json"}, want: AuditOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Since: 7 * 24 * time.Hour}},
-		{name: "bad duration", argv: []string{"--since", "yesterday"}, wantErr: `invalid value "yesterday" for --since`},
-		{name: "negative", argv: []string{"--since", "-1h"}, wantErr: "must be positive"},
-		{name: "argument", argv: []string{"order:c"}, wantErr: `unexpected argument "order:c"`},
-		{name: "limit, stream, outcome", argv: []string{"--limit", "10", "--stream", "order:c", "--outcome", "head_moved"},
-			want: AuditOptions{Limit: 10, Stream: "order:c", Outcome: "head_moved"}},
-		{name: "-n", argv: []string{"-n", "3"}, want: AuditOptions{Limit: 3}},
-		{name: "negative limit", argv: []string{"--limit", "-1"}, wantErr: `invalid value -1 for --limit`},
-		{name: "unknown outcome", argv: []string{"--outcome", "moved"}, wantErr: `invalid value "moved" for --outcome: want one of ok, head_moved`},
-	}, ignoreOpsInputs(AuditOptions{}))
+	cmdtest.TestParse(t, "", newCmdAudit, []cmdtest.ParseCase[AuditOptions]{
+		{Name: "everything", Want: AuditOptions{}},
+		{Name: "hours", Argv: []string{"--since", "12h"}, Want: AuditOptions{Since: 12 * time.Hour}},
+		{Name: "days and json", Argv: []string{"--since", "7d", "-o", "json"}, Want: AuditOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Since: 7 * 24 * time.Hour}},
+		{Name: "bad duration", Argv: []string{"--since", "yesterday"}, WantErr: `invalid value "yesterday" for --since`},
+		{Name: "negative", Argv: []string{"--since", "-1h"}, WantErr: "must be positive"},
+		{Name: "argument", Argv: []string{"order:c"}, WantErr: `unexpected argument "order:c"`},
+		{Name: "limit, stream, outcome", Argv: []string{"--limit", "10", "--stream", "order:c", "--outcome", "head_moved"},
+			Want: AuditOptions{Limit: 10, Stream: "order:c", Outcome: "head_moved"}},
+		{Name: "-n", Argv: []string{"-n", "3"}, Want: AuditOptions{Limit: 3}},
+		{Name: "negative limit", Argv: []string{"--limit", "-1"}, WantErr: `invalid value -1 for --limit`},
+		{Name: "unknown outcome", Argv: []string{"--outcome", "moved"}, WantErr: `invalid value "moved" for --outcome: want one of ok, head_moved`},
+	}, cmdtest.IgnoreOpsInputs(AuditOptions{}))
 }
 
 func TestAuditRun(t *testing.T) {
-	testRun(t, func() *fakeAdmin { return &fakeAdmin{audit: sampleAudit()} }, []runCase{
-		{name: "terminal", args: []string{"audit"}, tm: onTTY, golden: "testdata/ops/audit.tty.golden"},
-		{name: "wide", args: []string{"audit", "-o", "wide"}, tm: onTTY, golden: "testdata/ops/audit.wide.golden"},
-		{name: "pipe", args: []string{"audit"}, tm: inPipe, golden: "testdata/ops/audit.pipe.golden"},
-		{name: "json since", args: []string{"audit", "--since", "90m", "-o", "json"}, tm: inPipe, golden: "testdata/ops/audit.json.golden", query: admin.AuditQuery{Since: 90 * time.Minute}},
-		{name: "filters reach the admin", args: []string{"audit", "--limit", "5", "--stream", "order:client-1", "--outcome", "ok"}, tm: inPipe,
-			query: admin.AuditQuery{Limit: 5, Stream: "order:client-1", Outcome: "ok"}},
-		{name: "nothing", args: []string{"audit"}, tm: onTTY, fa: &fakeAdmin{}, stderrHas: []string{"No operator actions recorded."}},
+	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{Audit: cmdtest.SampleAudit()} }, []cmdtest.RunCase{
+		{Name: "terminal", Args: []string{"audit"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/audit.tty.golden"},
+		{Name: "wide", Args: []string{"audit", "-o", "wide"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/audit.wide.golden"},
+		{Name: "pipe", Args: []string{"audit"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/audit.pipe.golden"},
+		{Name: "json since", Args: []string{"audit", "--since", "90m", "-o", "json"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/audit.json.golden", Query: admin.AuditQuery{Since: 90 * time.Minute}},
+		{Name: "filters reach the admin", Args: []string{"audit", "--limit", "5", "--stream", "order:client-1", "--outcome", "ok"}, TTY: cmdtest.InPipe,
+			Query: admin.AuditQuery{Limit: 5, Stream: "order:client-1", Outcome: "ok"}},
+		{Name: "nothing", Args: []string{"audit"}, TTY: cmdtest.OnTTY, FA: &cmdtest.FakeAdmin{}, StderrHas: []string{"No operator actions recorded."}},
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/spf13/cobra"
@@ -29,9 +31,9 @@ func TestCompletionParse(t *testing.T) {
 		{argv: nil, wantErr: "name one shell"},
 	} {
 		t.Run(strings.Join(tt.argv, " "), func(t *testing.T) {
-			f := testFactory()
+			f := cmdtest.TestFactory()
 			var got *CompletionOptions
-			err := parseOps(t, f, "", newCmdCompletion(f, func(o *CompletionOptions) error { got = o; return nil }), tt.argv...)
+			err := cmdtest.ParseOps(t, f, "", newCmdCompletion(f, func(o *CompletionOptions) error { got = o; return nil }), tt.argv...)
 			if tt.wantErr != "" {
 				var ue *cmdutil.UsageError
 				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
@@ -53,7 +55,7 @@ func TestCompletionRun(t *testing.T) {
 		"fish": "complete -c seqctl",
 	} {
 		t.Run(shell, func(t *testing.T) {
-			r := runOps(t, &fakeAdmin{}, inPipe, "", "completion", shell)
+			r := cmdtest.RunOps(t, &cmdtest.FakeAdmin{}, cmdtest.InPipe, "", "completion", shell)
 			if r.Code != 0 || !strings.Contains(r.Stdout, marker) {
 				t.Errorf("exit %d; script lacks %q (stderr %q)", r.Code, marker, r.Stderr)
 			}
@@ -63,16 +65,16 @@ func TestCompletionRun(t *testing.T) {
 
 // TestDynamicCompletion runs cobra's hidden __complete command, as the shell scripts do.
 func TestDynamicCompletion(t *testing.T) {
-	fa := &fakeAdmin{
-		streams:  []string{"order:client-1", "order:client-2", "payment:p-9"},
-		handlers: []string{"OrderProjector", "Mailer"},
-		dlq:      sampleDLQ(),
-		instances: []admin.Instance{
+	fa := &cmdtest.FakeAdmin{
+		StreamList:   []string{"order:client-1", "order:client-2", "payment:p-9"},
+		HandlerNames: []string{"OrderProjector", "Mailer"},
+		DLQEntries:   cmdtest.SampleDLQ(),
+		InstanceList: []admin.Instance{
 			{ID: "w1", Owner: "w1.3", Host: "h1", Live: true},
 			{ID: "w2", Owner: "w2.1", Host: "h2"}, // its session expired
 		},
-		handlerLimits: map[string]engine.HandlerLimit{"OrderProjector": sampleLimit},
-		limits:        limitsAdmin().limits,
+		LimitsByHandler: map[string]engine.HandlerLimit{"OrderProjector": sampleLimit},
+		LimitList:       limitsAdmin().LimitList,
 	}
 	tests := []struct {
 		name string
@@ -100,7 +102,7 @@ func TestDynamicCompletion(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := runOps(t, fa, inPipe, "", append([]string{cobra.ShellCompRequestCmd}, tt.args...)...)
+			r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", append([]string{cobra.ShellCompRequestCmd}, tt.args...)...)
 			lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
 			var got []string
 			for _, l := range lines {
@@ -125,7 +127,7 @@ func TestBashCompletionWithoutBashCompletionPackage(t *testing.T) {
 	if err != nil {
 		t.Skip("no bash on the PATH")
 	}
-	r := runOps(t, &fakeAdmin{}, inPipe, "", "completion", "bash")
+	r := cmdtest.RunOps(t, &cmdtest.FakeAdmin{}, cmdtest.InPipe, "", "completion", "bash")
 	script := filepath.Join(t.TempDir(), "seqctl.bash")
 	if err := os.WriteFile(script, []byte(r.Stdout), 0o644); err != nil {
 		t.Fatal(err)
@@ -168,7 +170,7 @@ complete_line "seqctl head show order:cl" "seqctl head show order : cl"
 // TestEveryOperatorCommandHasAnExample walks the command tree and checks that --help of
 // every command prints an example.
 func TestEveryOperatorCommandHasAnExample(t *testing.T) {
-	root := newCmdRoot(testFactory())
+	root := newCmdRoot(cmdtest.TestFactory())
 	var paths [][]string
 	var walk func(c *cobra.Command, path []string)
 	walk = func(c *cobra.Command, path []string) {
@@ -185,7 +187,7 @@ func TestEveryOperatorCommandHasAnExample(t *testing.T) {
 	}
 	for _, p := range paths {
 		t.Run("seqctl "+strings.Join(p, " "), func(t *testing.T) {
-			r := runOps(t, &fakeAdmin{}, inPipe, "", append(p, "--help")...)
+			r := cmdtest.RunOps(t, &cmdtest.FakeAdmin{}, cmdtest.InPipe, "", append(p, "--help")...)
 			if r.Code != 0 || !strings.Contains(r.Stdout, "Examples:\n") || !strings.Contains(r.Stdout, "  $ seqctl") {
 				t.Errorf("--help: exit %d, no example:\n%s", r.Code, r.Stdout)
 			}
@@ -195,11 +197,11 @@ func TestEveryOperatorCommandHasAnExample(t *testing.T) {
 
 func TestGroupCommands(t *testing.T) {
 	for _, g := range []string{"partitions", "head", "dlq", "limits"} {
-		r := runOps(t, &fakeAdmin{}, inPipe, "", g)
+		r := cmdtest.RunOps(t, &cmdtest.FakeAdmin{}, cmdtest.InPipe, "", g)
 		if r.Code != 0 || !strings.Contains(r.Stdout, "Available Commands:") {
 			t.Errorf("seqctl %s: exit %d, stdout %q", g, r.Code, r.Stdout)
 		}
-		r = runOps(t, &fakeAdmin{}, inPipe, "", g, "frobnicate")
+		r = cmdtest.RunOps(t, &cmdtest.FakeAdmin{}, cmdtest.InPipe, "", g, "frobnicate")
 		if r.Code != cmdutil.ExitUsage || !strings.Contains(r.Stderr, `unknown command "frobnicate"`) {
 			t.Errorf("seqctl %s frobnicate: exit %d, stderr %q", g, r.Code, r.Stderr)
 		}

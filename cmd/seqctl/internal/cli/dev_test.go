@@ -5,21 +5,23 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/seqctl/seqctl/pkg/demo"
 )
 
 func TestDevParse(t *testing.T) {
-	f := testFactory()
+	f := cmdtest.TestFactory()
 	var got *DevOptions
-	if err := parseOps(t, f, "", newCmdDev(f, func(o *DevOptions) error { got = o; return nil })); err != nil {
+	if err := cmdtest.ParseOps(t, f, "", newCmdDev(f, func(o *DevOptions) error { got = o; return nil })); err != nil {
 		t.Fatal(err)
 	}
 	if got.Poison != demo.DefaultPoisonEvery || got.Rate != 50 {
 		t.Errorf("defaults: poison every %d at %d/s, want %d at 50/s", got.Poison, got.Rate, demo.DefaultPoisonEvery)
 	}
-	err := parseOps(t, f, "", newCmdDev(f, func(*DevOptions) error { return nil }), "--rate", "0")
+	err := cmdtest.ParseOps(t, f, "", newCmdDev(f, func(*DevOptions) error { return nil }), "--rate", "0")
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--rate must be a positive number") {
 		t.Errorf("--rate 0: %v", err)
 	}

@@ -241,7 +241,7 @@ type dlqReplayOne struct {
 	res    *admin.ReplayResult // returned by act
 }
 
-// plan reads the DLQ entry and where it would go.
+// Plan reads the DLQ entry and where it would go.
 func (r *dlqReplayOne) Plan() error {
 	p, err := r.Admin.PlanReplay(r.Ctx, r.opts.Stream, r.opts.ID)
 	if err != nil {
@@ -308,7 +308,7 @@ type dlqReplayAll struct {
 	results []*admin.ReplayResult // of act, one per entry replayed
 }
 
-// plan lists the entries; an empty DLQ is not found.
+// Plan lists the entries; an empty DLQ is not found.
 func (r *dlqReplayAll) Plan() error {
 	entries, err := r.Admin.DLQ(r.Ctx, r.opts.Stream)
 	if err != nil {
@@ -353,7 +353,7 @@ func (r *dlqReplayAll) Confirmation() cmdutil.Confirmation {
 	}
 }
 
-// act replays the entries one at a time, each its own compare-and-act, at most
+// Act replays the entries one at a time, each its own compare-and-act, at most
 // --rate of them a second (or minute). It stops at the first failure, and between two
 // entries when the operator stops it (Ctrl-C, or the command's context ends): an entry
 // under way is always finished, on a context that is not cancelled.
@@ -449,7 +449,7 @@ type dlqPurge struct {
 	res       *admin.PurgeResult // returned by act
 }
 
-// plan counts the entries the purge would delete; none is not found.
+// Plan counts the entries the purge would delete; none is not found.
 func (p *dlqPurge) Plan() error {
 	opts := p.opts
 	entries, err := p.Admin.DLQ(p.Ctx, opts.Stream)

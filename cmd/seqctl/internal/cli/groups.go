@@ -213,7 +213,7 @@ type groupsRemove struct {
 	res     *admin.GroupRemoved
 }
 
-// plan reads the group and checks that it can be retired: registered, not declared
+// Plan reads the group and checks that it can be retired: registered, not declared
 // by --config, no live lease, and the READ figure the operator inspected.
 func (r *groupsRemove) Plan() error {
 	opts := r.opts

@@ -346,7 +346,7 @@ type headAction struct {
 	res  *admin.ActionResult // returned by act
 }
 
-// plan reads the head, checks it is the expected entry, shows it when the operator
+// Plan reads the head, checks it is the expected entry, shows it when the operator
 // named none, and checks it can be acted on: halted, or in flight with --force.
 func (a *headAction) Plan() error {
 	opts := a.opts
@@ -423,7 +423,7 @@ func (a *headAction) Confirmation() cmdutil.Confirmation {
 	}
 }
 
-// act is the compare-and-act on the head the plan read.
+// Act is the compare-and-act on the head the plan read.
 func (a *headAction) Act() (any, string, error) {
 	opts := a.opts
 	res, err := a.Admin.Act(a.Ctx, admin.Action{

@@ -142,7 +142,7 @@ func headRetryManyRun(ctx context.Context, adm cmdutil.Admin, opts *HeadActionOp
 // command is the command path, for usage errors.
 func (a *retryMany) command() string { return "seqctl head retry" }
 
-// plan lists the halted partitions of the selection, with their handlers. A failure
+// Plan lists the halted partitions of the selection, with their handlers. A failure
 // here (a usage error, nothing halted) is not recorded: nothing was attempted yet.
 func (a *retryMany) Plan() error {
 	sel := a.opts.selection()
@@ -203,7 +203,7 @@ func (a *retryMany) describe(w io.Writer) {
 	fmt.Fprintf(w, "Each owner tries its halted head once more, one partition at a time%s; a partition no longer halted by then is skipped.\n", a.pace())
 }
 
-// act retries the partitions one at a time, at most --rate of them a second (or
+// Act retries the partitions one at a time, at most --rate of them a second (or
 // minute). A partition skipped or refused does not stop the others; Redis becoming
 // unavailable does, and so does the operator (Ctrl-C), between two partitions: a retry
 // under way is always finished, on a context that is not cancelled.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/redis/go-redis/v9"
@@ -27,7 +29,7 @@ import (
 // fails every event while down is set (a downstream outage) and records every handled
 // seq in "t:log:{key}" once it is cleared.
 type outageWorld struct {
-	opsEngine
+	cmdtest.OpsEngine
 	srv  *redistest.Server
 	rdb  *redis.Client
 	down atomic.Bool
@@ -38,10 +40,10 @@ func startOutageWorld(t *testing.T) *outageWorld {
 	srv := redistest.Start(t)
 	w := &outageWorld{srv: srv, rdb: srv.Client(t)}
 	w.down.Store(true)
-	_, dom := loadDomain(t, writeDomain(t, "ops"))
+	_, dom := cmdtest.LoadDomain(t, cmdtest.WriteDomain(t, "ops"))
 	sink := srv.Client(t)
 	dom.Handlers[0].Func = func(_ context.Context, ev engine.Event) error {
-		var p opsPayload
+		var p cmdtest.OpsPayload
 		if err := json.Unmarshal(ev.Data, &p); err != nil {
 			return err
 		}
@@ -51,7 +53,7 @@ func startOutageWorld(t *testing.T) *outageWorld {
 		return sink.RPush(context.Background(), "t:log:"+p.Client, p.Seq).Err()
 	}
 	enginetest.Start(t, engine.EngineConfig{Domain: dom, Client: srv.Client(t), InstanceID: "w1"})
-	w.opsEngine = opsEngine{dom: dom, broker: engine.NewRedisBroker(w.rdb)}
+	w.OpsEngine = cmdtest.OpsEngine{Dom: dom, Broker: engine.NewRedisBroker(w.rdb)}
 	return w
 }
 
@@ -62,15 +64,15 @@ func (w *outageWorld) haltKeys(t *testing.T, n int) (keys []string) {
 	t.Helper()
 	for i := range n {
 		keys = append(keys, fmt.Sprintf("k-%02d", i))
-		w.publish(t, opsPayload{Client: keys[i], Seq: 0})
+		w.Publish(t, cmdtest.OpsPayload{Client: keys[i], Seq: 0})
 	}
 	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("%d partitions halted", n), func() bool {
-		r := cliAt(t, w.srv.URL, "", "partitions", "list", "--halted", "-o", "json")
+		r := cmdtest.CLIAt(t, w.srv.URL, "", "partitions", "list", "--halted", "-o", "json")
 		var rows []admin.Partition
 		return r.Code == 0 && json.Unmarshal([]byte(r.Stdout), &rows) == nil && len(rows) == n
 	})
 	for _, k := range keys {
-		w.publish(t, opsPayload{Client: k, Seq: 1})
+		w.Publish(t, cmdtest.OpsPayload{Client: k, Seq: 1})
 	}
 	w.down.Store(false)
 	return keys
@@ -94,7 +96,7 @@ func (w *outageWorld) drained(t *testing.T, keys []string) {
 func retriesOK(t *testing.T, url string) (ms []int64, perStream map[string]int) {
 	t.Helper()
 	perStream = map[string]int{}
-	for _, e := range auditOf(t, url) {
+	for _, e := range cmdtest.AuditOf(t, url) {
 		if e.Command == "head retry" && e.Outcome == admin.OutcomeOK {
 			ms = append(ms, e.Time.UnixMilli())
 			perStream[e.Stream]++
@@ -127,8 +129,8 @@ func TestHeadRetryManyAtRateEndToEnd(t *testing.T) {
 	w := startOutageWorld(t)
 	keys := w.haltKeys(t, 30)
 
-	r := cliAt(t, w.srv.URL, "", "head", "retry", "--category", "order", "--rate", "10/s", "--yes", "--reason", "ERP back")
-	checkResult(t, r, 0, "", []string{"retried  order:k-00 for Projector, head ", "✓ Retried 30 partitions: each owner tries its head once more now."}, nil)
+	r := cmdtest.CLIAt(t, w.srv.URL, "", "head", "retry", "--category", "order", "--rate", "10/s", "--yes", "--reason", "ERP back")
+	cmdtest.CheckResult(t, r, 0, "", []string{"retried  order:k-00 for Projector, head ", "✓ Retried 30 partitions: each owner tries its head once more now."}, nil)
 	w.drained(t, keys)
 
 	ms, perStream := retriesOK(t, w.srv.URL)
@@ -137,7 +139,7 @@ func TestHeadRetryManyAtRateEndToEnd(t *testing.T) {
 		t.Fatalf("%d retries recorded, want 30", len(ms))
 	}
 	checkPaced(t, "retries", ms, 10, 2500*time.Millisecond)
-	r = cliAt(t, w.srv.URL, "", "partitions", "list", "--halted", "-o", "json")
+	r = cmdtest.CLIAt(t, w.srv.URL, "", "partitions", "list", "--halted", "-o", "json")
 	if r.Code != 0 || r.Stdout != "[]\n" {
 		t.Errorf("still halted after the retry: exit %d\n%s", r.Code, r.Stdout)
 	}
@@ -160,7 +162,7 @@ func TestHeadRetryManyStopAndRestartEndToEnd(t *testing.T) {
 	defer cancel()
 	time.AfterFunc(time.Second, cancel)
 	ios, _, out, errOut := cmdutil.NewTestIOStreams()
-	code := run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild}, args)
+	code := cmdtest.RunRoot(ctx, &cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild}, args)
 	m := retryStoppedRe.FindStringSubmatch(errOut.String())
 	if code != cmdutil.ExitFailure || m == nil {
 		t.Fatalf("stopped run: exit %d, stderr %q, stdout %q; want exit 1 and the count", code, errOut.String(), out.String())
@@ -173,7 +175,7 @@ func TestHeadRetryManyStopAndRestartEndToEnd(t *testing.T) {
 	}
 	detail := fmt.Sprintf("--category order --rate 10/s: stopped by the operator after %d of 30 partitions (%d retried, 0 skipped, 0 refused); %d not tried", done, done, 30-done)
 	stops := 0
-	for _, e := range auditOf(t, w.srv.URL) {
+	for _, e := range cmdtest.AuditOf(t, w.srv.URL) {
 		if e.Command == "head retry" && e.Outcome == admin.OutcomeStopped && e.Detail == detail && e.User != "" {
 			stops++
 		}
@@ -182,8 +184,8 @@ func TestHeadRetryManyStopAndRestartEndToEnd(t *testing.T) {
 		t.Errorf("%d audit records of the stop %q, want 1", stops, detail)
 	}
 
-	r := cliAt(t, w.srv.URL, "", args[:len(args)-2]...)
-	checkResult(t, r, 0, "", []string{fmt.Sprintf("✓ Retried %d partitions", 30-done)}, nil)
+	r := cmdtest.CLIAt(t, w.srv.URL, "", args[:len(args)-2]...)
+	cmdtest.CheckResult(t, r, 0, "", []string{fmt.Sprintf("✓ Retried %d partitions", 30-done)}, nil)
 	w.drained(t, keys)
 	_, perStream = retriesOK(t, w.srv.URL)
 	checkOncePerKey(t, keys, perStream)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/google/go-cmp/cmp"
@@ -20,17 +22,17 @@ import (
 // retryAdmin is a fake admin with n halted partitions of order (order:h-01...), each
 // halted on its own head, a running one (order:r-1), and payment:p-9 unowned; every
 // category has one handler.
-func retryAdmin(n int) *fakeAdmin {
-	fa := &fakeAdmin{handlers: []string{"OrderProjector"}, heads: map[string]*admin.Head{}}
+func retryAdmin(n int) *cmdtest.FakeAdmin {
+	fa := &cmdtest.FakeAdmin{HandlerNames: []string{"OrderProjector"}, Heads: map[string]*admin.Head{}}
 	for i := 1; i <= n; i++ {
 		key := fmt.Sprintf("h-%02d", i)
 		stream, id := "order:"+key, fmt.Sprintf("17383176%05d-0", i)
-		halt := &engine.HaltRecord{EntryID: id, Stream: stream, Attempts: 3, Error: "downstream unavailable\nat line 3", Since: t0}
-		fa.partitions = append(fa.partitions, admin.Partition{Category: "order", Key: key, Stream: stream, Handler: "OrderProjector",
+		halt := &engine.HaltRecord{EntryID: id, Stream: stream, Attempts: 3, Error: "downstream unavailable\nat line 3", Since: cmdtest.T0}
+		fa.Partitions = append(fa.Partitions, admin.Partition{Category: "order", Key: key, Stream: stream, Handler: "OrderProjector",
 			State: admin.StateHalted, HaltedEntryID: id, HeadID: id, Halt: halt})
-		fa.heads[stream] = &admin.Head{Stream: stream, Handler: "OrderProjector", ID: id, Status: admin.HeadHalted, Attempts: 3}
+		fa.Heads[stream] = &admin.Head{Stream: stream, Handler: "OrderProjector", ID: id, Status: admin.HeadHalted, Attempts: 3}
 	}
-	fa.partitions = append(fa.partitions,
+	fa.Partitions = append(fa.Partitions,
 		admin.Partition{Category: "order", Key: "r-1", Stream: "order:r-1", Handler: "OrderProjector", State: admin.StateRunning},
 		admin.Partition{Category: "payment", Key: "p-9", Stream: "payment:p-9", Handler: "OrderProjector", State: admin.StateUnowned})
 	return fa
@@ -40,9 +42,9 @@ func retryAdmin(n int) *fakeAdmin {
 type retryCase struct {
 	name      string
 	args      []string
-	tm        ttyMode
+	tm        cmdtest.TTYMode
 	stdin     string
-	fa        func(*fakeAdmin) // changes the fake before the run
+	fa        func(*cmdtest.FakeAdmin) // changes the fake before the run
 	code      int
 	stdoutHas []string
 	stderrHas []string
@@ -60,8 +62,8 @@ func runRetryCases(t *testing.T, cases []retryCase) {
 			if tt.fa != nil {
 				tt.fa(fa)
 			}
-			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
-			checkResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
+			r := cmdtest.RunOps(t, fa, tt.tm, tt.stdin, tt.args...)
+			cmdtest.CheckResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
 			checkRetries(t, fa, tt.acts, tt.records)
 		})
 	}
@@ -69,12 +71,12 @@ func runRetryCases(t *testing.T, cases []retryCase) {
 
 // checkRetries checks the Act calls (each a retry of the head read, by the command and
 // the user) and the audit records the command wrote itself.
-func checkRetries(t *testing.T, fa *fakeAdmin, acts, records []string) {
+func checkRetries(t *testing.T, fa *cmdtest.FakeAdmin, acts, records []string) {
 	t.Helper()
 	var got []string
-	for _, a := range fa.actions {
+	for _, a := range fa.Actions {
 		got = append(got, a.Stream)
-		if h := fa.heads[a.Stream]; a.Kind != admin.ActionRetry || h == nil || a.ExpectID != h.ID || a.Handler != "OrderProjector" ||
+		if h := fa.Heads[a.Stream]; a.Kind != admin.ActionRetry || h == nil || a.ExpectID != h.ID || a.Handler != "OrderProjector" ||
 			a.Actor.Command != "head retry" || a.Actor.User == "" {
 			t.Errorf("action = %+v, want a retry of the head read, by the command and the user", a)
 		}
@@ -83,7 +85,7 @@ func checkRetries(t *testing.T, fa *fakeAdmin, acts, records []string) {
 		t.Errorf("retried streams (-want +got):\n%s", diff)
 	}
 	var recs []string
-	for _, e := range fa.records {
+	for _, e := range fa.Records {
 		recs = append(recs, e.Outcome+" "+e.Stream+" "+e.Detail)
 		if e.Command != "head retry" || e.User == "" {
 			t.Errorf("record %+v does not name the command and the user", e)
@@ -112,7 +114,7 @@ func TestHeadRetryManyFlags(t *testing.T) {
 			stderrHas: []string{`unexpected argument "order:h-02"`}},
 		{name: "a bad glob", args: []string{"head", "retry", "--key", "h-[1", "--yes"}, code: cmdutil.ExitUsage, stderrHas: []string{"invalid value for --key"}},
 		{name: "several handlers", args: []string{"head", "retry", "--category", "order", "--yes"}, code: cmdutil.ExitUsage,
-			fa:        func(f *fakeAdmin) { f.handlers = []string{"OrderProjector", "Mailer"} },
+			fa:        func(f *cmdtest.FakeAdmin) { f.HandlerNames = []string{"OrderProjector", "Mailer"} },
 			stderrHas: []string{"order has 2 handlers (OrderProjector, Mailer): pass --handler"}},
 		{name: "nothing halted", args: []string{"head", "retry", "--category", "payment", "--yes"}, code: cmdutil.ExitNotFound,
 			stderrHas: []string{"no halted partition matches --category payment: nothing to retry"}},
@@ -123,17 +125,17 @@ func TestHeadRetryManyFlags(t *testing.T) {
 	}
 	runRetryCases(t, cases)
 
-	testParse(t, "head", func(f *cmdutil.Factory, runF func(*HeadActionOptions) error) *cobra.Command {
+	cmdtest.TestParse(t, "head", func(f *cmdutil.Factory, runF func(*HeadActionOptions) error) *cobra.Command {
 		return newCmdHeadAction(f, admin.ActionRetry, runF)
-	}, []parseCase[HeadActionOptions]{
-		{name: "selector and rate", argv: []string{"--category", "order", "--key", "acme-*", "--rate", "10/s", "--reason", "OPS-7", "--yes"},
-			want: HeadActionOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Kind: admin.ActionRetry, Category: "order", Key: "acme-*",
+	}, []cmdtest.ParseCase[HeadActionOptions]{
+		{Name: "selector and rate", Argv: []string{"--category", "order", "--key", "acme-*", "--rate", "10/s", "--reason", "OPS-7", "--yes"},
+			Want: HeadActionOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Kind: admin.ActionRetry, Category: "order", Key: "acme-*",
 				Rate: cmdutil.Rate{N: 10, Per: time.Second}, Reason: "OPS-7"}},
-		{name: "per minute", argv: []string{"--key", "x*", "--rate", "30/m"},
-			want: HeadActionOptions{Kind: admin.ActionRetry, Key: "x*", Rate: cmdutil.Rate{N: 30, Per: time.Minute}}},
-		{name: "one stream", argv: []string{"order:c", "--expect-id", "1-0"},
-			want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", ExpectID: "1-0"}},
-	}, ignoreOpsInputs(HeadActionOptions{}))
+		{Name: "per minute", Argv: []string{"--key", "x*", "--rate", "30/m"},
+			Want: HeadActionOptions{Kind: admin.ActionRetry, Key: "x*", Rate: cmdutil.Rate{N: 30, Per: time.Minute}}},
+		{Name: "one stream", Argv: []string{"order:c", "--expect-id", "1-0"},
+			Want: HeadActionOptions{Kind: admin.ActionRetry, Stream: "order:c", ExpectID: "1-0"}},
+	}, cmdtest.IgnoreOpsInputs(HeadActionOptions{}))
 }
 
 // --dry-run lists every halted partition with its halt and the pace, and changes and
@@ -149,8 +151,8 @@ func TestHeadRetryManyDryRun(t *testing.T) {
 			}},
 	})
 	fa := retryAdmin(2)
-	r := runOps(t, fa, inPipe, "", "head", "retry", "--key", "h-*", "--dry-run", "-o", "json")
-	checkResult(t, r, 0, "", nil, nil)
+	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "head", "retry", "--key", "h-*", "--dry-run", "-o", "json")
+	cmdtest.CheckResult(t, r, 0, "", nil, nil)
 	var got []map[string]any
 	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
 		t.Fatalf("%v\n%s", err, r.Stdout)
@@ -172,20 +174,20 @@ func TestHeadRetryManyConfirmation(t *testing.T) {
 		{name: "no terminal, no --yes", args: []string{"head", "retry", "--category", "order"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"refusing to retry 4 partitions without confirmation: stdin is not a terminal, pass --yes"},
 			records:   []string{"refused  4 partitions (order:h-01, order:h-02, order:h-03, order:h-04); no terminal and no --yes"}},
-		{name: "terminal, no", args: []string{"head", "retry", "--category", "order", "--rate", "10/s"}, tm: onTTY, stdin: "n\n", code: cmdutil.ExitFailure,
+		{name: "terminal, no", args: []string{"head", "retry", "--category", "order", "--rate", "10/s"}, tm: cmdtest.OnTTY, stdin: "n\n", code: cmdutil.ExitFailure,
 			stderrHas: []string{"  order:h-01 for OrderProjector (halted on 1738317600001-0", "one partition at a time, at most 10/s; a partition no longer halted by then is skipped",
 				"Retry 4 partitions? [y/N]", cmdutil.CancelledText},
 			records: []string{"declined  4 partitions (order:h-01, order:h-02, order:h-03, order:h-04); " + cmdutil.CancelledText}},
 	})
 	fa := retryAdmin(25)
-	r := runOps(t, fa, onTTY, "y\n", "head", "retry", "--category", "order")
-	checkResult(t, r, 0, "", []string{"✓ Retried 25 partitions: each owner tries its head once more now."},
+	r := cmdtest.RunOps(t, fa, cmdtest.OnTTY, "y\n", "head", "retry", "--category", "order")
+	cmdtest.CheckResult(t, r, 0, "", []string{"✓ Retried 25 partitions: each owner tries its head once more now."},
 		[]string{"  order:h-20 for OrderProjector", "  … and 5 more (--dry-run lists them all)\n", "Retry 25 partitions? [y/N]"})
 	if strings.Contains(r.Stderr, "order:h-21") {
 		t.Errorf("the confirmation listed more than 20 partitions:\n%s", r.Stderr)
 	}
-	if len(fa.actions) != 25 {
-		t.Errorf("%d retries after a yes, want 25", len(fa.actions))
+	if len(fa.Actions) != 25 {
+		t.Errorf("%d retries after a yes, want 25", len(fa.Actions))
 	}
 }
 
@@ -197,10 +199,10 @@ func TestHeadRetryManyGoesOn(t *testing.T) {
 	notHalted := fmt.Errorf("%w: the head 1738317600003-0 of order:h-03 for OrderProjector is pending", engine.ErrNotHalted)
 	runRetryCases(t, []retryCase{
 		{name: "some no longer halted", args: []string{"head", "retry", "--category", "order", "--yes", "--reason", "ERP back"},
-			fa: func(f *fakeAdmin) {
-				f.heads["order:h-02"].Status = admin.HeadPending
-				f.actErrs = map[string]error{"order:h-03": notHalted}
-				delete(f.heads, "order:h-04")
+			fa: func(f *cmdtest.FakeAdmin) {
+				f.Heads["order:h-02"].Status = admin.HeadPending
+				f.ActErrs = map[string]error{"order:h-03": notHalted}
+				delete(f.Heads, "order:h-04")
 			},
 			stdoutHas: []string{
 				"retried  order:h-01 for OrderProjector, head 1738317600001-0\n",
@@ -213,16 +215,16 @@ func TestHeadRetryManyGoesOn(t *testing.T) {
 			records: []string{"not_halted order:h-02 no longer halted: its head 1738317600002-0 is pending; skipped",
 				"not_halted order:h-04 no longer halted: caught up: it has no head any more; skipped"}},
 		{name: "one refused", args: []string{"head", "retry", "--key", "h-*", "--yes"}, code: cmdutil.ExitNotFound,
-			fa: func(f *fakeAdmin) {
-				f.actErrs = map[string]error{"order:h-02": &admin.NotFoundError{What: "handler", Name: `"OrderProjector" of order`}}
+			fa: func(f *cmdtest.FakeAdmin) {
+				f.ActErrs = map[string]error{"order:h-02": &admin.NotFoundError{What: "handler", Name: `"OrderProjector" of order`}}
 			},
 			stdoutHas: []string{"refused  order:h-02 for OrderProjector: handler \"OrderProjector\" of order not found", "retried  order:h-04",
 				"✓ Retried 3 of 4 partitions; 0 no longer halted, 1 refused (above)"},
 			stderrHas: []string{"1 of 4 partitions were not retried; the first: order:h-02 for OrderProjector"},
 			acts:      []string{"order:h-01", "order:h-02", "order:h-03", "order:h-04"}},
 		{name: "Redis gone half-way", args: []string{"head", "retry", "--category", "order", "--yes"}, code: cmdutil.ExitFailure,
-			fa: func(f *fakeAdmin) {
-				f.actErrs = map[string]error{"order:h-02": fmt.Errorf("%w: EOF", engine.ErrRedisUnavailable)}
+			fa: func(f *cmdtest.FakeAdmin) {
+				f.ActErrs = map[string]error{"order:h-02": fmt.Errorf("%w: EOF", engine.ErrRedisUnavailable)}
 			},
 			stdoutHas: []string{"retried  order:h-01"},
 			stderrHas: []string{"retried 1 of 4 partitions (0 refused); order:h-02 for OrderProjector failed", "the connection failed during the retry: it may or may not have been applied"},
@@ -234,9 +236,9 @@ func TestHeadRetryManyGoesOn(t *testing.T) {
 // nothing else on stdout.
 func TestHeadRetryManyJSON(t *testing.T) {
 	fa := retryAdmin(3)
-	fa.heads["order:h-02"].Status = admin.HeadPending
-	r := runOps(t, fa, inPipe, "", "head", "retry", "--category", "order", "--yes", "-o", "json")
-	checkResult(t, r, 0, "", nil, nil)
+	fa.Heads["order:h-02"].Status = admin.HeadPending
+	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "head", "retry", "--category", "order", "--yes", "-o", "json")
+	cmdtest.CheckResult(t, r, 0, "", nil, nil)
 	want := `[
   {
     "action": "retry",
@@ -267,24 +269,24 @@ func TestHeadRetryManyJSON(t *testing.T) {
 	}
 }
 
-// stoppingActs is a fakeAdmin whose Act number stopAt (1-based) stops the command (as a
+// stoppingActs is a cmdtest.FakeAdmin whose Act number stopAt (1-based) stops the command (as a
 // Ctrl-C would) while the retry is under way; it counts the acts run on a cancelled
 // context.
 type stoppingActs struct {
-	*fakeAdmin
+	*cmdtest.FakeAdmin
 	stopAt        int
 	stop          context.CancelFunc
 	cancelledCtxs int
 }
 
 func (s *stoppingActs) Act(ctx context.Context, a admin.Action) (*admin.ActionResult, error) {
-	if len(s.actions)+1 == s.stopAt {
+	if len(s.Actions)+1 == s.stopAt {
 		s.stop()
 	}
 	if ctx.Err() != nil {
 		s.cancelledCtxs++
 	}
-	return s.fakeAdmin.Act(ctx, a)
+	return s.FakeAdmin.Act(ctx, a)
 }
 
 // Stopped during its second retry, the command finishes that one, starts no other, says
@@ -292,18 +294,18 @@ func (s *stoppingActs) Act(ctx context.Context, a admin.Action) (*admin.ActionRe
 func TestHeadRetryManyStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fa := &stoppingActs{fakeAdmin: retryAdmin(5), stopAt: 2, stop: cancel}
+	fa := &stoppingActs{FakeAdmin: retryAdmin(5), stopAt: 2, stop: cancel}
 	ios, _, out, errOut := cmdutil.NewTestIOStreams()
-	f := &cmdutil.Factory{IOStreams: ios, Build: testBuild, OpenAdmin: func(context.Context) (cmdutil.Admin, func(), error) { return fa, func() {}, nil }}
-	code := run(ctx, f, []string{"head", "retry", "--category", "order", "--rate", "1000/s", "--yes"})
+	f := &cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild, OpenAdmin: func(context.Context) (cmdutil.Admin, func(), error) { return fa, func() {}, nil }}
+	code := cmdtest.RunRoot(ctx, f, []string{"head", "retry", "--category", "order", "--rate", "1000/s", "--yes"})
 
-	r := result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
-	checkResult(t, r, cmdutil.ExitFailure, "", []string{"retried  order:h-01", "retried  order:h-02"},
+	r := cmdtest.Result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
+	cmdtest.CheckResult(t, r, cmdutil.ExitFailure, "", []string{"retried  order:h-01", "retried  order:h-02"},
 		[]string{"stopped after 2 of 5; run the same command again to retry the rest (only the partitions still halted are retried)\n"})
 	if fa.cancelledCtxs != 0 {
 		t.Errorf("%d retries ran on a cancelled context: the stop cut into a partition", fa.cancelledCtxs)
 	}
-	checkRetries(t, fa.fakeAdmin, []string{"order:h-01", "order:h-02"}, []string{
+	checkRetries(t, fa.FakeAdmin, []string{"order:h-01", "order:h-02"}, []string{
 		"stopped  --category order --rate 1000/s: stopped by the operator after 2 of 5 partitions (2 retried, 0 skipped, 0 refused); 3 not tried"})
 	if strings.Contains(r.Stdout, "✓") {
 		t.Errorf("a stopped run reported success:\n%s", r.Stdout)

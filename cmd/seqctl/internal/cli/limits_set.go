@@ -187,7 +187,7 @@ func (a *limitAction) request() admin.LimitRequest {
 		Off: o.Off, Reason: o.Reason, Actor: a.Who}
 }
 
-// plan resolves the handler and reads the value's caps, override and use. A refused
+// Plan resolves the handler and reads the value's caps, override and use. A refused
 // check (an unknown handler, a value that could not be one, nothing to clear) is
 // recorded; a usage error naming no handler is not: nothing was attempted yet.
 func (a *limitAction) Plan() error {

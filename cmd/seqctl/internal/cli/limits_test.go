@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/google/go-cmp/cmp"
@@ -23,20 +25,20 @@ var sampleLimit = engine.HandlerLimit{By: "tenant", Concurrency: 2, Rate: 20, Pe
 // only one) and Mailer without, and three values: acme with a raised override and
 // partitions waiting, globex at the domain's caps with partitions waiting, internal
 // with every cap off.
-func limitsAdmin() *fakeAdmin {
+func limitsAdmin() *cmdtest.FakeAdmin {
 	def := admin.CapsOf(sampleLimit)
 	starts14, starts20 := 14, 20
-	return &fakeAdmin{
-		handlerLimits: map[string]engine.HandlerLimit{"OrderProjector": sampleLimit},
-		limits: []admin.Limit{
+	return &cmdtest.FakeAdmin{
+		LimitsByHandler: map[string]engine.HandlerLimit{"OrderProjector": sampleLimit},
+		LimitList: []admin.Limit{
 			{Handler: "OrderProjector", Value: "acme", By: "tenant", Default: &def,
-				Override:  &engine.LimitOverride{Concurrency: 8, Reason: "acme import, OPS-7", By: "bob@ops-2", Since: t0},
+				Override:  &engine.LimitOverride{Concurrency: 8, Reason: "acme import, OPS-7", By: "bob@ops-2", Since: cmdtest.T0},
 				Effective: &admin.LimitCaps{Concurrency: 8, Rate: "20/s"},
 				Use:       admin.LimitUsage{Held: 8, Starts: &starts14, Generation: 1738317600000123}, Waiting: 3},
 			{Handler: "OrderProjector", Value: "globex", By: "tenant", Default: &def, Effective: &def,
 				Use: admin.LimitUsage{Held: 2, Starts: &starts20, Generation: 1738317600000456}, Waiting: 5},
 			{Handler: "OrderProjector", Value: "internal", By: "tenant", Default: &def,
-				Override:  &engine.LimitOverride{Off: true, Reason: "our own backfill", By: "alice@ops-1", Since: t1},
+				Override:  &engine.LimitOverride{Off: true, Reason: "our own backfill", By: "alice@ops-1", Since: cmdtest.T1},
 				Effective: &admin.LimitCaps{Off: true}},
 		},
 	}
@@ -44,59 +46,59 @@ func limitsAdmin() *fakeAdmin {
 
 func TestLimitsSetParse(t *testing.T) {
 	set := func(more ...string) []string { return append([]string{"acme", "--reason", "r"}, more...) }
-	testParse(t, "limits", newCmdLimitsSet, []parseCase[LimitsSetOptions]{
-		{name: "concurrency", argv: set("--concurrency", "8"),
-			want: LimitsSetOptions{Action: admin.ActionLimitSet, Value: "acme", Concurrency: 8, Reason: "r"}},
-		{name: "rate per minute, a handler, --yes", argv: set("--rate", "600/m", "--handler", "H", "--yes"),
-			want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Action: admin.ActionLimitSet, Handler: "H", Value: "acme", Rate: 600, Per: time.Minute, Reason: "r"}},
-		{name: "both caps, dry run as json", argv: set("--concurrency", "3", "--rate", "20/s", "--dry-run", "-o", "json"),
-			want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, DryRun: true}, Action: admin.ActionLimitSet,
+	cmdtest.TestParse(t, "limits", newCmdLimitsSet, []cmdtest.ParseCase[LimitsSetOptions]{
+		{Name: "concurrency", Argv: set("--concurrency", "8"),
+			Want: LimitsSetOptions{Action: admin.ActionLimitSet, Value: "acme", Concurrency: 8, Reason: "r"}},
+		{Name: "rate per minute, a handler, --yes", Argv: set("--rate", "600/m", "--handler", "H", "--yes"),
+			Want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Action: admin.ActionLimitSet, Handler: "H", Value: "acme", Rate: 600, Per: time.Minute, Reason: "r"}},
+		{Name: "both caps, dry run as json", Argv: set("--concurrency", "3", "--rate", "20/s", "--dry-run", "-o", "json"),
+			Want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, DryRun: true}, Action: admin.ActionLimitSet,
 				Value: "acme", Concurrency: 3, Rate: 20, Per: time.Second, Reason: "r"}},
-		{name: "off", argv: set("--off"), want: LimitsSetOptions{Action: admin.ActionLimitSet, Value: "acme", Off: true, Reason: "r"}},
-		{name: "no value", argv: []string{"--concurrency", "8", "--reason", "r"}, wantErr: "missing the VALUE argument"},
-		{name: "two values", argv: set("globex", "--concurrency", "8"), wantErr: `unexpected argument "globex"`},
-		{name: "no cap", argv: set(), wantErr: "say what the override sets: --concurrency N (runs at once), --rate N/s or N/m (starts), or --off"},
-		{name: "off and a cap", argv: set("--off", "--rate", "5/s"), wantErr: "--off takes every cap off the value: it excludes --concurrency and --rate"},
-		{name: "zero concurrency", argv: set("--concurrency", "0"), wantErr: "invalid value 0 for --concurrency: want a positive number"},
-		{name: "a rate without a unit", argv: set("--rate", "20"), wantErr: `invalid value for --rate: rate "20": write it as N/s, N/m or N/h`},
-		{name: "a rate in days", argv: set("--rate", "20/d"), wantErr: `the unit "d" is not s, m or h`},
-		{name: "a rate of nothing", argv: set("--rate", "0/s"), wantErr: `"0" is not a positive whole number`},
-		{name: "no reason", argv: []string{"acme", "--concurrency", "8"}, wantErr: "--reason is required"},
-		{name: "bad output", argv: set("--off", "-o", "csv"), wantErr: `invalid value "csv" for --output`},
-	}, ignoreOpsInputs(LimitsSetOptions{}))
+		{Name: "off", Argv: set("--off"), Want: LimitsSetOptions{Action: admin.ActionLimitSet, Value: "acme", Off: true, Reason: "r"}},
+		{Name: "no value", Argv: []string{"--concurrency", "8", "--reason", "r"}, WantErr: "missing the VALUE argument"},
+		{Name: "two values", Argv: set("globex", "--concurrency", "8"), WantErr: `unexpected argument "globex"`},
+		{Name: "no cap", Argv: set(), WantErr: "say what the override sets: --concurrency N (runs at once), --rate N/s or N/m (starts), or --off"},
+		{Name: "off and a cap", Argv: set("--off", "--rate", "5/s"), WantErr: "--off takes every cap off the value: it excludes --concurrency and --rate"},
+		{Name: "zero concurrency", Argv: set("--concurrency", "0"), WantErr: "invalid value 0 for --concurrency: want a positive number"},
+		{Name: "a rate without a unit", Argv: set("--rate", "20"), WantErr: `invalid value for --rate: rate "20": write it as N/s, N/m or N/h`},
+		{Name: "a rate in days", Argv: set("--rate", "20/d"), WantErr: `the unit "d" is not s, m or h`},
+		{Name: "a rate of nothing", Argv: set("--rate", "0/s"), WantErr: `"0" is not a positive whole number`},
+		{Name: "no reason", Argv: []string{"acme", "--concurrency", "8"}, WantErr: "--reason is required"},
+		{Name: "bad output", Argv: set("--off", "-o", "csv"), WantErr: `invalid value "csv" for --output`},
+	}, cmdtest.IgnoreOpsInputs(LimitsSetOptions{}))
 }
 
 func TestLimitsOtherParse(t *testing.T) {
-	testParse(t, "limits", newCmdLimitsClear, []parseCase[LimitsSetOptions]{
-		{name: "minimal", argv: []string{"acme"}, want: LimitsSetOptions{Action: admin.ActionLimitClear, Value: "acme"}},
-		{name: "everything", argv: []string{"acme", "--handler", "H", "--reason", "done", "-y", "--dry-run"},
-			want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true, DryRun: true}, Action: admin.ActionLimitClear, Handler: "H", Value: "acme", Reason: "done"}},
-		{name: "no value", wantErr: "missing the VALUE argument"},
-		{name: "no caps to clear", argv: []string{"acme", "--off"}, wantErr: "unknown flag: --off"},
-	}, ignoreOpsInputs(LimitsSetOptions{}))
-	testParse(t, "limits", newCmdLimitsGet, []parseCase[LimitsGetOptions]{
-		{name: "value", argv: []string{"acme", "-o", "yaml"}, want: LimitsGetOptions{OpsOptions: cmdutil.OpsOptions{Output: "yaml"}, Value: "acme"}},
-		{name: "no value", wantErr: "missing the VALUE argument"},
-	}, ignoreOpsInputs(LimitsGetOptions{}))
-	testParse(t, "limits", newCmdLimitsList, []parseCase[LimitsListOptions]{
-		{name: "everything", want: LimitsListOptions{}},
-		{name: "waiting of one handler", argv: []string{"--waiting", "--handler", "H"}, want: LimitsListOptions{Handler: "H", Waiting: true}},
-		{name: "no arguments", argv: []string{"acme"}, wantErr: `unexpected argument "acme"`},
-	}, ignoreOpsInputs(LimitsListOptions{}))
+	cmdtest.TestParse(t, "limits", newCmdLimitsClear, []cmdtest.ParseCase[LimitsSetOptions]{
+		{Name: "minimal", Argv: []string{"acme"}, Want: LimitsSetOptions{Action: admin.ActionLimitClear, Value: "acme"}},
+		{Name: "everything", Argv: []string{"acme", "--handler", "H", "--reason", "done", "-y", "--dry-run"},
+			Want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true, DryRun: true}, Action: admin.ActionLimitClear, Handler: "H", Value: "acme", Reason: "done"}},
+		{Name: "no value", WantErr: "missing the VALUE argument"},
+		{Name: "no caps to clear", Argv: []string{"acme", "--off"}, WantErr: "unknown flag: --off"},
+	}, cmdtest.IgnoreOpsInputs(LimitsSetOptions{}))
+	cmdtest.TestParse(t, "limits", newCmdLimitsGet, []cmdtest.ParseCase[LimitsGetOptions]{
+		{Name: "value", Argv: []string{"acme", "-o", "yaml"}, Want: LimitsGetOptions{OpsOptions: cmdutil.OpsOptions{Output: "yaml"}, Value: "acme"}},
+		{Name: "no value", WantErr: "missing the VALUE argument"},
+	}, cmdtest.IgnoreOpsInputs(LimitsGetOptions{}))
+	cmdtest.TestParse(t, "limits", newCmdLimitsList, []cmdtest.ParseCase[LimitsListOptions]{
+		{Name: "everything", Want: LimitsListOptions{}},
+		{Name: "waiting of one handler", Argv: []string{"--waiting", "--handler", "H"}, Want: LimitsListOptions{Handler: "H", Waiting: true}},
+		{Name: "no arguments", Argv: []string{"acme"}, WantErr: `unexpected argument "acme"`},
+	}, cmdtest.IgnoreOpsInputs(LimitsListOptions{}))
 }
 
 func TestLimitsListAndGet(t *testing.T) {
-	testRun(t, limitsAdmin, []runCase{
-		{name: "terminal", args: []string{"limits", "list", "--waiting"}, tm: onTTY, golden: "testdata/ops/limits-list.tty.golden"},
-		{name: "wide", args: []string{"limits", "list", "--waiting", "-o", "wide"}, tm: inPipe, golden: "testdata/ops/limits-list.wide.golden"},
-		{name: "pipe: overrides only", args: []string{"limits", "list"}, tm: inPipe, golden: "testdata/ops/limits-list.pipe.golden"},
-		{name: "json", args: []string{"limits", "list", "--waiting", "-o", "json"}, tm: inPipe, golden: "testdata/ops/limits-list.json.golden"},
-		{name: "nothing", args: []string{"limits", "list"}, tm: onTTY, fa: &fakeAdmin{}, stderrHas: []string{"No limit overrides."}},
-		{name: "nothing as json is an array", args: []string{"limits", "list", "-o", "json"}, tm: inPipe, fa: &fakeAdmin{}, stdoutHas: []string{"[]"}},
-		{name: "get: the labelled view", args: []string{"limits", "get", "acme"}, tm: inPipe, golden: "testdata/ops/limits-get.pipe.golden"},
-		{name: "get: json", args: []string{"limits", "get", "acme", "--handler", "OrderProjector", "-o", "json"}, tm: inPipe, golden: "testdata/ops/limits-get.json.golden"},
-		{name: "get: a value at the domain's caps, as a table", args: []string{"limits", "get", "umbrella", "-o", "table"}, tm: inPipe,
-			stdoutHas: []string{"OrderProjector  umbrella  2            20/s  0     -       0        -\n"}},
+	cmdtest.TestRun(t, limitsAdmin, []cmdtest.RunCase{
+		{Name: "terminal", Args: []string{"limits", "list", "--waiting"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/limits-list.tty.golden"},
+		{Name: "wide", Args: []string{"limits", "list", "--waiting", "-o", "wide"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/limits-list.wide.golden"},
+		{Name: "pipe: overrides only", Args: []string{"limits", "list"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/limits-list.pipe.golden"},
+		{Name: "json", Args: []string{"limits", "list", "--waiting", "-o", "json"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/limits-list.json.golden"},
+		{Name: "nothing", Args: []string{"limits", "list"}, TTY: cmdtest.OnTTY, FA: &cmdtest.FakeAdmin{}, StderrHas: []string{"No limit overrides."}},
+		{Name: "nothing as json is an array", Args: []string{"limits", "list", "-o", "json"}, TTY: cmdtest.InPipe, FA: &cmdtest.FakeAdmin{}, StdoutHas: []string{"[]"}},
+		{Name: "get: the labelled view", Args: []string{"limits", "get", "acme"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/limits-get.pipe.golden"},
+		{Name: "get: json", Args: []string{"limits", "get", "acme", "--handler", "OrderProjector", "-o", "json"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/limits-get.json.golden"},
+		{Name: "get: a value at the domain's caps, as a table", Args: []string{"limits", "get", "umbrella", "-o", "table"}, TTY: cmdtest.InPipe,
+			StdoutHas: []string{"OrderProjector  umbrella  2            20/s  0     -       0        -\n"}},
 	})
 }
 
@@ -104,14 +106,14 @@ func TestLimitsListAndGet(t *testing.T) {
 // as "?" and --handler is required.
 func TestLimitsWithoutConfig(t *testing.T) {
 	fa := limitsAdmin()
-	fa.handlerLimits = nil
-	fa.limits[0].Default, fa.limits[0].Effective = nil, nil
-	r := runOps(t, fa, inPipe, "", "limits", "list", "-o", "table")
-	checkResult(t, r, 0, "", []string{"OrderProjector  acme      8            ?     8     14      3        concurrency 8\n"}, nil)
-	r = runOps(t, fa, inPipe, "", "limits", "get", "acme")
-	checkResult(t, r, cmdutil.ExitUsage, "", nil, []string{"--handler is required without --config", "limits get --help"})
-	r = runOps(t, fa, inPipe, "", "limits", "get", "acme", "--handler", "OrderProjector")
-	checkResult(t, r, 0, "", []string{"  caps        concurrency 8, rate ?\n", "  domain      unknown without --config\n"}, nil)
+	fa.LimitsByHandler = nil
+	fa.LimitList[0].Default, fa.LimitList[0].Effective = nil, nil
+	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "limits", "list", "-o", "table")
+	cmdtest.CheckResult(t, r, 0, "", []string{"OrderProjector  acme      8            ?     8     14      3        concurrency 8\n"}, nil)
+	r = cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "limits", "get", "acme")
+	cmdtest.CheckResult(t, r, cmdutil.ExitUsage, "", nil, []string{"--handler is required without --config", "limits get --help"})
+	r = cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "limits", "get", "acme", "--handler", "OrderProjector")
+	cmdtest.CheckResult(t, r, 0, "", []string{"  caps        concurrency 8, rate ?\n", "  domain      unknown without --config\n"}, nil)
 }
 
 // Errors name what to do and exit with their status: a handler without limit_by and a
@@ -124,23 +126,23 @@ func TestLimitsErrors(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
 		args      []string
-		fa        func(*fakeAdmin)
+		fa        func(*cmdtest.FakeAdmin)
 		code      int
 		stderrHas string
 	}{
 		{"a handler without limit_by", []string{"limits", "get", "acme", "--handler", "Mailer"},
-			func(f *fakeAdmin) { f.limitErrs = map[string]error{"acme": noLimit} }, cmdutil.ExitUsage,
+			func(f *cmdtest.FakeAdmin) { f.LimitErrs = map[string]error{"acme": noLimit} }, cmdutil.ExitUsage,
 			"seqctl: handler Mailer has no limit_by: an override caps nothing until its [[handlers]] entry in domain.toml sets limit_by"},
 		{"an unknown handler", []string{"limits", "set", "acme", "--handler", "Nope", "--concurrency", "3", "--reason", "r", "--yes"},
-			func(f *fakeAdmin) { f.limitErrs = map[string]error{"acme": unknown} }, cmdutil.ExitNotFound, "handler Nope not found"},
+			func(f *cmdtest.FakeAdmin) { f.LimitErrs = map[string]error{"acme": unknown} }, cmdutil.ExitNotFound, "handler Nope not found"},
 		{"a bad value", []string{"limits", "clear", "a:b", "--yes"},
-			func(f *fakeAdmin) { f.limitErrs = map[string]error{"a:b": badValue} }, cmdutil.ExitUsage, "invalid limit value: engine: invalid partition key"},
+			func(f *cmdtest.FakeAdmin) { f.LimitErrs = map[string]error{"a:b": badValue} }, cmdutil.ExitUsage, "invalid limit value: engine: invalid partition key"},
 		{"several handlers with limit_by", []string{"limits", "get", "acme"},
-			func(f *fakeAdmin) { f.handlerLimits["Mailer"] = sampleLimit }, cmdutil.ExitUsage,
+			func(f *cmdtest.FakeAdmin) { f.LimitsByHandler["Mailer"] = sampleLimit }, cmdutil.ExitUsage,
 			"the config declares 2 handlers with limit_by (Mailer, OrderProjector): pass --handler"},
 		{"none", []string{"limits", "list", "--waiting"}, nil, 0, ""},
 		{"no handler with limit_by", []string{"limits", "set", "acme", "--off", "--reason", "r", "--yes"},
-			func(f *fakeAdmin) { f.handlerLimits = map[string]engine.HandlerLimit{} }, cmdutil.ExitUsage,
+			func(f *cmdtest.FakeAdmin) { f.LimitsByHandler = map[string]engine.HandlerLimit{} }, cmdutil.ExitUsage,
 			"the config declares no handler with limit_by, so there is no limit key"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,14 +150,14 @@ func TestLimitsErrors(t *testing.T) {
 			if tt.fa != nil {
 				tt.fa(fa)
 			}
-			r := runOps(t, fa, inPipe, "", tt.args...)
+			r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", tt.args...)
 			var has []string
 			if tt.stderrHas != "" {
 				has = []string{tt.stderrHas}
 			}
-			checkResult(t, r, tt.code, "", nil, has)
-			if len(fa.limitCalls) != 0 {
-				t.Errorf("the admin was asked to change a limit: %+v", fa.limitCalls)
+			cmdtest.CheckResult(t, r, tt.code, "", nil, has)
+			if len(fa.LimitCalls) != 0 {
+				t.Errorf("the admin was asked to change a limit: %+v", fa.LimitCalls)
 			}
 		})
 	}
@@ -165,7 +167,7 @@ func TestLimitsErrors(t *testing.T) {
 type limitCase struct {
 	name      string
 	args      []string
-	tm        ttyMode
+	tm        cmdtest.TTYMode
 	stdin     string
 	code      int
 	stdoutHas []string
@@ -180,13 +182,13 @@ func runLimitCases(t *testing.T, cases []limitCase) {
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			fa := limitsAdmin()
-			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
-			checkResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
-			if diff := cmp.Diff(tt.calls, fa.limitActions); diff != "" {
+			r := cmdtest.RunOps(t, fa, tt.tm, tt.stdin, tt.args...)
+			cmdtest.CheckResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
+			if diff := cmp.Diff(tt.calls, fa.LimitActions); diff != "" {
 				t.Errorf("limit calls (-want +got):\n%s", diff)
 			}
 			var records []string
-			for _, e := range fa.records {
+			for _, e := range fa.Records {
 				records = append(records, strings.Join([]string{e.Outcome, e.Handler, e.Value, e.Detail}, " "))
 				if e.Command != "limits "+tt.args[1] || e.User == "" {
 					t.Errorf("record %+v does not name the command and the user", e)
@@ -210,7 +212,7 @@ func TestLimitsSet(t *testing.T) {
 		{name: "no terminal, no --yes", args: []string{"limits", "set", "acme", "--off", "--reason", "r"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"refusing to set the override of acme for OrderProjector without confirmation: stdin is not a terminal, pass --yes"},
 			records:   []string{"refused OrderProjector acme no terminal and no --yes"}},
-		{name: "terminal, yes", args: []string{"limits", "set", "acme", "--concurrency", "4", "--reason", "r"}, tm: onTTY, stdin: "y\n",
+		{name: "terminal, yes", args: []string{"limits", "set", "acme", "--concurrency", "4", "--reason", "r"}, tm: cmdtest.OnTTY, stdin: "y\n",
 			stderrHas: []string{
 				"acme of OrderProjector: override concurrency 8 -> concurrency 4\n",
 				"  now    concurrency 8, rate 20/s; 8 permits held, 3 partitions waiting\n",
@@ -218,7 +220,7 @@ func TestLimitsSet(t *testing.T) {
 				"Every running instance applies it at once.\n",
 				"Set the override of acme for OrderProjector? [y/N]"},
 			calls: []string{"set OrderProjector acme"}},
-		{name: "terminal, no", args: []string{"limits", "set", "acme", "--concurrency", "4", "--reason", "r"}, tm: onTTY, stdin: "n\n", code: cmdutil.ExitFailure,
+		{name: "terminal, no", args: []string{"limits", "set", "acme", "--concurrency", "4", "--reason", "r"}, tm: cmdtest.OnTTY, stdin: "n\n", code: cmdutil.ExitFailure,
 			stderrHas: []string{cmdutil.CancelledText}, records: []string{"declined OrderProjector acme " + cmdutil.CancelledText}},
 		{name: "dry run", args: []string{"limits", "set", "umbrella", "--concurrency", "1", "--rate", "30/m", "--reason", "trial tenant", "--dry-run"},
 			stdoutHas: []string{
@@ -228,23 +230,23 @@ func TestLimitsSet(t *testing.T) {
 				"Nothing changed (--dry-run).\n"}},
 	})
 	fa := limitsAdmin()
-	r := runOps(t, fa, inPipe, "", "limits", "set", "acme", "--rate", "50/s", "--reason", "import", "--yes")
-	checkResult(t, r, 0, "", nil, nil)
+	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "limits", "set", "acme", "--rate", "50/s", "--reason", "import", "--yes")
+	cmdtest.CheckResult(t, r, 0, "", nil, nil)
 	want := []admin.LimitRequest{{Handler: "OrderProjector", Value: "acme", Rate: 50, Per: time.Second, Reason: "import"}}
-	if diff := cmp.Diff(want, fa.limitCalls, cmpopts.IgnoreFields(admin.LimitRequest{}, "Actor")); diff != "" {
+	if diff := cmp.Diff(want, fa.LimitCalls, cmpopts.IgnoreFields(admin.LimitRequest{}, "Actor")); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
 	}
-	if a := fa.limitCalls[0].Actor; a.Command != "limits set" || a.User == "" {
+	if a := fa.LimitCalls[0].Actor; a.Command != "limits set" || a.User == "" {
 		t.Errorf("actor = %+v", a)
 	}
 }
 
 // The JSON of a set is the admin's result; the dry run's is the result it would have.
 func TestLimitsSetJSON(t *testing.T) {
-	r := runOps(t, limitsAdmin(), inPipe, "", "limits", "set", "acme", "--rate", "50/s", "--reason", "import", "--yes", "-o", "json")
-	checkResult(t, r, 0, "testdata/ops/limits-set.json.golden", nil, nil)
-	r = runOps(t, limitsAdmin(), inPipe, "", "limits", "clear", "acme", "--dry-run", "-o", "json")
-	checkResult(t, r, 0, "", nil, nil)
+	r := cmdtest.RunOps(t, limitsAdmin(), cmdtest.InPipe, "", "limits", "set", "acme", "--rate", "50/s", "--reason", "import", "--yes", "-o", "json")
+	cmdtest.CheckResult(t, r, 0, "testdata/ops/limits-set.json.golden", nil, nil)
+	r = cmdtest.RunOps(t, limitsAdmin(), cmdtest.InPipe, "", "limits", "clear", "acme", "--dry-run", "-o", "json")
+	cmdtest.CheckResult(t, r, 0, "", nil, nil)
 	var got map[string]any
 	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
 		t.Fatalf("%v\n%s", err, r.Stdout)
@@ -274,22 +276,22 @@ func TestLimitsClear(t *testing.T) {
 // A partition waiting for a permit lists as throttled (--state throttled keeps it), -o
 // wide names the value, and inspect says what it waits for and where to look.
 func TestPartitionsShowThrottled(t *testing.T) {
-	fa := &fakeAdmin{partitions: samplePartitions(), handlers: []string{"OrderProjector"}}
-	fa.partitions[0].State, fa.partitions[0].LimitValue = admin.StateThrottled, "acme"
-	r := runOps(t, fa, inPipe, "", "partitions", "list", "--state", "throttled", "-o", "wide", "--no-headers")
-	checkResult(t, r, 0, "", []string{"  throttled  order:client-2  -  -  -  -  -  -  acme\n"}, nil)
-	if strings.Count(r.Stdout, "\n") != 1 || len(fa.filter.States) != 1 || fa.filter.States[0] != admin.StateThrottled {
-		t.Errorf("--state throttled: filter %+v, rows:\n%s", fa.filter, r.Stdout)
+	fa := &cmdtest.FakeAdmin{Partitions: cmdtest.SamplePartitions(), HandlerNames: []string{"OrderProjector"}}
+	fa.Partitions[0].State, fa.Partitions[0].LimitValue = admin.StateThrottled, "acme"
+	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "list", "--state", "throttled", "-o", "wide", "--no-headers")
+	cmdtest.CheckResult(t, r, 0, "", []string{"  throttled  order:client-2  -  -  -  -  -  -  acme\n"}, nil)
+	if strings.Count(r.Stdout, "\n") != 1 || len(fa.Filter.States) != 1 || fa.Filter.States[0] != admin.StateThrottled {
+		t.Errorf("--state throttled: filter %+v, rows:\n%s", fa.Filter, r.Stdout)
 	}
 
-	in := sampleInspection()
+	in := cmdtest.SampleInspection()
 	in.Stream, in.Key = "order:client-2", "client-2"
 	in.Handlers[0].State, in.Handlers[0].Halt, in.Handlers[0].LimitValue = admin.StateThrottled, nil, "acme"
-	fa.inspection = in
-	r = runOps(t, fa, inPipe, "", "partitions", "inspect", "order:client-2")
-	checkResult(t, r, 0, "", []string{"handler OrderProjector  throttled\n",
+	fa.Inspection = in
+	r = cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "inspect", "order:client-2")
+	cmdtest.CheckResult(t, r, 0, "", []string{"handler OrderProjector  throttled\n",
 		"  throttled   waiting for a permit of limit value acme ('seqctl limits get acme --handler OrderProjector')\n"}, nil)
-	r = runOps(t, fa, inPipe, "", "partitions", "inspect", "order:client-2", "-o", "json")
+	r = cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "inspect", "order:client-2", "-o", "json")
 	if !strings.Contains(r.Stdout, `"state": "throttled",`) || !strings.Contains(r.Stdout, `"limit_value": "acme",`) {
 		t.Errorf("inspect -o json:\n%s", r.Stdout)
 	}
@@ -297,9 +299,9 @@ func TestPartitionsShowThrottled(t *testing.T) {
 
 // 'seqctl audit' names the value a limits command acted on in the STREAM column.
 func TestAuditShowsLimitValue(t *testing.T) {
-	fa := &fakeAdmin{audit: []admin.AuditEntry{{ID: "1738317900000-0", Time: t1, User: "alice", RedisUser: "ops", Host: "ops-1",
+	fa := &cmdtest.FakeAdmin{Audit: []admin.AuditEntry{{ID: "1738317900000-0", Time: cmdtest.T1, User: "alice", RedisUser: "ops", Host: "ops-1",
 		Command: "limits set", Handler: "OrderProjector", Value: "acme", Outcome: admin.OutcomeOK,
 		Detail: "override none -> concurrency 8", Reason: "acme import"}}}
-	r := runOps(t, fa, inPipe, "", "audit", "-o", "wide", "--no-headers")
-	checkResult(t, r, 0, "", []string{"limits set  value acme  OrderProjector  -  acme import  override none -> concurrency 8  ok\n"}, nil)
+	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "audit", "-o", "wide", "--no-headers")
+	cmdtest.CheckResult(t, r, 0, "", []string{"limits set  value acme  OrderProjector  -  acme import  override none -> concurrency 8  ok\n"}, nil)
 }

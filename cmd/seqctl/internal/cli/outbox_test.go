@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/redis/go-redis/v9"
@@ -33,17 +35,17 @@ func TestOutboxCommandsSQLite(t *testing.T) {
 
 func outboxCommands(t *testing.T, url string, rdb redis.UniversalClient, global ...string) {
 	dsn := "sqlite://" + filepath.Join(t.TempDir(), "outbox.db")
-	cfgPath := writeDomain(t, "outbox", "DSN", dsn)
-	if r := runCLI(t, false, "outbox", "migrate", "--config", cfgPath); r.Code != 0 {
+	cfgPath := cmdtest.WriteDomain(t, "outbox", "DSN", dsn)
+	if r := cmdtest.RunCLI(t, false, "outbox", "migrate", "--config", cfgPath); r.Code != 0 {
 		t.Fatalf("migrate: %d %s", r.Code, r.Stderr)
 	}
-	if r := runCLI(t, false, "outbox", "migrate", "--config", cfgPath); r.Code != 0 {
+	if r := cmdtest.RunCLI(t, false, "outbox", "migrate", "--config", cfgPath); r.Code != 0 {
 		t.Fatalf("migrate is idempotent: %d %s", r.Code, r.Stderr)
 	}
 
 	enqueueOrders(t, cfgPath, dsn, "a", "b", "a")
 
-	if r := runCLI(t, false, append([]string{"relay", "--once", "--config", cfgPath, "--redis-url", url}, global...)...); r.Code != 0 {
+	if r := cmdtest.RunCLI(t, false, append([]string{"relay", "--once", "--config", cfgPath, "--redis-url", url}, global...)...); r.Code != 0 {
 		t.Fatalf("relay --once: %d %s", r.Code, r.Stderr)
 	}
 	ks := keyspace.For(rdb)
@@ -54,7 +56,7 @@ func outboxCommands(t *testing.T, url string, rdb redis.UniversalClient, global 
 	if members := ks.IndexMembers(context.Background(), rdb, "order").Val(); len(members) != 2 {
 		t.Fatalf("partition index of order: %v, want a and b", members)
 	}
-	r := runCLI(t, false, "outbox", "status", "--config", cfgPath, "-o", "json")
+	r := cmdtest.RunCLI(t, false, "outbox", "status", "--config", cfgPath, "-o", "json")
 	if r.Code != 0 {
 		t.Fatalf("status: %d %s", r.Code, r.Stderr)
 	}
@@ -65,14 +67,14 @@ func outboxCommands(t *testing.T, url string, rdb redis.UniversalClient, global 
 	if rep.Counts.Published != 3 || rep.Backlog.Rows != 0 {
 		t.Fatalf("status = %+v", rep.Counts)
 	}
-	if r := runCLI(t, false, "outbox", "status", "--config", cfgPath); r.Code != 0 || !strings.Contains(r.Stdout, "published 3") {
+	if r := cmdtest.RunCLI(t, false, "outbox", "status", "--config", cfgPath); r.Code != 0 || !strings.Contains(r.Stdout, "published 3") {
 		t.Fatalf("status table: %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 }
 
 // Without an [outbox] table the commands say what to add and exit 2.
 func TestOutboxCommandsNeedTheTable(t *testing.T) {
-	r := runCLI(t, false, "outbox", "status", "--config", "../../../../testdata/demo/domain.toml")
+	r := cmdtest.RunCLI(t, false, "outbox", "status", "--config", "../../../../testdata/demo/domain.toml")
 	if r.Code != cmdutil.ExitUsage || !strings.Contains(r.Stderr, "no [outbox] table") {
 		t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
 	}
@@ -85,14 +87,14 @@ func TestRelayOnceMinReplicas(t *testing.T) {
 	srv := redistest.Start(t)
 	replica := redistest.StartReplica(t, srv)
 	dsn := "sqlite://" + filepath.Join(t.TempDir(), "outbox.db")
-	cfgPath := writeDomain(t, "outbox-replicas", "DSN", dsn)
-	if r := runCLI(t, false, "outbox", "migrate", "--config", cfgPath); r.Code != 0 {
+	cfgPath := cmdtest.WriteDomain(t, "outbox-replicas", "DSN", dsn)
+	if r := cmdtest.RunCLI(t, false, "outbox", "migrate", "--config", cfgPath); r.Code != 0 {
 		t.Fatalf("migrate: %d %s", r.Code, r.Stderr)
 	}
 	enqueueOrders(t, cfgPath, dsn, "a", "b")
 	published := func() int {
 		t.Helper()
-		r := runCLI(t, false, "outbox", "status", "--config", cfgPath, "-o", "json")
+		r := cmdtest.RunCLI(t, false, "outbox", "status", "--config", cfgPath, "-o", "json")
 		var rep outbox.StatusReport
 		if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
 			t.Fatalf("status JSON: %v\n%s%s", err, r.Stdout, r.Stderr)
@@ -102,7 +104,7 @@ func TestRelayOnceMinReplicas(t *testing.T) {
 	rdb := srv.Client(t)
 
 	replica.Stop()
-	r := runCLI(t, false, "relay", "--once", "--config", cfgPath, "--redis-url", srv.URL)
+	r := cmdtest.RunCLI(t, false, "relay", "--once", "--config", cfgPath, "--redis-url", srv.URL)
 	t.Logf("relay --once with the replica down: exit %d\n%s", r.Code, r.Stderr)
 	if r.Code != cmdutil.ExitFailure || !strings.Contains(r.Stderr, "appended but left unpublished") || !strings.Contains(r.Stderr, "0 of the 1 required replicas") {
 		t.Fatalf("relay --once with the replica down: exit %d, stderr:\n%s\nwant exit 1 saying why", r.Code, r.Stderr)
@@ -115,7 +117,7 @@ func TestRelayOnceMinReplicas(t *testing.T) {
 	replica.WaitLinkUp(t)
 	before := redistest.CommandCalls(t, rdb, "wait")
 	time.Sleep(300 * time.Millisecond) // the rows' retry backoff
-	if r := runCLI(t, false, "relay", "--once", "--config", cfgPath, "--redis-url", srv.URL); r.Code != 0 {
+	if r := cmdtest.RunCLI(t, false, "relay", "--once", "--config", cfgPath, "--redis-url", srv.URL); r.Code != 0 {
 		t.Fatalf("relay --once with the replica back: %d %s", r.Code, r.Stderr)
 	}
 	if n := redistest.CommandCalls(t, rdb, "wait") - before; n != 1 {
@@ -133,7 +135,7 @@ func TestRelayOnceMinReplicas(t *testing.T) {
 // application, in the outbox at dsn of the domain at cfgPath.
 func enqueueOrders(t *testing.T, cfgPath, dsn string, clients ...string) {
 	t.Helper()
-	_, dom := loadDomain(t, cfgPath)
+	_, dom := cmdtest.LoadDomain(t, cfgPath)
 	db, dialect, err := outbox.Open(dsn)
 	if err != nil {
 		t.Fatal(err)

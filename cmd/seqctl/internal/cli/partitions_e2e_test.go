@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
@@ -50,7 +52,7 @@ func TestPartitionsList10kCLI(t *testing.T) {
 		{"partitions", "list", "--halted"},
 	} {
 		start := time.Now()
-		r := runCLI(t, false, append(args, "--redis-url", srv.URL)...)
+		r := cmdtest.RunCLI(t, false, append(args, "--redis-url", srv.URL)...)
 		took := time.Since(start)
 		if r.Code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, r.Code, r.Stderr)

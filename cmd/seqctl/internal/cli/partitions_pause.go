@@ -277,7 +277,7 @@ type pauseAction struct {
 // command is the command path, for usage errors.
 func (a *pauseAction) command() string { return "seqctl partitions " + a.opts.Action }
 
-// plan resolves the partitions and their handlers and reads their rows. A failure here
+// Plan resolves the partitions and their handlers and reads their rows. A failure here
 // (a usage error, nothing matching) is not recorded: nothing was attempted yet.
 func (a *pauseAction) Plan() error {
 	var err error
@@ -461,7 +461,7 @@ func (a *pauseAction) describe(w io.Writer) {
 	fmt.Fprintf(w, "The event in flight finishes and no other starts, %s; other keys and handlers go on.\n", a.untilText())
 }
 
-// act pauses or resumes the partitions one at a time. A partition refused (halted, not
+// Act pauses or resumes the partitions one at a time. A partition refused (halted, not
 // paused, an unknown handler...) does not stop the others; Redis becoming unavailable
 // does. With several partitions each is reported on its own line as it is done.
 func (a *pauseAction) Act() (any, string, error) {

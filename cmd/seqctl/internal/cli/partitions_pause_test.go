@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/google/go-cmp/cmp"
@@ -17,16 +19,16 @@ import (
 
 // pauseAdmin is a fake admin with the sample partitions (order:client-1 halted), one
 // handler per category, and order:client-3 paused.
-func pauseAdmin() *fakeAdmin {
-	ps := samplePartitions()
-	rec := &engine.PauseRecord{Reason: "tenant migration", By: "bob@ops-2", Since: t0}
+func pauseAdmin() *cmdtest.FakeAdmin {
+	ps := cmdtest.SamplePartitions()
+	rec := &engine.PauseRecord{Reason: "tenant migration", By: "bob@ops-2", Since: cmdtest.T0}
 	for i := range ps {
 		if ps[i].Stream == "order:client-3" {
 			ps[i].State, ps[i].Pause = admin.StatePaused, rec
 		}
 	}
-	return &fakeAdmin{partitions: ps, handlers: []string{"OrderProjector"},
-		pauseRecs: map[string]*engine.PauseRecord{"order:client-3": rec}}
+	return &cmdtest.FakeAdmin{Partitions: ps, HandlerNames: []string{"OrderProjector"},
+		PauseRecs: map[string]*engine.PauseRecord{"order:client-3": rec}}
 }
 
 var (
@@ -38,9 +40,9 @@ var (
 type pauseCase struct {
 	name      string
 	args      []string
-	tm        ttyMode
+	tm        cmdtest.TTYMode
 	stdin     string
-	fa        func(*fakeAdmin) // changes the fake before the run
+	fa        func(*cmdtest.FakeAdmin) // changes the fake before the run
 	code      int
 	stdoutHas []string
 	stderrHas []string
@@ -59,17 +61,17 @@ func runPauseCases(t *testing.T, cases []pauseCase) {
 			if tt.fa != nil {
 				tt.fa(fa)
 			}
-			r := runOps(t, fa, tt.tm, tt.stdin, tt.args...)
-			checkResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
+			r := cmdtest.RunOps(t, fa, tt.tm, tt.stdin, tt.args...)
+			cmdtest.CheckResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
 			var calls []string
-			for _, c := range fa.pauseCalls {
+			for _, c := range fa.PauseCalls {
 				calls = append(calls, c.Action+" "+c.Req.Stream+" "+c.Req.Handler)
 			}
 			if diff := cmp.Diff(tt.calls, calls); diff != "" {
 				t.Errorf("pause and resume calls (-want +got):\n%s", diff)
 			}
 			var records []string
-			for _, e := range fa.records {
+			for _, e := range fa.Records {
 				records = append(records, e.Outcome+" "+e.Stream+" "+e.Detail)
 			}
 			if diff := cmp.Diff(tt.records, records); diff != "" {
@@ -100,10 +102,10 @@ func TestPartitionsPauseFlags(t *testing.T) {
 			stderrHas: []string{"name the partitions to resume: STREAM arguments"}},
 		{name: "a bad glob", args: []string{"partitions", "pause", "--key", "client-[1", "--reason", "r", "--yes"}, code: cmdutil.ExitUsage,
 			stderrHas: []string{"invalid value for --key"}},
-		{name: "several handlers", args: with("--reason", "r"), fa: func(f *fakeAdmin) { f.handlers = []string{"OrderProjector", "Mailer"} },
+		{name: "several handlers", args: with("--reason", "r"), fa: func(f *cmdtest.FakeAdmin) { f.HandlerNames = []string{"OrderProjector", "Mailer"} },
 			code: cmdutil.ExitUsage, stderrHas: []string{"order:client-2 has 2 handlers (OrderProjector, Mailer): pass --handler"}},
 		{name: "several handlers in a selected category", args: []string{"partitions", "pause", "--category", "order", "--reason", "r", "--yes"},
-			fa:   func(f *fakeAdmin) { f.handlers = []string{"OrderProjector", "Mailer"} },
+			fa:   func(f *cmdtest.FakeAdmin) { f.HandlerNames = []string{"OrderProjector", "Mailer"} },
 			code: cmdutil.ExitUsage, stderrHas: []string{"order has 2 handlers (OrderProjector, Mailer): pass --handler"}},
 	})
 }
@@ -112,23 +114,23 @@ func TestPartitionsPauseFlags(t *testing.T) {
 // carries the reason, the duration and who runs the command.
 func TestPartitionsPauseOne(t *testing.T) {
 	fa := pauseAdmin()
-	r := runOps(t, fa, inPipe, "", "partitions", "pause", "order:client-2", "--reason", "repair, OPS-42", "--for", "90s", "--yes")
-	checkResult(t, r, 0, "", []string{"✓ Paused order:client-2 for OrderProjector until 2025-01-31T10:01:30Z (1m30s), when it ends by itself",
+	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "pause", "order:client-2", "--reason", "repair, OPS-42", "--for", "90s", "--yes")
+	cmdtest.CheckResult(t, r, 0, "", []string{"✓ Paused order:client-2 for OrderProjector until 2025-01-31T10:01:30Z (1m30s), when it ends by itself",
 		"Resume it with 'seqctl partitions resume order:client-2 --handler OrderProjector'"}, nil)
-	if len(fa.pauseCalls) != 1 {
-		t.Fatalf("calls = %+v", fa.pauseCalls)
+	if len(fa.PauseCalls) != 1 {
+		t.Fatalf("calls = %+v", fa.PauseCalls)
 	}
-	req := fa.pauseCalls[0].Req
+	req := fa.PauseCalls[0].Req
 	if req.Stream != "order:client-2" || req.Handler != "OrderProjector" || req.Reason != "repair, OPS-42" || req.For != 90*time.Second ||
 		req.Actor.Command != "partitions pause" || req.Actor.User == "" {
 		t.Errorf("request = %+v", req)
 	}
 
-	r = runOps(t, pauseAdmin(), inPipe, "", "partitions", "pause", "order:client-3", "--handler", "OrderProjector", "--reason", "r", "--yes")
-	checkResult(t, r, 0, "", []string{"Paused order:client-3 for OrderProjector until resumed", "It replaced the previous pause."}, nil)
+	r = cmdtest.RunOps(t, pauseAdmin(), cmdtest.InPipe, "", "partitions", "pause", "order:client-3", "--handler", "OrderProjector", "--reason", "r", "--yes")
+	cmdtest.CheckResult(t, r, 0, "", []string{"Paused order:client-3 for OrderProjector until resumed", "It replaced the previous pause."}, nil)
 
-	r = runOps(t, pauseAdmin(), inPipe, "", "partitions", "resume", "order:client-3", "--yes")
-	checkResult(t, r, 0, "", []string{"✓ Resumed order:client-3 for OrderProjector: its owner starts its next event at once."}, nil)
+	r = cmdtest.RunOps(t, pauseAdmin(), cmdtest.InPipe, "", "partitions", "resume", "order:client-3", "--yes")
+	cmdtest.CheckResult(t, r, 0, "", []string{"✓ Resumed order:client-3 for OrderProjector: its owner starts its next event at once."}, nil)
 }
 
 // Confirmation as for 'head skip': without a terminal and --yes nothing changes, exit 2,
@@ -140,14 +142,14 @@ func TestPartitionsPauseConfirmation(t *testing.T) {
 			stderrHas: []string{"refusing to pause order:client-2 for OrderProjector without confirmation: stdin is not a terminal, pass --yes"},
 			records:   []string{"refused order:client-2 no terminal and no --yes"}},
 		{name: "no terminal, several", args: []string{"partitions", "resume", "--category", "order"}, code: cmdutil.ExitUsage,
-			fa:        func(f *fakeAdmin) { f.partitions[0].Pause = &engine.PauseRecord{Reason: "x"} }, // client-2 paused too
+			fa:        func(f *cmdtest.FakeAdmin) { f.Partitions[0].Pause = &engine.PauseRecord{Reason: "x"} }, // client-2 paused too
 			stderrHas: []string{"refusing to resume 2 partitions without confirmation"},
 			records:   []string{"refused  2 partitions (order:client-2, order:client-3); no terminal and no --yes"}},
-		{name: "terminal, yes", args: []string{"partitions", "pause", "order:client-2", "--reason", "r"}, tm: onTTY, stdin: "y\n",
+		{name: "terminal, yes", args: []string{"partitions", "pause", "order:client-2", "--reason", "r"}, tm: cmdtest.OnTTY, stdin: "y\n",
 			stderrHas: []string{"order:client-2 for OrderProjector (running, backlog 121)", "The event in flight finishes and no other starts, until resumed",
 				"Pause order:client-2 for OrderProjector? [y/N]"},
 			calls: []string{"pause order:client-2 OrderProjector"}},
-		{name: "terminal, no", args: []string{"partitions", "pause", "order:client-2", "--reason", "r"}, tm: onTTY, stdin: "n\n", code: cmdutil.ExitFailure,
+		{name: "terminal, no", args: []string{"partitions", "pause", "order:client-2", "--reason", "r"}, tm: cmdtest.OnTTY, stdin: "n\n", code: cmdutil.ExitFailure,
 			stderrHas: []string{cmdutil.CancelledText}, records: []string{"declined order:client-2 " + cmdutil.CancelledText}},
 	})
 }
@@ -169,8 +171,8 @@ func TestPartitionsPauseDryRun(t *testing.T) {
 			stdoutHas: []string{"Would resume 2 partitions:", "  resume   order:client-3 for OrderProjector (paused", "  refused  order:client-2 for OrderProjector: not paused"}},
 	})
 	fa := pauseAdmin()
-	r := runOps(t, fa, inPipe, "", "partitions", "pause", "order:client-1", "order:client-2", "--reason", "r", "--dry-run", "-o", "json")
-	checkResult(t, r, 0, "", nil, nil)
+	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "pause", "order:client-1", "order:client-2", "--reason", "r", "--dry-run", "-o", "json")
+	cmdtest.CheckResult(t, r, 0, "", nil, nil)
 	var got []map[string]any
 	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
 		t.Fatalf("%v\n%s", err, r.Stdout)
@@ -183,8 +185,8 @@ func TestPartitionsPauseDryRun(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("dry run -o json (-want +got):\n%s", diff)
 	}
-	if len(fa.pauseCalls) != 0 || len(fa.records) != 0 {
-		t.Errorf("the dry run acted or recorded: %+v %+v", fa.pauseCalls, fa.records)
+	if len(fa.PauseCalls) != 0 || len(fa.Records) != 0 {
+		t.Errorf("the dry run acted or recorded: %+v %+v", fa.PauseCalls, fa.Records)
 	}
 }
 
@@ -192,7 +194,7 @@ func TestPartitionsPauseDryRun(t *testing.T) {
 // the others and the command exits with the status of the first refusal: 4 for a halted
 // partition, 3 for one not paused or an unknown handler.
 func TestPartitionsPauseMany(t *testing.T) {
-	halted := func(f *fakeAdmin) { f.pauseErrs = map[string]error{"order:client-1": errHaltedClient1} }
+	halted := func(f *cmdtest.FakeAdmin) { f.PauseErrs = map[string]error{"order:client-1": errHaltedClient1} }
 	unknown := &admin.NotFoundError{What: "handler", Name: `"Nope" of order`, Hint: "the handlers of order are OrderProjector"}
 	runPauseCases(t, []pauseCase{
 		{name: "by selector, one halted", args: []string{"partitions", "pause", "--key", "client-*", "--reason", "r", "--yes"}, fa: halted, code: cmdutil.ExitConflict,
@@ -209,18 +211,18 @@ func TestPartitionsPauseMany(t *testing.T) {
 		{name: "one halted", args: []string{"partitions", "pause", "order:client-1", "--reason", "r", "--yes"}, fa: halted, code: cmdutil.ExitConflict,
 			stderrHas: []string{"seqctl: engine: partition halted: order:client-1 is halted"}, calls: []string{"pause order:client-1 OrderProjector"}},
 		{name: "not paused", args: []string{"partitions", "resume", "order:client-2", "order:client-3", "--yes"}, code: cmdutil.ExitNotFound,
-			fa:        func(f *fakeAdmin) { f.pauseErrs = map[string]error{"order:client-2": errNotPaused} },
+			fa:        func(f *cmdtest.FakeAdmin) { f.PauseErrs = map[string]error{"order:client-2": errNotPaused} },
 			stdoutHas: []string{"refused  order:client-2 for OrderProjector: engine: partition is not paused", "resumed  order:client-3 for OrderProjector\n", "✓ Resumed 1 of 2 partitions"},
 			stderrHas: []string{"1 of 2 partitions were not resumed"},
 			calls:     []string{"resume order:client-2 OrderProjector", "resume order:client-3 OrderProjector"}},
 		{name: "unknown handler", args: []string{"partitions", "pause", "order:client-2", "--handler", "Nope", "--reason", "r", "--yes"}, code: cmdutil.ExitNotFound,
-			fa: func(f *fakeAdmin) { f.pauseErrs = map[string]error{"order:client-2": unknown} }, stderrHas: []string{`handler "Nope" of order not found`},
+			fa: func(f *cmdtest.FakeAdmin) { f.PauseErrs = map[string]error{"order:client-2": unknown} }, stderrHas: []string{`handler "Nope" of order not found`},
 			calls: []string{"pause order:client-2 Nope"}},
 		{name: "a selection of nothing", args: []string{"partitions", "resume", "--key", "client-2*", "--yes"}, code: cmdutil.ExitNotFound,
 			stderrHas: []string{"no paused partition matches --key client-2*: nothing to resume"}},
 		{name: "Redis gone half-way stops", args: []string{"partitions", "pause", "order:client-2", "order:client-3", "order:client-10", "--reason", "r", "--yes"},
-			fa: func(f *fakeAdmin) {
-				f.pauseErrs = map[string]error{"order:client-3": fmt.Errorf("%w: EOF", engine.ErrRedisUnavailable)}
+			fa: func(f *cmdtest.FakeAdmin) {
+				f.PauseErrs = map[string]error{"order:client-3": fmt.Errorf("%w: EOF", engine.ErrRedisUnavailable)}
 			},
 			code: cmdutil.ExitFailure, stdoutHas: []string{"paused   order:client-2"},
 			stderrHas: []string{"paused 1 of 3 partitions (0 refused); order:client-3 for OrderProjector failed", "the connection failed during the pause"},
@@ -272,9 +274,9 @@ func TestPartitionsPauseJSON(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fa := pauseAdmin()
-			fa.pauseErrs = map[string]error{"order:client-1": errHaltedClient1}
-			r := runOps(t, fa, inPipe, "", append(append([]string{"partitions", "pause"}, tt.args...), "--reason", "r", "--yes", "-o", "json")...)
-			checkResult(t, r, tt.code, "", nil, []string{"engine: partition halted"})
+			fa.PauseErrs = map[string]error{"order:client-1": errHaltedClient1}
+			r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", append(append([]string{"partitions", "pause"}, tt.args...), "--reason", "r", "--yes", "-o", "json")...)
+			cmdtest.CheckResult(t, r, tt.code, "", nil, []string{"engine: partition halted"})
 			if diff := cmp.Diff(tt.want, r.Stdout); diff != "" {
 				t.Errorf("-o json (-want +got):\n%s", diff)
 			}
@@ -286,22 +288,22 @@ func TestPartitionsPauseJSON(t *testing.T) {
 // of each handler, as text and as JSON.
 func TestPartitionsListAndInspectShowPause(t *testing.T) {
 	fa := pauseAdmin()
-	r := runOps(t, fa, inPipe, "", "partitions", "list", "--state", "paused", "-o", "wide", "--no-headers")
-	checkResult(t, r, 0, "", []string{"  paused  order:client-3  -  -  -  bob@ops-2  resumed  tenant migration  -\n"}, nil)
-	if strings.Count(r.Stdout, "\n") != 1 || fa.filter.States[0] != admin.StatePaused {
-		t.Errorf("--state paused: filter %+v, rows:\n%s", fa.filter, r.Stdout)
+	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "list", "--state", "paused", "-o", "wide", "--no-headers")
+	cmdtest.CheckResult(t, r, 0, "", []string{"  paused  order:client-3  -  -  -  bob@ops-2  resumed  tenant migration  -\n"}, nil)
+	if strings.Count(r.Stdout, "\n") != 1 || fa.Filter.States[0] != admin.StatePaused {
+		t.Errorf("--state paused: filter %+v, rows:\n%s", fa.Filter, r.Stdout)
 	}
 
-	in := sampleInspection()
+	in := cmdtest.SampleInspection()
 	in.Stream = "order:client-3"
-	fa.inspection = in
-	fa.pauseRecs["order:client-3"].Until = t1
-	r = runOps(t, fa, inPipe, "", "partitions", "inspect", "order:client-3")
-	checkResult(t, r, 0, "", []string{
+	fa.Inspection = in
+	fa.PauseRecs["order:client-3"].Until = cmdtest.T1
+	r = cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "inspect", "order:client-3")
+	cmdtest.CheckResult(t, r, 0, "", []string{
 		"  paused      by bob@ops-2 since 2025-01-31T10:00:00Z, until 2025-01-31T10:05:00Z\n",
 		"  why         tenant migration\n",
 	}, nil)
-	r = runOps(t, fa, inPipe, "", "partitions", "inspect", "order:client-3", "-o", "json")
+	r = cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "inspect", "order:client-3", "-o", "json")
 	var got struct {
 		Handlers []struct {
 			Handler string              `json:"handler"`
@@ -309,7 +311,7 @@ func TestPartitionsListAndInspectShowPause(t *testing.T) {
 		} `json:"handlers"`
 	}
 	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil || len(got.Handlers) != 1 || got.Handlers[0].Pause == nil ||
-		got.Handlers[0].Pause.Reason != "tenant migration" || !got.Handlers[0].Pause.Until.Equal(t1) {
+		got.Handlers[0].Pause.Reason != "tenant migration" || !got.Handlers[0].Pause.Until.Equal(cmdtest.T1) {
 		t.Errorf("inspect -o json: %v %+v\n%s", err, got, r.Stdout)
 	}
 }

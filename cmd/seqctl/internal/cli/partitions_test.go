@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/google/go-cmp/cmp"
@@ -20,58 +22,58 @@ import (
 
 func TestPartitionsListParse(t *testing.T) {
 	def := PartitionsListOptions{Sort: "name", Interval: 2 * time.Second}
-	testParse(t, "partitions", newCmdPartitionsList, []parseCase[PartitionsListOptions]{
-		{name: "defaults", want: def},
-		{name: "filters", argv: []string{"--category", "order", "--handler", "P", "--halted", "--owner", "w-1"},
-			want: PartitionsListOptions{Category: "order", Handler: "P", Halted: true, Owner: "w-1", Sort: "name", Interval: 2 * time.Second}},
-		{name: "sort and watch", argv: []string{"--sort", "lag", "--watch", "--interval", "500ms"},
-			want: PartitionsListOptions{Sort: "lag", Watch: true, Interval: 500 * time.Millisecond}},
-		{name: "json", argv: []string{"-o", "json"}, want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Sort: "name", Interval: 2 * time.Second}},
-		{name: "wide, long form", argv: []string{"--output=wide"}, want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{Output: "wide"}, Sort: "name", Interval: 2 * time.Second}},
-		{name: "yaml", argv: []string{"-o", "yaml"}, want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{Output: "yaml"}, Sort: "name", Interval: 2 * time.Second}},
-		{name: "no headers", argv: []string{"--no-headers"}, want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{NoHeaders: true}, Sort: "name", Interval: 2 * time.Second}},
-		{name: "states and key", argv: []string{"--state", "running,idle", "--state", "halted", "--key", "client-1*"},
-			want: PartitionsListOptions{States: []string{"running", "idle", "halted"}, Key: "client-1*", Sort: "name", Interval: 2 * time.Second}},
-		{name: "--halted with another state", argv: []string{"--halted", "--state", "idle"}, wantErr: "--halted keeps only halted partitions and --state idle none of them"},
-		{name: "bad state", argv: []string{"--state", "stuck"}, wantErr: `invalid value for --state: unknown state "stuck": want running, idle, halted, paused, throttled or unowned`},
-		{name: "bad key glob", argv: []string{"--key", "client-[1"}, wantErr: `invalid value for --key: invalid key pattern "client-[1"`},
-		{name: "sort by backlog", argv: []string{"--sort", "backlog"}, want: PartitionsListOptions{Sort: "backlog", Interval: 2 * time.Second}},
-		{name: "bad output", argv: []string{"-o", "csv"}, wantErr: `invalid value "csv" for --output: want table, wide, json or yaml`},
-		{name: "bad sort", argv: []string{"--sort", "size"}, wantErr: `invalid value "size" for --sort`},
-		{name: "bad interval", argv: []string{"--interval", "0s"}, wantErr: "--interval must be positive"},
-		{name: "argument", argv: []string{"order:a"}, wantErr: `unexpected argument "order:a"`},
-		{name: "unknown flag", argv: []string{"--stale"}, wantErr: "unknown flag: --stale"},
-	}, ignoreOpsInputs(PartitionsListOptions{}))
+	cmdtest.TestParse(t, "partitions", newCmdPartitionsList, []cmdtest.ParseCase[PartitionsListOptions]{
+		{Name: "defaults", Want: def},
+		{Name: "filters", Argv: []string{"--category", "order", "--handler", "P", "--halted", "--owner", "w-1"},
+			Want: PartitionsListOptions{Category: "order", Handler: "P", Halted: true, Owner: "w-1", Sort: "name", Interval: 2 * time.Second}},
+		{Name: "sort and watch", Argv: []string{"--sort", "lag", "--watch", "--interval", "500ms"},
+			Want: PartitionsListOptions{Sort: "lag", Watch: true, Interval: 500 * time.Millisecond}},
+		{Name: "json", Argv: []string{"-o", "json"}, Want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Sort: "name", Interval: 2 * time.Second}},
+		{Name: "wide, long form", Argv: []string{"--output=wide"}, Want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{Output: "wide"}, Sort: "name", Interval: 2 * time.Second}},
+		{Name: "yaml", Argv: []string{"-o", "yaml"}, Want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{Output: "yaml"}, Sort: "name", Interval: 2 * time.Second}},
+		{Name: "no headers", Argv: []string{"--no-headers"}, Want: PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{NoHeaders: true}, Sort: "name", Interval: 2 * time.Second}},
+		{Name: "states and key", Argv: []string{"--state", "running,idle", "--state", "halted", "--key", "client-1*"},
+			Want: PartitionsListOptions{States: []string{"running", "idle", "halted"}, Key: "client-1*", Sort: "name", Interval: 2 * time.Second}},
+		{Name: "--halted with another state", Argv: []string{"--halted", "--state", "idle"}, WantErr: "--halted keeps only halted partitions and --state idle none of them"},
+		{Name: "bad state", Argv: []string{"--state", "stuck"}, WantErr: `invalid value for --state: unknown state "stuck": want running, idle, halted, paused, throttled or unowned`},
+		{Name: "bad key glob", Argv: []string{"--key", "client-[1"}, WantErr: `invalid value for --key: invalid key pattern "client-[1"`},
+		{Name: "sort by backlog", Argv: []string{"--sort", "backlog"}, Want: PartitionsListOptions{Sort: "backlog", Interval: 2 * time.Second}},
+		{Name: "bad output", Argv: []string{"-o", "csv"}, WantErr: `invalid value "csv" for --output: want table, wide, json or yaml`},
+		{Name: "bad sort", Argv: []string{"--sort", "size"}, WantErr: `invalid value "size" for --sort`},
+		{Name: "bad interval", Argv: []string{"--interval", "0s"}, WantErr: "--interval must be positive"},
+		{Name: "argument", Argv: []string{"order:a"}, WantErr: `unexpected argument "order:a"`},
+		{Name: "unknown flag", Argv: []string{"--stale"}, WantErr: "unknown flag: --stale"},
+	}, cmdtest.IgnoreOpsInputs(PartitionsListOptions{}))
 }
 
 func TestPartitionsListRun(t *testing.T) {
-	testRun(t, func() *fakeAdmin { return &fakeAdmin{partitions: samplePartitions()} }, []runCase{
-		{name: "terminal table", args: []string{"partitions", "list"}, tm: onTTY, golden: "testdata/ops/partitions-list.tty.golden"},
-		{name: "pipe rows", args: []string{"partitions", "list"}, tm: inPipe, golden: "testdata/ops/partitions-list.pipe.golden"},
-		{name: "wide", args: []string{"partitions", "list", "-o", "wide"}, tm: onTTY, golden: "testdata/ops/partitions-list.wide.golden"},
-		{name: "json", args: []string{"partitions", "list", "-o", "json"}, tm: onTTY, golden: "testdata/ops/partitions-list.json.golden"},
-		{name: "sorted by lag", args: []string{"partitions", "list", "--sort", "lag"}, tm: inPipe, golden: "testdata/ops/partitions-list.lag.golden"},
-		{name: "sorted by age", args: []string{"partitions", "list", "--sort", "age"}, tm: inPipe, golden: "testdata/ops/partitions-list.age.golden"},
-		{name: "yaml", args: []string{"partitions", "list", "-o", "yaml"}, tm: inPipe, golden: "testdata/ops/partitions-list.yaml.golden"},
-		{name: "-o table in a pipe keeps its header", args: []string{"partitions", "list", "-o", "table"}, tm: inPipe, golden: "testdata/ops/partitions-list.table-pipe.golden"},
-		{name: "--no-headers on a terminal", args: []string{"partitions", "list", "--no-headers"}, tm: onTTY, golden: "testdata/ops/partitions-list.no-headers.golden"},
-		{name: "-o wide in a pipe is the wide table", args: []string{"partitions", "list", "-o", "wide", "--no-headers"}, tm: inPipe,
-			stdoutHas: []string{"5m30s  halted   order:client-1   1738317600000-0  3  projector: total must be positive …  -  -  -  -\n"}},
+	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{Partitions: cmdtest.SamplePartitions()} }, []cmdtest.RunCase{
+		{Name: "terminal table", Args: []string{"partitions", "list"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/partitions-list.tty.golden"},
+		{Name: "pipe rows", Args: []string{"partitions", "list"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/partitions-list.pipe.golden"},
+		{Name: "wide", Args: []string{"partitions", "list", "-o", "wide"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/partitions-list.wide.golden"},
+		{Name: "json", Args: []string{"partitions", "list", "-o", "json"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/partitions-list.json.golden"},
+		{Name: "sorted by lag", Args: []string{"partitions", "list", "--sort", "lag"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/partitions-list.lag.golden"},
+		{Name: "sorted by age", Args: []string{"partitions", "list", "--sort", "age"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/partitions-list.age.golden"},
+		{Name: "yaml", Args: []string{"partitions", "list", "-o", "yaml"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/partitions-list.yaml.golden"},
+		{Name: "-o table in a pipe keeps its header", Args: []string{"partitions", "list", "-o", "table"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/partitions-list.table-pipe.golden"},
+		{Name: "--no-headers on a terminal", Args: []string{"partitions", "list", "--no-headers"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/partitions-list.no-headers.golden"},
+		{Name: "-o wide in a pipe is the wide table", Args: []string{"partitions", "list", "-o", "wide", "--no-headers"}, TTY: cmdtest.InPipe,
+			StdoutHas: []string{"5m30s  halted   order:client-1   1738317600000-0  3  projector: total must be positive …  -  -  -  -\n"}},
 		{
-			name: "state and key filters reach the admin", args: []string{"partitions", "list", "--state", "idle,halted", "--key", "client-1*"},
-			tm: inPipe, fa: &fakeAdmin{}, wantFilter: admin.Filter{States: []admin.State{admin.StateIdle, admin.StateHalted}, KeyGlob: "client-1*"},
+			Name: "state and key filters reach the admin", Args: []string{"partitions", "list", "--state", "idle,halted", "--key", "client-1*"},
+			TTY: cmdtest.InPipe, FA: &cmdtest.FakeAdmin{}, WantFilter: admin.Filter{States: []admin.State{admin.StateIdle, admin.StateHalted}, KeyGlob: "client-1*"},
 		},
 		{
-			name: "filters reach the admin", args: []string{"partitions", "list", "--halted", "--handler", "P", "--category", "order", "--owner", "w"},
-			tm: inPipe, fa: &fakeAdmin{}, wantFilter: admin.Filter{Category: "order", Handler: "P", Halted: true, Owner: "w"},
+			Name: "filters reach the admin", Args: []string{"partitions", "list", "--halted", "--handler", "P", "--category", "order", "--owner", "w"},
+			TTY: cmdtest.InPipe, FA: &cmdtest.FakeAdmin{}, WantFilter: admin.Filter{Category: "order", Handler: "P", Halted: true, Owner: "w"},
 		},
-		{name: "nothing on a terminal", args: []string{"partitions", "list"}, tm: onTTY, fa: &fakeAdmin{}, stderrHas: []string{"No partitions match."}},
-		{name: "nothing in a pipe", args: []string{"partitions", "list"}, tm: inPipe, fa: &fakeAdmin{}},
-		{name: "empty json is an array", args: []string{"partitions", "list", "-o", "json"}, tm: inPipe, fa: &fakeAdmin{partitions: []admin.Partition{}}, stdoutHas: []string{"[]"}},
+		{Name: "nothing on a terminal", Args: []string{"partitions", "list"}, TTY: cmdtest.OnTTY, FA: &cmdtest.FakeAdmin{}, StderrHas: []string{"No partitions match."}},
+		{Name: "nothing in a pipe", Args: []string{"partitions", "list"}, TTY: cmdtest.InPipe, FA: &cmdtest.FakeAdmin{}},
+		{Name: "empty json is an array", Args: []string{"partitions", "list", "-o", "json"}, TTY: cmdtest.InPipe, FA: &cmdtest.FakeAdmin{Partitions: []admin.Partition{}}, StdoutHas: []string{"[]"}},
 		{
-			name: "redis down", args: []string{"partitions", "list"}, tm: inPipe, code: cmdutil.ExitFailure,
-			fa:        &fakeAdmin{listErr: errors.New("engine: redis unavailable: dial tcp: connection refused")},
-			stderrHas: []string{"seqctl: engine: redis unavailable"},
+			Name: "redis down", Args: []string{"partitions", "list"}, TTY: cmdtest.InPipe, Code: cmdutil.ExitFailure,
+			FA:        &cmdtest.FakeAdmin{ListErr: errors.New("engine: redis unavailable: dial tcp: connection refused")},
+			StderrHas: []string{"seqctl: engine: redis unavailable"},
 		},
 	})
 }
@@ -92,20 +94,20 @@ func TestPartitionsListTellsGenerationsApart(t *testing.T) {
 	tests := []struct {
 		name      string
 		args      []string
-		tm        ttyMode
+		tm        cmdtest.TTYMode
 		fits120   bool     // every line fits in 120 columns and the two rows differ but for the key
 		stdoutHas []string // the whole numbers, where they are kept
 	}{
-		{name: "terminal", args: []string{"partitions", "list"}, tm: onTTY, fits120: true},
-		{name: "-o table in a pipe", args: []string{"partitions", "list", "-o", "table"}, tm: inPipe, fits120: true},
-		{name: "pipe rows", args: []string{"partitions", "list"}, tm: inPipe, stdoutHas: []string{"\t1796123456789012\t", "\t1796123456789047\t"}},
-		{name: "wide", args: []string{"partitions", "list", "-o", "wide"}, tm: onTTY, stdoutHas: []string{" 1796123456789012 ", " 1796123456789047 "}},
-		{name: "json", args: []string{"partitions", "list", "-o", "json"}, tm: inPipe, stdoutHas: []string{`"generation": 1796123456789012,`, `"generation": 1796123456789047,`}},
+		{name: "terminal", args: []string{"partitions", "list"}, tm: cmdtest.OnTTY, fits120: true},
+		{name: "-o table in a pipe", args: []string{"partitions", "list", "-o", "table"}, tm: cmdtest.InPipe, fits120: true},
+		{name: "pipe rows", args: []string{"partitions", "list"}, tm: cmdtest.InPipe, stdoutHas: []string{"\t1796123456789012\t", "\t1796123456789047\t"}},
+		{name: "wide", args: []string{"partitions", "list", "-o", "wide"}, tm: cmdtest.OnTTY, stdoutHas: []string{" 1796123456789012 ", " 1796123456789047 "}},
+		{name: "json", args: []string{"partitions", "list", "-o", "json"}, tm: cmdtest.InPipe, stdoutHas: []string{`"generation": 1796123456789012,`, `"generation": 1796123456789047,`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := runOps(t, &fakeAdmin{partitions: ps()}, tt.tm, "", tt.args...)
-			checkResult(t, r, 0, "", tt.stdoutHas, nil)
+			r := cmdtest.RunOps(t, &cmdtest.FakeAdmin{Partitions: ps()}, tt.tm, "", tt.args...)
+			cmdtest.CheckResult(t, r, 0, "", tt.stdoutHas, nil)
 			if !tt.fits120 {
 				return
 			}
@@ -130,9 +132,9 @@ func TestPartitionsListTellsGenerationsApart(t *testing.T) {
 func TestPartitionsListColor(t *testing.T) {
 	ios, _, out, _ := cmdutil.NewTestIOStreams()
 	ios.IsTerminal, ios.Color = true, true
-	fa := &fakeAdmin{partitions: samplePartitions()}
-	f := &cmdutil.Factory{IOStreams: ios, OpenAdmin: fa.opener()}
-	if code := run(context.Background(), f, []string{"partitions", "list"}); code != 0 {
+	fa := &cmdtest.FakeAdmin{Partitions: cmdtest.SamplePartitions()}
+	f := &cmdutil.Factory{IOStreams: ios, OpenAdmin: fa.Opener()}
+	if code := cmdtest.RunRoot(context.Background(), f, []string{"partitions", "list"}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	if !strings.Contains(out.String(), cmdutil.AnsiRed+"halted"+cmdutil.AnsiReset) {
@@ -140,7 +142,7 @@ func TestPartitionsListColor(t *testing.T) {
 	}
 	out.Reset()
 	ios.Color = true
-	if code := run(context.Background(), f, []string{"partitions", "list", "--no-color"}); code != 0 {
+	if code := cmdtest.RunRoot(context.Background(), f, []string{"partitions", "list", "--no-color"}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	if strings.Contains(out.String(), "\x1b[") {
@@ -149,27 +151,27 @@ func TestPartitionsListColor(t *testing.T) {
 }
 
 func TestPartitionsListWatch(t *testing.T) {
-	for _, tm := range []ttyMode{onTTY, inPipe} {
+	for _, tm := range []cmdtest.TTYMode{cmdtest.OnTTY, cmdtest.InPipe} {
 		ios, _, out, _ := cmdutil.NewTestIOStreams()
-		ios.IsTerminal = tm.out
+		ios.IsTerminal = tm.Out
 		ctx, cancel := context.WithCancel(context.Background())
-		fa := &fakeAdmin{partitions: samplePartitions()[:1], onList: func(n int) {
+		fa := &cmdtest.FakeAdmin{Partitions: cmdtest.SamplePartitions()[:1], OnList: func(n int) {
 			if n == 3 {
 				cancel()
 			}
 		}}
-		opts := &PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{IO: ios, Ctx: ctx, Admin: fa.opener()},
+		opts := &PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{IO: ios, Ctx: ctx, Admin: fa.Opener()},
 			Sort: "name", Watch: true, Interval: time.Millisecond}
 		if err := cmdutil.RunWithAdmin(opts, partitionsListRun); err != nil {
 			t.Fatal(err)
 		}
-		if fa.listCalls != 3 {
-			t.Errorf("terminal %v: %d refreshes, want 3", tm.out, fa.listCalls)
+		if fa.ListCalls != 3 {
+			t.Errorf("terminal %v: %d refreshes, want 3", tm.Out, fa.ListCalls)
 		}
 		if got := strings.Count(out.String(), "client-2"); got != 2 {
-			t.Errorf("terminal %v: %d lists printed, want 2 (the third call was interrupted):\n%s", tm.out, got, out.String())
+			t.Errorf("terminal %v: %d lists printed, want 2 (the third call was interrupted):\n%s", tm.Out, got, out.String())
 		}
-		if tm.out && !strings.Contains(out.String(), "\x1b[H\x1b[2J") {
+		if tm.Out && !strings.Contains(out.String(), "\x1b[H\x1b[2J") {
 			t.Errorf("a terminal watch does not redraw in place")
 		}
 	}
@@ -181,27 +183,27 @@ func TestPartitionsListWatch(t *testing.T) {
 func TestPartitionsListWatchNDJSON(t *testing.T) {
 	ios, _, out, _ := cmdutil.NewTestIOStreams()
 	ctx, cancel := context.WithCancel(context.Background())
-	fa := &fakeAdmin{partitions: samplePartitions()[:3]}
-	fa.onList = func(n int) {
+	fa := &cmdtest.FakeAdmin{Partitions: cmdtest.SamplePartitions()[:3]}
+	fa.OnList = func(n int) {
 		switch n {
 		case 1: // only the lease and head age move: nothing to print
-			fa.partitions[0].LeaseRemainingMS -= 1000
-			fa.partitions[1].HeadAgeMS += 1000
+			fa.Partitions[0].LeaseRemainingMS -= 1000
+			fa.Partitions[1].HeadAgeMS += 1000
 		case 2: // client-2 catches up, client-3 is reaped
-			fa.partitions[1].Lag, fa.partitions[1].Backlog, fa.partitions[1].Pending, fa.partitions[1].State = 0, 0, 0, admin.StateIdle
-			fa.partitions = fa.partitions[:2]
+			fa.Partitions[1].Lag, fa.Partitions[1].Backlog, fa.Partitions[1].Pending, fa.Partitions[1].State = 0, 0, 0, admin.StateIdle
+			fa.Partitions = fa.Partitions[:2]
 		case 4: // the fourth refresh is interrupted: nothing of it is printed
 			cancel()
 		}
 	}
 	n := 0
-	opts := &PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{IO: ios, Output: "json", Ctx: ctx, Admin: fa.opener()},
+	opts := &PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{IO: ios, Output: "json", Ctx: ctx, Admin: fa.Opener()},
 		Sort: "name", Watch: true, Interval: time.Millisecond,
-		Now: func() time.Time { n++; return t0.Add(time.Duration(n) * time.Second) }}
+		Now: func() time.Time { n++; return cmdtest.T0.Add(time.Duration(n) * time.Second) }}
 	if err := cmdutil.RunWithAdmin(opts, partitionsListRun); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/ops/partitions-list.watch.ndjson.golden", out.String())
+	cmdtest.Golden(t, "testdata/ops/partitions-list.watch.ndjson.golden", out.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 5 {
 		t.Errorf("%d lines, want 5 (3 partitions, nothing for the second refresh, then a change and a removal)", len(lines))
@@ -215,19 +217,19 @@ func TestPartitionsListWatchNDJSON(t *testing.T) {
 }
 
 func TestPartitionsInspectParse(t *testing.T) {
-	testParse(t, "partitions", newCmdPartitionsInspect, []parseCase[PartitionsInspectOptions]{
-		{name: "stream", argv: []string{"order:client-1"}, want: PartitionsInspectOptions{Stream: "order:client-1"}},
-		{name: "handler and json", argv: []string{"order:client-1", "--handler", "P", "-o", "json"},
-			want: PartitionsInspectOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Stream: "order:client-1", Handler: "P"}},
-		{name: "global flags before the command", argv: []string{"order:c", "--redis-url", "redis://x:1/0", "--config", "d.toml"},
-			want: PartitionsInspectOptions{Stream: "order:c"}},
-		{name: "no stream", argv: nil, wantErr: "missing the STREAM argument"},
-		{name: "two streams", argv: []string{"a:b", "c:d"}, wantErr: `unexpected argument "c:d"`},
-	}, ignoreOpsInputs(PartitionsInspectOptions{}))
+	cmdtest.TestParse(t, "partitions", newCmdPartitionsInspect, []cmdtest.ParseCase[PartitionsInspectOptions]{
+		{Name: "stream", Argv: []string{"order:client-1"}, Want: PartitionsInspectOptions{Stream: "order:client-1"}},
+		{Name: "handler and json", Argv: []string{"order:client-1", "--handler", "P", "-o", "json"},
+			Want: PartitionsInspectOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Stream: "order:client-1", Handler: "P"}},
+		{Name: "global flags before the command", Argv: []string{"order:c", "--redis-url", "redis://x:1/0", "--config", "d.toml"},
+			Want: PartitionsInspectOptions{Stream: "order:c"}},
+		{Name: "no stream", Argv: nil, WantErr: "missing the STREAM argument"},
+		{Name: "two streams", Argv: []string{"a:b", "c:d"}, WantErr: `unexpected argument "c:d"`},
+	}, cmdtest.IgnoreOpsInputs(PartitionsInspectOptions{}))
 	// The global flags land in the factory.
-	f := testFactory()
+	f := cmdtest.TestFactory()
 	cmd := newCmdPartitionsInspect(f, func(*PartitionsInspectOptions) error { return nil })
-	if err := parseOps(t, f, "partitions", cmd, "order:c", "--redis-url", "rediss://h:6380/1", "--config", "d.toml", "--no-color"); err != nil {
+	if err := cmdtest.ParseOps(t, f, "partitions", cmd, "order:c", "--redis-url", "rediss://h:6380/1", "--config", "d.toml", "--no-color"); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(cmdutil.GlobalOptions{ConfigPath: "d.toml", RedisURL: "rediss://h:6380/1", NoColor: true}, f.Global); diff != "" {
@@ -236,19 +238,19 @@ func TestPartitionsInspectParse(t *testing.T) {
 }
 
 func TestPartitionsInspectRun(t *testing.T) {
-	testRun(t, func() *fakeAdmin { return &fakeAdmin{inspection: sampleInspection()} }, []runCase{
-		{name: "terminal", args: []string{"partitions", "inspect", "order:client-1"}, tm: onTTY, golden: "testdata/ops/partitions-inspect.tty.golden"},
-		{name: "pipe", args: []string{"partitions", "inspect", "order:client-1"}, tm: inPipe, golden: "testdata/ops/partitions-inspect.pipe.golden"},
-		{name: "json", args: []string{"partitions", "inspect", "order:client-1", "-o", "json"}, tm: inPipe, golden: "testdata/ops/partitions-inspect.json.golden"},
+	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{Inspection: cmdtest.SampleInspection()} }, []cmdtest.RunCase{
+		{Name: "terminal", Args: []string{"partitions", "inspect", "order:client-1"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/partitions-inspect.tty.golden"},
+		{Name: "pipe", Args: []string{"partitions", "inspect", "order:client-1"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/partitions-inspect.pipe.golden"},
+		{Name: "json", Args: []string{"partitions", "inspect", "order:client-1", "-o", "json"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/partitions-inspect.json.golden"},
 		{
-			name: "not found", args: []string{"partitions", "inspect", "order:nope"}, tm: inPipe, code: cmdutil.ExitNotFound,
-			fa:        &fakeAdmin{inspectErr: &admin.NotFoundError{What: "partition", Name: "order:nope"}},
-			stderrHas: []string{"seqctl: partition order:nope not found"},
+			Name: "not found", Args: []string{"partitions", "inspect", "order:nope"}, TTY: cmdtest.InPipe, Code: cmdutil.ExitNotFound,
+			FA:        &cmdtest.FakeAdmin{InspectErr: &admin.NotFoundError{What: "partition", Name: "order:nope"}},
+			StderrHas: []string{"seqctl: partition order:nope not found"},
 		},
 		{
-			name: "invalid stream", args: []string{"partitions", "inspect", "order:a:b"}, tm: inPipe, code: cmdutil.ExitUsage,
-			fa:        &fakeAdmin{inspectErr: errors.Join(admin.ErrInvalidStream, &engine.InvalidKeyError{Key: "x"})},
-			stderrHas: []string{"invalid stream name"},
+			Name: "invalid stream", Args: []string{"partitions", "inspect", "order:a:b"}, TTY: cmdtest.InPipe, Code: cmdutil.ExitUsage,
+			FA:        &cmdtest.FakeAdmin{InspectErr: errors.Join(admin.ErrInvalidStream, &engine.InvalidKeyError{Key: "x"})},
+			StderrHas: []string{"invalid stream name"},
 		},
 	})
 }
@@ -260,7 +262,7 @@ func TestWideTableColourKeepsAlignment(t *testing.T) {
 		ios, _, out, _ := cmdutil.NewTestIOStreams()
 		ios.IsTerminal, ios.Color = true, color
 		opts := &PartitionsListOptions{OpsOptions: cmdutil.OpsOptions{IO: ios, Output: "wide"}, Sort: "name"}
-		if err := printPartitions(opts, samplePartitions()); err != nil {
+		if err := printPartitions(opts, cmdtest.SamplePartitions()); err != nil {
 			t.Fatal(err)
 		}
 		return out.String()

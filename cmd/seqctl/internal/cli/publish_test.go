@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
@@ -32,35 +34,35 @@ import (
 )
 
 func TestPublishParse(t *testing.T) {
-	testParse(t, "", newCmdPublish, []parseCase[PublishOptions]{
+	cmdtest.TestParse(t, "", newCmdPublish, []cmdtest.ParseCase[PublishOptions]{
 		{
-			name: "one event",
-			argv: []string{"--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`, "--priority", "-1", "--id", "e-1"},
-			want: PublishOptions{ConfigPath: "domain.toml", Event: "OrderPlaced", Data: `{"client_id":"c-1"}`, Priority: -1, ID: "e-1", RetryFor: 15 * time.Second},
+			Name: "one event",
+			Argv: []string{"--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`, "--priority", "-1", "--id", "e-1"},
+			Want: PublishOptions{ConfigPath: "domain.toml", Event: "OrderPlaced", Data: `{"client_id":"c-1"}`, Priority: -1, ID: "e-1", RetryFor: 15 * time.Second},
 		},
 		{
-			name: "a file of payloads",
-			argv: []string{"--config", "d.toml", "-e", "OrderPlaced", "-d", "@orders.jsonl", "-o", "json", "--redis-url", "redis://x:1/2"},
-			want: PublishOptions{ConfigPath: "d.toml", Event: "OrderPlaced", Data: "@orders.jsonl", Output: "json", Redis: redisconn.Flags{URL: "redis://x:1/2"}, RetryFor: 15 * time.Second},
+			Name: "a file of payloads",
+			Argv: []string{"--config", "d.toml", "-e", "OrderPlaced", "-d", "@orders.jsonl", "-o", "json", "--redis-url", "redis://x:1/2"},
+			Want: PublishOptions{ConfigPath: "d.toml", Event: "OrderPlaced", Data: "@orders.jsonl", Output: "json", Redis: redisconn.Flags{URL: "redis://x:1/2"}, RetryFor: 15 * time.Second},
 		},
 		{
-			name: "a file of event lines",
-			argv: []string{"--data", "@-", "--retry-for", "0"},
-			want: PublishOptions{ConfigPath: "domain.toml", Data: "@-"},
+			Name: "a file of event lines",
+			Argv: []string{"--data", "@-", "--retry-for", "0"},
+			Want: PublishOptions{ConfigPath: "domain.toml", Data: "@-"},
 		},
-		{name: "no data", argv: []string{"--event", "OrderPlaced"}, wantErr: "--data is required"},
-		{name: "no event", argv: []string{"--data", "{}"}, wantErr: "--event is required"},
-		{name: "data not JSON", argv: []string{"--event", "X", "--data", "{client_id: 1}"}, wantErr: "--data is not valid JSON"},
-		{name: "data with trailing garbage", argv: []string{"--event", "X", "--data", "{} {}"}, wantErr: "--data is not valid JSON"},
-		{name: "bare @", argv: []string{"--data", "@"}, wantErr: "--data @ needs a file name"},
-		{name: "id with a file", argv: []string{"--data", "@x.jsonl", "--id", "e-1"}, wantErr: "--id names one event"},
-		{name: "bad output", argv: []string{"--event", "X", "--data", "{}", "-o", "csv"}, wantErr: `invalid value "csv" for --output`},
+		{Name: "no data", Argv: []string{"--event", "OrderPlaced"}, WantErr: "--data is required"},
+		{Name: "no event", Argv: []string{"--data", "{}"}, WantErr: "--event is required"},
+		{Name: "data not JSON", Argv: []string{"--event", "X", "--data", "{client_id: 1}"}, WantErr: "--data is not valid JSON"},
+		{Name: "data with trailing garbage", Argv: []string{"--event", "X", "--data", "{} {}"}, WantErr: "--data is not valid JSON"},
+		{Name: "bare @", Argv: []string{"--data", "@"}, WantErr: "--data @ needs a file name"},
+		{Name: "id with a file", Argv: []string{"--data", "@x.jsonl", "--id", "e-1"}, WantErr: "--id names one event"},
+		{Name: "bad output", Argv: []string{"--event", "X", "--data", "{}", "-o", "csv"}, WantErr: `invalid value "csv" for --output`},
 		{
-			name: "table output is text",
-			argv: []string{"--event", "X", "--data", "{}", "-o", "table"},
-			want: PublishOptions{ConfigPath: "domain.toml", Event: "X", Data: "{}", Output: "table", RetryFor: 15 * time.Second},
+			Name: "table output is text",
+			Argv: []string{"--event", "X", "--data", "{}", "-o", "table"},
+			Want: PublishOptions{ConfigPath: "domain.toml", Event: "X", Data: "{}", Output: "table", RetryFor: 15 * time.Second},
 		},
-		{name: "bad priority", argv: []string{"--event", "X", "--data", "{}", "--priority", "high"}, wantErr: `invalid argument "high"`},
+		{Name: "bad priority", Argv: []string{"--event", "X", "--data", "{}", "--priority", "high"}, WantErr: `invalid argument "high"`},
 	}, cmpopts.IgnoreFields(PublishOptions{}, "IO"))
 }
 
@@ -69,7 +71,7 @@ func publishFixture(t *testing.T) (*redis.Client, string, string) {
 	t.Helper()
 	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
-	return srv.Client(t), writeDomain(t, "publish"), srv.URL
+	return srv.Client(t), cmdtest.WriteDomain(t, "publish"), srv.URL
 }
 
 // keys lists every key in Redis, sorted.
@@ -87,7 +89,7 @@ func TestPublishOne(t *testing.T) {
 	rdb, cfg, url := publishFixture(t)
 	base := []string{"publish", "--config", cfg, "--redis-url", url}
 
-	res := runCLI(t, false, append(base, "--event", "OrderPlaced", "--data", `{"order_id":"o-1","client_id":"c-1"}`, "--id", "e-1")...)
+	res := cmdtest.RunCLI(t, false, append(base, "--event", "OrderPlaced", "--data", `{"order_id":"o-1","client_id":"c-1"}`, "--id", "e-1")...)
 	if res.Code != 0 {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
 	}
@@ -108,13 +110,13 @@ func TestPublishOne(t *testing.T) {
 	}
 
 	t.Run("terminal", func(t *testing.T) {
-		res := runCLI(t, true, append(base, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)...)
+		res := cmdtest.RunCLI(t, true, append(base, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)...)
 		if res.Code != 0 || !strings.HasPrefix(res.Stdout, "✓ published OrderPlaced ") || !strings.Contains(res.Stdout, " to order:c-1 as entry ") {
 			t.Errorf("exit %d, stdout %q", res.Code, res.Stdout)
 		}
 	})
 	t.Run("json, backfill lane", func(t *testing.T) {
-		res := runCLI(t, false, append(base, "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`, "--priority", "-1", "-o", "json")...)
+		res := cmdtest.RunCLI(t, false, append(base, "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`, "--priority", "-1", "-o", "json")...)
 		var got publishResult
 		if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil || res.Code != 0 {
 			t.Fatalf("exit %d, stdout %q: %v", res.Code, res.Stdout, err)
@@ -124,13 +126,13 @@ func TestPublishOne(t *testing.T) {
 		}
 	})
 	t.Run("unpartitioned category", func(t *testing.T) {
-		res := runCLI(t, false, append(base, "--event", "Audited", "--data", `{"what":"x"}`)...)
+		res := cmdtest.RunCLI(t, false, append(base, "--event", "Audited", "--data", `{"what":"x"}`)...)
 		if res.Code != 0 || !strings.HasPrefix(res.Stdout, "audit\t") {
 			t.Errorf("exit %d, stdout %q", res.Code, res.Stdout)
 		}
 	})
 	t.Run("unknown event", func(t *testing.T) {
-		res := runCLI(t, false, append(base, "--event", "Nope", "--data", `{}`)...)
+		res := cmdtest.RunCLI(t, false, append(base, "--event", "Nope", "--data", `{}`)...)
 		if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, `unknown event type "Nope" (declared events: Audited, OrderPlaced)`) {
 			t.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
 		}
@@ -142,7 +144,7 @@ func TestPublishOne(t *testing.T) {
 		{"a string payload", "OrderPlaced", `"c-1"`, `the payload is a JSON string; an event payload is a JSON object`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			res := runCLI(t, false, append(base, "--event", tt.event, "--data", tt.data)...)
+			res := cmdtest.RunCLI(t, false, append(base, "--event", tt.event, "--data", tt.data)...)
 			if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, tt.want) || strings.Contains(res.Stderr, "engine:") || strings.Contains(res.Stderr, "Go value") {
 				t.Errorf("exit %d, stderr %q; want exit 2 and %q in the user's terms", res.Code, res.Stderr, tt.want)
 			}
@@ -177,7 +179,7 @@ func TestPublishInvalidKeys(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", tt.data)
+			res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", tt.data)
 			if res.Code != cmdutil.ExitUsage {
 				t.Errorf("exit code = %d, want 2", res.Code)
 			}
@@ -205,7 +207,7 @@ func TestPublishFile(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	payloads := filepath.Join(dir, "orders.jsonl")
-	writeFile(t, payloads, `{"order_id":"o-1","client_id":"c-1"}
+	cmdtest.WriteFile(t, payloads, `{"order_id":"o-1","client_id":"c-1"}
 {"order_id":"o-2","client_id":"c-2"}
 
 {"order_id":"o-3","client_id":"a:b"}
@@ -213,7 +215,7 @@ func TestPublishFile(t *testing.T) {
 {"order_id":"o-5","client_id":"c-1"}
 `)
 	t.Run("payload lines with --event", func(t *testing.T) {
-		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+payloads)
+		res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+payloads)
 		if res.Code != cmdutil.ExitUsage {
 			t.Errorf("exit %d, want 2", res.Code)
 		}
@@ -250,7 +252,7 @@ func TestPublishFile(t *testing.T) {
 
 	t.Run("event lines, json summary", func(t *testing.T) {
 		events := filepath.Join(dir, "events.jsonl")
-		writeFile(t, events, `{"event":"OrderPlaced","data":{"client_id":"c-9"},"priority":-1}
+		cmdtest.WriteFile(t, events, `{"event":"OrderPlaced","data":{"client_id":"c-9"},"priority":-1}
 {"event":"Audited","data":{"what":"login"},"id":"audit-1"}
 {"event":"Nope","data":{}}
 {"data":{"client_id":"c-9"}}
@@ -259,7 +261,7 @@ func TestPublishFile(t *testing.T) {
 [1,2]
 {"event":"OrderPlaced","data":[1]}
 `)
-		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--data", "@"+events, "-o", "json")
+		res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--data", "@"+events, "-o", "json")
 		if res.Code != cmdutil.ExitUsage {
 			t.Errorf("exit %d, want 2", res.Code)
 		}
@@ -294,7 +296,7 @@ func TestPublishFile(t *testing.T) {
 	t.Run("stdin, all good", func(t *testing.T) {
 		ios, in, out, errOut := cmdutil.NewTestIOStreams()
 		in.WriteString(`{"client_id":"c-7"}` + "\n" + `{"client_id":"c-7"}`)
-		code := run(context.Background(), &cmdutil.Factory{IOStreams: ios, Build: testBuild},
+		code := cmdtest.RunRoot(context.Background(), &cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild},
 			[]string{"publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@-"})
 		if code != 0 || strings.Count(out.String(), "\n") != 2 || !strings.Contains(errOut.String(), "stdin: published 2 of 2 events, 0 failed") {
 			t.Errorf("exit %d\nstdout %q\nstderr %q", code, out.String(), errOut.String())
@@ -318,7 +320,7 @@ func TestPublishFile(t *testing.T) {
 	})
 
 	t.Run("missing file", func(t *testing.T) {
-		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+filepath.Join(dir, "absent.jsonl"))
+		res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+filepath.Join(dir, "absent.jsonl"))
 		if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, "no such file") {
 			t.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
 		}
@@ -329,9 +331,9 @@ func TestPublishFile(t *testing.T) {
 // it says it publishes again, and fails once --retry-for has passed.
 func TestPublishRedisDown(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
-	cfg := writeDomain(t, "publish")
+	cfg := cmdtest.WriteDomain(t, "publish")
 	for _, retry := range []string{"0", "300ms"} {
-		res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", "redis://127.0.0.1:1/0", "--retry-for", retry,
+		res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", "redis://127.0.0.1:1/0", "--retry-for", retry,
 			"--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)
 		if res.Code != cmdutil.ExitFailure || !strings.Contains(res.Stderr, "redis unavailable") {
 			t.Errorf("--retry-for %s: exit %d, stderr %q", retry, res.Code, res.Stderr)
@@ -349,17 +351,17 @@ func TestPublishFileRidesOutARedisRestart(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	cfg := writeDomain(t, "publish")
+	cfg := cmdtest.WriteDomain(t, "publish")
 	var b strings.Builder
 	for i := range 50 {
 		fmt.Fprintf(&b, `{"order_id":"o-%d","client_id":"c-%d"}`+"\n", i, i%5)
 	}
 	file := filepath.Join(t.TempDir(), "orders.jsonl")
-	writeFile(t, file, b.String())
+	cmdtest.WriteFile(t, file, b.String())
 	srv.Stop()
-	done := make(chan result, 1)
+	done := make(chan cmdtest.Result, 1)
 	go func() {
-		done <- runCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.URL, "--event", "OrderPlaced", "--data", "@"+file)
+		done <- cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.URL, "--event", "OrderPlaced", "--data", "@"+file)
 	}()
 	// Longer than go-redis's own retries of a refused dial (about 3.3 s for the pipeline
 	// of a chunk, twice a single command's), so that the command's own retry is what
@@ -384,7 +386,7 @@ func TestPublishFileRidesOutARedisRestart(t *testing.T) {
 // it fails.
 func publishOne(t *testing.T, config, url, data string) {
 	t.Helper()
-	if res := runCLI(t, false, "publish", "--config", config, "--redis-url", url, "--event", "OrderPlaced", "--data", data); res.Code != 0 {
+	if res := cmdtest.RunCLI(t, false, "publish", "--config", config, "--redis-url", url, "--event", "OrderPlaced", "--data", data); res.Code != 0 {
 		t.Fatalf("publish: exit %d: %s", res.Code, res.Stderr)
 	}
 }
@@ -395,18 +397,18 @@ func publishOne(t *testing.T, config, url, data string) {
 func TestPublishWaitsForReplicas(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	primary := redistest.Start(t)
-	domain := strings.Replace(domainText(t, "publish"), `name = "shop"`, "name = \"shop\"\n\n[broker]\nmin_replicas = 1\nreplica_timeout_ms = 300", 1)
-	cfg := writeConfig(t, domain)
+	domain := strings.Replace(cmdtest.DomainText(t, "publish"), `name = "shop"`, "name = \"shop\"\n\n[broker]\nmin_replicas = 1\nreplica_timeout_ms = 300", 1)
+	cfg := cmdtest.WriteConfig(t, domain)
 	base := []string{"publish", "--config", cfg, "--redis-url", primary.URL}
 	file := filepath.Join(t.TempDir(), "events.jsonl")
-	writeFile(t, file, "{\"client_id\":\"c-1\"}\n{\"client_id\":\"c-2\"}\n{\"client_id\":\"c-3\"}\n")
+	cmdtest.WriteFile(t, file, "{\"client_id\":\"c-1\"}\n{\"client_id\":\"c-2\"}\n{\"client_id\":\"c-3\"}\n")
 	one := append(base, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`)
 	many := append(base, "--event", "OrderPlaced", "--data", "@"+file)
 	rdb := primary.Client(t)
 	waits := func() int64 { return redistest.CommandCalls(t, rdb, "wait") }
 
 	for _, args := range [][]string{one, many} {
-		res := runCLI(t, false, args...)
+		res := cmdtest.RunCLI(t, false, args...)
 		if res.Code != cmdutil.ExitFailure || !strings.Contains(res.Stderr, "0 of the 1 required replicas") || !strings.Contains(res.Stderr, "a failover may lose") {
 			t.Errorf("%v without a replica: exit %d, stderr %q; want exit 1 naming the replicas", args[len(args)-1], res.Code, res.Stderr)
 		}
@@ -418,7 +420,7 @@ func TestPublishWaitsForReplicas(t *testing.T) {
 	redistest.StartReplica(t, primary)
 	for _, args := range [][]string{one, many} {
 		before := waits()
-		res := runCLI(t, false, args...)
+		res := cmdtest.RunCLI(t, false, args...)
 		if res.Code != 0 {
 			t.Errorf("%v with a replica: exit %d, stderr %q", args[len(args)-1], res.Code, res.Stderr)
 		}
@@ -436,7 +438,7 @@ func TestPublishTraceContext(t *testing.T) {
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	t.Setenv("TRACEPARENT", tp)
 	t.Setenv("TRACESTATE", "rojo=1")
-	if res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`); res.Code != 0 {
+	if res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`); res.Code != 0 {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
 	}
 	msgs := rdb.XRange(ctx, "order:c-1", "-", "+").Val()
@@ -444,8 +446,8 @@ func TestPublishTraceContext(t *testing.T) {
 		t.Fatalf("entries %v", msgs)
 	}
 	file := filepath.Join(t.TempDir(), "events.jsonl")
-	writeFile(t, file, "{\"client_id\":\"c-5\"}\n{\"client_id\":\"c-5\"}\n")
-	if res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+file); res.Code != 0 {
+	cmdtest.WriteFile(t, file, "{\"client_id\":\"c-5\"}\n{\"client_id\":\"c-5\"}\n")
+	if res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+file); res.Code != 0 {
 		t.Fatalf("a file: exit %d: %s", res.Code, res.Stderr)
 	}
 	for _, m := range rdb.XRange(ctx, "order:c-5", "-", "+").Val() {
@@ -454,11 +456,11 @@ func TestPublishTraceContext(t *testing.T) {
 		}
 	}
 	t.Setenv("TRACEPARENT", "00-abc-def-01")
-	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`)
+	res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`)
 	if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, `$TRACEPARENT: traceparent "00-abc-def-01" is not a W3C trace context`) {
 		t.Errorf("a bad $TRACEPARENT: exit %d, stderr %q", res.Code, res.Stderr)
 	}
-	res = runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--traceparent", "x", "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`)
+	res = cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--traceparent", "x", "--event", "OrderPlaced", "--data", `{"client_id":"c-2"}`)
 	if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, `--traceparent: traceparent "x"`) {
 		t.Errorf("a bad --traceparent: exit %d, stderr %q", res.Code, res.Stderr)
 	}
@@ -509,7 +511,7 @@ func TestPublishWritesWhatBrokerPublishWrites(t *testing.T) {
 			t.Setenv("TRACEPARENT", tt.traceparent)
 			t.Setenv("TRACESTATE", tt.tracestate)
 			rdb.FlushAll(ctx)
-			res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", tt.event, "--data", tt.data,
+			res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", tt.event, "--data", tt.data,
 				"--priority", strconv.Itoa(tt.priority), "--id", id)
 			if tt.refused != "" {
 				if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, tt.refused) {
@@ -517,7 +519,7 @@ func TestPublishWritesWhatBrokerPublishWrites(t *testing.T) {
 				}
 				tt.traceparent, tt.tracestate = "", ""
 				t.Setenv("TRACEPARENT", "")
-				res = runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", tt.event, "--data", tt.data,
+				res = cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", tt.event, "--data", tt.data,
 					"--priority", strconv.Itoa(tt.priority), "--id", id)
 			}
 			if res.Code != 0 {
@@ -595,7 +597,7 @@ func orderLines(t *testing.T, n int, key func(i int) string) string {
 		fmt.Fprintf(&b, `{"order_id":"o-%d","client_id":%q}`+"\n", i, key(i))
 	}
 	file := filepath.Join(t.TempDir(), "orders.jsonl")
-	writeFile(t, file, b.String())
+	cmdtest.WriteFile(t, file, b.String())
 	return file
 }
 
@@ -633,7 +635,7 @@ func TestPublishFileKeepsEachKeysOrder(t *testing.T) {
 	const lines, keys = 700, 7
 	key := func(i int) string { return fmt.Sprintf("c-%d", i%keys) }
 	file := orderLines(t, lines, key)
-	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+file)
+	res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@"+file)
 	if res.Code != 0 || !strings.Contains(res.Stderr, fmt.Sprintf("published %d of %d events, 0 failed", lines, lines)) {
 		t.Fatalf("exit %d, stderr %q", res.Code, res.Stderr)
 	}
@@ -704,8 +706,8 @@ func TestPublishFileChunkWithBadLines(t *testing.T) {
 		b.WriteString("\n")
 	}
 	file := filepath.Join(t.TempDir(), "events.jsonl")
-	writeFile(t, file, b.String())
-	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--data", "@"+file)
+	cmdtest.WriteFile(t, file, b.String())
+	res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", url, "--data", "@"+file)
 	if res.Code != cmdutil.ExitUsage {
 		t.Errorf("exit %d, want 2", res.Code)
 	}
@@ -835,7 +837,7 @@ func TestPublishStdinPublishesLinesAsTheyCome(t *testing.T) {
 	ios.In = pr
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild},
+		done <- cmdtest.RunRoot(ctx, &cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild},
 			[]string{"publish", "--config", cfg, "--redis-url", url, "--event", "OrderPlaced", "--data", "@-"})
 	}()
 	for i := 1; i <= 3; i++ {
@@ -864,7 +866,7 @@ func TestPublishFileStopsAtARefusedEvent(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.StartWith(t, redistest.Options{Users: []string{"publisher on >pw ~*c-1* ~*c-3* ~order:__* ~__seqctl__:* &* +@all"}})
 	rdb := srv.Client(t)
-	cfg := writeDomain(t, "publish")
+	cfg := cmdtest.WriteDomain(t, "publish")
 	const lines = 300 // two chunks
 	key := func(i int) string {
 		if i == 2 {
@@ -873,7 +875,7 @@ func TestPublishFileStopsAtARefusedEvent(t *testing.T) {
 		return fmt.Sprintf("c-%d", 1+2*(i%2)) // c-1, c-3
 	}
 	file := orderLines(t, lines, key)
-	res := runCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.UserURL("publisher", "pw"), "--event", "OrderPlaced", "--data", "@"+file)
+	res := cmdtest.RunCLI(t, false, "publish", "--config", cfg, "--redis-url", srv.UserURL("publisher", "pw"), "--event", "OrderPlaced", "--data", "@"+file)
 	if res.Code != cmdutil.ExitFailure || !strings.Contains(res.Stderr, file+":2: publish stopped: ") || !strings.Contains(res.Stderr, "lacks a permission") {
 		t.Errorf("exit %d, stderr %q; want exit 1 and %s:2 refused", res.Code, res.Stderr, file)
 	}

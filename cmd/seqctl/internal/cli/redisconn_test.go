@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
@@ -22,34 +24,34 @@ import (
 // one Redis, refuses it), and its help teaches the URL form.
 func TestClusterFlag(t *testing.T) {
 	const url = "redis://h:7000?addr=h:7001"
-	f := testFactory()
+	f := cmdtest.TestFactory()
 	var run *RunOptions
-	if err := parseOps(t, f, "", newCmdRun(f, func(o *RunOptions) error { run = o; return nil }), "--cluster", "--redis-url", url); err != nil {
+	if err := cmdtest.ParseOps(t, f, "", newCmdRun(f, func(o *RunOptions) error { run = o; return nil }), "--cluster", "--redis-url", url); err != nil {
 		t.Fatal(err)
 	}
 	if run == nil || !run.Redis.Cluster || run.Redis.URL != url {
 		t.Errorf("run options %+v, want --cluster and the URL", run)
 	}
-	f = testFactory()
+	f = cmdtest.TestFactory()
 	var pub *PublishOptions
-	if err := parseOps(t, f, "", newCmdPublish(f, func(o *PublishOptions) error { pub = o; return nil }), "--cluster", "--event", "E", "--data", "{}"); err != nil {
+	if err := cmdtest.ParseOps(t, f, "", newCmdPublish(f, func(o *PublishOptions) error { pub = o; return nil }), "--cluster", "--event", "E", "--data", "{}"); err != nil {
 		t.Fatal(err)
 	}
 	if pub == nil || !pub.Redis.Cluster {
 		t.Errorf("publish options %+v, want --cluster", pub)
 	}
-	f = testFactory()
-	_ = parseOps(t, f, "", newCmdRelay(f), "--cluster", "--redis-url", url, "--config", "/nonexistent/domain.toml") // fails to load the config
+	f = cmdtest.TestFactory()
+	_ = cmdtest.ParseOps(t, f, "", newCmdRelay(f), "--cluster", "--redis-url", url, "--config", "/nonexistent/domain.toml") // fails to load the config
 	if got := f.Global.RedisFlags(); got != (redisconn.Flags{URL: url, Cluster: true}) {
 		t.Errorf("relay: connection flags %+v", got)
 	}
-	f = testFactory()
-	err := parseOps(t, f, "", newCmdDev(f, func(*DevOptions) error { return nil }), "--cluster")
+	f = cmdtest.TestFactory()
+	err := cmdtest.ParseOps(t, f, "", newCmdDev(f, func(*DevOptions) error { return nil }), "--cluster")
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "drop --cluster") {
 		t.Errorf("dev --cluster: %v (exit %d), want a usage error", err, cmdutil.ExitCode(err))
 	}
 
-	res := runCLI(t, false, "partitions", "list", "--help")
+	res := cmdtest.RunCLI(t, false, "partitions", "list", "--help")
 	for _, w := range []string{"--cluster", "?addr=", "SEQCTL_REDIS_CLUSTER", `kind = "redis-cluster"`} {
 		if !strings.Contains(res.Stdout, w) {
 			t.Errorf("partitions list --help does not mention %q:\n%s", w, res.Stdout)
@@ -57,7 +59,7 @@ func TestClusterFlag(t *testing.T) {
 	}
 
 	t.Setenv(redisconn.EnvRedisCluster, "maybe")
-	res = runCLI(t, false, "partitions", "list", "--redis-url", "redis://127.0.0.1:1")
+	res = cmdtest.RunCLI(t, false, "partitions", "list", "--redis-url", "redis://127.0.0.1:1")
 	if res.Code != cmdutil.ExitUsage || !strings.Contains(res.Stderr, "$"+redisconn.EnvRedisCluster) {
 		t.Errorf("bad %s: exit %d, stderr %q; want exit 2 naming the variable", redisconn.EnvRedisCluster, res.Code, res.Stderr)
 	}
@@ -75,7 +77,7 @@ func TestClusterConnection(t *testing.T) {
 	getenv := func(string) string { return "" }
 
 	t.Run("connectAdmin", func(t *testing.T) {
-		cfg := writeConfig(t, fmt.Sprintf("name = \"x\"\n[broker]\nkind = \"redis-cluster\"\nurl = %q\n", c.URL))
+		cfg := cmdtest.WriteConfig(t, fmt.Sprintf("name = \"x\"\n[broker]\nkind = \"redis-cluster\"\nurl = %q\n", c.URL))
 		for name, g := range map[string]struct {
 			opts cmdutil.GlobalOptions
 			env  map[string]string
@@ -157,8 +159,8 @@ func TestClusterConnection(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "Redis at "+srv.URL+" is not a Redis Cluster") || !strings.Contains(err.Error(), "drop --cluster") {
 			t.Fatalf("err = %v, want one saying the server is not a cluster and to drop --cluster", err)
 		}
-		cfg := writeConfig(t, fmt.Sprintf("name = \"x\"\n[broker]\nkind = \"redis-cluster\"\nurl = %q\n", strings.TrimSuffix(srv.URL, "/0")))
-		res := runCLI(t, false, "partitions", "list", "--config", cfg)
+		cfg := cmdtest.WriteConfig(t, fmt.Sprintf("name = \"x\"\n[broker]\nkind = \"redis-cluster\"\nurl = %q\n", strings.TrimSuffix(srv.URL, "/0")))
+		res := cmdtest.RunCLI(t, false, "partitions", "list", "--config", cfg)
 		if res.Code != cmdutil.ExitFailure || !strings.Contains(res.Stderr, "is not a Redis Cluster") || !strings.Contains(res.Stderr, `set [broker] kind = "redis" in `+cfg) {
 			t.Errorf("partitions list with a redis-cluster config against one Redis: exit %d\n%s", res.Code, res.Stderr)
 		}
@@ -188,7 +190,7 @@ func TestConnectAdmin(t *testing.T) {
 		t.Errorf("wrong password: err = %v, want a masked URL", err)
 	}
 
-	path := writeConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
+	path := cmdtest.WriteConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
 	_, _, err = cmdutil.ConnectAdmin(context.Background(), cmdutil.GlobalOptions{ConfigPath: path, RedisURL: srv.URL}, func(k string) string { return env[k] }, io.Discard)
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Errorf("invalid config: err = %v, want exit 2", err)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/redis/go-redis/v9"
@@ -22,49 +24,49 @@ import (
 // A --rate that is not N/s, N/m or N, or is not positive, is a usage error (exit 2) that
 // names the flag and the accepted forms, and replays nothing; so is --rate with --id.
 func TestDLQReplayRateUsage(t *testing.T) {
-	two := append(sampleDLQ(), sampleDLQ()[0])
+	two := append(cmdtest.SampleDLQ(), cmdtest.SampleDLQ()[0])
 	two[1].ID = "1738318060000-0"
 	all := []string{"dlq", "replay", "order:client-1", "--all", "--yes", "--rate"}
-	var cases []runCase
+	var cases []cmdtest.RunCase
 	for _, bad := range []string{"0", "0/s", "-1/s", "-5", "fast", "50/h", "50/", "2.5/s", "", "50/s/s", "1e3"} {
-		cases = append(cases, runCase{name: "--rate " + strconv.Quote(bad), args: append(all[:len(all):len(all)], bad), tm: inPipe, code: cmdutil.ExitUsage,
-			stderrHas: []string{fmt.Sprintf("invalid value %q for --rate", bad), "N/s, N/m or N (per second)", "Run 'seqctl dlq replay --help'"}})
+		cases = append(cases, cmdtest.RunCase{Name: "--rate " + strconv.Quote(bad), Args: append(all[:len(all):len(all)], bad), TTY: cmdtest.InPipe, Code: cmdutil.ExitUsage,
+			StderrHas: []string{fmt.Sprintf("invalid value %q for --rate", bad), "N/s, N/m or N (per second)", "Run 'seqctl dlq replay --help'"}})
 	}
 	cases = append(cases,
-		runCase{name: "--rate without a value", args: all, tm: inPipe, code: cmdutil.ExitUsage, stderrHas: []string{"--rate"}},
-		runCase{name: "--rate with --id", args: []string{"dlq", "replay", "order:client-1", "--id", "1738318000000-0", "--rate", "5/s", "--yes"},
-			tm: inPipe, code: cmdutil.ExitUsage, stderrHas: []string{"--rate paces --all"}},
-		runCase{name: "--rate 30/m with --dry-run", args: []string{"dlq", "replay", "order:client-1", "--all", "--rate", "30/m", "--dry-run"}, tm: inPipe,
-			stdoutHas: []string{"oldest first, at most 30/m (about 2s), and remove them"}},
+		cmdtest.RunCase{Name: "--rate without a value", Args: all, TTY: cmdtest.InPipe, Code: cmdutil.ExitUsage, StderrHas: []string{"--rate"}},
+		cmdtest.RunCase{Name: "--rate with --id", Args: []string{"dlq", "replay", "order:client-1", "--id", "1738318000000-0", "--rate", "5/s", "--yes"},
+			TTY: cmdtest.InPipe, Code: cmdutil.ExitUsage, StderrHas: []string{"--rate paces --all"}},
+		cmdtest.RunCase{Name: "--rate 30/m with --dry-run", Args: []string{"dlq", "replay", "order:client-1", "--all", "--rate", "30/m", "--dry-run"}, TTY: cmdtest.InPipe,
+			StdoutHas: []string{"oldest first, at most 30/m (about 2s), and remove them"}},
 	)
-	testRun(t, func() *fakeAdmin { return &fakeAdmin{dlq: two} }, cases)
+	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQEntries: two} }, cases)
 
-	testParse(t, "dlq", newCmdDLQReplay, []parseCase[DLQReplayOptions]{
-		{name: "per second", argv: []string{"order:c", "--all", "--rate", "50/s"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 50, Per: time.Second}}},
-		{name: "plain N is per second", argv: []string{"order:c", "--all", "--rate=7"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 7, Per: time.Second}}},
-		{name: "per minute", argv: []string{"order:c", "--all", "--rate", "30/m"}, want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 30, Per: time.Minute}}},
-		{name: "no rate", argv: []string{"order:c", "--all"}, want: DLQReplayOptions{Stream: "order:c", All: true}},
-	}, ignoreOpsInputs(DLQReplayOptions{}))
+	cmdtest.TestParse(t, "dlq", newCmdDLQReplay, []cmdtest.ParseCase[DLQReplayOptions]{
+		{Name: "per second", Argv: []string{"order:c", "--all", "--rate", "50/s"}, Want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 50, Per: time.Second}}},
+		{Name: "plain N is per second", Argv: []string{"order:c", "--all", "--rate=7"}, Want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 7, Per: time.Second}}},
+		{Name: "per minute", Argv: []string{"order:c", "--all", "--rate", "30/m"}, Want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 30, Per: time.Minute}}},
+		{Name: "no rate", Argv: []string{"order:c", "--all"}, Want: DLQReplayOptions{Stream: "order:c", All: true}},
+	}, cmdtest.IgnoreOpsInputs(DLQReplayOptions{}))
 }
 
-// stoppingAdmin is a fakeAdmin whose Replay number stopAt (1-based) stops the command
+// stoppingAdmin is a cmdtest.FakeAdmin whose Replay number stopAt (1-based) stops the command
 // (as a Ctrl-C would) while the replay is under way; it notes whether a replay ran on a
 // cancelled context.
 type stoppingAdmin struct {
-	*fakeAdmin
+	*cmdtest.FakeAdmin
 	stopAt        int
 	stop          context.CancelFunc
 	cancelledCtxs int
 }
 
 func (s *stoppingAdmin) Replay(ctx context.Context, stream, id string, who admin.Actor) (*admin.ReplayResult, error) {
-	if len(s.replayed)+1 == s.stopAt {
+	if len(s.Replayed)+1 == s.stopAt {
 		s.stop()
 	}
 	if ctx.Err() != nil {
 		s.cancelledCtxs++
 	}
-	return s.fakeAdmin.Replay(ctx, stream, id, who)
+	return s.FakeAdmin.Replay(ctx, stream, id, who)
 }
 
 // Stopped during its third replay, --all finishes that one, starts no other, says how
@@ -72,29 +74,29 @@ func (s *stoppingAdmin) Replay(ctx context.Context, stream, id string, who admin
 func TestDLQReplayAllStops(t *testing.T) {
 	entries := make([]admin.DLQEntry, 5)
 	for i := range entries {
-		entries[i] = sampleDLQ()[0]
+		entries[i] = cmdtest.SampleDLQ()[0]
 		entries[i].ID = fmt.Sprintf("173831800000%d-0", i)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fa := &stoppingAdmin{fakeAdmin: &fakeAdmin{dlq: entries, replay: &admin.ReplayResult{Removed: true}}, stopAt: 3, stop: cancel}
+	fa := &stoppingAdmin{FakeAdmin: &cmdtest.FakeAdmin{DLQEntries: entries, ReplayResult: &admin.ReplayResult{Removed: true}}, stopAt: 3, stop: cancel}
 	ios, _, out, errOut := cmdutil.NewTestIOStreams()
-	f := &cmdutil.Factory{IOStreams: ios, Build: testBuild, OpenAdmin: func(context.Context) (cmdutil.Admin, func(), error) { return fa, func() {}, nil }}
-	code := run(ctx, f, []string{"dlq", "replay", "order:client-1", "--all", "--rate", "1000/s", "--yes"})
+	f := &cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild, OpenAdmin: func(context.Context) (cmdutil.Admin, func(), error) { return fa, func() {}, nil }}
+	code := cmdtest.RunRoot(ctx, f, []string{"dlq", "replay", "order:client-1", "--all", "--rate", "1000/s", "--yes"})
 
-	r := result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
-	checkResult(t, r, cmdutil.ExitFailure, "", nil,
+	r := cmdtest.Result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
+	cmdtest.CheckResult(t, r, cmdutil.ExitFailure, "", nil,
 		[]string{"stopped after 3 of 5; run the same command again to replay the rest (each entry is replayed once)\n"})
-	if want := []string{entries[0].ID, entries[1].ID, entries[2].ID}; strings.Join(fa.replayed, " ") != strings.Join(want, " ") {
-		t.Errorf("replayed %v, want %v", fa.replayed, want)
+	if want := []string{entries[0].ID, entries[1].ID, entries[2].ID}; strings.Join(fa.Replayed, " ") != strings.Join(want, " ") {
+		t.Errorf("replayed %v, want %v", fa.Replayed, want)
 	}
 	if fa.cancelledCtxs != 0 {
 		t.Errorf("%d replays ran on a cancelled context: the stop cut into an entry", fa.cancelledCtxs)
 	}
-	if len(fa.records) != 1 {
-		t.Fatalf("audit records %+v, want the stop", fa.records)
+	if len(fa.Records) != 1 {
+		t.Fatalf("audit records %+v, want the stop", fa.Records)
 	}
-	rec := fa.records[0]
+	rec := fa.Records[0]
 	if rec.Command != "dlq replay" || rec.Stream != "order:client-1" || rec.Outcome != admin.OutcomeStopped || rec.User == "" ||
 		rec.Detail != "--all --rate 1000/s: stopped by the operator after 3 of 5 entries; 2 left in the DLQ" {
 		t.Errorf("stop record = %+v", rec)
@@ -164,7 +166,7 @@ func TestReplayProgress(t *testing.T) {
 func TestDLQReplayAllProgressOnlyOnATerminal(t *testing.T) {
 	entries := make([]admin.DLQEntry, 20)
 	for i := range entries {
-		entries[i] = sampleDLQ()[0]
+		entries[i] = cmdtest.SampleDLQ()[0]
 		entries[i].ID = fmt.Sprintf("17383180000%02d-0", i)
 	}
 	for _, tt := range []struct {
@@ -179,7 +181,7 @@ func TestDLQReplayAllProgressOnlyOnATerminal(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ios, _, _, errOut := cmdutil.NewTestIOStreams()
-			fa := &fakeAdmin{dlq: entries, replay: &admin.ReplayResult{Removed: true}}
+			fa := &cmdtest.FakeAdmin{DLQEntries: entries, ReplayResult: &admin.ReplayResult{Removed: true}}
 			opts := &DLQReplayOptions{GuardedOptions: cmdutil.GuardedOptions{OpsOptions: cmdutil.OpsOptions{IO: ios, Output: tt.output}, Yes: true},
 				Stream: "order:client-1", All: true, Rate: cmdutil.Rate{N: 40, Per: time.Second}, ProgressTTY: tt.tty}
 			if err := dlqReplayRun(context.Background(), fa, opts); err != nil {
@@ -285,8 +287,8 @@ func TestDLQReplayAllAtRateEndToEnd(t *testing.T) {
 	rdb := srv.Client(t)
 	seedDLQ(t, rdb, 500)
 
-	r := cliAt(t, srv.URL, "", "dlq", "replay", "order:A", "--all", "--rate", "50/s", "--yes")
-	checkResult(t, r, 0, "", []string{"Replayed 500 entries of order:A"}, nil)
+	r := cmdtest.CLIAt(t, srv.URL, "", "dlq", "replay", "order:A", "--all", "--rate", "50/s", "--yes")
+	cmdtest.CheckResult(t, r, 0, "", []string{"Replayed 500 entries of order:A"}, nil)
 	if strings.Contains(r.Stderr, "replayed ") {
 		t.Errorf("a progress line without a terminal: %q", r.Stderr)
 	}
@@ -318,7 +320,7 @@ func TestDLQReplayAllStopAndRestartEndToEnd(t *testing.T) {
 	defer cancel()
 	time.AfterFunc(2*time.Second, cancel)
 	ios, _, out, errOut := cmdutil.NewTestIOStreams()
-	code := run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild}, args)
+	code := cmdtest.RunRoot(ctx, &cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild}, args)
 	m := stoppedRe.FindStringSubmatch(errOut.String())
 	if code != cmdutil.ExitFailure || m == nil {
 		t.Fatalf("stopped run: exit %d, stderr %q, stdout %q; want exit 1 and the count", code, errOut.String(), out.String())
@@ -331,12 +333,12 @@ func TestDLQReplayAllStopAndRestartEndToEnd(t *testing.T) {
 		t.Errorf("stopped after %d, with %d in the partition and %d in the DLQ: want about 100, all accounted for", done, len(ids), left)
 	}
 	detail := fmt.Sprintf("--all --rate 50/s: stopped by the operator after %d of 500 entries; %d left in the DLQ", done, 500-done)
-	if !hasRecord(auditOf(t, srv.URL), admin.OutcomeStopped, detail) {
+	if !hasRecord(cmdtest.AuditOf(t, srv.URL), admin.OutcomeStopped, detail) {
 		t.Errorf("no audit record %q", detail)
 	}
 
-	r := cliAt(t, srv.URL, "", "dlq", "replay", "order:A", "--all", "--rate", "50/s", "--yes")
-	checkResult(t, r, 0, "", []string{fmt.Sprintf("Replayed %d entries of order:A", 500-done)}, nil)
+	r := cmdtest.CLIAt(t, srv.URL, "", "dlq", "replay", "order:A", "--all", "--rate", "50/s", "--yes")
+	cmdtest.CheckResult(t, r, 0, "", []string{fmt.Sprintf("Replayed %d entries of order:A", 500-done)}, nil)
 	_, ids = replayedIn(t, rdb)
 	seen := map[string]int{}
 	for _, id := range ids {

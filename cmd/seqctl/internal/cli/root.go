@@ -19,8 +19,7 @@ func Main(args []string, ios *cmdutil.IOStreams) int {
 }
 
 func newCmdRoot(f *cmdutil.Factory) *cobra.Command {
-	cmd := cmdutil.NewRootCommand()
-	cmd.AddCommand(
+	cmd := cmdutil.NewRoot(f,
 		newCmdValidate(f, nil),
 		newCmdVersion(f, nil),
 		newCmdRun(f, nil),
@@ -39,7 +38,6 @@ func newCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		newCmdRelay(f),
 		newCmdExporter(f, nil),
 	)
-	cmdutil.AddGlobalFlags(cmd, f)
 	addVersionFlag(cmd, f)
 	return cmd
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/google/go-cmp/cmp"
@@ -42,7 +44,7 @@ func TestRootRun(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := runCLI(t, false, tt.args...)
+			r := cmdtest.RunCLI(t, false, tt.args...)
 			if r.Code != tt.wantCode {
 				t.Errorf("exit code = %d, want %d", r.Code, tt.wantCode)
 			}
@@ -82,8 +84,8 @@ func TestEveryCommandTeaches(t *testing.T) {
 }
 
 func TestErrorsPrintedOnce(t *testing.T) {
-	path := writeConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
-	r := runCLI(t, false, "validate", "--config", path)
+	path := cmdtest.WriteConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
+	r := cmdtest.RunCLI(t, false, "validate", "--config", path)
 	if n := strings.Count(r.Stderr, `unknown broker kind "kafka"`); n != 1 {
 		t.Errorf("problem printed %d times, want once:\n%s", n, r.Stderr)
 	}
@@ -130,3 +132,6 @@ func TestMainUsesTheGivenStreams(t *testing.T) {
 		t.Errorf("stdout = %q, want the version line", out.String())
 	}
 }
+
+// The tests of this package run the whole command line.
+func init() { cmdtest.TestRoot = newCmdRoot }

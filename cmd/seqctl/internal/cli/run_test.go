@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
@@ -22,22 +24,22 @@ import (
 
 func TestRunParse(t *testing.T) {
 	defaults := RunOptions{ConfigPath: "domain.toml", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 30 * time.Second}
-	testParse(t, "", newCmdRun, []parseCase[RunOptions]{
-		{name: "defaults", want: defaults},
+	cmdtest.TestParse(t, "", newCmdRun, []cmdtest.ParseCase[RunOptions]{
+		{Name: "defaults", Want: defaults},
 		{
-			name: "every flag",
-			argv: []string{"--config", "deploy/domain.toml", "--redis-url", "redis://r:6379/1", "--instance-id", "worker-1",
+			Name: "every flag",
+			Argv: []string{"--config", "deploy/domain.toml", "--redis-url", "redis://r:6379/1", "--instance-id", "worker-1",
 				"--metrics-addr", ":9464", "--log-format", "json", "--log-level", "debug", "--shutdown-timeout", "5s"},
-			want: RunOptions{ConfigPath: "deploy/domain.toml", Redis: redisconn.Flags{URL: "redis://r:6379/1"}, InstanceID: "worker-1",
+			Want: RunOptions{ConfigPath: "deploy/domain.toml", Redis: redisconn.Flags{URL: "redis://r:6379/1"}, InstanceID: "worker-1",
 				MetricsAddr: ":9464", LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second},
 		},
-		{name: "empty config is ./domain.toml", argv: []string{"--config", ""}, want: defaults},
-		{name: "bad log format", argv: []string{"--log-format", "yaml"}, wantErr: `invalid value "yaml" for --log-format`},
-		{name: "bad log level", argv: []string{"--log-level", "verbose"}, wantErr: `invalid value "verbose" for --log-level`},
-		{name: "zero shutdown timeout", argv: []string{"--shutdown-timeout", "0s"}, wantErr: "--shutdown-timeout must be positive"},
-		{name: "bad duration", argv: []string{"--shutdown-timeout", "soon"}, wantErr: `invalid argument "soon"`},
-		{name: "instance id with a space", argv: []string{"--instance-id", "a b"}, wantErr: "contains white space"},
-		{name: "positional argument", argv: []string{"domain.toml"}, wantErr: `unexpected argument "domain.toml"`},
+		{Name: "empty config is ./domain.toml", Argv: []string{"--config", ""}, Want: defaults},
+		{Name: "bad log format", Argv: []string{"--log-format", "yaml"}, WantErr: `invalid value "yaml" for --log-format`},
+		{Name: "bad log level", Argv: []string{"--log-level", "verbose"}, WantErr: `invalid value "verbose" for --log-level`},
+		{Name: "zero shutdown timeout", Argv: []string{"--shutdown-timeout", "0s"}, WantErr: "--shutdown-timeout must be positive"},
+		{Name: "bad duration", Argv: []string{"--shutdown-timeout", "soon"}, WantErr: `invalid argument "soon"`},
+		{Name: "instance id with a space", Argv: []string{"--instance-id", "a b"}, WantErr: "contains white space"},
+		{Name: "positional argument", Argv: []string{"domain.toml"}, WantErr: `unexpected argument "domain.toml"`},
 	}, cmpopts.IgnoreFields(RunOptions{}, "IO"), cmpopts.IgnoreUnexported(RunOptions{}))
 }
 
@@ -46,7 +48,7 @@ func TestRunParse(t *testing.T) {
 func TestRunConfigProblems(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	t.Setenv("RUN_TEST_SECRET", "")
-	commands := domainText(t, "commands")
+	commands := cmdtest.DomainText(t, "commands")
 	tests := []struct {
 		name       string
 		config     string
@@ -114,8 +116,8 @@ exec = ["cat"]
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path := writeConfig(t, tt.config)
-			res := runCLI(t, false, append([]string{"run", "--config", path}, tt.extraArgs...)...)
+			path := cmdtest.WriteConfig(t, tt.config)
+			res := cmdtest.RunCLI(t, false, append([]string{"run", "--config", path}, tt.extraArgs...)...)
 			if res.Code != cmdutil.ExitUsage {
 				t.Errorf("exit code = %d, want 2; stderr:\n%s", res.Code, res.Stderr)
 			}
@@ -130,7 +132,7 @@ exec = ["cat"]
 
 func TestRunMissingConfig(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "absent.toml")
-	res := runCLI(t, false, "run", "--config", missing)
+	res := cmdtest.RunCLI(t, false, "run", "--config", missing)
 	if res.Code != cmdutil.ExitUsage || res.Stderr != missing+": the config file does not exist; pass --config with the path of your domain.toml\n" {
 		t.Errorf("code %d, stderr %q", res.Code, res.Stderr)
 	}
@@ -138,7 +140,7 @@ func TestRunMissingConfig(t *testing.T) {
 
 // TestRunHelp checks that the help documents the signals and exit codes.
 func TestRunHelp(t *testing.T) {
-	res := runCLI(t, false, "run", "--help")
+	res := cmdtest.RunCLI(t, false, "run", "--help")
 	for _, w := range []string{"A second SIGTERM or SIGINT\nforces the exit (status 1)", "Example", "--shutdown-timeout", "/readyz"} {
 		if !strings.Contains(res.Stdout, w) {
 			t.Errorf("help lacks %q", w)
@@ -188,12 +190,12 @@ func TestRunInProcess(t *testing.T) {
 	srv := redistest.Start(t)
 	dir := t.TempDir()
 	handler := filepath.Join(dir, "handler.sh")
-	writeFile(t, handler, "#!/bin/sh\ncat >> \"$OUT/got\"\necho >> \"$OUT/got\"\nsleep \"${HOLD:-0}\"\n")
+	cmdtest.WriteFile(t, handler, "#!/bin/sh\ncat >> \"$OUT/got\"\necho >> \"$OUT/got\"\nsleep \"${HOLD:-0}\"\n")
 	if err := os.Chmod(handler, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("OUT", dir)
-	cfg := writeDomain(t, "exec", "HANDLER", handler)
+	cfg := cmdtest.WriteDomain(t, "exec", "HANDLER", handler)
 	opts := RunOptions{ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "in-process", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second}
 	got := func() string { b, _ := os.ReadFile(filepath.Join(dir, "got")); return string(b) }
 

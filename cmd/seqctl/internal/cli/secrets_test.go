@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
@@ -29,7 +31,7 @@ import (
 // startup log line, its errors and the failure reasons that become halt records, and the
 // demo. None of the outputs may contain the secret.
 func TestSecretsNeverPrinted(t *testing.T) {
-	commands := domainText(t, "commands")
+	commands := cmdtest.DomainText(t, "commands")
 	t.Setenv(config.EnvRedisURL, "")
 	t.Setenv(config.EnvOutboxDSN, "")
 	srv := redistest.Start(t)
@@ -65,7 +67,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			// Operator commands: --redis-url, a wrong password against a real Redis and an
 			// unreachable one.
 			for _, u := range []string{redisURL, deadURL} {
-				res := runCLI(t, false, "partitions", "list", "--redis-url", u)
+				res := cmdtest.RunCLI(t, false, "partitions", "list", "--redis-url", u)
 				if res.Code == 0 {
 					t.Errorf("partitions list %s succeeded", u)
 				}
@@ -81,7 +83,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			clusterURL := "redis://app:" + secret + "@" + hostPort + "?addr=" + hostPort
 			deadCluster := "redis://:" + secret + "@127.0.0.1:1?addr=127.0.0.1:2"
 			for _, u := range []string{clusterURL, deadCluster} {
-				res := runCLI(t, false, "partitions", "list", "--cluster", "--redis-url", u)
+				res := cmdtest.RunCLI(t, false, "partitions", "list", "--cluster", "--redis-url", u)
 				if res.Code == 0 {
 					t.Errorf("partitions list --cluster %s succeeded", u)
 				}
@@ -89,7 +91,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			}
 			t.Setenv(redisconn.EnvRedisCluster, "1")
 			t.Setenv(config.EnvRedisURL, clusterURL)
-			res := runCLI(t, false, "groups", "list")
+			res := cmdtest.RunCLI(t, false, "groups", "list")
 			check("groups list with "+redisconn.EnvRedisCluster, res.Stdout+res.Stderr)
 			t.Setenv(redisconn.EnvRedisCluster, "")
 			t.Setenv(config.EnvRedisURL, "")
@@ -103,7 +105,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 				check("redis-cluster config problems", err.Error())
 			}
 			{
-				path := writeConfig(t, clusterDomain+`
+				path := cmdtest.WriteConfig(t, clusterDomain+`
 [[handlers]]
 name = "A"
 handles = ["OrderPlaced"]
@@ -112,7 +114,7 @@ http = "http://127.0.0.1:1/orders"
 `)
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				ios, _, out, errOut := cmdutil.NewTestIOStreams()
-				code := run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild}, []string{"run", "--config", path})
+				code := cmdtest.RunRoot(ctx, &cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild}, []string{"run", "--config", path})
 				cancel()
 				if code == 0 {
 					t.Error("seqctl run on a redis-cluster config against one Redis succeeded")
@@ -123,15 +125,15 @@ http = "http://127.0.0.1:1/orders"
 			// seqctl run: a config whose broker URL and HTTP target hold the secret (the
 			// run logs its delivery targets, then fails to connect or to parse).
 			for _, broker := range []string{redisURL, deadURL} {
-				runFor := func(args ...string) result {
+				runFor := func(args ...string) cmdtest.Result {
 					// An unreachable Redis is waited for: stop the run after a while.
 					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 					defer cancel()
 					ios, _, out, errOut := cmdutil.NewTestIOStreams()
-					code := run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild}, args)
-					return result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
+					code := cmdtest.RunRoot(ctx, &cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild}, args)
+					return cmdtest.Result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
 				}
-				path := writeConfig(t, strings.Replace(commands, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("url = %q", broker), 1)+fmt.Sprintf(`
+				path := cmdtest.WriteConfig(t, strings.Replace(commands, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("url = %q", broker), 1)+fmt.Sprintf(`
 [[handlers]]
 name = "A"
 handles = ["OrderPlaced"]
@@ -209,16 +211,16 @@ func TestSecretsNotInHaltRecords(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
 	const token = "tok-3f9a-secret"
-	cfg := writeDomain(t, "http-unreachable", "TOKEN", token)
+	cfg := cmdtest.WriteDomain(t, "http-unreachable", "TOKEN", token)
 	r := startRun(t, RunOptions{ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "secrets", LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second})
 	defer func() {
 		r.sigs <- syscall.SIGTERM
 		r.wait(t, 10*time.Second)
 	}()
 	publishOne(t, cfg, srv.URL, `{"client_id":"c-1"}`)
-	var shown result
+	var shown cmdtest.Result
 	testkit.WaitFor(t, 20*time.Second, "the halt record of order:c-1", func() bool {
-		shown = runCLI(t, false, "head", "show", "order:c-1", "--handler", "Projector", "--config", cfg, "--redis-url", srv.URL, "-o", "json")
+		shown = cmdtest.RunCLI(t, false, "head", "show", "order:c-1", "--handler", "Projector", "--config", cfg, "--redis-url", srv.URL, "-o", "json")
 		return strings.Contains(shown.Stdout, "connection refused")
 	})
 	t.Logf("head show:\n%s", shown.Stdout)

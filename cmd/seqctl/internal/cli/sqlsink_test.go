@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
@@ -37,7 +39,7 @@ func migratedOrdersDB(t *testing.T, cfg string) string {
 		t.Fatal(err)
 	}
 	t.Setenv("SEQCTL_TEST_ORDERS_DB", dsn)
-	r := runCLI(t, false, "inbox", "migrate", "--config", cfg)
+	r := cmdtest.RunCLI(t, false, "inbox", "migrate", "--config", cfg)
 	if r.Code != 0 || !strings.Contains(r.Stdout, "handler OrderProjector: inbox table seqctl_inbox is up to date (postgres)") {
 		t.Fatalf("inbox migrate: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
@@ -50,7 +52,7 @@ const ordersStatement = "INSERT INTO orders(id, client, seq) VALUES ($1::jsonb->
 func TestRunSQLSink(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
-	cfg := writeDomain(t, "sqlsink", "STATEMENT", ordersStatement)
+	cfg := cmdtest.WriteDomain(t, "sqlsink", "STATEMENT", ordersStatement)
 	dsn := migratedOrdersDB(t, cfg)
 	r := startRun(t, RunOptions{ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second})
 	for i, c := range []string{"c-1", "c-2", "c-1"} {
@@ -74,11 +76,11 @@ func TestRunSQLSink(t *testing.T) {
 	if err := srv.Client(t).Del(context.Background(), "order:c-2").Err(); err != nil {
 		t.Fatal(err)
 	}
-	dry := runCLI(t, false, "inbox", "prune", "--config", cfg, "--redis-url", srv.URL, "--dry-run")
+	dry := cmdtest.RunCLI(t, false, "inbox", "prune", "--config", cfg, "--redis-url", srv.URL, "--dry-run")
 	if dry.Code != 0 || !strings.Contains(dry.Stdout, "handler OrderProjector: inbox seqctl_inbox: 2 rows, would remove 1 of reaped partitions") {
 		t.Fatalf("prune --dry-run: exit %d\n%s%s", dry.Code, dry.Stdout, dry.Stderr)
 	}
-	pr := runCLI(t, false, "inbox", "prune", "--config", cfg, "--redis-url", srv.URL, "-o", "json")
+	pr := cmdtest.RunCLI(t, false, "inbox", "prune", "--config", cfg, "--redis-url", srv.URL, "-o", "json")
 	if pr.Code != 0 || !strings.Contains(pr.Stdout, `"removed": 1`) {
 		t.Fatalf("prune: exit %d\n%s%s", pr.Code, pr.Stdout, pr.Stderr)
 	}
@@ -108,7 +110,7 @@ func TestRunSQLSink(t *testing.T) {
 func TestRunSQLSinkRefusals(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
-	good := writeDomain(t, "sqlsink", "STATEMENT", ordersStatement)
+	good := cmdtest.WriteDomain(t, "sqlsink", "STATEMENT", ordersStatement)
 	dsn := migratedOrdersDB(t, good)
 	refusing := sqltest.RefusingPostgres(t)
 	for _, tt := range []struct {
@@ -124,7 +126,7 @@ func TestRunSQLSinkRefusals(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("SEQCTL_TEST_ORDERS_DB", tt.dsn)
-			cfg := writeDomain(t, "sqlsink", "STATEMENT", tt.stmt)
+			cfg := cmdtest.WriteDomain(t, "sqlsink", "STATEMENT", tt.stmt)
 			ios, _, _, errOut := cmdutil.NewTestIOStreams()
 			opts := RunOptions{IO: ios, ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info", ShutdownTimeout: time.Second}
 			err := runRun(context.Background(), &opts)
@@ -149,7 +151,7 @@ func TestRunSQLSinkRefusals(t *testing.T) {
 func TestRunSQLSinkWaitsForTheDatabase(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	srv := redistest.Start(t)
-	cfg := writeDomain(t, "sqlsink", "STATEMENT", ordersStatement)
+	cfg := cmdtest.WriteDomain(t, "sqlsink", "STATEMENT", ordersStatement)
 	dsn := migratedOrdersDB(t, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

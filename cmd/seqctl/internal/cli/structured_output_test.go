@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
@@ -28,21 +30,21 @@ var printsNoData = map[string]string{
 }
 
 // outputAdmin is a fake admin that answers every operator command with sample data.
-func outputAdmin() *fakeAdmin {
-	fa := &fakeAdmin{
-		partitions: samplePartitions(),
-		inspection: sampleInspection(),
-		head:       sampleHead(),
-		dlq:        sampleDLQ(),
-		dlqs:       sampleDLQs(),
-		audit:      sampleAudit(),
-		groups:     sampleGroups(),
-		plan:       &admin.ReplayPlan{Entry: sampleDLQ()[0], Stream: "order:client-1"},
-		replay: &admin.ReplayResult{DLQID: "1738318000000-0", DLQStream: "order:client-1:dlq", EventID: sampleEnvelope().ID,
+func outputAdmin() *cmdtest.FakeAdmin {
+	fa := &cmdtest.FakeAdmin{
+		Partitions:   cmdtest.SamplePartitions(),
+		Inspection:   cmdtest.SampleInspection(),
+		HeadAnswer:   cmdtest.SampleHead(),
+		DLQEntries:   cmdtest.SampleDLQ(),
+		DLQSummaries: cmdtest.SampleDLQs(),
+		Audit:        cmdtest.SampleAudit(),
+		GroupList:    cmdtest.SampleGroups(),
+		Plan:         &admin.ReplayPlan{Entry: cmdtest.SampleDLQ()[0], Stream: "order:client-1"},
+		ReplayResult: &admin.ReplayResult{DLQID: "1738318000000-0", DLQStream: "order:client-1:dlq", EventID: cmdtest.SampleEnvelope().ID,
 			Stream: "order:client-1", EntryID: "1738318100000-0", Removed: true, Outcome: admin.OutcomeOK},
 	}
 	la := limitsAdmin()
-	fa.handlerLimits, fa.limits = la.handlerLimits, la.limits
+	fa.LimitsByHandler, fa.LimitList = la.LimitsByHandler, la.LimitList
 	return fa
 }
 
@@ -50,13 +52,13 @@ func outputAdmin() *fakeAdmin {
 // JSON, each an object or a list, and both hold the same data.
 func TestStructuredOutputEveryCommand(t *testing.T) {
 	// outbox status reads an SQLite outbox; publish writes to a Redis.
-	config := writeConfig(t, domainText(t, "ops")+"\n[outbox]\ndsn = \"sqlite://"+filepath.Join(t.TempDir(), "outbox.db")+"\"\n")
-	if r := runOps(t, outputAdmin(), inPipe, "", "outbox", "migrate", "--config", config); r.Code != 0 {
+	config := cmdtest.WriteConfig(t, cmdtest.DomainText(t, "ops")+"\n[outbox]\ndsn = \"sqlite://"+filepath.Join(t.TempDir(), "outbox.db")+"\"\n")
+	if r := cmdtest.RunOps(t, outputAdmin(), cmdtest.InPipe, "", "outbox", "migrate", "--config", config); r.Code != 0 {
 		t.Fatalf("outbox migrate: exit %d\n%s", r.Code, r.Stderr)
 	}
 	srv := redistest.Start(t)
 	// inbox migrate and prune work on the inbox of a SQL sink in an SQLite file.
-	sinkConfig := writeDomain(t, "sqlsink", "STATEMENT", "SELECT $1")
+	sinkConfig := cmdtest.WriteDomain(t, "sqlsink", "STATEMENT", "SELECT $1")
 	t.Setenv("SEQCTL_TEST_ORDERS_DB", "sqlite://"+filepath.Join(t.TempDir(), "orders.db"))
 
 	tests := []struct {
@@ -71,9 +73,9 @@ func TestStructuredOutputEveryCommand(t *testing.T) {
 		{cmd: "partitions pause", args: []string{"order:client-2", "--handler", "OrderProjector", "--reason", "OPS-42", "--yes"}},
 		{cmd: "partitions resume", args: []string{"order:client-2", "--handler", "OrderProjector", "--yes"}},
 		{cmd: "head show", args: []string{"order:client-1", "--handler", "OrderProjector"}},
-		{cmd: "head skip", args: []string{"order:client-1", "--handler", "OrderProjector", "--expect-id", poisonID, "--yes"}},
-		{cmd: "head dlq", args: []string{"order:client-1", "--handler", "OrderProjector", "--expect-id", poisonID, "--dry-run"}},
-		{cmd: "head retry", args: []string{"order:client-1", "--handler", "OrderProjector", "--expect-id", poisonID, "--yes"}},
+		{cmd: "head skip", args: []string{"order:client-1", "--handler", "OrderProjector", "--expect-id", cmdtest.PoisonID, "--yes"}},
+		{cmd: "head dlq", args: []string{"order:client-1", "--handler", "OrderProjector", "--expect-id", cmdtest.PoisonID, "--dry-run"}},
+		{cmd: "head retry", args: []string{"order:client-1", "--handler", "OrderProjector", "--expect-id", cmdtest.PoisonID, "--yes"}},
 		{cmd: "dlq list"},
 		{cmd: "dlq list", args: []string{"order:client-1"}},
 		{cmd: "dlq replay", args: []string{"order:client-1", "--id", "1738318000000-0", "--yes"}},
@@ -102,7 +104,7 @@ func TestStructuredOutputEveryCommand(t *testing.T) {
 		t.Run(tt.cmd, func(t *testing.T) {
 			data := map[string]any{}
 			for _, format := range []string{"json", "yaml"} {
-				r := runOps(t, outputAdmin(), inPipe, "", append(slices.Clip(args), "-o", format)...)
+				r := cmdtest.RunOps(t, outputAdmin(), cmdtest.InPipe, "", append(slices.Clip(args), "-o", format)...)
 				if r.Code != 0 {
 					t.Fatalf("-o %s: exit %d\nstdout:\n%s\nstderr:\n%s", format, r.Code, r.Stdout, r.Stderr)
 				}
@@ -149,7 +151,7 @@ func TestStructuredOutputEveryCommand(t *testing.T) {
 			}
 		}
 	}
-	walk(newCmdRoot(testFactory()))
+	walk(newCmdRoot(cmdtest.TestFactory()))
 }
 
 // dataShape replaces every value by its kind, keeping the keys and list lengths.

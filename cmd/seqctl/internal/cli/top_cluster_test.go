@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/google/go-cmp/cmp"
@@ -26,7 +28,7 @@ import (
 // Projector refuses a poison payload and records every handled seq in "t:log:{key}".
 // keys[i] is a partition key served by master i.
 type clusterOpsWorld struct {
-	opsEngine
+	cmdtest.OpsEngine
 	cl   *redistest.Cluster
 	rdb  *redis.ClusterClient
 	keys []string
@@ -36,7 +38,7 @@ func startClusterOpsWorld(t *testing.T) *clusterOpsWorld {
 	t.Helper()
 	cl := redistest.StartCluster(t, 3)
 	w := &clusterOpsWorld{cl: cl, rdb: cl.Client(t)}
-	w.opsEngine = startOpsEngine(t, writeDomain(t, "ops"), w.rdb, cl.Client(t), w.rdb)
+	w.OpsEngine = cmdtest.StartOpsEngine(t, cmdtest.WriteDomain(t, "ops"), w.rdb, cl.Client(t), w.rdb)
 	w.keys = cl.OnEachMaster(t, 3, func(j int) (string, string) {
 		k := fmt.Sprintf("client-%d", j)
 		return k, keyspace.Cluster.PartitionStream("order", k)
@@ -52,7 +54,7 @@ func TestTopOnCluster(t *testing.T) {
 	var poison engine.Published
 	for _, k := range w.keys {
 		for seq := 0; seq < 3; seq++ {
-			p := w.publish(t, opsPayload{Client: k, Seq: seq, Poison: k == halted && seq == 1})
+			p := w.Publish(t, cmdtest.OpsPayload{Client: k, Seq: seq, Poison: k == halted && seq == 1})
 			if k == halted && seq == 1 {
 				poison = p
 			}
@@ -68,7 +70,7 @@ func TestTopOnCluster(t *testing.T) {
 	ios := &cmdutil.IOStreams{In: in, Out: out, ErrOut: io.Discard}
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, &cmdutil.Factory{IOStreams: ios, Build: testBuild},
+		done <- cmdtest.RunRoot(ctx, &cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild},
 			[]string{"top", "--cluster", "--redis-url", w.cl.URL, "--refresh", "200ms"})
 	}()
 	testkit.WaitFor(t, 20*time.Second, "the dashboard to show every partition and the halted one", func() bool {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/google/go-cmp/cmp"
@@ -48,16 +50,16 @@ func TestTopParse(t *testing.T) {
 // instance, carries a pause record, passes "head moved" through, and reports a caught-up
 // partition as headless.
 func TestAdminSourceAdapter(t *testing.T) {
-	fa := &fakeAdmin{
-		partitions: []admin.Partition{
+	fa := &cmdtest.FakeAdmin{
+		Partitions: []admin.Partition{
 			{Category: "order", Key: "A", Stream: "order:A", Handler: "P", Owner: "i1.2", Generation: 7, LeaseRemainingMS: 900,
 				Lag: 3, Pending: 1, HeadAgeMS: 1500, State: admin.StateHalted, HaltedEntryID: "5-0", Handled: 40},
 			{Category: "order", Key: "B", Stream: "order:B", Handler: "P", State: admin.StateUnowned},
 			{Category: "order", Key: "C", Stream: "order:C", Handler: "P", State: admin.StatePaused,
 				Pause: &engine.PauseRecord{Reason: "migration", By: "ops@laptop", Since: time.Unix(100, 0), Until: time.Unix(700, 0)}},
 		},
-		headErr: &admin.NotFoundError{What: "head"},
-		actErr:  &engine.HeadMovedError{Expected: "5-0", Head: "6-0"},
+		HeadErr: &admin.NotFoundError{What: "head"},
+		ActErr:  &engine.HeadMovedError{Expected: "5-0", Head: "6-0"},
 	}
 	src := &adminSource{a: fa}
 	snap, err := src.Snapshot(context.Background())
@@ -74,7 +76,7 @@ func TestAdminSourceAdapter(t *testing.T) {
 	if diff := cmp.Diff(want, snap.Partitions); diff != "" {
 		t.Errorf("partitions (-want +got):\n%s", diff)
 	}
-	fa.inspection = &admin.Inspection{Lanes: []admin.Lane{{Stream: "order:B", Length: 4}}}
+	fa.Inspection = &admin.Inspection{Lanes: []admin.Lane{{Stream: "order:B", Length: 4}}}
 	d, err := src.Head(context.Background(), tui.PartitionRef{Category: "order", Key: "B", Handler: "P"})
 	if err != nil || d.EntryID != "" || len(d.Lanes) != 1 {
 		t.Errorf("headless partition: %+v, %v", d, err)
@@ -82,19 +84,19 @@ func TestAdminSourceAdapter(t *testing.T) {
 	if err := src.Skip(context.Background(), tui.PartitionRef{Category: "order", Key: "A", Handler: "P"}, "5-0"); !errors.Is(err, tui.ErrHeadMoved) {
 		t.Errorf("skip of a moved head: err = %v, want ErrHeadMoved", err)
 	}
-	if len(fa.actions) != 1 || fa.actions[0].ExpectID != "5-0" || fa.actions[0].Stream != "order:A" {
-		t.Errorf("actions = %+v", fa.actions)
+	if len(fa.Actions) != 1 || fa.Actions[0].ExpectID != "5-0" || fa.Actions[0].Stream != "order:A" {
+		t.Errorf("actions = %+v", fa.Actions)
 	}
 
 	// The DLQ and audit views.
-	fa.dlqs = []admin.DLQSummary{{Stream: "order:A", DLQStream: "order:A:dlq", Length: 2, OldestID: "1-0", NewestID: "2-0", OldestAgeMS: 1500}}
+	fa.DLQSummaries = []admin.DLQSummary{{Stream: "order:A", DLQStream: "order:A:dlq", Length: 2, OldestID: "1-0", NewestID: "2-0", OldestAgeMS: 1500}}
 	ds, err := src.DLQs(context.Background())
 	if diff := cmp.Diff([]tui.DLQInfo{{Stream: "order:A", Length: 2, OldestID: "1-0", NewestID: "2-0", OldestAge: 1500 * time.Millisecond}}, ds); err != nil || diff != "" {
 		t.Errorf("DLQs (-want +got): %v\n%s", err, diff)
 	}
-	fa.audit = sampleAudit()
+	fa.Audit = cmdtest.SampleAudit()
 	as, err := src.Audit(context.Background(), 50)
-	if err != nil || len(as) != 2 || as[1].Outcome != admin.OutcomeOK || fa.auditQuery.Limit != 50 {
-		t.Errorf("audit = %+v, query %+v, %v", as, fa.auditQuery, err)
+	if err != nil || len(as) != 2 || as[1].Outcome != admin.OutcomeOK || fa.AuditQuery.Limit != 50 {
+		t.Errorf("audit = %+v, query %+v, %v", as, fa.AuditQuery, err)
 	}
 }

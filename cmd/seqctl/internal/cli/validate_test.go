@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/google/go-cmp/cmp"
@@ -16,23 +18,23 @@ import (
 )
 
 func TestValidateParse(t *testing.T) {
-	for _, tt := range []parseCase[ValidateOptions]{
-		{name: "defaults", argv: nil, want: ValidateOptions{ConfigPath: "domain.toml"}},
-		{name: "config", argv: []string{"--config", "deploy/domain.toml"}, want: ValidateOptions{ConfigPath: "deploy/domain.toml"}},
-		{name: "short flags", argv: []string{"-c", "x.toml", "-o", "json"}, want: ValidateOptions{ConfigPath: "x.toml", Output: "json"}},
-		{name: "long output", argv: []string{"--output=json"}, want: ValidateOptions{ConfigPath: "domain.toml", Output: "json"}},
-		{name: "unknown output", argv: []string{"-o", "csv"}, wantErr: `invalid value "csv" for --output: want json or yaml`},
-		{name: "empty config", argv: []string{"--config", ""}, wantErr: "--config is empty"},
-		{name: "config without value", argv: []string{"--config"}, wantErr: "flag needs an argument"},
-		{name: "positional argument", argv: []string{"domain.toml"}, wantErr: `unexpected argument "domain.toml"`},
-		{name: "unknown flag", argv: []string{"--strict"}, wantErr: "unknown flag: --strict"},
+	for _, tt := range []cmdtest.ParseCase[ValidateOptions]{
+		{Name: "defaults", Argv: nil, Want: ValidateOptions{ConfigPath: "domain.toml"}},
+		{Name: "config", Argv: []string{"--config", "deploy/domain.toml"}, Want: ValidateOptions{ConfigPath: "deploy/domain.toml"}},
+		{Name: "short flags", Argv: []string{"-c", "x.toml", "-o", "json"}, Want: ValidateOptions{ConfigPath: "x.toml", Output: "json"}},
+		{Name: "long output", Argv: []string{"--output=json"}, Want: ValidateOptions{ConfigPath: "domain.toml", Output: "json"}},
+		{Name: "unknown output", Argv: []string{"-o", "csv"}, WantErr: `invalid value "csv" for --output: want json or yaml`},
+		{Name: "empty config", Argv: []string{"--config", ""}, WantErr: "--config is empty"},
+		{Name: "config without value", Argv: []string{"--config"}, WantErr: "flag needs an argument"},
+		{Name: "positional argument", Argv: []string{"domain.toml"}, WantErr: `unexpected argument "domain.toml"`},
+		{Name: "unknown flag", Argv: []string{"--strict"}, WantErr: "unknown flag: --strict"},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(tt.Name, func(t *testing.T) {
 			ios, _, _, _ := cmdutil.NewTestIOStreams()
 			var got *ValidateOptions
 			cmd := newCmdValidate(&cmdutil.Factory{IOStreams: ios}, func(o *ValidateOptions) error { got = o; return nil })
-			err := parseCmd(t, cmd, tt.argv...)
-			checkParsed(t, err, got, tt.want, tt.wantErr, cmpopts.IgnoreFields(ValidateOptions{}, "IO"))
+			err := cmdtest.ParseCmd(t, cmd, tt.Argv...)
+			cmdtest.CheckParsed(t, err, got, tt.Want, tt.WantErr, cmpopts.IgnoreFields(ValidateOptions{}, "IO"))
 			var ue *cmdutil.UsageError
 			if errors.As(err, &ue) && ue.Command != "seqctl validate" {
 				t.Errorf("UsageError.Command = %q, want seqctl validate", ue.Command)
@@ -47,10 +49,10 @@ func TestValidateParse(t *testing.T) {
 func TestValidateRun(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	t.Setenv(config.EnvOutboxDSN, "")
-	inline := writeDomain(t, "inline")
-	invalid := writeConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
+	inline := cmdtest.WriteDomain(t, "inline")
+	invalid := cmdtest.WriteConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
 	missing := filepath.Join(t.TempDir(), "absent.toml")
-	sqlSink := writeDomain(t, "sqlsink", "STATEMENT", "SELECT $1::text")
+	sqlSink := cmdtest.WriteDomain(t, "sqlsink", "STATEMENT", "SELECT $1::text")
 	t.Setenv("SEQCTL_TEST_ORDERS_DB", "")
 	tests := []struct {
 		name       string
@@ -132,8 +134,8 @@ func TestValidateRun(t *testing.T) {
 
 func TestValidateJSON(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
-	path := writeDomain(t, "inline")
-	r := runCLI(t, false, "validate", "--config", path, "-o", "json")
+	path := cmdtest.WriteDomain(t, "inline")
+	r := cmdtest.RunCLI(t, false, "validate", "--config", path, "-o", "json")
 	if r.Code != 0 || r.Stderr != "" {
 		t.Fatalf("code %d, stderr %q", r.Code, r.Stderr)
 	}
@@ -165,13 +167,13 @@ func TestValidateJSON(t *testing.T) {
 // A handler that takes batches shows them in the delivery column and in the JSON.
 func TestValidateShowsBatches(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
-	path := writeConfig(t, strings.Replace(domainText(t, "inline"), "sequential_by = \"host\"\n",
+	path := cmdtest.WriteConfig(t, strings.Replace(cmdtest.DomainText(t, "inline"), "sequential_by = \"host\"\n",
 		"sequential_by = \"host\"\nbatch_max = 32\nbatch_wait = \"20ms\"\n", 1))
-	r := runCLI(t, true, "validate", "--config", path)
+	r := cmdtest.RunCLI(t, true, "validate", "--config", path)
 	if r.Code != 0 || !strings.Contains(r.Stdout, "Pinger   event  ping      host           go, up to 32 per call, waits 20ms") {
 		t.Errorf("code %d, stdout:\n%s\nwant Pinger's delivery with its batches", r.Code, r.Stdout)
 	}
-	r = runCLI(t, false, "validate", "--config", path, "-o", "json")
+	r = cmdtest.RunCLI(t, false, "validate", "--config", path, "-o", "json")
 	var got validateSummary
 	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
 		t.Fatalf("stdout is not the JSON summary: %v\n%s", err, r.Stdout)
@@ -187,13 +189,13 @@ func TestValidateShowsBatches(t *testing.T) {
 
 func TestValidateJSONProblems(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
-	repoRoot(t)
+	cmdtest.RepoRoot(t)
 	file := "testdata/invalid/unknown_key_and_sequential_by.toml"
-	r := runCLI(t, false, "validate", "--config", file, "-o", "json")
+	r := cmdtest.RunCLI(t, false, "validate", "--config", file, "-o", "json")
 	if r.Code != cmdutil.ExitUsage {
 		t.Errorf("exit code = %d, want 2", r.Code)
 	}
-	golden(t, "testdata/invalid/unknown_key_and_sequential_by.json.golden", r.Stdout)
+	cmdtest.Golden(t, "testdata/invalid/unknown_key_and_sequential_by.json.golden", r.Stdout)
 	var got validateProblems
 	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
 		t.Fatalf("stdout is not JSON: %v\n%s", err, r.Stdout)
@@ -205,8 +207,8 @@ func TestValidateJSONProblems(t *testing.T) {
 		t.Errorf("stderr lacks the problem lines:\n%s", r.Stderr)
 	}
 	// A file that does not parse at all still gets its JSON.
-	bad := writeConfig(t, "name = \"x\"\n[broker\n")
-	r = runCLI(t, false, "validate", "--config", bad, "-o", "json")
+	bad := cmdtest.WriteConfig(t, "name = \"x\"\n[broker\n")
+	r = cmdtest.RunCLI(t, false, "validate", "--config", bad, "-o", "json")
 	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil || r.Code != cmdutil.ExitUsage || len(got.Problems) == 0 {
 		t.Errorf("syntax error: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
 	}
@@ -215,13 +217,13 @@ func TestValidateJSONProblems(t *testing.T) {
 func TestValidateYAML(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	t.Setenv(config.EnvOutboxDSN, "")
-	repoRoot(t)
-	r := runCLI(t, false, "validate", "--config", "testdata/domain.toml", "-o", "yaml")
+	cmdtest.RepoRoot(t)
+	r := cmdtest.RunCLI(t, false, "validate", "--config", "testdata/domain.toml", "-o", "yaml")
 	if r.Code != 0 || r.Stderr != "" {
 		t.Fatalf("exit %d, stderr:\n%s", r.Code, r.Stderr)
 	}
-	golden(t, "testdata/domain.validate.yaml.golden", r.Stdout)
-	r = runCLI(t, false, "version", "-o", "yaml")
+	cmdtest.Golden(t, "testdata/domain.validate.yaml.golden", r.Stdout)
+	r = cmdtest.RunCLI(t, false, "version", "-o", "yaml")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "version: v1.2.3\n") || !strings.Contains(r.Stdout, "commit: abc1234\n") {
 		t.Errorf("version -o yaml: exit %d\n%s", r.Code, r.Stdout)
 	}
@@ -233,21 +235,21 @@ func TestValidateYAML(t *testing.T) {
 func TestValidateGoldens(t *testing.T) {
 	t.Setenv(config.EnvRedisURL, "")
 	t.Setenv(config.EnvOutboxDSN, "")
-	repoRoot(t)
+	cmdtest.RepoRoot(t)
 
 	t.Run("domain.toml", func(t *testing.T) {
-		r := runCLI(t, false, "validate", "--config", "testdata/domain.toml")
+		r := cmdtest.RunCLI(t, false, "validate", "--config", "testdata/domain.toml")
 		if r.Code != 0 || r.Stderr != "" {
 			t.Fatalf("exit %d, stderr:\n%s", r.Code, r.Stderr)
 		}
-		golden(t, "testdata/domain.validate.golden", r.Stdout)
+		cmdtest.Golden(t, "testdata/domain.validate.golden", r.Stdout)
 	})
 	t.Run("domain.toml json", func(t *testing.T) {
-		r := runCLI(t, false, "validate", "--config", "testdata/domain.toml", "-o", "json")
+		r := cmdtest.RunCLI(t, false, "validate", "--config", "testdata/domain.toml", "-o", "json")
 		if r.Code != 0 || r.Stderr != "" {
 			t.Fatalf("exit %d, stderr:\n%s", r.Code, r.Stderr)
 		}
-		golden(t, "testdata/domain.validate.json.golden", r.Stdout)
+		cmdtest.Golden(t, "testdata/domain.validate.json.golden", r.Stdout)
 	})
 
 	files, err := filepath.Glob("testdata/invalid/*.toml")
@@ -257,7 +259,7 @@ func TestValidateGoldens(t *testing.T) {
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".toml")
 		t.Run(name, func(t *testing.T) {
-			r := runCLI(t, false, "validate", "--config", file)
+			r := cmdtest.RunCLI(t, false, "validate", "--config", file)
 			if r.Code != cmdutil.ExitUsage {
 				t.Errorf("exit code = %d, want %d", r.Code, cmdutil.ExitUsage)
 			}
@@ -269,14 +271,14 @@ func TestValidateGoldens(t *testing.T) {
 					t.Errorf("stderr line %q does not start with %s:", line, file)
 				}
 			}
-			golden(t, strings.TrimSuffix(file, ".toml")+".golden", r.Stderr)
+			cmdtest.Golden(t, strings.TrimSuffix(file, ".toml")+".golden", r.Stderr)
 		})
 	}
 }
 
 // A SQL sink whose DSN variable is set validates, and shows its delivery as sql.
 func TestValidateSQLSink(t *testing.T) {
-	path := writeDomain(t, "sqlsink", "STATEMENT", "SELECT $1::text")
+	path := cmdtest.WriteDomain(t, "sqlsink", "STATEMENT", "SELECT $1::text")
 	t.Setenv("SEQCTL_TEST_ORDERS_DB", "postgres://app@db:5432/app")
 	ios, _, out, _ := cmdutil.NewTestIOStreams()
 	if err := validateRun(&ValidateOptions{IO: ios, ConfigPath: path}); err != nil {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,18 +15,18 @@ import (
 )
 
 func TestVersionParse(t *testing.T) {
-	tests := []parseCase[VersionOptions]{
-		{name: "text", argv: nil, want: VersionOptions{Build: testBuild}},
-		{name: "json", argv: []string{"-o", "json"}, want: VersionOptions{Build: testBuild, Output: "json"}},
-		{name: "unknown output", argv: []string{"--output", "xml"}, wantErr: `invalid value "xml" for --output`},
-		{name: "argument", argv: []string{"now"}, wantErr: `unexpected argument "now"`},
+	tests := []cmdtest.ParseCase[VersionOptions]{
+		{Name: "text", Argv: nil, Want: VersionOptions{Build: cmdtest.TestBuild}},
+		{Name: "json", Argv: []string{"-o", "json"}, Want: VersionOptions{Build: cmdtest.TestBuild, Output: "json"}},
+		{Name: "unknown output", Argv: []string{"--output", "xml"}, WantErr: `invalid value "xml" for --output`},
+		{Name: "argument", Argv: []string{"now"}, WantErr: `unexpected argument "now"`},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(tt.Name, func(t *testing.T) {
 			ios, _, _, _ := cmdutil.NewTestIOStreams()
 			var got *VersionOptions
-			cmd := newCmdVersion(&cmdutil.Factory{IOStreams: ios, Build: testBuild}, func(o *VersionOptions) error { got = o; return nil })
-			checkParsed(t, parseCmd(t, cmd, tt.argv...), got, tt.want, tt.wantErr, cmpopts.IgnoreFields(VersionOptions{}, "IO"))
+			cmd := newCmdVersion(&cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild}, func(o *VersionOptions) error { got = o; return nil })
+			cmdtest.CheckParsed(t, cmdtest.ParseCmd(t, cmd, tt.Argv...), got, tt.Want, tt.WantErr, cmpopts.IgnoreFields(VersionOptions{}, "IO"))
 		})
 	}
 }
@@ -55,7 +57,7 @@ func TestVersionRun(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ios, _, out, errOut := cmdutil.NewTestIOStreams()
-			err := versionRun(&VersionOptions{IO: ios, Build: testBuild, Output: tt.output, GoVersion: "go1.26.0", Platform: "linux/amd64"})
+			err := versionRun(&VersionOptions{IO: ios, Build: cmdtest.TestBuild, Output: tt.output, GoVersion: "go1.26.0", Platform: "linux/amd64"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,15 +72,15 @@ func TestVersionRun(t *testing.T) {
 }
 
 func TestVersionCommand(t *testing.T) {
-	r := runCLI(t, false, "version")
+	r := cmdtest.RunCLI(t, false, "version")
 	if r.Code != 0 || !strings.HasPrefix(r.Stdout, "seqctl v1.2.3 (commit abc1234, built 2025-01-31T10:00:00Z, go") {
 		t.Errorf("seqctl version: code %d, stdout %q", r.Code, r.Stdout)
 	}
 }
 
 func TestVersionFlag(t *testing.T) {
-	r := runCLI(t, false, "--version")
-	want := runCLI(t, false, "version")
+	r := cmdtest.RunCLI(t, false, "--version")
+	want := cmdtest.RunCLI(t, false, "version")
 	if r.Code != 0 || r.Stdout != want.Stdout || r.Stderr != "" {
 		t.Errorf("seqctl --version: code %d, stdout %q, stderr %q; want exit 0 and %q", r.Code, r.Stdout, r.Stderr, want.Stdout)
 	}

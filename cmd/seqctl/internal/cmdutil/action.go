@@ -34,11 +34,11 @@ type GuardedAction struct {
 	IO     *IOStreams
 	Admin  Admin
 	Output string
-	// who runs the action: the actor its act and its audit records name.
+	// Who runs the action: the actor its act and its audit records name.
 	Who admin.Actor
 	// yes skips the confirmation (--yes); DryRun stops after the plan (--dry-run).
 	yes, dryRun bool
-	// refusal is the audit entry of an attempt that stops before the act: who, and the
+	// Refusal is the audit entry of an attempt that stops before the act: who, and the
 	// stream, handler, entry and reason as far as the command knows them (a plan may
 	// fill in more). refuse adds the outcome and the detail.
 	Refusal admin.AuditEntry
@@ -71,14 +71,14 @@ type guardedSteps interface {
 	Done() string
 }
 
-// confirmation is what the confirm step of a guarded action asks, and what it records
+// Confirmation is what the confirm step of a guarded action asks, and what it records
 // when the action does not go ahead.
 type Confirmation struct {
-	// refused is the usage error without --yes and without a terminal to ask on;
+	// Refused is the usage error without --yes and without a terminal to ask on;
 	// RefusedDetail is its audit detail.
 	Refused       error
 	RefusedDetail string
-	// before runs on a terminal before the question: it says what is at stake, or checks
+	// Before runs on a terminal before the question: it says what is at stake, or checks
 	// that the action would not be refused after a yes. nil: nothing.
 	Before func() error
 	// Question is asked on the terminal; a no is recorded with DeclinedDetail.
@@ -148,7 +148,7 @@ func (g *GuardedAction) actFailed(err error) error {
 	return ExitFor(err)
 }
 
-// refuse records an attempt that stops before the act, with outcome and detail, and
+// Refuse records an attempt that stops before the act, with outcome and detail, and
 // returns err. A dry run records nothing.
 func (g *GuardedAction) Refuse(outcome, detail string, err error) error {
 	if g.dryRun {
@@ -209,7 +209,7 @@ func AuditEntryBy(who admin.Actor) admin.AuditEntry {
 	return admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command}
 }
 
-// actor says who runs a command, for the audit log: the operating-system user and host.
+// Actor says who runs a command, for the audit log: the operating-system user and host.
 func Actor(command string) admin.Actor {
 	a := admin.Actor{Command: command, User: os.Getenv("USER")}
 	if u, err := user.Current(); err == nil && u.Username != "" {

@@ -114,6 +114,14 @@ Exit codes:
 	return cmd
 }
 
+// NewRoot is the root command with the global flags and cmds, the commands of seqctl.
+func NewRoot(f *Factory, cmds ...*cobra.Command) *cobra.Command {
+	cmd := NewRootCommand()
+	cmd.AddCommand(cmds...)
+	AddGlobalFlags(cmd, f)
+	return cmd
+}
+
 // RunE is the RunE of a command whose inputs are opts and whose run function takes the
 // command's context: prepare takes the command line into opts and checks it (an error
 // stops the command), then runF runs when a test set it, else run.

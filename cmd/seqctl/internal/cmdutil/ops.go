@@ -25,10 +25,10 @@ func (f *Factory) OpsOptions() OpsOptions {
 	return OpsOptions{IO: f.IOStreams, Admin: f.openAdmin}
 }
 
-// ops returns o, which the options of every operator command embed.
+// Ops returns o, which the options of every operator command embed.
 func (o *OpsOptions) Ops() *OpsOptions { return o }
 
-// layout is what -o and --no-headers say about tables.
+// Layout is what -o and --no-headers say about tables.
 func (o *OpsOptions) Layout() tableLayout {
 	return tableLayout{Output: o.Output, NoHeaders: o.NoHeaders}
 }

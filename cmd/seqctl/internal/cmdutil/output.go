@@ -30,7 +30,7 @@ func CheckFormat(cmd *cobra.Command, v string) error {
 	return UsageErrorf(cmd.CommandPath(), "invalid value %q for --output: want table, wide, json or yaml", v)
 }
 
-// structured says the -o value asks for data (json or yaml) rather than text.
+// Structured says the -o value asks for data (json or yaml) rather than text.
 func Structured(output string) bool { return output == "json" || output == "yaml" }
 
 // WriteData prints v as -o asks: indented JSON, or YAML with the same field names (the

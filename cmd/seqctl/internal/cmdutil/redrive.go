@@ -20,7 +20,7 @@ import (
 // progress line on a terminal, and the stop between two items (Ctrl-C), which is
 // recorded in the audit log and says how to go on.
 
-// redrive is one run of the items of a redrive.
+// Redrive is one run of the items of a redrive.
 type Redrive struct {
 	// stopCtx ends when the operator stops the run (Ctrl-C, SIGTERM, or the command's
 	// context ends); work never ends, so that an item under way is always finished.
@@ -38,7 +38,7 @@ func StartRedrive(ctx context.Context, rate Rate, bar *ReplayProgress) *Redrive 
 	return &Redrive{stopCtx: stopCtx, Work: context.WithoutCancel(ctx), release: release, pace: newPacer(rate), bar: bar}
 }
 
-// next waits until the next item may start. False: the operator stopped the run, and
+// Next waits until the next item may start. False: the operator stopped the run, and
 // no other item must start (the progress line is erased).
 func (r *Redrive) Next() bool {
 	if r.pace.wait(r.stopCtx) != nil {
@@ -48,22 +48,22 @@ func (r *Redrive) Next() bool {
 	return true
 }
 
-// progress redraws the progress line for n items done.
+// Progress redraws the progress line for n items done.
 func (r *Redrive) Progress(n int) { r.bar.Update(n) }
 
-// printf prints a line to w over the progress line (e.g. a warning).
+// Printf prints a line to w over the progress line (e.g. a warning).
 func (r *Redrive) Printf(w io.Writer, format string, args ...any) {
 	r.bar.Clear()
 	fmt.Fprintf(w, format, args...)
 }
 
-// end stops listening for Ctrl-C and erases the progress line.
+// End stops listening for Ctrl-C and erases the progress line.
 func (r *Redrive) End() {
 	r.release()
 	r.bar.Clear()
 }
 
-// stopped records rec in the audit log as the operator's stop (outcome stopped, with
+// Stopped records rec in the audit log as the operator's stop (outcome stopped, with
 // detail) and returns the error that ends the command with status 1: "stopped after
 // done of n; run the same command again to " and again.
 func (r *Redrive) Stopped(adm Admin, ios *IOStreams, rec admin.AuditEntry, detail string, done, n int, again string) error {
@@ -110,7 +110,7 @@ type ReplayProgress struct {
 	on    bool
 	Total int
 	now   func() time.Time
-	// done is the word before the count: "replayed" when "".
+	// Done is the word before the count: "replayed" when "".
 	Done string
 	// start is when the redrive started, last when the line was drawn (start before).
 	start, last time.Time
@@ -125,7 +125,7 @@ func NewReplayProgress(w io.Writer, on bool, total int, now func() time.Time) *R
 	return &ReplayProgress{w: w, on: on, Total: total, now: now, start: t, last: t}
 }
 
-// update draws the line for n items done, unless it was drawn less than progressEvery
+// Update draws the line for n items done, unless it was drawn less than progressEvery
 // ago.
 func (p *ReplayProgress) Update(n int) {
 	if !p.on {
@@ -139,7 +139,7 @@ func (p *ReplayProgress) Update(n int) {
 	fmt.Fprintf(p.w, "\r\x1b[2K%s", p.Line(n, now.Sub(p.start)))
 }
 
-// line is the progress after n items in took: the mean rate so far and the time the
+// Line is the progress after n items in took: the mean rate so far and the time the
 // rest takes at it.
 func (p *ReplayProgress) Line(n int, took time.Duration) string {
 	perSecond := float64(n) / took.Seconds()
@@ -151,7 +151,7 @@ func (p *ReplayProgress) Line(n int, took time.Duration) string {
 	return fmt.Sprintf("%s %d/%d (%s, about %s left)", done, n, p.Total, fmtPerSecond(perSecond), fmtLeft(left))
 }
 
-// clear erases the line, so that a message can be printed on a clean one.
+// Clear erases the line, so that a message can be printed on a clean one.
 func (p *ReplayProgress) Clear() {
 	if p.Drawn {
 		fmt.Fprint(p.w, "\r\x1b[2K")

@@ -16,12 +16,12 @@ import (
 // lists them before asking, and acts on them one at a time, each on its own and audited
 // on its own: a partition refused does not stop the others. What they share is here.
 
-// selection is what --key (a glob over the keys), --category and --handler select.
+// Selection is what --key (a glob over the keys), --category and --handler select.
 type Selection struct {
 	Key, Category, Handler string
 }
 
-// set says a partition selector (--key or --category) was given.
+// Set says a partition selector (--key or --category) was given.
 func (s Selection) Set() bool { return s.Key != "" || s.Category != "" }
 
 // String says what was selected: "--category order --key acme-*".
@@ -39,7 +39,7 @@ func (s Selection) String() string {
 	return strings.Join(parts, " ")
 }
 
-// targets lists the partitions the selection picks, in name order, in one of states
+// Targets lists the partitions the selection picks, in name order, in one of states
 // (any state when there is none) and kept by keep (every one when nil), for the handler
 // of each category: --handler, else the category's only handler (several are a usage
 // error of command). It may be empty.
@@ -68,7 +68,7 @@ func (s Selection) Targets(ctx context.Context, adm Admin, command string, state
 	return out, nil
 }
 
-// none is the error of a selection that picks no noun ("paused partition"): not found,
+// None is the error of a selection that picks no noun ("paused partition"): not found,
 // nothing to verb.
 func (s Selection) None(noun, verb string) error {
 	return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no %s matches %s: nothing to %s", noun, s, verb)}
@@ -77,7 +77,7 @@ func (s Selection) None(noun, verb string) error {
 // PartitionTarget is one partition an action acts on, for one handler.
 type PartitionTarget struct {
 	Stream, Handler string
-	// row is the partition as listed before the action; nil when the listing has none
+	// Row is the partition as listed before the action; nil when the listing has none
 	// (no stream yet, or not in the discovery index).
 	Row *admin.Partition
 }
@@ -97,7 +97,7 @@ func targetList(ts []PartitionTarget, n int) string {
 	return strings.Join(names, ", ")
 }
 
-// batch is the account of an action over partitions done one at a time: its targets,
+// Batch is the account of an action over partitions done one at a time: its targets,
 // how many were done, and the refusals.
 type Batch struct {
 	Targets []PartitionTarget
@@ -109,10 +109,10 @@ type Batch struct {
 	Refusals     int
 }
 
-// many says the action concerns several partitions: each is reported on its own line.
+// Many says the action concerns several partitions: each is reported on its own line.
 func (b *Batch) Many() bool { return len(b.Targets) > 1 }
 
-// what names the partitions in a sentence.
+// What names the partitions in a sentence.
 func (b *Batch) What() string {
 	if b.Many() {
 		return fmt.Sprintf("%d partitions", len(b.Targets))
@@ -126,7 +126,7 @@ func (b *Batch) AuditPrefix() string {
 	return b.What() + " (" + targetList(b.Targets, 10) + "); "
 }
 
-// refused notes that target t was refused with err.
+// Refused notes that target t was refused with err.
 func (b *Batch) Refused(t PartitionTarget, err error) {
 	if b.Refusals == 0 {
 		b.firstRefusal, b.refusedAt = err, t
@@ -166,7 +166,7 @@ func StopsAll(err error) bool {
 // describeMax is how many partitions the confirmation lists before it counts the rest.
 const describeMax = 20
 
-// list writes the first describeMax targets, one a line with what row says of it, and
+// List writes the first describeMax targets, one a line with what row says of it, and
 // counts the rest.
 func (b *Batch) List(w io.Writer, row func(PartitionTarget) string) {
 	for i, t := range b.Targets {
@@ -178,7 +178,7 @@ func (b *Batch) List(w io.Writer, row func(PartitionTarget) string) {
 	}
 }
 
-// confirmation is what the confirm step of an action over partitions asks: verb them
+// Confirmation is what the confirm step of an action over partitions asks: verb them
 // (describe says first, on stderr, which and what it does); command is the command path
 // of the usage error without a terminal.
 func (b *Batch) Confirmation(ios *IOStreams, command, verb string, describe func(io.Writer)) Confirmation {

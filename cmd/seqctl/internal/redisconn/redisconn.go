@@ -41,7 +41,7 @@ type Flags struct {
 type Conn struct {
 	node    *redis.Options
 	Cluster *redis.ClusterOptions
-	// shown is the URL with its password masked, for messages.
+	// Shown is the URL with its password masked, for messages.
 	Shown string
 	// clusterFrom names what asked for cluster mode: "--cluster", "$SEQCTL_REDIS_CLUSTER"
 	// or the config file whose [broker] kind is "redis-cluster", to say what to change
@@ -149,7 +149,7 @@ func (e *SettingError) Unwrap() error { return e.Err }
 // IsCluster reports whether the connection is to a Redis Cluster.
 func (c *Conn) IsCluster() bool { return c.Cluster != nil }
 
-// where names the server in messages: "Redis at URL" or "Redis Cluster at URL".
+// Where names the server in messages: "Redis at URL" or "Redis Cluster at URL".
 func (c *Conn) Where() string {
 	if c.IsCluster() {
 		return "Redis Cluster at " + c.Shown
@@ -229,7 +229,7 @@ func (c *Conn) NewClient() redis.UniversalClient {
 	return cl
 }
 
-// ping checks the connection: a PING to the node, or to every master of the cluster,
+// Ping checks the connection: a PING to the node, or to every master of the cluster,
 // which also loads the cluster's slot map and checks that this host reaches each
 // address the cluster announces.
 func (c *Conn) Ping(ctx context.Context, rdb redis.UniversalClient) error {

@@ -1,4 +1,4 @@
-package cli
+package cmdtest
 
 import (
 	"flag"
@@ -9,8 +9,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-// golden compares got with the golden file at path, or rewrites it with -update.
-func golden(t *testing.T, path, got string) {
+// Golden compares got with the golden file at path, or rewrites it with -update.
+func Golden(t *testing.T, path, got string) {
 	t.Helper()
 	if *update {
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
@@ -27,9 +27,9 @@ func golden(t *testing.T, path, got string) {
 	}
 }
 
-// repoRoot changes the working directory to the repository root for the test, so paths
+// RepoRoot changes the working directory to the repository root for the test, so paths
 // in golden files read as a user at the root would type them.
-func repoRoot(t *testing.T) {
+func RepoRoot(t *testing.T) {
 	t.Helper()
 	t.Chdir(filepath.Join("..", "..", "..", ".."))
 	if _, err := os.Stat("go.mod"); err != nil {

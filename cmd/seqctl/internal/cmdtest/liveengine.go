@@ -1,4 +1,4 @@
-package cli
+package cmdtest
 
 import (
 	"context"
@@ -22,47 +22,47 @@ import (
 // domain testdata/domains/ops.toml: OrderPlaced in "order", partitioned by client_id,
 // handled by Projector (2 attempts, 10 ms apart).
 
-type opsPayload struct {
+type OpsPayload struct {
 	Client string `json:"client_id"`
 	Seq    int    `json:"seq"`
 	Poison bool   `json:"poison,omitempty"`
 	Block  bool   `json:"block,omitempty"`
 }
 
-// opsWorld is a real Redis, the domain.toml, and a running engine whose Projector
+// OpsWorld is a real Redis, the domain.toml, and a running engine whose Projector
 // refuses a poison payload, blocks on a "block" payload until the test ends, and
 // records every handled seq in "t:log:{key}".
-type opsWorld struct {
-	opsEngine
-	srv    *redistest.Server
-	rdb    *redis.Client
+type OpsWorld struct {
+	OpsEngine
+	Srv    *redistest.Server
+	Rdb    *redis.Client
 	config string
 }
 
-func startOpsWorld(t *testing.T) *opsWorld {
+func StartOpsWorld(t *testing.T) *OpsWorld {
 	t.Helper()
 	srv := redistest.Start(t)
-	w := &opsWorld{srv: srv, rdb: srv.Client(t), config: writeDomain(t, "ops")}
-	w.opsEngine = startOpsEngine(t, w.config, srv.Client(t), srv.Client(t), w.rdb)
+	w := &OpsWorld{Srv: srv, Rdb: srv.Client(t), config: WriteDomain(t, "ops")}
+	w.OpsEngine = StartOpsEngine(t, w.config, srv.Client(t), srv.Client(t), w.Rdb)
 	return w
 }
 
-// opsEngine is a domain and a broker to publish to it.
-type opsEngine struct {
-	dom    *engine.Domain
-	broker *engine.RedisBroker
+// OpsEngine is a domain and a broker to publish to it.
+type OpsEngine struct {
+	Dom    *engine.Domain
+	Broker *engine.RedisBroker
 }
 
-// startOpsEngine loads the domain at config and starts an engine on client (stopped at
+// StartOpsEngine loads the domain at config and starts an engine on client (stopped at
 // cleanup) whose Projector refuses a poison payload, holds a blocking one until cleanup
 // or its context ends, and records every handled seq in "t:log:{key}" through sink. The
 // broker publishes through pub.
-func startOpsEngine(t *testing.T, configPath string, client, sink, pub redis.UniversalClient) opsEngine {
+func StartOpsEngine(t *testing.T, configPath string, client, sink, pub redis.UniversalClient) OpsEngine {
 	t.Helper()
-	_, dom := loadDomain(t, configPath)
+	_, dom := LoadDomain(t, configPath)
 	release := make(chan struct{})
 	dom.Handlers[0].Func = func(ctx context.Context, ev engine.Event) error {
-		var p opsPayload
+		var p OpsPayload
 		if err := json.Unmarshal(ev.Data, &p); err != nil {
 			return err
 		}
@@ -80,60 +80,60 @@ func startOpsEngine(t *testing.T, configPath string, client, sink, pub redis.Uni
 	}
 	enginetest.Start(t, engine.EngineConfig{Domain: dom, Client: client, InstanceID: "w1"})
 	t.Cleanup(func() { close(release) }) // before the engine's shutdown: cleanups run last first
-	return opsEngine{dom: dom, broker: engine.NewRedisBroker(pub)}
+	return OpsEngine{Dom: dom, Broker: engine.NewRedisBroker(pub)}
 }
 
-// publish publishes an OrderPlaced event of p.
-func (o opsEngine) publish(t *testing.T, p opsPayload) engine.Published {
+// Publish publishes an OrderPlaced event of p.
+func (o OpsEngine) Publish(t *testing.T, p OpsPayload) engine.Published {
 	t.Helper()
 	data, _ := json.Marshal(p)
-	pub, err := o.broker.Publish(context.Background(), o.dom, "OrderPlaced", data, engine.PublishOptions{})
+	pub, err := o.Broker.Publish(context.Background(), o.Dom, "OrderPlaced", data, engine.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return pub
 }
 
-// log is what Projector handled of key, in order.
-func (w *opsWorld) log(t *testing.T, key string) []string {
+// Log is what Projector handled of key, in order.
+func (w *OpsWorld) Log(t *testing.T, key string) []string {
 	t.Helper()
-	return w.rdb.LRange(context.Background(), "t:log:"+key, 0, -1).Val()
+	return w.Rdb.LRange(context.Background(), "t:log:"+key, 0, -1).Val()
 }
 
-// cli runs seqctl against the world's Redis; withConfig adds --config.
-func (w *opsWorld) cli(t *testing.T, withConfig bool, args ...string) result {
+// CLI runs seqctl against the world's Redis; withConfig adds --config.
+func (w *OpsWorld) CLI(t *testing.T, withConfig bool, args ...string) Result {
 	t.Helper()
 	config := ""
 	if withConfig {
 		config = w.config
 	}
-	return cliAt(t, w.srv.URL, config, args...)
+	return CLIAt(t, w.Srv.URL, config, args...)
 }
 
-// cliAt runs seqctl against the Redis at url, with --config when config is not "".
-func cliAt(t *testing.T, url, config string, args ...string) result {
+// CLIAt runs seqctl against the Redis at url, with --config when config is not "".
+func CLIAt(t *testing.T, url, config string, args ...string) Result {
 	t.Helper()
 	args = append(args, "--redis-url", url)
 	if config != "" {
 		args = append(args, "--config", config)
 	}
-	return runCLI(t, false, args...)
+	return RunCLI(t, false, args...)
 }
 
-// haltA publishes order:A seq 0..4 with seq 2 poisoned and waits until seqctl lists
+// HaltA publishes order:A seq 0..4 with seq 2 poisoned and waits until seqctl lists
 // the partition as halted; it returns the poison entry.
-func (w *opsWorld) haltA(t *testing.T, withConfig bool) engine.Published {
+func (w *OpsWorld) HaltA(t *testing.T, withConfig bool) engine.Published {
 	t.Helper()
 	var poison engine.Published
 	for seq := 0; seq < 5; seq++ {
-		p := w.publish(t, opsPayload{Client: "A", Seq: seq, Poison: seq == 2})
+		p := w.Publish(t, OpsPayload{Client: "A", Seq: seq, Poison: seq == 2})
 		if seq == 2 {
 			poison = p
 		}
 	}
 	var rows []admin.Partition
 	testkit.WaitFor(t, 20*time.Second, "partitions list --halted shows order:A", func() bool {
-		r := w.cli(t, withConfig, "partitions", "list", "--halted", "-o", "json")
+		r := w.CLI(t, withConfig, "partitions", "list", "--halted", "-o", "json")
 		if r.Code != 0 {
 			t.Fatalf("partitions list: exit %d: %s", r.Code, r.Stderr)
 		}
@@ -148,17 +148,17 @@ func (w *opsWorld) haltA(t *testing.T, withConfig bool) engine.Published {
 		!strings.HasPrefix(p.Owner, "w1.") || p.Generation <= 0 || p.LeaseRemainingMS <= 0 || p.HeadAgeMS < 0 {
 		t.Fatalf("halted row = %+v, want order:A halted on %s, owned by w1", p, poison.EntryID)
 	}
-	if diff := cmp.Diff([]string{"0", "1"}, w.log(t, "A")); diff != "" {
+	if diff := cmp.Diff([]string{"0", "1"}, w.Log(t, "A")); diff != "" {
 		t.Fatalf("order:A before the halt (-want +got):\n%s", diff)
 	}
 	return poison
 }
 
-// auditOf returns the operator actions recorded in the Redis at url in the last hour,
+// AuditOf returns the operator actions recorded in the Redis at url in the last hour,
 // as 'seqctl audit -o json' prints them.
-func auditOf(t *testing.T, url string) []admin.AuditEntry {
+func AuditOf(t *testing.T, url string) []admin.AuditEntry {
 	t.Helper()
-	r := cliAt(t, url, "", "audit", "--since", "1h", "-o", "json")
+	r := CLIAt(t, url, "", "audit", "--since", "1h", "-o", "json")
 	if r.Code != 0 {
 		t.Fatalf("audit: exit %d: %s", r.Code, r.Stderr)
 	}
@@ -169,8 +169,8 @@ func auditOf(t *testing.T, url string) []admin.AuditEntry {
 	return entries
 }
 
-// outcomes lists audit entries as "COMMAND OUTCOME" lines.
-func outcomes(entries []admin.AuditEntry) []string {
+// Outcomes lists audit entries as "COMMAND OUTCOME" lines.
+func Outcomes(entries []admin.AuditEntry) []string {
 	var out []string
 	for _, e := range entries {
 		out = append(out, e.Command+" "+e.Outcome)

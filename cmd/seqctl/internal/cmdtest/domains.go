@@ -1,9 +1,10 @@
-package cli
+package cmdtest
 
 import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -28,14 +29,20 @@ import (
 //	outbox-replicas   outbox, with [broker] min_replicas = 1
 //	sqlsink           OrderProjector runs @STATEMENT@ through a SQL sink whose DSN is in
 //	                  $SEQCTL_TEST_ORDERS_DB, two attempts
-var domainsDir, _ = filepath.Abs(filepath.Join("testdata", "domains"))
+var domainsDir = filepath.Join(sourceDir(), "testdata", "domains")
+
+// sourceDir is the directory of this source file.
+func sourceDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(file)
+}
 
 // placeholder is an @KEY@ a domain file leaves to the test.
 var placeholder = regexp.MustCompile(`@[A-Z]+@`)
 
-// domainText returns testdata/domains/NAME.toml with each @KEY@ of replace (KEY, value
+// DomainText returns testdata/domains/NAME.toml with each @KEY@ of replace (KEY, value
 // pairs) set to its value.
-func domainText(t testing.TB, name string, replace ...string) string {
+func DomainText(t testing.TB, name string, replace ...string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(domainsDir, name+".toml"))
 	if err != nil {
@@ -54,30 +61,30 @@ func domainText(t testing.TB, name string, replace ...string) string {
 	return s
 }
 
-// writeDomain writes testdata/domains/NAME.toml, with replace applied (see domainText),
+// WriteDomain writes testdata/domains/NAME.toml, with replace applied (see DomainText),
 // into a temporary directory and returns its path.
-func writeDomain(t *testing.T, name string, replace ...string) string {
+func WriteDomain(t *testing.T, name string, replace ...string) string {
 	t.Helper()
-	return writeConfig(t, domainText(t, name, replace...))
+	return WriteConfig(t, DomainText(t, name, replace...))
 }
 
-// writeConfig writes a domain.toml into a temporary directory and returns its path.
-func writeConfig(t *testing.T, content string) string {
+// WriteConfig writes a domain.toml into a temporary directory and returns its path.
+func WriteConfig(t *testing.T, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "domain.toml")
-	writeFile(t, path, content)
+	WriteFile(t, path, content)
 	return path
 }
 
-func writeFile(t *testing.T, path, content string) {
+func WriteFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// loadDomain loads the domain.toml at path and initialises its domain.
-func loadDomain(t testing.TB, path string) (*config.Config, *engine.Domain) {
+// LoadDomain loads the domain.toml at path and initialises its domain.
+func LoadDomain(t testing.TB, path string) (*config.Config, *engine.Domain) {
 	t.Helper()
 	cfg, err := config.Load(path)
 	if err != nil {
