@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/pkg/admin"
-	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 // retryManyHelp is the part of the help of 'head retry' on retrying every halted
@@ -107,15 +105,9 @@ func (o *HeadActionOptions) checkRetry(cmd *cobra.Command, args []string, rate s
 }
 
 // retryReport is what -o json|yaml prints of one partition of 'head retry --category':
-// the admin's ActionResult (for a partition not retried: its outcome), and why it was
-// skipped or refused.
+// what became of it (see admin.HeadRetries).
 type retryReport struct {
-	*admin.ActionResult
-	// Skipped says why the partition was not retried although nothing went wrong: its
-	// head was no longer halted when its turn came.
-	Skipped string `json:"skipped,omitempty"`
-	// Error says why the partition was refused.
-	Error string `json:"error,omitempty"`
+	admin.HeadRetry
 	// DryRun marks the objects of --dry-run.
 	DryRun bool `json:"dry_run,omitempty"`
 }
@@ -126,12 +118,13 @@ type retryMany struct {
 	cmdutil.GuardedAction
 	cmdutil.Batch
 	opts    *HeadActionOptions
+	retries *admin.HeadRetries
 	reports []retryReport // of act, one per partition gone through
-	skipped int           // partitions no longer halted when their turn came
 }
 
 func headRetryManyRun(ctx context.Context, adm cmdutil.Admin, opts *HeadActionOptions) error {
 	a := &retryMany{GuardedAction: opts.Guarded(ctx, adm, opts.auditCommand()), opts: opts}
+	a.retries = &admin.HeadRetries{API: adm, Actor: a.Who, Reason: opts.Reason}
 	a.Refusal.Reason = opts.Reason
 	if err := a.Run(a); err != nil {
 		return err
@@ -179,8 +172,8 @@ func (a *retryMany) DryRun() error {
 	if cmdutil.Structured(a.Output) {
 		reports := make([]retryReport, len(a.Targets))
 		for i, t := range a.Targets {
-			reports[i] = retryReport{DryRun: true, ActionResult: &admin.ActionResult{Action: admin.ActionRetry, Stream: t.Stream,
-				Handler: t.Handler, EntryID: t.Row.HaltedEntryID, Outcome: "dry_run"}}
+			reports[i] = retryReport{DryRun: true, HeadRetry: admin.HeadRetry{ActionResult: &admin.ActionResult{Action: admin.ActionRetry, Stream: t.Stream,
+				Handler: t.Handler, EntryID: t.Row.HaltedEntryID, Outcome: "dry_run"}}}
 		}
 		return cmdutil.WriteData(a.IO.Out, a.Output, reports)
 	}
@@ -216,11 +209,17 @@ func (a *retryMany) Act() (any, string, error) {
 		if !rd.Next() {
 			return nil, "", a.stopped(rd, i)
 		}
-		rep, err := a.retryOne(rd.Work, t)
+		rep, err := a.retries.Retry(rd.Work, t.Stream, t.Handler)
 		if err != nil {
 			return nil, "", a.FailedAt("retried", t, err)
 		}
-		a.reports = append(a.reports, rep)
+		switch {
+		case rep.Err != nil:
+			a.Refused(t, rep.Err)
+		case rep.Skipped == "":
+			a.NDone++
+		}
+		a.reports = append(a.reports, retryReport{HeadRetry: rep})
 		if rep.AuditWarning != "" {
 			rd.Printf(a.IO.ErrOut, "warning: %s: %s\n", t, rep.AuditWarning)
 		}
@@ -242,68 +241,8 @@ func (a *retryMany) Act() (any, string, error) {
 	return a.reports, "", nil
 }
 
-// retryOne reads the head of t and retries it when it is still halted. It returns an
-// error only when that stops the whole action (see cmdutil.StopsAll); a partition skipped or
-// refused is in the report.
-func (a *retryMany) retryOne(ctx context.Context, t cmdutil.PartitionTarget) (retryReport, error) {
-	res := &admin.ActionResult{Action: admin.ActionRetry, Stream: t.Stream, Handler: t.Handler}
-	rep := retryReport{ActionResult: res}
-	head, err := a.Admin.Head(ctx, t.Stream, t.Handler)
-	var nf *admin.NotFoundError
-	switch {
-	case errors.As(err, &nf) && nf.What == "head":
-		return a.skip(ctx, t, rep, "", "caught up: it has no head any more"), nil
-	case err == nil && head.Status != admin.HeadHalted:
-		res.EntryID = head.ID
-		return a.skip(ctx, t, rep, head.ID, fmt.Sprintf("its head %s is %s", head.ID, head.Status)), nil
-	case err == nil:
-		res.EntryID = head.ID
-		var done *admin.ActionResult
-		done, err = a.Admin.Act(ctx, admin.Action{Kind: admin.ActionRetry, Stream: t.Stream, Handler: t.Handler,
-			ExpectID: head.ID, Reason: a.opts.Reason, Actor: a.Who})
-		if err == nil {
-			a.NDone++
-			rep.ActionResult = done
-			return rep, nil
-		}
-		if errors.Is(err, engine.ErrNotHalted) || errors.Is(err, engine.ErrHeadMoved) {
-			// Act recorded it.
-			a.skipped++
-			res.Outcome, rep.Skipped = admin.OutcomeOf(err), "no longer halted: "+err.Error()
-			return rep, nil
-		}
-	}
-	if cmdutil.StopsAll(err) {
-		return rep, err
-	}
-	res.Outcome, rep.Error = admin.OutcomeOf(err), err.Error()
-	if head == nil {
-		a.record(ctx, t, "", res.Outcome, err.Error()) // Act did not run: nothing recorded it
-	}
-	a.Refused(t, err)
-	return rep, nil
-}
-
-// skip reports t as no longer halted (why) and records that it was not retried.
-func (a *retryMany) skip(ctx context.Context, t cmdutil.PartitionTarget, rep retryReport, entryID, why string) retryReport {
-	a.skipped++
-	rep.Outcome, rep.Skipped = admin.OutcomeNotHalted, "no longer halted: "+why
-	a.record(ctx, t, entryID, admin.OutcomeNotHalted, rep.Skipped+"; skipped")
-	return rep
-}
-
-// record writes the audit record of a partition not retried, with outcome and detail.
-func (a *retryMany) record(ctx context.Context, t cmdutil.PartitionTarget, entryID, outcome, detail string) {
-	rec := cmdutil.AuditEntryBy(a.Who)
-	rec.Stream, rec.Handler, rec.EntryID, rec.Reason = t.Stream, t.Handler, entryID, a.opts.Reason
-	rec.Outcome, rec.Detail = outcome, detail
-	if err := a.Admin.Record(ctx, rec); err != nil {
-		fmt.Fprintf(a.IO.ErrOut, "warning: %s: not recorded in the audit log: %v\n", t, err)
-	}
-}
-
 // reportLine is the line of one partition.
-func (a *retryMany) reportLine(t cmdutil.PartitionTarget, rep retryReport) string {
+func (a *retryMany) reportLine(t cmdutil.PartitionTarget, rep admin.HeadRetry) string {
 	ios := a.IO
 	switch {
 	case rep.Error != "":
@@ -323,7 +262,7 @@ func (a *retryMany) stopped(rd *cmdutil.Redrive, i int) error {
 	}
 	n := len(a.Targets)
 	detail := fmt.Sprintf("%s: stopped by the operator after %d of %d partitions (%d retried, %d skipped, %d refused); %d not tried",
-		flags, i, n, a.NDone, a.skipped, a.Refusals, n-i)
+		flags, i, n, a.NDone, a.retries.Skipped, a.Refusals, n-i)
 	return rd.Stopped(a.Admin, a.IO, a.Refusal, detail, i, n, "retry the rest (only the partitions still halted are retried)")
 }
 
@@ -331,7 +270,7 @@ func (a *retryMany) Done() string {
 	n := len(a.Targets)
 	s := "Retried " + a.What()
 	if a.NDone < n {
-		s = fmt.Sprintf("Retried %d of %d partitions; %d no longer halted, %d refused (above)", a.NDone, n, a.skipped, a.Refusals)
+		s = fmt.Sprintf("Retried %d of %d partitions; %d no longer halted, %d refused (above)", a.NDone, n, a.retries.Skipped, a.Refusals)
 	}
 	return s + ": each owner tries its head once more now. A partition whose retry fails halts again: see 'seqctl partitions list --halted'."
 }
