@@ -5,12 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/pkg/admin"
 )
 

@@ -3,9 +3,9 @@ package cli
 import (
 	"io"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 )
 
 // CompletionOptions are the inputs of 'seqctl completion'.

@@ -6,9 +6,7 @@ import (
 	"testing"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/seqctl/seqctl/pkg/demo"
 )
 

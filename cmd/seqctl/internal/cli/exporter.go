@@ -12,13 +12,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/metrics"

@@ -6,10 +6,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/spf13/cobra"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/pkg/admin"
 )
 

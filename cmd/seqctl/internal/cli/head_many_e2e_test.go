@@ -12,12 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/internal/enginetest"
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
@@ -121,7 +119,7 @@ func checkOncePerKey(t *testing.T, keys []string, perStream map[string]int) {
 
 // 30 partitions halted by an outage, retried with --rate 10/s once it is over: all 30
 // are retried and drain, and the retries' audit records never hold more than 10 in a
-// second (see effectJitterMS) and span at least 2.5 s (29 intervals of 100 ms are 2.9 s).
+// second (see cmdtest.EffectJitterMS) and span at least 2.5 s (29 intervals of 100 ms are 2.9 s).
 func TestHeadRetryManyAtRateEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3 s paced retry: skipped with -short")
@@ -138,7 +136,7 @@ func TestHeadRetryManyAtRateEndToEnd(t *testing.T) {
 	if len(ms) != 30 {
 		t.Fatalf("%d retries recorded, want 30", len(ms))
 	}
-	checkPaced(t, "retries", ms, 10, 2500*time.Millisecond)
+	cmdtest.CheckPaced(t, "retries", ms, 10, 2500*time.Millisecond)
 	r = cmdtest.CLIAt(t, w.srv.URL, "", "partitions", "list", "--halted", "-o", "json")
 	if r.Code != 0 || r.Stdout != "[]\n" {
 		t.Errorf("still halted after the retry: exit %d\n%s", r.Code, r.Stdout)

@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/spf13/cobra"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/engine/outbox"

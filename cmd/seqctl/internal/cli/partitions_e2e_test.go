@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )

@@ -10,12 +10,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 )

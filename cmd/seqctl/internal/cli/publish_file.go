@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 

@@ -7,14 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/config"

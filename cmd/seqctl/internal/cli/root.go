@@ -6,29 +6,34 @@ package cli
 import (
 	"context"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/audit"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/dlq"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/groups"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/validate"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/version"
 )
 
 // Main runs seqctl with args (without the program name) and returns the process exit
 // code. Errors are printed here, once, to ios.ErrOut.
 func Main(args []string, ios *cmdutil.IOStreams) int {
-	f := &cmdutil.Factory{IOStreams: ios, Build: linkedBuildInfo()}
+	f := &cmdutil.Factory{IOStreams: ios, Build: version.LinkedBuildInfo()}
 	return run(context.Background(), f, args)
 }
 
 func newCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	cmd := cmdutil.NewRoot(f,
-		newCmdValidate(f, nil),
-		newCmdVersion(f, nil),
+		validate.NewCmd(f, nil),
+		version.NewCmd(f, nil),
 		newCmdRun(f, nil),
 		newCmdPublish(f, nil),
 		newCmdPartitions(f),
 		newCmdHead(f),
-		newCmdDLQ(f),
-		newCmdAudit(f, nil),
-		newCmdGroups(f),
+		dlq.NewCmd(f),
+		audit.NewCmd(f, nil),
+		groups.NewCmd(f),
 		newCmdLimits(f),
 		newCmdCompletion(f, nil),
 		newCmdTop(f, nil),
@@ -38,7 +43,7 @@ func newCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		newCmdRelay(f),
 		newCmdExporter(f, nil),
 	)
-	addVersionFlag(cmd, f)
+	version.AddVersionFlag(cmd, f)
 	return cmd
 }
 

@@ -13,14 +13,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/engine"

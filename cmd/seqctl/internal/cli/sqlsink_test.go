@@ -12,11 +12,8 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
-
 	"github.com/seqctl/seqctl/internal/faultproxy"
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/sqltest"

@@ -7,12 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
 )

@@ -9,13 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
-
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"

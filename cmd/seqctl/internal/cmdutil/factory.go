@@ -7,9 +7,10 @@ import (
 	"io"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
 	"github.com/seqctl/seqctl/pkg/config"
-	"github.com/spf13/cobra"
 )
 
 // Factory is what commands get from the outside world. Main builds the real one; tests

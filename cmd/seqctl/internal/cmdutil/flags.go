@@ -3,10 +3,9 @@ package cmdutil
 import (
 	"os"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
-
 	"github.com/spf13/cobra"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
 	"github.com/seqctl/seqctl/pkg/config"
 )
 

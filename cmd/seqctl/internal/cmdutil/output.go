@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seqctl/seqctl/pkg/admin"
-	"github.com/seqctl/seqctl/pkg/redact"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/seqctl/seqctl/pkg/admin"
+	"github.com/seqctl/seqctl/pkg/redact"
 )
 
 // MaskURL hides the secrets of a URL (its password, even when it does not parse, and

@@ -1,12 +1,10 @@
-package cli
+package dlq
 
 import (
 	"testing"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/seqctl/seqctl/pkg/admin"
 )
 

@@ -1,4 +1,4 @@
-package cli
+package dlq
 
 import (
 	"context"
@@ -6,15 +6,14 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/spf13/cobra"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-func newCmdDLQ(f *cmdutil.Factory) *cobra.Command {
+func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "dlq <command>",
 		Short: "List, replay and purge dead-letter entries",

@@ -1,4 +1,4 @@
-package cli
+package groups
 
 import (
 	"context"
@@ -7,16 +7,15 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/spf13/cobra"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-func newCmdGroups(f *cmdutil.Factory) *cobra.Command {
+func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "groups <command>",
 		Short: "List the consumer groups each category waits for, and retire a removed handler",

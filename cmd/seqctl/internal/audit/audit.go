@@ -1,4 +1,4 @@
-package cli
+package audit
 
 import (
 	"context"
@@ -8,15 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/spf13/cobra"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/pkg/admin"
 )
 
-// AuditOptions are the inputs of 'seqctl audit'.
-type AuditOptions struct {
+// Options are the inputs of 'seqctl audit'.
+type Options struct {
 	cmdutil.OpsOptions
 	// Since keeps the actions of the last Since (0: all of them).
 	Since time.Duration
@@ -33,8 +32,8 @@ var auditOutcomes = []string{admin.OutcomeOK, admin.OutcomeHeadMoved, admin.Outc
 	admin.OutcomeNotReplicated, admin.OutcomeNotRegistered, admin.OutcomeDeclared, admin.OutcomeLiveLease, admin.OutcomeReadMoved,
 	admin.OutcomeHalted, admin.OutcomeNotPaused, admin.OutcomeStopped}
 
-func newCmdAudit(f *cmdutil.Factory, runF func(*AuditOptions) error) *cobra.Command {
-	opts := &AuditOptions{OpsOptions: f.OpsOptions()}
+func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	opts := &Options{OpsOptions: f.OpsOptions()}
 	var since string
 	cmd := &cobra.Command{
 		Use:   "audit [--since DURATION] [--limit N] [--stream S] [--outcome O]",
@@ -134,7 +133,7 @@ func parseSince(s string) (time.Duration, error) {
 	return d, nil
 }
 
-func auditRun(ctx context.Context, adm cmdutil.Admin, opts *AuditOptions) error {
+func auditRun(ctx context.Context, adm cmdutil.Admin, opts *Options) error {
 	entries, err := adm.AuditEntries(ctx, admin.AuditQuery{Since: opts.Since, Limit: opts.Limit, Stream: opts.Stream, Outcome: opts.Outcome})
 	if err != nil {
 		return cmdutil.ExitFor(err)

@@ -1,32 +1,30 @@
-package cli
+package version
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/internal/buildinfo"
 )
 
 func TestVersionParse(t *testing.T) {
-	tests := []cmdtest.ParseCase[VersionOptions]{
-		{Name: "text", Argv: nil, Want: VersionOptions{Build: cmdtest.TestBuild}},
-		{Name: "json", Argv: []string{"-o", "json"}, Want: VersionOptions{Build: cmdtest.TestBuild, Output: "json"}},
+	tests := []cmdtest.ParseCase[Options]{
+		{Name: "text", Argv: nil, Want: Options{Build: cmdtest.TestBuild}},
+		{Name: "json", Argv: []string{"-o", "json"}, Want: Options{Build: cmdtest.TestBuild, Output: "json"}},
 		{Name: "unknown output", Argv: []string{"--output", "xml"}, WantErr: `invalid value "xml" for --output`},
 		{Name: "argument", Argv: []string{"now"}, WantErr: `unexpected argument "now"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.Name, func(t *testing.T) {
 			ios, _, _, _ := cmdutil.NewTestIOStreams()
-			var got *VersionOptions
-			cmd := newCmdVersion(&cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild}, func(o *VersionOptions) error { got = o; return nil })
-			cmdtest.CheckParsed(t, cmdtest.ParseCmd(t, cmd, tt.Argv...), got, tt.Want, tt.WantErr, cmpopts.IgnoreFields(VersionOptions{}, "IO"))
+			var got *Options
+			cmd := NewCmd(&cmdutil.Factory{IOStreams: ios, Build: cmdtest.TestBuild}, func(o *Options) error { got = o; return nil })
+			cmdtest.CheckParsed(t, cmdtest.ParseCmd(t, cmd, tt.Argv...), got, tt.Want, tt.WantErr, cmpopts.IgnoreFields(Options{}, "IO"))
 		})
 	}
 }
@@ -57,7 +55,7 @@ func TestVersionRun(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ios, _, out, errOut := cmdutil.NewTestIOStreams()
-			err := versionRun(&VersionOptions{IO: ios, Build: cmdtest.TestBuild, Output: tt.output, GoVersion: "go1.26.0", Platform: "linux/amd64"})
+			err := versionRun(&Options{IO: ios, Build: cmdtest.TestBuild, Output: tt.output, GoVersion: "go1.26.0", Platform: "linux/amd64"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,11 +89,11 @@ func TestLinkedBuildInfo(t *testing.T) {
 	t.Cleanup(func() { buildinfo.Version, buildinfo.Commit, buildinfo.Date = saved[0], saved[1], saved[2] })
 
 	buildinfo.Version, buildinfo.Commit, buildinfo.Date = "v9.9.9", "deadbee", "2030-01-01"
-	if diff := cmp.Diff(cmdutil.BuildInfo{Version: "v9.9.9", Commit: "deadbee", Date: "2030-01-01"}, linkedBuildInfo()); diff != "" {
+	if diff := cmp.Diff(cmdutil.BuildInfo{Version: "v9.9.9", Commit: "deadbee", Date: "2030-01-01"}, LinkedBuildInfo()); diff != "" {
 		t.Errorf("-ldflags values mismatch (-want +got):\n%s", diff)
 	}
 	buildinfo.Version, buildinfo.Commit, buildinfo.Date = "dev", "none", "unknown"
-	if got := linkedBuildInfo(); got.Version == "" || got.Commit == "" || got.Date == "" || got.Commit == "none" {
+	if got := LinkedBuildInfo(); got.Version == "" || got.Commit == "" || got.Date == "" || got.Commit == "none" {
 		t.Errorf("development build info has an empty field or the linker's placeholder: %+v", got)
 	}
 }

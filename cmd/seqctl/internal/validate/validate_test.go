@@ -1,4 +1,4 @@
-package cli
+package validate
 
 import (
 	"encoding/json"
@@ -7,22 +7,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/pkg/config"
 )
 
 func TestValidateParse(t *testing.T) {
-	for _, tt := range []cmdtest.ParseCase[ValidateOptions]{
-		{Name: "defaults", Argv: nil, Want: ValidateOptions{ConfigPath: "domain.toml"}},
-		{Name: "config", Argv: []string{"--config", "deploy/domain.toml"}, Want: ValidateOptions{ConfigPath: "deploy/domain.toml"}},
-		{Name: "short flags", Argv: []string{"-c", "x.toml", "-o", "json"}, Want: ValidateOptions{ConfigPath: "x.toml", Output: "json"}},
-		{Name: "long output", Argv: []string{"--output=json"}, Want: ValidateOptions{ConfigPath: "domain.toml", Output: "json"}},
+	for _, tt := range []cmdtest.ParseCase[Options]{
+		{Name: "defaults", Argv: nil, Want: Options{ConfigPath: "domain.toml"}},
+		{Name: "config", Argv: []string{"--config", "deploy/domain.toml"}, Want: Options{ConfigPath: "deploy/domain.toml"}},
+		{Name: "short flags", Argv: []string{"-c", "x.toml", "-o", "json"}, Want: Options{ConfigPath: "x.toml", Output: "json"}},
+		{Name: "long output", Argv: []string{"--output=json"}, Want: Options{ConfigPath: "domain.toml", Output: "json"}},
 		{Name: "unknown output", Argv: []string{"-o", "csv"}, WantErr: `invalid value "csv" for --output: want json or yaml`},
 		{Name: "empty config", Argv: []string{"--config", ""}, WantErr: "--config is empty"},
 		{Name: "config without value", Argv: []string{"--config"}, WantErr: "flag needs an argument"},
@@ -31,10 +29,10 @@ func TestValidateParse(t *testing.T) {
 	} {
 		t.Run(tt.Name, func(t *testing.T) {
 			ios, _, _, _ := cmdutil.NewTestIOStreams()
-			var got *ValidateOptions
-			cmd := newCmdValidate(&cmdutil.Factory{IOStreams: ios}, func(o *ValidateOptions) error { got = o; return nil })
+			var got *Options
+			cmd := NewCmd(&cmdutil.Factory{IOStreams: ios}, func(o *Options) error { got = o; return nil })
 			err := cmdtest.ParseCmd(t, cmd, tt.Argv...)
-			cmdtest.CheckParsed(t, err, got, tt.Want, tt.WantErr, cmpopts.IgnoreFields(ValidateOptions{}, "IO"))
+			cmdtest.CheckParsed(t, err, got, tt.Want, tt.WantErr, cmpopts.IgnoreFields(Options{}, "IO"))
 			var ue *cmdutil.UsageError
 			if errors.As(err, &ue) && ue.Command != "seqctl validate" {
 				t.Errorf("UsageError.Command = %q, want seqctl validate", ue.Command)
@@ -56,7 +54,7 @@ func TestValidateRun(t *testing.T) {
 	t.Setenv("SEQCTL_TEST_ORDERS_DB", "")
 	tests := []struct {
 		name       string
-		opts       ValidateOptions
+		opts       Options
 		tty        bool
 		color      bool
 		wantCode   int
@@ -64,7 +62,7 @@ func TestValidateRun(t *testing.T) {
 		wantStderr string   // exact
 	}{
 		{
-			name: "terminal summary", opts: ValidateOptions{ConfigPath: inline}, tty: true,
+			name: "terminal summary", opts: Options{ConfigPath: inline}, tty: true,
 			wantStdout: []string{
 				"✓ " + inline + ` is valid: domain "lab" on the inline broker (sequential_by is a no-op: inline handles messages in order)`,
 				"CATEGORY  KIND   TYPES  PARTITION KEY",
@@ -76,11 +74,11 @@ func TestValidateRun(t *testing.T) {
 			},
 		},
 		{
-			name: "terminal summary in colour", opts: ValidateOptions{ConfigPath: inline}, tty: true, color: true,
+			name: "terminal summary in colour", opts: Options{ConfigPath: inline}, tty: true, color: true,
 			wantStdout: []string{"\x1b[32m✓\x1b[0m", "\x1b[1mCATEGORY"},
 		},
 		{
-			name: "plain rows for a pipe", opts: ValidateOptions{ConfigPath: inline},
+			name: "plain rows for a pipe", opts: Options{ConfigPath: inline},
 			wantStdout: []string{
 				"valid\t" + inline + "\tlab\tinline\n",
 				"category\tping\tevent\thost\tno-op\n",
@@ -90,16 +88,16 @@ func TestValidateRun(t *testing.T) {
 			},
 		},
 		{
-			name: "invalid config", opts: ValidateOptions{ConfigPath: invalid}, wantCode: cmdutil.ExitUsage,
+			name: "invalid config", opts: Options{ConfigPath: invalid}, wantCode: cmdutil.ExitUsage,
 			wantStderr: invalid + `:3: broker.kind: unknown broker kind "kafka"; use "redis" (partitioned, production) or "inline" (in process, for tests)` + "\n",
 		},
 		{
-			name: "sql sink without its DSN in the environment", opts: ValidateOptions{ConfigPath: sqlSink}, wantCode: cmdutil.ExitFailure,
+			name: "sql sink without its DSN in the environment", opts: Options{ConfigPath: sqlSink}, wantCode: cmdutil.ExitFailure,
 			wantStderr: sqlSink + ": handlers[0].deliver.sql.dsn_env: handler OrderProjector: the environment variable SEQCTL_TEST_ORDERS_DB is not set (or empty): " +
 				"export the database's DSN in it (postgres://USER@HOST:5432/DB or sqlite://FILE) before starting seqctl run\n",
 		},
 		{
-			name: "missing file", opts: ValidateOptions{ConfigPath: missing}, wantCode: cmdutil.ExitUsage,
+			name: "missing file", opts: Options{ConfigPath: missing}, wantCode: cmdutil.ExitUsage,
 			wantStderr: missing + ": the config file does not exist; pass --config with the path of your domain.toml\n",
 		},
 	}
@@ -281,7 +279,7 @@ func TestValidateSQLSink(t *testing.T) {
 	path := cmdtest.WriteDomain(t, "sqlsink", "STATEMENT", "SELECT $1::text")
 	t.Setenv("SEQCTL_TEST_ORDERS_DB", "postgres://app@db:5432/app")
 	ios, _, out, _ := cmdutil.NewTestIOStreams()
-	if err := validateRun(&ValidateOptions{IO: ios, ConfigPath: path}); err != nil {
+	if err := validateRun(&Options{IO: ios, ConfigPath: path}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "handler\tOrderProjector\tevent\torder\tclient_id\tsql\n") {

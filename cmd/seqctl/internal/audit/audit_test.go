@@ -1,30 +1,28 @@
-package cli
+package audit
 
 import (
 	"testing"
 	"time"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/seqctl/seqctl/pkg/admin"
 )
 
 func TestAuditParse(t *testing.T) {
-	cmdtest.TestParse(t, "", newCmdAudit, []cmdtest.ParseCase[AuditOptions]{
-		{Name: "everything", Want: AuditOptions{}},
-		{Name: "hours", Argv: []string{"--since", "12h"}, Want: AuditOptions{Since: 12 * time.Hour}},
-		{Name: "days and json", Argv: []string{"--since", "7d", "-o", "json"}, Want: AuditOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Since: 7 * 24 * time.Hour}},
+	cmdtest.TestParse(t, "", NewCmd, []cmdtest.ParseCase[Options]{
+		{Name: "everything", Want: Options{}},
+		{Name: "hours", Argv: []string{"--since", "12h"}, Want: Options{Since: 12 * time.Hour}},
+		{Name: "days and json", Argv: []string{"--since", "7d", "-o", "json"}, Want: Options{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Since: 7 * 24 * time.Hour}},
 		{Name: "bad duration", Argv: []string{"--since", "yesterday"}, WantErr: `invalid value "yesterday" for --since`},
 		{Name: "negative", Argv: []string{"--since", "-1h"}, WantErr: "must be positive"},
 		{Name: "argument", Argv: []string{"order:c"}, WantErr: `unexpected argument "order:c"`},
 		{Name: "limit, stream, outcome", Argv: []string{"--limit", "10", "--stream", "order:c", "--outcome", "head_moved"},
-			Want: AuditOptions{Limit: 10, Stream: "order:c", Outcome: "head_moved"}},
-		{Name: "-n", Argv: []string{"-n", "3"}, Want: AuditOptions{Limit: 3}},
+			Want: Options{Limit: 10, Stream: "order:c", Outcome: "head_moved"}},
+		{Name: "-n", Argv: []string{"-n", "3"}, Want: Options{Limit: 3}},
 		{Name: "negative limit", Argv: []string{"--limit", "-1"}, WantErr: `invalid value -1 for --limit`},
 		{Name: "unknown outcome", Argv: []string{"--outcome", "moved"}, WantErr: `invalid value "moved" for --outcome: want one of ok, head_moved`},
-	}, cmdtest.IgnoreOpsInputs(AuditOptions{}))
+	}, cmdtest.IgnoreOpsInputs(Options{}))
 }
 
 func TestAuditRun(t *testing.T) {

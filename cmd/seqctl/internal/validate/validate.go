@@ -1,4 +1,4 @@
-package cli
+package validate
 
 import (
 	"cmp"
@@ -8,17 +8,16 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/spf13/cobra"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
-// ValidateOptions are the inputs of 'seqctl validate'.
-type ValidateOptions struct {
+// Options are the inputs of 'seqctl validate'.
+type Options struct {
 	IO *cmdutil.IOStreams
 	// ConfigPath is the domain.toml to check (--config, default "domain.toml").
 	ConfigPath string
@@ -26,8 +25,8 @@ type ValidateOptions struct {
 	Output string
 }
 
-func newCmdValidate(f *cmdutil.Factory, runF func(*ValidateOptions) error) *cobra.Command {
-	opts := &ValidateOptions{IO: f.IOStreams}
+func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams}
 	cmd := &cobra.Command{
 		Use:   "validate [--config FILE]",
 		Short: "Check a domain.toml and show how each category is partitioned",
@@ -82,7 +81,7 @@ process manager. With -o json an invalid file prints {"file", "valid": false,
 	return cmd
 }
 
-func validateRun(opts *ValidateOptions) error {
+func validateRun(opts *Options) error {
 	cfg, err := cmdutil.LoadConfigFile(opts.ConfigPath)
 	if err != nil {
 		return validateFailed(opts, withSemanticProblems(opts.ConfigPath, err))
@@ -150,7 +149,7 @@ type problemSummary struct {
 
 // validateFailed prints a config error as JSON on stdout when -o json asks for it, and
 // returns err (printed to stderr, exit status 2).
-func validateFailed(opts *ValidateOptions, err error) error {
+func validateFailed(opts *Options, err error) error {
 	var ce *config.Error
 	if !cmdutil.Structured(opts.Output) || !errors.As(err, &ce) {
 		return err

@@ -1,4 +1,4 @@
-package cli
+package dlq
 
 import (
 	"bytes"
@@ -10,12 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
-
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/keyspace"
@@ -237,46 +235,8 @@ func replayedIn(t *testing.T, rdb *redis.Client) (ms []int64, eventIDs []string)
 	return ms, eventIDs
 }
 
-// effectJitterMS is how much the latency of one paced action may vary in these tests
-// (a replay script, a retry's compare-and-act and its audit record, under -race on a
-// shared machine). The pacer spaces the actions' starts 1/N apart, so no second holds
-// more than N starts (TestPacerNeverMoreThanNPerWindow); what a test can see is each
-// action's effect, a start plus its latency. N+1 effects fit in one second only when
-// latencies differ by more than this, so the end-to-end tests count the effects in every
-// window of a second less this jitter: at most N there means at most N starts in a
-// second, as long as latencies vary by less than it.
-const effectJitterMS = 100
-
-// checkPaced checks the times (ms, sorted) of the effects of a run paced at n per
-// second: at most n in any second (less effectJitterMS), and first to last at least
-// minSpan.
-func checkPaced(t *testing.T, what string, ms []int64, n int, minSpan time.Duration) {
-	t.Helper()
-	most, span := mostInASecond(ms), time.Duration(ms[len(ms)-1]-ms[0])*time.Millisecond
-	t.Logf("--rate %d/s: at most %d %s in %d ms; first to last %s", n, most, what, 1000-effectJitterMS, span)
-	if most > n {
-		t.Errorf("%d %s within %d ms, want at most %d (see effectJitterMS)", most, what, 1000-effectJitterMS, n)
-	}
-	if span < minSpan {
-		t.Errorf("%d %s at %d/s spanned %s, want at least %s", len(ms), what, n, span, minSpan)
-	}
-}
-
-// mostInASecond is the most effects (times in ms, sorted) in any window of one second
-// less effectJitterMS.
-func mostInASecond(ms []int64) int {
-	most, j := 0, 0
-	for i := range ms {
-		for j < len(ms) && ms[j]-ms[i] < 1000-effectJitterMS {
-			j++
-		}
-		most = max(most, j-i)
-	}
-	return most
-}
-
 // 500 DLQ entries replayed with --rate 50/s: the partition's new entries, by their
-// append times, never hold more than 50 in a second (see effectJitterMS) and span at
+// append times, never hold more than 50 in a second (see cmdtest.EffectJitterMS) and span at
 // least 9.5 s (499
 // intervals of 20 ms are 9.98 s); the DLQ is empty.
 func TestDLQReplayAllAtRateEndToEnd(t *testing.T) {
@@ -296,7 +256,7 @@ func TestDLQReplayAllAtRateEndToEnd(t *testing.T) {
 	if len(ids) != 500 {
 		t.Fatalf("%d entries in order:A, want 500", len(ids))
 	}
-	checkPaced(t, "entries appended", ms, 50, 9500*time.Millisecond)
+	cmdtest.CheckPaced(t, "entries appended", ms, 50, 9500*time.Millisecond)
 	if n := rdb.XLen(context.Background(), keyspace.SingleNode.DLQStream("order", "A")).Val(); n != 0 {
 		t.Errorf("%d entries left in the DLQ", n)
 	}

@@ -1,18 +1,17 @@
-package cli
+package version
 
 import (
 	"fmt"
 	"runtime"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
-
 	"github.com/spf13/cobra"
 
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/internal/buildinfo"
 )
 
-// VersionOptions are the inputs of 'seqctl version'.
-type VersionOptions struct {
+// Options are the inputs of 'seqctl version'.
+type Options struct {
 	IO     *cmdutil.IOStreams
 	Build  cmdutil.BuildInfo
 	Output string // "", "json" or "yaml"
@@ -21,8 +20,8 @@ type VersionOptions struct {
 	Platform  string
 }
 
-func newCmdVersion(f *cmdutil.Factory, runF func(*VersionOptions) error) *cobra.Command {
-	opts := &VersionOptions{IO: f.IOStreams, Build: f.Build}
+func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams, Build: f.Build}
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the seqctl version",
@@ -47,17 +46,17 @@ version and platform it was built for. Include it in bug reports.`,
 	return cmd
 }
 
-// linkedBuildInfo returns the version stamped with -ldflags -X, else what the Go
+// LinkedBuildInfo returns the version stamped with -ldflags -X, else what the Go
 // toolchain recorded: the module version of 'go install module@version', the VCS
 // revision and time of a build from a clone (see internal/buildinfo).
-func linkedBuildInfo() cmdutil.BuildInfo {
+func LinkedBuildInfo() cmdutil.BuildInfo {
 	b := buildinfo.Get()
 	return cmdutil.BuildInfo{Version: b.Version, Commit: b.Commit, Date: b.Date}
 }
 
-// addVersionFlag gives the root command --version, printing what 'seqctl version'
+// AddVersionFlag gives the root command --version, printing what 'seqctl version'
 // prints.
-func addVersionFlag(cmd *cobra.Command, f *cmdutil.Factory) {
+func AddVersionFlag(cmd *cobra.Command, f *cmdutil.Factory) {
 	cmd.Version = versionLine(f.Build, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH)
 	cmd.SetVersionTemplate("seqctl {{.Version}}\n")
 	cmd.Flags().Bool("version", false, "print the version (as 'seqctl version' does) and exit")
@@ -68,7 +67,7 @@ func versionLine(b cmdutil.BuildInfo, goVersion, platform string) string {
 	return fmt.Sprintf("%s (commit %s, built %s, %s %s)", b.Version, b.Commit, b.Date, goVersion, platform)
 }
 
-func versionRun(opts *VersionOptions) error {
+func versionRun(opts *Options) error {
 	goVersion, platform := opts.GoVersion, opts.Platform
 	if goVersion == "" {
 		goVersion = runtime.Version()

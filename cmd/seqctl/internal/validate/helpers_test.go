@@ -1,0 +1,16 @@
+package validate
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/version"
+)
+
+// The tests of this package run seqctl with its commands.
+func init() {
+	cmdtest.TestRoot = func(f *cmdutil.Factory) *cobra.Command {
+		return cmdutil.NewRoot(f, NewCmd(f, nil), version.NewCmd(f, nil))
+	}
+}
