@@ -71,8 +71,8 @@ func TestDynamicCompletion(t *testing.T) {
 			{ID: "w1", Owner: "w1.3", Host: "h1", Live: true},
 			{ID: "w2", Owner: "w2.1", Host: "h2"}, // its session expired
 		},
-		LimitsByHandler: map[string]engine.HandlerLimit{"OrderProjector": sampleLimit},
-		LimitList:       limitsAdmin().LimitList,
+		LimitsByHandler: map[string]engine.HandlerLimit{"OrderProjector": cmdtest.SampleLimit},
+		LimitList:       cmdtest.LimitsAdmin().LimitList,
 	}
 	tests := []struct {
 		name string

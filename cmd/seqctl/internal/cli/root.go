@@ -12,6 +12,9 @@ import (
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/dlq"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/groups"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/head"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/limits"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/partitions"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/validate"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/version"
 )
@@ -29,12 +32,12 @@ func newCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		version.NewCmd(f, nil),
 		newCmdRun(f, nil),
 		newCmdPublish(f, nil),
-		newCmdPartitions(f),
-		newCmdHead(f),
+		partitions.NewCmd(f),
+		head.NewCmd(f),
 		dlq.NewCmd(f),
 		audit.NewCmd(f, nil),
 		groups.NewCmd(f),
-		newCmdLimits(f),
+		limits.NewCmd(f),
 		newCmdCompletion(f, nil),
 		newCmdTop(f, nil),
 		newCmdDev(f, nil),

@@ -42,7 +42,7 @@ func outputAdmin() *cmdtest.FakeAdmin {
 		ReplayResult: &admin.ReplayResult{DLQID: "1738318000000-0", DLQStream: "order:client-1:dlq", EventID: cmdtest.SampleEnvelope().ID,
 			Stream: "order:client-1", EntryID: "1738318100000-0", Removed: true, Outcome: admin.OutcomeOK},
 	}
-	la := limitsAdmin()
+	la := cmdtest.LimitsAdmin()
 	fa.LimitsByHandler, fa.LimitList = la.LimitsByHandler, la.LimitList
 	return fa
 }

@@ -364,3 +364,29 @@ func SampleGroups() []admin.Group {
 		{Category: "payment", Name: "Ledger", Registered: false, Declared: &yes, Unread: -1},
 	}
 }
+
+// SampleLimit is the limit key the tests' config gives OrderProjector.
+var SampleLimit = engine.HandlerLimit{By: "tenant", Concurrency: 2, Rate: 20, Per: time.Second}
+
+// LimitsAdmin is a fake admin whose config declares OrderProjector with a limit key (the
+// only one) and Mailer without, and three values: acme with a raised override and
+// partitions waiting, globex at the domain's caps with partitions waiting, internal
+// with every cap off.
+func LimitsAdmin() *FakeAdmin {
+	def := admin.CapsOf(SampleLimit)
+	starts14, starts20 := 14, 20
+	return &FakeAdmin{
+		LimitsByHandler: map[string]engine.HandlerLimit{"OrderProjector": SampleLimit},
+		LimitList: []admin.Limit{
+			{Handler: "OrderProjector", Value: "acme", By: "tenant", Default: &def,
+				Override:  &engine.LimitOverride{Concurrency: 8, Reason: "acme import, OPS-7", By: "bob@ops-2", Since: T0},
+				Effective: &admin.LimitCaps{Concurrency: 8, Rate: "20/s"},
+				Use:       admin.LimitUsage{Held: 8, Starts: &starts14, Generation: 1738317600000123}, Waiting: 3},
+			{Handler: "OrderProjector", Value: "globex", By: "tenant", Default: &def, Effective: &def,
+				Use: admin.LimitUsage{Held: 2, Starts: &starts20, Generation: 1738317600000456}, Waiting: 5},
+			{Handler: "OrderProjector", Value: "internal", By: "tenant", Default: &def,
+				Override:  &engine.LimitOverride{Off: true, Reason: "our own backfill", By: "alice@ops-1", Since: T1},
+				Effective: &admin.LimitCaps{Off: true}},
+		},
+	}
+}

@@ -1,4 +1,4 @@
-package cli
+package limits
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
-func newCmdLimits(f *cmdutil.Factory) *cobra.Command {
+func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "limits <command>",
 		Short: "See and override the limit keys: a fleet-wide cap per tenant of a handler",

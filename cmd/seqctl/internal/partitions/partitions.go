@@ -1,4 +1,4 @@
-package cli
+package partitions
 
 import (
 	"bufio"
@@ -22,7 +22,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/tui"
 )
 
-func newCmdPartitions(f *cmdutil.Factory) *cobra.Command {
+func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "partitions <command>",
 		Short: "List and inspect partitions: owner, lease, lag, pending entries, halts",

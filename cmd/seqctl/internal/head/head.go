@@ -1,4 +1,4 @@
-package cli
+package head
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
-func newCmdHead(f *cmdutil.Factory) *cobra.Command {
+func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "head <command>",
 		Short: "Show a partition's head entry and unwedge a halted partition",

@@ -1,4 +1,4 @@
-package cli
+package limits
 
 import (
 	"context"

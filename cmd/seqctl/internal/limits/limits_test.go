@@ -1,4 +1,4 @@
-package cli
+package limits
 
 import (
 	"encoding/json"
@@ -15,32 +15,6 @@ import (
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/engine"
 )
-
-// sampleLimit is the limit key the tests' config gives OrderProjector.
-var sampleLimit = engine.HandlerLimit{By: "tenant", Concurrency: 2, Rate: 20, Per: time.Second}
-
-// limitsAdmin is a fake admin whose config declares OrderProjector with a limit key (the
-// only one) and Mailer without, and three values: acme with a raised override and
-// partitions waiting, globex at the domain's caps with partitions waiting, internal
-// with every cap off.
-func limitsAdmin() *cmdtest.FakeAdmin {
-	def := admin.CapsOf(sampleLimit)
-	starts14, starts20 := 14, 20
-	return &cmdtest.FakeAdmin{
-		LimitsByHandler: map[string]engine.HandlerLimit{"OrderProjector": sampleLimit},
-		LimitList: []admin.Limit{
-			{Handler: "OrderProjector", Value: "acme", By: "tenant", Default: &def,
-				Override:  &engine.LimitOverride{Concurrency: 8, Reason: "acme import, OPS-7", By: "bob@ops-2", Since: cmdtest.T0},
-				Effective: &admin.LimitCaps{Concurrency: 8, Rate: "20/s"},
-				Use:       admin.LimitUsage{Held: 8, Starts: &starts14, Generation: 1738317600000123}, Waiting: 3},
-			{Handler: "OrderProjector", Value: "globex", By: "tenant", Default: &def, Effective: &def,
-				Use: admin.LimitUsage{Held: 2, Starts: &starts20, Generation: 1738317600000456}, Waiting: 5},
-			{Handler: "OrderProjector", Value: "internal", By: "tenant", Default: &def,
-				Override:  &engine.LimitOverride{Off: true, Reason: "our own backfill", By: "alice@ops-1", Since: cmdtest.T1},
-				Effective: &admin.LimitCaps{Off: true}},
-		},
-	}
-}
 
 func TestLimitsSetParse(t *testing.T) {
 	set := func(more ...string) []string { return append([]string{"acme", "--reason", "r"}, more...) }
@@ -86,7 +60,7 @@ func TestLimitsOtherParse(t *testing.T) {
 }
 
 func TestLimitsListAndGet(t *testing.T) {
-	cmdtest.TestRun(t, limitsAdmin, []cmdtest.RunCase{
+	cmdtest.TestRun(t, cmdtest.LimitsAdmin, []cmdtest.RunCase{
 		{Name: "terminal", Args: []string{"limits", "list", "--waiting"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/limits-list.tty.golden"},
 		{Name: "wide", Args: []string{"limits", "list", "--waiting", "-o", "wide"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/limits-list.wide.golden"},
 		{Name: "pipe: overrides only", Args: []string{"limits", "list"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/limits-list.pipe.golden"},
@@ -103,7 +77,7 @@ func TestLimitsListAndGet(t *testing.T) {
 // Without --config nothing says which handlers have a limit key: the domain's caps show
 // as "?" and --handler is required.
 func TestLimitsWithoutConfig(t *testing.T) {
-	fa := limitsAdmin()
+	fa := cmdtest.LimitsAdmin()
 	fa.LimitsByHandler = nil
 	fa.LimitList[0].Default, fa.LimitList[0].Effective = nil, nil
 	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "limits", "list", "-o", "table")
@@ -136,7 +110,7 @@ func TestLimitsErrors(t *testing.T) {
 		{"a bad value", []string{"limits", "clear", "a:b", "--yes"},
 			func(f *cmdtest.FakeAdmin) { f.LimitErrs = map[string]error{"a:b": badValue} }, cmdutil.ExitUsage, "invalid limit value: engine: invalid partition key"},
 		{"several handlers with limit_by", []string{"limits", "get", "acme"},
-			func(f *cmdtest.FakeAdmin) { f.LimitsByHandler["Mailer"] = sampleLimit }, cmdutil.ExitUsage,
+			func(f *cmdtest.FakeAdmin) { f.LimitsByHandler["Mailer"] = cmdtest.SampleLimit }, cmdutil.ExitUsage,
 			"the config declares 2 handlers with limit_by (Mailer, OrderProjector): pass --handler"},
 		{"none", []string{"limits", "list", "--waiting"}, nil, 0, ""},
 		{"no handler with limit_by", []string{"limits", "set", "acme", "--off", "--reason", "r", "--yes"},
@@ -144,7 +118,7 @@ func TestLimitsErrors(t *testing.T) {
 			"the config declares no handler with limit_by, so there is no limit key"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			fa := limitsAdmin()
+			fa := cmdtest.LimitsAdmin()
 			if tt.fa != nil {
 				tt.fa(fa)
 			}
@@ -161,7 +135,7 @@ func TestLimitsErrors(t *testing.T) {
 	}
 }
 
-// limitCase is one run of 'limits set|clear' against limitsAdmin.
+// limitCase is one run of 'limits set|clear' against cmdtest.LimitsAdmin.
 type limitCase struct {
 	name      string
 	args      []string
@@ -179,7 +153,7 @@ func runLimitCases(t *testing.T, cases []limitCase) {
 	t.Helper()
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
-			fa := limitsAdmin()
+			fa := cmdtest.LimitsAdmin()
 			r := cmdtest.RunOps(t, fa, tt.tm, tt.stdin, tt.args...)
 			cmdtest.CheckResult(t, r, tt.code, "", tt.stdoutHas, tt.stderrHas)
 			if diff := cmp.Diff(tt.calls, fa.LimitActions); diff != "" {
@@ -227,7 +201,7 @@ func TestLimitsSet(t *testing.T) {
 				"  after  concurrency 1, rate 30/m\n",
 				"Nothing changed (--dry-run).\n"}},
 	})
-	fa := limitsAdmin()
+	fa := cmdtest.LimitsAdmin()
 	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "limits", "set", "acme", "--rate", "50/s", "--reason", "import", "--yes")
 	cmdtest.CheckResult(t, r, 0, "", nil, nil)
 	want := []admin.LimitRequest{{Handler: "OrderProjector", Value: "acme", Rate: 50, Per: time.Second, Reason: "import"}}
@@ -241,9 +215,9 @@ func TestLimitsSet(t *testing.T) {
 
 // The JSON of a set is the admin's result; the dry run's is the result it would have.
 func TestLimitsSetJSON(t *testing.T) {
-	r := cmdtest.RunOps(t, limitsAdmin(), cmdtest.InPipe, "", "limits", "set", "acme", "--rate", "50/s", "--reason", "import", "--yes", "-o", "json")
+	r := cmdtest.RunOps(t, cmdtest.LimitsAdmin(), cmdtest.InPipe, "", "limits", "set", "acme", "--rate", "50/s", "--reason", "import", "--yes", "-o", "json")
 	cmdtest.CheckResult(t, r, 0, "testdata/ops/limits-set.json.golden", nil, nil)
-	r = cmdtest.RunOps(t, limitsAdmin(), cmdtest.InPipe, "", "limits", "clear", "acme", "--dry-run", "-o", "json")
+	r = cmdtest.RunOps(t, cmdtest.LimitsAdmin(), cmdtest.InPipe, "", "limits", "clear", "acme", "--dry-run", "-o", "json")
 	cmdtest.CheckResult(t, r, 0, "", nil, nil)
 	var got map[string]any
 	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
@@ -269,30 +243,6 @@ func TestLimitsClear(t *testing.T) {
 		{name: "dry run", args: []string{"limits", "clear", "internal", "--dry-run"},
 			stdoutHas: []string{"Would clear the override of internal for OrderProjector (off):\n", "  now    no cap; 0 permits held", "  after  concurrency 2, rate 20/s\n"}},
 	})
-}
-
-// A partition waiting for a permit lists as throttled (--state throttled keeps it), -o
-// wide names the value, and inspect says what it waits for and where to look.
-func TestPartitionsShowThrottled(t *testing.T) {
-	fa := &cmdtest.FakeAdmin{Partitions: cmdtest.SamplePartitions(), HandlerNames: []string{"OrderProjector"}}
-	fa.Partitions[0].State, fa.Partitions[0].LimitValue = admin.StateThrottled, "acme"
-	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "list", "--state", "throttled", "-o", "wide", "--no-headers")
-	cmdtest.CheckResult(t, r, 0, "", []string{"  throttled  order:client-2  -  -  -  -  -  -  acme\n"}, nil)
-	if strings.Count(r.Stdout, "\n") != 1 || len(fa.Filter.States) != 1 || fa.Filter.States[0] != admin.StateThrottled {
-		t.Errorf("--state throttled: filter %+v, rows:\n%s", fa.Filter, r.Stdout)
-	}
-
-	in := cmdtest.SampleInspection()
-	in.Stream, in.Key = "order:client-2", "client-2"
-	in.Handlers[0].State, in.Handlers[0].Halt, in.Handlers[0].LimitValue = admin.StateThrottled, nil, "acme"
-	fa.Inspection = in
-	r = cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "inspect", "order:client-2")
-	cmdtest.CheckResult(t, r, 0, "", []string{"handler OrderProjector  throttled\n",
-		"  throttled   waiting for a permit of limit value acme ('seqctl limits get acme --handler OrderProjector')\n"}, nil)
-	r = cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "inspect", "order:client-2", "-o", "json")
-	if !strings.Contains(r.Stdout, `"state": "throttled",`) || !strings.Contains(r.Stdout, `"limit_value": "acme",`) {
-		t.Errorf("inspect -o json:\n%s", r.Stdout)
-	}
 }
 
 // 'seqctl audit' names the value a limits command acted on in the STREAM column.

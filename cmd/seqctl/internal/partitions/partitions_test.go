@@ -1,4 +1,4 @@
-package cli
+package partitions
 
 import (
 	"context"
@@ -275,3 +275,27 @@ func TestWideTableColourKeepsAlignment(t *testing.T) {
 }
 
 var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// A partition waiting for a permit lists as throttled (--state throttled keeps it), -o
+// wide names the value, and inspect says what it waits for and where to look.
+func TestPartitionsShowThrottled(t *testing.T) {
+	fa := &cmdtest.FakeAdmin{Partitions: cmdtest.SamplePartitions(), HandlerNames: []string{"OrderProjector"}}
+	fa.Partitions[0].State, fa.Partitions[0].LimitValue = admin.StateThrottled, "acme"
+	r := cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "list", "--state", "throttled", "-o", "wide", "--no-headers")
+	cmdtest.CheckResult(t, r, 0, "", []string{"  throttled  order:client-2  -  -  -  -  -  -  acme\n"}, nil)
+	if strings.Count(r.Stdout, "\n") != 1 || len(fa.Filter.States) != 1 || fa.Filter.States[0] != admin.StateThrottled {
+		t.Errorf("--state throttled: filter %+v, rows:\n%s", fa.Filter, r.Stdout)
+	}
+
+	in := cmdtest.SampleInspection()
+	in.Stream, in.Key = "order:client-2", "client-2"
+	in.Handlers[0].State, in.Handlers[0].Halt, in.Handlers[0].LimitValue = admin.StateThrottled, nil, "acme"
+	fa.Inspection = in
+	r = cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "inspect", "order:client-2")
+	cmdtest.CheckResult(t, r, 0, "", []string{"handler OrderProjector  throttled\n",
+		"  throttled   waiting for a permit of limit value acme ('seqctl limits get acme --handler OrderProjector')\n"}, nil)
+	r = cmdtest.RunOps(t, fa, cmdtest.InPipe, "", "partitions", "inspect", "order:client-2", "-o", "json")
+	if !strings.Contains(r.Stdout, `"state": "throttled",`) || !strings.Contains(r.Stdout, `"limit_value": "acme",`) {
+		t.Errorf("inspect -o json:\n%s", r.Stdout)
+	}
+}

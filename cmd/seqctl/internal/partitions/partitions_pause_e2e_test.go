@@ -1,4 +1,4 @@
-package cli
+package partitions
 
 import (
 	"encoding/json"
