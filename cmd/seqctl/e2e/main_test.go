@@ -30,7 +30,7 @@ import (
 var seqctlBin string
 
 // fixtures is the directory of the domain files and the exec handler script.
-var fixtures = filepath.Join("..", "internal", "cli", "testdata", "run")
+var fixtures = filepath.Join("..", "internal", "run", "testdata", "run")
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))

@@ -11,7 +11,11 @@ import (
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/dev"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/outbox"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/publish"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/run"
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/config"
@@ -22,28 +26,28 @@ import (
 func TestClusterFlag(t *testing.T) {
 	const url = "redis://h:7000?addr=h:7001"
 	f := cmdtest.TestFactory()
-	var run *RunOptions
-	if err := cmdtest.ParseOps(t, f, "", newCmdRun(f, func(o *RunOptions) error { run = o; return nil }), "--cluster", "--redis-url", url); err != nil {
+	var runOpts *run.Options
+	if err := cmdtest.ParseOps(t, f, "", run.NewCmd(f, func(o *run.Options) error { runOpts = o; return nil }), "--cluster", "--redis-url", url); err != nil {
 		t.Fatal(err)
 	}
-	if run == nil || !run.Redis.Cluster || run.Redis.URL != url {
-		t.Errorf("run options %+v, want --cluster and the URL", run)
+	if runOpts == nil || !runOpts.Redis.Cluster || runOpts.Redis.URL != url {
+		t.Errorf("run options %+v, want --cluster and the URL", runOpts)
 	}
 	f = cmdtest.TestFactory()
-	var pub *PublishOptions
-	if err := cmdtest.ParseOps(t, f, "", newCmdPublish(f, func(o *PublishOptions) error { pub = o; return nil }), "--cluster", "--event", "E", "--data", "{}"); err != nil {
+	var pub *publish.Options
+	if err := cmdtest.ParseOps(t, f, "", publish.NewCmd(f, func(o *publish.Options) error { pub = o; return nil }), "--cluster", "--event", "E", "--data", "{}"); err != nil {
 		t.Fatal(err)
 	}
 	if pub == nil || !pub.Redis.Cluster {
 		t.Errorf("publish options %+v, want --cluster", pub)
 	}
 	f = cmdtest.TestFactory()
-	_ = cmdtest.ParseOps(t, f, "", newCmdRelay(f), "--cluster", "--redis-url", url, "--config", "/nonexistent/domain.toml") // fails to load the config
+	_ = cmdtest.ParseOps(t, f, "", outbox.NewCmdRelay(f), "--cluster", "--redis-url", url, "--config", "/nonexistent/domain.toml") // fails to load the config
 	if got := f.Global.RedisFlags(); got != (redisconn.Flags{URL: url, Cluster: true}) {
 		t.Errorf("relay: connection flags %+v", got)
 	}
 	f = cmdtest.TestFactory()
-	err := cmdtest.ParseOps(t, f, "", newCmdDev(f, func(*DevOptions) error { return nil }), "--cluster")
+	err := cmdtest.ParseOps(t, f, "", dev.NewCmd(f, func(*dev.Options) error { return nil }), "--cluster")
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "drop --cluster") {
 		t.Errorf("dev --cluster: %v (exit %d), want a usage error", err, cmdutil.ExitCode(err))
 	}

@@ -10,11 +10,19 @@ import (
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/audit"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/completion"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/dev"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/dlq"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/exporter"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/groups"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/head"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/inbox"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/limits"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/outbox"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/partitions"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/publish"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/run"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/top"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/validate"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/version"
 )
@@ -23,35 +31,35 @@ import (
 // code. Errors are printed here, once, to ios.ErrOut.
 func Main(args []string, ios *cmdutil.IOStreams) int {
 	f := &cmdutil.Factory{IOStreams: ios, Build: version.LinkedBuildInfo()}
-	return run(context.Background(), f, args)
+	return execute(context.Background(), f, args)
 }
 
 func newCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	cmd := cmdutil.NewRoot(f,
 		validate.NewCmd(f, nil),
 		version.NewCmd(f, nil),
-		newCmdRun(f, nil),
-		newCmdPublish(f, nil),
+		run.NewCmd(f, nil),
+		publish.NewCmd(f, nil),
 		partitions.NewCmd(f),
 		head.NewCmd(f),
 		dlq.NewCmd(f),
 		audit.NewCmd(f, nil),
 		groups.NewCmd(f),
 		limits.NewCmd(f),
-		newCmdCompletion(f, nil),
-		newCmdTop(f, nil),
-		newCmdDev(f, nil),
-		newCmdOutbox(f),
-		newCmdInbox(f),
-		newCmdRelay(f),
-		newCmdExporter(f, nil),
+		completion.NewCmd(f, nil),
+		top.NewCmd(f, nil),
+		dev.NewCmd(f, nil),
+		outbox.NewCmd(f),
+		inbox.NewCmd(f),
+		outbox.NewCmdRelay(f),
+		exporter.NewCmd(f, nil),
 	)
 	version.AddVersionFlag(cmd, f)
 	return cmd
 }
 
-// run runs seqctl with args (without the program name) and returns the process exit
+// execute runs seqctl with args (without the program name) and returns the process exit
 // code.
-func run(ctx context.Context, f *cmdutil.Factory, args []string) int {
+func execute(ctx context.Context, f *cmdutil.Factory, args []string) int {
 	return cmdutil.Execute(ctx, f, newCmdRoot(f), args)
 }

@@ -1,4 +1,4 @@
-package cli
+package dev
 
 import (
 	"context"
@@ -14,14 +14,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/top"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/demo"
 	"github.com/seqctl/seqctl/pkg/tui"
 )
 
-// DevOptions are the options of seqctl dev.
-type DevOptions struct {
+// Options are the options of seqctl dev.
+type Options struct {
 	IO        *cmdutil.IOStreams
 	Global    *cmdutil.GlobalOptions
 	Rate      int
@@ -32,8 +33,8 @@ type DevOptions struct {
 	Poison    int
 }
 
-func newCmdDev(f *cmdutil.Factory, runF func(*DevOptions) error) *cobra.Command {
-	opts := &DevOptions{IO: f.IOStreams, Global: &f.Global}
+func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams, Global: &f.Global}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole system in one process, on an embedded Redis, with a live dashboard",
@@ -89,7 +90,7 @@ func otherShellHint(url string, lookPath func(string) (string, error)) string {
 	return "  other shells: " + cmd
 }
 
-func devRun(ctx context.Context, opts *DevOptions) error {
+func devRun(ctx context.Context, opts *Options) error {
 	ctx = cmdutil.OrBackground(ctx)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -143,6 +144,6 @@ func devRun(ctx context.Context, opts *DevOptions) error {
 	ropt.MaxRetries = -1 // compare-and-act calls are never retried blindly
 	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
-	src := &adminSource{a: admin.New(rdb, aopts), actor: cmdutil.Actor("dev")}
+	src := &top.Source{Admin: admin.New(rdb, aopts), Actor: cmdutil.Actor("dev")}
 	return tui.Run(ctx, tui.Options{Source: src, Refresh: time.Second, NoColor: !opts.IO.Color, Addr: shown}, opts.IO.In, opts.IO.Out)
 }

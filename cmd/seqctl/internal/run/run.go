@@ -1,4 +1,4 @@
-package cli
+package run
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/outbox"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/deliver"
@@ -26,8 +27,8 @@ import (
 	"github.com/seqctl/seqctl/pkg/metrics"
 )
 
-// RunOptions are the inputs of 'seqctl run'.
-type RunOptions struct {
+// Options are the inputs of 'seqctl run'.
+type Options struct {
 	IO *cmdutil.IOStreams
 	// ConfigPath is the domain.toml to run (the global --config; "domain.toml" when
 	// not given).
@@ -60,8 +61,8 @@ const (
 	startBackoffMax = 10 * time.Second
 )
 
-func newCmdRun(f *cmdutil.Factory, runF func(*RunOptions) error) *cobra.Command {
-	opts := &RunOptions{IO: f.IOStreams}
+func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams}
 	cmd := &cobra.Command{
 		Use:   "run [--config FILE] [flags]",
 		Short: "Run the handlers of a domain.toml as a worker",
@@ -130,7 +131,7 @@ TRACEPARENT).`,
 }
 
 // check validates the flags.
-func (o *RunOptions) check(command string) error {
+func (o *Options) check(command string) error {
 	switch {
 	case o.LogFormat != "text" && o.LogFormat != "json":
 		return cmdutil.UsageErrorf(command, "invalid value %q for --log-format: use text or json", o.LogFormat)
@@ -157,7 +158,7 @@ type runPlan struct {
 
 // loadRunPlan loads, checks and binds the config. Every failure is a config problem
 // (exit 2).
-func loadRunPlan(opts *RunOptions, procs *deliver.Procs, log *slog.Logger) (*runPlan, error) {
+func loadRunPlan(opts *Options, procs *deliver.Procs, log *slog.Logger) (*runPlan, error) {
 	cfg, err := cmdutil.LoadConfigFile(opts.ConfigPath)
 	if err != nil {
 		return nil, err
@@ -232,7 +233,7 @@ func containsString(xs []string, x string) bool {
 	return false
 }
 
-func runRun(ctx context.Context, opts *RunOptions) error {
+func runRun(ctx context.Context, opts *Options) error {
 	ctx = cmdutil.OrBackground(ctx)
 	log := cmdutil.NewLogger(opts.IO.ErrOut, opts.LogFormat, opts.LogLevel)
 	procs := &deliver.Procs{}
@@ -348,7 +349,7 @@ func (p *runPlan) logBindings(log *slog.Logger) (running int) {
 
 // onSignals makes the first SIGINT or SIGTERM (opts.signals in tests) end the returned
 // context, a graceful shutdown, and sends the second on forced. stop stops listening.
-func onSignals(ctx context.Context, opts *RunOptions, log *slog.Logger) (_ context.Context, forced <-chan os.Signal, stop func()) {
+func onSignals(ctx context.Context, opts *Options, log *slog.Logger) (_ context.Context, forced <-chan os.Signal, stop func()) {
 	sigs := opts.signals
 	unnotify := func() {}
 	if sigs == nil {
@@ -393,7 +394,7 @@ func (p *runPlan) newMetrics() *metrics.Metrics {
 }
 
 // engineConfig is the engine's configuration: the config's, with the flags of the run.
-func (p *runPlan) engineConfig(opts *RunOptions, rdb redis.UniversalClient, log *slog.Logger, m *metrics.Metrics) engine.EngineConfig {
+func (p *runPlan) engineConfig(opts *Options, rdb redis.UniversalClient, log *slog.Logger, m *metrics.Metrics) engine.EngineConfig {
 	ecfg := p.cfg.EngineConfig(p.dom, rdb)
 	ecfg.InstanceID = opts.InstanceID
 	ecfg.Logger = log
@@ -413,11 +414,11 @@ func runRelay(ctx context.Context, plan *runPlan, rdb redis.UniversalClient, m *
 	if cfg.Outbox == nil {
 		return func() {}, nil
 	}
-	relay, ob, closeDB, err := newRelay(cfg, rdb, plan.tracer, log.With("component", "relay"))
+	relay, ob, closeDB, err := outbox.NewRelay(cfg, rdb, plan.tracer, log.With("component", "relay"))
 	if err != nil {
 		return nil, err
 	}
-	startBacklogGauge(ctx, ob, m)
+	outbox.StartBacklogGauge(ctx, ob, m)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

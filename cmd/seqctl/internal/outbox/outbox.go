@@ -1,4 +1,4 @@
-package cli
+package outbox
 
 import (
 	"context"
@@ -22,8 +22,8 @@ import (
 	"github.com/seqctl/seqctl/pkg/metrics"
 )
 
-// OutboxOptions are the options of seqctl outbox migrate|status and seqctl relay.
-type OutboxOptions struct {
+// Options are the options of seqctl outbox migrate|status and seqctl relay.
+type Options struct {
 	IO     *cmdutil.IOStreams
 	Global *cmdutil.GlobalOptions
 	Limit  int  // status: how many abandoned / failing rows to show
@@ -31,7 +31,7 @@ type OutboxOptions struct {
 	LogFmt string
 }
 
-func newCmdOutbox(f *cmdutil.Factory) *cobra.Command {
+func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "outbox <command>",
 		Short: "Create the outbox table and report on it",
@@ -45,7 +45,7 @@ each row to its partition stream in per-key commit order. See docs/outbox.md.`,
 }
 
 func newCmdOutboxMigrate(f *cmdutil.Factory) *cobra.Command {
-	opts := &OutboxOptions{IO: f.IOStreams, Global: &f.Global}
+	opts := &Options{IO: f.IOStreams, Global: &f.Global}
 	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or update the outbox table, its CHECK constraint and triggers",
@@ -73,7 +73,7 @@ in the table break the new rules, nothing is changed and it exits 4.`,
 }
 
 func newCmdOutboxStatus(f *cmdutil.Factory) *cobra.Command {
-	opts := &OutboxOptions{IO: f.IOStreams, Global: &f.Global}
+	opts := &Options{IO: f.IOStreams, Global: &f.Global}
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Counts per status, backlog and oldest unpublished age, recent abandoned rows",
@@ -107,7 +107,7 @@ holds each category's lease.`,
 	return cmd
 }
 
-func printOutboxStatus(opts *OutboxOptions, rep outbox.StatusReport) error {
+func printOutboxStatus(opts *Options, rep outbox.StatusReport) error {
 	if cmdutil.Structured(opts.Global.Output) {
 		return cmdutil.WriteData(opts.IO.Out, opts.Global.Output, rep)
 	}
@@ -134,8 +134,8 @@ func printOutboxStatus(opts *OutboxOptions, rep outbox.StatusReport) error {
 	return nil
 }
 
-func newCmdRelay(f *cmdutil.Factory) *cobra.Command {
-	opts := &OutboxOptions{IO: f.IOStreams, Global: &f.Global}
+func NewCmdRelay(f *cmdutil.Factory) *cobra.Command {
+	opts := &Options{IO: f.IOStreams, Global: &f.Global}
 	cmd := &cobra.Command{
 		Use:   "relay",
 		Short: "Publish outbox rows to their partition streams (on its own, without handlers)",
@@ -156,7 +156,7 @@ seqctl run starts the same relay when [outbox] is configured.`,
 	return cmd
 }
 
-func relayRun(ctx context.Context, opts *OutboxOptions) error {
+func relayRun(ctx context.Context, opts *Options) error {
 	cfg, conn, err := opts.Global.ConfigRedis()
 	if err != nil {
 		return err
@@ -174,7 +174,7 @@ func relayRun(ctx context.Context, opts *OutboxOptions) error {
 	if tp != nil {
 		defer cmdutil.ShutdownTracing(tp, log)
 	}
-	r, _, closeDB, err := newRelay(cfg, rdb, tp, log)
+	r, _, closeDB, err := NewRelay(cfg, rdb, tp, log)
 	if err != nil {
 		return err
 	}
@@ -191,10 +191,10 @@ func relayRun(ctx context.Context, opts *OutboxOptions) error {
 	return r.Run(ctx)
 }
 
-// newRelay opens the configured outbox and returns a relay publishing through rdb (with
+// NewRelay opens the configured outbox and returns a relay publishing through rdb (with
 // a span per append when tp is not nil), the outbox (for the backlog gauge) and the
 // function closing the database.
-func newRelay(cfg *config.Config, rdb redis.UniversalClient, tp *sdktrace.TracerProvider, log *slog.Logger) (*outbox.Relay, *outbox.Outbox, func(), error) {
+func NewRelay(cfg *config.Config, rdb redis.UniversalClient, tp *sdktrace.TracerProvider, log *slog.Logger) (*outbox.Relay, *outbox.Outbox, func(), error) {
 	if cfg.Outbox == nil {
 		return nil, nil, nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s has no [outbox] table: add one with dsn = \"sqlite://outbox.db\" or \"postgres://...\"", cfg.File)}
 	}
@@ -253,8 +253,8 @@ func openOutbox(g *cmdutil.GlobalOptions) (*outbox.Outbox, func(), error) {
 	return ob, func() { db.Close() }, nil
 }
 
-// startBacklogGauge keeps seqctl_relay_backlog current from the outbox table.
-func startBacklogGauge(ctx context.Context, ob *outbox.Outbox, m *metrics.Metrics) {
+// StartBacklogGauge keeps seqctl_relay_backlog current from the outbox table.
+func StartBacklogGauge(ctx context.Context, ob *outbox.Outbox, m *metrics.Metrics) {
 	go func() {
 		t := time.NewTicker(5 * time.Second)
 		defer t.Stop()

@@ -1,4 +1,4 @@
-package cli
+package completion
 
 import (
 	"io"
@@ -8,16 +8,16 @@ import (
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 )
 
-// CompletionOptions are the inputs of 'seqctl completion'.
-type CompletionOptions struct {
+// Options are the inputs of 'seqctl completion'.
+type Options struct {
 	IO    *cmdutil.IOStreams
 	Shell string // bash, zsh or fish
 	// Root is the command tree the script completes.
 	Root *cobra.Command
 }
 
-func newCmdCompletion(f *cmdutil.Factory, runF func(*CompletionOptions) error) *cobra.Command {
-	opts := &CompletionOptions{IO: f.IOStreams}
+func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams}
 	cmd := &cobra.Command{
 		Use:   "completion bash|zsh|fish",
 		Short: "Print the shell completion script for bash, zsh or fish",
@@ -61,7 +61,7 @@ does not answer within a few seconds.`,
 	return cmd
 }
 
-func completionRun(opts *CompletionOptions) error {
+func completionRun(opts *Options) error {
 	w := opts.IO.Out
 	switch opts.Shell {
 	case "bash":

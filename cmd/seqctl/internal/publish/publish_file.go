@@ -1,4 +1,4 @@
-package cli
+package publish
 
 import (
 	"bufio"
@@ -46,7 +46,7 @@ type fileSummary struct {
 // maxLineBytes bounds one line of a file (an event payload).
 const maxLineBytes = 16 << 20
 
-func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error {
+func publishFile(ctx context.Context, opts *Options, p *publisher) error {
 	in, name, total, err := openDataFile(opts)
 	if err != nil {
 		return err
@@ -78,7 +78,7 @@ func publishFile(ctx context.Context, opts *PublishOptions, p *publisher) error 
 // openDataFile opens the file of --data @FILE, or stdin for @-. It returns the name
 // messages give it and, for the progress bar, its number of lines (0: unknown, or no
 // bar).
-func openDataFile(opts *PublishOptions) (in io.ReadCloser, name string, total int, err error) {
+func openDataFile(opts *Options) (in io.ReadCloser, name string, total int, err error) {
 	name = strings.TrimPrefix(opts.Data, "@")
 	if name == "-" {
 		return io.NopCloser(opts.IO.In), "stdin", 0, nil
@@ -98,7 +98,7 @@ func openDataFile(opts *PublishOptions) (in io.ReadCloser, name string, total in
 
 // filePublish is one publish of a file of events (--data @FILE).
 type filePublish struct {
-	opts *PublishOptions
+	opts *Options
 	p    *publisher
 	name string // the file, or "stdin"
 	bar  *progressBar
@@ -294,7 +294,7 @@ func (f *filePublish) report(abort error) error {
 
 // parseLine decodes one non-blank line: the payload of --event, or an object naming its
 // event.
-func parseLine(opts *PublishOptions, raw []byte) (eventType, id string, data []byte, priority int, err error) {
+func parseLine(opts *Options, raw []byte) (eventType, id string, data []byte, priority int, err error) {
 	if opts.Event != "" {
 		return opts.Event, "", raw, opts.Priority, nil
 	}

@@ -1,4 +1,4 @@
-package cli
+package top
 
 import (
 	"context"
@@ -30,8 +30,8 @@ func TestTopParse(t *testing.T) {
 	for _, tt := range tests {
 		ios, _, _, _ := cmdutil.NewTestIOStreams()
 		f := &cmdutil.Factory{IOStreams: ios}
-		var got *TopOptions
-		cmd := newCmdTop(f, func(o *TopOptions) error { got = o; return nil })
+		var got *Options
+		cmd := NewCmd(f, func(o *Options) error { got = o; return nil })
 		cmd.SetArgs(tt.args)
 		cmd.SilenceErrors, cmd.SilenceUsage = true, true
 		err := cmd.Execute()
@@ -59,7 +59,7 @@ func TestAdminSourceAdapter(t *testing.T) {
 		HeadErr: &admin.NotFoundError{What: "head"},
 		ActErr:  &engine.HeadMovedError{Expected: "5-0", Head: "6-0"},
 	}
-	src := &adminSource{a: fa}
+	src := &Source{Admin: fa}
 	snap, err := src.Snapshot(context.Background())
 	if err != nil {
 		t.Fatal(err)

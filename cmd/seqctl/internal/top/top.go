@@ -1,4 +1,4 @@
-package cli
+package top
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 	"github.com/seqctl/seqctl/pkg/tui"
 )
 
-// TopOptions are the options of seqctl top.
-type TopOptions struct {
+// Options are the options of seqctl top.
+type Options struct {
 	IO       *cmdutil.IOStreams
 	Refresh  time.Duration
 	ReadOnly bool
@@ -27,8 +27,8 @@ type TopOptions struct {
 	open func(ctx context.Context) (a cmdutil.Admin, shown string, close func(), err error)
 }
 
-func newCmdTop(f *cmdutil.Factory, runF func(*TopOptions) error) *cobra.Command {
-	opts := &TopOptions{IO: f.IOStreams, open: f.OpenAdminAt}
+func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams, open: f.OpenAdminAt}
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Live dashboard of partitions, owners, generations, lag and halts",
@@ -75,7 +75,7 @@ next column, O reverse, / filter, p pause, ? help, q quit.`,
 	return cmd
 }
 
-func topRun(ctx context.Context, opts *TopOptions) error {
+func topRun(ctx context.Context, opts *Options) error {
 	ctx = cmdutil.OrBackground(ctx)
 	a, shown, closeAdmin, err := opts.open(ctx)
 	if err != nil {
@@ -85,7 +85,7 @@ func topRun(ctx context.Context, opts *TopOptions) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return tui.Run(ctx, tui.Options{
-		Source:   &adminSource{a: a, actor: cmdutil.Actor("top")},
+		Source:   &Source{Admin: a, Actor: cmdutil.Actor("top")},
 		Refresh:  opts.Refresh,
 		ReadOnly: opts.ReadOnly,
 		NoColor:  !opts.IO.Color,
@@ -93,18 +93,18 @@ func topRun(ctx context.Context, opts *TopOptions) error {
 	}, opts.IO.In, opts.IO.Out)
 }
 
-// adminSource adapts the operator API to the dashboard's Source.
-type adminSource struct {
-	a     cmdutil.Admin
-	actor admin.Actor
+// Source adapts the operator API to the dashboard's Source.
+type Source struct {
+	Admin cmdutil.Admin
+	Actor admin.Actor
 }
 
-func (s *adminSource) Snapshot(ctx context.Context) (tui.Snapshot, error) {
-	parts, err := s.a.ListPartitions(ctx, admin.Filter{})
+func (s *Source) Snapshot(ctx context.Context) (tui.Snapshot, error) {
+	parts, err := s.Admin.ListPartitions(ctx, admin.Filter{})
 	if err != nil {
 		return tui.Snapshot{}, err
 	}
-	insts, err := s.a.Instances(ctx)
+	insts, err := s.Admin.Instances(ctx)
 	if err != nil {
 		return tui.Snapshot{}, err
 	}
@@ -140,9 +140,9 @@ func (s *adminSource) Snapshot(ctx context.Context) (tui.Snapshot, error) {
 	return snap, nil
 }
 
-func (s *adminSource) Head(ctx context.Context, p tui.PartitionRef) (tui.HeadDetail, error) {
+func (s *Source) Head(ctx context.Context, p tui.PartitionRef) (tui.HeadDetail, error) {
 	stream := streamOf(p)
-	ins, err := s.a.Inspect(ctx, stream, p.Handler)
+	ins, err := s.Admin.Inspect(ctx, stream, p.Handler)
 	if err != nil {
 		return tui.HeadDetail{}, err
 	}
@@ -156,7 +156,7 @@ func (s *adminSource) Head(ctx context.Context, p tui.PartitionRef) (tui.HeadDet
 		}
 		d.Lanes = append(d.Lanes, li)
 	}
-	h, err := s.a.Head(ctx, stream, p.Handler)
+	h, err := s.Admin.Head(ctx, stream, p.Handler)
 	var nf *admin.NotFoundError
 	if errors.As(err, &nf) {
 		return d, nil // caught up: no head
@@ -176,8 +176,8 @@ func (s *adminSource) Head(ctx context.Context, p tui.PartitionRef) (tui.HeadDet
 }
 
 // DLQs feeds the dashboard's DLQ view.
-func (s *adminSource) DLQs(ctx context.Context) ([]tui.DLQInfo, error) {
-	ds, err := s.a.DLQs(ctx)
+func (s *Source) DLQs(ctx context.Context) ([]tui.DLQInfo, error) {
+	ds, err := s.Admin.DLQs(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +190,8 @@ func (s *adminSource) DLQs(ctx context.Context) ([]tui.DLQInfo, error) {
 }
 
 // Audit feeds the dashboard's audit view: the newest limit actions, newest first.
-func (s *adminSource) Audit(ctx context.Context, limit int) ([]tui.AuditRecord, error) {
-	es, err := s.a.AuditEntries(ctx, admin.AuditQuery{Limit: limit})
+func (s *Source) Audit(ctx context.Context, limit int) ([]tui.AuditRecord, error) {
+	es, err := s.Admin.AuditEntries(ctx, admin.AuditQuery{Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -210,21 +210,21 @@ func streamOf(p tui.PartitionRef) string {
 	return p.Category + ":" + p.Key
 }
 
-func (s *adminSource) act(ctx context.Context, kind admin.ActionKind, p tui.PartitionRef, expectID string) error {
-	_, err := s.a.Act(ctx, admin.Action{Kind: kind, Stream: streamOf(p), Handler: p.Handler, ExpectID: expectID,
-		Reason: "from seqctl top", Actor: s.actor})
+func (s *Source) act(ctx context.Context, kind admin.ActionKind, p tui.PartitionRef, expectID string) error {
+	_, err := s.Admin.Act(ctx, admin.Action{Kind: kind, Stream: streamOf(p), Handler: p.Handler, ExpectID: expectID,
+		Reason: "from seqctl top", Actor: s.Actor})
 	return err
 }
 
-func (s *adminSource) Skip(ctx context.Context, p tui.PartitionRef, id string) error {
+func (s *Source) Skip(ctx context.Context, p tui.PartitionRef, id string) error {
 	return s.act(ctx, admin.ActionSkip, p, id)
 }
 
-func (s *adminSource) MoveToDLQ(ctx context.Context, p tui.PartitionRef, id string) error {
+func (s *Source) MoveToDLQ(ctx context.Context, p tui.PartitionRef, id string) error {
 	return s.act(ctx, admin.ActionDLQ, p, id)
 }
 
-func (s *adminSource) Retry(ctx context.Context, p tui.PartitionRef, id string) error {
+func (s *Source) Retry(ctx context.Context, p tui.PartitionRef, id string) error {
 	return s.act(ctx, admin.ActionRetry, p, id)
 }
 
@@ -237,24 +237,24 @@ func pauseInfo(p *engine.PauseRecord) *tui.PauseInfo {
 }
 
 // Pause pauses a partition from 'seqctl top', until it is resumed.
-func (s *adminSource) Pause(ctx context.Context, p tui.PartitionRef, reason string) error {
-	_, err := s.a.Pause(ctx, admin.PauseRequest{Stream: streamOf(p), Handler: p.Handler, Reason: reason, Actor: s.pauseActor(admin.ActionPause)})
+func (s *Source) Pause(ctx context.Context, p tui.PartitionRef, reason string) error {
+	_, err := s.Admin.Pause(ctx, admin.PauseRequest{Stream: streamOf(p), Handler: p.Handler, Reason: reason, Actor: s.pauseActor(admin.ActionPause)})
 	return err
 }
 
 // Resume resumes a partition from 'seqctl top'.
-func (s *adminSource) Resume(ctx context.Context, p tui.PartitionRef) error {
-	_, err := s.a.Resume(ctx, admin.PauseRequest{Stream: streamOf(p), Handler: p.Handler, Reason: "from seqctl top", Actor: s.pauseActor(admin.ActionResume)})
+func (s *Source) Resume(ctx context.Context, p tui.PartitionRef) error {
+	_, err := s.Admin.Resume(ctx, admin.PauseRequest{Stream: streamOf(p), Handler: p.Handler, Reason: "from seqctl top", Actor: s.pauseActor(admin.ActionResume)})
 	return err
 }
 
 // pauseActor is the dashboard's actor, recorded with the command of the CLI that does
 // the same, so 'seqctl audit' shows every pause alike.
-func (s *adminSource) pauseActor(action string) admin.Actor {
-	who := s.actor
+func (s *Source) pauseActor(action string) admin.Actor {
+	who := s.Actor
 	who.Command = "partitions " + action
 	return who
 }
 
 // The dashboard's pause and resume keys.
-var _ tui.PauseSource = (*adminSource)(nil)
+var _ tui.PauseSource = (*Source)(nil)

@@ -1,4 +1,4 @@
-package cli
+package run
 
 import (
 	"context"
@@ -51,9 +51,9 @@ func TestRunSQLSink(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := cmdtest.WriteDomain(t, "sqlsink", "STATEMENT", ordersStatement)
 	dsn := migratedOrdersDB(t, cfg)
-	r := startRun(t, RunOptions{ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second})
+	r := StartRun(t, Options{ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second})
 	for i, c := range []string{"c-1", "c-2", "c-1"} {
-		publishOne(t, cfg, srv.URL, `{"order_id":"o-`+string(rune('1'+i))+`","client_id":"`+c+`","seq":`+string(rune('1'+i))+`}`)
+		cmdtest.PublishOne(t, cfg, srv.URL, `{"order_id":"o-`+string(rune('1'+i))+`","client_id":"`+c+`","seq":`+string(rune('1'+i))+`}`)
 	}
 	db, _, _ := outbox.Open(dsn)
 	defer db.Close()
@@ -62,12 +62,12 @@ func TestRunSQLSink(t *testing.T) {
 		_ = db.QueryRow("SELECT count(*) FROM orders").Scan(&n)
 		return n == 3
 	})
-	r.sigs <- syscall.SIGTERM
-	if err := r.wait(t, 15*time.Second); err != nil {
+	r.Sigs <- syscall.SIGTERM
+	if err := r.Wait(t, 15*time.Second); err != nil {
 		t.Fatalf("runRun = %v", err)
 	}
-	if strings.Contains(r.logs.String(), dsn) {
-		t.Errorf("the logs show the DSN:\n%s", r.logs.String())
+	if strings.Contains(r.Logs.String(), dsn) {
+		t.Errorf("the logs show the DSN:\n%s", r.Logs.String())
 	}
 	// c-2's partition is reaped (its stream deleted): prune removes its inbox row only.
 	if err := srv.Client(t).Del(context.Background(), "order:c-2").Err(); err != nil {
@@ -125,7 +125,7 @@ func TestRunSQLSinkRefusals(t *testing.T) {
 			t.Setenv("SEQCTL_TEST_ORDERS_DB", tt.dsn)
 			cfg := cmdtest.WriteDomain(t, "sqlsink", "STATEMENT", tt.stmt)
 			ios, _, _, errOut := cmdutil.NewTestIOStreams()
-			opts := RunOptions{IO: ios, ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info", ShutdownTimeout: time.Second}
+			opts := Options{IO: ios, ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info", ShutdownTimeout: time.Second}
 			err := runRun(context.Background(), &opts)
 			cmdutil.PrintError(ios.ErrOut, err)
 			if code := cmdutil.ExitCode(err); code != cmdutil.ExitFailure {
@@ -165,7 +165,7 @@ func TestRunSQLSinkWaitsForTheDatabase(t *testing.T) {
 	ios, _, _, _ := cmdutil.NewTestIOStreams()
 	ios.ErrOut = logs
 	sigs := make(chan os.Signal, 2)
-	opts := RunOptions{IO: ios, ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info",
+	opts := Options{IO: ios, ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info",
 		ShutdownTimeout: 10 * time.Second, MetricsAddr: metricsAddr, signals: sigs}
 	errc := make(chan error, 1)
 	go func() { errc <- runRun(context.Background(), &opts) }()

@@ -1,4 +1,4 @@
-package cli
+package publish
 
 import (
 	"context"
@@ -31,21 +31,21 @@ import (
 )
 
 func TestPublishParse(t *testing.T) {
-	cmdtest.TestParse(t, "", newCmdPublish, []cmdtest.ParseCase[PublishOptions]{
+	cmdtest.TestParse(t, "", NewCmd, []cmdtest.ParseCase[Options]{
 		{
 			Name: "one event",
 			Argv: []string{"--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`, "--priority", "-1", "--id", "e-1"},
-			Want: PublishOptions{ConfigPath: "domain.toml", Event: "OrderPlaced", Data: `{"client_id":"c-1"}`, Priority: -1, ID: "e-1", RetryFor: 15 * time.Second},
+			Want: Options{ConfigPath: "domain.toml", Event: "OrderPlaced", Data: `{"client_id":"c-1"}`, Priority: -1, ID: "e-1", RetryFor: 15 * time.Second},
 		},
 		{
 			Name: "a file of payloads",
 			Argv: []string{"--config", "d.toml", "-e", "OrderPlaced", "-d", "@orders.jsonl", "-o", "json", "--redis-url", "redis://x:1/2"},
-			Want: PublishOptions{ConfigPath: "d.toml", Event: "OrderPlaced", Data: "@orders.jsonl", Output: "json", Redis: redisconn.Flags{URL: "redis://x:1/2"}, RetryFor: 15 * time.Second},
+			Want: Options{ConfigPath: "d.toml", Event: "OrderPlaced", Data: "@orders.jsonl", Output: "json", Redis: redisconn.Flags{URL: "redis://x:1/2"}, RetryFor: 15 * time.Second},
 		},
 		{
 			Name: "a file of event lines",
 			Argv: []string{"--data", "@-", "--retry-for", "0"},
-			Want: PublishOptions{ConfigPath: "domain.toml", Data: "@-"},
+			Want: Options{ConfigPath: "domain.toml", Data: "@-"},
 		},
 		{Name: "no data", Argv: []string{"--event", "OrderPlaced"}, WantErr: "--data is required"},
 		{Name: "no event", Argv: []string{"--data", "{}"}, WantErr: "--event is required"},
@@ -57,10 +57,10 @@ func TestPublishParse(t *testing.T) {
 		{
 			Name: "table output is text",
 			Argv: []string{"--event", "X", "--data", "{}", "-o", "table"},
-			Want: PublishOptions{ConfigPath: "domain.toml", Event: "X", Data: "{}", Output: "table", RetryFor: 15 * time.Second},
+			Want: Options{ConfigPath: "domain.toml", Event: "X", Data: "{}", Output: "table", RetryFor: 15 * time.Second},
 		},
 		{Name: "bad priority", Argv: []string{"--event", "X", "--data", "{}", "--priority", "high"}, WantErr: `invalid argument "high"`},
-	}, cmpopts.IgnoreFields(PublishOptions{}, "IO"))
+	}, cmpopts.IgnoreFields(Options{}, "IO"))
 }
 
 // publishFixture is a Redis server and a config pointing at it.
@@ -155,7 +155,7 @@ func TestPublishInvalidKeys(t *testing.T) {
 	rdb, cfg, url := publishFixture(t)
 	ctx := context.Background()
 	// Something in Redis first, so "unchanged" means more than "still empty".
-	publishOne(t, cfg, url, `{"client_id":"c-1"}`)
+	cmdtest.PublishOne(t, cfg, url, `{"client_id":"c-1"}`)
 	before := keys(t, rdb)
 	lenBefore, _ := rdb.XLen(ctx, "order:c-1").Result()
 	tests := []struct {
@@ -303,7 +303,7 @@ func TestPublishFile(t *testing.T) {
 	t.Run("progress bar on a terminal", func(t *testing.T) {
 		ios, _, out, errOut := cmdutil.NewTestIOStreams()
 		ios.IsTerminal = true
-		opts := &PublishOptions{IO: ios, ConfigPath: cfg, Redis: redisconn.Flags{URL: url}, Event: "OrderPlaced", Data: "@" + payloads, ProgressTTY: true}
+		opts := &Options{IO: ios, ConfigPath: cfg, Redis: redisconn.Flags{URL: url}, Event: "OrderPlaced", Data: "@" + payloads, ProgressTTY: true}
 		err := publishRun(context.Background(), opts)
 		if cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 			t.Errorf("err = %v", err)
@@ -376,15 +376,6 @@ func TestPublishFileRidesOutARedisRestart(t *testing.T) {
 	}
 	if total != 50 {
 		t.Errorf("%d entries in the streams, want the file's 50", total)
-	}
-}
-
-// publishOne publishes one OrderPlaced event with seqctl publish, failing the test when
-// it fails.
-func publishOne(t *testing.T, config, url, data string) {
-	t.Helper()
-	if res := cmdtest.RunCLI(t, false, "publish", "--config", config, "--redis-url", url, "--event", "OrderPlaced", "--data", data); res.Code != 0 {
-		t.Fatalf("publish: exit %d: %s", res.Code, res.Stderr)
 	}
 }
 
@@ -797,7 +788,7 @@ func TestPublishFileRoundTrips(t *testing.T) {
 	const lines = 1000
 	file := orderLines(t, lines, func(i int) string { return fmt.Sprintf("c-%d", i%10) })
 	ios, _, out, errOut := cmdutil.NewTestIOStreams()
-	opts := &PublishOptions{IO: ios, ConfigPath: cfg, Event: "OrderPlaced", Data: "@" + file}
+	opts := &Options{IO: ios, ConfigPath: cfg, Event: "OrderPlaced", Data: "@" + file}
 	p := &publisher{dom: dom, broker: engine.NewRedisBroker(counted), errOut: ios.ErrOut}
 	if err := publishWith(ctx, opts, p); err != nil {
 		t.Fatalf("publish: %v\n%s", err, errOut)

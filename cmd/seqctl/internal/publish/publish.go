@@ -1,4 +1,4 @@
-package cli
+package publish
 
 import (
 	"bytes"
@@ -26,8 +26,8 @@ import (
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
-// PublishOptions are the inputs of 'seqctl publish'.
-type PublishOptions struct {
+// Options are the inputs of 'seqctl publish'.
+type Options struct {
 	IO *cmdutil.IOStreams
 	// ConfigPath is the domain.toml whose router is used (the global --config;
 	// "domain.toml" when not given).
@@ -55,8 +55,8 @@ type PublishOptions struct {
 	TraceParent, TraceState string
 }
 
-func newCmdPublish(f *cmdutil.Factory, runF func(*PublishOptions) error) *cobra.Command {
-	opts := &PublishOptions{IO: f.IOStreams}
+func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams}
 	cmd := &cobra.Command{
 		Use:   "publish --event NAME --data JSON|@FILE [flags]",
 		Short: "Publish events through the domain's router",
@@ -140,7 +140,7 @@ handler's context).`,
 	return cmd
 }
 
-func (o *PublishOptions) check(command string) error {
+func (o *Options) check(command string) error {
 	switch {
 	case o.Data == "":
 		return cmdutil.UsageErrorf(command, "--data is required: a JSON payload, or @FILE for a JSON Lines file")
@@ -159,7 +159,7 @@ func (o *PublishOptions) check(command string) error {
 // traceFrom settles the trace context: --traceparent, else $TRACEPARENT with
 // $TRACESTATE. One that is not a W3C traceparent is a usage error, naming where it came
 // from.
-func (o *PublishOptions) traceFrom(command string, getenv func(string) string) error {
+func (o *Options) traceFrom(command string, getenv func(string) string) error {
 	from := "--traceparent"
 	if o.TraceParent == "" {
 		o.TraceParent, o.TraceState, from = getenv("TRACEPARENT"), getenv("TRACESTATE"), "$TRACEPARENT"
@@ -184,7 +184,7 @@ func remoteSpan(traceParent, traceState string) trace.SpanContext {
 	return trace.SpanContextFromContext(engine.ContextWithEventTrace(context.Background(), ev))
 }
 
-func (o *PublishOptions) fileMode() bool { return strings.HasPrefix(o.Data, "@") }
+func (o *Options) fileMode() bool { return strings.HasPrefix(o.Data, "@") }
 
 // jsonError describes why b is not JSON.
 func jsonError(b []byte) string {
@@ -219,7 +219,7 @@ type publisher struct {
 	clear    func()
 	retried  bool
 	reached  bool // an event was published: Redis and the connection settings work
-	// span is the W3C trace context of every event (PublishOptions.TraceParent), as the
+	// span is the W3C trace context of every event (Options.TraceParent), as the
 	// remote parent span context Broker.Publish stores; invalid without one.
 	span trace.SpanContext
 }
@@ -409,7 +409,7 @@ func redisUnavailable(err error, reached bool) bool {
 
 // newPublisher loads the config and connects the broker (lazily: go-redis dials on the
 // first command).
-func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
+func newPublisher(opts *Options) (*publisher, func(), error) {
 	cfg, err := cmdutil.LoadConfigFile(opts.ConfigPath)
 	if err != nil {
 		return nil, nil, err
@@ -435,7 +435,7 @@ func newPublisher(opts *PublishOptions) (*publisher, func(), error) {
 		func() { _ = rdb.Close() }, nil
 }
 
-func publishRun(ctx context.Context, opts *PublishOptions) error {
+func publishRun(ctx context.Context, opts *Options) error {
 	ctx = cmdutil.OrBackground(ctx)
 	p, closeFn, err := newPublisher(opts)
 	if err != nil {
@@ -458,7 +458,7 @@ func publishRun(ctx context.Context, opts *PublishOptions) error {
 }
 
 // publishWith publishes what opts say through p.
-func publishWith(ctx context.Context, opts *PublishOptions, p *publisher) error {
+func publishWith(ctx context.Context, opts *Options, p *publisher) error {
 	if opts.fileMode() {
 		return publishFile(ctx, opts, p)
 	}

@@ -1,4 +1,4 @@
-package cli
+package dev
 
 import (
 	"errors"
@@ -12,14 +12,14 @@ import (
 
 func TestDevParse(t *testing.T) {
 	f := cmdtest.TestFactory()
-	var got *DevOptions
-	if err := cmdtest.ParseOps(t, f, "", newCmdDev(f, func(o *DevOptions) error { got = o; return nil })); err != nil {
+	var got *Options
+	if err := cmdtest.ParseOps(t, f, "", NewCmd(f, func(o *Options) error { got = o; return nil })); err != nil {
 		t.Fatal(err)
 	}
 	if got.Poison != demo.DefaultPoisonEvery || got.Rate != 50 {
 		t.Errorf("defaults: poison every %d at %d/s, want %d at 50/s", got.Poison, got.Rate, demo.DefaultPoisonEvery)
 	}
-	err := cmdtest.ParseOps(t, f, "", newCmdDev(f, func(*DevOptions) error { return nil }), "--rate", "0")
+	err := cmdtest.ParseOps(t, f, "", NewCmd(f, func(*Options) error { return nil }), "--rate", "0")
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--rate must be a positive number") {
 		t.Errorf("--rate 0: %v", err)
 	}

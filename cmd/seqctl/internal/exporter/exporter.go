@@ -1,4 +1,4 @@
-package cli
+package exporter
 
 import (
 	"context"
@@ -22,8 +22,8 @@ import (
 	"github.com/seqctl/seqctl/pkg/metrics"
 )
 
-// ExporterOptions are the inputs of 'seqctl exporter'.
-type ExporterOptions struct {
+// Options are the inputs of 'seqctl exporter'.
+type Options struct {
 	IO *cmdutil.IOStreams
 	// Global holds the config path ("" discovers categories and handlers in Redis) and
 	// the connection flags.
@@ -86,8 +86,8 @@ It serves /metrics and /healthz on --listen (default :9465, next to the :9464 th
 Redis, not the instances. SIGINT or SIGTERM stops it, exit status 0. docs/metrics.md
 lists its series; docs/operator-runbook.md scales a deployment from zero on them.`
 
-func newCmdExporter(f *cmdutil.Factory, runF func(*ExporterOptions) error) *cobra.Command {
-	opts := &ExporterOptions{IO: f.IOStreams}
+func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams}
 	cmd := &cobra.Command{
 		Use:   "exporter [--config FILE] [--listen ADDR] [--interval D]",
 		Short: "Export every partition's backlog and lag as Prometheus gauges, for autoscaling",
@@ -116,7 +116,7 @@ func newCmdExporter(f *cmdutil.Factory, runF func(*ExporterOptions) error) *cobr
 }
 
 // check validates the flags.
-func (o *ExporterOptions) check(command string) error {
+func (o *Options) check(command string) error {
 	if o.Interval < minExporterInterval {
 		return cmdutil.UsageErrorf(command, "--interval must be at least %v, got %v (e.g. --interval 10s)", minExporterInterval, o.Interval)
 	}
@@ -186,7 +186,7 @@ func (s *exporterSource) permanentProblem(ctx context.Context) string {
 	return ""
 }
 
-func exporterRun(ctx context.Context, opts *ExporterOptions) error {
+func exporterRun(ctx context.Context, opts *Options) error {
 	ctx = cmdutil.OrBackground(ctx)
 	log := cmdutil.NewLogger(opts.IO.ErrOut, opts.LogFormat, "info")
 	src, err := openExporterSource(opts.Global, log)

@@ -1,4 +1,4 @@
-package cli
+package top
 
 import (
 	"context"
@@ -92,7 +92,7 @@ func TestTopOnCluster(t *testing.T) {
 
 	// The dashboard's data source over the cluster client: the rows, the head detail and
 	// an action.
-	src := &adminSource{a: admin.New(w.cl.Client(t), admin.Options{}), actor: cmdutil.Actor("top")}
+	src := &Source{Admin: admin.New(w.cl.Client(t), admin.Options{}), Actor: cmdutil.Actor("top")}
 	type row struct{ Stream, State, Halted string }
 	var want []row
 	for _, k := range w.keys {

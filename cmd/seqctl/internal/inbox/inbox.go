@@ -1,4 +1,4 @@
-package cli
+package inbox
 
 import (
 	"context"
@@ -14,14 +14,14 @@ import (
 	"github.com/seqctl/seqctl/pkg/redact"
 )
 
-// InboxOptions are the options of seqctl inbox migrate|prune.
-type InboxOptions struct {
+// Options are the options of seqctl inbox migrate|prune.
+type Options struct {
 	IO     *cmdutil.IOStreams
 	Global *cmdutil.GlobalOptions
 	DryRun bool // prune: count, change nothing
 }
 
-func newCmdInbox(f *cmdutil.Factory) *cobra.Command {
+func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "inbox <command>",
 		Short: "Create and prune the inbox tables of the SQL sinks",
@@ -39,7 +39,7 @@ the DSN in its dsn_env variable or dsn_file, as seqctl run does.`,
 }
 
 func newCmdInboxMigrate(f *cmdutil.Factory) *cobra.Command {
-	opts := &InboxOptions{IO: f.IOStreams, Global: &f.Global}
+	opts := &Options{IO: f.IOStreams, Global: &f.Global}
 	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Create the inbox table of each SQL sink",
@@ -80,7 +80,7 @@ With -o json it prints [{"handler", "table", "dialect"}].`,
 }
 
 func newCmdInboxPrune(f *cmdutil.Factory) *cobra.Command {
-	opts := &InboxOptions{IO: f.IOStreams, Global: &f.Global}
+	opts := &Options{IO: f.IOStreams, Global: &f.Global}
 	cmd := &cobra.Command{
 		Use:   "prune",
 		Short: "Remove the inbox rows of partitions that were reaped",
@@ -106,7 +106,7 @@ Run it from time to time (a cron job) when partitions come and go. With -o json 
 	return cmd
 }
 
-func inboxPruneRun(ctx context.Context, opts *InboxOptions) error {
+func inboxPruneRun(ctx context.Context, opts *Options) error {
 	_, conn, err := opts.Global.ConfigRedis()
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package cli
+package run
 
 import (
 	"context"
@@ -20,14 +20,14 @@ import (
 )
 
 func TestRunParse(t *testing.T) {
-	defaults := RunOptions{ConfigPath: "domain.toml", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 30 * time.Second}
-	cmdtest.TestParse(t, "", newCmdRun, []cmdtest.ParseCase[RunOptions]{
+	defaults := Options{ConfigPath: "domain.toml", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 30 * time.Second}
+	cmdtest.TestParse(t, "", NewCmd, []cmdtest.ParseCase[Options]{
 		{Name: "defaults", Want: defaults},
 		{
 			Name: "every flag",
 			Argv: []string{"--config", "deploy/domain.toml", "--redis-url", "redis://r:6379/1", "--instance-id", "worker-1",
 				"--metrics-addr", ":9464", "--log-format", "json", "--log-level", "debug", "--shutdown-timeout", "5s"},
-			Want: RunOptions{ConfigPath: "deploy/domain.toml", Redis: redisconn.Flags{URL: "redis://r:6379/1"}, InstanceID: "worker-1",
+			Want: Options{ConfigPath: "deploy/domain.toml", Redis: redisconn.Flags{URL: "redis://r:6379/1"}, InstanceID: "worker-1",
 				MetricsAddr: ":9464", LogFormat: "json", LogLevel: "debug", ShutdownTimeout: 5 * time.Second},
 		},
 		{Name: "empty config is ./domain.toml", Argv: []string{"--config", ""}, Want: defaults},
@@ -37,7 +37,7 @@ func TestRunParse(t *testing.T) {
 		{Name: "bad duration", Argv: []string{"--shutdown-timeout", "soon"}, WantErr: `invalid argument "soon"`},
 		{Name: "instance id with a space", Argv: []string{"--instance-id", "a b"}, WantErr: "contains white space"},
 		{Name: "positional argument", Argv: []string{"domain.toml"}, WantErr: `unexpected argument "domain.toml"`},
-	}, cmpopts.IgnoreFields(RunOptions{}, "IO"), cmpopts.IgnoreUnexported(RunOptions{}))
+	}, cmpopts.IgnoreFields(Options{}, "IO"), cmpopts.IgnoreUnexported(Options{}))
 }
 
 // TestRunConfigProblems checks the failures 'seqctl run' finds before it connects to
@@ -148,27 +148,27 @@ func TestRunHelp(t *testing.T) {
 // inProcessRun is a 'seqctl run' in the test process, so the race detector sees it: the
 // signals it gets, what it returns, and its log.
 type inProcessRun struct {
-	sigs chan os.Signal
+	Sigs chan os.Signal
 	errc chan error
-	logs *testkit.Buffer
+	Logs *testkit.Buffer
 }
 
-// startRun starts runRun with opts, its stderr and its signals the test's, and waits
+// StartRun starts runRun with opts, its stderr and its signals the test's, and waits
 // until it is ready.
-func startRun(t *testing.T, opts RunOptions) *inProcessRun {
+func StartRun(t *testing.T, opts Options) *inProcessRun {
 	t.Helper()
-	r := &inProcessRun{sigs: make(chan os.Signal, 2), errc: make(chan error, 1), logs: &testkit.Buffer{}}
+	r := &inProcessRun{Sigs: make(chan os.Signal, 2), errc: make(chan error, 1), Logs: &testkit.Buffer{}}
 	ios, _, _, _ := cmdutil.NewTestIOStreams()
-	ios.ErrOut = r.logs
-	opts.IO, opts.signals = ios, r.sigs
+	ios.ErrOut = r.Logs
+	opts.IO, opts.signals = ios, r.Sigs
 	go func() { r.errc <- runRun(context.Background(), &opts) }()
-	testkit.WaitFor(t, 10*time.Second, "seqctl run to be ready", func() bool { return strings.Contains(r.logs.String(), "seqctl run: ready") })
+	testkit.WaitFor(t, 10*time.Second, "seqctl run to be ready", func() bool { return strings.Contains(r.Logs.String(), "seqctl run: ready") })
 	return r
 }
 
-// wait returns what runRun returned, failing the test when it has not returned within
+// Wait returns what runRun returned, failing the test when it has not returned within
 // timeout.
-func (r *inProcessRun) wait(t *testing.T, timeout time.Duration) error {
+func (r *inProcessRun) Wait(t *testing.T, timeout time.Duration) error {
 	t.Helper()
 	select {
 	case err := <-r.errc:
@@ -193,29 +193,29 @@ func TestRunInProcess(t *testing.T) {
 	}
 	t.Setenv("OUT", dir)
 	cfg := cmdtest.WriteDomain(t, "exec", "HANDLER", handler)
-	opts := RunOptions{ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "in-process", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second}
+	opts := Options{ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "in-process", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 10 * time.Second}
 	got := func() string { b, _ := os.ReadFile(filepath.Join(dir, "got")); return string(b) }
 
 	t.Run("graceful", func(t *testing.T) {
-		r := startRun(t, opts)
-		publishOne(t, cfg, srv.URL, `{"client_id":"c-1"}`)
+		r := StartRun(t, opts)
+		cmdtest.PublishOne(t, cfg, srv.URL, `{"client_id":"c-1"}`)
 		testkit.WaitFor(t, 10*time.Second, "the event of c-1 delivered", func() bool { return strings.Contains(got(), `"key":"c-1"`) })
-		r.sigs <- syscall.SIGTERM
-		if err := r.wait(t, 10*time.Second); err != nil {
+		r.Sigs <- syscall.SIGTERM
+		if err := r.Wait(t, 10*time.Second); err != nil {
 			t.Errorf("runRun = %v, want nil (exit 0)", err)
 		}
-		if !strings.Contains(r.logs.String(), "signal received: shutting down gracefully") {
-			t.Errorf("logs:\n%s", r.logs.String())
+		if !strings.Contains(r.Logs.String(), "signal received: shutting down gracefully") {
+			t.Errorf("logs:\n%s", r.Logs.String())
 		}
 	})
 	t.Run("second signal", func(t *testing.T) {
 		t.Setenv("HOLD", "30")
-		r := startRun(t, opts)
-		publishOne(t, cfg, srv.URL, `{"client_id":"c-2"}`)
+		r := StartRun(t, opts)
+		cmdtest.PublishOne(t, cfg, srv.URL, `{"client_id":"c-2"}`)
 		testkit.WaitFor(t, 10*time.Second, "the event of c-2 delivered", func() bool { return strings.Contains(got(), `"key":"c-2"`) })
-		r.sigs <- syscall.SIGTERM
-		r.sigs <- syscall.SIGINT
-		if err := r.wait(t, 5*time.Second); cmdutil.ExitCode(err) != cmdutil.ExitFailure {
+		r.Sigs <- syscall.SIGTERM
+		r.Sigs <- syscall.SIGINT
+		if err := r.Wait(t, 5*time.Second); cmdutil.ExitCode(err) != cmdutil.ExitFailure {
 			t.Errorf("runRun = %v, want exit 1", err)
 		}
 	})
