@@ -4,10 +4,10 @@ package main
 import (
 	"os"
 
-	"github.com/seqctl/seqctl/cmd/seqctl/internal/cli"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/root"
 )
 
 func main() {
-	os.Exit(cli.Main(os.Args[1:], cmdutil.System()))
+	os.Exit(root.Main(os.Args[1:], cmdutil.System()))
 }

@@ -18,7 +18,7 @@ import (
 // TestPartitionsList10kCLI measures 'seqctl partitions list' over 10,000 partitions,
 // end to end (connect, list, render), on a private local redis-server, and logs the
 // times (a measurement, not a timed assertion; the target is under 2 s).
-// Run: go test ./cmd/seqctl/internal/cli -run TestPartitionsList10kCLI -v
+// Run: go test ./cmd/seqctl/internal/partitions -run TestPartitionsList10kCLI -v
 func TestPartitionsList10kCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 partitions: skipped with -short")

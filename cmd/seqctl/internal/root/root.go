@@ -1,7 +1,10 @@
-// Package cli is the seqctl command line: one file per command (an options struct, a
-// newCmdX constructor and an xRun function), all output through IOStreams, one exit-code
-// table (exitcodes.go).
-package cli
+// Package root is the seqctl command line: the root command, which only adds the
+// commands. Each command lives in a package named after its noun under
+// cmd/seqctl/internal (partitions, head, dlq, publish, run, ...), with an options struct,
+// a NewCmd constructor and its run function, over cmdutil (the Factory, IOStreams,
+// output, exit codes, confirmation and audit, pacing) and redisconn (the connection to
+// Redis).
+package root
 
 import (
 	"context"
