@@ -214,7 +214,7 @@ func (f *FakeAdmin) PauseOf(_ context.Context, stream, _ string) (*engine.PauseR
 func (f *FakeAdmin) HandlerLimits() map[string]engine.HandlerLimit { return f.LimitsByHandler }
 
 // Limit answers the value of f.limits, or one without an override, with the domain's
-// caps of f.handlerLimits.
+// caps of f.LimitsByHandler.
 func (f *FakeAdmin) Limit(_ context.Context, handler, value string) (*admin.Limit, error) {
 	if err := f.LimitErrs[value]; err != nil {
 		return nil, err

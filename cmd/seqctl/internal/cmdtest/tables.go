@@ -29,6 +29,12 @@ type Result struct {
 // its commands.
 var TestRoot func(f *cmdutil.Factory) *cobra.Command
 
+// SetCommands makes TestRoot a root command with the commands cmds builds: what the
+// tests of a command's package run.
+func SetCommands(cmds func(f *cmdutil.Factory) []*cobra.Command) {
+	TestRoot = func(f *cmdutil.Factory) *cobra.Command { return cmdutil.NewRoot(f, cmds(f)...) }
+}
+
 // RunRoot runs the root command of TestRoot with args, the way Main does, and returns
 // the exit code.
 func RunRoot(ctx context.Context, f *cmdutil.Factory, args []string) int {

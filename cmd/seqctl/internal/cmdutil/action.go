@@ -200,13 +200,7 @@ func (o *GuardedOptions) AddGuardFlags(cmd *cobra.Command, dryRunDoes string) {
 // the audit entry of its refusals, which the command completes.
 func (o *GuardedOptions) Guarded(ctx context.Context, adm Admin, command string) GuardedAction {
 	who := Actor(command)
-	return GuardedAction{Ctx: ctx, IO: o.IO, Admin: adm, Output: o.Output, Who: who, yes: o.Yes, dryRun: o.DryRun, Refusal: AuditEntryBy(who)}
-}
-
-// AuditEntryBy starts the audit entry of an action by who: the user, the host and the
-// command.
-func AuditEntryBy(who admin.Actor) admin.AuditEntry {
-	return admin.AuditEntry{User: who.User, Host: who.Host, Command: who.Command}
+	return GuardedAction{Ctx: ctx, IO: o.IO, Admin: adm, Output: o.Output, Who: who, yes: o.Yes, dryRun: o.DryRun, Refusal: who.Entry()}
 }
 
 // Actor says who runs a command, for the audit log: the operating-system user and host.

@@ -57,24 +57,18 @@ func (f *Factory) OpenAdminAt(ctx context.Context) (Admin, string, func(), error
 		a, closeAdmin, err := f.OpenAdmin(ctx)
 		return a, "", closeAdmin, err
 	}
-	a, conn, closeAdmin, err := dialAdmin(ctx, f.Global, os.Getenv, f.IOStreams.ErrOut)
+	a, conn, closeAdmin, err := ConnectAdmin(ctx, f.Global, os.Getenv, f.IOStreams.ErrOut)
 	if err != nil {
 		return nil, "", nil, err
 	}
 	return a, conn.Shown, closeAdmin, nil
 }
 
-// ConnectAdmin loads the config (when given), resolves the connection (see
-// redisconn.Resolve), connects and checks the connection with a PING (to every master of a
-// cluster). Warnings go to errOut.
-func ConnectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string, errOut io.Writer) (Admin, func(), error) {
-	a, _, closeAdmin, err := dialAdmin(ctx, g, getenv, errOut)
-	return a, closeAdmin, err
-}
-
-// dialAdmin is ConnectAdmin, and also returns the connection it resolved: it loads the
-// config (when given) and connects (see connect).
-func dialAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string, errOut io.Writer) (Admin, *redisconn.Conn, func(), error) {
+// ConnectAdmin connects the operator API as g says, the one way an operator command
+// turns its flags, the environment (getenv) and the config into a Redis: it loads the
+// config (when given) and connects (see redisconn.Connect), with warnings on errOut. It
+// returns the connection it resolved too, and close, which releases the client.
+func ConnectAdmin(ctx context.Context, g GlobalOptions, getenv func(string) string, errOut io.Writer) (Admin, *redisconn.Conn, func(), error) {
 	var cfg *config.Config
 	opts := admin.Options{}
 	if g.ConfigPath != "" {

@@ -10,9 +10,9 @@ import (
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/partitions"
 )
 
-// The tests of this package run seqctl with its commands.
+// The tests of this package run seqctl with these commands.
 func init() {
-	cmdtest.TestRoot = func(f *cmdutil.Factory) *cobra.Command {
-		return cmdutil.NewRoot(f, NewCmd(f), dlq.NewCmd(f), audit.NewCmd(f, nil), partitions.NewCmd(f))
-	}
+	cmdtest.SetCommands(func(f *cmdutil.Factory) []*cobra.Command {
+		return []*cobra.Command{NewCmd(f), dlq.NewCmd(f), audit.NewCmd(f, nil), partitions.NewCmd(f)}
+	})
 }

@@ -7,9 +7,9 @@ import (
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 )
 
-// The tests of this package run seqctl with its commands.
+// The tests of this package run seqctl with these commands.
 func init() {
-	cmdtest.TestRoot = func(f *cmdutil.Factory) *cobra.Command {
-		return cmdutil.NewRoot(f, NewCmd(f), NewCmdRelay(f))
-	}
+	cmdtest.SetCommands(func(f *cmdutil.Factory) []*cobra.Command {
+		return []*cobra.Command{NewCmd(f), NewCmdRelay(f)}
+	})
 }

@@ -77,7 +77,7 @@ func TestClusterConnection(t *testing.T) {
 	ctx := context.Background()
 	getenv := func(string) string { return "" }
 
-	t.Run("connectAdmin", func(t *testing.T) {
+	t.Run("ConnectAdmin", func(t *testing.T) {
 		cfg := cmdtest.WriteConfig(t, fmt.Sprintf("name = \"x\"\n[broker]\nkind = \"redis-cluster\"\nurl = %q\n", c.URL))
 		for name, g := range map[string]struct {
 			opts cmdutil.GlobalOptions
@@ -87,7 +87,7 @@ func TestClusterConnection(t *testing.T) {
 			"environment": {cmdutil.GlobalOptions{}, map[string]string{"SEQCTL_REDIS_URL": c.URL, redisconn.EnvRedisCluster: "yes"}},
 			"config":      {cmdutil.GlobalOptions{ConfigPath: cfg}, nil},
 		} {
-			_, closeAdm, err := cmdutil.ConnectAdmin(ctx, g.opts, func(k string) string { return g.env[k] }, io.Discard)
+			_, _, closeAdm, err := cmdutil.ConnectAdmin(ctx, g.opts, func(k string) string { return g.env[k] }, io.Discard)
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
 				continue
@@ -156,7 +156,7 @@ func TestClusterConnection(t *testing.T) {
 
 	t.Run("one Redis is not a cluster", func(t *testing.T) {
 		srv := redistest.Start(t)
-		_, _, err := cmdutil.ConnectAdmin(ctx, cmdutil.GlobalOptions{RedisURL: srv.URL, RedisCluster: true}, getenv, io.Discard)
+		_, _, _, err := cmdutil.ConnectAdmin(ctx, cmdutil.GlobalOptions{RedisURL: srv.URL, RedisCluster: true}, getenv, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "Redis at "+srv.URL+" is not a Redis Cluster") || !strings.Contains(err.Error(), "drop --cluster") {
 			t.Fatalf("err = %v, want one saying the server is not a cluster and to drop --cluster", err)
 		}
@@ -177,7 +177,7 @@ func TestConnectAdmin(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"SEQCTL_REDIS_PASSWORD": "s3cret"}
-	adm, closeAdm, err := cmdutil.ConnectAdmin(context.Background(), cmdutil.GlobalOptions{RedisURL: srv.URL}, func(k string) string { return env[k] }, io.Discard)
+	adm, _, closeAdm, err := cmdutil.ConnectAdmin(context.Background(), cmdutil.GlobalOptions{RedisURL: srv.URL}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,13 +186,13 @@ func TestConnectAdmin(t *testing.T) {
 	}
 	closeAdm()
 
-	_, _, err = cmdutil.ConnectAdmin(context.Background(), cmdutil.GlobalOptions{RedisURL: strings.Replace(srv.URL, "redis://", "redis://:wrong@", 1)}, func(string) string { return "" }, io.Discard)
+	_, _, _, err = cmdutil.ConnectAdmin(context.Background(), cmdutil.GlobalOptions{RedisURL: strings.Replace(srv.URL, "redis://", "redis://:wrong@", 1)}, func(string) string { return "" }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "cannot reach Redis at redis://:xxxxx@") {
 		t.Errorf("wrong password: err = %v, want a masked URL", err)
 	}
 
 	path := cmdtest.WriteConfig(t, "name = \"x\"\n[broker]\nkind = \"kafka\"\n")
-	_, _, err = cmdutil.ConnectAdmin(context.Background(), cmdutil.GlobalOptions{ConfigPath: path, RedisURL: srv.URL}, func(k string) string { return env[k] }, io.Discard)
+	_, _, _, err = cmdutil.ConnectAdmin(context.Background(), cmdutil.GlobalOptions{ConfigPath: path, RedisURL: srv.URL}, func(k string) string { return env[k] }, io.Discard)
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Errorf("invalid config: err = %v, want exit 2", err)
 	}

@@ -70,7 +70,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			}
 			check("top header", cmdutil.MaskURL(redisURL))
 			conn, _ := redisconn.Resolve(redisconn.Flags{URL: redisURL}, nil, func(string) string { return "" })
-			check("resolveRedis shown", conn.Shown)
+			check("redisconn.Resolve shown", conn.Shown)
 
 			// The same in cluster mode, with cluster URLs: --cluster against the real (not
 			// a cluster) Redis and an unreachable one, $SEQCTL_REDIS_CLUSTER, a config of
@@ -91,9 +91,9 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			t.Setenv(redisconn.EnvRedisCluster, "")
 			t.Setenv(config.EnvRedisURL, "")
 			if conn, err := redisconn.Resolve(redisconn.Flags{URL: clusterURL, Cluster: true}, nil, func(string) string { return "" }); err != nil {
-				check("resolveRedis cluster error", err.Error())
+				check("redisconn.Resolve cluster error", err.Error())
 			} else {
-				check("resolveRedis cluster shown", conn.Shown+" "+conn.Where())
+				check("redisconn.Resolve cluster shown", conn.Shown+" "+conn.Where())
 			}
 			clusterDomain := strings.Replace(commands, `url = "redis://127.0.0.1:1/0"`, fmt.Sprintf("kind = \"redis-cluster\"\nurl = %q", clusterURL), 1)
 			if _, err := config.Parse("domain.toml", []byte(clusterDomain)); err != nil {
