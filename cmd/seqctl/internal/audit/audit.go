@@ -1,3 +1,5 @@
+// Package audit is 'seqctl audit': the operator actions recorded in Redis, filtered by
+// time, stream and outcome.
 package audit
 
 import (

@@ -1,3 +1,8 @@
+// Package cmdtest is what the tests of the seqctl commands share: seqctl run in process
+// over buffers (RunCLI, RunOps) under the root command a test package sets
+// (SetCommands), a fake operator API (FakeAdmin) and its fixtures, the parse and run
+// tables, the domain.toml fixtures under its testdata, golden files, and a live engine
+// for the end-to-end tests.
 package cmdtest
 
 import (

@@ -1,3 +1,8 @@
+// Package cmdutil is what the seqctl commands share: the Factory a command is built with,
+// its IOStreams, the global flags, the operator API (Admin), output formats and tables,
+// exit codes, the guarded action with its confirmation and audit records, the selection
+// of partitions, pacing and progress, and the shell completions of streams, handlers and
+// categories. Each command lives in a package of its own under cmd/seqctl/internal.
 package cmdutil
 
 import (
@@ -20,7 +25,7 @@ type Factory struct {
 	// Build is the version stamped into the binary.
 	Build BuildInfo
 	// Global holds the global flags (--config, --redis-url, -o, --no-color), bound by
-	// newCmdRoot.
+	// AddGlobalFlags.
 	Global GlobalOptions
 	// OpenAdmin connects the operator API; nil connects to Redis as the global flags
 	// say. Tests set a fake.

@@ -1,3 +1,4 @@
+// Package completion is 'seqctl completion': the shell completion scripts.
 package completion
 
 import (

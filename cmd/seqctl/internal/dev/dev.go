@@ -1,3 +1,5 @@
+// Package dev is 'seqctl dev': the whole system in one process, on an embedded Redis,
+// with a live dashboard.
 package dev
 
 import (

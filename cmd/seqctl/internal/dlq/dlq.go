@@ -1,3 +1,4 @@
+// Package dlq is 'seqctl dlq': list, replay and purge dead-letter entries.
 package dlq
 
 import (

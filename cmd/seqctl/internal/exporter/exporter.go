@@ -1,3 +1,5 @@
+// Package exporter is 'seqctl exporter': every partition's backlog and lag as Prometheus
+// gauges.
 package exporter
 
 import (

@@ -1,3 +1,5 @@
+// Package groups is 'seqctl groups': the consumer groups each category waits for, and the
+// retirement of a removed handler's group.
 package groups
 
 import (

@@ -1,3 +1,6 @@
+// Package head is 'seqctl head': show a partition's head entry, and skip, move to the DLQ
+// or retry a halted one, or retry the halted heads of many partitions
+// (admin.HeadRetries).
 package head
 
 import (

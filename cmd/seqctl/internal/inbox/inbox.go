@@ -1,3 +1,4 @@
+// Package inbox is 'seqctl inbox': create and prune the inbox tables of the SQL sinks.
 package inbox
 
 import (

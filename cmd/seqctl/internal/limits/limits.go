@@ -1,3 +1,5 @@
+// Package limits is 'seqctl limits': see and override the limit keys, the fleet-wide caps
+// per value of a handler.
 package limits
 
 import (

@@ -1,3 +1,6 @@
+// Package outbox is 'seqctl outbox' (create the outbox table and report on it) and 'seqctl
+// relay' (publish outbox rows to their partition streams), whose relay 'seqctl run'
+// starts too.
 package outbox
 
 import (

@@ -1,3 +1,5 @@
+// Package partitions is 'seqctl partitions': list and inspect partitions, and pause and
+// resume them.
 package partitions
 
 import (

@@ -1,3 +1,5 @@
+// Package publish is 'seqctl publish': publish events through the domain's router, one
+// from the flags or many from a file.
 package publish
 
 import (

@@ -1,3 +1,4 @@
+// Package run is 'seqctl run': the handlers of a domain.toml as a worker.
 package run
 
 import (

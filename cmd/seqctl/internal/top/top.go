@@ -1,3 +1,5 @@
+// Package top is 'seqctl top': the live dashboard of partitions, owners, generations, lag
+// and halts, over the operator API (Source, which 'seqctl dev' shares).
 package top
 
 import (

@@ -1,3 +1,5 @@
+// Package validate is 'seqctl validate': check a domain.toml and show how each category is
+// partitioned.
 package validate
 
 import (

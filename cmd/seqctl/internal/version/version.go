@@ -1,3 +1,4 @@
+// Package version is 'seqctl version' and the root's --version flag.
 package version
 
 import (
