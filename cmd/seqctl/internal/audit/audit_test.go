@@ -10,7 +10,7 @@ import (
 )
 
 func TestAuditParse(t *testing.T) {
-	cmdtest.TestParse(t, "", NewCmd, []cmdtest.ParseCase[Options]{
+	cmdtest.ParseTable(t, "", NewCmd, []cmdtest.ParseCase[Options]{
 		{Name: "everything", Want: Options{}},
 		{Name: "hours", Argv: []string{"--since", "12h"}, Want: Options{Since: 12 * time.Hour}},
 		{Name: "days and json", Argv: []string{"--since", "7d", "-o", "json"}, Want: Options{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Since: 7 * 24 * time.Hour}},
@@ -26,7 +26,7 @@ func TestAuditParse(t *testing.T) {
 }
 
 func TestAuditRun(t *testing.T) {
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{Audit: cmdtest.SampleAudit()} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{Audit: cmdtest.SampleAudit()} }, []cmdtest.RunCase{
 		{Name: "terminal", Args: []string{"audit"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/audit.tty.golden"},
 		{Name: "wide", Args: []string{"audit", "-o", "wide"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/audit.wide.golden"},
 		{Name: "pipe", Args: []string{"audit"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/audit.pipe.golden"},

@@ -75,7 +75,8 @@ func RunOps(t testing.TB, fa *FakeAdmin, tm TTYMode, stdin string, args ...strin
 	return Result{Stdout: out.String(), Stderr: errOut.String(), Code: code}
 }
 
-func TestFactory() *cmdutil.Factory {
+// NewFactory returns a factory over buffers, with TestBuild.
+func NewFactory() *cmdutil.Factory {
 	ios, _, _, _ := cmdutil.NewTestIOStreams()
 	return &cmdutil.Factory{IOStreams: ios, Build: TestBuild}
 }
@@ -125,15 +126,15 @@ type ParseCase[O any] struct {
 	WantErr string
 }
 
-// TestParse runs the cases of a parse table: each argv through the command newCmd builds,
+// ParseTable runs the cases of a parse table: each argv through the command newCmd builds,
 // under parent ("" for none) and the global flags, the way Main would. It compares the
 // options the command's run function gets with want (opts say what to leave out), or the
 // error with WantErr.
-func TestParse[O any](t *testing.T, parent string, newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, cases []ParseCase[O], opts ...cmp.Option) {
+func ParseTable[O any](t *testing.T, parent string, newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, cases []ParseCase[O], opts ...cmp.Option) {
 	t.Helper()
 	for _, tt := range cases {
 		t.Run(tt.Name, func(t *testing.T) {
-			f := TestFactory()
+			f := NewFactory()
 			var got *O
 			err := ParseOps(t, f, parent, newCmd(f, func(o *O) error { got = o; return nil }), tt.Argv...)
 			CheckParsed(t, err, got, tt.Want, tt.WantErr, opts...)
@@ -192,9 +193,9 @@ type RunCase struct {
 	WantRecord string               // the outcome of the one refusal the command records itself
 }
 
-// TestRun runs the cases of a run table, each against its fake admin or a new one from
+// RunTable runs the cases of a run table, each against its fake admin or a new one from
 // fa.
-func TestRun(t *testing.T, fa func() *FakeAdmin, cases []RunCase) {
+func RunTable(t *testing.T, fa func() *FakeAdmin, cases []RunCase) {
 	t.Helper()
 	for _, tt := range cases {
 		t.Run(tt.Name, func(t *testing.T) {

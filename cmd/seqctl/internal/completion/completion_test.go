@@ -25,7 +25,7 @@ func TestCompletionParse(t *testing.T) {
 		{argv: nil, wantErr: "name one shell"},
 	} {
 		t.Run(strings.Join(tt.argv, " "), func(t *testing.T) {
-			f := cmdtest.TestFactory()
+			f := cmdtest.NewFactory()
 			var got *Options
 			err := cmdtest.ParseOps(t, f, "", NewCmd(f, func(o *Options) error { got = o; return nil }), tt.argv...)
 			if tt.wantErr != "" {

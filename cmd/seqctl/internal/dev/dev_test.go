@@ -11,7 +11,7 @@ import (
 )
 
 func TestDevParse(t *testing.T) {
-	f := cmdtest.TestFactory()
+	f := cmdtest.NewFactory()
 	var got *Options
 	if err := cmdtest.ParseOps(t, f, "", NewCmd(f, func(o *Options) error { got = o; return nil })); err != nil {
 		t.Fatal(err)

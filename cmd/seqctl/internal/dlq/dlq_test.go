@@ -10,7 +10,7 @@ import (
 
 func TestDLQParse(t *testing.T) {
 	t.Run("list", func(t *testing.T) {
-		cmdtest.TestParse(t, "dlq", newCmdDLQList, []cmdtest.ParseCase[DLQListOptions]{
+		cmdtest.ParseTable(t, "dlq", newCmdDLQList, []cmdtest.ParseCase[DLQListOptions]{
 			{Name: "stream", Argv: []string{"order:c"}, Want: DLQListOptions{Stream: "order:c"}},
 			{Name: "dlq stream and json", Argv: []string{"order:c:dlq", "-o", "json"}, Want: DLQListOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Stream: "order:c:dlq"}},
 			{Name: "no stream lists every DLQ", Want: DLQListOptions{}},
@@ -18,7 +18,7 @@ func TestDLQParse(t *testing.T) {
 		}, cmdtest.IgnoreOpsInputs(DLQListOptions{}))
 	})
 	t.Run("replay", func(t *testing.T) {
-		cmdtest.TestParse(t, "dlq", newCmdDLQReplay, []cmdtest.ParseCase[DLQReplayOptions]{
+		cmdtest.ParseTable(t, "dlq", newCmdDLQReplay, []cmdtest.ParseCase[DLQReplayOptions]{
 			{Name: "id and yes", Argv: []string{"order:c", "--id", "1-0", "--yes"}, Want: DLQReplayOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Stream: "order:c", ID: "1-0"}},
 			{Name: "dry run", Argv: []string{"order:c", "--id", "1-0", "--dry-run"}, Want: DLQReplayOptions{GuardedOptions: cmdutil.GuardedOptions{DryRun: true}, Stream: "order:c", ID: "1-0"}},
 			{Name: "id required", Argv: []string{"order:c", "--yes"}, WantErr: "--id is required"},
@@ -32,7 +32,7 @@ func TestDLQParse(t *testing.T) {
 }
 
 func TestDLQListRun(t *testing.T) {
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQEntries: cmdtest.SampleDLQ()} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQEntries: cmdtest.SampleDLQ()} }, []cmdtest.RunCase{
 		{Name: "terminal", Args: []string{"dlq", "list", "order:client-1"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/dlq-list.tty.golden"},
 		{Name: "wide", Args: []string{"dlq", "list", "order:client-1", "-o", "wide"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/dlq-list.wide.golden"},
 		{Name: "pipe", Args: []string{"dlq", "list", "order:client-1"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/dlq-list.pipe.golden"},
@@ -53,7 +53,7 @@ func TestDLQReplayRun(t *testing.T) {
 	notRemoved.Removed, notRemoved.Warning = false, "re-published, but the DLQ entry was not removed: connection reset"
 	replay := []string{"dlq", "replay", "order:client-1", "--id", "1738318000000-0"}
 	with := func(more ...string) []string { return append(append([]string(nil), replay...), more...) }
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{Plan: plan, ReplayResult: done} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{Plan: plan, ReplayResult: done} }, []cmdtest.RunCase{
 		{
 			Name: "replay with --yes", Args: with("--yes"), TTY: cmdtest.InPipe, Replayed: []string{"1738318000000-0"},
 			StdoutHas: []string{"at the tail of order:client-1", "its position changed", "Removed 1738318000000-0 from order:client-1:dlq."},
@@ -83,7 +83,7 @@ func TestDLQReplayRun(t *testing.T) {
 }
 
 func TestDLQListAll(t *testing.T) {
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQSummaries: cmdtest.SampleDLQs()} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQSummaries: cmdtest.SampleDLQs()} }, []cmdtest.RunCase{
 		{Name: "terminal", Args: []string{"dlq", "list"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/dlq-list-all.tty.golden"},
 		{Name: "pipe", Args: []string{"dlq", "list"}, TTY: cmdtest.InPipe, StdoutHas: []string{"order:client-1\t2\t1738318000000-0\t1738318060000-0\t1h00m\n"}},
 		{Name: "json", Args: []string{"dlq", "list", "-o", "json"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/dlq-list-all.json.golden"},
@@ -97,7 +97,7 @@ func TestDLQReplayAll(t *testing.T) {
 	two := append(cmdtest.SampleDLQ(), cmdtest.SampleDLQ()[0])
 	two[1].ID = "1738318060000-0"
 	done := &admin.ReplayResult{DLQStream: "order:client-1:dlq", Stream: "order:client-1", Removed: true, Outcome: admin.OutcomeOK}
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQEntries: two, ReplayResult: done} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQEntries: two, ReplayResult: done} }, []cmdtest.RunCase{
 		{Name: "--all --yes replays every entry, oldest first", Args: []string{"dlq", "replay", "order:client-1", "--all", "--yes"}, TTY: cmdtest.InPipe,
 			Replayed: []string{"1738318000000-0", "1738318060000-0"}, StdoutHas: []string{"Replayed 2 entries of order:client-1"}},
 		{Name: "confirmed once on a terminal", Args: []string{"dlq", "replay", "order:client-1", "--all"}, TTY: cmdtest.OnTTY, Stdin: "y\n",
@@ -121,7 +121,7 @@ func TestDLQReplayAll(t *testing.T) {
 func TestDLQPurge(t *testing.T) {
 	two := append(cmdtest.SampleDLQ(), cmdtest.SampleDLQ()[0])
 	two[1].ID = "1738318060000-0"
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQEntries: two} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQEntries: two} }, []cmdtest.RunCase{
 		{Name: "through the newest entry shown", Args: []string{"dlq", "purge", "order:client-1", "--yes"}, TTY: cmdtest.InPipe,
 			Purges: []string{"1738318060000-0"}, StdoutHas: []string{"Deleted 2 entries of order:client-1:dlq, through 1738318060000-0"}},
 		{Name: "through an id", Args: []string{"dlq", "purge", "order:client-1", "--through", "1738318000000-0", "--yes"}, TTY: cmdtest.InPipe,
@@ -146,7 +146,7 @@ func TestDLQPurge(t *testing.T) {
 func TestDLQPurgeThroughAMillisecond(t *testing.T) {
 	three := append(cmdtest.SampleDLQ(), cmdtest.SampleDLQ()[0], cmdtest.SampleDLQ()[0])
 	three[1].ID, three[2].ID = "1738318000000-1", "1738318000001-0"
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQEntries: three} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQEntries: three} }, []cmdtest.RunCase{
 		{Name: "every entry of the millisecond", Args: []string{"dlq", "purge", "order:client-1", "--through", "1738318000000"}, TTY: cmdtest.OnTTY, Stdin: "n\n",
 			Code: cmdutil.ExitFailure, StderrHas: []string{"Delete 2 entries of the DLQ of order:client-1, through 1738318000000, for good?"}, WantRecord: admin.OutcomeDeclined},
 		{Name: "nothing before it", Args: []string{"dlq", "purge", "order:client-1", "--through", "1738317999999", "--yes"}, TTY: cmdtest.InPipe,

@@ -37,9 +37,9 @@ func TestDLQReplayRateUsage(t *testing.T) {
 		cmdtest.RunCase{Name: "--rate 30/m with --dry-run", Args: []string{"dlq", "replay", "order:client-1", "--all", "--rate", "30/m", "--dry-run"}, TTY: cmdtest.InPipe,
 			StdoutHas: []string{"oldest first, at most 30/m (about 2s), and remove them"}},
 	)
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQEntries: two} }, cases)
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{DLQEntries: two} }, cases)
 
-	cmdtest.TestParse(t, "dlq", newCmdDLQReplay, []cmdtest.ParseCase[DLQReplayOptions]{
+	cmdtest.ParseTable(t, "dlq", newCmdDLQReplay, []cmdtest.ParseCase[DLQReplayOptions]{
 		{Name: "per second", Argv: []string{"order:c", "--all", "--rate", "50/s"}, Want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 50, Per: time.Second}}},
 		{Name: "plain N is per second", Argv: []string{"order:c", "--all", "--rate=7"}, Want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 7, Per: time.Second}}},
 		{Name: "per minute", Argv: []string{"order:c", "--all", "--rate", "30/m"}, Want: DLQReplayOptions{Stream: "order:c", All: true, Rate: cmdutil.Rate{N: 30, Per: time.Minute}}},

@@ -22,7 +22,7 @@ import (
 )
 
 func TestGroupsListParse(t *testing.T) {
-	cmdtest.TestParse(t, "groups", newCmdGroupsList, []cmdtest.ParseCase[GroupsListOptions]{
+	cmdtest.ParseTable(t, "groups", newCmdGroupsList, []cmdtest.ParseCase[GroupsListOptions]{
 		{Name: "everything", Want: GroupsListOptions{}},
 		{Name: "one category as json", Argv: []string{"--category", "order", "-o", "json"}, Want: GroupsListOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Category: "order"}},
 		{Name: "no arguments", Argv: []string{"order"}, WantErr: `unexpected argument "order"`},
@@ -32,7 +32,7 @@ func TestGroupsListParse(t *testing.T) {
 
 func TestGroupsRemoveParse(t *testing.T) {
 	zero, seven := int64(0), int64(7)
-	cmdtest.TestParse(t, "groups", newCmdGroupsRemove, []cmdtest.ParseCase[GroupsRemoveOptions]{
+	cmdtest.ParseTable(t, "groups", newCmdGroupsRemove, []cmdtest.ParseCase[GroupsRemoveOptions]{
 		{Name: "minimal", Argv: []string{"Mailer", "--category", "order"}, Want: GroupsRemoveOptions{Group: "Mailer", Category: "order"}},
 		{Name: "expect zero is a comparison", Argv: []string{"Mailer", "--category", "order", "--expect-read", "0", "--yes"},
 			Want: GroupsRemoveOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Group: "Mailer", Category: "order", ExpectRead: &zero}},
@@ -46,7 +46,7 @@ func TestGroupsRemoveParse(t *testing.T) {
 }
 
 func TestGroupsListRun(t *testing.T) {
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{GroupList: cmdtest.SampleGroups()} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{GroupList: cmdtest.SampleGroups()} }, []cmdtest.RunCase{
 		{Name: "terminal", Args: []string{"groups", "list"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/groups-list.tty.golden"},
 		{Name: "pipe", Args: []string{"groups", "list"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/groups-list.pipe.golden"},
 		{Name: "json", Args: []string{"groups", "list", "-o", "json"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/groups-list.json.golden"},
@@ -65,7 +65,7 @@ func TestGroupsRemoveRun(t *testing.T) {
 	noConfig := cmdtest.SampleGroups()
 	noConfig[0].Declared = nil
 	read83 := int64(83)
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{GroupList: cmdtest.SampleGroups()} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{GroupList: cmdtest.SampleGroups()} }, []cmdtest.RunCase{
 		{
 			Name: "remove what was inspected", Args: with("--expect-read", "83", "--yes", "--reason", "OPS-7"), TTY: cmdtest.InPipe,
 			StdoutHas:  []string{"Removed Mailer from order: its consumer group was destroyed on 1 streams and 1 halt records deleted. Trim and reap no longer wait for it."},

@@ -123,7 +123,7 @@ func TestHeadRetryManyFlags(t *testing.T) {
 	}
 	runRetryCases(t, cases)
 
-	cmdtest.TestParse(t, "head", func(f *cmdutil.Factory, runF func(*HeadActionOptions) error) *cobra.Command {
+	cmdtest.ParseTable(t, "head", func(f *cmdutil.Factory, runF func(*HeadActionOptions) error) *cobra.Command {
 		return newCmdHeadAction(f, admin.ActionRetry, runF)
 	}, []cmdtest.ParseCase[HeadActionOptions]{
 		{Name: "selector and rate", Argv: []string{"--category", "order", "--key", "acme-*", "--rate", "10/s", "--reason", "OPS-7", "--yes"},

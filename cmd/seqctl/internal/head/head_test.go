@@ -15,7 +15,7 @@ import (
 )
 
 func TestHeadShowParse(t *testing.T) {
-	cmdtest.TestParse(t, "head", newCmdHeadShow, []cmdtest.ParseCase[HeadShowOptions]{
+	cmdtest.ParseTable(t, "head", newCmdHeadShow, []cmdtest.ParseCase[HeadShowOptions]{
 		{Name: "stream only", Argv: []string{"order:client-1"}, Want: HeadShowOptions{Stream: "order:client-1"}},
 		{Name: "everything", Argv: []string{"order:client-1", "--handler", "P", "--full", "-o", "json"},
 			Want: HeadShowOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Stream: "order:client-1", Handler: "P", Full: true}},
@@ -29,7 +29,7 @@ func TestHeadShowRun(t *testing.T) {
 	long.LastError = strings.Repeat("x", 700)
 	long.Envelope.Data = []byte(`{"items":[` + strings.Repeat(`1,`, 60) + `1]}`)
 	long.Envelope.Fields = map[string]string{"trace": "abc"}
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{HeadAnswer: cmdtest.SampleHead()} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{HeadAnswer: cmdtest.SampleHead()} }, []cmdtest.RunCase{
 		{Name: "terminal", Args: []string{"head", "show", "order:client-1", "--handler", "OrderProjector"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/head-show.tty.golden"},
 		{Name: "pipe", Args: []string{"head", "show", "order:client-1", "--handler", "OrderProjector"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/head-show.pipe.golden"},
 		{Name: "json", Args: []string{"head", "show", "order:client-1", "--handler", "OrderProjector", "-o", "json"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/head-show.json.golden"},
@@ -87,7 +87,7 @@ func TestHeadActionParse(t *testing.T) {
 			newCmd := func(f *cmdutil.Factory, runF func(*HeadActionOptions) error) *cobra.Command {
 				return newCmdHeadAction(f, kind, runF)
 			}
-			cmdtest.TestParse(t, "head", newCmd, cases, cmdtest.IgnoreOpsInputs(HeadActionOptions{}))
+			cmdtest.ParseTable(t, "head", newCmd, cases, cmdtest.IgnoreOpsInputs(HeadActionOptions{}))
 		})
 	}
 }
@@ -99,7 +99,7 @@ func TestHeadActionRun(t *testing.T) {
 	undelivered.Status, undelivered.HaltedSince, undelivered.LastError, undelivered.Attempts = admin.HeadUndelivered, nil, "", 0
 	skip := []string{"head", "skip", "order:client-1", "--handler", "OrderProjector"}
 	with := func(base []string, more ...string) []string { return append(append([]string(nil), base...), more...) }
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{HeadAnswer: cmdtest.SampleHead()} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{HeadAnswer: cmdtest.SampleHead()} }, []cmdtest.RunCase{
 		{
 			Name: "skip the expected head", Args: with(skip, "--expect-id", cmdtest.PoisonID, "--yes", "--reason", "OPS-42"), TTY: cmdtest.InPipe,
 			StdoutHas: []string{"Skipped 1738317600000-0 on order:client-1 for OrderProjector: acknowledged without handling"},

@@ -18,7 +18,7 @@ import (
 
 func TestLimitsSetParse(t *testing.T) {
 	set := func(more ...string) []string { return append([]string{"acme", "--reason", "r"}, more...) }
-	cmdtest.TestParse(t, "limits", newCmdLimitsSet, []cmdtest.ParseCase[LimitsSetOptions]{
+	cmdtest.ParseTable(t, "limits", newCmdLimitsSet, []cmdtest.ParseCase[LimitsSetOptions]{
 		{Name: "concurrency", Argv: set("--concurrency", "8"),
 			Want: LimitsSetOptions{Action: admin.ActionLimitSet, Value: "acme", Concurrency: 8, Reason: "r"}},
 		{Name: "rate per minute, a handler, --yes", Argv: set("--rate", "600/m", "--handler", "H", "--yes"),
@@ -41,18 +41,18 @@ func TestLimitsSetParse(t *testing.T) {
 }
 
 func TestLimitsOtherParse(t *testing.T) {
-	cmdtest.TestParse(t, "limits", newCmdLimitsClear, []cmdtest.ParseCase[LimitsSetOptions]{
+	cmdtest.ParseTable(t, "limits", newCmdLimitsClear, []cmdtest.ParseCase[LimitsSetOptions]{
 		{Name: "minimal", Argv: []string{"acme"}, Want: LimitsSetOptions{Action: admin.ActionLimitClear, Value: "acme"}},
 		{Name: "everything", Argv: []string{"acme", "--handler", "H", "--reason", "done", "-y", "--dry-run"},
 			Want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true, DryRun: true}, Action: admin.ActionLimitClear, Handler: "H", Value: "acme", Reason: "done"}},
 		{Name: "no value", WantErr: "missing the VALUE argument"},
 		{Name: "no caps to clear", Argv: []string{"acme", "--off"}, WantErr: "unknown flag: --off"},
 	}, cmdtest.IgnoreOpsInputs(LimitsSetOptions{}))
-	cmdtest.TestParse(t, "limits", newCmdLimitsGet, []cmdtest.ParseCase[LimitsGetOptions]{
+	cmdtest.ParseTable(t, "limits", newCmdLimitsGet, []cmdtest.ParseCase[LimitsGetOptions]{
 		{Name: "value", Argv: []string{"acme", "-o", "yaml"}, Want: LimitsGetOptions{OpsOptions: cmdutil.OpsOptions{Output: "yaml"}, Value: "acme"}},
 		{Name: "no value", WantErr: "missing the VALUE argument"},
 	}, cmdtest.IgnoreOpsInputs(LimitsGetOptions{}))
-	cmdtest.TestParse(t, "limits", newCmdLimitsList, []cmdtest.ParseCase[LimitsListOptions]{
+	cmdtest.ParseTable(t, "limits", newCmdLimitsList, []cmdtest.ParseCase[LimitsListOptions]{
 		{Name: "everything", Want: LimitsListOptions{}},
 		{Name: "waiting of one handler", Argv: []string{"--waiting", "--handler", "H"}, Want: LimitsListOptions{Handler: "H", Waiting: true}},
 		{Name: "no arguments", Argv: []string{"acme"}, WantErr: `unexpected argument "acme"`},
@@ -60,7 +60,7 @@ func TestLimitsOtherParse(t *testing.T) {
 }
 
 func TestLimitsListAndGet(t *testing.T) {
-	cmdtest.TestRun(t, cmdtest.LimitsAdmin, []cmdtest.RunCase{
+	cmdtest.RunTable(t, cmdtest.LimitsAdmin, []cmdtest.RunCase{
 		{Name: "terminal", Args: []string{"limits", "list", "--waiting"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/limits-list.tty.golden"},
 		{Name: "wide", Args: []string{"limits", "list", "--waiting", "-o", "wide"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/limits-list.wide.golden"},
 		{Name: "pipe: overrides only", Args: []string{"limits", "list"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/limits-list.pipe.golden"},

@@ -20,7 +20,7 @@ import (
 
 func TestPartitionsListParse(t *testing.T) {
 	def := PartitionsListOptions{Sort: "name", Interval: 2 * time.Second}
-	cmdtest.TestParse(t, "partitions", newCmdPartitionsList, []cmdtest.ParseCase[PartitionsListOptions]{
+	cmdtest.ParseTable(t, "partitions", newCmdPartitionsList, []cmdtest.ParseCase[PartitionsListOptions]{
 		{Name: "defaults", Want: def},
 		{Name: "filters", Argv: []string{"--category", "order", "--handler", "P", "--halted", "--owner", "w-1"},
 			Want: PartitionsListOptions{Category: "order", Handler: "P", Halted: true, Owner: "w-1", Sort: "name", Interval: 2 * time.Second}},
@@ -45,7 +45,7 @@ func TestPartitionsListParse(t *testing.T) {
 }
 
 func TestPartitionsListRun(t *testing.T) {
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{Partitions: cmdtest.SamplePartitions()} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{Partitions: cmdtest.SamplePartitions()} }, []cmdtest.RunCase{
 		{Name: "terminal table", Args: []string{"partitions", "list"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/partitions-list.tty.golden"},
 		{Name: "pipe rows", Args: []string{"partitions", "list"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/partitions-list.pipe.golden"},
 		{Name: "wide", Args: []string{"partitions", "list", "-o", "wide"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/partitions-list.wide.golden"},
@@ -215,7 +215,7 @@ func TestPartitionsListWatchNDJSON(t *testing.T) {
 }
 
 func TestPartitionsInspectParse(t *testing.T) {
-	cmdtest.TestParse(t, "partitions", newCmdPartitionsInspect, []cmdtest.ParseCase[PartitionsInspectOptions]{
+	cmdtest.ParseTable(t, "partitions", newCmdPartitionsInspect, []cmdtest.ParseCase[PartitionsInspectOptions]{
 		{Name: "stream", Argv: []string{"order:client-1"}, Want: PartitionsInspectOptions{Stream: "order:client-1"}},
 		{Name: "handler and json", Argv: []string{"order:client-1", "--handler", "P", "-o", "json"},
 			Want: PartitionsInspectOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, Stream: "order:client-1", Handler: "P"}},
@@ -225,7 +225,7 @@ func TestPartitionsInspectParse(t *testing.T) {
 		{Name: "two streams", Argv: []string{"a:b", "c:d"}, WantErr: `unexpected argument "c:d"`},
 	}, cmdtest.IgnoreOpsInputs(PartitionsInspectOptions{}))
 	// The global flags land in the factory.
-	f := cmdtest.TestFactory()
+	f := cmdtest.NewFactory()
 	cmd := newCmdPartitionsInspect(f, func(*PartitionsInspectOptions) error { return nil })
 	if err := cmdtest.ParseOps(t, f, "partitions", cmd, "order:c", "--redis-url", "rediss://h:6380/1", "--config", "d.toml", "--no-color"); err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestPartitionsInspectParse(t *testing.T) {
 }
 
 func TestPartitionsInspectRun(t *testing.T) {
-	cmdtest.TestRun(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{Inspection: cmdtest.SampleInspection()} }, []cmdtest.RunCase{
+	cmdtest.RunTable(t, func() *cmdtest.FakeAdmin { return &cmdtest.FakeAdmin{Inspection: cmdtest.SampleInspection()} }, []cmdtest.RunCase{
 		{Name: "terminal", Args: []string{"partitions", "inspect", "order:client-1"}, TTY: cmdtest.OnTTY, Golden: "testdata/ops/partitions-inspect.tty.golden"},
 		{Name: "pipe", Args: []string{"partitions", "inspect", "order:client-1"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/partitions-inspect.pipe.golden"},
 		{Name: "json", Args: []string{"partitions", "inspect", "order:client-1", "-o", "json"}, TTY: cmdtest.InPipe, Golden: "testdata/ops/partitions-inspect.json.golden"},

@@ -31,7 +31,7 @@ import (
 )
 
 func TestPublishParse(t *testing.T) {
-	cmdtest.TestParse(t, "", NewCmd, []cmdtest.ParseCase[Options]{
+	cmdtest.ParseTable(t, "", NewCmd, []cmdtest.ParseCase[Options]{
 		{
 			Name: "one event",
 			Argv: []string{"--event", "OrderPlaced", "--data", `{"client_id":"c-1"}`, "--priority", "-1", "--id", "e-1"},

@@ -72,7 +72,7 @@ func TestDynamicCompletion(t *testing.T) {
 // TestEveryOperatorCommandHasAnExample walks the command tree and checks that --help of
 // every command prints an example.
 func TestEveryOperatorCommandHasAnExample(t *testing.T) {
-	root := newCmdRoot(cmdtest.TestFactory())
+	root := newCmdRoot(cmdtest.NewFactory())
 	var paths [][]string
 	var walk func(c *cobra.Command, path []string)
 	walk = func(c *cobra.Command, path []string) {

@@ -25,7 +25,7 @@ import (
 // one Redis, refuses it), and its help teaches the URL form.
 func TestClusterFlag(t *testing.T) {
 	const url = "redis://h:7000?addr=h:7001"
-	f := cmdtest.TestFactory()
+	f := cmdtest.NewFactory()
 	var runOpts *run.Options
 	if err := cmdtest.ParseOps(t, f, "", run.NewCmd(f, func(o *run.Options) error { runOpts = o; return nil }), "--cluster", "--redis-url", url); err != nil {
 		t.Fatal(err)
@@ -33,7 +33,7 @@ func TestClusterFlag(t *testing.T) {
 	if runOpts == nil || !runOpts.Redis.Cluster || runOpts.Redis.URL != url {
 		t.Errorf("run options %+v, want --cluster and the URL", runOpts)
 	}
-	f = cmdtest.TestFactory()
+	f = cmdtest.NewFactory()
 	var pub *publish.Options
 	if err := cmdtest.ParseOps(t, f, "", publish.NewCmd(f, func(o *publish.Options) error { pub = o; return nil }), "--cluster", "--event", "E", "--data", "{}"); err != nil {
 		t.Fatal(err)
@@ -41,12 +41,12 @@ func TestClusterFlag(t *testing.T) {
 	if pub == nil || !pub.Redis.Cluster {
 		t.Errorf("publish options %+v, want --cluster", pub)
 	}
-	f = cmdtest.TestFactory()
+	f = cmdtest.NewFactory()
 	_ = cmdtest.ParseOps(t, f, "", outbox.NewCmdRelay(f), "--cluster", "--redis-url", url, "--config", "/nonexistent/domain.toml") // fails to load the config
 	if got := f.Global.RedisFlags(); got != (redisconn.Flags{URL: url, Cluster: true}) {
 		t.Errorf("relay: connection flags %+v", got)
 	}
-	f = cmdtest.TestFactory()
+	f = cmdtest.NewFactory()
 	err := cmdtest.ParseOps(t, f, "", dev.NewCmd(f, func(*dev.Options) error { return nil }), "--cluster")
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "drop --cluster") {
 		t.Errorf("dev --cluster: %v (exit %d), want a usage error", err, cmdutil.ExitCode(err))

@@ -150,7 +150,7 @@ func TestStructuredOutputEveryCommand(t *testing.T) {
 			}
 		}
 	}
-	walk(newCmdRoot(cmdtest.TestFactory()))
+	walk(newCmdRoot(cmdtest.NewFactory()))
 }
 
 // dataShape replaces every value by its kind, keeping the keys and list lengths.

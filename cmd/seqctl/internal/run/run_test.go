@@ -21,7 +21,7 @@ import (
 
 func TestRunParse(t *testing.T) {
 	defaults := Options{ConfigPath: "domain.toml", LogFormat: "text", LogLevel: "info", ShutdownTimeout: 30 * time.Second}
-	cmdtest.TestParse(t, "", NewCmd, []cmdtest.ParseCase[Options]{
+	cmdtest.ParseTable(t, "", NewCmd, []cmdtest.ParseCase[Options]{
 		{Name: "defaults", Want: defaults},
 		{
 			Name: "every flag",
