@@ -67,7 +67,7 @@ func (g GlobalOptions) ConfigRedis() (*config.Config, *redisconn.Conn, error) {
 	return cfg, conn, err
 }
 
-// redisconn.Flags returns the connection flags among the global ones.
+// RedisFlags returns the connection flags among the global ones.
 func (g GlobalOptions) RedisFlags() redisconn.Flags {
 	return redisconn.Flags{URL: g.RedisURL, Cluster: g.RedisCluster, TLS: g.RedisTLS}
 }
