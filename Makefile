@@ -30,7 +30,7 @@ lint:
 
 bench: ensure-redis
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./pkg/engine/
-	$(GO) test -run '^$$' -bench . -benchtime 20x ./pkg/engine/outbox/
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./pkg/outbox/
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/deliver/
 
 fuzz:

@@ -28,7 +28,8 @@
 //     listing.go (ListPartitions, Streams), inspect.go (Inspect), head.go (Head: the
 //     head entry of a partition for a handler), lease.go (a lease and whether it is live,
 //     by keyspace.LeaseLife), groups.go (Groups, RemoveGroup), instances.go (Instances).
-//   - Acting on one head: actions.go (Act: skip, move to the DLQ, retry, each audited).
+//   - Acting on one head: actions.go (Act: skip, move to the DLQ, retry, each audited);
+//     on many halted heads: heads.go (HeadRetries: retry each, audited, counted).
 //   - Pausing a key: pause.go (Pause, Resume, PauseOf).
 //   - Limit keys: limits.go (Limit, Limits: caps, overrides and use per value),
 //     limitset.go (SetLimit, ClearLimit).

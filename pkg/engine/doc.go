@@ -33,8 +33,9 @@
 //
 // Keys and the records stored in Redis are named and encoded by package keyspace; every
 // Lua script has its Go wrapper in package scripts; domain.toml is decoded by package
-// config; the outbox and its relay are package outbox; exactly-once effects in a
-// handler's database (the inbox and the SQL sink) are package inbox.
+// config. Its clients beside the CLI: the outbox and its relay (package outbox) and
+// exactly-once effects in a handler's database, the inbox and the SQL sink (package
+// inbox); both open their databases through package sqldb.
 //
 // Files, by what happens to a thing over its life:
 //

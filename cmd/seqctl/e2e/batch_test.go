@@ -13,8 +13,8 @@ import (
 	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/keyspace"
+	"github.com/seqctl/seqctl/pkg/outbox"
 )
 
 // TestBatchPoisonInTheMiddleOfARun: 'seqctl run' projects runs of up to 10 events of one

@@ -22,7 +22,7 @@ import (
 
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/config"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
+	"github.com/seqctl/seqctl/pkg/outbox"
 )
 
 // otlpCollector is an OTLP/HTTP trace endpoint: it decodes the export requests sent to

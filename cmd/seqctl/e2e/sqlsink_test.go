@@ -13,7 +13,7 @@ import (
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/internal/testkit"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
+	"github.com/seqctl/seqctl/pkg/outbox"
 )
 
 // TestRunSQLSinkExactlyOnce: three 'seqctl run' instances project 20 keys x 100 events

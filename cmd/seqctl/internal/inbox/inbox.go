@@ -10,8 +10,8 @@ import (
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/deliver"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/inbox"
+	"github.com/seqctl/seqctl/pkg/outbox"
 	"github.com/seqctl/seqctl/pkg/redact"
 )
 

@@ -21,8 +21,8 @@ import (
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/redisconn"
 	"github.com/seqctl/seqctl/pkg/config"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/metrics"
+	"github.com/seqctl/seqctl/pkg/outbox"
 )
 
 // Options are the options of seqctl outbox migrate|status and seqctl relay.

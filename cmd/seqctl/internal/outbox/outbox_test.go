@@ -13,8 +13,8 @@ import (
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdtest"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
 	"github.com/seqctl/seqctl/internal/redistest"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
 	"github.com/seqctl/seqctl/pkg/keyspace"
+	"github.com/seqctl/seqctl/pkg/outbox"
 )
 
 // migrate, enqueue in the application's transaction, relay --once, status: the rows are

@@ -15,7 +15,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/deliver"
 	"github.com/seqctl/seqctl/pkg/demo"
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
+	"github.com/seqctl/seqctl/pkg/outbox"
 )
 
 // TestSecretsNeverPrinted sends passwords holding %, @ and : (some of which make the URL

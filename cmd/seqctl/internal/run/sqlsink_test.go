@@ -19,7 +19,7 @@ import (
 	"github.com/seqctl/seqctl/internal/sqltest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/config"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
+	"github.com/seqctl/seqctl/pkg/outbox"
 )
 
 // migratedOrdersDB returns the DSN of a fresh PostgreSQL schema with an orders table and

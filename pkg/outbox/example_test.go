@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/seqctl/seqctl/pkg/engine"
-	"github.com/seqctl/seqctl/pkg/engine/outbox"
+	"github.com/seqctl/seqctl/pkg/outbox"
 )
 
 // Enqueue writes the outbox row in the caller's transaction; a bad partition key fails the

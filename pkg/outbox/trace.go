@@ -18,7 +18,7 @@ func relayTracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
 		return nil
 	}
-	return tp.Tracer("github.com/seqctl/seqctl/pkg/engine/outbox")
+	return tp.Tracer("github.com/seqctl/seqctl/pkg/outbox")
 }
 
 var producerKind = trace.WithSpanKind(trace.SpanKindProducer)
