@@ -80,7 +80,7 @@ func (r *HeadRetries) Retry(ctx context.Context, stream, handler string) (HeadRe
 			return rep, nil
 		}
 	}
-	if stopsRetries(err) {
+	if StopsAll(err) {
 		return rep, err
 	}
 	res.Outcome, rep.Error, rep.Err = OutcomeOf(err), err.Error(), err
@@ -111,8 +111,9 @@ func (r *HeadRetries) record(ctx context.Context, rep HeadRetry, entryID, outcom
 	}
 }
 
-// stopsRetries says an error of one partition stops a retry of many: Redis is
-// unavailable, or the caller's context ended.
-func stopsRetries(err error) bool {
+// StopsAll says an error of one partition stops an action over many (a retry of many
+// heads, a pause of a selection): Redis is unavailable, or the caller's context ended.
+// Any other error is that partition's refusal, and the action goes on with the next.
+func StopsAll(err error) bool {
 	return errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

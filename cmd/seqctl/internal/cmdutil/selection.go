@@ -2,13 +2,11 @@ package cmdutil
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/seqctl/seqctl/pkg/admin"
-	"github.com/seqctl/seqctl/pkg/engine"
 )
 
 // An operator action over several partitions ('partitions pause|resume', 'head retry
@@ -149,18 +147,12 @@ func (b *Batch) RefusalErr(exit func(error) error, past string) error {
 		b.Refusals, len(b.Targets), past, b.refusedAt, b.firstRefusal)}
 }
 
-// FailedAt is the error of an action that err stopped at target t (see StopsAll).
+// FailedAt is the error of an action that err stopped at target t (see admin.StopsAll).
 func (b *Batch) FailedAt(past string, t PartitionTarget, err error) error {
 	if !b.Many() {
 		return err
 	}
 	return fmt.Errorf("%s %d of %d partitions (%d refused); %s failed: %w", past, b.NDone, len(b.Targets), b.Refusals, t, err)
-}
-
-// StopsAll says an error of one partition stops the action: Redis is unavailable, or
-// the command was interrupted.
-func StopsAll(err error) bool {
-	return errors.Is(err, engine.ErrRedisUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // describeMax is how many partitions the confirmation lists before it counts the rest.

@@ -468,7 +468,7 @@ func (a *pauseAction) Act() (any, string, error) {
 	for _, t := range a.Targets {
 		req := admin.PauseRequest{Stream: t.Stream, Handler: t.Handler, Reason: a.opts.Reason, For: a.opts.For, Actor: a.Who}
 		res, err := a.call(req)
-		if err != nil && cmdutil.StopsAll(err) {
+		if err != nil && admin.StopsAll(err) {
 			return nil, "", a.FailedAt(a.text.past, t, err)
 		}
 		rep := pauseReport{PauseResult: res}
