@@ -34,6 +34,8 @@ var auditOutcomes = []string{admin.OutcomeOK, admin.OutcomeHeadMoved, admin.Outc
 	admin.OutcomeNotReplicated, admin.OutcomeNotRegistered, admin.OutcomeDeclared, admin.OutcomeLiveLease, admin.OutcomeReadMoved,
 	admin.OutcomeHalted, admin.OutcomeNotPaused, admin.OutcomeStopped}
 
+// NewCmd returns the 'seqctl audit' command; runF, when not nil, runs in place of
+// its work with the options the flags gave (tests).
 func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{OpsOptions: f.OpsOptions()}
 	var since string

@@ -17,6 +17,8 @@ type Options struct {
 	Root *cobra.Command
 }
 
+// NewCmd returns the 'seqctl completion' command; runF, when not nil, runs in place of
+// its work with the options the flags gave (tests).
 func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams}
 	cmd := &cobra.Command{

@@ -35,6 +35,8 @@ type Options struct {
 	Poison    int
 }
 
+// NewCmd returns the 'seqctl dev' command; runF, when not nil, runs in place of
+// its work with the options the flags gave (tests).
 func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams, Global: &f.Global}
 	cmd := &cobra.Command{

@@ -14,6 +14,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
+// NewCmd returns the 'seqctl dlq' command with its subcommands.
 func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "dlq <command>",

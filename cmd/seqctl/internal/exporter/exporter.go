@@ -88,6 +88,8 @@ It serves /metrics and /healthz on --listen (default :9465, next to the :9464 th
 Redis, not the instances. SIGINT or SIGTERM stops it, exit status 0. docs/metrics.md
 lists its series; docs/operator-runbook.md scales a deployment from zero on them.`
 
+// NewCmd returns the 'seqctl exporter' command; runF, when not nil, runs in place of
+// its work with the options the flags gave (tests).
 func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams}
 	cmd := &cobra.Command{

@@ -17,6 +17,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
+// NewCmd returns the 'seqctl groups' command with its subcommands.
 func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "groups <command>",

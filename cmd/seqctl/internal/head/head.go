@@ -18,6 +18,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/engine"
 )
 
+// NewCmd returns the 'seqctl head' command with its subcommands.
 func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "head <command>",

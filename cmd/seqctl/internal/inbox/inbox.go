@@ -22,6 +22,7 @@ type Options struct {
 	DryRun bool // prune: count, change nothing
 }
 
+// NewCmd returns the 'seqctl inbox' command with its subcommands.
 func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "inbox <command>",

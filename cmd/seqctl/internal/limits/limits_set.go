@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,16 +19,10 @@ type LimitsSetOptions struct {
 	cmdutil.GuardedOptions
 	// Action is admin.ActionLimitSet or admin.ActionLimitClear.
 	Action string
-	// Handler is "" when the config declares exactly one handler with a limit key.
-	Handler string
-	Value   string
-	// Concurrency, Rate and Per are the caps a set gives the value (0: the domain's);
-	// Off takes every cap off it instead.
-	Concurrency, Rate int
-	Per               time.Duration
-	Off               bool
-	// Reason is why: required to set, recorded with the override and in the audit log.
-	Reason string
+	// LimitRequest is what the flags and the argument ask (Actor is set when it runs):
+	// Handler is "" when the config declares exactly one handler with a limit key, and
+	// Reason is required to set.
+	admin.LimitRequest
 }
 
 // limitGuard is the paragraph of both commands on confirming.
@@ -181,9 +174,9 @@ func (a *limitAction) set() bool { return a.opts.Action == admin.ActionLimitSet 
 
 // request is what act asks of the admin.
 func (a *limitAction) request() admin.LimitRequest {
-	o := a.opts
-	return admin.LimitRequest{Handler: a.handler, Value: o.Value, Concurrency: o.Concurrency, Rate: o.Rate, Per: o.Per,
-		Off: o.Off, Reason: o.Reason, Actor: a.Who}
+	r := a.opts.LimitRequest
+	r.Handler, r.Actor = a.handler, a.Who
+	return r
 }
 
 // Plan resolves the handler and reads the value's caps, override and use. A refused

@@ -20,13 +20,12 @@ func TestLimitsSetParse(t *testing.T) {
 	set := func(more ...string) []string { return append([]string{"acme", "--reason", "r"}, more...) }
 	cmdtest.ParseTable(t, "limits", newCmdLimitsSet, []cmdtest.ParseCase[LimitsSetOptions]{
 		{Name: "concurrency", Argv: set("--concurrency", "8"),
-			Want: LimitsSetOptions{Action: admin.ActionLimitSet, Value: "acme", Concurrency: 8, Reason: "r"}},
+			Want: LimitsSetOptions{Action: admin.ActionLimitSet, LimitRequest: admin.LimitRequest{Value: "acme", Concurrency: 8, Reason: "r"}}},
 		{Name: "rate per minute, a handler, --yes", Argv: set("--rate", "600/m", "--handler", "H", "--yes"),
-			Want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Action: admin.ActionLimitSet, Handler: "H", Value: "acme", Rate: 600, Per: time.Minute, Reason: "r"}},
+			Want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true}, Action: admin.ActionLimitSet, LimitRequest: admin.LimitRequest{Handler: "H", Value: "acme", Rate: 600, Per: time.Minute, Reason: "r"}}},
 		{Name: "both caps, dry run as json", Argv: set("--concurrency", "3", "--rate", "20/s", "--dry-run", "-o", "json"),
-			Want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, DryRun: true}, Action: admin.ActionLimitSet,
-				Value: "acme", Concurrency: 3, Rate: 20, Per: time.Second, Reason: "r"}},
-		{Name: "off", Argv: set("--off"), Want: LimitsSetOptions{Action: admin.ActionLimitSet, Value: "acme", Off: true, Reason: "r"}},
+			Want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{OpsOptions: cmdutil.OpsOptions{Output: "json"}, DryRun: true}, Action: admin.ActionLimitSet, LimitRequest: admin.LimitRequest{Value: "acme", Concurrency: 3, Rate: 20, Per: time.Second, Reason: "r"}}},
+		{Name: "off", Argv: set("--off"), Want: LimitsSetOptions{Action: admin.ActionLimitSet, LimitRequest: admin.LimitRequest{Value: "acme", Off: true, Reason: "r"}}},
 		{Name: "no value", Argv: []string{"--concurrency", "8", "--reason", "r"}, WantErr: "missing the VALUE argument"},
 		{Name: "two values", Argv: set("globex", "--concurrency", "8"), WantErr: `unexpected argument "globex"`},
 		{Name: "no cap", Argv: set(), WantErr: "say what the override sets: --concurrency N (runs at once), --rate N/s or N/m (starts), or --off"},
@@ -42,9 +41,9 @@ func TestLimitsSetParse(t *testing.T) {
 
 func TestLimitsOtherParse(t *testing.T) {
 	cmdtest.ParseTable(t, "limits", newCmdLimitsClear, []cmdtest.ParseCase[LimitsSetOptions]{
-		{Name: "minimal", Argv: []string{"acme"}, Want: LimitsSetOptions{Action: admin.ActionLimitClear, Value: "acme"}},
+		{Name: "minimal", Argv: []string{"acme"}, Want: LimitsSetOptions{Action: admin.ActionLimitClear, LimitRequest: admin.LimitRequest{Value: "acme"}}},
 		{Name: "everything", Argv: []string{"acme", "--handler", "H", "--reason", "done", "-y", "--dry-run"},
-			Want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true, DryRun: true}, Action: admin.ActionLimitClear, Handler: "H", Value: "acme", Reason: "done"}},
+			Want: LimitsSetOptions{GuardedOptions: cmdutil.GuardedOptions{Yes: true, DryRun: true}, Action: admin.ActionLimitClear, LimitRequest: admin.LimitRequest{Handler: "H", Value: "acme", Reason: "done"}}},
 		{Name: "no value", WantErr: "missing the VALUE argument"},
 		{Name: "no caps to clear", Argv: []string{"acme", "--off"}, WantErr: "unknown flag: --off"},
 	}, cmdtest.IgnoreOpsInputs(LimitsSetOptions{}))

@@ -34,6 +34,7 @@ type Options struct {
 	LogFmt string
 }
 
+// NewCmd returns the 'seqctl outbox' command with its subcommands.
 func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "outbox <command>",
@@ -137,6 +138,7 @@ func printOutboxStatus(opts *Options, rep outbox.StatusReport) error {
 	return nil
 }
 
+// NewCmdRelay returns the 'seqctl relay' command (the outbox's relay on its own).
 func NewCmdRelay(f *cmdutil.Factory) *cobra.Command {
 	opts := &Options{IO: f.IOStreams, Global: &f.Global}
 	cmd := &cobra.Command{

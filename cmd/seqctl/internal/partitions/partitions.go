@@ -24,6 +24,7 @@ import (
 	"github.com/seqctl/seqctl/pkg/tui"
 )
 
+// NewCmd returns the 'seqctl partitions' command with its subcommands.
 func NewCmd(f *cmdutil.Factory) *cobra.Command {
 	return cmdutil.GroupOf(&cobra.Command{
 		Use:   "partitions <command>",

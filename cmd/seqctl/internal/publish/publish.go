@@ -57,6 +57,8 @@ type Options struct {
 	TraceParent, TraceState string
 }
 
+// NewCmd returns the 'seqctl publish' command; runF, when not nil, runs in place of
+// its work with the options the flags gave (tests).
 func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams}
 	cmd := &cobra.Command{

@@ -62,6 +62,8 @@ const (
 	startBackoffMax = 10 * time.Second
 )
 
+// NewCmd returns the 'seqctl run' command; runF, when not nil, runs in place of
+// its work with the options the flags gave (tests).
 func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams}
 	cmd := &cobra.Command{

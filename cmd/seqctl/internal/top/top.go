@@ -29,6 +29,8 @@ type Options struct {
 	open func(ctx context.Context) (a cmdutil.Admin, shown string, close func(), err error)
 }
 
+// NewCmd returns the 'seqctl top' command; runF, when not nil, runs in place of
+// its work with the options the flags gave (tests).
 func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams, open: f.OpenAdminAt}
 	cmd := &cobra.Command{

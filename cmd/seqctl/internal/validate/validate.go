@@ -27,6 +27,8 @@ type Options struct {
 	Output string
 }
 
+// NewCmd returns the 'seqctl validate' command; runF, when not nil, runs in place of
+// its work with the options the flags gave (tests).
 func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams}
 	cmd := &cobra.Command{

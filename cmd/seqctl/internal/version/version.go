@@ -21,6 +21,8 @@ type Options struct {
 	Platform  string
 }
 
+// NewCmd returns the 'seqctl version' command; runF, when not nil, runs in place of
+// its work with the options the flags gave (tests).
 func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams, Build: f.Build}
 	cmd := &cobra.Command{
