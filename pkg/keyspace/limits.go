@@ -52,17 +52,20 @@ type LimitOverride struct {
 }
 
 type limitOverrideJSON struct {
-	Concurrency int       `json:"concurrency,omitempty"`
-	Rate        string    `json:"rate,omitempty"`
-	Off         bool      `json:"off,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
-	By          string    `json:"by,omitempty"`
-	Since       time.Time `json:"since"`
+	Concurrency int        `json:"concurrency,omitempty"`
+	Rate        string     `json:"rate,omitempty"`
+	Off         bool       `json:"off,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	By          string     `json:"by,omitempty"`
+	Since       *time.Time `json:"since"` // null: not written yet (a dry run's override)
 }
 
-// MarshalJSON writes the rate as "N/s" or "N/m".
+// MarshalJSON writes the rate as "N/s" or "N/m", and a zero Since as null.
 func (o LimitOverride) MarshalJSON() ([]byte, error) {
-	j := limitOverrideJSON{Concurrency: o.Concurrency, Off: o.Off, Reason: o.Reason, By: o.By, Since: o.Since}
+	j := limitOverrideJSON{Concurrency: o.Concurrency, Off: o.Off, Reason: o.Reason, By: o.By}
+	if !o.Since.IsZero() {
+		j.Since = &o.Since
+	}
 	if o.Rate > 0 {
 		j.Rate = FormatRate(o.Rate, o.Per)
 	}
@@ -75,7 +78,10 @@ func (o *LimitOverride) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*o = LimitOverride{Concurrency: j.Concurrency, Off: j.Off, Reason: j.Reason, By: j.By, Since: j.Since}
+	*o = LimitOverride{Concurrency: j.Concurrency, Off: j.Off, Reason: j.Reason, By: j.By}
+	if j.Since != nil {
+		o.Since = *j.Since
+	}
 	if j.Rate != "" {
 		n, per, err := ParseRate(j.Rate)
 		if err != nil {

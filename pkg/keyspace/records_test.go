@@ -279,3 +279,23 @@ func TestLeaseLife(t *testing.T) {
 		}
 	}
 }
+
+// A limit override reads back as written; one not written yet (a dry run's) has no time,
+// and its JSON says so with a null since rather than the zero time.
+func TestLimitOverrideJSON(t *testing.T) {
+	since := time.UnixMilli(1796169408080).UTC()
+	for _, o := range []LimitOverride{
+		{Concurrency: 8, Rate: 600, Per: time.Minute, Reason: "big tenant", By: "ops@laptop", Since: since},
+		{Off: true, Reason: "trusted", By: "ops@laptop", Since: since},
+		{Concurrency: 2, Reason: "dry run"},
+	} {
+		got, err := DecodeLimitOverride(o.Encode())
+		if err != nil || got != o {
+			t.Errorf("DecodeLimitOverride(Encode(%+v)) = %+v, %v", o, got, err)
+		}
+		b, _ := json.Marshal(o)
+		if o.Since.IsZero() != strings.Contains(string(b), `"since":null`) {
+			t.Errorf("JSON %s: since must be null exactly when the override has no time", b)
+		}
+	}
+}
