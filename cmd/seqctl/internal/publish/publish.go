@@ -57,14 +57,8 @@ type Options struct {
 	TraceParent, TraceState string
 }
 
-// NewCmd returns the 'seqctl publish' command; runF, when not nil, runs in place of
-// its work with the options the flags gave (tests).
-func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
-	opts := &Options{IO: f.IOStreams}
-	cmd := &cobra.Command{
-		Use:   "publish --event NAME --data JSON|@FILE [flags]",
-		Short: "Publish events through the domain's router",
-		Long: `Publish one event, or a file of events, the way the engine's publisher does: the
+// publishLong is the long help of 'seqctl publish'.
+const publishLong = `Publish one event, or a file of events, the way the engine's publisher does: the
 partition key is extracted from the payload and validated, and the event is appended to
 its partition stream ({category}:{key}, or the key's backfill lane for a priority below
 the lanes threshold) with its discovery-index entry, in one script.
@@ -108,8 +102,10 @@ first event at once.
 Trace context: with --traceparent, or else $TRACEPARENT (and $TRACESTATE) set, as
 command-line tracing tools do, every event published carries that W3C trace context to
 its handlers (an HTTP handler's traceparent header, an exec handler's TRACEPARENT, a Go
-handler's context).`,
-		Example: `  # one event (--config, --redis-url and -o are global flags)
+handler's context).`
+
+// publishExamples are the examples of 'seqctl publish'.
+const publishExamples = `  # one event (--config, --redis-url and -o are global flags)
   $ seqctl publish --config domain.toml --event OrderPlaced \
       --data '{"order_id":"o-1","client_id":"c-1","total":12}'
   published OrderPlaced 3f0c... to order:c-1 as entry 1738317600000-0
@@ -118,8 +114,18 @@ handler's context).`,
   $ seqctl publish --event OrderPlaced --data @orders.jsonl -o json
 
   # a file whose lines name their events
-  $ seqctl publish --data @events.jsonl`,
-		Args: cmdutil.NoArgs,
+  $ seqctl publish --data @events.jsonl`
+
+// NewCmd returns the 'seqctl publish' command; runF, when not nil, runs in place of
+// its work with the options the flags gave (tests).
+func NewCmd(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams}
+	cmd := &cobra.Command{
+		Use:     "publish --event NAME --data JSON|@FILE [flags]",
+		Short:   "Publish events through the domain's router",
+		Long:    publishLong,
+		Example: publishExamples,
+		Args:    cmdutil.NoArgs,
 		RunE: cmdutil.RunE(opts, func(cmd *cobra.Command, _ []string) error {
 			opts.ConfigPath, opts.Redis, opts.Output = cmdutil.ConfigOrDefault(f.Global.ConfigPath), f.Global.RedisFlags(), f.Global.Output
 			if err := cmdutil.CheckFormat(cmd, opts.Output); err != nil {
