@@ -584,14 +584,8 @@ func (w *worker) handle(ent entry) error {
 		w.handled(&r)
 		return nil
 	}
-	if w.ctx.Err() != nil {
-		return nil // lease lost or hard stop: the next owner retries
-	}
-	if errors.Is(err, ErrFenced) {
-		// The handler's sink saw a newer owner's effects (an inbox refused this
-		// generation): the lease is lost, not the event failed. The entry stays pending
-		// for the owner that holds the partition now, counted as run.
-		return fmt.Errorf("the handler's sink refused generation %d: %w", w.gen, err)
+	if ownerGone, werr := w.ownerGone(err); ownerGone {
+		return werr
 	}
 	if ent.deliveries >= w.sub.maxRetries {
 		if r.size() > 1 {
@@ -605,6 +599,21 @@ func (w *worker) handle(ent entry) error {
 	w.retry = &ent
 	w.wait(w.sub.retryDelay)
 	return nil
+}
+
+// ownerGone tells whether a failed attempt's err says this worker no longer owns the
+// partition rather than that the event failed: the lease was lost or the engine hard
+// stopped (the next owner retries; werr nil), or the handler's sink saw a newer owner's
+// effects (an inbox refused this generation; werr says so). The entry then stays pending
+// for the owner that holds the partition now, counted as run.
+func (w *worker) ownerGone(err error) (gone bool, werr error) {
+	if w.ctx.Err() != nil {
+		return true, nil
+	}
+	if errors.Is(err, ErrFenced) {
+		return true, fmt.Errorf("the handler's sink refused generation %d: %w", w.gen, err)
+	}
+	return false, nil
 }
 
 // unshift puts entries taken from w.pending back at its front, unstarted.
@@ -731,11 +740,8 @@ func (w *worker) split(r *run, attempt int, cause error) error {
 			w.handled(&alone)
 			continue
 		}
-		if w.ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, ErrFenced) {
-			return fmt.Errorf("the handler's sink refused generation %d: %w", w.gen, err)
+		if ownerGone, werr := w.ownerGone(err); ownerGone {
+			return werr
 		}
 		w.unshift(r.ents[i+1:]...)
 		// The events before it are acknowledged before the halt names it, so that
