@@ -776,18 +776,16 @@ func (w *worker) runHandler(r *run, attempt int) (back bool, err error) {
 			d.Entries[i] = ent.msg.ID
 		}
 	}
-	var perm *permit
 	if w.sub.limit.Active() {
 		p, ok, err := w.e.limits.take(w, r.value)
 		if err != nil || !ok {
 			return true, err
 		}
-		perm = p
+		defer w.e.limits.give(p) // nil (no cap for the value) wakes nothing
 		if p != nil {
 			d.Limit = &LimitPermit{Value: r.value, Slot: p.hold.Slot, Generation: p.hold.Generation}
 		}
 	}
-	defer w.e.limits.give(perm)
 	// Back-pressure: wait in line for a handler slot (slots.go), in the line of the limit
 	// value. The wait is not an attempt; when it ends without a slot, or the lease
 	// lapsed, the engine began stopping or an operator paused the partition meanwhile,
