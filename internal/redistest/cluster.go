@@ -64,10 +64,10 @@ func startCluster(tb testing.TB, n, replicas int, o Options) *Cluster {
 	for range n * (1 + replicas) {
 		// The cluster bus port defaults to port+10000, which may be taken or out of
 		// range for an ephemeral port: give each node a free one.
-		bus := freePort(tb)
 		no := o
+		no.clusterBus = true
 		no.Args = append([]string{
-			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+			"--cluster-enabled", "yes",
 			"--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf",
 		}, o.Args...)
 		s := StartWith(tb, no) // skips with SEQCTL_TEST_REDIS_URL set: a cluster needs servers the test owns

@@ -41,6 +41,7 @@ type Server struct {
 	external bool
 	dir      string
 	port     int
+	bus      int // the cluster bus port with Options.clusterBus, else 0
 	opts     Options
 
 	mu  sync.Mutex
@@ -76,6 +77,10 @@ type Options struct {
 	// ("worker on >pw ~order:* +@all"), loaded from an ACL file at every start. The
 	// default user keeps every permission.
 	Users []string
+
+	// clusterBus gives the server a cluster bus port of its own (--cluster-port), picked
+	// with its port and picked again with it when either is taken at start.
+	clusterBus bool
 }
 
 // Start starts a private redis-server for the test and stops it at cleanup.
@@ -106,17 +111,44 @@ func StartWith(tb testing.TB, o Options) *Server {
 		tb.Fatal(err)
 	}
 	s := &Server{tb: tb, dir: tb.TempDir(), opts: o}
-	s.port = freePort(tb)
-	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
-	s.URL = "redis://" + s.Addr + "/0"
 	if o.TLS {
 		s.TLS = WriteTLSFiles(tb, s.dir)
+	}
+	tb.Cleanup(s.Kill)
+	// A free port is free when freePort closes its listener, not when redis-server
+	// binds it a moment later: another process (a parallel test package, an outgoing
+	// connection's ephemeral port) may take it in between. Pick again when that happens.
+	for try := 1; ; try++ {
+		s.setPorts(pickPort(tb))
+		if o.clusterBus {
+			s.bus = pickPort(tb)
+		}
+		err := s.startProc(bin)
+		if err == nil {
+			return s
+		}
+		if try == startTries {
+			tb.Fatalf("%v (tried %d pairs of free ports)", err, try)
+		}
+		tb.Logf("%v; picking other ports", err)
+		_ = os.Remove(filepath.Join(s.dir, "nodes.conf")) // a cluster node's, naming the taken ports
+	}
+}
+
+// startTries bounds how often a start is tried again when its port was taken.
+const startTries = 5
+
+func (s *Server) setPorts(port int) {
+	s.port = port
+	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
+	s.URL = "redis://" + s.Addr + "/0"
+	if s.TLS != nil {
 		s.URL = "rediss://" + s.Addr + "/0"
 	}
-	s.startProc(bin)
-	tb.Cleanup(s.Kill)
-	return s
 }
+
+// pickPort picks a port for a server to start on; a test of the retry replaces it.
+var pickPort = freePort
 
 func freePort(tb testing.TB) int {
 	tb.Helper()
@@ -128,7 +160,18 @@ func freePort(tb testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func (s *Server) startProc(bin string) {
+// errPortTaken is what startProc returns when redis-server could not bind its port (or
+// its cluster bus port) because another process holds it.
+type errPortTaken struct{ addr, log string }
+
+func (e errPortTaken) Error() string {
+	return fmt.Sprintf("redis-server on %s found its port taken at start; log:\n%s", e.addr, e.log)
+}
+
+// startProc starts redis-server and waits until it answers. It fails the test on any
+// trouble but one: a port taken by another process, returned as errPortTaken so that
+// the caller can pick another port or wait.
+func (s *Server) startProc(bin string) error {
 	s.tb.Helper()
 	args := []string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
@@ -146,6 +189,9 @@ func (s *Server) startProc(bin string) {
 	if len(s.opts.Users) > 0 {
 		args = append(args, "--aclfile", s.writeACLFile())
 	}
+	if s.bus != 0 {
+		args = append(args, "--cluster-port", strconv.Itoa(s.bus))
+	}
 	cmd := exec.Command(bin, append(args, s.opts.Args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -161,6 +207,10 @@ func (s *Server) startProc(bin string) {
 		select {
 		case <-exited: // a bad argument or ACL file: say so now, not in 10 s
 			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			if strings.Contains(string(log), "Address already in use") {
+				_ = os.Remove(filepath.Join(s.dir, "redis.log")) // the next try's log alone
+				return errPortTaken{s.Addr, string(log)}
+			}
 			s.tb.Fatalf("redis-server on %s exited at start; log:\n%s", s.Addr, log)
 		default:
 		}
@@ -180,13 +230,14 @@ func (s *Server) startProc(bin string) {
 			line, _ := bufio.NewReader(c).ReadString('\n')
 			c.Close()
 			if strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH") { // up (with --requirepass)
-				return
+				return nil
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
 	s.tb.Fatalf("redis-server on %s did not answer within 10s; log:\n%s", s.Addr, log)
+	return nil
 }
 
 // Client returns a new client for the server, closed at cleanup.
@@ -255,7 +306,25 @@ func (s *Server) StartAgain() {
 	if err != nil {
 		s.tb.Fatal(err)
 	}
-	s.startProc(bin)
+	s.startSamePorts(bin)
+}
+
+// startSamePorts starts the server again on the ports it had. Another process may hold
+// one of them for a moment (an outgoing connection's ephemeral port): wait for it, up to
+// 5 s.
+func (s *Server) startSamePorts(bin string) {
+	s.tb.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := s.startProc(bin)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.tb.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // Restart kills the server and starts it again on the same port: empty, or from its
@@ -269,7 +338,7 @@ func (s *Server) Restart() {
 		s.tb.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	s.startProc(bin)
+	s.startSamePorts(bin)
 }
 
 // UserURL is the server's URL with a user name and password, for an ACL user of
