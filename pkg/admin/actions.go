@@ -59,11 +59,7 @@ type ActionResult struct {
 	EntryID string     `json:"entry_id"`
 	// DLQStream is where ActionDLQ copied the entry.
 	DLQStream string `json:"dlq_stream,omitempty"`
-	// Outcome is OutcomeOK when the action was done.
-	Outcome string `json:"outcome"`
-	// AuditWarning is set when the action was done but its audit record could not be
-	// written.
-	AuditWarning string `json:"audit_warning,omitempty"`
+	Done
 }
 
 // Act performs a skip, move-to-DLQ or retry as one compare-and-act script call and
@@ -88,7 +84,7 @@ func (a *Admin) Act(ctx context.Context, act Action) (*ActionResult, error) {
 }
 
 func (r *ActionResult) done(auditErr error) {
-	warnUnaudited(&r.AuditWarning, "the action was done", auditErr)
+	r.Done.warnUnaudited("the action was done", auditErr)
 }
 
 func (a *Admin) act(ctx context.Context, act Action, res *ActionResult) error {

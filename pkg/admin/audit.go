@@ -145,11 +145,22 @@ func audited[R doneResult](ctx context.Context, a *Admin, rec AuditEntry, res R,
 	return res, nil
 }
 
-// warnUnaudited sets a done action's audit warning when its audit record was not written
+// Done ends the result of an operator action that is recorded in the audit log: its
+// outcome, and a warning when it was done but its record was not written.
+type Done struct {
+	// Outcome is OutcomeOK when the action was done (for a group's removal: when the group
+	// was retired, or would be for a dry run).
+	Outcome string `json:"outcome"`
+	// AuditWarning is set when the action was done but its audit record could not be
+	// written.
+	AuditWarning string `json:"audit_warning,omitempty"`
+}
+
+// warnUnaudited sets the warning of a done action when its audit record was not written
 // (auditErr); did says what was done.
-func warnUnaudited(warning *string, did string, auditErr error) {
+func (d *Done) warnUnaudited(did string, auditErr error) {
 	if auditErr != nil {
-		*warning = did + " but its audit record was not written: " + auditErr.Error()
+		d.AuditWarning = did + " but its audit record was not written: " + auditErr.Error()
 	}
 }
 

@@ -314,11 +314,7 @@ type GroupRemoved struct {
 	Group    string `json:"group"`
 	engine.GroupRetired
 	DryRun bool `json:"dry_run,omitempty"`
-	// Outcome is OutcomeOK when the group was retired (or would be, for a dry run).
-	Outcome string `json:"outcome"`
-	// AuditWarning is set when the group was retired but the audit record could not be
-	// written.
-	AuditWarning string `json:"audit_warning,omitempty"`
+	Done
 }
 
 // RemoveGroup retires a consumer group from a category so that trim and reap stop
@@ -354,7 +350,7 @@ func (a *Admin) RemoveGroup(ctx context.Context, r GroupRemoval) (*GroupRemoved,
 }
 
 func (r *GroupRemoved) done(auditErr error) {
-	warnUnaudited(&r.AuditWarning, "the group was removed", auditErr)
+	r.Done.warnUnaudited("the group was removed", auditErr)
 }
 
 func (a *Admin) removeGroup(ctx context.Context, r GroupRemoval, res *GroupRemoved) error {

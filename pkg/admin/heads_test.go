@@ -69,7 +69,7 @@ func (h *heads) Act(_ context.Context, a admin.Action) (*admin.ActionResult, err
 	if h.actErr != nil {
 		return nil, h.actErr
 	}
-	return &admin.ActionResult{Action: a.Kind, Stream: a.Stream, Handler: a.Handler, EntryID: a.ExpectID, Outcome: admin.OutcomeOK}, nil
+	return &admin.ActionResult{Action: a.Kind, Stream: a.Stream, Handler: a.Handler, EntryID: a.ExpectID, Done: admin.Done{Outcome: admin.OutcomeOK}}, nil
 }
 
 func (h *heads) Record(_ context.Context, e admin.AuditEntry) error {

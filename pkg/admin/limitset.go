@@ -77,15 +77,11 @@ type LimitResult struct {
 	Default *LimitCaps `json:"default"`
 	Before  *LimitCaps `json:"before"`
 	After   *LimitCaps `json:"after"`
-	// Outcome is OutcomeOK when the action was done.
-	Outcome string `json:"outcome"`
-	// AuditWarning is set when the action was done but its audit record could not be
-	// written.
-	AuditWarning string `json:"audit_warning,omitempty"`
+	Done
 }
 
 func (r *LimitResult) done(auditErr error) {
-	warnUnaudited(&r.AuditWarning, "the limit "+r.Action+" was done", auditErr)
+	r.Done.warnUnaudited("the limit "+r.Action+" was done", auditErr)
 }
 
 // SetLimit overrides a handler's limit for one value, durably, until ClearLimit: its

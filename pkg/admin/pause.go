@@ -36,15 +36,11 @@ type PauseResult struct {
 	Pause *engine.PauseRecord `json:"pause,omitempty"`
 	// Replaced is set when a pause replaced the record of a partition paused already.
 	Replaced bool `json:"replaced,omitempty"`
-	// Outcome is OutcomeOK when the action was done.
-	Outcome string `json:"outcome"`
-	// AuditWarning is set when the action was done but its audit record could not be
-	// written.
-	AuditWarning string `json:"audit_warning,omitempty"`
+	Done
 }
 
 func (r *PauseResult) done(auditErr error) {
-	warnUnaudited(&r.AuditWarning, "the "+r.Action+" was done", auditErr)
+	r.Done.warnUnaudited("the "+r.Action+" was done", auditErr)
 }
 
 // Pause pauses a partition for a handler: its owner finishes the event in flight and

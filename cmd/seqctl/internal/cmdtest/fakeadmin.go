@@ -128,7 +128,7 @@ func (f *FakeAdmin) Act(_ context.Context, a admin.Action) (*admin.ActionResult,
 	if f.ActErr != nil {
 		return nil, f.ActErr
 	}
-	r := &admin.ActionResult{Action: a.Kind, Stream: a.Stream, Handler: a.Handler, EntryID: a.ExpectID, Outcome: admin.OutcomeOK}
+	r := &admin.ActionResult{Action: a.Kind, Stream: a.Stream, Handler: a.Handler, EntryID: a.ExpectID, Done: admin.Done{Outcome: admin.OutcomeOK}}
 	if a.Kind == admin.ActionDLQ {
 		r.DLQStream = a.Stream + ":dlq"
 	}
@@ -181,7 +181,7 @@ func (f *FakeAdmin) RemoveGroup(_ context.Context, r admin.GroupRemoval) (*admin
 	if f.RemoveErr != nil {
 		return nil, f.RemoveErr
 	}
-	return &admin.GroupRemoved{Category: r.Category, Group: r.Group, DryRun: r.DryRun, Outcome: admin.OutcomeOK,
+	return &admin.GroupRemoved{Category: r.Category, Group: r.Group, DryRun: r.DryRun, Done: admin.Done{Outcome: admin.OutcomeOK},
 		GroupRetired: engine.GroupRetired{Partitions: 2, Read: *r.ExpectRead, Destroyed: 1, Halts: 1}}, nil
 }
 
@@ -196,7 +196,7 @@ func (f *FakeAdmin) Pause(_ context.Context, req admin.PauseRequest) (*admin.Pau
 		rec.Until = T0.Add(req.For)
 	}
 	_, replaced := f.PauseRecs[req.Stream]
-	return &admin.PauseResult{Action: admin.ActionPause, Stream: req.Stream, Handler: req.Handler, Pause: rec, Replaced: replaced, Outcome: admin.OutcomeOK}, nil
+	return &admin.PauseResult{Action: admin.ActionPause, Stream: req.Stream, Handler: req.Handler, Pause: rec, Replaced: replaced, Done: admin.Done{Outcome: admin.OutcomeOK}}, nil
 }
 
 func (f *FakeAdmin) Resume(_ context.Context, req admin.PauseRequest) (*admin.PauseResult, error) {
@@ -204,7 +204,7 @@ func (f *FakeAdmin) Resume(_ context.Context, req admin.PauseRequest) (*admin.Pa
 	if err := f.PauseErrs[req.Stream]; err != nil {
 		return nil, err
 	}
-	return &admin.PauseResult{Action: admin.ActionResume, Stream: req.Stream, Handler: req.Handler, Outcome: admin.OutcomeOK}, nil
+	return &admin.PauseResult{Action: admin.ActionResume, Stream: req.Stream, Handler: req.Handler, Done: admin.Done{Outcome: admin.OutcomeOK}}, nil
 }
 
 func (f *FakeAdmin) PauseOf(_ context.Context, stream, _ string) (*engine.PauseRecord, error) {
@@ -261,7 +261,7 @@ func (f *FakeAdmin) limitAction(ctx context.Context, action string, req admin.Li
 		return nil, err
 	}
 	res := &admin.LimitResult{Action: action, Handler: req.Handler, Value: req.Value, Old: cur.Override, Default: cur.Default,
-		Before: cur.Effective, Outcome: admin.OutcomeOK}
+		Before: cur.Effective, Done: admin.Done{Outcome: admin.OutcomeOK}}
 	if action == admin.ActionLimitSet {
 		res.New = &engine.LimitOverride{Concurrency: req.Concurrency, Rate: req.Rate, Per: req.Per, Off: req.Off,
 			Reason: req.Reason, By: "alice@ops-1", Since: T0}

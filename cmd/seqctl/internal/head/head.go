@@ -401,7 +401,7 @@ func (a *headAction) showHead() {
 
 func (a *headAction) DryRun() error {
 	opts, head := a.opts, a.head
-	res := &admin.ActionResult{Action: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, EntryID: head.ID, Outcome: "dry_run"}
+	res := &admin.ActionResult{Action: opts.Kind, Stream: opts.Stream, Handler: opts.Handler, EntryID: head.ID, Done: admin.Done{Outcome: "dry_run"}}
 	if cmdutil.Structured(opts.Output) {
 		return cmdutil.WriteData(a.IO.Out, opts.Output, struct {
 			*admin.ActionResult

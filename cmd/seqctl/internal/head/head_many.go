@@ -172,7 +172,7 @@ func (a *retryMany) DryRun() error {
 		reports := make([]retryReport, len(a.Targets))
 		for i, t := range a.Targets {
 			reports[i] = retryReport{DryRun: true, HeadRetry: admin.HeadRetry{ActionResult: &admin.ActionResult{Action: admin.ActionRetry, Stream: t.Stream,
-				Handler: t.Handler, EntryID: t.Row.HaltedEntryID, Outcome: "dry_run"}}}
+				Handler: t.Handler, EntryID: t.Row.HaltedEntryID, Done: admin.Done{Outcome: "dry_run"}}}}
 		}
 		return cmdutil.WriteData(a.IO.Out, a.Output, reports)
 	}

@@ -203,7 +203,7 @@ func (a *limitAction) Plan() error {
 func (a *limitAction) predicted() *admin.LimitResult {
 	cur := a.cur
 	res := &admin.LimitResult{Action: a.opts.Action, Handler: a.handler, Value: a.opts.Value, Old: cur.Override,
-		Default: cur.Default, Before: cur.Effective, Outcome: "dry_run"}
+		Default: cur.Default, Before: cur.Effective, Done: admin.Done{Outcome: "dry_run"}}
 	if a.set() {
 		o := a.opts
 		n := engine.LimitOverride{Concurrency: o.Concurrency, Rate: o.Rate, Per: o.Per, Off: o.Off, Reason: o.Reason}

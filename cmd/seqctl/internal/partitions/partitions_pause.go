@@ -399,7 +399,7 @@ func untilRecord(rec *engine.PauseRecord) string {
 // predict is the dry run's report of a target: what the action would do, or the
 // refusal the listing foresees (a halted partition, one not paused).
 func (a *pauseAction) predict(t cmdutil.PartitionTarget) pauseReport {
-	res := &admin.PauseResult{Action: a.opts.Action, Stream: t.Stream, Handler: t.Handler, Outcome: "dry_run"}
+	res := &admin.PauseResult{Action: a.opts.Action, Stream: t.Stream, Handler: t.Handler, Done: admin.Done{Outcome: "dry_run"}}
 	r := pauseReport{PauseResult: res, DryRun: true}
 	if t.Row == nil {
 		return r
@@ -473,7 +473,7 @@ func (a *pauseAction) Act() (any, string, error) {
 		}
 		rep := pauseReport{PauseResult: res}
 		if err != nil {
-			rep.PauseResult = &admin.PauseResult{Action: a.opts.Action, Stream: t.Stream, Handler: t.Handler, Outcome: admin.OutcomeOf(err)}
+			rep.PauseResult = &admin.PauseResult{Action: a.opts.Action, Stream: t.Stream, Handler: t.Handler, Done: admin.Done{Outcome: admin.OutcomeOf(err)}}
 			rep.Error = err.Error()
 			a.Refused(t, err)
 		} else {
