@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,18 +158,25 @@ func TestRunSQLSinkWaitsForTheDatabase(t *testing.T) {
 	addr := ln.Addr().String()
 	_ = ln.Close() // nothing listens yet
 	t.Setenv("SEQCTL_TEST_ORDERS_DB", strings.Replace(dsn, sqltest.PostgresAddr(), addr, 1))
-	metricsLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	metricsAddr := metricsLn.Addr().String()
-	_ = metricsLn.Close()
 
 	logs := &testkit.Buffer{}
 	ios, _, _, _ := cmdutil.NewTestIOStreams()
 	ios.ErrOut = logs
 	sigs := make(chan os.Signal, 2)
 	opts := Options{IO: ios, ConfigPath: cfg, Redis: redisconn.Flags{URL: srv.URL}, InstanceID: "sql", LogFormat: "text", LogLevel: "info",
-		ShutdownTimeout: 10 * time.Second, MetricsAddr: metricsAddr, signals: sigs}
+		ShutdownTimeout: 10 * time.Second, MetricsAddr: "127.0.0.1:0", signals: sigs}
 	errc := make(chan error, 1)
 	go func() { errc <- runRun(context.Background(), &opts) }()
+	// The metrics listen on a port the system picks (a port picked here and closed could
+	// be taken before the run binds it); the log names it.
+	var metricsAddr string
+	testkit.WaitFor(t, 10*time.Second, "the log to name the metrics address", func() bool {
+		m := regexp.MustCompile(`"serving metrics" addr=(\S+)`).FindStringSubmatch(logs.String())
+		if m != nil {
+			metricsAddr = m[1]
+		}
+		return m != nil
+	})
 	readyz := func() (int, string) {
 		resp, err := http.Get("http://" + metricsAddr + "/readyz")
 		if err != nil {
