@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -181,6 +182,16 @@ func ValidateStreamKey(key, backfillSuffix string) error {
 	return err
 }
 
+// hasControlBytes is hasControl of a byte slice.
+func hasControlBytes(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
+}
+
 // hasControl reports a byte 0x00-0x1F or 0x7F (bytes, not runes: invalid UTF-8 is
 // checked byte by byte too).
 func hasControl(s string) bool {
@@ -203,23 +214,23 @@ func isSentinel(s string) bool {
 // other JSON type (float, bool, object, array) is an error. The key is then validated with
 // ValidateKey; errors are *InvalidKeyError with Field set.
 func ExtractKey(payload []byte, field, backfillSuffix string) (string, error) {
-	var obj map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.UseNumber()
-	if err := dec.Decode(&obj); err != nil || obj == nil {
-		return "", fmt.Errorf("engine: event payload is not a JSON object: %w", errOr(err, errors.New("null")))
+	raw, ok, err := topLevelField(payload, field)
+	if err != nil {
+		return "", err
 	}
-	if dec.More() {
-		return "", errors.New("engine: event payload has data after its JSON object; send exactly one object")
-	}
-	raw, ok := obj[field]
 	if !ok {
 		return "", &InvalidKeyError{Field: field, Rule: KeyEmpty, Missing: true}
 	}
-	key, err := keyFromJSON(raw)
-	if err != nil {
-		err.Field = field
-		return "", err
+	key, kerr := keyFromJSON(raw)
+	return fieldKey(key, kerr, field, backfillSuffix)
+}
+
+// fieldKey finishes the key read from a payload's field: the error of its reading, or of
+// its validation, names the field.
+func fieldKey(key string, kerr *InvalidKeyError, field, backfillSuffix string) (string, error) {
+	if kerr != nil {
+		kerr.Field = field
+		return "", kerr
 	}
 	if err := ValidateKey(key, backfillSuffix); err != nil {
 		ike := err.(*InvalidKeyError)
@@ -227,6 +238,113 @@ func ExtractKey(payload []byte, field, backfillSuffix string) (string, error) {
 		return "", ike
 	}
 	return key, nil
+}
+
+// topLevelField returns the value of a JSON object's top-level member named field (the
+// last one, when the name repeats), and whether there is one. A payload that is one
+// valid JSON object is scanned in place, without decoding its members (a publish, a relay
+// row and a limited run each read a key: this is most of their client-side cost
+// otherwise); any other payload goes through encoding/json, which words the error.
+func topLevelField(payload []byte, field string) (raw []byte, found bool, err error) {
+	if i := skipJSONSpace(payload, 0); i < len(payload) && payload[i] == '{' && json.Valid(payload) {
+		raw, found = scanObjectField(payload, i, field)
+		return raw, found, nil
+	}
+	var obj map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if err := dec.Decode(&obj); err != nil || obj == nil {
+		return nil, false, fmt.Errorf("engine: event payload is not a JSON object: %w", errOr(err, errors.New("null")))
+	}
+	if dec.More() {
+		return nil, false, errors.New("engine: event payload has data after its JSON object; send exactly one object")
+	}
+	raw, found = obj[field]
+	return raw, found, nil
+}
+
+// scanObjectField finds the last member named field of the valid JSON object that starts
+// at obj[i]. A member's name is compared as encoding/json decodes it (escapes resolved,
+// invalid UTF-8 replaced), so it finds what a decode into a map would.
+func scanObjectField(obj []byte, i int, field string) (raw []byte, found bool) {
+	i++ // '{'
+	for {
+		i = skipJSONSpace(obj, i)
+		if obj[i] == '}' {
+			return raw, found
+		}
+		end := endOfJSONString(obj, i)
+		name := obj[i:end]
+		i = skipJSONSpace(obj, end) + 1 // ':'
+		i = skipJSONSpace(obj, i)
+		vend := endOfJSONValue(obj, i)
+		if jsonNameIs(name, field) {
+			raw, found = obj[i:vend], true
+		}
+		i = skipJSONSpace(obj, vend)
+		if obj[i] == '}' {
+			return raw, found
+		}
+		i++ // ','
+	}
+}
+
+// jsonNameIs reports whether a quoted JSON member name decodes to field.
+func jsonNameIs(quoted []byte, field string) bool {
+	inner := quoted[1 : len(quoted)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner) == field
+	}
+	var s string
+	return json.Unmarshal(quoted, &s) == nil && s == field
+}
+
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// endOfJSONString returns the index just past the string that starts at b[i] ('"').
+func endOfJSONString(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(b)
+}
+
+// endOfJSONValue returns the index just past the value that starts at b[i].
+func endOfJSONValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return endOfJSONString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				j = endOfJSONString(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	j := i // a number or a literal
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+		j++
+	}
+	return j
 }
 
 func errOr(err, alt error) error {
@@ -244,6 +362,11 @@ func keyFromJSON(raw json.RawMessage) (string, *InvalidKeyError) {
 	}
 	switch raw[0] {
 	case '"':
+		if len(raw) >= 2 && raw[len(raw)-1] == '"' {
+			if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && bytes.IndexByte(inner, '"') < 0 && utf8.Valid(inner) && !hasControlBytes(inner) {
+				return string(inner), nil // nothing to unescape or replace
+			}
+		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return "", &InvalidKeyError{Rule: KeyWrongType, Detail: "malformed string"}

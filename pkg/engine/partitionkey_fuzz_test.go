@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -119,6 +122,61 @@ func FuzzValidateKey(f *testing.F) {
 		}
 		if xerr == nil && got != key {
 			t.Fatalf("ExtractKey = %q, want %q", got, key)
+		}
+	})
+}
+
+// extractKeyByDecode is ExtractKey as a decode of the whole payload into a map: what the
+// in-place scan of a valid object must agree with.
+func extractKeyByDecode(payload []byte, field, backfillSuffix string) (string, error) {
+	var obj map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if err := dec.Decode(&obj); err != nil || obj == nil {
+		return "", fmt.Errorf("engine: event payload is not a JSON object: %w", errOr(err, errors.New("null")))
+	}
+	if dec.More() {
+		return "", errors.New("engine: event payload has data after its JSON object; send exactly one object")
+	}
+	raw, ok := obj[field]
+	if !ok {
+		return "", &InvalidKeyError{Field: field, Rule: KeyEmpty, Missing: true}
+	}
+	var key string
+	var kerr *InvalidKeyError
+	if raw = bytes.TrimSpace(raw); len(raw) > 0 && raw[0] == '"' { // a string: decoded whole
+		if err := json.Unmarshal(raw, &key); err != nil {
+			kerr = &InvalidKeyError{Rule: KeyWrongType, Detail: "malformed string"}
+		}
+	} else {
+		key, kerr = keyFromJSON(raw)
+	}
+	return fieldKey(key, kerr, field, backfillSuffix)
+}
+
+// FuzzExtractKeyAgreesWithDecode: the in-place scan finds the key (or the error) that a
+// decode of the whole payload finds, for any payload and field name.
+func FuzzExtractKeyAgreesWithDecode(f *testing.F) {
+	for _, seed := range []struct{ payload, field string }{
+		{`{"k":"a"}`, "k"}, {` {"k" : "a" } `, "k"}, {`{"k":"a"}` + "\n", "k"}, {`{"k":"a","k":"b"}`, "k"},
+		{`{"x":{"k":"in"},"k":7}`, "k"}, {`{"x":[1,{"k":"n"},"}"],"k":"z"}`, "k"}, {`{"a\"k":"q","k":"r"}`, "k"},
+		{`{"\u006b":"esc"}`, "k"}, {`{"k\u0000":"nul"}`, "k\x00"}, {"{\"\xff\":\"bad\"}", "\ufffd"}, {"{\"caf\u00e9\":\"c\"}", "caf\u00e9"},
+		{`{"k":"a\\"}`, "k"}, {`{"k":"a\"}\""}`, "k"}, {`{"k":-0}`, "k"}, {`{"k":1.5}`, "k"}, {`{"k":1e3}`, "k"},
+		{`{"k":123456789012345678901234567890}`, "k"}, {`{"k":true}`, "k"}, {`{"k":null}`, "k"}, {`{"k":[]}`, "k"},
+		{`{"k":{}}`, "k"}, {`{}`, "k"}, {`{"K":"up"}`, "k"}, {`null`, "k"}, {`[]`, "k"}, {`"s"`, "k"}, {``, "k"},
+		{`{"k":"a"}{"k":"b"}`, "k"}, {`{"k":"a"} }`, "k"}, {`{"k":"a"} x`, "k"}, {`{"k":"a",}`, "k"}, {`{"k":"a:b"}`, "k"},
+		{`{"k":"` + strings.Repeat("x", 300) + `"}`, "k"}, {"{\"k\":\"a\xffb\"}", "k"}, {`{"k":"\ud800"}`, "k"}, {"\t{\r\n\"k\"\t:\n\"ws\"\r}", "k"},
+	} {
+		f.Add([]byte(seed.payload), seed.field)
+	}
+	f.Fuzz(func(t *testing.T, payload []byte, field string) {
+		got, err := ExtractKey(payload, field, "")
+		want, werr := extractKeyByDecode(payload, field, "")
+		if got != want || fmt.Sprint(err) != fmt.Sprint(werr) {
+			t.Fatalf("ExtractKey(%q, %q) = %q, %v; a decode of the whole payload gives %q, %v", payload, field, got, err, want, werr)
+		}
+		if !reflect.DeepEqual(err, werr) {
+			t.Fatalf("ExtractKey(%q, %q) error %#v, the decode's %#v", payload, field, err, werr)
 		}
 	})
 }
