@@ -211,7 +211,7 @@ func FromConfig(cfg *config.Config) (Options, error) {
 		all := true
 		for _, ph := range pm.Handles {
 			c := category[ph.Event]
-			if !contains(cats, c) {
+			if !slices.Contains(cats, c) {
 				cats = append(cats, c)
 			}
 			if _, part := dom.PartitionField(c); !part {
@@ -445,15 +445,6 @@ func translate(err error) error {
 		return fmt.Errorf("admin: redis: %w", err)
 	}
 	return err
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // unit is the lease unit of a head in the Admin's layout: the primary stream, or the

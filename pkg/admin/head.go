@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,7 +48,7 @@ func envelopeOf(m redis.XMessage, skip func(string) bool) Envelope {
 		e.PublishedAt = &t
 	}
 	for k, v := range m.Values {
-		if contains(envelopeFields, k) || (skip != nil && skip(k)) {
+		if slices.Contains(envelopeFields, k) || (skip != nil && skip(k)) {
 			continue
 		}
 		if e.Fields == nil {

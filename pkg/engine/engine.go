@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,7 +138,7 @@ func New(cfg EngineConfig) (*Engine, error) {
 	for _, s := range e.subs {
 		if s.partitioned {
 			for _, c := range s.categories {
-				if !contains(indexed, c) {
+				if !slices.Contains(indexed, c) {
 					indexed = append(indexed, c)
 				}
 			}
@@ -211,7 +212,7 @@ func pmSubscriptions(d *Domain, pm ProcessManager) []*subscription {
 	allPart := true
 	for _, ph := range pm.Handles {
 		et, _ := d.Event(ph.Event)
-		if !contains(cats, et.Category) {
+		if !slices.Contains(cats, et.Category) {
 			cats = append(cats, et.Category)
 		}
 		if _, part := d.PartitionField(et.Category); !part {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -91,7 +92,7 @@ func (b *InlineBroker) dispatch() {
 		d := b.dom
 		b.mu.Unlock()
 		for _, h := range d.Handlers {
-			if (h.Func == nil && h.BatchFunc == nil) || !contains(h.Handles, it.ev.Type) {
+			if (h.Func == nil && h.BatchFunc == nil) || !slices.Contains(h.Handles, it.ev.Type) {
 				continue
 			}
 			var err error

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -162,11 +163,11 @@ func (r *registration) handler(h Handler) {
 		if h.PartOf != "" && category != h.PartOf {
 			r.add("%s is part of category %q but handles %q of category %q", who, h.PartOf, tname, category)
 		}
-		if h.SequentialBy != "" && !contains(fields, h.SequentialBy) {
+		if h.SequentialBy != "" && !slices.Contains(fields, h.SequentialBy) {
 			r.add("%s: sequential_by field %q is missing from %s %q (fields: %s)",
 				who, h.SequentialBy, kindNoun(h.Kind), tname, strings.Join(fields, ", "))
 		}
-		if h.Limit.By != "" && !contains(fields, h.Limit.By) {
+		if h.Limit.By != "" && !slices.Contains(fields, h.Limit.By) {
 			r.add("%s: limit_by field %q is missing from %s %q (fields: %s)",
 				who, h.Limit.By, kindNoun(h.Kind), tname, strings.Join(fields, ", "))
 		}
@@ -275,7 +276,7 @@ func (r *registration) processManager(pm ProcessManager) {
 			r.add("%s correlates on two process-manager fields, %q and %q; one instance is identified by one field",
 				who, pmField, ph.Correlate.PMField)
 		}
-		if !contains(e.Fields, ph.Correlate.EventField) {
+		if !slices.Contains(e.Fields, ph.Correlate.EventField) {
 			r.add("%s: event %q lacks field %q, which its correlate spec resolves (fields: %s)",
 				who, ph.Event, ph.Correlate.EventField, strings.Join(e.Fields, ", "))
 			continue
@@ -379,15 +380,6 @@ func kindNoun(k HandlerKind) string {
 		return "command"
 	}
 	return "event"
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -199,7 +200,7 @@ func loadRunPlan(opts *Options, procs *deliver.Procs, log *slog.Logger) (*runPla
 func (p *runPlan) categories(b deliver.Binding) []string {
 	var out []string
 	add := func(event string) {
-		if et, ok := p.dom.Event(event); ok && !containsString(out, et.Category) {
+		if et, ok := p.dom.Event(event); ok && !slices.Contains(out, et.Category) {
 			out = append(out, et.Category)
 		}
 	}
@@ -225,15 +226,6 @@ func (p *runPlan) categories(b deliver.Binding) []string {
 		}
 	}
 	return out
-}
-
-func containsString(xs []string, x string) bool {
-	for _, s := range xs {
-		if s == x {
-			return true
-		}
-	}
-	return false
 }
 
 func runRun(ctx context.Context, opts *Options) error {
