@@ -182,14 +182,28 @@ func OrBackground(ctx context.Context) context.Context {
 }
 
 // StreamArg checks the single STREAM argument.
-func StreamArg(cmd *cobra.Command, args []string) error {
-	switch len(args) {
-	case 1:
-		return nil
-	case 0:
-		return UsageErrorf(cmd.CommandPath(), "missing the STREAM argument, e.g. %s order:client-123", cmd.CommandPath())
+var StreamArg = OneArg("STREAM", "", "order:client-123")
+
+// OneArg checks that a command gets exactly one argument, name: a missing one is a usage
+// error that says what it is (what, when not "") and shows the command with example
+// (when not "").
+func OneArg(name, what, example string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		switch len(args) {
+		case 1:
+			return nil
+		case 0:
+			msg := "missing the " + name + " argument"
+			if what != "" {
+				msg += ": " + what
+			}
+			if example != "" {
+				msg += ", e.g. " + cmd.CommandPath() + " " + example
+			}
+			return UsageErrorf(cmd.CommandPath(), "%s", msg)
+		}
+		return UsageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one %s", args[1], cmd.CommandPath(), name)
 	}
-	return UsageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one STREAM", args[1], cmd.CommandPath())
 }
 
 // GroupOf makes cmd a command that only groups subs: any arguments reach its RunE,

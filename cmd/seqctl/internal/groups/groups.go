@@ -164,15 +164,7 @@ Exit status: 0 done; 4 refused by a check (nothing changed); 1 declined or faile
 
   # every check, changing nothing
   $ seqctl groups remove Mailer --category order --dry-run`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			switch len(args) {
-			case 1:
-				return nil
-			case 0:
-				return cmdutil.UsageErrorf(cmd.CommandPath(), "missing the NAME argument: the consumer group (handler or process manager) to remove")
-			}
-			return cmdutil.UsageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one NAME", args[1], cmd.CommandPath())
-		},
+		Args: cmdutil.OneArg("NAME", "the consumer group (handler or process manager) to remove", ""),
 		RunE: cmdutil.OpsRunE(f, opts, func(cmd *cobra.Command, args []string) error {
 			opts.Group = args[0]
 			if opts.Category == "" {

@@ -238,15 +238,7 @@ not be a limit value; 3 for a handler that does not exist.`,
 }
 
 // limitValueArg checks the single VALUE argument.
-func limitValueArg(cmd *cobra.Command, args []string) error {
-	switch len(args) {
-	case 1:
-		return nil
-	case 0:
-		return cmdutil.UsageErrorf(cmd.CommandPath(), "missing the VALUE argument: the value of the handler's limit_by field (a tenant id, say), e.g. %s acme", cmd.CommandPath())
-	}
-	return cmdutil.UsageErrorf(cmd.CommandPath(), "unexpected argument %q: %s takes one VALUE", args[1], cmd.CommandPath())
-}
+var limitValueArg = cmdutil.OneArg("VALUE", "the value of the handler's limit_by field (a tenant id, say)", "acme")
 
 func limitsGetRun(ctx context.Context, adm cmdutil.Admin, opts *LimitsGetOptions) error {
 	handler, err := limitHandler(adm, "seqctl limits get", opts.Handler)
