@@ -1,7 +1,8 @@
 // Package redistest starts private redis-server processes for tests.
 //
 // Each Server runs on a free 127.0.0.1 port in its own temporary directory with
-// persistence off, so fault tests can stop (SIGKILL), pause (SIGSTOP) and restart it.
+// persistence off, so fault tests can stop (SIGKILL), pause (SIGSTOP) and restart it. A
+// port another process takes before redis-server binds it is picked again (StartWith).
 // When SEQCTL_TEST_REDIS_URL is set, Start returns a server that points at that URL
 // instead, with its own key-namespace database flushed; fault operations then skip the
 // test, since they cannot be done on a server the test does not own.

@@ -40,8 +40,9 @@
 // Files, by what happens to a thing over its life:
 //
 //   - The domain: domain.go (the model), register.go (Domain.Init, every registration
-//     rule), partitionkey.go (what a partition key may be), router.go (an event's route
-//     and envelope), groups.go (consumer groups: registry, retiring one).
+//     rule), partitionkey.go (what a partition key may be, and reading it from a payload
+//     in place), router.go (an event's route and envelope), groups.go (consumer
+//     groups: registry, retiring one).
 //   - Publishing: broker.go (the Redis broker), publishmany.go (many events in one round
 //     trip), inline.go (the in-process broker), replicas.go (waiting for replicas after a
 //     write).
