@@ -244,7 +244,7 @@ func fieldKey(key string, kerr *InvalidKeyError, field, backfillSuffix string) (
 // last one, when the name repeats), and whether there is one. A payload that is one
 // valid JSON object is scanned in place, without decoding its members (a publish, a relay
 // row and a limited run each read a key: this is most of their client-side cost
-// otherwise); any other payload goes through encoding/json, which words the error.
+// otherwise); any other payload is refused, with encoding/json's words for what is wrong.
 func topLevelField(payload []byte, field string) (raw []byte, found bool, err error) {
 	if i := skipJSONSpace(payload, 0); i < len(payload) && payload[i] == '{' && json.Valid(payload) {
 		raw, found = scanObjectField(payload, i, field)
@@ -252,15 +252,12 @@ func topLevelField(payload []byte, field string) (raw []byte, found bool, err er
 	}
 	var obj map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.UseNumber()
 	if err := dec.Decode(&obj); err != nil || obj == nil {
 		return nil, false, fmt.Errorf("engine: event payload is not a JSON object: %w", errOr(err, errors.New("null")))
 	}
-	if dec.More() {
-		return nil, false, errors.New("engine: event payload has data after its JSON object; send exactly one object")
-	}
-	raw, found = obj[field]
-	return raw, found, nil
+	// One object decoded, yet the payload is not valid JSON: something follows it (a
+	// second value, or a stray closing bracket, which Decoder.More does not report).
+	return nil, false, errors.New("engine: event payload has data after its JSON object; send exactly one object")
 }
 
 // scanObjectField finds the last member named field of the valid JSON object that starts

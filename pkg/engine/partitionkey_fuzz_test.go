@@ -126,8 +126,9 @@ func FuzzValidateKey(f *testing.F) {
 	})
 }
 
-// extractKeyByDecode is ExtractKey as a decode of the whole payload into a map: what the
-// in-place scan of a valid object must agree with.
+// extractKeyByDecode is ExtractKey as a decode of the payload's first value into a map,
+// with nothing but white space after it: what the in-place scan of a valid object must
+// agree with.
 func extractKeyByDecode(payload []byte, field, backfillSuffix string) (string, error) {
 	var obj map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(payload))
@@ -135,7 +136,7 @@ func extractKeyByDecode(payload []byte, field, backfillSuffix string) (string, e
 	if err := dec.Decode(&obj); err != nil || obj == nil {
 		return "", fmt.Errorf("engine: event payload is not a JSON object: %w", errOr(err, errors.New("null")))
 	}
-	if dec.More() {
+	if rest := payload[dec.InputOffset():]; len(bytes.Trim(rest, " \t\r\n")) > 0 {
 		return "", errors.New("engine: event payload has data after its JSON object; send exactly one object")
 	}
 	raw, ok := obj[field]
