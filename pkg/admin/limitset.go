@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // The writes of the limit keys: an operator's override of one value, set and cleared,
@@ -56,8 +57,11 @@ func (r LimitRequest) check() error {
 		return errors.New("admin: a limit override is off (no cap at all) or sets caps, not both")
 	case !r.Off && r.Concurrency == 0 && r.Rate == 0:
 		return errors.New("admin: a limit override sets a concurrency, a rate, or off")
-	case r.Rate > 0 && r.Per > 0 && r.Per < time.Millisecond:
-		return fmt.Errorf("admin: a rate window of %v is too short; use a second or more", r.Per)
+	}
+	if r.Rate > 0 && r.Per > 0 {
+		if err := keyspace.ValidateRateWindow(r.Per); err != nil {
+			return fmt.Errorf("admin: a limit override's rate: %w (e.g. 1s, 1500ms)", err)
+		}
 	}
 	return nil
 }

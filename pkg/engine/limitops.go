@@ -34,8 +34,13 @@ func (b *RedisBroker) SetLimit(ctx context.Context, group, value string, o Limit
 		return LimitOverride{}, errors.New("engine: a limit override cannot be negative")
 	case !o.Off && o.Concurrency == 0 && o.Rate == 0:
 		return LimitOverride{}, errors.New("engine: a limit override sets a concurrency, a rate, or off")
-	case o.Rate > 0 && o.Per <= 0:
+	case o.Rate > 0 && o.Per == 0:
 		o.Per = time.Second
+	}
+	if o.Rate > 0 {
+		if err := keyspace.ValidateRateWindow(o.Per); err != nil {
+			return LimitOverride{}, fmt.Errorf("engine: a limit override's rate: %w", err)
+		}
 	}
 	now, err := b.rdb.Time(ctx).Result()
 	if err != nil {

@@ -53,6 +53,10 @@ const limitRetry = time.Second
 // limitLinger is how long after a refused take a release is announced to the instances.
 const limitLinger = 5 * time.Second
 
+// limitStale is how long an instance keeps its place in a value's line across instances
+// (limit.lua) after its last ask: its head asks at least every limitRetry while it waits.
+const limitStale = 3 * limitRetry
+
 // limitOverridesRefresh is how often the overrides are read again without a notice.
 const limitOverridesRefresh = 30 * time.Second
 
@@ -174,7 +178,8 @@ func (l *limiter) ask(w *worker, id limitID) (*permit, time.Duration, error) {
 	}
 	k := l.e.keys
 	c := scripts.LimitTake{Permits: k.LimitKey(id.group, id.value), Starts: k.LimitStartsKey(id.group, id.value),
-		Holder: w.token, Concurrency: conc, Rate: rate, Window: per, TTL: l.e.cfg.Timing.LeaseTTL}
+		Holder: w.token, Concurrency: conc, Rate: rate, Window: per, TTL: l.e.cfg.Timing.LeaseTTL,
+		Waiter: l.e.regID, Stale: limitStale}
 	ctx, cancel := context.WithTimeout(w.ctx, l.e.cfg.Timing.LeaseTTL)
 	defer cancel()
 	g, err := c.Run(ctx, l.e.rdb)
@@ -337,42 +342,53 @@ func (l *limiter) noteWait(group string, d time.Duration) {
 	}
 }
 
-// renew renews every permit the instance holds, in one pipeline (the heartbeat's): a
-// permit found taken by another holder cancels its worker. It reports whether Redis
-// answered.
-func (l *limiter) renew(ctx context.Context) bool {
+// renew renews every permit the instance holds, in one pipeline on the session's own
+// client (a busy shared pool must not starve it), with the lease's rule: it reports
+// whether Redis answered every renewal, and the caller moves the local deadline only
+// then. A reply error (NOSCRIPT is reloaded and sent again; READONLY, CLUSTERDOWN,
+// TRYAGAIN, OOM, ...) is no answer: the permit may expire in Redis while the deadline
+// stands, and at the deadline the runs under it are cancelled. A permit found taken by
+// another holder cancels its worker at once.
+func (l *limiter) renew(ctx context.Context, rdb redis.UniversalClient) bool {
 	l.mu.Lock()
-	held := make(map[*worker]*permit, len(l.held))
+	ws := make([]*worker, 0, len(l.held))
+	ps := make([]*permit, 0, len(l.held))
 	for w, p := range l.held {
-		held[w] = p
+		ws, ps = append(ws, w), append(ps, p)
 	}
 	l.mu.Unlock()
-	if len(held) == 0 {
+	if len(ps) == 0 {
 		return true
 	}
 	ttl := l.e.cfg.Timing.LeaseTTL
-	pipe := l.e.rdb.Pipeline()
-	cmds := make(map[*worker]*redis.Cmd, len(held))
-	for w, p := range held {
-		cmds[w] = p.hold.RenewCmd(ctx, pipe, ttl)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && scripts.ConnErr(err) != nil {
+	cmds, err := runPipelined(ctx, rdb, len(ps), func(pipe redis.Pipeliner, i int) *redis.Cmd { return ps[i].hold.RenewCmd(ctx, pipe, ttl) })
+	if err != nil {
+		l.e.logs.warn("limit-renew:"+errorCause(err), "limit permit renewal failed; the runs under them stop at the local deadline unless a renewal is answered", "permits", len(ps), "err", err)
 		return false
 	}
-	for w, cmd := range cmds {
+	answered := true
+	for i, cmd := range cmds {
 		ok, err := scripts.PermitRenewed(cmd)
-		if err == nil && !ok {
-			l.mu.Lock()
-			still := l.held[w] == held[w]
-			l.mu.Unlock()
-			if still {
-				l.e.log.Warn("limit permit lost (Redis lost it, or this instance stalled past its TTL): stopping the partition's run",
-					"group", w.sub.group, "unit", w.u.name, "value", held[w].id.value)
-				w.cancel()
-			}
+		if err != nil {
+			answered = false
+			err = translateRedisErr(err)
+			l.e.logs.warn("limit-renew:"+errorCause(err), "a limit permit renewal was refused; the runs under the permits stop at the local deadline unless a renewal is answered", "group", ps[i].id.group, "value", ps[i].id.value, "err", err)
+			continue
+		}
+		if ok {
+			continue
+		}
+		w := ws[i]
+		l.mu.Lock()
+		still := l.held[w] == ps[i]
+		l.mu.Unlock()
+		if still {
+			l.e.log.Warn("limit permit lost (Redis lost it, or this instance stalled past its TTL): stopping the partition's run",
+				"group", w.sub.group, "unit", w.u.name, "value", ps[i].id.value)
+			w.cancel()
 		}
 	}
-	return true
+	return answered
 }
 
 // throttled lists the partitions waiting for a permit (at most max) and their number.

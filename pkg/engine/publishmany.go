@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -55,10 +56,11 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // Every event is routed before anything is sent: when one cannot be (an unknown event
 // type, a *InvalidKeyError), nothing is written and a *BatchError names it. When Redis
 // refuses an event (out of memory, say) the *BatchError names the first one refused; the
-// events after it in the batch were sent too, and those that Redis appended have their
-// Published filled in (an EntryID): to keep publish order across such a refusal, send the
-// refused event and the ones after it again, with their ids, once the cause is gone. The
-// results are in the order of events; an entry of an event that was not appended is zero.
+// events after it of the same stream (its key and lane) are not appended either
+// (ErrPublishAfterRefused), those of other streams may be, and those that Redis appended
+// have their Published filled in (an EntryID): send the refused event and the ones after
+// it again, with their ids, once the cause is gone, and publish order holds. The results
+// are in the order of events; an entry of an event that was not appended is zero.
 //
 // With a broker made WithReplicas it then waits once for the replicas (unless
 // opt.SkipReplicaWait), as Publish does for one event.
@@ -77,8 +79,18 @@ func (b *RedisBroker) PublishMany(ctx context.Context, d *Domain, events []Batch
 	if len(events) == 0 {
 		return out, nil
 	}
+	// Each event after the first of its stream in the batch is appended only after the
+	// one before it: when Redis refuses an event, the later ones of its stream are not
+	// appended either, so the documented recovery keeps publish order.
+	calls := make([]scripts.Publish, len(events))
+	last := map[string]string{} // stream -> event mark of the batch's last event on it
+	for i := range events {
+		calls[i] = b.publishCall(routes[i], evs[i], 0)
+		calls[i].After = last[routes[i].Stream]
+		last[routes[i].Stream] = calls[i].EventMark
+	}
 	cmds, err := runPipelined(ctx, b.rdb, len(events), func(pipe redis.Pipeliner, i int) *redis.Cmd {
-		return b.publishCall(routes[i], evs[i], 0).EvalSha(ctx, pipe)
+		return calls[i].EvalSha(ctx, pipe)
 	})
 	if err != nil {
 		return out, &BatchError{Index: -1, Err: err}
@@ -95,6 +107,9 @@ func (b *RedisBroker) PublishMany(ctx context.Context, d *Domain, events []Batch
 	unindexed := map[string]int{}
 	for i, cmd := range cmds {
 		res, err := scripts.ParsePublish(cmd)
+		if err == nil && res.AfterRefused {
+			err = fmt.Errorf("%w: event %d, the one before it on %s, was not appended", ErrPublishAfterRefused, prevOn(routes, i), routes[i].Stream)
+		}
 		if err != nil {
 			fail(i, err)
 			continue
@@ -118,4 +133,18 @@ func (b *RedisBroker) PublishMany(ctx context.Context, d *Domain, events []Batch
 		return out, nil
 	}
 	return out, b.waitReplicas(ctx, fmt.Sprintf("publish of %d events", len(events)))
+}
+
+// ErrPublishAfterRefused: PublishMany did not append an event because the event before it
+// on the same stream in the batch was not appended.
+var ErrPublishAfterRefused = errors.New("engine: not appended after a refused event of the same stream")
+
+// prevOn returns the index of the last event before i in the batch on i's stream.
+func prevOn(routes []Route, i int) int {
+	for j := i - 1; j >= 0; j-- {
+		if routes[j].Stream == routes[i].Stream {
+			return j
+		}
+	}
+	return -1
 }

@@ -383,7 +383,7 @@ func (s *session) beat(in *incarnation) {
 		// On Redis Cluster each lease carries its own expiry: the deadline moves only
 		// when every lease got its renewal answered.
 		// And the permits of the limit keys its handlers hold, which live as the session.
-		if s.e.renewLeases(ctx, in) && s.e.limits.renew(ctx) {
+		if s.e.renewLeases(ctx, in) && s.e.limits.renew(ctx, s.rdb) {
 			in.extend(sent)
 		}
 		s.e.health.clear(healthRedis)

@@ -63,3 +63,22 @@ func TestPMPauseForm(t *testing.T) {
 		}
 	}
 }
+
+// The two keys of a limit value share one slot and no other value's, whatever braces the
+// handler's name or the value hold.
+func TestLimitKeysOfAnyName(t *testing.T) {
+	for _, k := range []Keys{{}, {cluster: true}} {
+		tags := map[string]string{}
+		for _, n := range [][2]string{{"Projector", "acme"}, {"Pro{jector", "acme"}, {"Pro}jector", "acme"}, {"a{b}c", "acme"},
+			{"a{b}c", "bolt"}, {"Projector", "ac{me"}, {"Projector", "ac}me"}, {"{x}", "{y}"}, {"{x}", "{z}"}} {
+			p, s := k.LimitKey(n[0], n[1]), k.LimitStartsKey(n[0], n[1])
+			if SlotTag(p) != SlotTag(s) {
+				t.Errorf("cluster %v, %q/%q: the permits %q and the starts %q are in different slots", k.cluster, n[0], n[1], p, s)
+			}
+			if other, ok := tags[SlotTag(p)]; ok {
+				t.Errorf("cluster %v, %q/%q: the slot tag %q is also %s's", k.cluster, n[0], n[1], SlotTag(p), other)
+			}
+			tags[SlotTag(p)] = n[0] + "/" + n[1]
+		}
+	}
+}

@@ -10,9 +10,23 @@ import (
 
 // Limit keys: a handler's fleet-wide cap per value of a payload field (a tenant). Each
 // value has its permits and the starts of its last window in two keys of one slot, named
-// after the unit "__limit__:{group}:{value}" (reserved form: no partition stream has it).
+// after the unit "__limit__:{group}:{value}" (reserved form: no partition stream has it),
+// always wrapped whole in a hash tag. A brace in the handler's name or the value would end
+// the tag early, or leave the keys with no tag: such names are written in the form
+// "__limitx__:" with '%', '{' and '}' escaped as %25, %7B and %7D, so that every name
+// gets a tag of its own, the same for its two keys.
 
-func limitUnit(group, value string) string { return "__limit__:" + group + ":" + value }
+func limitUnit(group, value string) string {
+	if !strings.ContainsAny(group, "{}") && !strings.ContainsAny(value, "{}") {
+		return "__limit__:" + group + ":" + value
+	}
+	return "__limitx__:" + braceEscaper.Replace(group) + ":" + braceEscaper.Replace(value)
+}
+
+var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// limitTag wraps a limit unit in a hash tag, on one node as on a cluster.
+func limitTag(group, value string) string { return "{" + limitUnit(group, value) + "}" }
 
 // LimitKey holds the permits of one value of a handler's limit key (hash): a field
 // "s{i}" per concurrency slot taken, "{holder}|{generation}|{expiry ms}"; "gen", the last
@@ -20,13 +34,13 @@ func limitUnit(group, value string) string { return "__limit__:" + group + ":" +
 // "waited", the Redis time (ms) a permit was last refused, so that a release tells the
 // instances that wait. It expires a while after its last permit ends.
 func (k Keys) LimitKey(group, value string) string {
-	return k.tagged(limitUnit(group, value)) + ":__permits__"
+	return limitTag(group, value) + ":__permits__"
 }
 
 // LimitStartsKey holds the starts of one value in the current window of its rate (sorted
 // set: a start id, scored by its Redis time in ms), in the slot of LimitKey.
 func (k Keys) LimitStartsKey(group, value string) string {
-	return k.tagged(limitUnit(group, value)) + ":__starts__"
+	return limitTag(group, value) + ":__starts__"
 }
 
 // LimitOverrides holds an operator's overrides of a handler's limit per value (hash:
@@ -108,17 +122,18 @@ func (o LimitOverride) Encode() string {
 }
 
 // ParseRate reads a rate "N/s", "N/m" or "N/h" (N a positive integer): N starts per
-// second, minute or hour.
+// second, minute or hour; or "N/{window}" with a window of whole milliseconds written as a
+// duration ("20/1500ms", "5/2s", "100/90m").
 func ParseRate(s string) (n int, per time.Duration, err error) {
 	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
-		return 0, 0, fmt.Errorf("rate %q: write it as N/s, N/m or N/h (N starts per second, minute or hour), e.g. \"20/s\"", s)
+		return 0, 0, fmt.Errorf("rate %q: write it as N/s, N/m or N/h (N starts per second, minute or hour), or N/{window} (\"20/1500ms\"), e.g. \"20/s\"", s)
 	}
 	n, err = strconv.Atoi(strings.TrimSpace(num))
 	if err != nil || n <= 0 {
 		return 0, 0, fmt.Errorf("rate %q: %q is not a positive whole number of starts (e.g. \"20/s\")", s, num)
 	}
-	switch strings.TrimSpace(unit) {
+	switch unit = strings.TrimSpace(unit); unit {
 	case "s":
 		per = time.Second
 	case "m":
@@ -126,9 +141,24 @@ func ParseRate(s string) (n int, per time.Duration, err error) {
 	case "h":
 		per = time.Hour
 	default:
-		return 0, 0, fmt.Errorf("rate %q: the unit %q is not s, m or h (e.g. \"20/s\", \"600/m\")", s, unit)
+		per, err = time.ParseDuration(unit)
+		if err != nil {
+			return 0, 0, fmt.Errorf("rate %q: the window %q is not s, m, h or a duration (e.g. \"20/s\", \"600/m\", \"20/1500ms\")", s, unit)
+		}
+		if err := ValidateRateWindow(per); err != nil {
+			return 0, 0, fmt.Errorf("rate %q: %w", s, err)
+		}
 	}
 	return n, per, nil
+}
+
+// ValidateRateWindow checks the window of a rate: a positive whole number of milliseconds
+// (the unit the limit script counts in).
+func ValidateRateWindow(per time.Duration) error {
+	if per < time.Millisecond || per%time.Millisecond != 0 {
+		return fmt.Errorf("the window %v is not a positive whole number of milliseconds", per)
+	}
+	return nil
 }
 
 // FormatRate writes a rate as ParseRate reads it ("20/s"); a window that is not a second,

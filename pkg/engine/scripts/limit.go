@@ -18,6 +18,10 @@ type LimitTake struct {
 	Rate            int           // starts per Window; 0: no cap
 	Window          time.Duration // the rate's window
 	TTL             time.Duration // a permit's life without a renewal
+	// Waiter names the asking instance's place in the value's line across instances ("":
+	// none); Stale is how long a waiter that asks no more keeps its place.
+	Waiter string
+	Stale  time.Duration
 }
 
 // LimitGrant is limit.lua's answer to a take.
@@ -26,8 +30,9 @@ type LimitGrant struct {
 	Slot       int   // -1 without a concurrency cap
 	Generation int64 // the permit's fencing token
 	Expiry     time.Time
-	// Wait is, for a refusal, how long until a permit may be free; Reason says which cap
-	// refused ("concurrency" or "rate").
+	// Wait is, for a refusal, how long until a permit may be free; Reason says what
+	// refused: a cap ("concurrency" or "rate"), or the line ("line": other instances
+	// waited longer for a permit of the value).
 	Wait   time.Duration
 	Reason string
 }
@@ -35,7 +40,7 @@ type LimitGrant struct {
 // Run calls the script.
 func (c LimitTake) Run(ctx context.Context, rdb redis.Scripter) (LimitGrant, error) {
 	cmd := limitScript.Run(ctx, rdb, []string{c.Permits, c.Starts}, "take", c.Holder, c.Concurrency, c.Rate,
-		c.Window.Milliseconds(), c.TTL.Milliseconds())
+		c.Window.Milliseconds(), c.TTL.Milliseconds(), c.Waiter, c.Stale.Milliseconds())
 	return reply("limit.lua", cmd, func(code int64, rest []any) (LimitGrant, error) {
 		if code == 0 {
 			return LimitGrant{Wait: time.Duration(num(rest, 0)) * time.Millisecond, Reason: str(rest, 1)}, nil

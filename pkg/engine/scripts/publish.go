@@ -21,6 +21,9 @@ type Publish struct {
 	IndexedMark string
 	OutboxMark  string // the stream's outbox dedupe mark, with DedupeSeq > 0
 	EventMark   string // the event id's mark, for a direct publish
+	// After is the event mark of the event before this one on the same stream in a
+	// PublishMany batch: the event is appended only when that one was (or had been).
+	After string
 	Bell        string // the stream's doorbell channel
 	Key         string // the partition key ("" when not partitioned)
 	Category    string
@@ -37,12 +40,15 @@ type PublishReply struct {
 	// is in the stream: the publisher must write the index (see the protocol in
 	// docs/concepts.md).
 	IndexNeeded bool
+	// AfterRefused: nothing was appended because the event before it in the batch was
+	// not (Publish.After).
+	AfterRefused bool
 }
 
 // args returns the call's KEYS and ARGV.
 func (c Publish) args() ([]string, []any) {
 	s := c.Stream
-	keys := []string{s, s, s, s, s, c.Bell, s}
+	keys := []string{s, s, s, s, s, c.Bell, s, s}
 	flags := ""
 	switch {
 	case c.Index != "":
@@ -59,6 +65,10 @@ func (c Publish) args() ([]string, []any) {
 	case c.EventMark != "":
 		flags += "e"
 		keys[4] = c.EventMark
+	}
+	if c.After != "" {
+		flags += "p"
+		keys[7] = c.After
 	}
 	args := append([]any{c.Key, c.Category, c.DedupeSeq, c.WindowMS, flags}, c.Fields...)
 	return keys, args
@@ -77,6 +87,6 @@ func (c Publish) Run(ctx context.Context, rdb redis.Scripter) (PublishReply, err
 // ParsePublish reads the reply of a call.
 func ParsePublish(cmd *redis.Cmd) (PublishReply, error) {
 	return reply("publish.lua", cmd, func(code int64, rest []any) (PublishReply, error) {
-		return PublishReply{Appended: code == 1, EntryID: str(rest, 0), IndexNeeded: num(rest, 1) == 1}, nil
+		return PublishReply{Appended: code == 1, EntryID: str(rest, 0), IndexNeeded: num(rest, 1) == 1, AfterRefused: code == -1}, nil
 	})
 }

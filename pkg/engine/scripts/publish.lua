@@ -31,17 +31,23 @@
 --          flag "e"; else KEYS[1]
 -- KEYS[6]  doorbell channel of the target stream (sharded pub/sub channel, not a key)
 -- KEYS[7]  indexed mark of the partition (string), read with flag "c"; else KEYS[1]
+-- KEYS[8]  event mark of the event before this one on the stream in the same batch
+--          (string), read with flag "p"; else KEYS[1]
 -- ARGV[1]  partition key ("" when not partitioned)
 -- ARGV[2]  category
 -- ARGV[3]  dedupe sequence (integer as text; used with flag "m")
 -- ARGV[4]  event mark window in milliseconds (used with flag "e")
 -- ARGV[5]  flags: "i" index in this script (one node), "c" report the indexed mark
---          (cluster), "m" dedupe mark, "e" event mark
+--          (cluster), "m" dedupe mark, "e" event mark, "p" append only after the event
+--          before it (PublishMany: an event whose predecessor in the batch was refused is
+--          not appended either, so that sending the refused one and those after it again
+--          keeps publish order)
 -- ARGV[6..] envelope field/value pairs (published_at is added here, Redis TIME in ms)
 -- Returns:
 --   {1, id, x}  appended as entry id
 --   {0, id, x}  not appended: the mark is already at or past this sequence, or the event
 --               id was appended within the window; id is the entry appended before
+--   {-1}        not appended: the event before it in the batch (flag "p") was not
 --   x is 1 when flag "c" is given, the indexed mark is missing and the entry (appended now,
 --   or before for a duplicate) is in the stream (the publisher must write the index),
 --   else 0
@@ -69,6 +75,9 @@ if has('e') then
   if prev then
     return duplicate(prev)
   end
+end
+if has('p') and not redis.call('GET', KEYS[8]) then
+  return {-1}
 end
 local t = redis.call('TIME')
 local ms = tostring(t[1] * 1000 + math.floor(t[2] / 1000))

@@ -32,7 +32,7 @@ func TestLimitsSetParse(t *testing.T) {
 		{Name: "off and a cap", Argv: set("--off", "--rate", "5/s"), WantErr: "--off takes every cap off the value: it excludes --concurrency and --rate"},
 		{Name: "zero concurrency", Argv: set("--concurrency", "0"), WantErr: "invalid value 0 for --concurrency: want a positive number"},
 		{Name: "a rate without a unit", Argv: set("--rate", "20"), WantErr: `invalid value for --rate: rate "20": write it as N/s, N/m or N/h`},
-		{Name: "a rate in days", Argv: set("--rate", "20/d"), WantErr: `the unit "d" is not s, m or h`},
+		{Name: "a rate in days", Argv: set("--rate", "20/d"), WantErr: `the window "d" is not s, m, h or a duration`},
 		{Name: "a rate of nothing", Argv: set("--rate", "0/s"), WantErr: `"0" is not a positive whole number`},
 		{Name: "no reason", Argv: []string{"acme", "--concurrency", "8"}, WantErr: "--reason is required"},
 		{Name: "bad output", Argv: set("--off", "-o", "csv"), WantErr: `invalid value "csv" for --output`},
