@@ -23,13 +23,13 @@ type Publish struct {
 	EventMark   string // the event id's mark, for a direct publish
 	// After is the event mark of the event before this one on the same stream in a
 	// PublishMany batch: the event is appended only when that one was (or had been).
-	After string
-	Bell        string // the stream's doorbell channel
-	Key         string // the partition key ("" when not partitioned)
-	Category    string
-	DedupeSeq   int64
-	WindowMS    int64 // how long an event id is remembered (with EventMark)
-	Fields      []any // the envelope's field/value pairs (keyspace.Envelope.Fields)
+	After     string
+	Bell      string // the stream's doorbell channel
+	Key       string // the partition key ("" when not partitioned)
+	Category  string
+	DedupeSeq int64
+	WindowMS  int64 // how long an event id is remembered (with EventMark)
+	Fields    []any // the envelope's field/value pairs (keyspace.Envelope.Fields)
 }
 
 // PublishReply is publish.lua's reply.
