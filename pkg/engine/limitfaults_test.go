@@ -263,3 +263,99 @@ func TestPublishManyKeepsOrderAfterARefusal(t *testing.T) {
 		}
 	})
 }
+
+// A tenant's partitions spread over three instances under limit_concurrency = 1, each
+// instance with a backlog of the tenant: the instances take turns, so each one's share
+// of the tenant's runs is within 2x of the others' (the instance that gives a permit back
+// does not win it again while others wait).
+func TestLimitTurnsAcrossInstances(t *testing.T) {
+	srv, rdb, b := startNode(t)
+	runs := newLimitRuns(rdb, 10*time.Millisecond)
+	var mu sync.Mutex
+	var order []string // the instance of each run, in order
+	var d *Domain
+	for _, id := range []string{"i1", "i2", "i3"} {
+		d = limitDomain(t, func(ctx context.Context, ev Event) error {
+			if err := runs.handle(ctx, ev); err != nil {
+				return err
+			}
+			mu.Lock()
+			order = append(order, id)
+			mu.Unlock()
+			return nil
+		}, HandlerLimit{Concurrency: 1})
+		startEngine(t, srv, d, id, 2*time.Second)
+	}
+	// Every instance owns some of the tenant's partitions before the backlog arrives.
+	const keys, events = 12, 12
+	for k := range keys {
+		publishLimited(t, b, d, "acme", fmt.Sprintf("t-%d", k), 0)
+	}
+	testkit.WaitFor(t, 20*time.Second, "the first events handled", func() bool { return runs.total() >= keys })
+	owners := map[string]int{}
+	mu.Lock()
+	for _, id := range order {
+		owners[id]++
+	}
+	order = nil
+	mu.Unlock()
+	if len(owners) < 3 {
+		t.Skipf("the partitions went to %d instances only (%v): nothing to share", len(owners), owners)
+	}
+	for seq := 1; seq < events; seq++ {
+		for k := range keys {
+			publishLimited(t, b, d, "acme", fmt.Sprintf("t-%d", k), seq)
+		}
+	}
+	// The turns while every instance still has a backlog: 3 runs per partition owned by
+	// the instance that owns the fewest.
+	fewest := keys
+	for _, n := range owners {
+		fewest = min(fewest, n)
+	}
+	window := 3 * 3 * fewest
+	testkit.WaitFor(t, 60*time.Second, "a window of runs", func() bool { mu.Lock(); defer mu.Unlock(); return len(order) >= window })
+	mu.Lock()
+	share := map[string]int{}
+	for _, id := range order[:window] {
+		share[id]++
+	}
+	mu.Unlock()
+	lo, hi := window, 0
+	for _, id := range []string{"i1", "i2", "i3"} {
+		lo, hi = min(lo, share[id]), max(hi, share[id])
+	}
+	t.Logf("partitions per instance %v; runs per instance in the first %d: %v", owners, window, share)
+	if hi > 2*lo {
+		t.Errorf("runs per instance %v in the first %d runs of a backlog on every instance: not within 2x", share, window)
+	}
+	testkit.WaitFor(t, 60*time.Second, "every event handled", func() bool { return runs.total() >= keys*events })
+	if m := maxConcurrent(t, rdb, "acme"); m != 1 {
+		t.Errorf("the tenant had %d runs at once, want 1", m)
+	}
+}
+
+// An instance whose handler slots are all busy does not hold a permit of a value while
+// its partition waits for a slot: another instance's partition of the value runs
+// meanwhile.
+func TestLimitNoPermitHeldWhileWaitingForASlot(t *testing.T) {
+	srv, rdb, b := startNode(t)
+	runs := newLimitRuns(rdb, 0)
+	runs.hold = "busy-0/0"
+	d := limitDomain(t, runs.handle, HandlerLimit{Concurrency: 1})
+	startEngineWith(t, srv, d, "i1", func(c *EngineConfig) { c.Timing = fastTiming(2 * time.Second); c.MaxConcurrentHandlers = 1 })
+	release := sync.OnceFunc(func() { close(runs.release) })
+	t.Cleanup(release) // before the engines' shutdown, which waits for the held run
+	publishLimited(t, b, d, "other", "busy-0", 0) // takes i1's only slot, until released
+	<-runs.held
+	publishLimited(t, b, d, "acme", "a-0", 0) // owned by i1: waits for its slot
+	time.Sleep(500 * time.Millisecond)
+	startEngine(t, srv, d, "i2", 2*time.Second)
+	publishLimited(t, b, d, "acme", "a-1", 0)
+	publishLimited(t, b, d, "acme", "a-2", 0)
+	testkit.WaitFor(t, 10*time.Second, "another partition of acme handled while i1's slot is busy", func() bool {
+		return len(runs.of("a-1"))+len(runs.of("a-2")) > 0
+	})
+	release()
+	testkit.WaitFor(t, 10*time.Second, "every event handled", func() bool { return runs.total() == 4 })
+}

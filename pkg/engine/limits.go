@@ -84,7 +84,8 @@ type limiter struct {
 	waited    map[string]time.Duration                     // group -> time partitions waited, for Stats; guarded by mu
 }
 
-// limitLine is the partitions of one value waiting for a permit, in arrival order.
+// limitLine is the partitions of one value waiting for a permit, in arrival order. Its
+// goroutine (serve) gives the turn to ask Redis to the head of the line, one at a time.
 type limitLine struct {
 	id      limitID
 	waiters *list.List    // of *limitTicket; guarded by limiter.mu
@@ -96,8 +97,10 @@ type limitLine struct {
 type limitTicket struct {
 	w     *worker
 	since time.Time
-	got   chan *permit // capacity 1: the permit taken for it
-	elem  *list.Element
+	turn  chan struct{}      // capacity 1: the head may ask Redis now
+	asked chan time.Duration // capacity 1: the answer to a turn: refused, and the wait
+	left  chan struct{}      // closed when the ticket leaves the line
+	elem  *list.Element      // guarded by limiter.mu
 }
 
 func newLimiter(e *Engine) *limiter {
@@ -128,11 +131,14 @@ func (l *limiter) caps(lim HandlerLimit, id limitID) (concurrency, rate int, per
 	return concurrency, rate, per
 }
 
-// take takes a permit of the value for w, waiting in line when none is free. It returns
-// nil, nil when the value is capped by nothing (an override turned it off), and ok =
-// false, with no permit, when the wait ended because the lease was lost, the engine is
-// stopping, fair share handed the partition over or an operator paused it.
-func (l *limiter) take(w *worker, value string) (p *permit, ok bool, err error) {
+// take takes a permit of the value for w and a handler slot with it: the partition asks
+// Redis only while it holds a slot, so that an instance whose slots are busy never holds
+// permits that idle instances could use. It waits in the value's line when the value's
+// permits are taken, holding no slot then. It returns the permit (nil when the value is
+// capped by nothing: an override turned it off) and the slot's release; ok = false, with
+// neither, when the wait ended because the lease was lost, the engine is stopping, fair
+// share handed the partition over or an operator paused it.
+func (l *limiter) take(w *worker, value string) (p *permit, release func(), ok bool, err error) {
 	id := limitID{w.sub.group, value}
 	l.mu.Lock()
 	line := l.lines[id]
@@ -140,33 +146,54 @@ func (l *limiter) take(w *worker, value string) (p *permit, ok bool, err error) 
 	l.mu.Unlock()
 	if !queued {
 		// Nobody of this instance waits for the value: ask at once.
-		p, wait, err := l.ask(w, id)
-		if err != nil || p != nil || wait < 0 {
-			return p, err == nil, err
+		p, release, wait, err := l.tryTake(w, id)
+		if err != nil || release != nil || wait == 0 {
+			return p, release, release != nil, err
 		}
 	}
-	t := &limitTicket{w: w, since: time.Now(), got: make(chan *permit, 1)}
+	t := &limitTicket{w: w, since: time.Now(), turn: make(chan struct{}, 1), asked: make(chan time.Duration, 1), left: make(chan struct{})}
 	l.enqueue(id, t)
+	defer l.leave(id, t)
 	for {
 		select {
-		case p := <-t.got:
-			l.noteWait(id.group, time.Since(t.since))
-			return p, true, nil
+		case <-t.turn:
 		case <-w.ctx.Done():
+			return nil, nil, false, nil
 		case <-w.e.stopped:
+			return nil, nil, false, nil
 		case <-w.wake:
-			if !w.handoff.Load() && !w.pauseNoted.Load() {
-				continue // a ring for new entries changes nothing here
+			if w.handoff.Load() || w.pauseNoted.Load() {
+				return nil, nil, false, nil
 			}
+			continue // a ring for new entries changes nothing here
 		}
-		if l.leave(id, t) {
-			return nil, false, nil
+		p, release, wait, err := l.tryTake(w, id)
+		if err != nil || release != nil || wait == 0 {
+			if release != nil {
+				l.noteWait(id.group, time.Since(t.since))
+			}
+			return p, release, release != nil, err
 		}
-		// Granted meanwhile: give it back, the partition is not going on now.
-		p := <-t.got
-		l.give(p)
-		return nil, false, nil
+		t.asked <- wait
 	}
+}
+
+// tryTake waits for a handler slot for w, then asks Redis once for a permit of the
+// value. It returns the permit and the slot's release when taken (p nil when the value
+// is capped by nothing); else no release, and how long until a permit may be free (0:
+// the wait for the slot ended, the partition is not going on now).
+func (l *limiter) tryTake(w *worker, id limitID) (p *permit, release func(), wait time.Duration, err error) {
+	release, ok := w.waitSlot(id.value)
+	if !ok || w.pauseNoted.Load() || !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
+		release()
+		return nil, nil, 0, nil
+	}
+	p, wait, err = l.ask(w, id)
+	if err != nil || (p == nil && wait > 0) {
+		release()
+		return nil, nil, wait, err
+	}
+	return p, release, 0, nil
 }
 
 // ask takes a permit for w in Redis. It returns the permit, or nil with how long until one
@@ -215,23 +242,23 @@ func (l *limiter) enqueue(id limitID, t *limitTicket) {
 	}
 }
 
-// leave takes t out of its line; false when it was granted meanwhile (its permit is in
-// t.got).
-func (l *limiter) leave(id limitID, t *limitTicket) bool {
+// leave takes t out of its line.
+func (l *limiter) leave(id limitID, t *limitTicket) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if t.elem == nil {
-		return false
+		return
 	}
 	if line := l.lines[id]; line != nil {
 		line.waiters.Remove(t.elem)
 	}
 	t.elem = nil
-	return true
+	close(t.left)
 }
 
-// serve asks Redis for the head of a line until the line is empty: at once after a
-// permit, after a refusal when the refusal's wait is over, a permit is announced or
+// serve gives the turn to ask Redis to the head of a line until the line is empty: at
+// once when the head before it left the line (with a permit or not), and after a refusal
+// when the refusal's wait is over, a permit is announced here or by another instance, or
 // limitRetry passed.
 func (l *limiter) serve(line *limitLine) {
 	defer l.e.bg.Done()
@@ -248,32 +275,20 @@ func (l *limiter) serve(line *limitLine) {
 		}
 		t := front.Value.(*limitTicket)
 		l.mu.Unlock()
-		p, wait, err := l.ask(t.w, line.id)
-		if err == nil && p == nil && wait < 0 {
-			p = &permit{id: line.id, hold: scripts.LimitHold{Slot: -1}} // capped by nothing now
-		}
-		if p != nil {
-			l.mu.Lock()
-			if t.elem != nil {
-				line.waiters.Remove(t.elem)
-				t.elem = nil
-				t.got <- p
-				p = nil
-			}
-			l.mu.Unlock()
-			if p != nil {
-				l.give(p) // the partition left the line meanwhile
-			}
+		t.turn <- struct{}{}
+		var wait time.Duration
+		select {
+		case wait = <-t.asked:
+		case <-t.left:
 			continue
-		}
-		if err != nil {
-			l.e.logs.warn("limit:"+errorCause(err), "taking a limit permit failed; trying again", "group", line.id.group, "value", line.id.value, "err", err)
-			wait = l.e.cfg.Timing.PollInterval
+		case <-l.e.hardCtx.Done():
+			return
 		}
 		timer := time.NewTimer(min(wait, limitRetry))
 		select {
 		case <-line.kick:
 		case <-timer.C:
+		case <-t.left:
 		case <-l.e.stopped:
 		case <-l.e.hardCtx.Done():
 		}

@@ -776,22 +776,29 @@ func (w *worker) runHandler(r *run, attempt int) (back bool, err error) {
 			d.Entries[i] = ent.msg.ID
 		}
 	}
+	// Back-pressure: wait in line for a handler slot (slots.go), in the line of the limit
+	// value, and under a limit key for a permit with it (limits.go). The wait is not an
+	// attempt; when it ends without a slot, or the lease lapsed, the engine began stopping
+	// or an operator paused the partition meanwhile, the entry goes back unstarted.
+	var release func()
 	if w.sub.limit.Active() {
-		p, ok, err := w.e.limits.take(w, r.value)
+		p, rel, ok, err := w.e.limits.take(w, r.value)
 		if err != nil || !ok {
 			return true, err
 		}
+		release = rel
 		defer w.e.limits.give(p) // nil (no cap for the value) wakes nothing
 		if p != nil {
 			d.Limit = &LimitPermit{Value: r.value, Slot: p.hold.Slot, Generation: p.hold.Generation}
 		}
+	} else {
+		rel, ok := w.waitSlot(r.value)
+		if release = rel; !ok {
+			release()
+			return true, nil
+		}
 	}
-	// Back-pressure: wait in line for a handler slot (slots.go), in the line of the limit
-	// value. The wait is not an attempt; when it ends without a slot, or the lease
-	// lapsed, the engine began stopping or an operator paused the partition meanwhile,
-	// the entry goes back unstarted.
-	release, ok := w.waitSlot(r.value)
-	if !ok || w.pauseNoted.Load() || !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
+	if w.pauseNoted.Load() || !w.inc.valid() || w.ctx.Err() != nil || w.e.stopping() {
 		release()
 		return true, nil
 	}
