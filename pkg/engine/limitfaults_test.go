@@ -345,7 +345,7 @@ func TestLimitNoPermitHeldWhileWaitingForASlot(t *testing.T) {
 	d := limitDomain(t, runs.handle, HandlerLimit{Concurrency: 1})
 	startEngineWith(t, srv, d, "i1", func(c *EngineConfig) { c.Timing = fastTiming(2 * time.Second); c.MaxConcurrentHandlers = 1 })
 	release := sync.OnceFunc(func() { close(runs.release) })
-	t.Cleanup(release) // before the engines' shutdown, which waits for the held run
+	t.Cleanup(release)                            // before the engines' shutdown, which waits for the held run
 	publishLimited(t, b, d, "other", "busy-0", 0) // takes i1's only slot, until released
 	<-runs.held
 	publishLimited(t, b, d, "acme", "a-0", 0) // owned by i1: waits for its slot
