@@ -566,3 +566,63 @@ func TestBatchRerunsUnderFaults(t *testing.T) {
 		})
 	}
 }
+
+// A retry of a partition halted in the middle of a batch gives the poison event one more
+// try, as Retry promises: one call of it alone, then the halt again, at the attempt
+// after the halt's.
+func TestBatchHaltRetryIsOneMoreTry(t *testing.T) {
+	tg := redisTarget{srv: redistest.Start(t)}
+	rdb, b := tg.broker(t)
+	rec := newBatchRecorder()
+	rec.fail = func(c batchCall) error {
+		if slices.Contains(c.seqs, 5) {
+			return errors.New("event 5 breaks a constraint")
+		}
+		return nil
+	}
+	d := batchDomain(t, rec.handle, 10, func(h *Handler) { h.MaxRetries = 3 })
+	var evs []testPayload
+	for seq := range 10 {
+		evs = append(evs, testPayload{Client: "k", Seq: seq})
+	}
+	bulkPublish(t, b, d, evs)
+	stream := keyspace.For(rdb).PartitionStream("order", "k")
+	ids := entryIDs(t, rdb, stream)
+	ctx := context.Background()
+	ref := HeadRef{Group: "Projector", Category: "order", Key: "k"}
+	startEngineOn(t, tg, d, "i1", nil)
+	var h *HaltRecord
+	halted := func() bool { h, _ = b.Halt(ctx, ref); return h != nil }
+	testkit.WaitFor(t, 10*time.Second, "the partition halted", halted)
+	if h.EntryID != ids[5] || h.Attempts != 3 {
+		t.Fatalf("halted at %s after %d attempts, want %s after 3", h.EntryID, h.Attempts, ids[5])
+	}
+	before, first := len(callsWith(rec, "k", 5)), h.Since
+	if err := b.Retry(ctx, ref, ids[5]); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "halted again", func() bool { return halted() && h.Since.After(first) })
+	time.Sleep(200 * time.Millisecond)
+	after := callsWith(rec, "k", 5)[before:]
+	var shape []string
+	for _, c := range after {
+		shape = append(shape, fmt.Sprint(c.seqs))
+	}
+	if len(after) != 1 || !slices.Equal(after[0].seqs, []int{5}) {
+		t.Errorf("the retry ran the poison in calls %v, want one call of it alone", shape)
+	}
+	if h.EntryID != ids[5] || h.Attempts != 4 {
+		t.Errorf("halted again at %s after %d attempts, want %s after 4 (one more try)", h.EntryID, h.Attempts, ids[5])
+	}
+}
+
+// callsWith returns the calls of a key's runs that held seq.
+func callsWith(r *batchRecorder, key string, seq int) []batchCall {
+	var out []batchCall
+	for _, c := range r.callsOf(key) {
+		if slices.Contains(c.seqs, seq) {
+			out = append(out, c)
+		}
+	}
+	return out
+}

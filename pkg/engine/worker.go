@@ -682,8 +682,9 @@ func (r *run) entries() []entry {
 // runOf returns the run that head starts: head alone, or for a BatchFunc head and the
 // entries after it in w.pending (taken out of it) up to batch_max, as long as they are of
 // head's lane, hold an event and, under a limit key, the same limit value (a run holds
-// one permit). err is head's: its entry holds no event, or no valid limit value; it is
-// the attempt's error.
+// one permit), and unless head is past its retries (an operator's retry of a halt: one
+// more try, alone). err is head's: its entry holds no event, or no valid limit value; it
+// is the attempt's error.
 func (w *worker) runOf(head entry) (r run, err error) {
 	r.head = head
 	if r.ev, err = EventFromMessage(head.msg); err != nil {
@@ -699,6 +700,9 @@ func (w *worker) runOf(head entry) (r run, err error) {
 		return r, nil
 	}
 	r.ents, r.evs = []entry{head}, []Event{r.ev}
+	if head.deliveries > w.sub.maxRetries {
+		return r, nil // a head past its retries (a retried halt): one more try, alone
+	}
 	for len(r.ents) < w.sub.batchMax && len(w.pending) > 0 && w.pending[0].lane == head.lane {
 		next := w.pending[0]
 		ev, err := EventFromMessage(next.msg)
@@ -848,7 +852,9 @@ func (w *worker) halt(ent entry, cause error) error {
 		Attempts: ent.deliveries, Error: msg, Owner: w.owner, Generation: w.gen}
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()
-	fenced, err := scripts.Halt{Lease: w.leaseKey, Live: w.liveKey, Record: w.haltKey, Token: w.token, Fields: rec.Fields()}.Run(ctx, w.e.rdb)
+	fenced, err := scripts.Halt{Lease: w.leaseKey, Live: w.liveKey, Record: w.haltKey, Token: w.token,
+		Stream: w.lanes[ent.lane], Group: w.sub.group, Consumer: w.consumer, Entry: ent.msg.ID, Attempts: ent.deliveries,
+		Fields: rec.Fields()}.Run(ctx, w.e.rdb)
 	if err != nil {
 		w.retry = &ent
 		return translateRedisErr(err)
