@@ -76,7 +76,7 @@ func (i *Inbox) ApplyBatch(ctx context.Context, d engine.Delivery, evs []engine.
 		}
 	}
 	first := ids[start]
-	res, err := tx.ExecContext(ctx, i.q.claimRun, d.Handler, d.Stream, int64(last.MS), int64(last.Seq), d.Generation, int64(first.MS), int64(first.Seq))
+	res, err := tx.ExecContext(ctx, i.q.claimRun, d.Handler, d.Stream, int64(last.MS), int64(last.Seq), d.Generation, floorOf(d.Stream), int64(first.MS), int64(first.Seq))
 	if err != nil {
 		return 0, fmt.Errorf("inbox: record %s of %s on %s: %w", d.LastEntryID(), d.Handler, d.Stream, err)
 	}

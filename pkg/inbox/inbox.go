@@ -149,7 +149,7 @@ func (i *Inbox) Apply(ctx context.Context, d engine.Delivery, fn func(ctx contex
 		i.forget(key)
 		return 0, err
 	}
-	res, err := tx.ExecContext(ctx, i.q.claim, d.Handler, d.Stream, int64(id.MS), int64(id.Seq), d.Generation)
+	res, err := tx.ExecContext(ctx, i.q.claim, d.Handler, d.Stream, int64(id.MS), int64(id.Seq), d.Generation, floorOf(d.Stream))
 	if err != nil {
 		return 0, fmt.Errorf("inbox: record %s of %s on %s: %w", d.EntryID, d.Handler, d.Stream, err)
 	}
@@ -240,17 +240,16 @@ func (i *Inbox) check(ctx context.Context, tx *sql.Tx, d engine.Delivery, id key
 	return 0, applied, nil
 }
 
-// checkFloor checks a delivery to a stream without a row against the handler's floor:
-// the rows Prune removed held generations up to it, so a lower generation may be an owner
-// that a newer one superseded before the partition was reaped (ErrStale). An owner whose
-// lease is older than a prune and whose stream has no row yet is refused too, once: it
-// takes its lease again under a new generation, above the floor.
+// checkFloor checks a delivery to a stream without a row against the floor of its hash
+// slot: the rows Prune removed there held generations up to it, so a lower generation may
+// be an owner that a newer one superseded before the partition was reaped (ErrStale). An
+// owner of another stream of the slot whose lease is older than a prune and whose stream
+// has no row yet is refused too, once: it takes its lease again under a new generation,
+// above the floor (the slot's generations come from one master's clock).
 func (i *Inbox) checkFloor(ctx context.Context, tx *sql.Tx, d engine.Delivery) (Outcome, error) {
 	var floor int64
-	err := tx.QueryRowContext(ctx, i.q.floor, d.Handler).Scan(&floor)
+	err := tx.QueryRowContext(ctx, i.q.floor, d.Handler, floorOf(d.Stream)).Scan(&floor)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("inbox: read the floor of %s: %w", d.Handler, err)
 	case floor > d.Generation:

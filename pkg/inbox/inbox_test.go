@@ -325,16 +325,48 @@ func TestPruneKeepsTheFenceOfAnOlderOwner(t *testing.T) {
 		if got := effects(t, ib); fmt.Sprint(got) != "[5-0@2 6-0@2]" {
 			t.Errorf("effects %v, want only the newer owner's, in order", got)
 		}
-		// On a stream with no row, an owner below the floor is refused (its lease is
-		// older than the prune: it takes it again under a new generation).
+		// On a stream of the same hash slot with no row, an owner below the floor is
+		// refused (its lease is older than the prune: it takes it again under a new
+		// generation).
 		other := delivery("1-0", 1)
-		other.Stream = "order:c-2"
+		other.Stream = "{order:c-1}:other"
 		if _, err := apply(t, ib, other); !errors.Is(err, ErrStale) {
-			t.Fatalf("a delivery below the floor to a stream without a row: %v, want ErrStale", err)
+			t.Fatalf("a delivery below the floor to a stream of its slot without a row: %v, want ErrStale", err)
 		}
 		// The partition created again, under a newer owner.
 		if got, err := apply(t, ib, delivery("9-0", 3)); err != nil || got != Applied {
 			t.Fatalf("an entry of the recreated stream: %v, %v", got, err)
+		}
+	})
+}
+
+// On Redis Cluster each master's clock floors the generations of its slots: a prune of a
+// stream served by a master whose clock runs ahead does not fence the partitions of the
+// other masters. A delivery to a stream of another slot, with a generation below the
+// pruned row's, is applied; the pruned stream's older owner is still refused.
+func TestPruneFloorsEachSlotApart(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, ib *Inbox) {
+		fast := delivery("5-0", 9_000)
+		fast.Stream = "order:{c-fast}"
+		if got, err := apply(t, ib, fast); err != nil || got != Applied {
+			t.Fatalf("the fast master's owner: %v, %v", got, err)
+		}
+		if _, err := ib.Prune(context.Background(), goneCheck(fast.Stream), false); err != nil {
+			t.Fatal(err)
+		}
+		slow := delivery("1-0", 5_000)
+		slow.Stream = "order:{c-slow}"
+		if got, err := apply(t, ib, slow); err != nil || got != Applied {
+			t.Fatalf("a new partition on another master, generation %d below the pruned %d: %v, %v; want applied", slow.Generation, fast.Generation, got, err)
+		}
+		stale := delivery("5-0", 8_000)
+		stale.Stream = fast.Stream
+		if _, err := apply(t, ib, stale); !errors.Is(err, ErrStale) {
+			t.Fatalf("the pruned stream's older owner: %v, want ErrStale", err)
+		}
+		rep, err := ib.Prune(context.Background(), goneCheck(), false)
+		if err != nil || rep.Rows != 1 {
+			t.Errorf("a prune read %+v, %v; want the one stream row, never a floor row", rep, err)
 		}
 	})
 }

@@ -34,9 +34,10 @@ const pruneBatch = 500
 // one, so its row can go. Each row is removed only if it still records what Prune read
 // (a row written meanwhile stays). With dryRun nothing is removed.
 //
-// The generation a removed row held still fences the owners it refused: the handler's
-// floor row keeps the highest one, raised in the same transaction as the removal, and a
-// delivery to a stream without a row is applied only from that generation on. So an
+// The generation a removed row held still fences the owners it refused: the floor row of
+// the handler and the stream's hash slot keeps the highest one, raised in the same
+// transaction as the removal, and a delivery to a stream of that slot without a row is
+// applied only from that generation on. So an
 // owner that a newer one superseded before the reap, and that applies late (it stalled
 // before its claim), is refused after the prune as before it. On PostgreSQL each batch
 // holds the table's claims off while it runs (at most 10 s waiting for them).
@@ -92,7 +93,7 @@ func (i *Inbox) remove(ctx context.Context, rows []Row) (int, error) {
 			return 0, fmt.Errorf("inbox: prune %s: the table stayed busy with claims: %w", i.table, err)
 		}
 	}
-	floors := map[string]int64{}
+	floors := map[[2]string]int64{} // (handler, floor row) -> generation
 	removed := 0
 	for _, r := range rows {
 		var gen int64
@@ -104,11 +105,12 @@ func (i *Inbox) remove(ctx context.Context, rows []Row) (int, error) {
 			return 0, fmt.Errorf("inbox: prune %s: %w", i.table, err)
 		}
 		removed++
-		floors[r.Handler] = max(floors[r.Handler], gen)
+		f := [2]string{r.Handler, floorOf(r.Stream)}
+		floors[f] = max(floors[f], gen)
 	}
-	for h, gen := range floors {
-		if _, err := tx.ExecContext(ctx, i.q.lift, h, gen); err != nil {
-			return 0, fmt.Errorf("inbox: prune %s: raise the floor of %s: %w", i.table, h, err)
+	for f, gen := range floors {
+		if _, err := tx.ExecContext(ctx, i.q.lift, f[0], gen, f[1]); err != nil {
+			return 0, fmt.Errorf("inbox: prune %s: raise the floor of %s: %w", i.table, f[0], err)
 		}
 	}
 	if err := tx.Commit(); err != nil {

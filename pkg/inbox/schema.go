@@ -3,26 +3,42 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"strconv"
+
+	"github.com/seqctl/seqctl/internal/hashslot"
 
 	"github.com/seqctl/seqctl/pkg/sqldb"
 )
 
-// floorStream is the stream column of a handler's floor row: the highest generation of
-// the rows Prune removed. No lane stream has an empty name.
-const floorStream = ""
+// legacyFloor is the stream column of a handler's one floor row as older versions wrote
+// it: the highest generation of every row Prune removed. It is still honoured.
+const legacyFloor = ""
+
+// floorPrefix starts the stream column of a handler's floor row for one hash slot:
+// "__floor__:{slot}". No lane stream has it (a category cannot have the reserved
+// __name__ form).
+const floorPrefix = "__floor__:"
+
+// floorOf names the floor row of a stream's hash slot. The generations a floor compares
+// come from one clock: a partition's generations are floored at the Redis time of the
+// master that serves its slot, so on Redis Cluster a floor shared by every stream of a
+// handler would compare clocks of different masters, and a master whose clock runs ahead
+// would fence the partitions of the others until their clocks passed it.
+func floorOf(stream string) string { return floorPrefix + strconv.Itoa(hashslot.Of(stream)) }
 
 // queries are the statements of one inbox table.
 type queries struct {
 	create string
-	claim  string // $1 handler, $2 stream, $3 entry ms, $4 entry seq, $5 generation
-	// claimRun is claim for a run of entries: $3, $4 the last entry (recorded), and $6,
-	// $7 the first entry the run applied (the row must hold an entry before it).
+	claim  string // $1 handler, $2 stream, $3 entry ms, $4 entry seq, $5 generation, $6 floor row
+	// claimRun is claim for a run of entries: $3, $4 the last entry (recorded), $6 the
+	// floor row, and $7, $8 the first entry the run applied (the row must hold an entry
+	// before it).
 	claimRun string
 	read     string   // $1 handler, $2 stream
-	floor    string   // $1 handler
+	floor    string   // $1 handler, $2 floor row: the floor (the legacy one too)
 	raise    string   // $1 handler, $2 stream, $3 generation
 	prune    string   // $1 handler, $2 stream, $3 entry ms, $4 entry seq; returns the generation
-	lift     string   // $1 handler, $2 generation: raise the floor row to it
+	lift     string   // $1 handler, $2 generation, $3 floor row: raise the floor row to it
 	page     string   // $1 handler, $2 stream (the last row read), $3 how many
 	lock     []string // PostgreSQL: keep claims out while a prune removes rows; none on SQLite
 }
@@ -42,7 +58,7 @@ func newQueries(d sqldb.Dialect, t string) queries {
 	}
 	// One row per handler and lane stream: the last entry applied and the generation of
 	// the owner that applied it; and per handler, once a prune removed rows, its floor
-	// row (stream floorStream): the highest generation of the rows removed.
+	// rows (stream floorOf, per hash slot): the highest generation of the rows removed.
 	create := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
 	handler text NOT NULL,
 	stream text NOT NULL,
@@ -66,26 +82,26 @@ func newQueries(d sqldb.Dialect, t string) queries {
 	// claim is refused, so no entry's effects commit twice.
 	claimTmpl := `INSERT INTO %[1]s AS i (handler, stream, entry_ms, entry_seq, generation, applied_ms)
 SELECT CAST($1 AS text), CAST($2 AS text), CAST($3 AS %[3]s), CAST($4 AS %[3]s), CAST($5 AS %[3]s), %[2]s
-WHERE CAST($5 AS %[3]s) >= COALESCE((SELECT f.generation FROM %[1]s f WHERE f.handler = CAST($1 AS text) AND f.stream = ''), 0)
+WHERE CAST($5 AS %[3]s) >= COALESCE((SELECT MAX(f.generation) FROM %[1]s f WHERE f.handler = CAST($1 AS text) AND f.stream IN ('', CAST($6 AS text))), 0)
 ON CONFLICT (handler, stream) DO UPDATE SET
 	entry_ms = excluded.entry_ms, entry_seq = excluded.entry_seq,
 	generation = excluded.generation, applied_ms = excluded.applied_ms
 WHERE i.generation <= excluded.generation
 	AND (i.entry_ms < %[4]s OR (i.entry_ms = %[4]s AND i.entry_seq < %[5]s))`
 	claim := fmt.Sprintf(claimTmpl, t, nowMs(d), bigint, "excluded.entry_ms", "excluded.entry_seq")
-	claimRun := fmt.Sprintf(claimTmpl, t, nowMs(d), bigint, "CAST($6 AS "+bigint+")", "CAST($7 AS "+bigint+")")
+	claimRun := fmt.Sprintf(claimTmpl, t, nowMs(d), bigint, "CAST($7 AS "+bigint+")", "CAST($8 AS "+bigint+")")
 	q := queries{
 		create:   create,
 		claim:    claim,
 		claimRun: claimRun,
 		read:     fmt.Sprintf("SELECT entry_ms, entry_seq, generation FROM %s WHERE handler = $1 AND stream = $2", t),
-		floor:    fmt.Sprintf("SELECT generation FROM %s WHERE handler = $1 AND stream = ''", t),
+		floor:    fmt.Sprintf("SELECT COALESCE(MAX(generation), 0) FROM %s WHERE handler = $1 AND stream IN ('', $2)", t),
 		raise:    fmt.Sprintf("UPDATE %s SET generation = $3 WHERE handler = $1 AND stream = $2 AND generation < $3", t),
 		page: fmt.Sprintf("SELECT handler, stream, entry_ms, entry_seq, generation FROM %s "+
-			"WHERE (handler > $1 OR (handler = $1 AND stream > $2)) AND stream <> '' ORDER BY handler, stream LIMIT $3", t),
+			"WHERE (handler > $1 OR (handler = $1 AND stream > $2)) AND stream <> '' AND substr(stream, 1, 10) <> '"+floorPrefix+"' ORDER BY handler, stream LIMIT $3", t),
 		prune: fmt.Sprintf("DELETE FROM %s WHERE handler = $1 AND stream = $2 AND entry_ms = $3 AND entry_seq = $4 RETURNING generation", t),
 		lift: fmt.Sprintf(`INSERT INTO %[1]s AS i (handler, stream, entry_ms, entry_seq, generation, applied_ms)
-VALUES ($1, '', 0, 0, $2, %[2]s)
+VALUES ($1, $3, 0, 0, $2, %[2]s)
 ON CONFLICT (handler, stream) DO UPDATE SET generation = excluded.generation, applied_ms = excluded.applied_ms
 WHERE i.generation < excluded.generation`, t, nowMs(d)),
 	}
