@@ -1,10 +1,9 @@
 package redistest
 
 import (
-	"github.com/seqctl/seqctl/internal/hashslot"
-
 	"context"
 	"fmt"
+	"github.com/seqctl/seqctl/internal/hashslot"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -360,3 +359,50 @@ func configEpochs(nodes string) string {
 
 // Slot is the Redis Cluster hash slot of key (hashslot.Of).
 func Slot(key string) int { return hashslot.Of(key) }
+
+// Reshard moves n slots from node from to node to with `redis-cli --cluster reshard`,
+// as an operator would, while the cluster serves traffic. redis-cli takes the source's
+// lowest-numbered slots (see LowestSlots).
+func (c *Cluster) Reshard(tb testing.TB, from, to, n int) {
+	tb.Helper()
+	cli, err := cliBinary()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	id := func(i int) string {
+		cl := redis.NewClient(&redis.Options{Addr: c.Nodes[i].Addr})
+		defer cl.Close()
+		v, err := cl.ClusterMyID(context.Background()).Result()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return v
+	}
+	out, err := exec.Command(cli, "--cluster", "reshard", c.Nodes[from].Addr,
+		"--cluster-from", id(from), "--cluster-to", id(to), "--cluster-slots", strconv.Itoa(n), "--cluster-yes").CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redis-cli --cluster reshard: %v\n%s", err, out)
+	}
+	c.waitOK()
+}
+
+// LowestSlots returns the n lowest-numbered slots node i serves: the ones Reshard moves
+// first.
+func (c *Cluster) LowestSlots(tb testing.TB, i, n int) []int {
+	tb.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: c.Nodes[i].Addr})
+	defer cl.Close()
+	ranges, err := cl.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []int
+	for s := 0; s < 16384 && len(out) < n; s++ {
+		for _, r := range ranges {
+			if s >= r.Start && s <= r.End && len(r.Nodes) > 0 && r.Nodes[0].Addr == c.Nodes[i].Addr {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}

@@ -120,7 +120,9 @@ func (w *worker) trim() {
 	defer cancel()
 	var fenced bool
 	var err error
-	c.RegistryNames, err = w.e.registryNames(ctx, w.u.laneCats)
+	if c.Cluster {
+		c.RegistryNames, err = w.e.registryNames(ctx, w.u.laneCats)
+	}
 	if err == nil {
 		_, _, fenced, err = c.Run(ctx, w.e.rdb)
 	}
@@ -146,13 +148,11 @@ func (e *Engine) reapStep(step, unit string) bool {
 	return true
 }
 
-// registryNames reads, on Redis Cluster, the group registry of each lane's category, for
-// reap.lua and trim.lua, which cannot read them there. On one node the scripts read the
-// registries themselves: nil.
+// registryNames reads the group registry of each lane's category: for reap.lua, which
+// takes the pause keys of every registered group through KEYS (on one node it checks the
+// read against the registry), and for trim.lua on Redis Cluster, where no script can read
+// a registry.
 func (e *Engine) registryNames(ctx context.Context, cats []string) ([][]string, error) {
-	if !e.keys.IsCluster() {
-		return nil, nil
-	}
 	pipe := e.rdb.Pipeline()
 	cmds := map[string]*redis.StringSliceCmd{}
 	for _, c := range cats {

@@ -21,8 +21,9 @@ type Reap struct {
 	// Indexes are, per lane, its category's index on one node, or the partition's
 	// indexed mark on Redis Cluster.
 	Indexes []string
-	// Registries are, per lane, its category's group registry on one node; on Redis
-	// Cluster, where no script reads them, RegistryNames holds the caller's read of them.
+	// Registries are, per lane, its category's group registry on one node (the script
+	// checks that it names no group beyond RegistryNames); RegistryNames holds the
+	// caller's read of them, on one node and on Redis Cluster, where no script reads them.
 	Registries    []string
 	RegistryNames [][]string
 	Generation    string // Redis Cluster: the unit's generation counter, deleted with it
@@ -73,22 +74,22 @@ func (c Reap) Run(ctx context.Context, rdb redis.Scripter) (ReapReply, error) {
 	} else {
 		keys = append(keys, c.Lease, c.Control)
 	}
+	for i, names := range c.RegistryNames {
+		for _, g := range names {
+			keys = append(keys, c.PausePrefixes[i]+g, c.PMPause[0]+g+c.PMPause[1]+g)
+		}
+	}
 	keys = append(keys, c.Guards...)
 	mode := ""
 	if c.Cluster {
 		mode = "cluster"
 	}
-	args := make([]any, 0, 7+2*n)
-	args = append(args, c.Token, c.IdleMS, n, c.Key, mode, c.PMPause[0], c.PMPause[1])
-	for _, p := range c.PausePrefixes {
-		args = append(args, p)
-	}
+	args := make([]any, 0, 5+2*n)
+	args = append(args, c.Token, c.IdleMS, n, c.Key, mode)
 	for _, cat := range c.Categories {
 		args = append(args, cat)
 	}
-	if c.Cluster {
-		args = registryArgs(args, c.RegistryNames)
-	}
+	args = registryArgs(args, c.RegistryNames)
 	cmd := reapScript.Run(ctx, rdb, keys, args...)
 	return reply("reap.lua", cmd, func(code int64, rest []any) (ReapReply, error) {
 		r := ReapReply{Code: ReapCode(code)}

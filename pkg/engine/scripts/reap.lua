@@ -30,19 +30,21 @@
 --                  again, unread (one node: one counter per group, shared)
 -- KEYS[5+3n]       control stream on one node; on Redis Cluster, where it is in another
 --                  slot, the lease key again, unread
--- KEYS[6+3n..]     guard lease keys of the unit (see acquire.lua), dropped with the lease
+-- KEYS[6+3n..5+3n+2r]  for each lane, for each group of its category's registry as the
+--                  caller read it (r in all): the group's pause of the lane's partition,
+--                  then its pause of the key as a process manager's correlation value
+--                  (keyspace.PauseKey, PMPauseForm; both in the key's slot)
+-- KEYS[6+3n+2r..]  guard lease keys of the unit (see acquire.lua), dropped with the lease
 -- ARGV[1]  token "{owner}:{generation}"
 -- ARGV[2]  idle period, ms
 -- ARGV[3]  n, the number of lanes
 -- ARGV[4]  the partition key (index member)
 -- ARGV[5]  "cluster" on Redis Cluster, else ""
--- ARGV[6], ARGV[7]  the pause key of a process manager g over the key is
---               ARGV[6] .. g .. ARGV[7] .. g (keyspace.PMPauseForm, in the key's slot)
--- ARGV[8..7+n]  for each lane, the pause-record prefix of its category's partition (the
---               pause key of a handler g is the prefix .. g)
--- ARGV[8+n..7+2n]  the category of each lane
--- ARGV[8+2n..]  on Redis Cluster, for each lane: m, then the m groups of its category's
---               registry as the caller read it
+-- ARGV[6..5+n]  the category of each lane
+-- ARGV[6+n..]  for each lane: m, then the m groups of its category's registry as the
+--              caller read it (the pause keys above follow them). On one node the script
+--              reads each registry too, and keeps the unit when it names a group the
+--              caller did not read (its pause keys were not passed)
 -- Returns:
 --   {1}            reaped (the lease is gone: the caller stops owning the unit)
 --   {0, ms}        not idle long enough: try again in ms
@@ -61,14 +63,26 @@ local idle = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local cluster = ARGV[5] == 'cluster'
 
--- registry returns the groups registered for lane i's category.
-local registries = {}
-if cluster then
-  registries = read_registries(8 + 2 * n, n)
+-- registries[i] are the groups registered for lane i's category, as the caller read them;
+-- pauses[i][name] the index in KEYS of the group's two pause keys.
+local registries = read_registries(6 + n, n)
+local pauses, k = {}, 6 + 3 * n
+for i = 1, n do
+  pauses[i] = {}
+  for _, name in ipairs(registries[i]) do
+    pauses[i][name] = k
+    k = k + 2
+  end
 end
-local function registry(i)
-  if cluster then return registries[i] end
-  return redis.call('SMEMBERS', KEYS[3 + 2 * n + i])
+local guards = k
+if not cluster then
+  for i = 1, n do
+    for _, name in ipairs(redis.call('SMEMBERS', KEYS[3 + 2 * n + i])) do
+      if not pauses[i][name] then
+        return {-7, 'group ' .. name .. ' registered meanwhile'}
+      end
+    end
+  end
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -92,11 +106,12 @@ for i = 1, n do
       for j = 1, #g, 2 do info[g[j]] = g[j + 1] end
       groups[info['name']] = info
     end
-    for _, name in ipairs(registry(i)) do
+    for _, name in ipairs(registries[i]) do
       if not groups[name] then
         return {-7, 'group ' .. name .. ' has never read ' .. lane}
       end
-      if redis.call('EXISTS', ARGV[7 + i] .. name) == 1 or redis.call('EXISTS', ARGV[6] .. name .. ARGV[7] .. name) == 1 then
+      local p = pauses[i][name]
+      if redis.call('EXISTS', KEYS[p], KEYS[p + 1]) > 0 then
         return {-7, 'paused for group ' .. name}
       end
     end
@@ -117,7 +132,7 @@ for i = 1, n do
     redis.call('DEL', KEYS[3 + n + i])
   else
     redis.call('SREM', KEYS[3 + n + i], ARGV[4])
-    local c = ARGV[7 + n + i]
+    local c = ARGV[5 + i]
     if not announced[c] then
       announced[c] = true
       redis.call('XADD', KEYS[5 + 3 * n], 'MAXLEN', '~', '1000', '*', 'op', 'reaped', 'category', c, 'key', ARGV[4])
@@ -127,7 +142,7 @@ end
 if cluster then
   redis.call('DEL', KEYS[4 + 3 * n])
 end
-for i = 6 + 3 * n, #KEYS do
+for i = guards, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
 end
 redis.call('DEL', KEYS[1])

@@ -3,6 +3,7 @@ package scripts
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,5 +134,24 @@ func TestUnexpectedReplyIsAnError(t *testing.T) {
 	}
 	if _, err := intsOf("renew.lua", []any{int64(1), "x"}); !errors.Is(err, ErrReply) {
 		t.Errorf("ints with a string: %v, want ErrReply", err)
+	}
+}
+
+// keyFromARGV matches a redis.call or redis.pcall whose key is built from an argument
+// (ARGV[i] .. something) instead of coming through KEYS.
+var keyFromARGV = regexp.MustCompile(`redis\.p?call\('[A-Za-z]+',\s*ARGV\[[^\]]+\]\s*\.\.`)
+
+// reap.lua touches only keys it declares in KEYS (the pause keys of every registered
+// group included), so that a Redis or proxy that routes or checks scripts by their
+// declared keys sees every key it reads.
+func TestReapDeclaresEveryKeyItReads(t *testing.T) {
+	src, err := files.ReadFile("reap.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(src), "\n") {
+		if keyFromARGV.MatchString(line) {
+			t.Errorf("reap.lua:%d reads a key built from ARGV: %s", i+1, strings.TrimSpace(line))
+		}
 	}
 }
