@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/seqctl/seqctl/internal/redistest"
 	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/deliver"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // limitSink is the HTTP handler of the limit tests: a downstream that honours the permit's
@@ -34,6 +36,7 @@ type limitSink struct {
 	maxRuns map[string]int                // tenant -> most runs under way at once
 	refused int
 	done    map[string][]int // key -> seqs in the order they completed
+	order   []string         // the key of each completed run, in the order they completed
 	starts  map[string][]limitStart
 	// overlap is, per tenant, the most requests in the handler at once, superseded runs
 	// included (a stalled holder's late request): what a downstream without the fence
@@ -103,6 +106,7 @@ func (s *limitSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	delete(s.slots[tenant], slot)
 	s.done[env.Key] = append(s.done[env.Key], env.Data.Seq)
+	s.order = append(s.order, env.Key)
 }
 
 func (s *limitSink) snapshot() (done map[string][]int, maxRuns, maxOverlap map[string]int, refused int) {
@@ -255,4 +259,110 @@ func mostInWindow(ts []int64, w int64) int {
 		most = max(most, j-i)
 	}
 	return most
+}
+
+// Three 'seqctl run' instances, limit_concurrency = 1, a handler that runs 1.6 s (past
+// the permit's TTL of 1 s) while Redis forgets its scripts again and again (SCRIPT FLUSH,
+// as after a failover): the downstream never has two runs of the tenant in its handler at
+// once, fenced or not.
+func TestLimitCapHoldsWhileRedisForgetsItsScripts(t *testing.T) {
+	sink := newLimitSink(1600 * time.Millisecond)
+	hs := httptest.NewServer(sink)
+	defer hs.Close()
+	f := newFixture(t, "limit.domain.toml", map[string]string{"URL": hs.URL, "LIMITS": "limit_concurrency = 1"})
+	keys := keyNames("f", 4)
+	a, b := f.runTwo(nil)
+	c := f.run("c", []string{"SEQTEST_INSTANCE=c"})
+	c.waitReady(10 * time.Second)
+	f.publishTenants(keys, []string{"acme"}, 1, 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := f.rdb.ScriptFlush(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	testkit.WaitFor(t, 30*time.Second, "every event delivered", func() bool {
+		done, _, _, _ := sink.snapshot()
+		return complete(done, keys, 1)
+	})
+	_, maxRuns, maxOverlap, refused := sink.snapshot()
+	t.Logf("most runs at once: fenced %v, in the handler %v; %d refused by the fence", maxRuns, maxOverlap, refused)
+	if maxOverlap["acme"] > 1 || maxRuns["acme"] > 1 {
+		t.Errorf("the tenant had %d runs in the handler at once (%d fenced), want at most 1: its cap", maxOverlap["acme"], maxRuns["acme"])
+	}
+	for _, p := range []*proc{a, b, c} {
+		p.stop(syscall.SIGTERM, 10*time.Second)
+	}
+}
+
+// A tenant's partitions spread over three 'seqctl run' instances under
+// limit_concurrency = 1, each instance with a backlog of the tenant: every instance's
+// share of the tenant's runs is within 2x of the others'.
+func TestLimitSharedAcrossThreeInstances(t *testing.T) {
+	sink := newLimitSink(5 * time.Millisecond)
+	hs := httptest.NewServer(sink)
+	defer hs.Close()
+	f := newFixture(t, "limit.domain.toml", map[string]string{"URL": hs.URL, "LIMITS": "limit_concurrency = 1"})
+	keys := keyNames("s", 30)
+	a, b := f.runTwo(nil)
+	c := f.run("c", []string{"SEQTEST_INSTANCE=c"})
+	c.waitReady(10 * time.Second)
+	f.publishTenants(keys, []string{"acme"}, 1, 1)
+	testkit.WaitFor(t, 30*time.Second, "the first event of every key delivered", func() bool {
+		done, _, _, _ := sink.snapshot()
+		return complete(done, keys, 1)
+	})
+	owners := f.leaseOwners(f.streamsOf(keys))
+	per := map[string]int{}
+	for _, o := range owners {
+		per[o]++
+	}
+	if len(per) < 3 {
+		t.Fatalf("the partitions went to %v: fewer than three instances own some", per)
+	}
+	sink.mu.Lock()
+	from := len(sink.order)
+	sink.mu.Unlock()
+	const events = 8
+	f.publishTenants(keys, []string{"acme"}, 2, events)
+	fewest := len(keys)
+	for _, n := range per {
+		fewest = min(fewest, n)
+	}
+	window := 3 * fewest * (events - 1) / 2 // while every instance still has a backlog
+	testkit.WaitFor(t, 60*time.Second, "a window of runs", func() bool {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return len(sink.order)-from >= window
+	})
+	share := map[string]int{}
+	sink.mu.Lock()
+	for _, k := range sink.order[from : from+window] {
+		share[owners[keyspace.For(f.rdb).PartitionStream("step", k)]]++
+	}
+	sink.mu.Unlock()
+	lo, hi := window, 0
+	for o := range per {
+		lo, hi = min(lo, share[o]), max(hi, share[o])
+	}
+	t.Logf("partitions per instance %v; runs per instance in the first %d of the backlog %v", per, window, share)
+	if hi > 2*lo {
+		t.Errorf("runs per instance %v: not within 2x of each other", share)
+	}
+	testkit.WaitFor(t, 60*time.Second, "every event delivered", func() bool {
+		done, _, _, _ := sink.snapshot()
+		return complete(done, keys, events)
+	})
+	if after := f.leaseOwners(f.streamsOf(keys)); fmt.Sprint(after) != fmt.Sprint(owners) {
+		t.Logf("owners changed during the run: %v -> %v", owners, after)
+	}
+	done, maxRuns, _, _ := sink.snapshot()
+	checkOrder(t, done, keys, events)
+	if maxRuns["acme"] > 1 {
+		t.Errorf("%d runs of the tenant at once, want 1", maxRuns["acme"])
+	}
+	for _, p := range []*proc{a, b, c} {
+		p.stop(syscall.SIGTERM, 10*time.Second)
+	}
 }
