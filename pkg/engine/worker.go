@@ -841,6 +841,10 @@ func (w *worker) halt(ent entry, cause error) error {
 		Attempts: ent.deliveries, Error: msg, Owner: w.owner, Generation: w.gen}
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()
+	if err := indexState(ctx, w.e.rdb, w.e.keys, keyspace.IndexHalted, w.u.laneCats, w.u.key, w.sub.group, w.sub.pm); err != nil {
+		w.retry = &ent
+		return translateRedisErr(err)
+	}
 	fenced, err := scripts.Halt{Lease: w.leaseKey, Live: w.liveKey, Record: w.haltKey, Token: w.token, Fields: rec.Fields()}.Run(ctx, w.e.rdb)
 	if err != nil {
 		w.retry = &ent
