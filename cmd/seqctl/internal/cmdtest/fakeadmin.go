@@ -22,6 +22,10 @@ type FakeAdmin struct {
 	Rebuilt    []string       // the categories of each RebuildStateIndex call
 	PageErr    error          // EachPartition fails with it after its first page
 	Unindexed  []string       // the categories EachPartition reports unindexed
+	// OverviewSampled makes Overview say its partitions are a sample; PingErr is what
+	// Ping answers.
+	OverviewSampled bool
+	PingErr         error
 
 	Inspection *admin.Inspection
 	InspectErr error
@@ -111,6 +115,25 @@ func (f *FakeAdmin) EachPartition(ctx context.Context, flt admin.Filter, fn func
 	}
 	return nil
 }
+
+// Overview answers every partition ListPartitions would, counted, sampled when
+// OverviewSampled is set.
+func (f *FakeAdmin) Overview(ctx context.Context, limit int) (*admin.Overview, error) {
+	ps, err := f.ListPartitions(ctx, admin.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	ov := &admin.Overview{Partitions: ps, Rows: int64(len(ps)), Sampled: f.OverviewSampled}
+	keys := map[string]bool{}
+	for _, p := range ps {
+		keys[p.Stream] = true
+	}
+	ov.Streams = int64(len(keys))
+	return ov, nil
+}
+
+// Ping answers PingErr.
+func (f *FakeAdmin) Ping(context.Context) error { return f.PingErr }
 
 // RebuildStateIndex records the call and rebuilds nothing.
 func (f *FakeAdmin) RebuildStateIndex(_ context.Context, category string) ([]admin.StateIndexRebuild, error) {
