@@ -86,7 +86,7 @@ func newCmdPartitionsList(f *cmdutil.Factory, runF func(*PartitionsListOptions) 
 		Use:   "list [--category C] [--handler H] [--state S] [--key GLOB] [--owner ID] [--sort name|backlog|lag|age|dlq] [--watch]",
 		Short: "List partitions with owner, generation, lease, backlog, DLQ, head age and state",
 		Long: `List one row per (handler, partition), keys in natural order (client-2 before
-client-10):
+client-10; see below for large lists):
 
   CATEGORY, KEY  the partition ({category}:{key} is its stream)
   HANDLER        the consumer group (handler or process manager)
@@ -126,7 +126,18 @@ On a terminal the list is an aligned table; in a pipe it is tab-separated rows
 without a header, unless -o table or -o wide asks for the table. --no-headers drops
 the header.
 
-The listing is pipelined: a few round trips to Redis however many partitions there are.`,
+The listing reads the partitions a page of about 1,000 keys at a time, a few
+pipelined round trips per page. In a pipe and with -o json the rows are written as
+each page is read, sorted within the page (memory stays that of a page, and the first
+rows come at once); --sort (any order, name included), an aligned table and -o yaml
+read the whole list first. If the listing fails halfway, -o json leaves its array
+open, so that it cannot pass for the whole list.
+
+--state halted, paused and throttled read their candidates from each category's
+state index ({category}:__halted__, {category}:__paused__) and the instances'
+registry, not from every partition, and check each against its record. A category
+whose index was never rebuilt is read in full, with a note on stderr: after every
+instance runs this version, run --rebuild-index once (see docs/operator-runbook.md).`,
 		Example: `  # everything, as a table on a terminal or tab-separated rows in a pipe
   $ seqctl partitions list
 
@@ -138,6 +149,9 @@ The listing is pipelined: a few round trips to Redis however many partitions the
 
   # partitions waiting for a permit of their handler's limit key, with the value
   $ seqctl partitions list --state throttled -o wide
+
+  # after an upgrade, once: index the halts and pauses older than the state index
+  $ seqctl partitions list --rebuild-index --state halted
 
   # keys of one client range that have work, biggest backlog first
   $ seqctl partitions list --key 'client-1*' --state running,unowned --sort backlog
