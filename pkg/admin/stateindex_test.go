@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"testing"
@@ -152,5 +153,27 @@ func TestEachPartitionPages(t *testing.T) {
 	}
 	if pages < 2 || len(seen) != n+2 {
 		t.Errorf("%d pages, %d keys; want at least 2 pages and %d keys", pages, len(seen), n+2)
+	}
+}
+
+// A caller that stops the listing gets its error back at once, and the page read ahead
+// is dropped (goleak checks that its reader ended).
+func TestEachPartitionStopsOnTheCallersError(t *testing.T) {
+	w := haltedWorld(t)
+	ctx := context.Background()
+	members := make([]any, 3*admin.ListPageSize)
+	for i := range members {
+		members[i] = "k" + strconv.Itoa(i)
+	}
+	w.rdb.SAdd(ctx, keyspace.SingleNode.PartitionIndex("order"), members...)
+	adm := admin.New(w.rdb, admin.Options{})
+	stop := errors.New("enough")
+	calls := 0
+	err := adm.EachPartition(ctx, admin.Filter{}, func([]admin.Partition) error {
+		calls++
+		return stop
+	})
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("EachPartition = %v after %d calls, want the caller's error after 1", err, calls)
 	}
 }

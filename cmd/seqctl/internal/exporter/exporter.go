@@ -52,9 +52,14 @@ const exporterLong = `exporter serves Prometheus gauges of the backlog of every 
 Redis, whether any 'seqctl run' instance runs or not: the signal an autoscaler (KEDA's
 Prometheus scaler, say) needs to start a worker when an event waits and none runs.
 
-Every --interval it lists every partition as 'seqctl partitions list' does, in a few
-pipelined round trips, and aggregates per category and handler. A scrape of /metrics
-serves the last aggregate and never reads Redis:
+Every --interval it lists every partition as 'seqctl partitions list' does, a page of
+about 1,000 keys at a time in a few pipelined round trips, and aggregates each page per
+category and handler as it comes, so its memory is that of a page and the aggregate,
+whatever the number of partitions. A refresh may last twice --interval (at least 10s);
+a longer one fails and is counted. Its time grows with the partitions (docs/benchmarks.md
+has the figures: tens of seconds at a million), so give a large deployment an --interval
+of half that or more. A scrape of /metrics serves the last aggregate and never reads
+Redis:
 
   seqctl_lag_seconds{category,handler}
       age of the oldest event not yet handled, by Redis time; 0 when caught up
