@@ -44,6 +44,13 @@ audit log; and the head of the selected partition. The header counts partitions 
 the CLI does (partition streams) and the table's rows (one per handler and partition).
 Owners are session owners (instance.N), as 'seqctl partitions list' prints them.
 
+Above 2,000 rows (handler, partition) a refresh does not read every partition: it shows
+every halted, paused and throttled partition (from the state indexes, see 'seqctl
+partitions list --rebuild-index', and the instances' registry), the partition and row
+totals counted in Redis, and a sample of the rest; the header says which counts are the
+sample's. A refresh that runs out of time while Redis answers a PING is shown as slow,
+with the last data, not as Redis unreachable.
+
 A halted head can be skipped (s), moved to its DLQ (d) or retried (r) from the dashboard,
 each after a confirmation that names the head entry id, and as a compare-and-act on it:
 if the head moved meanwhile, nothing is done. P pauses the selected partition for its
