@@ -15,8 +15,10 @@ import (
 // Every call gets a context with a deadline (fetchTimeout, actionTimeout) derived from the
 // context given to Run; an implementation must return when it is done.
 type Source interface {
-	// Snapshot takes one reading of the whole deployment. It should be bounded and
-	// pipelined (a refresh of 10,000 partitions is a handful of round trips, not 10,000).
+	// Snapshot takes one reading of the deployment. It should be bounded and pipelined
+	// (a refresh of 10,000 partitions is a handful of round trips, not 10,000); above
+	// that, it may return every halted, paused and throttled partition and a sample of
+	// the rest, with Totals.
 	// An error means "could not read Redis": the dashboard keeps the last good snapshot,
 	// shows a banner and retries with backoff.
 	Snapshot(ctx context.Context) (Snapshot, error)
