@@ -2,6 +2,7 @@ package partitions
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,12 +34,19 @@ func streamPartitions(ctx context.Context, adm cmdutil.Admin, opts *PartitionsLi
 	ios := opts.IO
 	out := bufio.NewWriterSize(ios.Out, 64<<10)
 	n := 0
+	var elem bytes.Buffer
 	err := adm.EachPartition(ctx, filter, func(ps []admin.Partition) error {
 		admin.SortPartitions(ps, admin.SortBy(opts.Sort))
 		if opts.Output == "json" {
 			for _, p := range ps {
-				b, err := json.MarshalIndent(p, "  ", "  ")
+				// MarshalJSON's output is compact and escaped already: indenting it
+				// gives the bytes of json.MarshalIndent without its second pass.
+				b, err := p.MarshalJSON()
 				if err != nil {
+					return err
+				}
+				elem.Reset()
+				if err := json.Indent(&elem, b, "  ", "  "); err != nil {
 					return err
 				}
 				sep := ",\n  "
@@ -46,7 +54,7 @@ func streamPartitions(ctx context.Context, adm cmdutil.Admin, opts *PartitionsLi
 					sep = "[\n  "
 				}
 				out.WriteString(sep)
-				out.Write(b)
+				out.Write(elem.Bytes())
 				n++
 			}
 		} else {
