@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -44,6 +45,8 @@ const (
 	// examples, so the two can share a host.
 	defaultExporterListen   = ":9465"
 	defaultExporterInterval = 10 * time.Second
+	// exporterGCPercent is the exporter's GC target (see exporterRun).
+	exporterGCPercent = 400
 	// minExporterInterval keeps a typo (1ms for 1m) from listing every partition in a loop.
 	minExporterInterval = 100 * time.Millisecond
 )
@@ -219,6 +222,10 @@ func exporterRun(ctx context.Context, opts *Options) error {
 	if len(src.declared) == 0 {
 		log.Info("no --config: categories and handlers are discovered in Redis; a handler's series appear with its first partition")
 	}
+	// A refresh's live heap is a page or two and the aggregate, whatever the number of
+	// partitions, so the default GC target collects every few pages: at 400 % a refresh
+	// spends a fraction of the CPU on it, for some tens of MB (docs/benchmarks.md).
+	debug.SetGCPercent(exporterGCPercent)
 	exp := metrics.NewBacklogExporter(metrics.BacklogOptions{Lister: src.adm, Declared: src.declared, Logger: log})
 	return serveExporter(ctx, exp, ln, opts.Interval, log)
 }
