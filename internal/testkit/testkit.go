@@ -1,15 +1,20 @@
 // Package testkit holds the helpers the tests of every package share: waiting for a
 // condition, a buffer that concurrent writers (a logger, a child process) can share
-// with the test that reads it, and the goroutine leak check of a package's TestMain. It
+// with the test that reads it, the goroutine leak check of a package's TestMain, and the
+// Redis and peak RSS of the benchmarks at scale. It
 // imports nothing of seqctl, so the engine's own tests can use it too.
 package testkit
 
 import (
 	"bytes"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
@@ -57,4 +62,40 @@ func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// ScaleClient connects to the Redis of $SEQCTL_SCALE_REDIS_URL, which
+// scripts/bench-operator-scale.sh fills with partitions of category order (handler
+// OrderProjector) for the benchmarks at scale; it skips the benchmark when unset. The
+// client is closed with the benchmark.
+func ScaleClient(tb testing.TB) *redis.Client {
+	tb.Helper()
+	url := os.Getenv("SEQCTL_SCALE_REDIS_URL")
+	if url == "" {
+		tb.Skip("SEQCTL_SCALE_REDIS_URL is not set: run scripts/bench-operator-scale.sh")
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	tb.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// PeakRSS is the peak resident set of this process (VmHWM of /proc/self/status), in
+// bytes; 0 where /proc is not there.
+func PeakRSS(tb testing.TB) int64 {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }

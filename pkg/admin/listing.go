@@ -66,7 +66,7 @@ type row struct {
 	headNextLane *laneState // the lane headNext reads
 }
 
-// partitionListing is one ListPartitions call on its way through its round trips: the
+// partitionListing is one page of a listing on its way through its round trips: the
 // rows it lists, and the replies rows share (a lane, a lease, a halt record, a DLQ or a
 // session is read once however many rows need it).
 type partitionListing struct {
@@ -85,33 +85,35 @@ type partitionListing struct {
 }
 
 // ListPartitions lists every (handler, partition) pair the filter selects, sorted by
-// category, key and handler. It costs a bounded number of pipelined round trips however
-// many partitions there are: the index SCAN (none with a config or a category filter),
-// one for the indexes and registries, one for every primary lane's groups and every
-// lease and halt record, at most one more for backfill lanes and process-manager units
-// when there are any, and one for session TTLs and head entries.
+// category, key and handler. It holds the whole list: at scale, EachPartition streams it
+// in pages instead.
 func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, error) {
-	if err := CheckKeyGlob(f.KeyGlob); err != nil {
-		return nil, err
-	}
-	cats, err := a.categories(ctx, f.Category)
+	out := []Partition{}
+	err := a.EachPartition(ctx, f, func(ps []Partition) error {
+		out = append(out, ps...)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	out := []Partition{}
-	if len(cats) == 0 {
-		return out, nil
-	}
+	SortPartitions(out, SortName)
+	return out, nil
+}
+
+// listPage lists the partitions of one page of a category's keys for the given groups:
+// a bounded number of pipelined round trips however many keys the page has: one for
+// every primary lane's groups, every lease and halt record, the server time and the
+// instance registry; at most one more for backfill lanes and process-manager units when
+// there are any; and one for session TTLs and head entries.
+func (a *Admin) listPage(ctx context.Context, f Filter, category string, groups []GroupTopology, keys []string) ([]Partition, error) {
 	l := &partitionListing{
 		a: a, f: f,
 		lanes: map[string]*laneCmds{}, leases: map[string]leaseCmds{}, halts: map[string]*redis.MapStringStringCmd{},
 		dlqs: map[string]*redis.IntCmd{}, ttls: map[string]*redis.DurationCmd{},
 	}
-	if err := l.readIndexes(ctx, cats); err != nil {
-		return nil, err
-	}
+	l.addRows(category, groups, keys)
 	if len(l.rows) == 0 {
-		return out, nil
+		return nil, nil
 	}
 	if err := l.readLanesAndUnits(ctx); err != nil {
 		return nil, err
@@ -121,53 +123,12 @@ func (a *Admin) ListPartitions(ctx context.Context, f Filter) ([]Partition, erro
 	}
 	l.resolve()
 	if len(l.rows) == 0 {
-		return out, nil
+		return nil, nil
 	}
 	if err := l.readSessionsAndHeads(ctx); err != nil {
 		return nil, err
 	}
-	return l.partitions(out), nil
-}
-
-// readIndexes is round trip 1: the indexes, the group registries (without a config), the
-// instance registry and the server time. It makes the rows: one per indexed key and group
-// the filter keeps.
-func (l *partitionListing) readIndexes(ctx context.Context, cats []string) error {
-	a := l.a
-	pipe := a.rdb.Pipeline()
-	members := make([]*redis.StringSliceCmd, len(cats))
-	registries := make([]*redis.StringSliceCmd, len(cats))
-	for i, c := range cats {
-		members[i] = a.keys.IndexMembers(ctx, pipe, c)
-		if a.opts.Topology == nil {
-			registries[i] = pipe.SMembers(ctx, a.keys.GroupRegistry(c))
-		}
-	}
-	l.now = pipe.Time(ctx)
-	l.registry = pipe.HGetAll(ctx, a.keys.InstancesKey())
-	if err := execTolerant(ctx, pipe); err != nil {
-		return err
-	}
-	for i, c := range cats {
-		l.addRows(c, l.groupsOf(ctx, c, registries[i]), members[i].Val())
-	}
-	return nil
-}
-
-// groupsOf returns the consumer groups of a category: the config's, else those of its
-// registry (read in round trip 1), sorted by name.
-func (l *partitionListing) groupsOf(ctx context.Context, category string, registry *redis.StringSliceCmd) []GroupTopology {
-	if l.a.opts.Topology != nil {
-		groups, _ := l.a.groupsOf(ctx, category)
-		return groups
-	}
-	names := registry.Val()
-	slices.Sort(names)
-	var groups []GroupTopology
-	for _, n := range names {
-		groups = append(groups, GroupTopology{Name: n})
-	}
-	return groups
+	return l.partitions(nil), nil
 }
 
 // addRows adds a row for every key of a category's index, in natural order, and every
@@ -205,10 +166,13 @@ func (l *partitionListing) keepsKey(k string) bool {
 	return true
 }
 
-// readLanesAndUnits is round trip 2: each primary lane's groups (a backfill lane's too
-// when lanes are on, its existence when probing), each lease and halt record.
+// readLanesAndUnits is the first round trip: each primary lane's groups (a backfill
+// lane's too when lanes are on, its existence when probing), each lease and halt record,
+// the server time and the instance registry.
 func (l *partitionListing) readLanesAndUnits(ctx context.Context) error {
 	pipe := l.a.rdb.Pipeline()
+	l.now = pipe.Time(ctx)
+	l.registry = pipe.HGetAll(ctx, l.a.keys.InstancesKey())
 	for _, r := range l.rows {
 		for i, stream := range l.a.lanes(r.name) {
 			r.lanes = append(r.lanes, l.queueLane(ctx, pipe, stream, i > 0))
@@ -224,7 +188,7 @@ func (l *partitionListing) readLanesAndUnits(ctx context.Context) error {
 }
 
 // queueLane queues the read of a lane stream's groups, once per stream; of a backfill
-// lane in probe mode, only whether it exists (its groups follow in round trip 3).
+// lane in probe mode, only whether it exists (its groups follow in the next round trip).
 func (l *partitionListing) queueLane(ctx context.Context, pipe redis.Pipeliner, stream string, backfill bool) *laneCmds {
 	return queueOnce(l.lanes, stream, func() *laneCmds {
 		lc := &laneCmds{stream: stream}
@@ -268,7 +232,7 @@ func queueOnce[C any](queued map[string]C, key string, queue func() C) C {
 	return c
 }
 
-// readBackfillAndPMUnits is round trip 3, sent only when there is something to read: the
+// readBackfillAndPMUnits is the second round trip, sent only when there is something to read: the
 // groups of the backfill lanes that exist, and, without a config, the process-manager unit
 // of every row that has no halt record of its own (see isPM for the rule). A lease on the
 // stream does not settle it: a sequential process manager holds its streams' leases as
@@ -366,7 +330,7 @@ func addCount(sum, n int64) int64 {
 	return sum + n
 }
 
-// readSessionsAndHeads is round trip 4: the length of each partition's DLQ, the session
+// readSessionsAndHeads is the last round trip: the length of each partition's DLQ, the session
 // TTL of each lease owner, the length of the lanes a group has not been created on yet,
 // and the head entry of each row that is not halted (a halt record names its head).
 func (l *partitionListing) readSessionsAndHeads(ctx context.Context) error {
@@ -408,7 +372,7 @@ func (r *row) queueHead(ctx context.Context, pipe redis.Pipeliner) {
 	}
 }
 
-// partitions completes every row with the replies of round trip 4 and appends, to out,
+// partitions completes every row with the replies of the last round trip and appends, to out,
 // those whose owner and state the filter keeps.
 func (l *partitionListing) partitions(out []Partition) []Partition {
 	nowMS := l.now.Val().UnixMilli()
@@ -436,7 +400,7 @@ func (l *partitionListing) partitions(out []Partition) []Partition {
 	return out
 }
 
-// settleLag corrects the lag with what round trip 4 read.
+// settleLag corrects the lag with what the last round trip read.
 func (r *row) settleLag() {
 	p := &r.p
 	// Nothing after the group's last-delivered id: the lane has no lag, whatever the
@@ -476,7 +440,7 @@ type throttledUnits map[string]map[string]string
 
 func throttledKey(group, unit string) string { return group + "\x00" + unit }
 
-// throttled reads the throttled partitions of every registry entry read in round trip 1.
+// throttled reads the throttled partitions of every registry entry read in the first round trip.
 // An entry that does not decode lists none; whose session is live is the row's business:
 // a partition is throttled only when its live lease names the entry's owner.
 func (l *partitionListing) throttled() throttledUnits {

@@ -197,6 +197,10 @@ type Filter struct {
 	// Owner keeps partitions whose live owner is this session owner
 	// ("{instance}.{incarnation}") or belongs to this instance id.
 	Owner string
+	// OnUnindexed, when set, is called with each category that a filter of halted,
+	// paused or throttled partitions reads in full because its state indexes are not
+	// built yet (see Admin.RebuildStateIndex).
+	OnUnindexed func(category string) `json:"-"`
 }
 
 // ParseState parses a state name.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -287,6 +288,11 @@ func (b *RedisBroker) pause(ctx context.Context, ref HeadRef, c scripts.Pause) (
 	if err := loadScripts(ctx, b.rdb); err != nil {
 		return scripts.PauseReply{}, err
 	}
+	if !c.Resume {
+		if err := indexState(ctx, b.rdb, k, keyspace.IndexPaused, []string{ref.Category}, ref.Key, ref.Group, ref.ProcessManager); err != nil {
+			return scripts.PauseReply{}, translateRedisErr(err)
+		}
+	}
 	res, err := c.Run(ctx, b.rdb)
 	if err != nil {
 		return scripts.PauseReply{}, translateRedisErr(err)
@@ -299,4 +305,27 @@ func (b *RedisBroker) pause(ctx context.Context, ref HeadRef, c scripts.Pause) (
 		b.tellOwner(ctx, res.Lease, ref.Group, unit, op)
 	}
 	return res, nil
+}
+
+// indexState adds a unit (partition key or correlation value key, for group) to the
+// state index (keyspace.StateIndex) of each of its categories. Callers run it before they
+// write the halt or pause record, so that no record exists that the index does not name;
+// a resolve or a resume leaves the member, which readers verify and prune. An
+// unpartitioned category stream is not indexed: 'partitions list' does not list it.
+func indexState(ctx context.Context, rdb redis.Scripter, k keyspace.Keys, state string, categories []string, key, group string, pm bool) error {
+	if key == "" {
+		return nil
+	}
+	member := keyspace.StateMember(key, group, pm)
+	var done []string
+	for _, c := range categories {
+		if slices.Contains(done, c) {
+			continue
+		}
+		done = append(done, c)
+		if err := (scripts.StateIndex{Index: k.StateIndex(c, state), Member: member}).Run(ctx, rdb); err != nil {
+			return err
+		}
+	}
+	return nil
 }

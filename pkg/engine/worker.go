@@ -852,6 +852,10 @@ func (w *worker) halt(ent entry, cause error) error {
 		Attempts: ent.deliveries, Error: msg, Owner: w.owner, Generation: w.gen}
 	ctx, cancel := context.WithTimeout(w.ctx, w.e.cfg.Timing.LeaseTTL)
 	defer cancel()
+	if err := indexState(ctx, w.e.rdb, w.e.keys, keyspace.IndexHalted, w.u.laneCats, w.u.key, w.sub.group, w.sub.pm); err != nil {
+		w.retry = &ent
+		return translateRedisErr(err)
+	}
 	fenced, err := scripts.Halt{Lease: w.leaseKey, Live: w.liveKey, Record: w.haltKey, Token: w.token,
 		Stream: w.lanes[ent.lane], Group: w.sub.group, Consumer: w.consumer, Entry: ent.msg.ID, Attempts: ent.deliveries,
 		Fields: rec.Fields()}.Run(ctx, w.e.rdb)

@@ -152,6 +152,15 @@ func (k Keys) IndexMembers(ctx context.Context, c redis.Cmdable, category string
 	return c.SMembers(ctx, k.PartitionIndex(category))
 }
 
+// IndexHas queues whether a category's index holds a partition key: SISMEMBER, or
+// HEXISTS on Redis Cluster.
+func (k Keys) IndexHas(ctx context.Context, c redis.Cmdable, category, key string) *redis.BoolCmd {
+	if k.cluster {
+		return c.HExists(ctx, k.PartitionIndex(category), key)
+	}
+	return c.SIsMember(ctx, k.PartitionIndex(category), key)
+}
+
 // IndexSize queues the read of the number of members of a category's index: SCARD, or
 // HLEN on Redis Cluster.
 func (k Keys) IndexSize(ctx context.Context, c redis.Cmdable, category string) *redis.IntCmd {
@@ -159,6 +168,69 @@ func (k Keys) IndexSize(ctx context.Context, c redis.Cmdable, category string) *
 		return c.HLen(ctx, k.PartitionIndex(category))
 	}
 	return c.SCard(ctx, k.PartitionIndex(category))
+}
+
+// IndexScan reads one page of a category's indexed partition keys from cursor, about
+// count of them, those matching the glob match ("" for all): SSCAN of the set on one
+// node, HSCAN of the hash on Redis Cluster (its fields). The next cursor is 0 after the
+// last page. A key may be returned twice (SCAN's
+// guarantee): callers that must not list it twice deduplicate.
+func (k Keys) IndexScan(ctx context.Context, c redis.Cmdable, category string, cursor uint64, match string, count int64) ([]string, uint64, error) {
+	if !k.cluster {
+		return c.SScan(ctx, k.PartitionIndex(category), cursor, match, count).Result()
+	}
+	pairs, next, err := c.HScan(ctx, k.PartitionIndex(category), cursor, match, count).Result()
+	keys := make([]string, 0, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		keys = append(keys, pairs[i])
+	}
+	return keys, next, err
+}
+
+// The states a state index (StateIndex) is kept for.
+const (
+	IndexHalted = "halted"
+	IndexPaused = "paused"
+)
+
+// StateIndex is the index of a category's units in one operator state, IndexHalted or
+// IndexPaused: "{category}:__halted__", "{category}:__paused__" (sorted set: StateMember
+// -> Redis TIME in ms of its last write). A writer adds the member before it writes the
+// halt or pause record (engine/scripts stateindex.lua), never after, and nothing but a
+// reader's verified prune removes one: so the index may name a unit that is no longer
+// halted or paused, never miss one that is. It lets 'partitions list --state halted' and
+// 'seqctl top' read the halted and paused partitions without reading every partition.
+// The key has a Redis Cluster slot of its own; no script touches it with a partition's
+// keys.
+func (k Keys) StateIndex(category, state string) string { return category + ":__" + state + "__" }
+
+// StateIndexBuilt records that a category's state indexes are complete (string, the
+// Redis TIME in ms of the rebuild): written by 'seqctl partitions list --rebuild-index'
+// after a scan of every partition indexed the halts and pauses that predate the index.
+// Until it exists, readers do not trust the index and read every partition.
+func (k Keys) StateIndexBuilt(category string) string { return category + ":__stateindex__" }
+
+// StateMember is the member of a state index that names one unit for one group: the
+// partition key, or a process manager's correlation value, and the group.
+func StateMember(key, group string, pm bool) string {
+	kind := "p"
+	if pm {
+		kind = "pm"
+	}
+	return kind + ":" + key + ":" + group
+}
+
+// ParseStateMember reads a StateMember; ok is false for anything else.
+func ParseStateMember(m string) (key, group string, pm, ok bool) {
+	kind, rest, found := strings.Cut(m, ":")
+	if !found || (kind != "p" && kind != "pm") {
+		return "", "", false, false
+	}
+	key, group, found = strings.Cut(rest, ":") // partition keys have no ':'
+	if !found || group == "" {
+		return "", "", false, false
+	}
+	return key, group, kind == "pm", true
 }
 
 // GroupRegistry is the set of consumer groups expected to read a category's partitions

@@ -84,60 +84,86 @@ var knownStates = []admin.State{admin.StateHalted, admin.StatePaused, admin.Stat
 // pair of declared gets a BacklogStat, at 0 when it has no partition; every BacklogStat
 // counts every state of states and every state found in parts.
 func AggregateBacklog(parts []admin.Partition, declared []HandlerCategory, states []admin.State) Backlog {
-	all := map[admin.State]bool{}
+	g := newAggregator(declared, states)
+	for i := range parts {
+		g.add(&parts[i])
+	}
+	return g.backlog()
+}
+
+// aggregator builds a Backlog one partition at a time, so that a listing read page by
+// page is aggregated in memory bounded by the pairs, states and limit values, not by the
+// partitions.
+type aggregator struct {
+	stats   map[HandlerCategory]BacklogStat
+	states  map[admin.State]bool
+	waiting map[string]map[string]int64 // handler -> limit value -> throttled partitions
+}
+
+func newAggregator(declared []HandlerCategory, states []admin.State) *aggregator {
+	g := &aggregator{stats: map[HandlerCategory]BacklogStat{}, states: map[admin.State]bool{}, waiting: map[string]map[string]int64{}}
 	for _, s := range states {
-		all[s] = true
-	}
-	for _, p := range parts {
-		all[p.State] = true
-	}
-	b := Backlog{Stats: map[HandlerCategory]BacklogStat{}, States: slices.Sorted(maps.Keys(all)), Waiting: topWaiting(parts)}
-	stat := func(k HandlerCategory) BacklogStat {
-		if s, ok := b.Stats[k]; ok {
-			return s
-		}
-		s := BacklogStat{Partitions: make(map[admin.State]int64, len(b.States))}
-		for _, st := range b.States {
-			s.Partitions[st] = 0
-		}
-		return s
+		g.states[s] = true
 	}
 	for _, k := range declared {
-		b.Stats[k] = stat(k)
+		g.stat(k)
 	}
-	for _, p := range parts {
-		k := HandlerCategory{Category: p.Category, Handler: p.Handler}
-		s := stat(k)
-		s.LagSeconds = max(s.LagSeconds, float64(p.HeadAgeMS)/1000)
-		events := p.Backlog
-		if p.Backlog < 0 {
-			s.UnknownPartitions++
-			events = backlogFloor(p)
+	return g
+}
+
+// stat returns the pair's stat, made the first time.
+func (g *aggregator) stat(k HandlerCategory) BacklogStat {
+	s, ok := g.stats[k]
+	if !ok {
+		s = BacklogStat{Partitions: map[admin.State]int64{}}
+		g.stats[k] = s
+	}
+	return s
+}
+
+// add counts one partition.
+func (g *aggregator) add(p *admin.Partition) {
+	g.states[p.State] = true
+	k := HandlerCategory{Category: p.Category, Handler: p.Handler}
+	s := g.stat(k)
+	s.LagSeconds = max(s.LagSeconds, float64(p.HeadAgeMS)/1000)
+	events := p.Backlog
+	if p.Backlog < 0 {
+		s.UnknownPartitions++
+		events = backlogFloor(*p)
+	}
+	s.Events += events
+	if p.State != admin.StateHalted && p.State != admin.StatePaused {
+		s.WaitingEvents += events
+		s.WaitingSeconds = max(s.WaitingSeconds, float64(p.HeadAgeMS)/1000)
+	}
+	s.Partitions[p.State]++
+	g.stats[k] = s
+	if p.LimitValue != "" {
+		if g.waiting[p.Handler] == nil {
+			g.waiting[p.Handler] = map[string]int64{}
 		}
-		s.Events += events
-		if p.State != admin.StateHalted && p.State != admin.StatePaused {
-			s.WaitingEvents += events
-			s.WaitingSeconds = max(s.WaitingSeconds, float64(p.HeadAgeMS)/1000)
+		g.waiting[p.Handler][p.LimitValue]++
+	}
+}
+
+// backlog is the aggregate so far: every stat counts every state seen, at 0 when it has
+// no partition in it.
+func (g *aggregator) backlog() Backlog {
+	b := Backlog{Stats: g.stats, States: slices.Sorted(maps.Keys(g.states)), Waiting: topWaiting(g.waiting)}
+	for _, s := range b.Stats {
+		for _, st := range b.States {
+			if _, ok := s.Partitions[st]; !ok {
+				s.Partitions[st] = 0
+			}
 		}
-		s.Partitions[p.State]++
-		b.Stats[k] = s
 	}
 	return b
 }
 
-// topWaiting counts the throttled partitions per handler and value of its limit key,
-// and keeps the MaxLimitValues values of each handler with the most (ties by value).
-func topWaiting(parts []admin.Partition) map[string][]LimitWaiting {
-	counts := map[string]map[string]int64{}
-	for _, p := range parts {
-		if p.LimitValue == "" {
-			continue
-		}
-		if counts[p.Handler] == nil {
-			counts[p.Handler] = map[string]int64{}
-		}
-		counts[p.Handler][p.LimitValue]++
-	}
+// topWaiting keeps, of the throttled partitions counted per handler and value of its
+// limit key, the MaxLimitValues values of each handler with the most (ties by value).
+func topWaiting(counts map[string]map[string]int64) map[string][]LimitWaiting {
 	out := make(map[string][]LimitWaiting, len(counts))
 	for h, values := range counts {
 		ws := make([]LimitWaiting, 0, len(values))
@@ -180,9 +206,9 @@ func DeclaredPairs(t *admin.Topology) []HandlerCategory {
 	return out
 }
 
-// PartitionLister lists partitions: an *admin.Admin.
+// PartitionLister lists partitions page by page: an *admin.Admin.
 type PartitionLister interface {
-	ListPartitions(ctx context.Context, f admin.Filter) ([]admin.Partition, error)
+	EachPartition(ctx context.Context, f admin.Filter, fn func([]admin.Partition) error) error
 }
 
 // BacklogOptions configure a BacklogExporter.
@@ -268,17 +294,26 @@ func NewBacklogExporter(o BacklogOptions) *BacklogExporter {
 // Registry returns the exporter's registry.
 func (e *BacklogExporter) Registry() *prometheus.Registry { return e.reg }
 
-// Refresh lists every partition and, when that succeeds, replaces the gauges with the
+// Refresh lists every partition, page by page (memory bounded by a page and the
+// aggregate), and, when that succeeds, replaces the gauges with the
 // aggregate: pairs that are neither declared nor listed any more are dropped, states
 // found once stay declared. When it fails, the gauges keep their values and the error
 // is counted; the first failure of a streak is logged, and so is the end of the streak.
 func (e *BacklogExporter) Refresh(ctx context.Context) error {
 	start := time.Now()
-	parts, err := e.lister.ListPartitions(ctx, admin.Filter{})
+	e.mu.Lock()
+	g := newAggregator(e.declared, e.backlog.States)
+	e.mu.Unlock()
+	err := e.lister.EachPartition(ctx, admin.Filter{}, func(ps []admin.Partition) error {
+		for i := range ps {
+			g.add(&ps[i])
+		}
+		return nil
+	})
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err == nil {
-		e.backlog = AggregateBacklog(parts, e.declared, e.backlog.States)
+		e.backlog = g.backlog()
 	}
 	e.duration.Set(time.Since(start).Seconds())
 	if err != nil {

@@ -86,12 +86,18 @@ type listReply struct {
 	err   error
 }
 
-func (f *fakeLister) ListPartitions(context.Context, admin.Filter) ([]admin.Partition, error) {
+// EachPartition hands the reply over one partition per page.
+func (f *fakeLister) EachPartition(_ context.Context, _ admin.Filter, fn func([]admin.Partition) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r := f.replies[min(f.calls, len(f.replies)-1)]
 	f.calls++
-	return r.parts, r.err
+	for i := range r.parts {
+		if err := fn(r.parts[i : i+1]); err != nil {
+			return err
+		}
+	}
+	return r.err
 }
 
 // backlogHead is the HELP and TYPE of the backlog gauges, in the order testutil prints them.

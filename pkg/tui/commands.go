@@ -13,7 +13,8 @@ import (
 
 const (
 	// fetchTimeout bounds one Source.Snapshot or Source.Head call. A refresh that takes
-	// longer counts as a failure (banner, backoff).
+	// longer counts as a failure (banner, backoff): "slow" when Redis answers a PING,
+	// else "unreachable".
 	fetchTimeout = 5 * time.Second
 	// actionTimeout bounds one skip / move-to-DLQ / retry / pause / resume.
 	actionTimeout = 10 * time.Second
@@ -23,11 +24,33 @@ const (
 
 func fetchSnapshot(ctx context.Context, src Source) tea.Cmd {
 	return func() tea.Msg {
-		ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+		fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 		defer cancel()
-		s, err := src.Snapshot(ctx)
-		return snapshotMsg{snap: s, err: err}
+		s, err := src.Snapshot(fctx)
+		return snapshotMsg{snap: s, err: err, slow: err != nil && timedOut(fctx, err) && answers(ctx, src)}
 	}
+}
+
+// pingTimeout bounds the PING that tells a slow Redis from an unreachable one.
+const pingTimeout = time.Second
+
+// timedOut reports whether a failed call ran out of time: its deadline passed, or the
+// connection timed out waiting for a reply.
+func timedOut(ctx context.Context, err error) bool {
+	var t interface{ Timeout() bool }
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout()
+}
+
+// answers reports whether the source's Redis answers a PING within pingTimeout; false
+// when the source cannot tell (no Pinger).
+func answers(ctx context.Context, src Source) bool {
+	p, ok := src.(Pinger)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	return p.Ping(ctx) == nil
 }
 
 func fetchHead(ctx context.Context, src Source, ref PartitionRef) tea.Cmd {

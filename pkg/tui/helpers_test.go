@@ -43,6 +43,14 @@ type fakeSource struct {
 	dlqs      []DLQInfo
 	audit     []AuditRecord
 	listCalls int
+	pingErr   error // what Ping answers
+}
+
+// Ping answers pingErr: the fake is a Pinger.
+func (f *fakeSource) Ping(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pingErr
 }
 
 func (f *fakeSource) DLQs(context.Context) ([]DLQInfo, error) {

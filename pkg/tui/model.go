@@ -198,6 +198,7 @@ type model struct {
 	nextFetch time.Time
 	failures  int // consecutive Snapshot errors
 	lastErr   error
+	slow      bool // lastErr is a refresh that ran out of time while Redis answers
 
 	// Detail pane.
 	detailRef     PartitionRef
@@ -240,6 +241,10 @@ type summary struct {
 	// instance has none) and partitions waiting for a slot
 	slotsInUse, slotsLimit, slotsWaiting int
 	slotsUnbounded                       bool
+	// sampled is the number of rows read when the snapshot has Totals (streams and
+	// total are then Redis's counts, the other counts the rows'), 0 otherwise.
+	sampled   int
+	unindexed bool // Totals.Unindexed
 }
 
 func newModel(ctx context.Context, opts Options, r *lipgloss.Renderer) *model {
@@ -350,6 +355,9 @@ func (m *model) apply(s Snapshot, now time.Time) {
 		}
 	}
 	sum.streams = len(streams)
+	if t := s.Totals; t != nil {
+		sum.sampled, sum.streams, sum.total, sum.unindexed = sum.total, int(t.Streams), int(t.Rows), t.Unindexed
+	}
 	want[colBar] = 1 << 10 // the bar takes whatever is left
 	want[colLag] = 8       // "BACKLOG▼"; 7 on a narrow terminal
 

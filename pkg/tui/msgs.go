@@ -13,6 +13,7 @@ type tickMsg time.Time
 type snapshotMsg struct {
 	snap Snapshot
 	err  error
+	slow bool // err is a timeout, and Redis answers a PING
 }
 
 // headMsg is the result of one Source.Head call for ref.

@@ -15,8 +15,10 @@ import (
 // Every call gets a context with a deadline (fetchTimeout, actionTimeout) derived from the
 // context given to Run; an implementation must return when it is done.
 type Source interface {
-	// Snapshot takes one reading of the whole deployment. It should be bounded and
-	// pipelined (a refresh of 10,000 partitions is a handful of round trips, not 10,000).
+	// Snapshot takes one reading of the deployment. It should be bounded and pipelined
+	// (a refresh of 10,000 partitions is a handful of round trips, not 10,000); above
+	// that, it may return every halted, paused and throttled partition and a sample of
+	// the rest, with Totals.
 	// An error means "could not read Redis": the dashboard keeps the last good snapshot,
 	// shows a banner and retries with backoff.
 	Snapshot(ctx context.Context) (Snapshot, error)
@@ -59,6 +61,20 @@ type Snapshot struct {
 	// the events/s rate and of the instances' heartbeat ages; zero means "use the local
 	// clock at arrival".
 	Taken time.Time
+	// Totals, when not nil, says that Partitions is part of the deployment: every
+	// halted, paused and throttled partition, and a sample of the rest. The header then
+	// shows the totals counted in Redis, and says that the running, idle and unowned
+	// counts and the backlog are the sample's.
+	Totals *Totals
+}
+
+// Totals are the sizes of a deployment too large to read whole at every refresh.
+type Totals struct {
+	Streams int64 // partition streams, counted in Redis
+	Rows    int64 // (handler, partition) rows, counted in Redis
+	// Unindexed is set when a category's state index is not built yet: the halted and
+	// paused partitions shown may miss a halt older than the index.
+	Unindexed bool
 }
 
 // Instance is one registered engine instance.
@@ -71,6 +87,13 @@ type Instance struct {
 	// Handler slots as of the last heartbeat: calls running, the instance's limit (0:
 	// unbounded) and the partitions waiting for a slot (waiting is not failing).
 	SlotsInUse, SlotsLimit, SlotsWaiting int
+}
+
+// Pinger is implemented by a Source that can tell a slow Redis from an unreachable one.
+// When a refresh fails on its deadline the dashboard pings: a Redis that answers is
+// shown as slow (the data is stale), not as unreachable.
+type Pinger interface {
+	Ping(ctx context.Context) error
 }
 
 // PartitionRef names a partition for one handler (consumer group): leases and halts are

@@ -7,7 +7,10 @@
 //
 // The dashboard reads and writes only through a Source (an adapter over pkg/admin in the
 // binary, a fake in tests). It refreshes once per Options.Refresh; while Redis is
-// unreachable it keeps the last data under a banner and retries with backoff.
+// unreachable, or a refresh runs out of time while Redis answers a PING (slow, not
+// unreachable: see Pinger), it keeps the last data under a banner and retries with
+// backoff. A source may read a large deployment in part (Snapshot.Totals): the header
+// then says which counts come from the rows read.
 //
 // Files: source.go (the Source contract and its data), model.go (state, and what is
 // derived once per refresh), update.go, view.go / table.go / detail.go / format.go

@@ -70,13 +70,13 @@ func (m *model) onSnapshot(msg snapshotMsg) tea.Cmd {
 	now := m.clock.Now()
 	if msg.err != nil {
 		m.failures++
-		m.lastErr = msg.err
+		m.lastErr, m.slow = msg.err, msg.slow
 		m.nextFetch = now.Add(backoff(m.refresh, m.failures))
 		m.syncSelection() // the banner takes a line
 		m.clampInstances()
 		return nil
 	}
-	m.failures, m.lastErr = 0, nil
+	m.failures, m.lastErr, m.slow = 0, nil, false
 	m.apply(msg.snap, now)
 	if m.view == viewDetail && !m.detailLoading {
 		m.detailLoading = true

@@ -181,6 +181,14 @@ func (m *model) countSegments(compact bool) []segment {
 	if s.other > 0 {
 		segs = append(segs, count("other", int64(s.other), st.value, 30))
 	}
+	if s.sampled > 0 {
+		// Halted, paused and throttled are read in full; the rest is a sample.
+		what := "running, idle, unowned, backlog of " + num(int64(s.sampled)) + " rows"
+		if s.unindexed {
+			what += "; halts older than the state index unseen: partitions list --rebuild-index"
+		}
+		segs = append(segs, segment{m.labelled("sampled", what, st.value), 95})
+	}
 	segs = append(segs, segment{m.labelled("backlog", lag(s.lag), st.value), 70})
 	// The handler-slot queue of the live instances: calls running out of the limit, and
 	// partitions waiting for a slot (not failing: their attempt has not started).
@@ -193,10 +201,14 @@ func (m *model) countSegments(compact bool) []segment {
 		segment{m.labelled("waiting", num(int64(s.slotsWaiting)), st.value), 85})
 }
 
-// viewBanner is the two Redis-unreachable lines: what is shown and when the next attempt
-// is, then the error.
+// viewBanner is the two lines of a failed refresh: Redis unreachable, or a refresh that
+// ran out of time while Redis answers (slow: the data shown is stale); what is shown and
+// when the next attempt is, then the error.
 func (m *model) viewBanner(w int, now time.Time) []string {
 	facts := []string{"!! REDIS UNREACHABLE"}
+	if m.slow {
+		facts = []string{"!! REFRESH SLOW", "Redis answers, the refresh took over " + fmtDur(fetchTimeout)}
+	}
 	switch {
 	case m.paused:
 		facts = append(facts, "retries paused")

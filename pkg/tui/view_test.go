@@ -123,6 +123,12 @@ var viewCasesSmall = []viewCase{
 		h.typeText("billing of client-4 is down, OPS-42")
 	}},
 	{name: "throttled", snap: throttledFixture, setup: settle},
+	{name: "refresh_slow", snap: func() Snapshot { return fixture(true) }, setup: func(h *harness) {
+		settle(h)
+		h.src.set(Snapshot{}, fmt.Errorf("engine: redis unavailable: %w", errRefreshTimeout))
+		h.advance(600 * time.Millisecond) // the refresh due at +2 s runs out of time
+	}},
+	{name: "sampled", snap: sampledFixture, setup: settle},
 	{name: "resume_dialog", snap: pausedFixture, setup: func(h *harness) {
 		settle(h)
 		h.cursorOn("client-1")

@@ -19,6 +19,13 @@ type FakeAdmin struct {
 	Filter     admin.Filter
 	ListCalls  int
 	OnList     func(call int) // called after each ListPartitions
+	Rebuilt    []string       // the categories of each RebuildStateIndex call
+	PageErr    error          // EachPartition fails with it after its first page
+	Unindexed  []string       // the categories EachPartition reports unindexed
+	// OverviewSampled makes Overview say its partitions are a sample; PingErr is what
+	// Ping answers.
+	OverviewSampled bool
+	PingErr         error
 
 	Inspection *admin.Inspection
 	InspectErr error
@@ -85,7 +92,57 @@ func (f *FakeAdmin) Opener() cmdutil.AdminOpener {
 	return func(context.Context) (cmdutil.Admin, func(), error) { return f, func() {}, nil }
 }
 
+// EachPartition hands ListPartitions' answer over sorted by name, in pages of two rows,
+// so that the run tables see the pages of a streamed listing.
+func (f *FakeAdmin) EachPartition(ctx context.Context, flt admin.Filter, fn func([]admin.Partition) error) error {
+	for _, c := range f.Unindexed {
+		if flt.OnUnindexed != nil {
+			flt.OnUnindexed(c)
+		}
+	}
+	ps, err := f.ListPartitions(ctx, flt)
+	if err != nil {
+		return err
+	}
+	admin.SortPartitions(ps, admin.SortName)
+	for page := range slices.Chunk(ps, 2) {
+		if err := fn(page); err != nil {
+			return err
+		}
+		if f.PageErr != nil {
+			return f.PageErr
+		}
+	}
+	return nil
+}
+
+// Overview answers every partition ListPartitions would, counted, sampled when
+// OverviewSampled is set.
+func (f *FakeAdmin) Overview(ctx context.Context, limit int) (*admin.Overview, error) {
+	ps, err := f.ListPartitions(ctx, admin.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	ov := &admin.Overview{Partitions: ps, Rows: int64(len(ps)), Sampled: f.OverviewSampled}
+	keys := map[string]bool{}
+	for _, p := range ps {
+		keys[p.Stream] = true
+	}
+	ov.Streams = int64(len(keys))
+	return ov, nil
+}
+
+// Ping answers PingErr.
+func (f *FakeAdmin) Ping(context.Context) error { return f.PingErr }
+
+// RebuildStateIndex records the call and rebuilds nothing.
+func (f *FakeAdmin) RebuildStateIndex(_ context.Context, category string) ([]admin.StateIndexRebuild, error) {
+	f.Rebuilt = append(f.Rebuilt, category)
+	return []admin.StateIndexRebuild{{Category: category}}, nil
+}
+
 func (f *FakeAdmin) ListPartitions(_ context.Context, flt admin.Filter) ([]admin.Partition, error) {
+	flt.OnUnindexed = nil // a function: the run tables compare the rest
 	f.Filter = flt
 	f.ListCalls++
 	if len(flt.States) > 0 || flt.KeyGlob != "" || flt.Category != "" || flt.Handler != "" {

@@ -179,10 +179,11 @@ type RunCase struct {
 	FA    *FakeAdmin // nil: the table's
 	Code  int
 	// Golden is the file that holds stdout exactly; StdoutHas and StderrHas are
-	// fragments.
-	Golden    string
-	StdoutHas []string
-	StderrHas []string
+	// fragments, StdoutLacks fragments stdout must not hold.
+	Golden      string
+	StdoutHas   []string
+	StdoutLacks []string
+	StderrHas   []string
 
 	WantAct    *admin.Action        // the one head action (actor left out); nil: none
 	Replayed   []string             // the DLQ entries replayed, in order
@@ -205,6 +206,11 @@ func RunTable(t *testing.T, fa func() *FakeAdmin, cases []RunCase) {
 			}
 			r := RunOps(t, f, tt.TTY, tt.Stdin, tt.Args...)
 			CheckResult(t, r, tt.Code, tt.Golden, tt.StdoutHas, tt.StderrHas)
+			for _, s := range tt.StdoutLacks {
+				if strings.Contains(r.Stdout, s) {
+					t.Errorf("stdout holds %q:\n%s", s, r.Stdout)
+				}
+			}
 			tt.checkAdmin(t, f)
 		})
 	}

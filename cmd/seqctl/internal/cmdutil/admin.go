@@ -15,6 +15,10 @@ import (
 // fake.
 type Admin interface {
 	ListPartitions(ctx context.Context, f admin.Filter) ([]admin.Partition, error)
+	EachPartition(ctx context.Context, f admin.Filter, fn func([]admin.Partition) error) error
+	RebuildStateIndex(ctx context.Context, category string) ([]admin.StateIndexRebuild, error)
+	Overview(ctx context.Context, limit int) (*admin.Overview, error)
+	Ping(ctx context.Context) error
 	Inspect(ctx context.Context, stream, handler string) (*admin.Inspection, error)
 	Head(ctx context.Context, stream, handler string) (*admin.Head, error)
 	Handlers(ctx context.Context, stream string) ([]string, error)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -44,6 +45,8 @@ const (
 	// examples, so the two can share a host.
 	defaultExporterListen   = ":9465"
 	defaultExporterInterval = 10 * time.Second
+	// exporterGCPercent is the exporter's GC target (see exporterRun).
+	exporterGCPercent = 400
 	// minExporterInterval keeps a typo (1ms for 1m) from listing every partition in a loop.
 	minExporterInterval = 100 * time.Millisecond
 )
@@ -52,9 +55,14 @@ const exporterLong = `exporter serves Prometheus gauges of the backlog of every 
 Redis, whether any 'seqctl run' instance runs or not: the signal an autoscaler (KEDA's
 Prometheus scaler, say) needs to start a worker when an event waits and none runs.
 
-Every --interval it lists every partition as 'seqctl partitions list' does, in a few
-pipelined round trips, and aggregates per category and handler. A scrape of /metrics
-serves the last aggregate and never reads Redis:
+Every --interval it lists every partition as 'seqctl partitions list' does, a page of
+about 1,000 keys at a time in a few pipelined round trips, and aggregates each page per
+category and handler as it comes, so its memory is that of a page and the aggregate,
+whatever the number of partitions. A refresh may last twice --interval (at least 10s);
+a longer one fails and is counted. Its time grows with the partitions (docs/benchmarks.md
+has the figures: tens of seconds at a million), so give a large deployment an --interval
+of half that or more. A scrape of /metrics serves the last aggregate and never reads
+Redis:
 
   seqctl_lag_seconds{category,handler}
       age of the oldest event not yet handled, by Redis time; 0 when caught up
@@ -214,6 +222,10 @@ func exporterRun(ctx context.Context, opts *Options) error {
 	if len(src.declared) == 0 {
 		log.Info("no --config: categories and handlers are discovered in Redis; a handler's series appear with its first partition")
 	}
+	// A refresh's live heap is a page or two and the aggregate, whatever the number of
+	// partitions, so the default GC target collects every few pages: at 400 % a refresh
+	// spends a fraction of the CPU on it, for some tens of MB (docs/benchmarks.md).
+	debug.SetGCPercent(exporterGCPercent)
 	exp := metrics.NewBacklogExporter(metrics.BacklogOptions{Lister: src.adm, Declared: src.declared, Logger: log})
 	return serveExporter(ctx, exp, ln, opts.Interval, log)
 }

@@ -63,6 +63,12 @@ type PartitionsListOptions struct {
 	Interval time.Duration
 	// Now stamps each refresh of --watch -o json (default time.Now).
 	Now func() time.Time
+	// RebuildIndex indexes the halted and paused partitions that predate the state
+	// indexes before listing (--rebuild-index).
+	RebuildIndex bool
+
+	// SortGiven is set when --sort was given: the whole list is read, then sorted.
+	SortGiven bool
 }
 
 // sortOrders are the values of partitions list --sort.
@@ -80,7 +86,7 @@ func newCmdPartitionsList(f *cmdutil.Factory, runF func(*PartitionsListOptions) 
 		Use:   "list [--category C] [--handler H] [--state S] [--key GLOB] [--owner ID] [--sort name|backlog|lag|age|dlq] [--watch]",
 		Short: "List partitions with owner, generation, lease, backlog, DLQ, head age and state",
 		Long: `List one row per (handler, partition), keys in natural order (client-2 before
-client-10):
+client-10; see below for large lists):
 
   CATEGORY, KEY  the partition ({category}:{key} is its stream)
   HANDLER        the consumer group (handler or process manager)
@@ -120,7 +126,18 @@ On a terminal the list is an aligned table; in a pipe it is tab-separated rows
 without a header, unless -o table or -o wide asks for the table. --no-headers drops
 the header.
 
-The listing is pipelined: a few round trips to Redis however many partitions there are.`,
+The listing reads the partitions a page of about 1,000 keys at a time, a few
+pipelined round trips per page. In a pipe and with -o json the rows are written as
+each page is read, sorted within the page (memory stays that of a page, and the first
+rows come at once); --sort (any order, name included), an aligned table and -o yaml
+read the whole list first. If the listing fails halfway, -o json leaves its array
+open, so that it cannot pass for the whole list.
+
+--state halted, paused and throttled read their candidates from each category's
+state index ({category}:__halted__, {category}:__paused__) and the instances'
+registry, not from every partition, and check each against its record. A category
+whose index was never rebuilt is read in full, with a note on stderr: after every
+instance runs this version, run --rebuild-index once (see docs/operator-runbook.md).`,
 		Example: `  # everything, as a table on a terminal or tab-separated rows in a pipe
   $ seqctl partitions list
 
@@ -133,6 +150,9 @@ The listing is pipelined: a few round trips to Redis however many partitions the
   # partitions waiting for a permit of their handler's limit key, with the value
   $ seqctl partitions list --state throttled -o wide
 
+  # after an upgrade, once: index the halts and pauses older than the state index
+  $ seqctl partitions list --rebuild-index --state halted
+
   # keys of one client range that have work, biggest backlog first
   $ seqctl partitions list --key 'client-1*' --state running,unowned --sort backlog
 
@@ -140,6 +160,7 @@ The listing is pipelined: a few round trips to Redis however many partitions the
   $ seqctl partitions list --owner worker-7 --watch -o json`,
 		Args: cmdutil.NoArgs,
 		RunE: cmdutil.OpsRunE(f, opts, func(cmd *cobra.Command, _ []string) error {
+			opts.SortGiven = cmd.Flags().Changed("sort")
 			return opts.check(cmd.CommandPath())
 		}, runF, partitionsListRun),
 	}
@@ -159,6 +180,7 @@ func (o *PartitionsListOptions) addFlags(cmd *cobra.Command, f *cmdutil.Factory)
 	fl.StringVar(&o.Sort, "sort", "name", "order: name, backlog, lag (largest first), age (oldest head first) or dlq (longest first)")
 	fl.BoolVarP(&o.Watch, "watch", "w", false, "refresh every --interval until interrupted")
 	fl.DurationVar(&o.Interval, "interval", 2*time.Second, "refresh period of --watch")
+	fl.BoolVar(&o.RebuildIndex, "rebuild-index", false, "first read every partition and index the halted and paused ones (once, after upgrading every instance)")
 	_ = cmd.RegisterFlagCompletionFunc("category", cmdutil.CompleteCategories(f))
 	_ = cmd.RegisterFlagCompletionFunc("handler", cmdutil.CompleteHandlers(f))
 	_ = cmd.RegisterFlagCompletionFunc("owner", cmdutil.CompleteOwners(f))
@@ -196,6 +218,25 @@ func partitionsListRun(ctx context.Context, adm cmdutil.Admin, opts *PartitionsL
 			return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
 		}
 		filter.States = append(filter.States, st)
+	}
+	if opts.RebuildIndex {
+		rebuilt, err := adm.RebuildStateIndex(ctx, opts.Category)
+		if err != nil {
+			return cmdutil.ExitFor(err)
+		}
+		for _, r := range rebuilt {
+			fmt.Fprintf(opts.IO.ErrOut, "state index of %s rebuilt: %d halted, %d paused\n", r.Category, r.Halted, r.Paused)
+		}
+	}
+	warned := map[string]bool{}
+	filter.OnUnindexed = func(category string) {
+		if !warned[category] {
+			warned[category] = true
+			fmt.Fprintf(opts.IO.ErrOut, "note: the state index of %s is not built, so every partition is read (slow at scale); once every instance runs this version, run 'seqctl partitions list --rebuild-index' once\n", category)
+		}
+	}
+	if !opts.Watch && opts.streams() {
+		return streamPartitions(ctx, adm, opts, filter)
 	}
 	if !opts.Watch {
 		ps, err := adm.ListPartitions(ctx, filter)
@@ -321,6 +362,12 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 	if done, err := cmdutil.WriteList(ios, opts.Output, ps, "No partitions match."); done {
 		return err
 	}
+	return partitionTable(opts, ps).Render(ios.Out)
+}
+
+// partitionTable is the table of partitions ps, as -o and --no-headers ask.
+func partitionTable(opts *PartitionsListOptions, ps []admin.Partition) interface{ Render(io.Writer) error } {
+	ios := opts.IO
 	wide := opts.Output == "wide"
 	// STATE comes before the long columns of -o wide, so it stays on screen when an
 	// error message is long.
@@ -348,7 +395,7 @@ func printPartitions(opts *PartitionsListOptions, ps []admin.Partition) error {
 		}
 		t.AddRow(row...)
 	}
-	return t.Render(ios.Out)
+	return t
 }
 
 // genCell is a generation: "-" for none; short, as the dashboard's table shows it

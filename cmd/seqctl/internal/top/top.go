@@ -44,6 +44,13 @@ audit log; and the head of the selected partition. The header counts partitions 
 the CLI does (partition streams) and the table's rows (one per handler and partition).
 Owners are session owners (instance.N), as 'seqctl partitions list' prints them.
 
+Above 2,000 rows (handler, partition) a refresh does not read every partition: it shows
+every halted, paused and throttled partition (from the state indexes, see 'seqctl
+partitions list --rebuild-index', and the instances' registry), the partition and row
+totals counted in Redis, and a sample of the rest; the header says which counts are the
+sample's. A refresh that runs out of time while Redis answers a PING is shown as slow,
+with the last data, not as Redis unreachable.
+
 A halted head can be skipped (s), moved to its DLQ (d) or retried (r) from the dashboard,
 each after a confirmation that names the head entry id, and as a compare-and-act on it:
 if the head moved meanwhile, nothing is done. P pauses the selected partition for its
@@ -103,16 +110,27 @@ type Source struct {
 	Actor admin.Actor
 }
 
+// overviewRows bounds the rows a refresh reads beyond the halted, paused and throttled
+// partitions: a deployment with more is sampled (admin.Overview), so that the dashboard
+// opens and refreshes in about the same time at a million partitions as at a thousand.
+const overviewRows = 2000
+
+// Snapshot reads the deployment through admin.Overview: every partition up to
+// overviewRows, above that the halted, paused and throttled ones and a sample.
 func (s *Source) Snapshot(ctx context.Context) (tui.Snapshot, error) {
-	parts, err := s.Admin.ListPartitions(ctx, admin.Filter{})
+	ov, err := s.Admin.Overview(ctx, overviewRows)
 	if err != nil {
 		return tui.Snapshot{}, err
 	}
+	parts := ov.Partitions
 	insts, err := s.Admin.Instances(ctx)
 	if err != nil {
 		return tui.Snapshot{}, err
 	}
 	snap := tui.Snapshot{Taken: time.Now()}
+	if ov.Sampled {
+		snap.Totals = &tui.Totals{Streams: ov.Streams, Rows: ov.Rows, Unindexed: len(ov.Unindexed) > 0}
+	}
 	owned := map[string]int{}
 	for _, p := range parts {
 		inst := keyspace.InstanceOfOwner(p.Owner)
@@ -262,3 +280,7 @@ func (s *Source) pauseActor(action string) admin.Actor {
 
 // The dashboard's pause and resume keys.
 var _ tui.PauseSource = (*Source)(nil)
+
+// Ping tells the dashboard whether Redis answers, so that a refresh that ran out of time
+// is shown as slow, not as Redis unreachable.
+func (s *Source) Ping(ctx context.Context) error { return s.Admin.Ping(ctx) }

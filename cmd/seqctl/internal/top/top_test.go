@@ -74,6 +74,16 @@ func TestAdminSourceAdapter(t *testing.T) {
 	if diff := cmp.Diff(want, snap.Partitions); diff != "" {
 		t.Errorf("partitions (-want +got):\n%s", diff)
 	}
+	if snap.Totals != nil {
+		t.Errorf("totals of a deployment read whole = %+v, want none", snap.Totals)
+	}
+	fa.OverviewSampled = true
+	if snap, err := src.Snapshot(context.Background()); err != nil || snap.Totals == nil || snap.Totals.Rows != 3 || snap.Totals.Streams != 3 {
+		t.Errorf("a sampled overview: totals %+v, %v; want 3 rows of 3 streams", snap.Totals, err)
+	}
+	if _, ok := tui.Source(src).(tui.Pinger); !ok {
+		t.Error("the source cannot tell a slow Redis from an unreachable one (no Ping)")
+	}
 	fa.Inspection = &admin.Inspection{Lanes: []admin.Lane{{Stream: "order:B", Length: 4}}}
 	d, err := src.Head(context.Background(), tui.PartitionRef{Category: "order", Key: "B", Handler: "P"})
 	if err != nil || d.EntryID != "" || len(d.Lanes) != 1 {

@@ -1,0 +1,122 @@
+package admin
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Overview is a bounded reading of every category for a dashboard: the partitions that
+// need an operator in full, and the rest counted in Redis and sampled.
+type Overview struct {
+	// Partitions are every halted, paused and throttled partition, then, when Sampled, a
+	// sample of the others (the first page of each category's index scan), else every
+	// other partition.
+	Partitions []Partition
+	// Streams is the number of indexed partition keys over the categories, and Rows the
+	// (handler, partition) pairs: each category's keys times its handlers. Both are
+	// counted in Redis (SCARD of the indexes), never from Partitions.
+	Streams, Rows int64
+	// Sampled is set when Partitions holds only a sample of the partitions that are not
+	// halted, paused or throttled: their states and backlogs are the sample's.
+	Sampled bool
+	// Unindexed lists the sampled categories whose state indexes are not built yet
+	// (RebuildStateIndex): their halted and paused partitions are those the index knows,
+	// which may miss a halt older than the index.
+	Unindexed []string
+}
+
+// Overview reads the deployment for a dashboard at a bounded cost: when the categories
+// hold at most limit rows (handler, partition) it lists them all, as ListPartitions
+// does; above that it lists the halted, paused and throttled partitions from the state
+// indexes and the instance registry, and samples the rest with the first page of each
+// category's index scan, until about limit rows.
+func (a *Admin) Overview(ctx context.Context, limit int) (*Overview, error) {
+	cats, err := a.categories(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	ov := &Overview{}
+	type category struct {
+		name   string
+		groups []GroupTopology
+		size   *redis.IntCmd
+	}
+	cs := make([]category, len(cats))
+	pipe := a.rdb.Pipeline()
+	for i, c := range cats {
+		cs[i] = category{name: c, size: a.keys.IndexSize(ctx, pipe, c)}
+	}
+	if err := execTolerant(ctx, pipe); err != nil {
+		return nil, err
+	}
+	for i := range cs {
+		if cs[i].groups, err = a.groupsOf(ctx, cs[i].name); err != nil {
+			return nil, err
+		}
+		ov.Streams += cs[i].size.Val()
+		ov.Rows += cs[i].size.Val() * int64(len(cs[i].groups))
+	}
+	collect := func(ps []Partition) error {
+		ov.Partitions = append(ov.Partitions, ps...)
+		return nil
+	}
+	if ov.Rows <= int64(limit) {
+		if err := a.EachPartition(ctx, Filter{}, collect); err != nil {
+			return nil, err
+		}
+		SortPartitions(ov.Partitions, SortName)
+		return ov, nil
+	}
+	ov.Sampled = true
+	operator := []State{StateHalted, StatePaused, StateThrottled}
+	listed := map[string]bool{} // category \x00 key of the partitions listed in full
+	for _, c := range cs {
+		if len(c.groups) == 0 {
+			continue
+		}
+		built, err := a.StateIndexBuilt(ctx, c.name)
+		if err != nil {
+			return nil, err
+		}
+		if !built {
+			ov.Unindexed = append(ov.Unindexed, c.name)
+		}
+		err = a.eachIndexedPage(ctx, c.name, cats, c.groups, operator, Filter{States: operator}, func(ps []Partition) error {
+			for _, p := range ps {
+				listed[p.Category+"\x00"+p.Key] = true
+			}
+			return collect(ps)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range cs {
+		if len(ov.Partitions) >= limit || len(c.groups) == 0 {
+			continue
+		}
+		keys, _, err := a.keys.IndexScan(ctx, a.rdb, c.name, 0, "", int64(min(ListPageSize, limit)))
+		if err != nil {
+			return nil, translate(err)
+		}
+		var rest []string
+		for _, k := range keys {
+			if !listed[c.name+"\x00"+k] {
+				rest = append(rest, k)
+			}
+		}
+		ps, err := a.listPage(ctx, Filter{}, c.name, c.groups, rest)
+		if err != nil {
+			return nil, err
+		}
+		ov.Partitions = append(ov.Partitions, ps...) // a halt the index missed shows here too
+	}
+	return ov, nil
+}
+
+// Ping reports whether Redis answers a PING: a dashboard tells a slow refresh from an
+// unreachable Redis with it.
+func (a *Admin) Ping(ctx context.Context) error {
+	return translate(a.rdb.Ping(ctx).Err())
+}
