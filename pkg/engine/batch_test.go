@@ -192,23 +192,7 @@ func TestBatchFailureRetriesTheWholeRun(t *testing.T) {
 // the events after it wait; skipping the poison resumes right after it.
 func TestBatchPoisonInTheMiddleHaltsAtIt(t *testing.T) {
 	onBoth(t, func(t *testing.T, tg redisTarget) {
-		rdb, b := tg.broker(t)
-		rec := newBatchRecorder()
-		rec.fail = func(c batchCall) error {
-			if slices.Contains(c.seqs, 5) {
-				return errors.New("event 5 breaks a constraint")
-			}
-			return nil
-		}
-		d := batchDomain(t, rec.handle, 10, func(h *Handler) { h.MaxRetries = 2 })
-		var evs []testPayload
-		for seq := range 10 {
-			evs = append(evs, testPayload{Client: "k", Seq: seq})
-		}
-		bulkPublish(t, b, d, evs)
-		stream := keyspace.For(rdb).PartitionStream("order", "k")
-		ids := entryIDs(t, rdb, stream)
-		startEngineOn(t, tg, d, "i1", nil)
+		rdb, b, rec, stream, ids := poisonInTheMiddle(t, tg, 2)
 		ref := HeadRef{Group: "Projector", Category: "order", Key: "k"}
 		var h *HaltRecord
 		testkit.WaitFor(t, 10*time.Second, "the partition halted", func() bool {
@@ -571,26 +555,9 @@ func TestBatchRerunsUnderFaults(t *testing.T) {
 // try, as Retry promises: one call of it alone, then the halt again, at the attempt
 // after the halt's.
 func TestBatchHaltRetryIsOneMoreTry(t *testing.T) {
-	tg := redisTarget{srv: redistest.Start(t)}
-	rdb, b := tg.broker(t)
-	rec := newBatchRecorder()
-	rec.fail = func(c batchCall) error {
-		if slices.Contains(c.seqs, 5) {
-			return errors.New("event 5 breaks a constraint")
-		}
-		return nil
-	}
-	d := batchDomain(t, rec.handle, 10, func(h *Handler) { h.MaxRetries = 3 })
-	var evs []testPayload
-	for seq := range 10 {
-		evs = append(evs, testPayload{Client: "k", Seq: seq})
-	}
-	bulkPublish(t, b, d, evs)
-	stream := keyspace.For(rdb).PartitionStream("order", "k")
-	ids := entryIDs(t, rdb, stream)
+	_, b, rec, _, ids := poisonInTheMiddle(t, redisTarget{srv: redistest.Start(t)}, 3)
 	ctx := context.Background()
 	ref := HeadRef{Group: "Projector", Category: "order", Key: "k"}
-	startEngineOn(t, tg, d, "i1", nil)
 	var h *HaltRecord
 	halted := func() bool { h, _ = b.Halt(ctx, ref); return h != nil }
 	testkit.WaitFor(t, 10*time.Second, "the partition halted", halted)
@@ -625,4 +592,29 @@ func callsWith(r *batchRecorder, key string, seq int) []batchCall {
 		}
 	}
 	return out
+}
+
+// poisonInTheMiddle publishes events 0..9 of key "k", of which 5 fails every call that
+// holds it, for a batch handler of up to 10 events and maxRetries attempts, and starts
+// an engine. It returns the broker, the recorder, the key's stream and its entry ids.
+func poisonInTheMiddle(tb testing.TB, tg redisTarget, maxRetries int) (redis.UniversalClient, *RedisBroker, *batchRecorder, string, []string) {
+	tb.Helper()
+	rdb, b := tg.broker(tb)
+	rec := newBatchRecorder()
+	rec.fail = func(c batchCall) error {
+		if slices.Contains(c.seqs, 5) {
+			return errors.New("event 5 breaks a constraint")
+		}
+		return nil
+	}
+	d := batchDomain(tb, rec.handle, 10, func(h *Handler) { h.MaxRetries = maxRetries })
+	var evs []testPayload
+	for seq := range 10 {
+		evs = append(evs, testPayload{Client: "k", Seq: seq})
+	}
+	bulkPublish(tb, b, d, evs)
+	stream := keyspace.For(rdb).PartitionStream("order", "k")
+	ids := entryIDs(tb, rdb, stream)
+	startEngineOn(tb, tg, d, "i1", nil)
+	return rdb, b, rec, stream, ids
 }

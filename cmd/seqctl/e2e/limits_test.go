@@ -158,9 +158,7 @@ func TestLimitConcurrencyUnderFaults(t *testing.T) {
 	tenants := []string{"acme", "bolt", "cove"}
 	keys := keyNames("k", 300)
 	const events = 4
-	a, b := f.runTwo(nil)
-	c := f.run("c", []string{"SEQTEST_INSTANCE=c"})
-	c.waitReady(10 * time.Second)
+	a, b, c := f.runThree()
 	f.publishTenants(keys, tenants, 1, events)
 	completed := func() int {
 		done, _, _, _ := sink.snapshot()
@@ -218,9 +216,7 @@ func TestLimitRateAcrossInstances(t *testing.T) {
 	defer hs.Close()
 	f := newFixture(t, "limit.domain.toml", map[string]string{"URL": hs.URL, "LIMITS": `limit_rate = "20/s"`})
 	keys := keyNames("r", 10)
-	a, b := f.runTwo(nil)
-	c := f.run("c", []string{"SEQTEST_INSTANCE=c"})
-	c.waitReady(10 * time.Second)
+	a, b, c := f.runThree()
 	const events = 10
 	f.publishTenants(keys, []string{"acme"}, 1, events)
 	testkit.WaitFor(t, 30*time.Second, "every event delivered", func() bool {
@@ -271,9 +267,7 @@ func TestLimitCapHoldsWhileRedisForgetsItsScripts(t *testing.T) {
 	defer hs.Close()
 	f := newFixture(t, "limit.domain.toml", map[string]string{"URL": hs.URL, "LIMITS": "limit_concurrency = 1"})
 	keys := keyNames("f", 4)
-	a, b := f.runTwo(nil)
-	c := f.run("c", []string{"SEQTEST_INSTANCE=c"})
-	c.waitReady(10 * time.Second)
+	a, b, c := f.runThree()
 	f.publishTenants(keys, []string{"acme"}, 1, 1)
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
@@ -305,9 +299,7 @@ func TestLimitSharedAcrossThreeInstances(t *testing.T) {
 	defer hs.Close()
 	f := newFixture(t, "limit.domain.toml", map[string]string{"URL": hs.URL, "LIMITS": "limit_concurrency = 1"})
 	keys := keyNames("s", 30)
-	a, b := f.runTwo(nil)
-	c := f.run("c", []string{"SEQTEST_INSTANCE=c"})
-	c.waitReady(10 * time.Second)
+	a, b, c := f.runThree()
 	f.publishTenants(keys, []string{"acme"}, 1, 1)
 	testkit.WaitFor(t, 30*time.Second, "the first event of every key delivered", func() bool {
 		done, _, _, _ := sink.snapshot()
@@ -365,4 +357,14 @@ func TestLimitSharedAcrossThreeInstances(t *testing.T) {
 	for _, p := range []*proc{a, b, c} {
 		p.stop(syscall.SIGTERM, 10*time.Second)
 	}
+}
+
+// runThree starts 'seqctl run' as the instances a, b and c, and waits until all three
+// are ready.
+func (f *fixture) runThree() (a, b, c *proc) {
+	f.t.Helper()
+	a, b = f.runTwo(nil)
+	c = f.run("c", []string{"SEQTEST_INSTANCE=c"})
+	c.waitReady(10 * time.Second)
+	return a, b, c
 }
