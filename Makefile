@@ -16,17 +16,22 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/seqctl ./cmd/seqctl
 
 # The full suite: unit tests, fuzz seed corpora, and the guarantee tests on real Redis
-# (each test package starts its own redis-server), with the race detector.
+# (each test package starts its own redis-server), with the race detector; then the
+# deploy module's tests (chart, dashboard, alerts, image), offline. The deploy module
+# runs after the main suite so that it finds the seqctl packages in the build cache.
 test: ensure-redis
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	cd deploy && $(GO) test -count=1 -timeout 10m ./...
 
 # Skips the slow multi-process fault tests.
 test-short: ensure-redis
 	$(GO) test -short -count=1 $(PKGS)
+	cd deploy && $(GO) test -short -count=1 ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	cd deploy && $(GO) vet ./...
 
 bench: ensure-redis
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./pkg/engine/
