@@ -8,7 +8,7 @@ LDFLAGS  := -s -w -X github.com/seqctl/seqctl/internal/buildinfo.Version=$(VERSI
             -X github.com/seqctl/seqctl/internal/buildinfo.Commit=$(COMMIT) \
             -X github.com/seqctl/seqctl/internal/buildinfo.Date=$(DATE)
 
-.PHONY: all build test test-short lint bench fuzz ensure-redis release-check clean
+.PHONY: all build image test test-short lint bench fuzz ensure-redis release-check clean
 
 all: lint test build
 
@@ -44,6 +44,24 @@ fuzz:
 
 ensure-redis:
 	@bash scripts/ensure-redis.sh
+
+# The container image, without a container runtime: static seqctl binaries for each of
+# IMAGE_PLATFORMS, written by deploy/cmd/seqctl-image as an OCI image layout in
+# dist/image (ref name: the version) with its SPDX SBOM in dist/image.spdx.json, then
+# read back by the image test. Push it with `crane push dist/image REPO:TAG` or
+# `skopeo copy oci:dist/image:TAG docker://REPO:TAG`.
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+CREATED  ?= $(shell git log -1 --format=%cI 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)
+image:
+	@set -e; bins=; for p in $(IMAGE_PLATFORMS); do \
+	  out=dist/image-bin/$${p%/*}_$${p#*/}/seqctl; \
+	  echo "building $$out"; \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$out ./cmd/seqctl; \
+	  bins="$$bins --binary $$p=../$$out"; \
+	done; \
+	cd deploy && $(GO) run ./cmd/seqctl-image --out ../dist/image --sbom ../dist/image.spdx.json \
+	  --version $(VERSION) --revision $(COMMIT) --created $(CREATED) $$bins
+	cd deploy && $(GO) test -count=1 -run TestSnapshotImage -v ./image
 
 # Validates goreleaser.yaml and builds a snapshot of the current platform into dist/.
 GORELEASER ?= $(GO) run github.com/goreleaser/goreleaser/v2@v2.15.1
