@@ -63,13 +63,15 @@ image:
 	  --version $(VERSION) --revision $(COMMIT) --created $(CREATED) $$bins
 	cd deploy && $(GO) test -count=1 -run TestSnapshotImage -v ./image
 
-# Validates goreleaser.yaml and builds a snapshot of the current platform into dist/.
+# Validates goreleaser.yaml, builds a snapshot of the current platform into dist/, and
+# builds the image as a snapshot (make image).
 GORELEASER ?= $(GO) run github.com/goreleaser/goreleaser/v2@v2.15.1
 release-check: export GOFLAGS = -buildvcs=auto
 release-check:
 	$(GORELEASER) check
 	$(GORELEASER) build --snapshot --single-target --clean
 	@ls dist/*/seqctl* && ./dist/*/seqctl version
+	$(MAKE) image
 
 clean:
 	rm -rf bin dist
