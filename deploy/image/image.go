@@ -146,6 +146,9 @@ func platformImage(plat *v1.Platform, labels map[string]string, created time.Tim
 	return img, nil
 }
 
+// elfMachine is the ELF machine of each architecture the image is built for.
+var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+
 // readStatic reads a binary and checks that it is a statically linked ELF executable of
 // the platform: the image has no dynamic loader and no libc.
 func readStatic(path string, plat *v1.Platform) ([]byte, error) {
@@ -158,8 +161,7 @@ func readStatic(path string, plat *v1.Platform) ([]byte, error) {
 		return nil, fmt.Errorf("image: %s is not an ELF executable: %w", path, err)
 	}
 	defer f.Close()
-	want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[plat.Architecture]
-	if plat.OS != "linux" || f.Machine != want {
+	if plat.OS != "linux" || f.Machine != elfMachine[plat.Architecture] {
 		return nil, fmt.Errorf("image: %s is an ELF for %v, not %s", path, f.Machine, plat)
 	}
 	for _, p := range f.Progs {

@@ -203,8 +203,7 @@ func checkImage(t *testing.T, platform string, img v1.Image, version string) {
 	if err != nil {
 		t.Fatalf("%s: /seqctl: %v", platform, err)
 	}
-	want := map[string]elf.Machine{"linux/amd64": elf.EM_X86_64, "linux/arm64": elf.EM_AARCH64}[platform]
-	if f.Machine != want {
+	if f.Machine != elfMachine[cf.Architecture] {
 		t.Errorf("%s: /seqctl is for %v", platform, f.Machine)
 	}
 }
