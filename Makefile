@@ -16,12 +16,10 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/seqctl ./cmd/seqctl
 
 # The full suite: unit tests, fuzz seed corpora, and the guarantee tests on real Redis
-# (each test package starts its own redis-server), with the race detector; then the
-# deploy module's tests (chart, dashboard, alerts, image), offline. The deploy module
-# runs after the main suite so that it finds the seqctl packages in the build cache.
+# (each test package starts its own redis-server), with the race detector; beside it, the
+# deploy module's tests (chart, dashboard, alerts, image), offline (scripts/test.sh).
 test: ensure-redis
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
-	cd deploy && $(GO) test -count=1 -timeout 10m ./...
+	GO=$(GO) PKGS='$(PKGS)' bash scripts/test.sh
 
 # Skips the slow multi-process fault tests.
 test-short: ensure-redis

@@ -62,6 +62,31 @@ type Backlog struct {
 	// Waiting lists, per handler, the values of its limit key with the most partitions
 	// waiting for a permit (throttled), most first, at most MaxLimitValues.
 	Waiting map[string][]LimitWaiting
+	// DLQ has, per category, the entries in its partitions' DLQs and how many partitions
+	// have one: every declared category (at 0) and every category with a DLQ. Nil when
+	// the lister reads no DLQs.
+	DLQ map[string]DLQStat
+}
+
+// DLQStat is the dead-letter state of one category.
+type DLQStat struct {
+	Entries    int64 // entries in every partition DLQ of the category
+	Partitions int64 // partitions with a non-empty DLQ
+}
+
+// dlqByCategory sums DLQ summaries per category, with every declared category at 0.
+func dlqByCategory(dlqs []admin.DLQSummary, declared []HandlerCategory) map[string]DLQStat {
+	out := map[string]DLQStat{}
+	for _, d := range declared {
+		out[d.Category] = DLQStat{}
+	}
+	for _, d := range dlqs {
+		s := out[d.Category]
+		s.Entries += d.Length
+		s.Partitions++
+		out[d.Category] = s
+	}
+	return out
 }
 
 // LimitWaiting is one value of a handler's limit key and its partitions waiting for a
@@ -211,6 +236,12 @@ type PartitionLister interface {
 	EachPartition(ctx context.Context, f admin.Filter, fn func([]admin.Partition) error) error
 }
 
+// DLQLister lists the non-empty partition DLQs (an *admin.Admin): a lister that is one
+// also has the DLQ gauges refreshed.
+type DLQLister interface {
+	DLQs(ctx context.Context) ([]admin.DLQSummary, error)
+}
+
 // BacklogOptions configure a BacklogExporter.
 type BacklogOptions struct {
 	// Lister reads every partition at each refresh (admin.Filter{}).
@@ -261,6 +292,12 @@ var (
 	descBacklogPartitions = prometheus.NewDesc(Namespace+"_backlog_partitions",
 		"Partitions of the category per handler and state (halted, paused, throttled, unowned, running, idle, as 'seqctl partitions list' shows them), as of the exporter's last refresh.",
 		[]string{"category", "handler", "state"}, nil)
+	descDLQEntries = prometheus.NewDesc(Namespace+"_dlq_entries",
+		"Entries in the partition DLQs of a category (moved there by an operator's seqctl head dlq, waiting for a replay or a purge), as of the exporter's last refresh.",
+		[]string{"category"}, nil)
+	descDLQPartitions = prometheus.NewDesc(Namespace+"_dlq_partitions",
+		"Partitions of a category with a non-empty DLQ, as of the exporter's last refresh.",
+		[]string{"category"}, nil)
 	descLimitWaiting = prometheus.NewDesc(Namespace+"_limit_waiting_partitions",
 		"Partitions waiting for a permit of their handler's limit key, per value (a tenant), for the 10 values of each handler with the most, as the live instances' last heartbeats list them, as of the exporter's last refresh.",
 		[]string{"handler", "value"}, nil)
@@ -283,6 +320,9 @@ func NewBacklogExporter(o BacklogOptions) *BacklogExporter {
 			Help: "How long the last refresh took, successful or not (its Redis round trips and the aggregation)."}),
 	}
 	e.backlog = AggregateBacklog(nil, e.declared, knownStates)
+	if _, ok := o.Lister.(DLQLister); ok {
+		e.backlog.DLQ = dlqByCategory(nil, e.declared)
+	}
 	e.reg.MustRegister(
 		backlogCollector{e}, e.lastRefresh, e.errors, e.duration,
 		collectors.NewGoCollector(),
@@ -295,8 +335,9 @@ func NewBacklogExporter(o BacklogOptions) *BacklogExporter {
 func (e *BacklogExporter) Registry() *prometheus.Registry { return e.reg }
 
 // Refresh lists every partition, page by page (memory bounded by a page and the
-// aggregate), and, when that succeeds, replaces the gauges with the
-// aggregate: pairs that are neither declared nor listed any more are dropped, states
+// aggregate), and the partition DLQs when the lister reads them (a keyspace SCAN for
+// "*:dlq" streams: a DLQ outlives its partition's index entry), and, when that succeeds,
+// replaces the gauges with the aggregate: pairs that are neither declared nor listed any more are dropped, states
 // found once stay declared. When it fails, the gauges keep their values and the error
 // is counted; the first failure of a streak is logged, and so is the end of the streak.
 func (e *BacklogExporter) Refresh(ctx context.Context) error {
@@ -310,10 +351,18 @@ func (e *BacklogExporter) Refresh(ctx context.Context) error {
 		}
 		return nil
 	})
+	var dlq map[string]DLQStat
+	if dl, ok := e.lister.(DLQLister); ok && err == nil {
+		var dlqs []admin.DLQSummary
+		if dlqs, err = dl.DLQs(ctx); err == nil {
+			dlq = dlqByCategory(dlqs, e.declared)
+		}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err == nil {
 		e.backlog = g.backlog()
+		e.backlog.DLQ = dlq
 	}
 	e.duration.Set(time.Since(start).Seconds())
 	if err != nil {
@@ -375,6 +424,8 @@ func (c backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descWaitingSeconds
 	ch <- descBacklogPartitions
 	ch <- descLimitWaiting
+	ch <- descDLQEntries
+	ch <- descDLQPartitions
 }
 
 func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
@@ -398,5 +449,9 @@ func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, w := range ws {
 			gauge(descLimitWaiting, float64(w.Partitions), h, w.Value)
 		}
+	}
+	for c, d := range b.DLQ {
+		gauge(descDLQEntries, float64(d.Entries), c)
+		gauge(descDLQPartitions, float64(d.Partitions), c)
 	}
 }

@@ -492,3 +492,51 @@ func TestBacklogExporterLimitWaiting(t *testing.T) {
 		t.Errorf("after the second refresh:\n%s", body)
 	}
 }
+
+// dlqLister is a fakeLister that also lists DLQs.
+type dlqLister struct {
+	fakeLister
+	dlqs []admin.DLQSummary
+	err  error
+}
+
+func (d *dlqLister) DLQs(context.Context) ([]admin.DLQSummary, error) { return d.dlqs, d.err }
+
+// A lister that reads DLQs gets the DLQ gauges: every declared category at 0 from the
+// start, then the entries and partitions of each category's DLQs; a failed read keeps
+// the last values and counts the error.
+func TestBacklogExporterDLQ(t *testing.T) {
+	l := &dlqLister{fakeLister: fakeLister{replies: []listReply{{}}}}
+	e := NewBacklogExporter(BacklogOptions{Lister: l, Declared: []HandlerCategory{{"order", "Projector"}}})
+	const head = `# HELP seqctl_dlq_entries Entries in the partition DLQs of a category (moved there by an operator's seqctl head dlq, waiting for a replay or a purge), as of the exporter's last refresh.
+# TYPE seqctl_dlq_entries gauge
+`
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(head+`seqctl_dlq_entries{category="order"} 0
+`), "seqctl_dlq_entries"); err != nil {
+		t.Errorf("before the first refresh: %v", err)
+	}
+	l.dlqs = []admin.DLQSummary{{Category: "order", Key: "a", Length: 3}, {Category: "order", Key: "b", Length: 2}, {Category: "payment", Key: "x", Length: 1}}
+	if err := e.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := head + `seqctl_dlq_entries{category="order"} 5
+seqctl_dlq_entries{category="payment"} 1
+`
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "seqctl_dlq_entries"); err != nil {
+		t.Error(err)
+	}
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(`# HELP seqctl_dlq_partitions Partitions of a category with a non-empty DLQ, as of the exporter's last refresh.
+# TYPE seqctl_dlq_partitions gauge
+seqctl_dlq_partitions{category="order"} 2
+seqctl_dlq_partitions{category="payment"} 1
+`), "seqctl_dlq_partitions"); err != nil {
+		t.Error(err)
+	}
+	l.err = errors.New("redis: connection refused")
+	if err := e.Refresh(context.Background()); err == nil {
+		t.Fatal("a failed DLQ read refreshed")
+	}
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "seqctl_dlq_entries"); err != nil {
+		t.Errorf("after a failed read the values changed: %v", err)
+	}
+}
