@@ -262,11 +262,7 @@ func mostInWindow(ts []int64, w int64) int {
 // as after a failover): the downstream never has two runs of the tenant in its handler at
 // once, fenced or not.
 func TestLimitCapHoldsWhileRedisForgetsItsScripts(t *testing.T) {
-	sink := newLimitSink(1600 * time.Millisecond)
-	hs := httptest.NewServer(sink)
-	defer hs.Close()
-	f := newFixture(t, "limit.domain.toml", map[string]string{"URL": hs.URL, "LIMITS": "limit_concurrency = 1"})
-	keys := keyNames("f", 4)
+	sink, f, keys := oneTenantOnThree(t, 1600 * time.Millisecond, "f", 4)
 	a, b, c := f.runThree()
 	f.publishTenants(keys, []string{"acme"}, 1, 1)
 	deadline := time.Now().Add(5 * time.Second)
@@ -294,11 +290,7 @@ func TestLimitCapHoldsWhileRedisForgetsItsScripts(t *testing.T) {
 // limit_concurrency = 1, each instance with a backlog of the tenant: every instance's
 // share of the tenant's runs is within 2x of the others'.
 func TestLimitSharedAcrossThreeInstances(t *testing.T) {
-	sink := newLimitSink(5 * time.Millisecond)
-	hs := httptest.NewServer(sink)
-	defer hs.Close()
-	f := newFixture(t, "limit.domain.toml", map[string]string{"URL": hs.URL, "LIMITS": "limit_concurrency = 1"})
-	keys := keyNames("s", 30)
+	sink, f, keys := oneTenantOnThree(t, 5 * time.Millisecond, "s", 30)
 	a, b, c := f.runThree()
 	f.publishTenants(keys, []string{"acme"}, 1, 1)
 	testkit.WaitFor(t, 30*time.Second, "the first event of every key delivered", func() bool {
@@ -367,4 +359,15 @@ func (f *fixture) runThree() (a, b, c *proc) {
 	c = f.run("c", []string{"SEQTEST_INSTANCE=c"})
 	c.waitReady(10 * time.Second)
 	return a, b, c
+}
+
+// oneTenantOnThree starts a limit sink with the handler latency given and a fixture whose
+// handler has limit_concurrency = 1, and names n keys with prefix.
+func oneTenantOnThree(t *testing.T, latency time.Duration, prefix string, n int) (*limitSink, *fixture, []string) {
+	t.Helper()
+	sink := newLimitSink(latency)
+	hs := httptest.NewServer(sink)
+	t.Cleanup(hs.Close)
+	f := newFixture(t, "limit.domain.toml", map[string]string{"URL": hs.URL, "LIMITS": "limit_concurrency = 1"})
+	return sink, f, keyNames(prefix, n)
 }
