@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"maps"
@@ -268,10 +269,16 @@ type BacklogExporter struct {
 	errors      prometheus.Counter
 	duration    prometheus.Gauge
 
+	// minTimeout is the least time a refresh may take (10 s; tests shorten it).
+	minTimeout time.Duration
+
 	mu       sync.Mutex
 	backlog  Backlog // guarded by mu
 	failures int     // refreshes failed in a row; guarded by mu
 }
+
+// maxRefreshTimeout bounds how long Run lets one refresh take, however it grew.
+const maxRefreshTimeout = 10 * time.Minute
 
 var (
 	descBacklogLag = prometheus.NewDesc(Namespace+"_lag_seconds",
@@ -311,7 +318,7 @@ func NewBacklogExporter(o BacklogOptions) *BacklogExporter {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	e := &BacklogExporter{
-		lister: o.Lister, declared: slices.Clone(o.Declared), log: log, reg: prometheus.NewRegistry(),
+		lister: o.Lister, declared: slices.Clone(o.Declared), log: log, reg: prometheus.NewRegistry(), minTimeout: 10 * time.Second,
 		lastRefresh: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "exporter_last_refresh_timestamp_seconds",
 			Help: "Unix time of the exporter's last successful refresh; 0 before the first. The backlog gauges are as old as time() minus this."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "exporter_refresh_errors_total",
@@ -382,15 +389,32 @@ func (e *BacklogExporter) Refresh(ctx context.Context) error {
 }
 
 // Run refreshes at once and then every interval until ctx ends. Each refresh may take
-// twice the interval, at least 10 s; one that takes longer fails.
+// twice the interval, at least 10 s; one that takes longer fails, and the next ones may
+// take twice as long again, up to 10 minutes, until one succeeds: a deployment that grew
+// past what the interval allows (a million partitions take tens of seconds to list) gets
+// its gauges refreshed more slowly instead of never, and the log says by how much and
+// which --interval would fit. After a success the limit stays at least twice that
+// refresh's time.
 func (e *BacklogExporter) Run(ctx context.Context, interval time.Duration) {
-	timeout := max(2*interval, 10*time.Second)
+	base := max(2*interval, e.minTimeout)
+	timeout := base
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		rctx, cancel := context.WithTimeout(ctx, timeout)
-		_ = e.Refresh(rctx) // counted and logged by Refresh
+		start := time.Now()
+		err := e.Refresh(rctx) // counted and logged by Refresh
+		took := time.Since(start)
 		cancel()
+		switch {
+		case err == nil:
+			timeout = min(max(base, 2*took), maxRefreshTimeout)
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && timeout < maxRefreshTimeout:
+			timeout = min(2*timeout, maxRefreshTimeout)
+			e.log.Warn("a refresh took longer than its limit: the next may take longer; give the exporter a larger --interval",
+				"limit", (timeout / 2).String(), "next_limit", timeout.String(), "interval", interval.String(),
+				"suggested_interval", (timeout / 2).String())
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/internal/redistest"
+	"github.com/seqctl/seqctl/internal/testkit"
 	"github.com/seqctl/seqctl/pkg/admin"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
@@ -539,4 +540,56 @@ seqctl_dlq_partitions{category="payment"} 1
 	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "seqctl_dlq_entries"); err != nil {
 		t.Errorf("after a failed read the values changed: %v", err)
 	}
+}
+
+// slowLister takes a while to list, or until its context ends.
+type slowLister struct{ took time.Duration }
+
+func (s slowLister) EachPartition(ctx context.Context, _ admin.Filter, fn func([]admin.Partition) error) error {
+	select {
+	case <-time.After(s.took):
+		return fn([]admin.Partition{part("Projector", admin.StateIdle, 0, 0, 0)})
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A refresh that takes longer than its limit (a deployment that outgrew the interval)
+// fails, and the next ones may take twice as long, until one succeeds: the gauges are
+// refreshed more slowly instead of never, and the log names a larger interval.
+func TestBacklogExporterRunGrowsTheRefreshLimit(t *testing.T) {
+	var logs syncBuffer
+	e := NewBacklogExporter(BacklogOptions{Lister: slowLister{took: 250 * time.Millisecond}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	e.minTimeout = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx, 10*time.Millisecond) }()
+	testkit.WaitFor(t, 10*time.Second, "a refresh that succeeds", func() bool { return testutil.ToFloat64(e.lastRefresh) > 0 })
+	n := testutil.ToFloat64(e.errors) // before the cancel fails the refresh under way
+	cancel()
+	<-done
+	if n < 2 || n > 4 {
+		t.Errorf("%v failed refreshes before the first success, want 2 (limits 100 ms and 200 ms, then 400 ms; one more on a loaded machine):\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "give the exporter a larger --interval") || !strings.Contains(logs.String(), "next_limit=400ms") {
+		t.Errorf("no warning naming the limits:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's writes beside the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

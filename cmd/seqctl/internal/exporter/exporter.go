@@ -59,10 +59,11 @@ Every --interval it lists every partition as 'seqctl partitions list' does, a pa
 about 1,000 keys at a time in a few pipelined round trips, and aggregates each page per
 category and handler as it comes, so its memory is that of a page and the aggregate,
 whatever the number of partitions. A refresh may last twice --interval (at least 10s);
-a longer one fails and is counted. Its time grows with the partitions (docs/benchmarks.md
-has the figures: tens of seconds at a million), so give a large deployment an --interval
-of half that or more. A scrape of /metrics serves the last aggregate and never reads
-Redis:
+a longer one fails and is counted, and the next ones may last twice as long again (up to
+10m) until one succeeds, with a warning that names a larger --interval. Its time grows
+with the partitions (docs/benchmarks.md has the figures: tens of seconds at a million),
+so give a large deployment an --interval of half that or more. A scrape of /metrics
+serves the last aggregate and never reads Redis:
 
   seqctl_lag_seconds{category,handler}
       age of the oldest event not yet handled, by Redis time; 0 when caught up
@@ -75,6 +76,9 @@ Redis:
   seqctl_limit_waiting_partitions{handler,value}
       partitions waiting for a permit of their handler's limit key, per value (a
       tenant): the 10 values of each handler with the most
+  seqctl_dlq_entries{category}, seqctl_dlq_partitions{category}
+      entries in the partition DLQs of a category, and the partitions with one
+      (found with a SCAN for "*:dlq" streams: a DLQ outlives its partition)
 
 seqctl_lag_seconds has the name and labels of the gauge of 'seqctl run', which counts
 only the partitions an instance owns, so max by (category, handler) (seqctl_lag_seconds)
