@@ -262,7 +262,7 @@ func mostInWindow(ts []int64, w int64) int {
 // as after a failover): the downstream never has two runs of the tenant in its handler at
 // once, fenced or not.
 func TestLimitCapHoldsWhileRedisForgetsItsScripts(t *testing.T) {
-	sink, f, keys := oneTenantOnThree(t, 1600 * time.Millisecond, "f", 4)
+	sink, f, keys := oneTenantOnThree(t, 1600*time.Millisecond, "f", 4)
 	a, b, c := f.runThree()
 	f.publishTenants(keys, []string{"acme"}, 1, 1)
 	deadline := time.Now().Add(5 * time.Second)
@@ -290,7 +290,7 @@ func TestLimitCapHoldsWhileRedisForgetsItsScripts(t *testing.T) {
 // limit_concurrency = 1, each instance with a backlog of the tenant: every instance's
 // share of the tenant's runs is within 2x of the others'.
 func TestLimitSharedAcrossThreeInstances(t *testing.T) {
-	sink, f, keys := oneTenantOnThree(t, 5 * time.Millisecond, "s", 30)
+	sink, f, keys := oneTenantOnThree(t, 5*time.Millisecond, "s", 30)
 	a, b, c := f.runThree()
 	f.publishTenants(keys, []string{"acme"}, 1, 1)
 	testkit.WaitFor(t, 30*time.Second, "the first event of every key delivered", func() bool {
