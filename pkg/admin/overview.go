@@ -37,15 +37,10 @@ func (a *Admin) Overview(ctx context.Context, limit int) (*Overview, error) {
 		return nil, err
 	}
 	ov := &Overview{}
-	type category struct {
-		name   string
-		groups []GroupTopology
-		size   *redis.IntCmd
-	}
-	cs := make([]category, len(cats))
+	cs := make([]overviewCategory, len(cats))
 	pipe := a.rdb.Pipeline()
 	for i, c := range cats {
-		cs[i] = category{name: c, size: a.keys.IndexSize(ctx, pipe, c)}
+		cs[i] = overviewCategory{name: c, size: a.keys.IndexSize(ctx, pipe, c)}
 	}
 	if err := execTolerant(ctx, pipe); err != nil {
 		return nil, err
@@ -57,20 +52,43 @@ func (a *Admin) Overview(ctx context.Context, limit int) (*Overview, error) {
 		ov.Streams += cs[i].size.Val()
 		ov.Rows += cs[i].size.Val() * int64(len(cs[i].groups))
 	}
-	collect := func(ps []Partition) error {
-		ov.Partitions = append(ov.Partitions, ps...)
-		return nil
-	}
 	if ov.Rows <= int64(limit) {
-		if err := a.EachPartition(ctx, Filter{}, collect); err != nil {
+		if err := a.EachPartition(ctx, Filter{}, ov.collect); err != nil {
 			return nil, err
 		}
 		SortPartitions(ov.Partitions, SortName)
 		return ov, nil
 	}
 	ov.Sampled = true
+	listed, err := a.overviewOperatorStates(ctx, ov, cs, cats)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.overviewSample(ctx, ov, cs, listed, limit); err != nil {
+		return nil, err
+	}
+	return ov, nil
+}
+
+// overviewCategory is one category of an Overview: its groups and its index's size.
+type overviewCategory struct {
+	name   string
+	groups []GroupTopology
+	size   *redis.IntCmd
+}
+
+// collect adds a page of partitions to the overview.
+func (ov *Overview) collect(ps []Partition) error {
+	ov.Partitions = append(ov.Partitions, ps...)
+	return nil
+}
+
+// overviewOperatorStates adds every halted, paused and throttled partition, from the state
+// indexes (noting the categories whose index is not built), and returns them as
+// "category\x00key".
+func (a *Admin) overviewOperatorStates(ctx context.Context, ov *Overview, cs []overviewCategory, cats []string) (map[string]bool, error) {
 	operator := []State{StateHalted, StatePaused, StateThrottled}
-	listed := map[string]bool{} // category \x00 key of the partitions listed in full
+	listed := map[string]bool{}
 	for _, c := range cs {
 		if len(c.groups) == 0 {
 			continue
@@ -86,19 +104,25 @@ func (a *Admin) Overview(ctx context.Context, limit int) (*Overview, error) {
 			for _, p := range ps {
 				listed[p.Category+"\x00"+p.Key] = true
 			}
-			return collect(ps)
+			return ov.collect(ps)
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
+	return listed, nil
+}
+
+// overviewSample adds a sample of the other partitions, a page of each category's index
+// at most, until the overview holds limit rows.
+func (a *Admin) overviewSample(ctx context.Context, ov *Overview, cs []overviewCategory, listed map[string]bool, limit int) error {
 	for _, c := range cs {
 		if len(ov.Partitions) >= limit || len(c.groups) == 0 {
 			continue
 		}
 		keys, _, err := a.keys.IndexScan(ctx, a.rdb, c.name, 0, "", int64(min(ListPageSize, limit)))
 		if err != nil {
-			return nil, translate(err)
+			return translate(err)
 		}
 		var rest []string
 		for _, k := range keys {
@@ -108,11 +132,11 @@ func (a *Admin) Overview(ctx context.Context, limit int) (*Overview, error) {
 		}
 		ps, err := a.listPage(ctx, Filter{}, c.name, c.groups, rest)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		ov.Partitions = append(ov.Partitions, ps...) // a halt the index missed shows here too
 	}
-	return ov, nil
+	return nil
 }
 
 // Ping reports whether Redis answers a PING: a dashboard tells a slow refresh from an

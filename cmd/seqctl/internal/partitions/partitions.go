@@ -211,18 +211,39 @@ func (o *PartitionsListOptions) check(command string) error {
 }
 
 func partitionsListRun(ctx context.Context, adm cmdutil.Admin, opts *PartitionsListOptions) error {
+	filter, err := listFilter(ctx, adm, opts)
+	if err != nil {
+		return err
+	}
+	if !opts.Watch && opts.streams() {
+		return streamPartitions(ctx, adm, opts, filter)
+	}
+	if !opts.Watch {
+		ps, err := adm.ListPartitions(ctx, filter)
+		if err != nil {
+			return cmdutil.ExitFor(err)
+		}
+		return printPartitions(opts, ps)
+	}
+	return watchPartitions(ctx, adm, opts, filter)
+}
+
+// listFilter builds the listing's filter from the options, after rebuilding the state
+// indexes when asked; a state filter on a category whose index is not built notes, once,
+// that every partition is read.
+func listFilter(ctx context.Context, adm cmdutil.Admin, opts *PartitionsListOptions) (admin.Filter, error) {
 	filter := admin.Filter{Category: opts.Category, Handler: opts.Handler, Halted: opts.Halted, Owner: opts.Owner, KeyGlob: opts.Key}
 	for _, s := range opts.States {
 		st, err := admin.ParseState(s)
 		if err != nil {
-			return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
+			return filter, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
 		}
 		filter.States = append(filter.States, st)
 	}
 	if opts.RebuildIndex {
 		rebuilt, err := adm.RebuildStateIndex(ctx, opts.Category)
 		if err != nil {
-			return cmdutil.ExitFor(err)
+			return filter, cmdutil.ExitFor(err)
 		}
 		for _, r := range rebuilt {
 			fmt.Fprintf(opts.IO.ErrOut, "state index of %s rebuilt: %d halted, %d paused\n", r.Category, r.Halted, r.Paused)
@@ -235,16 +256,11 @@ func partitionsListRun(ctx context.Context, adm cmdutil.Admin, opts *PartitionsL
 			fmt.Fprintf(opts.IO.ErrOut, "note: the state index of %s is not built, so every partition is read (slow at scale); once every instance runs this version, run 'seqctl partitions list --rebuild-index' once\n", category)
 		}
 	}
-	if !opts.Watch && opts.streams() {
-		return streamPartitions(ctx, adm, opts, filter)
-	}
-	if !opts.Watch {
-		ps, err := adm.ListPartitions(ctx, filter)
-		if err != nil {
-			return cmdutil.ExitFor(err)
-		}
-		return printPartitions(opts, ps)
-	}
+	return filter, nil
+}
+
+// watchPartitions lists the partitions every --interval until interrupted.
+func watchPartitions(ctx context.Context, adm cmdutil.Admin, opts *PartitionsListOptions, filter admin.Filter) error {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
