@@ -80,12 +80,9 @@ var partitionStates = []string{
 	string(admin.StateThrottled), string(admin.StateUnowned),
 }
 
-func newCmdPartitionsList(f *cmdutil.Factory, runF func(*PartitionsListOptions) error) *cobra.Command {
-	opts := &PartitionsListOptions{OpsOptions: f.OpsOptions()}
-	cmd := &cobra.Command{
-		Use:   "list [--category C] [--handler H] [--state S] [--key GLOB] [--owner ID] [--sort name|backlog|lag|age|dlq] [--watch]",
-		Short: "List partitions with owner, generation, lease, backlog, DLQ, head age and state",
-		Long: `List one row per (handler, partition), keys in natural order (client-2 before
+// listLong and listExample are the help of 'partitions list'.
+const (
+	listLong = `List one row per (handler, partition), keys in natural order (client-2 before
 client-10; see below for large lists):
 
   CATEGORY, KEY  the partition ({category}:{key} is its stream)
@@ -137,8 +134,9 @@ open, so that it cannot pass for the whole list.
 state index ({category}:__halted__, {category}:__paused__) and the instances'
 registry, not from every partition, and check each against its record. A category
 whose index was never rebuilt is read in full, with a note on stderr: after every
-instance runs this version, run --rebuild-index once (see docs/operator-runbook.md).`,
-		Example: `  # everything, as a table on a terminal or tab-separated rows in a pipe
+instance runs this version, run --rebuild-index once (see docs/operator-runbook.md).`
+
+	listExample = `  # everything, as a table on a terminal or tab-separated rows in a pipe
   $ seqctl partitions list
 
   # halted partitions of one handler, as JSON
@@ -157,8 +155,17 @@ instance runs this version, run --rebuild-index once (see docs/operator-runbook.
   $ seqctl partitions list --key 'client-1*' --state running,unowned --sort backlog
 
   # the partitions one instance owns, refreshed every 2s, one JSON object per line
-  $ seqctl partitions list --owner worker-7 --watch -o json`,
-		Args: cmdutil.NoArgs,
+  $ seqctl partitions list --owner worker-7 --watch -o json`
+)
+
+func newCmdPartitionsList(f *cmdutil.Factory, runF func(*PartitionsListOptions) error) *cobra.Command {
+	opts := &PartitionsListOptions{OpsOptions: f.OpsOptions()}
+	cmd := &cobra.Command{
+		Use:     "list [--category C] [--handler H] [--state S] [--key GLOB] [--owner ID] [--sort name|backlog|lag|age|dlq] [--watch]",
+		Short:   "List partitions with owner, generation, lease, backlog, DLQ, head age and state",
+		Long:    listLong,
+		Example: listExample,
+		Args:    cmdutil.NoArgs,
 		RunE: cmdutil.OpsRunE(f, opts, func(cmd *cobra.Command, _ []string) error {
 			opts.SortGiven = cmd.Flags().Changed("sort")
 			return opts.check(cmd.CommandPath())
