@@ -247,6 +247,13 @@ type summary struct {
 	unindexed bool // Totals.Unindexed
 }
 
+// applyTotals takes a sampled snapshot's counts from Redis (nil: the rows are all).
+func (sum *summary) applyTotals(t *Totals) {
+	if t != nil {
+		sum.sampled, sum.streams, sum.total, sum.unindexed = sum.total, int(t.Streams), int(t.Rows), t.Unindexed
+	}
+}
+
 func newModel(ctx context.Context, opts Options, r *lipgloss.Renderer) *model {
 	if ctx == nil {
 		ctx = context.Background()
@@ -355,9 +362,7 @@ func (m *model) apply(s Snapshot, now time.Time) {
 		}
 	}
 	sum.streams = len(streams)
-	if t := s.Totals; t != nil {
-		sum.sampled, sum.streams, sum.total, sum.unindexed = sum.total, int(t.Streams), int(t.Rows), t.Unindexed
-	}
+	sum.applyTotals(s.Totals)
 	want[colBar] = 1 << 10 // the bar takes whatever is left
 	want[colLag] = 8       // "BACKLOG▼"; 7 on a narrow terminal
 
