@@ -143,6 +143,31 @@ func TestEveryReferencedSeriesIsExported(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds seqctl and runs it against Redis")
 	}
+	exported := exportedSeries(t)
+	sources := referencingSources(t)
+	var names []string
+	for src, text := range sources {
+		refs := seriesRef.FindAllString(text, -1)
+		if len(refs) == 0 {
+			t.Errorf("%s names no seqctl series", src)
+		}
+		for _, ref := range refs {
+			if !exported[ref] {
+				names = append(names, fmt.Sprintf("%s: %s", src, ref))
+			}
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t.Errorf("%s is exported by neither seqctl run nor seqctl exporter", n)
+	}
+}
+
+// exportedSeries builds seqctl, runs seqctl run and seqctl exporter against a private
+// redis-server with one partition in its handler and one throttled by its tenant's cap,
+// and returns the names of the samples both export.
+func exportedSeries(t *testing.T) map[string]bool {
+	t.Helper()
 	bin := buildSeqctl(t)
 	srv := redistest.Start(t)
 
@@ -195,7 +220,13 @@ func TestEveryReferencedSeriesIsExported(t *testing.T) {
 	for n := range sampleNames(exporter) {
 		exported[n] = true
 	}
+	return exported
+}
 
+// referencingSources returns the texts that name seqctl series, by where they come from:
+// the dashboard, the alerting rules and each trigger of the rendered ScaledObject.
+func referencingSources(t *testing.T) map[string]string {
+	t.Helper()
 	sources := map[string]string{}
 	for _, f := range []string{"grafana/seqctl.json", rulesFile} {
 		b, err := os.ReadFile(f)
@@ -211,21 +242,5 @@ func TestEveryReferencedSeriesIsExported(t *testing.T) {
 	for _, tr := range so.Spec.Triggers {
 		sources["ScaledObject trigger "+tr.Name] = tr.Metadata["query"]
 	}
-
-	var names []string
-	for src, text := range sources {
-		refs := seriesRef.FindAllString(text, -1)
-		if len(refs) == 0 {
-			t.Errorf("%s names no seqctl series", src)
-		}
-		for _, ref := range refs {
-			if !exported[ref] {
-				names = append(names, fmt.Sprintf("%s: %s", src, ref))
-			}
-		}
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		t.Errorf("%s is exported by neither seqctl run nor seqctl exporter", n)
-	}
+	return sources
 }
