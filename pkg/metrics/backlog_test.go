@@ -558,7 +558,7 @@ func (s slowLister) EachPartition(ctx context.Context, _ admin.Filter, fn func([
 // fails, and the next ones may take twice as long, until one succeeds: the gauges are
 // refreshed more slowly instead of never, and the log names a larger interval.
 func TestBacklogExporterRunGrowsTheRefreshLimit(t *testing.T) {
-	var logs syncBuffer
+	var logs testkit.Buffer
 	e := NewBacklogExporter(BacklogOptions{Lister: slowLister{took: 250 * time.Millisecond}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	e.minTimeout = 100 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
@@ -574,22 +574,4 @@ func TestBacklogExporterRunGrowsTheRefreshLimit(t *testing.T) {
 	if !strings.Contains(logs.String(), "give the exporter a larger --interval") || !strings.Contains(logs.String(), "next_limit=400ms") {
 		t.Errorf("no warning naming the limits:\n%s", logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's writes beside the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
