@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,13 @@ func (u unit) id() string { return unitID(u.sub.group, u.name) }
 
 // unitID is the key of a group's lease unit in Engine.workers.
 func unitID(group, name string) string { return group + "\x00" + name }
+
+// appendUnitID appends u's id to buf. What runs over every unit of the view at each pass
+// (a million at a million partitions) looks the units up by string(appendUnitID(buf[:0],
+// u)), which allocates nothing.
+func appendUnitID(buf []byte, u *unit) []byte {
+	return append(append(append(buf, u.sub.group...), 0), u.name...)
+}
 
 func (e *Engine) unitFor(s *subscription, key string) unit {
 	u := unit{sub: s, key: key}
@@ -130,9 +138,9 @@ func (e *Engine) settleStart() bool {
 // partition indexes (see indexView; the whole indexes are read only when due), checks
 // the liveness of the registered instances and of the known foreign owners (liveness.go:
 // read only when it may have changed), and tries to acquire the units that are not owned
-// here and whose last known owner is not alive, up to the instance's fair share. Acquire
-// attempts are pipelined; a live owner's units cost nothing but the liveness of that
-// owner.
+// here and whose last known owner is not alive, up to the instance's fair share, a page
+// at a time within a bounded time (takeShare). Acquire attempts are pipelined; a live
+// owner's units cost nothing but the liveness of that owner.
 func (e *Engine) discover() (err error) {
 	in := e.sess.live()
 	if in == nil {
@@ -157,31 +165,27 @@ func (e *Engine) discover() (err error) {
 	if err != nil {
 		return err
 	}
-	e.checkCardinality(e.view.sizes())
-	alive, instancesAlive, err := e.liveness(ctx, all, instances, owner)
+	e.checkCardinality(ctx, e.view.sizes())
+	alive, fl, err := e.liveness(ctx, instances, owner)
 	if err != nil {
 		return err
 	}
 
-	try, room := e.fairShare(all, alive, instancesAlive, owner)
-	if len(try) > room {
-		if try, err = e.narrowToRoom(ctx, try, room, alive, passStart, owner); err != nil {
-			return err
-		}
-	}
+	try, room := e.fairShare(all, alive, fl.n, owner)
 	if len(try) == 0 || e.stopping() {
+		e.setBehind(0)
 		return nil
 	}
 	var dead []string
 	if e.keys.IsCluster() {
 		dead = deadOwners(alive)
 	}
-	return e.acquire(ctx, in, try, passStart, room, dead)
+	return e.takeShare(ctx, in, all, try, room, alive, fl, passStart, dead)
 }
 
 // fairShare aims at ceil(units / live instances): it hands over what is clearly above the
 // share, and returns the units to try and the room below the share.
-func (e *Engine) fairShare(all []unit, alive map[string]bool, instancesAlive int, owner string) (try []unit, room int) {
+func (e *Engine) fairShare(all []unit, alive map[string]bool, instancesAlive int, owner string) (try []int32, room int) {
 	target := (len(all) + instancesAlive - 1) / instancesAlive
 	e.mu.Lock()
 	owned := len(e.workers)
@@ -208,34 +212,126 @@ func (e *Engine) fairShare(all []unit, alive map[string]bool, instancesAlive int
 	return try, target - owned
 }
 
-// narrowToRoom keeps, of more candidates than the room, the ones to try: only free units
-// may use the room.
-func (e *Engine) narrowToRoom(ctx context.Context, try []unit, room int, alive map[string]bool, passStart uint64, owner string) ([]unit, error) {
-	// Learn the owners of units never seen before (one pipelined GET each, cached), so
-	// the room is not spent on attempts that would fail against a live owner while a
-	// free unit waits for a later pass.
-	try, err := e.dropLiveOwned(ctx, try, alive, passStart, owner)
-	if err != nil {
-		return nil, err
+// acquirePage is how many units one acquire call of a pass tries (one pipeline): the
+// workers of a page start as soon as its replies are read, so the first partitions run
+// while the pass is still taking the rest.
+const acquirePage = 500
+
+// takeShare tries the candidates of a pass a page at a time, in the order of
+// orderCandidates, and starts a worker for each lease taken as its page returns. Work is
+// bounded per pass: once a discovery interval has gone by since the first page, the
+// pass ends and, when it had room left, the next one starts at once (the instance is
+// behind: see setBehind). So a pass never fails for the size of the index, and the first
+// partitions run while a large share is still being taken.
+//
+// With more candidates than room, each page first reads the owners of the units whose
+// owner is not cached (one GET each, see dropLiveOwned), so the room is not spent on
+// attempts that would fail against a live owner; only free units use the room, and a
+// lease this session still holds without a worker (its worker exited and could not give
+// it back: a release that timed out under load) is re-adopted whatever the room: no
+// other instance can take it while this one lives, so leaving it would strand the
+// partition. Fair share hands it over later if this instance is above its share.
+func (e *Engine) takeShare(ctx context.Context, in *incarnation, all []unit, try []int32, room int, alive map[string]bool, fl fleet, passStart uint64, dead []string) error {
+	check := len(try) > room
+	order := e.orderCandidates(all, try, in.owner, fl)
+	deadline := time.Now().Add(e.cfg.DiscoveryInterval)
+	var t acquireTally
+	defer e.acquired(&t, room)
+	page := make([]unit, 0, acquirePage)
+	for len(order) > 0 && !e.stopping() && ctx.Err() == nil {
+		if time.Now().After(deadline) {
+			break
+		}
+		page = page[:0]
+		for _, i := range order[:min(acquirePage, len(order))] {
+			page = append(page, all[i])
+		}
+		order = order[len(page):]
+		batch := page
+		if check {
+			var err error
+			if batch, err = e.dropLiveOwned(ctx, batch, alive, passStart, in.owner); err != nil {
+				return err
+			}
+			own, free := e.splitSelfHeld(batch, in.owner)
+			batch = append(own, free[:min(len(free), max(room-t.taken, 0))]...)
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		if ok, err := e.acquire(ctx, in, batch, passStart, dead, &t); !ok || err != nil {
+			return err
+		}
 	}
-	// A lease this session still holds without a worker (its worker exited and could not
-	// give it back: a release that timed out under load) is re-adopted whatever the room:
-	// no other instance can take it while this one lives, so leaving it would strand the
-	// partition. Fair share hands it over later if this instance is above its share.
-	own, free := e.splitSelfHeld(try, owner)
-	if len(free) > room {
-		// A random choice, so that instances whose passes overlap (started together)
-		// mostly try different units.
-		rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
-		free = free[:max(room, 0)]
+	behind := 0
+	if t.taken < room {
+		behind = min(len(order), room-t.taken)
 	}
-	return append(own, free...), nil
+	e.setBehind(behind)
+	if behind > 0 && !e.stopping() {
+		e.logs.warn("discovery-behind", "discovery is behind: partitions free for this instance wait for the next pass (run at once)",
+			"waiting", behind, "taken_this_pass", t.taken, "pass_budget", e.cfg.DiscoveryInterval)
+		e.kickDiscovery()
+	}
+	return nil
+}
+
+// orderCandidates returns the order in which a pass tries its candidates (indexes in
+// all): first the units whose cached lease this session holds (re-adopted whatever the
+// room), then this instance's slice of the rest (see prefers), then the others; each
+// part at random. So instances started together over many fresh partitions mostly try
+// different ones, and instances whose passes overlap mostly try different units of the
+// others.
+func (e *Engine) orderCandidates(all []unit, try []int32, self string, fl fleet) []int32 {
+	own, mine, rest := []int32{}, make([]int32, 0, len(try)/max(fl.n, 1)+1), []int32{}
+	e.mu.Lock()
+	var buf []byte
+	for _, i := range try {
+		var held bool
+		held, buf = e.heldBySelfLocked(&all[i], self, buf)
+		switch {
+		case held:
+			own = append(own, i)
+		case fl.prefers(&all[i]):
+			mine = append(mine, i)
+		default:
+			rest = append(rest, i)
+		}
+	}
+	e.mu.Unlock()
+	rand.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+	rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+	return append(append(own, mine...), rest...)
+}
+
+// prefers reports whether u is in this instance's slice of the units: a hash of the
+// unit's name (the same in every instance) modulo the live instances is its rank. An
+// instance that does not know its rank prefers every unit.
+func (f fleet) prefers(u *unit) bool {
+	if f.rank < 0 || f.n <= 1 {
+		return true
+	}
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(u.name); i++ {
+		h = (h ^ uint32(u.name[i])) * 16777619
+	}
+	return int(h%uint32(f.n)) == f.rank
+}
+
+// setBehind records how many free partitions the last pass left for lack of time
+// (Stats.DiscoveryBehind).
+func (e *Engine) setBehind(n int) {
+	e.mu.Lock()
+	e.discoveryBehind = n
+	e.mu.Unlock()
 }
 
 // readPass reads what a pass needs besides liveness: the instance registry (registry
-// field -> JSON entry) and, when due, the whole partition indexes; with a pending gap
-// check, the control stream's state, and the whole indexes at once when notices were
-// trimmed before the doorbell read them. It returns the units of the view.
+// field -> JSON entry) and, when due, the partition indexes, a page at a time (see
+// indexScan: a full read begun in one pass goes on in the next ones, scanBudget per
+// pass); with a pending gap check, the control stream's state, and a full read begun at
+// once when notices were trimmed before the doorbell read them. It returns the units of
+// the view.
 func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[string]string, error) {
 	v := e.view
 	now := time.Now()
@@ -254,11 +350,11 @@ func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[str
 		ctrlLen = pipe.XLen(ctx, e.keys.ControlStream())
 		ctrlFirst = pipe.XRangeN(ctx, e.keys.ControlStream(), "-", "+", 1)
 	}
-	var idx *indexRead
+	var tail *redis.XMessageSliceCmd
 	var sizes *sizeCheck
 	if full {
-		idx = v.queueIndexRead(ctx, pipe)
-	} else {
+		tail = v.queueTail(ctx, pipe)
+	} else if !v.scanning() { // the view's size is known only once a full read is done
 		sizes = v.queueSizeCheck(ctx, pipe, false)
 	}
 	_, _ = pipe.Exec(ctx) // each reply is checked below
@@ -269,7 +365,7 @@ func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[str
 		registry = instances.Val()
 		e.lives.keepRegistry(registry)
 	}
-	again := false // read the indexes now, in a pipeline of their own
+	again := false // begin a full read now
 	if check && v.gapChecked(from, ctrlLen.Val(), firstID(ctrlFirst.Val(), ""), errors.Join(ctrlLen.Err(), ctrlFirst.Err())) {
 		e.logs.warn("control-gap", "partition notices were trimmed from the control stream before this instance read them: reading the partition indexes again")
 		again = true
@@ -289,19 +385,28 @@ func (e *Engine) readPass(ctx context.Context, in *incarnation) ([]unit, map[str
 		}
 	}
 	if again {
-		pipe = e.rdb.Pipeline()
-		idx = v.queueIndexRead(ctx, pipe)
-		_, _ = pipe.Exec(ctx)
+		tail = v.queueTail(ctx, e.rdb)
 	}
-	if idx != nil {
-		if err := idx.err(); err != nil {
+	if tail != nil {
+		if err := tail.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, nil, translateRedisErr(err)
 		}
-		if v.install(idx, in, now, e.cfg.DiscoveryInterval, e.dom.backfillSuffix()) {
-			e.forgetGoneUnits()
-		}
+		v.beginScan(in, tail)
+	}
+	dropped, err := e.scanIndexes(ctx, now, e.scanBudget())
+	if err != nil {
+		return nil, nil, translateRedisErr(err)
+	}
+	if dropped {
+		e.forgetGoneUnits()
 	}
 	return e.viewUnits(), registry, nil
+}
+
+// scanBudget is how long one pass reads pages of a full read of the indexes: a quarter
+// of the discovery interval (500 ms at the default); the rest of the pass takes leases.
+func (e *Engine) scanBudget() time.Duration {
+	return e.cfg.DiscoveryInterval / 4
 }
 
 // firstID returns the id of the first of msgs, or none when there is none (a one-entry
@@ -349,13 +454,13 @@ func (e *Engine) controlRead(msgs []redis.XMessage) {
 		if n.Op == keyspace.NoticeReaped {
 			if _, had := keys[k]; had {
 				delete(keys, k)
-				v.units = nil
+				v.pendDrop = true
 				dropped = true
 			}
 			continue
 		}
 		if _, had := keys[k]; !had {
-			v.units = nil
+			v.pendAdd = append(v.pendAdd, catKey{c, k})
 		}
 		keys[k] = v.seq // a re-announced key must survive a -4 seen before the notice
 	}
@@ -409,17 +514,42 @@ func (e *Engine) handOverLocked(n int) {
 
 // checkCardinality logs once per crossing when a category's live partitions exceed the
 // configured threshold (partition-per-key is a bounded-cardinality design), and keeps
-// the counts for Stats.
-func (e *Engine) checkCardinality(live map[string]int) {
+// the counts for Stats. At the first crossing it also says what the Redis setting
+// stream-node-max-bytes costs per partition (adviseStreamNodeBytes).
+func (e *Engine) checkCardinality(ctx context.Context, live map[string]int) {
+	crossed := false
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	for c, n := range live {
 		e.livePartitions[c] = n
 		over := e.cfg.MaxPartitionsWarning > 0 && n > e.cfg.MaxPartitionsWarning
 		if over && !e.overThreshold[c] {
 			e.log.Warn("live partitions above the threshold: partition-per-key suits a bounded set of keys",
 				"category", c, "partitions", n, "threshold", e.cfg.MaxPartitionsWarning)
+			crossed = true
 		}
 		e.overThreshold[c] = over
 	}
+	e.mu.Unlock()
+	if crossed && e.streamNodeAdvised.CompareAndSwap(false, true) {
+		e.adviseStreamNodeBytes(ctx)
+	}
+}
+
+// adviseStreamNodeBytes logs what each partition's stream costs when Redis allocates a
+// stream's first node at stream-node-max-bytes (since Redis 6.2) and the setting is 2 KB
+// or more (the default is 4 KB): a stream of a few events takes about that much, which
+// is most of what a partition costs Redis. A Redis that refuses CONFIG GET (an ACL, a
+// managed service) is not asked again, and nothing is logged.
+func (e *Engine) adviseStreamNodeBytes(ctx context.Context) {
+	v, err := e.rdb.ConfigGet(ctx, "stream-node-max-bytes").Result()
+	if err != nil {
+		return
+	}
+	n, err := strconv.Atoi(v["stream-node-max-bytes"])
+	if err != nil || n < 2048 {
+		return
+	}
+	e.log.Warn("each partition's stream takes about stream-node-max-bytes of Redis memory however few events it holds: "+
+		"with many live partitions, CONFIG SET stream-node-max-bytes 1024 (and in redis.conf) cuts it to about a quarter (docs/configuration.md, \"Many partitions\")",
+		"stream_node_max_bytes", n)
 }

@@ -102,6 +102,11 @@ type Engine struct {
 
 	livePartitions map[string]int  // category -> index size at the last pass; guarded by mu
 	overThreshold  map[string]bool // category -> above MaxPartitionsWarning; guarded by mu
+	// discoveryBehind is how many free partitions the last discovery pass left for lack
+	// of time (see takeShare); guarded by mu.
+	discoveryBehind int
+	// streamNodeAdvised is set once adviseStreamNodeBytes ran.
+	streamNodeAdvised atomic.Bool
 }
 
 // New builds an engine from a validated configuration.
@@ -463,6 +468,10 @@ type Stats struct {
 	Halted         int            // owned units halted on a poison head
 	Paused         int            // owned units paused by an operator
 	LivePartitions map[string]int // category -> partitions in its discovery index
+	// DiscoveryBehind is how many free partitions, within this instance's share, the
+	// last discovery pass had no time to take (the next pass runs at once); 0 when
+	// discovery keeps up.
+	DiscoveryBehind int
 	// Slots is the instance's handler-slot use: calls running, the cap (0: unbounded) and
 	// the partitions waiting for a slot.
 	Slots SlotStats
@@ -488,7 +497,7 @@ type LagStat struct {
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	st := Stats{Owned: len(e.workers), LivePartitions: map[string]int{}}
+	st := Stats{Owned: len(e.workers), LivePartitions: map[string]int{}, DiscoveryBehind: e.discoveryBehind}
 	lag := map[[2]string]time.Duration{}
 	now := time.Now().UnixMilli()
 	for _, w := range e.workers {

@@ -24,7 +24,8 @@ import (
 //     index, and which the doorbell hands to controlRead as it reads them;
 //   - it shrinks when an acquire finds none of a unit's lanes (acquire.lua returns -4:
 //     the partition was reaped), unless a notice re-announced the key meanwhile;
-//   - it is replaced by a full read of the indexes (SMEMBERS), only: on the first pass
+//   - it is replaced by a full read of the indexes, a page at a time over as many passes
+//     as it takes (see indexScan), only: on the first pass
 //     of each session incarnation (start-up, and after a session loss, when Redis may
 //     have restarted without its data); as a backstop every fullReadEvery discovery
 //     intervals, spread by jitter; when notices may have been lost (the doorbell's
@@ -36,9 +37,10 @@ import (
 // read of the control stream (it blocks at most doorbellBlock, and an entry ends the
 // block at once) and kicks a pass, so normally one pass. When the notice is lost, the
 // gap check finds it on the doorbell's next read, or else the backstop: the next full
-// read comes at most fullReadEvery discovery intervals after the previous one and runs
+// read comes at most fullReadEvery discovery intervals after the previous one and begins
 // on the first pass after that, so within fullReadEvery+1 intervals (32 s at the
-// default 2 s interval).
+// default 2 s interval), plus the passes a large index takes to read (a million keys
+// are 200 pages).
 type indexView struct {
 	mu   sync.Mutex
 	keys keyspace.Keys // the key layout, set before use
@@ -52,7 +54,14 @@ type indexView struct {
 	ghosts  map[string]map[string]bool
 	invalid map[string]int
 	seq     uint64 // partition notices applied; guarded by mu
-	units   []unit // derived from cats, nil when stale; guarded by mu
+	units   []unit // derived from cats, nil before the first derivation; guarded by mu
+	// pendAdd are the keys added to cats since units were derived, pendDrop says a key
+	// left: viewUnits applies them to units without deriving every unit again (a
+	// million at a million partitions). subCats are the lane categories the units of
+	// each subscription share (see compactUnit). Guarded by mu.
+	pendAdd  []catKey
+	pendDrop bool
+	subCats  map[*subscription][]string
 	// cursor is the control stream id up to which every notice is accounted for: read by
 	// a full read, or handed over by the doorbell ("" before the first full read).
 	// Guarded by mu.
@@ -66,7 +75,8 @@ type indexView struct {
 	// sent. Guarded by mu.
 	pendCursor  string
 	pendBatches uint64
-	due         bool // a full read is due at the next pass; guarded by mu
+	due         bool       // a full read is due at the next pass; guarded by mu
+	scan        *indexScan // the full read under way, nil when none is; guarded by mu
 
 	// Owned by the discovery goroutine.
 	inc      *incarnation // incarnation of the last full read
@@ -169,11 +179,19 @@ func (v *indexView) noticeSeq() uint64 {
 	return v.seq
 }
 
-// fullDue reports whether this pass of incarnation in must read the whole indexes.
+// fullDue reports whether this pass of incarnation in must begin a full read of the
+// indexes: one was asked for, or none ran in this incarnation, or the backstop is due;
+// a full read of this incarnation that is still under way goes on instead.
 func (v *indexView) fullDue(in *incarnation, now time.Time) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.inc != in || v.due || !now.Before(v.next)
+	if v.due {
+		return true
+	}
+	if v.scan != nil && v.scan.in == in {
+		return false
+	}
+	return v.inc != in || !now.Before(v.next)
 }
 
 // markDue asks for a full read at the next pass.
@@ -185,7 +203,7 @@ func (v *indexView) markDue() {
 
 // wantFull asks for a full read at the next pass unless one ran within minGap.
 func (v *indexView) wantFull(now time.Time, minGap time.Duration) {
-	if now.Sub(v.lastFull) >= minGap {
+	if v.scan == nil && now.Sub(v.lastFull) >= minGap {
 		v.markDue()
 	}
 }
@@ -225,79 +243,146 @@ func (v *indexView) gapChecked(from string, length int64, first string, err erro
 // control stream trim it to.
 const controlStreamCap = 1000
 
-// indexRead is a full read of the indexes queued on a pipeline.
-type indexRead struct {
-	seq     uint64                  // notices applied when it was queued
-	tail    *redis.XMessageSliceCmd // the control stream's last entry, read before the indexes
-	members map[string]*redis.StringSliceCmd
+// indexScan is a full read of the indexes a page at a time (SSCAN, HSCAN on Redis
+// Cluster; see scanIndexes): each page's keys join the view as soon as they are read, so
+// a pass takes leases on them before the rest of a large index is read (a million keys
+// are about 200 pages). When the last page is read (finishScan), the keys the scan did not
+// find leave the view, unless a notice announced them after it began. SCAN returns every
+// key the index holds from the first page to the last at least once; a key indexed
+// meanwhile is announced on the control stream after the scan began (a key is indexed
+// and announced in one script), and one removed meanwhile is found reaped by acquire.lua.
+// Owned by the discovery goroutine; its fields are read and written with the view's mu
+// held.
+type indexScan struct {
+	in     *incarnation
+	seq    uint64   // notices applied when it began
+	tail   string   // the control stream's last entry id, read before the first page
+	cats   []string // the categories, scanned in this order
+	cat    int      // the category being scanned
+	cursor uint64
+	// seen: category -> every key the scan read; bad: those that are not valid
+	// partition keys (the view leaves them out).
+	seen, bad map[string]map[string]struct{}
 }
 
-// queueIndexRead queues a full read on pipe: the control stream's tail first, so every
-// notice up to it is reflected in the members read after it (a key is indexed and
-// announced in one script).
-func (v *indexView) queueIndexRead(ctx context.Context, pipe redis.Pipeliner) *indexRead {
-	r := &indexRead{seq: v.noticeSeq(), members: map[string]*redis.StringSliceCmd{}}
-	r.tail = pipe.XRevRangeN(ctx, v.keys.ControlStream(), "+", "-", 1)
+// scanPage is how many index members one page of a full read asks for (SSCAN COUNT).
+const scanPage = 5000
+
+// beginScan begins a full read in incarnation in; tail is the control stream's last
+// entry id, read before (see queueTail).
+func (v *indexView) beginScan(in *incarnation, tail *redis.XMessageSliceCmd) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	sc := &indexScan{in: in, seq: v.seq, tail: firstID(tail.Val(), "0-0"),
+		seen: map[string]map[string]struct{}{}, bad: map[string]map[string]struct{}{}}
 	for c := range v.cats {
-		r.members[c] = v.keys.IndexMembers(ctx, pipe, c)
+		sc.cats = append(sc.cats, c)
+		sc.seen[c], sc.bad[c] = map[string]struct{}{}, map[string]struct{}{}
 	}
-	return r
-}
-
-// err returns the first error of the read's commands.
-func (r *indexRead) err() error {
-	if err := r.tail.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return err
-	}
-	for _, m := range r.members {
-		if err := m.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return err
-		}
-	}
-	return nil
-}
-
-// install replaces the view by a full read done in incarnation in. keyspace.Keys announced
-// while the read was in flight are kept even when the read missed them. It reports
-// whether a key the view held is gone from it.
-func (v *indexView) install(r *indexRead, in *incarnation, now time.Time, interval time.Duration, suffix string) (dropped bool) {
-	tail := firstID(r.tail.Val(), "0-0")
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for c, old := range v.cats {
-		next := make(map[string]uint64, len(r.members[c].Val()))
-		v.invalid[c] = 0
-		for _, k := range r.members[c].Val() {
-			if ValidateStreamKey(k, suffix) == nil { // a value the publisher never writes; never route to it
-				next[k] = 0
-			} else {
-				v.invalid[c]++
-			}
-		}
-		clear(v.ghosts[c])
-		for k, s := range old {
-			if s > r.seq {
-				next[k] = s
-			} else if _, kept := next[k]; !kept {
-				dropped = true
-			}
-		}
-		v.cats[c] = next
-	}
-	v.units = nil
-	if v.cursor == "" || idLess(v.cursor, tail) {
-		v.cursor = tail
-	}
-	if v.checkGap && idLess(v.checkFrom, tail) {
-		v.checkFrom = tail
-	}
-	v.due = false
+	slices.Sort(sc.cats)
+	v.scan, v.due = sc, false
 	if v.inc != in {
 		v.raceKicks = 0
 	}
-	v.inc, v.lastFull = in, now
+}
+
+// queueTail reads the control stream's last entry, or queues the read on a pipeline.
+func (v *indexView) queueTail(ctx context.Context, c redis.Cmdable) *redis.XMessageSliceCmd {
+	return c.XRevRangeN(ctx, v.keys.ControlStream(), "+", "-", 1)
+}
+
+// scanning reports whether a full read is under way.
+func (v *indexView) scanning() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.scan != nil
+}
+
+// scanIndexes reads pages of the full read under way until it is done or budget has
+// passed (one page at least), and reports whether a key left the view (when the last
+// page was read: see finishScan).
+func (e *Engine) scanIndexes(ctx context.Context, now time.Time, budget time.Duration) (dropped bool, err error) {
+	v := e.view
+	suffix := e.dom.backfillSuffix()
+	deadline := time.Now().Add(budget)
+	for {
+		v.mu.Lock()
+		sc := v.scan
+		if sc == nil {
+			v.mu.Unlock()
+			return false, nil
+		}
+		if sc.cat == len(sc.cats) {
+			dropped = v.finishScanLocked(now, e.cfg.DiscoveryInterval)
+			v.mu.Unlock()
+			return dropped, nil
+		}
+		c, cursor := sc.cats[sc.cat], sc.cursor
+		v.mu.Unlock()
+		keys, next, err := v.keys.IndexScan(ctx, e.rdb, c, cursor, "", scanPage)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return false, err
+		}
+		v.mergePage(sc, c, keys, next, suffix)
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+	}
+}
+
+// mergePage adds a page of category c's index to the view and moves the scan sc on to
+// next (0: the category's last page was read).
+func (v *indexView) mergePage(sc *indexScan, c string, keys []string, next uint64, suffix string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.scan != sc {
+		return // begun again meanwhile
+	}
+	view := v.cats[c]
+	for _, k := range keys {
+		if ValidateStreamKey(k, suffix) != nil { // a value the publisher never writes; never route to it
+			sc.bad[c][k] = struct{}{}
+			continue
+		}
+		sc.seen[c][k] = struct{}{}
+		delete(v.ghosts[c], k)
+		if _, had := view[k]; !had {
+			view[k] = 0
+			v.pendAdd = append(v.pendAdd, catKey{c, k})
+		}
+	}
+	if sc.cursor = next; next == 0 {
+		sc.cat++
+	}
+}
+
+// finishScanLocked ends the full read under way: the keys it did not find leave the view,
+// except those announced after it began (a publish while it ran), and it becomes the
+// view's last full read. It reports whether a key left the view. v.mu is held.
+func (v *indexView) finishScanLocked(now time.Time, interval time.Duration) (dropped bool) {
+	sc := v.scan
+	for _, c := range sc.cats {
+		for k, s := range v.cats[c] {
+			if _, ok := sc.seen[c][k]; !ok && s <= sc.seq {
+				delete(v.cats[c], k)
+				v.pendDrop, dropped = true, true
+			}
+		}
+		for k := range v.ghosts[c] {
+			if _, ok := sc.seen[c][k]; !ok { // not indexed any more
+				delete(v.ghosts[c], k)
+			}
+		}
+		v.invalid[c] = len(sc.bad[c])
+	}
+	if v.cursor == "" || idLess(v.cursor, sc.tail) {
+		v.cursor = sc.tail
+	}
+	if v.checkGap && idLess(v.checkFrom, sc.tail) {
+		v.checkFrom = sc.tail
+	}
+	v.scan = nil
+	v.inc, v.lastFull = sc.in, now
 	every := fullReadEvery * interval
 	v.next = now.Add(every - rand.N(every/5+1))
 	return dropped
@@ -316,7 +401,7 @@ func (v *indexView) drop(u unit, seq uint64) (dropped bool) {
 		if s, ok := v.cats[c][u.key]; ok && s <= seq {
 			delete(v.cats[c], u.key)
 			v.ghosts[c][u.key] = true // still indexed, as far as the view knows
-			v.units = nil
+			v.pendDrop = true
 			dropped = true
 		}
 	}
@@ -357,15 +442,103 @@ func (v *indexView) sizes() map[string]int {
 	return out
 }
 
+// catKey is a partition key of a category.
+type catKey struct{ cat, key string }
+
 // viewUnits returns every unit of the subscriptions over the keys in the view. The
-// slice is shared until the view changes: callers must not modify it.
+// slice is shared until the view changes: callers must not modify it. After the first
+// derivation, keys added and removed since are applied to the units there are (see
+// pendAdd), unless a key was added to a category of a subscription over several
+// categories (a process manager's: a key is one unit whichever categories hold it),
+// which derives them all again.
 func (e *Engine) viewUnits() []unit {
 	v := e.view
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.units != nil {
+	if v.units != nil && !v.pendDrop && len(v.pendAdd) == 0 {
 		return v.units
 	}
+	if v.units == nil || e.addsToSeveralCategories(v.pendAdd) {
+		v.units = e.deriveUnitsLocked()
+	} else {
+		v.units = e.updateUnitsLocked()
+	}
+	v.pendAdd, v.pendDrop = nil, false
+	return v.units
+}
+
+// addsToSeveralCategories reports whether a key of adds is in a category of a
+// subscription over several categories.
+func (e *Engine) addsToSeveralCategories(adds []catKey) bool {
+	for _, s := range e.subs {
+		if len(s.categories) < 2 || len(adds) == 0 {
+			continue
+		}
+		for _, a := range adds {
+			if slices.Contains(s.categories, a.cat) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// updateUnitsLocked applies pendAdd and pendDrop to units: the units whose key left the
+// view are left out (in a new slice: the old one may be in use), and a unit is derived
+// for each key added and still in the view, once per subscription of its category.
+// v.mu is held.
+func (e *Engine) updateUnitsLocked() []unit {
+	v := e.view
+	add := make(map[catKey]bool, len(v.pendAdd))
+	for _, a := range v.pendAdd {
+		if _, ok := v.cats[a.cat][a.key]; ok {
+			add[a] = true
+		}
+	}
+	all := v.units
+	if v.pendDrop {
+		kept := make([]unit, 0, len(all)+len(add))
+		for _, u := range all {
+			if u.key != "" && !v.holdsLocked(u) {
+				continue
+			}
+			if len(add) > 0 {
+				delete(add, catKey{u.sub.categories[0], u.key}) // already a unit (dropped, then added again)
+			}
+			kept = append(kept, u)
+		}
+		all = kept
+	}
+	for _, a := range v.pendAdd {
+		if !add[a] {
+			continue
+		}
+		delete(add, a)
+		for _, s := range e.subs {
+			if s.partitioned && len(s.categories) == 1 && s.categories[0] == a.cat {
+				u := e.unitFor(s, a.key)
+				v.subCats[s] = compactUnit(&u, v.subCats[s])
+				all = append(all, u)
+			}
+		}
+	}
+	return all
+}
+
+// holdsLocked reports whether a partitioned unit's key is in the view under one of its
+// subscription's categories. v.mu is held.
+func (v *indexView) holdsLocked(u unit) bool {
+	for _, c := range u.sub.categories {
+		if _, ok := v.cats[c][u.key]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// deriveUnitsLocked derives every unit of the view. v.mu is held.
+func (e *Engine) deriveUnitsLocked() []unit {
+	v := e.view
 	n := 0 // at least as many as there are units
 	for _, s := range e.subs {
 		n++
@@ -374,6 +547,7 @@ func (e *Engine) viewUnits() []unit {
 		}
 	}
 	all := make([]unit, 0, n)
+	v.subCats = map[*subscription][]string{}
 	for _, s := range e.subs {
 		if !s.partitioned {
 			all = append(all, e.unitFor(s, ""))
@@ -397,8 +571,8 @@ func (e *Engine) viewUnits() []unit {
 				all = append(all, u)
 			}
 		}
+		v.subCats[s] = cats
 	}
-	v.units = all
 	return all
 }
 

@@ -69,3 +69,48 @@ func TestViewUnitsAreUnitForCompacted(t *testing.T) {
 		}
 	}
 }
+
+// Keys added and reaped by notices, and dropped by an acquire, change the units in place
+// of deriving them all again: the units of the keys that stayed are the same values (the
+// same strings), and the result is what a derivation from scratch gives.
+func TestViewUnitsFollowChangesWithoutDerivingAgain(t *testing.T) {
+	e, notice := viewEngine(t)
+	for i := range 20 {
+		notice(fmt.Sprintf("k%d", i), i+1)
+	}
+	before := map[string]*byte{}
+	for _, u := range e.viewUnits() {
+		before[u.key] = unsafe.StringData(u.lanes[0])
+	}
+	reaped := func(key string, id int) {
+		e.controlRead([]redis.XMessage{{ID: fmt.Sprintf("%d-0", id), Values: map[string]any{"op": "reaped", "category": "order", "key": key}}})
+	}
+	reaped("k3", 30)
+	notice("new1", 31)
+	reaped("new1", 32)
+	notice("new1", 33) // added, reaped and added again: one unit
+	notice("new2", 34)
+	notice("k5", 35) // announced again: still one unit
+	e.view.drop(e.unitFor(e.subs[0], "k7"), e.view.noticeSeq())
+	got := map[string]int{}
+	for _, u := range e.viewUnits() {
+		got[u.key]++
+		if p, ok := before[u.key]; ok && p != unsafe.StringData(u.lanes[0]) {
+			t.Errorf("unit %q was derived again", u.key)
+		}
+	}
+	e.view.mu.Lock()
+	want := map[string]int{}
+	for _, u := range e.deriveUnitsLocked() {
+		want[u.key]++
+	}
+	e.view.mu.Unlock()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("units per key (-derived from scratch +updated):\n%s", diff)
+	}
+	for _, k := range []string{"k3", "k7"} {
+		if got[k] != 0 {
+			t.Errorf("%s is still a unit", k)
+		}
+	}
+}

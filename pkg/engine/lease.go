@@ -34,11 +34,19 @@ import (
 //   - Lost: a fenced script answers that the lease is not the caller's any more; the
 //     worker stops touching the partition at once.
 
-// acquire runs acquire.lua for each unit of try (pipelined) and starts a worker for each
-// lease taken. room is the instance's room below its fair share before the pass; dead
-// names owners whose session was found gone (given on Redis Cluster only, see
-// acquire.lua).
-func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passStart uint64, room int, dead []string) error {
+// acquireTally is what the acquire calls of one discovery pass did.
+type acquireTally struct {
+	taken, lost, failed int
+	err                 error // the last error of a failed call
+	dropped             bool  // a unit's key left the view (reaped)
+}
+
+// acquire runs acquire.lua for each unit of try (pipelined: one page of a discovery
+// pass) and starts a worker for each lease taken, adding to t what happened. dead names
+// owners whose session was found gone (given on Redis Cluster only, see acquire.lua).
+// It returns false when the pass must stop: the session is gone, or the leases taken
+// were not replicated (see leasesReplicated).
+func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passStart uint64, dead []string, t *acquireTally) (bool, error) {
 	owner := in.owner
 	seq := e.view.noticeSeq() // a -4 drops a key only when no notice re-announced it after this
 	cmds, err := runPipelined(ctx, e.rdb, len(try), func(pipe redis.Pipeliner, i int) *redis.Cmd {
@@ -51,7 +59,7 @@ func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passS
 		}.EvalSha(ctx, pipe)
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	replies := make([]scripts.AcquireReply, len(try))
 	errs := make([]error, len(try))
@@ -59,45 +67,49 @@ func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passS
 		replies[i], errs[i] = scripts.ParseAcquire(cmds[i])
 	}
 	if !e.leasesReplicated(ctx, owner, try, replies) {
-		return nil
+		return false, nil
 	}
-	var failed error
-	nFailed, taken, lost := 0, 0, 0
-	dropped := false
 	for i, u := range try {
 		if err := errs[i]; err != nil {
 			if !errors.Is(err, redis.Nil) {
-				failed = translateRedisErr(err)
-				nFailed++
+				t.err = translateRedisErr(err)
+				t.failed++
 			}
 			continue
 		}
 		switch r := replies[i]; r.Code {
 		case scripts.Acquired, scripts.Readopted:
 			e.startWorker(u, in, r.Generation)
-			taken++
+			t.taken++
 		case scripts.HeldByOther:
 			e.cacheOwner(u.id(), r.Holder, passStart)
-			lost++
+			t.lost++
 		case scripts.SessionGone:
 			e.sess.lose(in, "the session key is gone (seen when taking a lease): Redis restarted or lost data, or this process stalled past the lease TTL")
-			return nil
+			return false, nil
 		case scripts.NoLane:
 			// Reaped since the view learnt of it: nothing to own until a publish
 			// re-creates it (and announces it on the control stream).
-			dropped = e.view.drop(u, seq) || dropped
+			t.dropped = e.view.drop(u, seq) || t.dropped
 		}
 	}
-	if dropped {
+	return true, nil
+}
+
+// acquired ends a pass's acquire calls: the health of lease taking, and a pass at once
+// when another instance took some of the units meanwhile (room is the room below the
+// share the pass started with).
+func (e *Engine) acquired(t *acquireTally, room int) {
+	if t.dropped {
 		e.forgetGoneUnits()
 	}
-	if failed != nil {
-		e.health.set(healthLeases, "lease taking fails: "+failed.Error())
-		e.logs.warn("acquire:"+errorCause(failed), "cannot take leases", "failed", nFailed, "of", len(try), "err", failed)
+	if t.err != nil {
+		e.health.set(healthLeases, "lease taking fails: "+t.err.Error())
+		e.logs.warn("acquire:"+errorCause(t.err), "cannot take leases", "failed", t.failed, "err", t.err)
 	} else {
 		e.health.clear(healthLeases)
 	}
-	if lost > 0 && taken < room && e.view.raceKicks < maxRaceKicks {
+	if t.lost > 0 && t.taken < room && e.view.raceKicks < maxRaceKicks {
 		// Another instance took some of these meanwhile (passes of instances started
 		// together overlap): their owners are cached now, so run again for the rest of
 		// the share rather than a discovery interval later. Bounded per incarnation: an
@@ -105,7 +117,6 @@ func (e *Engine) acquire(ctx context.Context, in *incarnation, try []unit, passS
 		e.view.raceKicks++
 		e.kickDiscovery()
 	}
-	return nil
 }
 
 // maxDeadOwners bounds how many owners found gone a pass names to acquire.lua.

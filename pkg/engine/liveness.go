@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -129,18 +130,24 @@ func (e *Engine) sessionsAlive(ctx context.Context, owners map[string]bool, aliv
 	return nil
 }
 
+// fleet is what a discovery pass knows of the live instances: how many there are (at
+// least 1: this one) and this instance's rank among their registry fields in sorted
+// order (-1 when it is not registered yet), which splits fresh partitions between them
+// (see prefers).
+type fleet struct {
+	n, rank int
+}
+
 // liveness checks the sessions of the registered instances and of the known foreign
 // owners of units (at most one PTTL per distinct owner, never one per partition, see
 // sessionsAlive), prunes long-dead registry entries, and returns which owners are alive
-// and how many instances are (at least 1: this one).
-func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]string, owner string) (map[string]bool, int, error) {
+// and the live fleet.
+func (e *Engine) liveness(ctx context.Context, instances map[string]string, owner string) (map[string]bool, fleet, error) {
 	e.mu.Lock()
 	owners := map[string]bool{}
-	for _, u := range all {
-		if lv, ok := e.knownOwner[u.id()]; ok {
-			if o := ownerOf(lv); o != "" && o != owner {
-				owners[o] = true
-			}
+	for _, lv := range e.knownOwner { // only units of the view (forgetGoneUnits)
+		if o := ownerOf(lv); o != "" && o != owner {
+			owners[o] = true
 		}
 	}
 	e.mu.Unlock()
@@ -155,16 +162,17 @@ func (e *Engine) liveness(ctx context.Context, all []unit, instances map[string]
 	}
 	alive := map[string]bool{owner: true}
 	if err := e.sessionsAlive(ctx, owners, alive); err != nil {
-		return nil, 0, err
+		return nil, fleet{}, err
 	}
-	instancesAlive := 0
+	var live []string
 	for id, o := range registered {
 		if alive[o] || id == e.regID {
-			instancesAlive++
+			live = append(live, id)
 		}
 	}
+	slices.Sort(live)
 	e.pruneInstances(ctx, registered, alive)
-	return alive, max(instancesAlive, 1), nil
+	return alive, fleet{n: max(len(live), 1), rank: slices.Index(live, e.regID)}, nil
 }
 
 // pruneInstances removes registry entries of instances whose session is gone and whose

@@ -16,21 +16,33 @@ import (
 // instance is short of its share.
 const staleRecheckBatch = 512
 
-// candidatesLocked returns the units this instance may try: not its own, and not held by
-// an owner it knows to be alive other than self (a lease self holds without a worker is
-// a candidate: acquire.lua re-adopts it). e.mu is held.
-func (e *Engine) candidatesLocked(all []unit, alive map[string]bool, self string) []unit {
-	var try []unit
-	for _, u := range all {
-		if _, mine := e.workers[u.id()]; mine {
+// candidatesLocked returns the indexes in all of the units this instance may try: not
+// its own, and not held by an owner it knows to be alive other than self (a lease self
+// holds without a worker is a candidate: acquire.lua re-adopts it). It runs over every
+// unit of the view at each pass (a million at a million partitions), so it copies no
+// unit and allocates nothing per unit. e.mu is held.
+func (e *Engine) candidatesLocked(all []unit, alive map[string]bool, self string) []int32 {
+	var try []int32
+	var buf []byte
+	for i := range all {
+		buf = appendUnitID(buf[:0], &all[i])
+		if _, mine := e.workers[string(buf)]; mine {
 			continue
 		}
-		if lv, ok := e.knownOwner[u.id()]; ok && ownerOf(lv) != self && alive[ownerOf(lv)] {
+		if lv, ok := e.knownOwner[string(buf)]; ok && ownerOf(lv) != self && alive[ownerOf(lv)] {
 			continue
 		}
-		try = append(try, u)
+		try = append(try, int32(i))
 	}
 	return try
+}
+
+// heldBySelfLocked reports whether u's cached lease is held by self (without a worker
+// here); buf is scratch space, returned for reuse. e.mu is held.
+func (e *Engine) heldBySelfLocked(u *unit, self string, buf []byte) (bool, []byte) {
+	buf = appendUnitID(buf[:0], u)
+	lv, ok := e.knownOwner[string(buf)]
+	return ok && ownerOf(lv) == self, buf
 }
 
 // splitSelfHeld separates the units whose cached lease is held by self (without a worker
@@ -38,11 +50,13 @@ func (e *Engine) candidatesLocked(all []unit, alive map[string]bool, self string
 func (e *Engine) splitSelfHeld(units []unit, self string) (own, other []unit) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, u := range units {
-		if lv, ok := e.knownOwner[u.id()]; ok && ownerOf(lv) == self {
-			own = append(own, u)
+	var buf []byte
+	for i := range units {
+		var held bool
+		if held, buf = e.heldBySelfLocked(&units[i], self, buf); held {
+			own = append(own, units[i])
 		} else {
-			other = append(other, u)
+			other = append(other, units[i])
 		}
 	}
 	return own, other

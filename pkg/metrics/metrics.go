@@ -266,6 +266,8 @@ var (
 		"Owned partitions paused by an operator ('seqctl partitions pause'), waiting for a resume or the pause's end.", nil, nil)
 	descLive = prometheus.NewDesc(Namespace+"_live_partitions",
 		"Partitions in a category's discovery index (all instances), as of the last discovery pass.", []string{"category"}, nil)
+	descBehind = prometheus.NewDesc(Namespace+"_discovery_behind_partitions",
+		"Free partitions within this instance's share that its last discovery pass had no time to take (the next pass runs at once); 0 when discovery keeps up.", nil, nil)
 	descSlotsInUse = prometheus.NewDesc(Namespace+"_handler_slots_in_use",
 		"Handler calls running now, per handler (each holds a handler slot).", []string{"handler"}, nil)
 	descSlotsLimit = prometheus.NewDesc(Namespace+"_handler_slots_limit",
@@ -287,6 +289,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descHalted
 	ch <- descPaused
 	ch <- descLive
+	ch <- descBehind
 	ch <- descSlotsInUse
 	ch <- descSlotsLimit
 	ch <- descWaiting
@@ -323,6 +326,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	for cat, n := range st.LivePartitions {
 		ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(n), cat)
 	}
+	ch <- prometheus.MustNewConstMetric(descBehind, prometheus.GaugeValue, float64(st.DiscoveryBehind))
 	slots := map[string]engine.SlotStats{}
 	for _, h := range st.HandlerSlots {
 		slots[h.Handler] = h.SlotStats

@@ -209,7 +209,7 @@ func TestGaugesReadTheSourceAtScrape(t *testing.T) {
 	m := New()
 	m.Declare("Idle", "audit")
 	src := &fakeSource{
-		stats: engine.Stats{Owned: 3, Halted: 1, LivePartitions: map[string]int{"order": 12, "payment": 4},
+		stats: engine.Stats{Owned: 3, Halted: 1, LivePartitions: map[string]int{"order": 12, "payment": 4}, DiscoveryBehind: 6,
 			Slots: engine.SlotStats{InUse: 5, Limit: 4 + 128, Waiting: 7},
 			HandlerSlots: []engine.HandlerSlotStats{
 				{Handler: "Fulfillment", SlotStats: engine.SlotStats{InUse: 1, Limit: 128}},
@@ -232,6 +232,7 @@ func TestGaugesReadTheSourceAtScrape(t *testing.T) {
 		`seqctl_partitions_halted 1`,
 		`seqctl_live_partitions{category="order"} 12`,
 		`seqctl_live_partitions{category="payment"} 4`,
+		`seqctl_discovery_behind_partitions 6`,
 		`seqctl_ready 1`,
 		`seqctl_handler_slots_in_use{handler="Projector"} 4`,
 		`seqctl_handler_slots_limit{handler="Projector"} 4`,
