@@ -265,7 +265,7 @@ func TestLimitOverride(t *testing.T) {
 	ctx := context.Background()
 	runs := newLimitRuns(rdb, 40*time.Millisecond)
 	d := limitDomain(t, runs.handle, HandlerLimit{Concurrency: 1})
-	startEngine(t, srv, d, "i1", 2*time.Second)
+	e := startEngine(t, srv, d, "i1", 2*time.Second)
 	if _, err := b.SetLimit(ctx, "Projector", "acme", LimitOverride{Concurrency: 4, Reason: "test", By: "t"}); err != nil {
 		t.Fatal(err)
 	}
@@ -273,6 +273,12 @@ func TestLimitOverride(t *testing.T) {
 	if err != nil || all["acme"].Concurrency != 4 || all["acme"].Since.IsZero() {
 		t.Fatalf("Limits = %+v, %v", all, err)
 	}
+	// The engine learns of the override from its announcement, or from its periodic read
+	// when the announcement came before its subscription was up (a loaded machine).
+	testkit.WaitFor(t, limitOverridesRefresh+5*time.Second, "the engine to apply the override", func() bool {
+		c, _, _ := e.limits.caps(HandlerLimit{Concurrency: 1}, limitID{"Projector", "acme"})
+		return c == 4
+	})
 	for k := range 8 {
 		for seq := range 3 {
 			publishLimited(t, b, d, "acme", fmt.Sprintf("k%d", k), seq)
