@@ -24,20 +24,7 @@ if [ -z "$seqctl" ]; then
   seqctl=$work/seqctl
   go build -o "$seqctl" ./cmd/seqctl
 fi
-cat >"$work/domain.toml" <<'TOML'
-name = "scale"
-[broker]
-kind = "redis"
-[[events]]
-name = "OrderPlaced"
-category = "order"
-fields = ["client_id"]
-[[handlers]]
-name = "OrderProjector"
-part_of = "order"
-handles = ["OrderPlaced"]
-sequential_by = "client_id"
-TOML
+cp scripts/scale-domain.toml "$work/domain.toml"
 export SEQCTL_REDIS_URL=redis://127.0.0.1:$port/0
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
   --logfile "$work/redis.log" --dir "$work" >/dev/null
