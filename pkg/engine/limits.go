@@ -495,6 +495,11 @@ func (l *limiter) loop() {
 	defer l.e.bg.Done()
 	ps := l.e.rdb.Subscribe(l.e.hardCtx, l.e.keys.LimitChannel())
 	defer ps.Close()
+	// An override set between the read at start and the subscription was announced to
+	// nobody here: read them again once the subscription is confirmed.
+	if _, err := ps.ReceiveTimeout(l.e.hardCtx, l.e.cfg.Timing.LeaseTTL); err == nil {
+		l.refreshOverrides()
+	}
 	refresh := time.NewTicker(limitOverridesRefresh)
 	defer refresh.Stop()
 	msgs := ps.Channel(redis.WithChannelHealthCheckInterval(bellPing))

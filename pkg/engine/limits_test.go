@@ -273,9 +273,10 @@ func TestLimitOverride(t *testing.T) {
 	if err != nil || all["acme"].Concurrency != 4 || all["acme"].Since.IsZero() {
 		t.Fatalf("Limits = %+v, %v", all, err)
 	}
-	// The engine learns of the override from its announcement, or from its periodic read
-	// when the announcement came before its subscription was up (a loaded machine).
-	testkit.WaitFor(t, limitOverridesRefresh+5*time.Second, "the engine to apply the override", func() bool {
+	// The engine learns of the override from its announcement, or, when the announcement
+	// came before its subscription was up (a loaded machine), from the read that follows
+	// the subscription: either way at once, not at the periodic read.
+	testkit.WaitFor(t, 5*time.Second, "the engine to apply the override", func() bool {
 		c, _, _ := e.limits.caps(HandlerLimit{Concurrency: 1}, limitID{"Projector", "acme"})
 		return c == 4
 	})
