@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqctl/seqctl/internal/hashslot"
 	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
@@ -171,8 +172,8 @@ func (e *Engine) discover() (err error) {
 		return err
 	}
 
-	try, room := e.fairShare(all, alive, fl.n, owner)
-	if len(try) == 0 || e.stopping() {
+	own, other, room := e.fairShare(all, alive, fl.n, owner)
+	if len(own)+len(other) == 0 || e.stopping() {
 		e.setBehind(0)
 		return nil
 	}
@@ -180,18 +181,18 @@ func (e *Engine) discover() (err error) {
 	if e.keys.IsCluster() {
 		dead = deadOwners(alive)
 	}
-	return e.takeShare(ctx, in, all, try, room, alive, fl, passStart, dead)
+	return e.takeShare(ctx, in, all, own, other, room, alive, fl, passStart, dead)
 }
 
 // fairShare aims at ceil(units / live instances): it hands over what is clearly above the
-// share, and returns the units to try and the room below the share.
-func (e *Engine) fairShare(all []unit, alive map[string]bool, instancesAlive int, owner string) (try []int32, room int) {
+// share, and returns the units to try (see candidatesLocked) and the room below the share.
+func (e *Engine) fairShare(all []unit, alive map[string]bool, instancesAlive int, owner string) (own, other []int32, room int) {
 	target := (len(all) + instancesAlive - 1) / instancesAlive
 	e.mu.Lock()
 	owned := len(e.workers)
-	try = e.candidatesLocked(all, alive, owner)
+	own, other = e.candidatesLocked(all, alive, owner)
 	short := false
-	if floor := len(all) / instancesAlive; owned+len(try) < floor {
+	if floor := len(all) / instancesAlive; owned+len(own)+len(other) < floor {
 		// Below even the rounded-down share with too few candidates: some cached owners
 		// must be stale (their release notices were trimmed from the capped control
 		// stream before this instance read them, in a mass hand-over say). Forget a
@@ -199,7 +200,7 @@ func (e *Engine) fairShare(all []unit, alive map[string]bool, instancesAlive int
 		// indexes again soon in case partition notices were lost too. In balance this
 		// never runs, so it costs an idle deployment nothing.
 		e.forgetCachedLocked(all, staleRecheckBatch)
-		try = e.candidatesLocked(all, alive, owner)
+		own, other = e.candidatesLocked(all, alive, owner)
 		short = true
 	}
 	if owned > target+fairShareSlack {
@@ -209,7 +210,7 @@ func (e *Engine) fairShare(all []unit, alive map[string]bool, instancesAlive int
 	if short {
 		e.view.wantFull(time.Now(), fullReadMinGap*e.cfg.DiscoveryInterval)
 	}
-	return try, target - owned
+	return own, other, target - owned
 }
 
 // acquirePage is how many units one acquire call of a pass tries (one pipeline): the
@@ -231,9 +232,9 @@ const acquirePage = 500
 // it back: a release that timed out under load) is re-adopted whatever the room: no
 // other instance can take it while this one lives, so leaving it would strand the
 // partition. Fair share hands it over later if this instance is above its share.
-func (e *Engine) takeShare(ctx context.Context, in *incarnation, all []unit, try []int32, room int, alive map[string]bool, fl fleet, passStart uint64, dead []string) error {
-	check := len(try) > room
-	order := e.orderCandidates(all, try, in.owner, fl)
+func (e *Engine) takeShare(ctx context.Context, in *incarnation, all []unit, own, other []int32, room int, alive map[string]bool, fl fleet, passStart uint64, dead []string) error {
+	check := len(own)+len(other) > room
+	order := orderCandidates(all, own, other, fl)
 	deadline := time.Now().Add(e.cfg.DiscoveryInterval)
 	var t acquireTally
 	defer e.acquired(&t, room)
@@ -277,45 +278,33 @@ func (e *Engine) takeShare(ctx context.Context, in *incarnation, all []unit, try
 }
 
 // orderCandidates returns the order in which a pass tries its candidates (indexes in
-// all): first the units whose cached lease this session holds (re-adopted whatever the
-// room), then this instance's slice of the rest (see prefers), then the others; each
+// all): first own, the units whose cached lease this session holds (re-adopted whatever
+// the room), then this instance's slice of the others (see prefers), then the rest; each
 // part at random. So instances started together over many fresh partitions mostly try
 // different ones, and instances whose passes overlap mostly try different units of the
 // others.
-func (e *Engine) orderCandidates(all []unit, try []int32, self string, fl fleet) []int32 {
-	own, mine, rest := []int32{}, make([]int32, 0, len(try)/max(fl.n, 1)+1), []int32{}
-	e.mu.Lock()
-	var buf []byte
-	for _, i := range try {
-		var held bool
-		held, buf = e.heldBySelfLocked(&all[i], self, buf)
-		switch {
-		case held:
-			own = append(own, i)
-		case fl.prefers(&all[i]):
+func orderCandidates(all []unit, own, other []int32, fl fleet) []int32 {
+	mine, rest := make([]int32, 0, len(other)/max(fl.n, 1)+1), []int32{}
+	for _, i := range other {
+		if fl.prefers(&all[i]) {
 			mine = append(mine, i)
-		default:
+		} else {
 			rest = append(rest, i)
 		}
 	}
-	e.mu.Unlock()
 	rand.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
 	rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
 	return append(append(own, mine...), rest...)
 }
 
-// prefers reports whether u is in this instance's slice of the units: a hash of the
-// unit's name (the same in every instance) modulo the live instances is its rank. An
+// prefers reports whether u is in this instance's slice of the units: the hash slot of
+// the unit's name (the same in every instance) modulo the live instances is its rank. An
 // instance that does not know its rank prefers every unit.
 func (f fleet) prefers(u *unit) bool {
 	if f.rank < 0 || f.n <= 1 {
 		return true
 	}
-	h := uint32(2166136261) // FNV-1a
-	for i := 0; i < len(u.name); i++ {
-		h = (h ^ uint32(u.name[i])) * 16777619
-	}
-	return int(h%uint32(f.n)) == f.rank
+	return hashslot.Of(u.name)%f.n == f.rank
 }
 
 // setBehind records how many free partitions the last pass left for lack of time

@@ -21,27 +21,34 @@ import (
 )
 
 // cmdCounter counts the commands of one name a client sends, alone or in pipelines
-// (script calls count as themselves, not as the commands they run).
+// (script calls count as themselves, not as the commands they run); with script set, only
+// the EVALSHA calls of the script of that hash.
 type cmdCounter struct {
-	name string
-	n    *atomic.Int64
+	name   string
+	n      *atomic.Int64
+	script string
+}
+
+func (h cmdCounter) count(cmd redis.Cmder) {
+	if cmd.Name() != h.name {
+		return
+	}
+	if args := cmd.Args(); h.script == "" || len(args) > 1 && args[1] == h.script {
+		h.n.Add(1)
+	}
 }
 
 func (h cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == h.name {
-			h.n.Add(1)
-		}
+		h.count(cmd)
 		return next(ctx, cmd)
 	}
 }
 func (h cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
-			if c.Name() == h.name {
-				h.n.Add(1)
-			}
+			h.count(c)
 		}
 		return next(ctx, cmds)
 	}
@@ -73,9 +80,9 @@ func TestDiscoveryDoesNotReadIndexEveryPass(t *testing.T) {
 	var sscan, scard, hgetall atomic.Int64
 	e := startEngineWith(t, srv, d, "i1", func(c *EngineConfig) {
 		c.Client = srv.Client(t)
-		c.Client.(*redis.Client).AddHook(cmdCounter{"sscan", &sscan})
-		c.Client.(*redis.Client).AddHook(cmdCounter{"scard", &scard})
-		c.Client.(*redis.Client).AddHook(cmdCounter{"hgetall", &hgetall})
+		c.Client.(*redis.Client).AddHook(cmdCounter{name: "sscan", n: &sscan})
+		c.Client.(*redis.Client).AddHook(cmdCounter{name: "scard", n: &scard})
+		c.Client.(*redis.Client).AddHook(cmdCounter{name: "hgetall", n: &hgetall})
 	})
 	testkit.WaitFor(t, 10*time.Second, "every partition owned", func() bool { return len(e.Owned()) == parts })
 	s0, p0, h0 := sscan.Load(), scard.Load(), hgetall.Load()
@@ -366,33 +373,6 @@ func TestUnitIDIsLaneKeyOfItsName(t *testing.T) {
 	}
 }
 
-// scriptCounter counts the calls of one script (by its hash) a client sends.
-type scriptCounter struct {
-	hash string
-	n    *atomic.Int64
-}
-
-func (h scriptCounter) count(cmd redis.Cmder) {
-	if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.hash {
-		h.n.Add(1)
-	}
-}
-func (h scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (h scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.count(c)
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // Two instances started together over many fresh partitions split them: each tries its
 // own slice first (a hash of the unit modulo the live instances), so they rarely try
 // the same partitions, and each ends with its share.
@@ -408,7 +388,7 @@ func TestInstancesStartedTogetherSplitFreshPartitions(t *testing.T) {
 			defer wg.Done()
 			engines[i] = startEngineWith(t, srv, d, id, func(c *EngineConfig) {
 				c.Client = srv.Client(t)
-				c.Client.(*redis.Client).AddHook(scriptCounter{scripts.Hash("acquire.lua"), &calls})
+				c.Client.(*redis.Client).AddHook(cmdCounter{name: "evalsha", n: &calls, script: scripts.Hash("acquire.lua")})
 			})
 		}()
 	}

@@ -121,7 +121,7 @@ type sizeCheck struct {
 func (v *indexView) queueSizeCheck(ctx context.Context, pipe redis.Pipeliner, tail bool) *sizeCheck {
 	sc := &sizeCheck{sizes: map[string]*redis.IntCmd{}}
 	if tail {
-		sc.tail = pipe.XRevRangeN(ctx, v.keys.ControlStream(), "+", "-", 1)
+		sc.tail = v.queueTail(ctx, pipe)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -16,33 +16,30 @@ import (
 // instance is short of its share.
 const staleRecheckBatch = 512
 
-// candidatesLocked returns the indexes in all of the units this instance may try: not
-// its own, and not held by an owner it knows to be alive other than self (a lease self
-// holds without a worker is a candidate: acquire.lua re-adopts it). It runs over every
-// unit of the view at each pass (a million at a million partitions), so it copies no
-// unit and allocates nothing per unit. e.mu is held.
-func (e *Engine) candidatesLocked(all []unit, alive map[string]bool, self string) []int32 {
-	var try []int32
+// candidatesLocked returns the indexes in all of the units this instance may try: own,
+// those whose cached lease self holds without a worker here (acquire.lua re-adopts
+// them), and other, those not held by an owner it knows to be alive. Its own units and
+// those of live others are left out. It runs over every unit of the view at each pass (a
+// million at a million partitions), so it copies no unit and allocates nothing per unit.
+// e.mu is held.
+func (e *Engine) candidatesLocked(all []unit, alive map[string]bool, self string) (own, other []int32) {
 	var buf []byte
 	for i := range all {
 		buf = appendUnitID(buf[:0], &all[i])
 		if _, mine := e.workers[string(buf)]; mine {
 			continue
 		}
-		if lv, ok := e.knownOwner[string(buf)]; ok && ownerOf(lv) != self && alive[ownerOf(lv)] {
-			continue
+		lv, ok := e.knownOwner[string(buf)]
+		switch o := ownerOf(lv); {
+		case !ok:
+			other = append(other, int32(i))
+		case o == self:
+			own = append(own, int32(i))
+		case !alive[o]:
+			other = append(other, int32(i))
 		}
-		try = append(try, int32(i))
 	}
-	return try
-}
-
-// heldBySelfLocked reports whether u's cached lease is held by self (without a worker
-// here); buf is scratch space, returned for reuse. e.mu is held.
-func (e *Engine) heldBySelfLocked(u *unit, self string, buf []byte) (bool, []byte) {
-	buf = appendUnitID(buf[:0], u)
-	lv, ok := e.knownOwner[string(buf)]
-	return ok && ownerOf(lv) == self, buf
+	return own, other
 }
 
 // splitSelfHeld separates the units whose cached lease is held by self (without a worker
@@ -52,8 +49,8 @@ func (e *Engine) splitSelfHeld(units []unit, self string) (own, other []unit) {
 	defer e.mu.Unlock()
 	var buf []byte
 	for i := range units {
-		var held bool
-		if held, buf = e.heldBySelfLocked(&units[i], self, buf); held {
+		buf = appendUnitID(buf[:0], &units[i])
+		if lv, ok := e.knownOwner[string(buf)]; ok && ownerOf(lv) == self {
 			own = append(own, units[i])
 		} else {
 			other = append(other, units[i])
