@@ -10,7 +10,9 @@
 #   - the drain rate, N / (last request - first request), and N / (last request - start);
 #   - Redis calls per fresh key: CONFIG RESETSTAT right before the start, INFO
 #     commandstats once the endpoint has seen N requests (calls inside scripts included;
-#     the script's own INFO and CONFIG RESETSTAT left out), total / N and the top 8;
+#     the script's own INFO and CONFIG RESETSTAT left out), total / N and the top TOP
+#     (default 8) with each one's Redis time per key; and Redis CPU per fresh key, the
+#     change of used_cpu_sys + used_cpu_user (INFO cpu) over the drain, / N;
 #   - "discovery pass failed" lines in the instances' logs, and the other warnings;
 #   - VmRSS of each instance once it has been idle for IDLE seconds, and
 #     (RSS - base) / (N/2), the RSS per idle owned partition, where base is the RSS of one
@@ -41,6 +43,7 @@ ns=("$@")
 port=${PORT:-6392}
 limit=${LIMIT:-300}
 idle=${IDLE:-10}
+top=${TOP:-8}
 peers=${PEERS:-$root/../shared/bench/peers}
 for n in "${ns[@]}"; do
   [[ $n =~ ^[1-9][0-9]*$ && $n -ge 2 ]] || { echo "bench-engine-scale: N must be an integer of at least 2, got '$n'" >&2; exit 2; }
@@ -128,6 +131,9 @@ start_redis() {
 
 used_memory() { redis-cli -p "$port" info memory | tr -d '\r' | awk -F: '$1 == "used_memory" { print $2 }'; }
 rss_kb() { awk '$1 == "VmRSS:" { print $2 }' "/proc/$1/status"; }
+
+# redis_cpu: seconds of CPU the private redis-server has used (user + system).
+redis_cpu() { redis-cli -p "$port" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }
 
 # start_noop: a fresh no-op HTTP server; sets noop_addr.
 start_noop() {
@@ -266,6 +272,7 @@ for n in "${ns[@]}"; do
 
   log "N=$n: starting two instances, draining (limit ${limit} s)"
   redis-cli -p "$port" config resetstat >/dev/null
+  cpu0=$(redis_cpu)
   names=("scale-$n-a" "scale-$n-b")
   t_start=$SECONDS
   start=$(date +%s%N)
@@ -285,6 +292,7 @@ for n in "${ns[@]}"; do
   done
   t_drained=$SECONDS
   redis-cli -p "$port" info commandstats | tr -d '\r' >"$work/commandstats"
+  cpu1=$(redis_cpu)
   log "N=$n: $count handled$([ -z "$stopped" ] || echo " (stopped at the ${limit} s limit)"); idle for ${idle} s"
 
   sleep "$idle"
@@ -325,14 +333,16 @@ for n in "${ns[@]}"; do
     printf -- '- N=%s: %s s in all (publish %.1f s, drain %s s, idle wait %s s, stop and clean-up %s s); Redis used_memory empty %s bytes, after the publish %s, after the drain %s\n' \
       "$n" "$((SECONDS - t_n))" "$(div "$((p1 - p0))" 1e9 %.2f)" "$((t_drained - t_start))" "$idle" "$((SECONDS - t_drained - idle))" \
       "$empty_mem" "$pub_mem" "$drained_mem"
-    echo "  Redis calls per fresh key, N=$n, top 8 of $calls calls (calls inside scripts included; failed calls in brackets):"
+    echo "  Redis CPU per fresh key over the drain (INFO cpu): $(awk -v a="$cpu0" -v b="$cpu1" -v n="$count" 'BEGIN { printf "%.1f", (b - a) * 1e6 / n }') µs"
+    echo "  Redis calls per fresh key, N=$n, top $top of $calls calls (calls inside scripts included; failed calls in brackets; µs of Redis time per key):"
     awk -F'[:=,]' -v n="$n" -v total="$calls" '/^cmdstat_/ {
         c = substr($1, 9); if (c == "info" || c == "config|resetstat") next
         f = ""; for (i = 2; i < NF; i += 2) if ($i == "failed_calls" && $(i + 1) > 0) f = sprintf(" [%d failed]", $(i + 1))
-        printf "%d\t    %-22s %8.3f per key  %5.1f%%%s\n", $3, c, $3 / n, 100 * $3 / total, f
+        us = 0; for (i = 2; i < NF; i += 2) if ($i == "usec") us = $(i + 1)
+        printf "%d\t    %-22s %8.3f per key  %5.1f%%  %7.1f µs/key%s\n", $3, c, $3 / n, 100 * $3 / total, us / n, f
       }' "$work/commandstats" | sort -t "$(printf '\t')" -k1,1nr >"$work/breakdown"
-    head -n 8 "$work/breakdown" | cut -f 2-
-    awk -F'\t' -v n="$n" 'NR > 8 { s += $1; k++ } END { if (k) printf "    the other %d commands     %8.3f per key\n", k, s / n }' "$work/breakdown"
+    head -n "$top" "$work/breakdown" | cut -f 2-
+    awk -F'\t' -v n="$n" -v top="$top" 'NR > top { s += $1; k++ } END { if (k) printf "    the other %d commands     %8.3f per key\n", k, s / n }' "$work/breakdown"
     other=$(cat "$work/${names[0]}.err" "$work/${names[1]}.err" |
       grep -E 'level=(WARN|ERROR)' | grep -v 'discovery pass failed' |
       sed -E 's/.*level=([A-Z]+) msg=("([^"\\]|\\.)*"|[^ ]*).*/\1 \2/' | sort | uniq -c | sort -rn || true)
