@@ -203,12 +203,20 @@ func TestLimitOverrideWindowsRoundTrip(t *testing.T) {
 // the call are not appended; sending the refused one and those after it again keeps the
 // key's publish order.
 func TestPublishManyKeepsOrderAfterARefusal(t *testing.T) {
+	// 4 events a key fit one publishbatch.lua call on one node; 60 take two, so the events
+	// of ro-a after the refused one are in both.
+	for _, perKey := range []int{4, 60} {
+		t.Run(fmt.Sprint(perKey), func(t *testing.T) { publishManyKeepsOrderAfterARefusal(t, perKey) })
+	}
+}
+
+func publishManyKeepsOrderAfterARefusal(t *testing.T, perKey int) {
 	onBoth(t, func(t *testing.T, tg redisTarget) {
 		rdb, b := tg.broker(t)
 		ctx := context.Background()
 		d := sinkDomain(t, rdb, "i1", nil)
 		var batch []BatchEvent
-		for seq := range 4 {
+		for seq := range perKey {
 			for _, key := range []string{"ro-a", "ro-b"} {
 				data, _ := json.Marshal(testPayload{Client: key, Seq: seq})
 				batch = append(batch, BatchEvent{Type: "OrderPlaced", Data: data, ID: fmt.Sprintf("ev-%s-%d", key, seq)})
@@ -225,6 +233,13 @@ func TestPublishManyKeepsOrderAfterARefusal(t *testing.T) {
 		var be *BatchError
 		if !errors.As(err, &be) || be.Index != 2 {
 			t.Fatalf("got %v, want a refusal of event 2", err)
+		}
+		// The other stream's events were all appended, the refused one's none after it.
+		if n := rdb.XLen(ctx, k.PartitionStream("order", "ro-b")).Val(); n != int64(perKey) {
+			t.Errorf("ro-b holds %d entries after the refusal, want %d", n, perKey)
+		}
+		if n := rdb.XLen(ctx, streamA).Val(); n != 1 {
+			t.Errorf("ro-a holds %d entries after the refusal, want 1 (the one before it)", n)
 		}
 		if err := rdb.Del(ctx, bad).Err(); err != nil {
 			t.Fatal(err)
@@ -247,7 +262,7 @@ func TestPublishManyKeepsOrderAfterARefusal(t *testing.T) {
 				_ = json.Unmarshal(ev.Data, &p)
 				got = append(got, p.Seq)
 			}
-			if want := seqs(0, 4); !slices.Equal(got, want) {
+			if want := seqs(0, perKey); !slices.Equal(got, want) {
 				t.Errorf("%s holds %v, want %v", key, got, want)
 			}
 		}

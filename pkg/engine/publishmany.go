@@ -45,8 +45,9 @@ func (e *BatchError) Error() string {
 
 func (e *BatchError) Unwrap() error { return e.Err }
 
-// PublishMany publishes events in one round trip: the publish script of each event, in one
-// pipeline (on Redis Cluster the client sends each master its part at once). Each event
+// PublishMany publishes events in one round trip: on one Redis node publishbatch.lua calls
+// of up to 100 events each, in one pipeline; on Redis Cluster the publish script of each
+// event, in one pipeline (the client sends each master its part at once). Each event
 // gets what Publish gives it: its key extracted and validated first, the index written in
 // the same step as the append, the owner woken, and an event id remembered for
 // PublishDedupeWindow, so that sending an event again appends nothing (Duplicate). The
@@ -83,15 +84,17 @@ func (b *RedisBroker) PublishMany(ctx context.Context, d *Domain, events []Batch
 	// one before it: when Redis refuses an event, the later ones of its stream are not
 	// appended either, so the documented recovery keeps publish order.
 	calls := make([]scripts.Publish, len(events))
-	last := map[string]string{} // stream -> event mark of the batch's last event on it
 	for i := range events {
 		calls[i] = b.publishCall(routes[i], evs[i], 0)
-		calls[i].After = last[routes[i].Stream]
-		last[routes[i].Stream] = calls[i].EventMark
 	}
-	cmds, err := runPipelined(ctx, b.rdb, len(events), func(pipe redis.Pipeliner, i int) *redis.Cmd {
-		return calls[i].EvalSha(ctx, pipe)
-	})
+	var replies []scripts.PublishReply
+	var errs []error
+	var err error
+	if b.keys.IsCluster() {
+		replies, errs, err = b.publishEach(ctx, routes, calls)
+	} else {
+		replies, errs, err = b.publishBatches(ctx, routes, calls)
+	}
 	if err != nil {
 		return out, &BatchError{Index: -1, Err: err}
 	}
@@ -101,12 +104,8 @@ func (b *RedisBroker) PublishMany(ctx context.Context, d *Domain, events []Batch
 			first = &BatchError{Index: i, Err: translateRedisErr(err)}
 		}
 	}
-	// On Redis Cluster a new partition's index is written after its append: once per
-	// partition of the batch, with the last of its entries (the script reports the mark
-	// missing for each of them, the batch being sent before any index write).
-	unindexed := map[string]int{}
-	for i, cmd := range cmds {
-		res, err := scripts.ParsePublish(cmd)
+	for i := range events {
+		res, err := replies[i], errs[i]
 		if err == nil && res.AfterRefused {
 			err = fmt.Errorf("%w: event %d, the one before it on %s, was not appended", ErrPublishAfterRefused, prevOn(routes, i), routes[i].Stream)
 		}
@@ -117,7 +116,13 @@ func (b *RedisBroker) PublishMany(ctx context.Context, d *Domain, events []Batch
 		ev := evs[i]
 		out[i] = Published{EventID: ev.ID, Category: routes[i].Category, Key: routes[i].Key, Stream: routes[i].Stream,
 			EntryID: res.EntryID, Duplicate: !res.Appended}
-		if res.IndexNeeded {
+	}
+	// On Redis Cluster a new partition's index is written after its append: once per
+	// partition of the batch, with the last of its entries (the script reports the mark
+	// missing for each of them, the batch being sent before any index write).
+	unindexed := map[string]int{}
+	for i := range events {
+		if errs[i] == nil && replies[i].IndexNeeded {
 			unindexed[routes[i].Category+"\x00"+routes[i].Key] = i
 		}
 	}
@@ -133,6 +138,96 @@ func (b *RedisBroker) PublishMany(ctx context.Context, d *Domain, events []Batch
 		return out, nil
 	}
 	return out, b.waitReplicas(ctx, fmt.Sprintf("publish of %d events", len(events)))
+}
+
+// publishBatchMax is the most events of one publishbatch.lua call: a call holds Redis for
+// about 5 µs an event, so a call of this size keeps other clients' commands waiting well
+// under a millisecond.
+const publishBatchMax = 100
+
+// publishBatches sends the events on one Redis node: publishbatch.lua calls of up to
+// publishBatchMax events each, all in one pipeline. An event whose predecessor on its
+// stream is in an earlier call names that one's event mark (After), so the calls keep
+// the order the whole batch would. When Redis refuses a call as a whole (an ACL user
+// that may not write one of its keys), the events not appended are sent again one by one
+// with publish.lua, so that each gets its own answer, as on Redis Cluster.
+func (b *RedisBroker) publishBatches(ctx context.Context, routes []Route, calls []scripts.Publish) ([]scripts.PublishReply, []error, error) {
+	n := (len(calls) + publishBatchMax - 1) / publishBatchMax
+	batches := make([]scripts.PublishBatch, n)
+	last := map[string]int{} // stream -> index of the batch's last event on it so far
+	for i := range calls {
+		if j, ok := last[routes[i].Stream]; ok && j/publishBatchMax != i/publishBatchMax {
+			calls[i].After = calls[j].EventMark
+		}
+		last[routes[i].Stream] = i
+	}
+	for c := range batches {
+		batches[c] = scripts.PublishBatch{Control: b.keys.ControlStream(), WindowMS: PublishDedupeWindow.Milliseconds(),
+			Events: calls[c*publishBatchMax : min((c+1)*publishBatchMax, len(calls))]}
+	}
+	cmds, err := runPipelined(ctx, b.rdb, n, func(pipe redis.Pipeliner, c int) *redis.Cmd {
+		return batches[c].EvalSha(ctx, pipe)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	replies := make([]scripts.PublishReply, 0, len(calls))
+	errs := make([]error, 0, len(calls))
+	refusedCall := false
+	for c, cmd := range cmds {
+		res, err := scripts.ParsePublishBatch(cmd, len(batches[c].Events))
+		if err != nil {
+			// Refused as a whole before it ran (NOPERM for one of its keys, say): its
+			// events, and the later ones of their streams, are taken again one by one.
+			refusedCall = true
+			for range batches[c].Events {
+				replies, errs = append(replies, scripts.PublishReply{}), append(errs, err)
+			}
+			continue
+		}
+		for _, r := range res {
+			replies, errs = append(replies, r.PublishReply), append(errs, r.Err)
+		}
+	}
+	if !refusedCall {
+		return replies, errs, nil
+	}
+	// Each event as publish.lua alone, as on Redis Cluster: the events that the calls
+	// appended answer as duplicates there and keep their first answer; the others get
+	// their own (appended, or refused with the reason that is theirs).
+	again, againErrs, err := b.publishEach(ctx, routes, calls)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range calls {
+		if errs[i] != nil || replies[i].AfterRefused {
+			replies[i], errs[i] = again[i], againErrs[i]
+		}
+	}
+	return replies, errs, nil
+}
+
+// publishEach sends the events on Redis Cluster: publish.lua per event (their keys are
+// in different slots), in one pipeline; each event after the first of its stream names
+// the event mark of the one before it (After).
+func (b *RedisBroker) publishEach(ctx context.Context, routes []Route, calls []scripts.Publish) ([]scripts.PublishReply, []error, error) {
+	last := map[string]string{} // stream -> event mark of the batch's last event on it
+	for i := range calls {
+		calls[i].After = last[routes[i].Stream]
+		last[routes[i].Stream] = calls[i].EventMark
+	}
+	cmds, err := runPipelined(ctx, b.rdb, len(calls), func(pipe redis.Pipeliner, i int) *redis.Cmd {
+		return calls[i].EvalSha(ctx, pipe)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	replies := make([]scripts.PublishReply, len(calls))
+	errs := make([]error, len(calls))
+	for i, cmd := range cmds {
+		replies[i], errs[i] = scripts.ParsePublish(cmd)
+	}
+	return replies, errs, nil
 }
 
 // ErrPublishAfterRefused: PublishMany did not append an event because the event before it

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -279,13 +280,16 @@ func DecodePause(m map[string]string) *Pause {
 // type, category, key, data, priority and published_at, and the publisher's W3C trace
 // context (traceparent, tracestate) when it had one.
 type Envelope struct {
-	ID          string    // the event id (unique, assigned at publish when empty)
-	Type        string    // the event type name
-	Category    string    // the stream category
-	Key         string    // the partition key, "" when the category is not partitioned
-	Data        []byte    // the JSON payload
-	PublishedAt time.Time // when it was published (Redis server time)
-	Priority    int       // lane priority; below the lanes threshold means backfill
+	ID       string // the event id (unique, assigned at publish when empty)
+	Type     string // the event type name
+	Category string // the stream category
+	Key      string // the partition key, "" when the category is not partitioned
+	Data     []byte // the JSON payload
+	// PublishedAt is when it was published (Redis server time): the entry's published_at
+	// field when it has one (a producer's plain XADD, entries of earlier versions), else
+	// the time in its entry id, which a publish script's XADD takes from Redis.
+	PublishedAt time.Time
+	Priority    int // lane priority; below the lanes threshold means backfill
 	// TraceParent and TraceState are the publisher's W3C trace context headers
 	// (https://www.w3.org/TR/trace-context/), "" without one. An entry whose traceparent
 	// is not a valid one decodes with both empty: trace context never stops an event.
@@ -306,8 +310,8 @@ const (
 	FieldTraceState  = "tracestate"
 )
 
-// Fields renders the envelope as field/value pairs for XADD, without published_at, which
-// the publish script sets from Redis TIME.
+// Fields renders the envelope as field/value pairs for XADD, without published_at: the
+// entry id carries the time of the publish.
 // The trace context fields are written only when there is one.
 func (e Envelope) Fields() []any {
 	f := []any{
@@ -337,6 +341,8 @@ func DecodeEnvelope(m redis.XMessage) (Envelope, error) {
 	}
 	if ms, err := strconv.ParseInt(str(FieldPublishedAt), 10, 64); err == nil {
 		e.PublishedAt = time.UnixMilli(ms)
+	} else if id, bare, ok := parseStreamID(m.ID); ok && !bare && id.MS > 0 && id.MS <= math.MaxInt64 {
+		e.PublishedAt = time.UnixMilli(int64(id.MS))
 	}
 	if tp := str(FieldTraceParent); tp != "" && ValidTraceParent(tp) == nil {
 		e.TraceParent, e.TraceState = tp, str(FieldTraceState)

@@ -67,6 +67,18 @@ func TestRecordsRoundTrip(t *testing.T) {
 	if err != nil || !cmp.Equal(e, got) {
 		t.Errorf("envelope round trip: %+v, %v", got, err)
 	}
+	// Without the field, the time of the publish is the entry id's (publish.lua writes none).
+	delete(vals, FieldPublishedAt)
+	e.PublishedAt = time.UnixMilli(1796169408062)
+	got, err = DecodeEnvelope(redis.XMessage{ID: "1796169408062-3", Values: vals})
+	if err != nil || !cmp.Equal(e, got) {
+		t.Errorf("envelope without published_at: %+v, %v (want the entry id's time)", got, err)
+	}
+	for _, id := range []string{"0-1", "junk", "1796169408062"} {
+		if got, _ := DecodeEnvelope(redis.XMessage{ID: id, Values: vals}); !got.PublishedAt.IsZero() {
+			t.Errorf("entry id %q gave the publish time %v, want none", id, got.PublishedAt)
+		}
+	}
 	if _, err := DecodeEnvelope(redis.XMessage{ID: "2-0", Values: map[string]any{"foo": "bar"}}); err == nil {
 		t.Error("an entry without id and type read as an envelope")
 	}

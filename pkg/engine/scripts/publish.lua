@@ -42,7 +42,9 @@
 --          before it (PublishMany: an event whose predecessor in the batch was refused is
 --          not appended either, so that sending the refused one and those after it again
 --          keeps publish order)
--- ARGV[6..] envelope field/value pairs (published_at is added here, Redis TIME in ms)
+-- ARGV[6..] envelope field/value pairs (no published_at: the time of the publish is the
+--          entry id's first part, Redis time in ms, which readers take when the field is
+--          absent)
 -- Returns:
 --   {1, id, x}  appended as entry id
 --   {0, id, x}  not appended: the mark is already at or past this sequence, or the event
@@ -79,9 +81,7 @@ end
 if has('p') and not redis.call('GET', KEYS[8]) then
   return {-1}
 end
-local t = redis.call('TIME')
-local ms = tostring(t[1] * 1000 + math.floor(t[2] / 1000))
-local id = redis.call('XADD', KEYS[1], '*', 'published_at', ms, unpack(ARGV, 6))
+local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 6))
 if has('i') then
   if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', '1000', '*', 'op', 'partition', 'category', ARGV[2], 'key', ARGV[1])

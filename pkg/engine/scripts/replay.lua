@@ -3,7 +3,8 @@
 -- call) can never publish it twice.
 --
 -- Only the envelope fields are copied (id, type, category, key, data, priority; the event
--- id is kept so idempotent handlers recognise the event); published_at is the replay time.
+-- id is kept so idempotent handlers recognise the event); the time of the publish is the
+-- replay's, the new entry id's (a published_at field of the entry is not copied).
 -- The new entry rings the lane's doorbell (its id SPUBLISHed on the lane's channel), as a
 -- publish does, so an owner waiting on the lane takes it at once.
 --
@@ -34,9 +35,7 @@ for i = 1, #f, 2 do
     args[#args + 1] = f[i + 1]
   end
 end
-local t = redis.call('TIME')
-local ms = tostring(t[1] * 1000 + math.floor(t[2] / 1000))
-local id = redis.call('XADD', KEYS[2], '*', 'published_at', ms, unpack(args))
+local id = redis.call('XADD', KEYS[2], '*', unpack(args))
 local x = 0
 if string.find(ARGV[4], 'c', 1, true) and redis.call('EXISTS', KEYS[6]) == 0 then
   x = 1
