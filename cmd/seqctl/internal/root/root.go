@@ -27,6 +27,7 @@ import (
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/run"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/top"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/validate"
+	"github.com/seqctl/seqctl/cmd/seqctl/internal/verify"
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/version"
 )
 
@@ -56,6 +57,7 @@ func newCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		inbox.NewCmd(f),
 		outbox.NewCmdRelay(f),
 		exporter.NewCmd(f, nil),
+		verify.NewCmd(f),
 	)
 	version.AddVersionFlag(cmd, f)
 	return cmd

@@ -93,6 +93,7 @@ func TestStructuredOutputEveryCommand(t *testing.T) {
 		{cmd: "inbox prune", args: []string{"--config", sinkConfig, "--redis-url", srv.URL}},
 		{cmd: "publish", args: []string{"--config", config, "--redis-url", srv.URL, "--event", "OrderPlaced", "--data", `{"client_id":"c-1","seq":1}`}, volatile: true},
 		{cmd: "validate", args: []string{"--config", config}},
+		{cmd: "verify run", args: []string{"--redis-url", srv.URL, "--keys", "5", "--events", "2"}, volatile: true},
 		{cmd: "version"},
 	}
 

@@ -1,0 +1,442 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/pkg/engine"
+)
+
+// Options configure Run. Zero values take the defaults.
+type Options struct {
+	// Client is the Redis to verify; the caller owns it.
+	Client redis.UniversalClient
+	// NewClient opens a client to the same Redis for one engine instance (each instance
+	// has its own, closed when the instance stops).
+	NewClient func() redis.UniversalClient
+	// Keys is how many partition keys the workload has (default 100), Events how many
+	// events each key gets (default 20).
+	Keys, Events int
+	// Rate is how many events a second are published while the engines run (0: every
+	// event is published before they start, a backlog).
+	Rate int
+	// Instances is how many engine instances run the handler side (default 2).
+	Instances int
+	// MaxUnacked is the engines' max_unacked (default 1, the strict mode).
+	MaxUnacked int
+	// BatchMax above 1 gives the handler batches of up to that many events of a key (a
+	// BatchFunc).
+	BatchMax int
+	// Tenants above 0 puts the keys in that many tenants, and the handler under a limit
+	// key by tenant with a concurrency cap of TenantCap (default 2).
+	Tenants, TenantCap int
+	// Timeout bounds the wait for every event to be applied, from the last publish
+	// (default 2 minutes).
+	Timeout time.Duration
+	// Replicas above 0 makes each publish wait for that many replicas (WithReplicas, one
+	// Redis node only), so that a failover loses no event the publisher was told about; a
+	// round that falls short is published again (its events' ids make that safe).
+	Replicas int
+	// Keep leaves the workload's keys in Redis after the run (default: deleted).
+	Keep bool
+	// Handler, when set, is called by the recording handler before it records a run: a
+	// test plants faults with it. It returns the run as it is recorded (and an error for
+	// a failed run).
+	Handler func(ctx context.Context, a Application) (Application, error)
+	// Faults, when set, runs beside the workload from the engines' start until every
+	// event is applied (its context then ends): it injects faults through the Control.
+	Faults func(ctx context.Context, c *Control)
+	// Logger receives the engines' logs (default: discarded).
+	Logger *slog.Logger
+	// RunID names the workload's category and handler (default: a random one); the
+	// category is "verify_" + RunID, never one of the user's.
+	RunID string
+}
+
+// Result is the outcome of Run: the report, the category it used, the applications
+// recorded.
+type Result struct {
+	Report   Report
+	Category string
+	Apps     []Application
+}
+
+// payload is a workload event's payload.
+type payload struct {
+	Key    string `json:"key"`
+	Seq    int    `json:"seq"`
+	Tenant string `json:"tenant,omitempty"`
+}
+
+// Control lets Faults act on the engine instances of a run.
+type Control struct {
+	o   *Options
+	d   *engine.Domain
+	ctx context.Context
+
+	mu      sync.Mutex
+	engines []*engine.Engine        // guarded by mu; nil for an instance stopped
+	clients []redis.UniversalClient // guarded by mu
+	starts  int                     // instances started in all; guarded by mu
+	wg      sync.WaitGroup
+}
+
+// Instances returns how many instance slots the run has.
+func (c *Control) Instances() int { return len(c.engines) }
+
+// Start starts instance i (a new incarnation with a new id when it ran before), unless it
+// runs.
+func (c *Control) Start(i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.engines[i] != nil {
+		return nil
+	}
+	c.starts++
+	cl := c.o.NewClient()
+	e, err := engine.New(engine.EngineConfig{Domain: c.d, Client: cl,
+		InstanceID: fmt.Sprintf("verify-%s-%d-%d", c.o.RunID, i, c.starts),
+		MaxUnacked: c.o.MaxUnacked, Logger: c.o.Logger, ShutdownTimeout: 10 * time.Second})
+	if err != nil {
+		_ = cl.Close()
+		return err
+	}
+	if err := e.Start(c.ctx); err != nil {
+		_ = cl.Close()
+		return err
+	}
+	c.engines[i], c.clients[i] = e, cl
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		_ = e.Run(c.ctx)
+	}()
+	return nil
+}
+
+// Stop stops instance i abruptly: a shutdown whose deadline has passed, so its handlers
+// in flight are cancelled, as a process given a short grace period; its partitions move
+// to the others.
+func (c *Control) Stop(i int) {
+	c.mu.Lock()
+	e, cl := c.engines[i], c.clients[i]
+	c.engines[i], c.clients[i] = nil, nil
+	c.mu.Unlock()
+	if e == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = e.Shutdown(sctx)
+	_ = cl.Close()
+}
+
+// Crash stops instance i as a crashed process stops, as far as Redis can tell: its
+// connections are closed first, so it acknowledges nothing more and releases no lease;
+// its session expires after the lease TTL and the others take its partitions over then,
+// running again what it had handled and not acknowledged.
+func (c *Control) Crash(i int) {
+	c.mu.Lock()
+	e, cl := c.engines[i], c.clients[i]
+	c.engines[i], c.clients[i] = nil, nil
+	c.mu.Unlock()
+	if e == nil {
+		return
+	}
+	_ = cl.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = e.Shutdown(sctx)
+}
+
+// stopAll stops every instance gracefully, once the run's context ended.
+func (c *Control) stopAll() {
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, cl := range c.clients {
+		if cl != nil {
+			_ = cl.Close()
+		}
+		c.engines[i], c.clients[i] = nil, nil
+	}
+}
+
+// keyName and tenantOf name the workload's keys and tenants.
+func keyName(k int) string { return fmt.Sprintf("k%05d", k) }
+
+func tenantOf(k, tenants int) string {
+	if tenants <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("t%03d", k%tenants)
+}
+
+// Run publishes a checkable workload into a category of its own, runs engine instances
+// whose handler records every application, waits until every event is applied (or the
+// timeout), stops the instances, deletes the workload's keys (unless Keep), and checks
+// the record.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if o.Client == nil || o.NewClient == nil {
+		return Result{}, errors.New("verify: a Redis client and NewClient are required")
+	}
+	o.defaults()
+	category := "verify_" + o.RunID
+	res := Result{Category: category}
+	rec := newRecorder(o)
+
+	h := engine.Handler{Name: "Verifier_" + o.RunID, Kind: engine.EventHandlerKind, PartOf: category,
+		Handles: []string{"Checked"}, SequentialBy: "key", RetryDelay: 50 * time.Millisecond}
+	if o.BatchMax > 1 {
+		h.BatchFunc, h.BatchMax = rec.batch, o.BatchMax
+	} else {
+		h.Func = rec.one
+	}
+	fields := []string{"key"}
+	if o.Tenants > 0 {
+		h.Limit = engine.HandlerLimit{By: "tenant", Concurrency: o.TenantCap}
+		fields = append(fields, "tenant")
+	}
+	d := engine.NewDomain("verify_" + o.RunID).
+		AddEvent(engine.EventType{Name: "Checked", Category: category, Fields: fields}).
+		AddHandler(h)
+	broker := engine.NewRedisBroker(o.Client)
+	if o.Replicas > 0 {
+		broker = broker.WithReplicas(o.Replicas, 2*time.Second)
+	}
+	if err := d.Init(broker); err != nil {
+		return res, err
+	}
+	if !o.Keep {
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := deleteKeys(cctx, o.Client, o.RunID); err != nil {
+				o.Logger.Warn("verify: could not delete the workload's keys", "run", o.RunID, "err", err)
+			}
+		}()
+	}
+
+	// Each round publishes the next event of every key, so every key moves along.
+	publishRound := func(seq int) error {
+		batch := make([]engine.BatchEvent, 0, o.Keys)
+		for k := range o.Keys {
+			b, _ := json.Marshal(payload{Key: keyName(k), Seq: seq, Tenant: tenantOf(k, o.Tenants)})
+			batch = append(batch, engine.BatchEvent{Type: "Checked", Data: b, ID: fmt.Sprintf("%s-%s-%d", o.RunID, keyName(k), seq)})
+		}
+		for {
+			_, err := broker.PublishMany(ctx, d, batch, engine.BatchOptions{})
+			var short *engine.ReplicaShortfallError
+			if err == nil || ctx.Err() != nil || !(engine.Transient(err) || errors.As(err, &short)) {
+				return err
+			}
+			// A failover or a reshard under way: the same events again (their ids make a
+			// second append of any a first try made impossible).
+			o.Logger.Warn("verify: publish failed; sending the round again", "seq", seq, "err", err)
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if o.Rate <= 0 {
+		for seq := 1; seq <= o.Events; seq++ {
+			if err := publishRound(seq); err != nil {
+				return res, fmt.Errorf("verify: publish of the workload: %w", err)
+			}
+		}
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	c := &Control{o: &o, d: d, ctx: runCtx, engines: make([]*engine.Engine, o.Instances), clients: make([]redis.UniversalClient, o.Instances)}
+	defer c.stopAll()
+	for i := range o.Instances {
+		if err := c.Start(i); err != nil {
+			return res, err
+		}
+	}
+	faultCtx, endFaults := context.WithCancel(runCtx)
+	defer endFaults()
+	var faults sync.WaitGroup
+	if o.Faults != nil {
+		faults.Add(1)
+		go func() {
+			defer faults.Done()
+			o.Faults(faultCtx, c)
+		}()
+	}
+	if o.Rate > 0 {
+		every := time.Duration(float64(time.Second) * float64(o.Keys) / float64(o.Rate))
+		t := time.NewTicker(every)
+		for seq := 1; seq <= o.Events && ctx.Err() == nil; seq++ {
+			if err := publishRound(seq); err != nil {
+				t.Stop()
+				endFaults()
+				faults.Wait()
+				return res, fmt.Errorf("verify: publish of the workload: %w", err)
+			}
+			if seq < o.Events {
+				<-t.C
+			}
+		}
+		t.Stop()
+	}
+	timer := time.NewTimer(o.Timeout)
+	defer timer.Stop()
+	select {
+	case <-rec.all:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	endFaults()
+	faults.Wait()
+	stop()
+	c.stopAll()
+
+	w := Workload{Events: map[string]int{}, ReRunBound: o.MaxUnacked - 1 + max(o.BatchMax, 1)}
+	for k := range o.Keys {
+		w.Events[keyName(k)] = o.Events
+	}
+	if o.Tenants > 0 {
+		w.Caps = map[string]int{}
+		for t := range o.Tenants {
+			w.Caps[tenantOf(t, o.Tenants)] = o.TenantCap
+		}
+	}
+	res.Apps = rec.applications()
+	res.Report = Check(w, res.Apps, nil)
+	return res, ctx.Err()
+}
+
+func (o *Options) defaults() {
+	if o.Keys <= 0 {
+		o.Keys = 100
+	}
+	if o.Events <= 0 {
+		o.Events = 20
+	}
+	if o.Instances <= 0 {
+		o.Instances = 2
+	}
+	if o.MaxUnacked <= 0 {
+		o.MaxUnacked = 1
+	}
+	if o.Tenants > 0 && o.TenantCap <= 0 {
+		o.TenantCap = 2
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.RunID == "" {
+		o.RunID = fmt.Sprintf("%d", time.Now().UnixNano())
+	}
+}
+
+// recorder is the handler side: it records every run.
+type recorder struct {
+	o     Options
+	total int
+
+	mu      sync.Mutex
+	apps    []Application    // guarded by mu
+	applied map[payload]bool // events applied at least once; guarded by mu
+	all     chan struct{}    // closed once every event is applied
+}
+
+func newRecorder(o Options) *recorder {
+	return &recorder{o: o, total: o.Keys * o.Events, applied: map[payload]bool{}, all: make(chan struct{})}
+}
+
+// run runs one event: the planted handler's answer, if any, and the run as recorded.
+func (r *recorder) run(ctx context.Context, ev engine.Event) (Application, error) {
+	var p payload
+	if err := json.Unmarshal(ev.Data, &p); err != nil {
+		return Application{}, fmt.Errorf("verify: not a workload event: %w", err)
+	}
+	d, _ := engine.DeliveryFrom(ctx)
+	a := Application{Key: p.Key, Seq: p.Seq, Gen: d.Generation, Attempt: d.Attempt, Limit: p.Tenant, Start: time.Now(), PublishedAt: ev.PublishedAt}
+	var err error
+	if r.o.Handler != nil {
+		a, err = r.o.Handler(ctx, a)
+	}
+	a.End = time.Now()
+	return a, err
+}
+
+// record records runs; failed says the handler call that made them failed (a batch
+// fails as a whole: none of its events counts as applied, and all run again).
+func (r *recorder) record(apps []Application, failed bool) {
+	r.mu.Lock()
+	done := false
+	for _, a := range apps {
+		a.Failed = failed
+		r.apps = append(r.apps, a)
+		if !failed {
+			k := payload{Key: a.Key, Seq: a.Seq}
+			if !r.applied[k] {
+				r.applied[k] = true
+				done = len(r.applied) == r.total
+			}
+		}
+	}
+	r.mu.Unlock()
+	if done {
+		close(r.all)
+	}
+}
+
+// one is the handler of single events.
+func (r *recorder) one(ctx context.Context, ev engine.Event) error {
+	a, err := r.run(ctx, ev)
+	if a.Key != "" {
+		r.record([]Application{a}, err != nil)
+	}
+	return err
+}
+
+// batch is the handler of batches: the events of a run, applied in order.
+func (r *recorder) batch(ctx context.Context, evs []engine.Event) error {
+	apps := make([]Application, 0, len(evs))
+	var err error
+	for _, ev := range evs {
+		var a Application
+		if a, err = r.run(ctx, ev); a.Key != "" {
+			apps = append(apps, a)
+		}
+		if err != nil {
+			break
+		}
+	}
+	r.record(apps, err != nil)
+	return err
+}
+
+// applications returns a copy of the record.
+func (r *recorder) applications() []Application {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Application(nil), r.apps...)
+}
+
+// deleteKeys deletes every key whose name holds the run id (the workload's streams,
+// index, leases, marks), on every master.
+func deleteKeys(ctx context.Context, c redis.UniversalClient, runID string) error {
+	del := func(ctx context.Context, n redis.UniversalClient) error {
+		it := n.Scan(ctx, 0, "*"+runID+"*", 1000).Iterator()
+		for it.Next(ctx) {
+			if err := n.Del(ctx, it.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return it.Err()
+	}
+	return onMasters(ctx, c, del)
+}

@@ -1,0 +1,127 @@
+package verify
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+)
+
+func runOn(t *testing.T, srv *redistest.Server, o Options) Result {
+	t.Helper()
+	o.Client = srv.Client(t)
+	o.NewClient = func() redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: o.Client.(*redis.Client).Options().Addr, ContextTimeoutEnabled: true})
+	}
+	if o.Timeout == 0 {
+		o.Timeout = time.Minute
+	}
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// A correct run finds nothing, also when one of the instances stops abruptly half-way
+// (its partitions are taken over, their events in flight run again), and leaves no key
+// of the workload behind.
+func TestRunFindsNothingThroughAFault(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, fault := range []bool{false, true} {
+		o := Options{Keys: 40, Events: 15, Instances: 2}
+		if fault {
+			o.Faults = func(ctx context.Context, c *Control) {
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+					c.Stop(0)
+				}
+			}
+			// Slow enough that the instance stopped has events left when it stops.
+			o.Handler = func(_ context.Context, a Application) (Application, error) {
+				time.Sleep(2 * time.Millisecond)
+				return a, nil
+			}
+		}
+		res := runOn(t, srv, o)
+		r := res.Report
+		if !r.OK() || r.Applied != 600 || r.Published != 600 {
+			t.Errorf("fault %v: applied %d of %d; violations %+v", fault, r.Applied, r.Published, r.Kinds)
+		}
+		t.Logf("fault %v: %d runs, %d re-runs, %.0f ev/s, p99 %v", fault, r.Runs, r.ReRuns, r.Throughput, r.P99)
+		keys, err := srv.Client(t).Keys(context.Background(), "*"+strings.TrimPrefix(res.Category, "verify_")+"*").Result()
+		if err != nil || len(keys) > 0 {
+			t.Errorf("fault %v: keys left behind: %v %v", fault, keys, err)
+		}
+	}
+}
+
+// Faults planted in the handler side are found: an event recorded in another's place
+// (out of order, and the other lost), a run recorded as overlapping the one before it, a
+// run recorded twice under one generation.
+func TestRunFindsPlantedFaults(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name  string
+		plant func(a Application) Application
+		kind  Kind
+	}{
+		{"applied out of order", func(a Application) Application {
+			if a.Key == "k00003" && a.Seq == 2 {
+				a.Seq = 3
+			} else if a.Key == "k00003" && a.Seq == 3 {
+				a.Seq = 2
+			}
+			return a
+		}, OutOfOrder},
+		{"skipped", func(a Application) Application {
+			if a.Key == "k00001" && a.Seq == 4 {
+				a.Seq = 5
+			}
+			return a
+		}, Lost},
+		{"two runs of a key at once", func(a Application) Application {
+			if a.Key == "k00002" && a.Seq == 6 {
+				a.Start = a.Start.Add(-time.Hour)
+			}
+			return a
+		}, Overlap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runOn(t, srv, Options{Keys: 5, Events: 8, Instances: 2,
+				Handler: func(_ context.Context, a Application) (Application, error) { return tc.plant(a), nil }})
+			if res.Report.Violations(tc.kind) == 0 {
+				t.Errorf("no %s found: %+v", tc.kind, res.Report.Kinds)
+			}
+		})
+	}
+	t.Run("a run twice under one generation", func(t *testing.T) {
+		var once sync.Once
+		var twice []Application
+		res := runOn(t, srv, Options{Keys: 5, Events: 8, Instances: 1,
+			Handler: func(_ context.Context, a Application) (Application, error) {
+				if a.Key == "k00004" && a.Seq == 7 {
+					once.Do(func() { twice = append(twice, a) })
+				}
+				return a, nil
+			}})
+		// The handler side recorded event 7 once; record it again at the end, as a handler
+		// that ran it twice would have.
+		again := twice[0]
+		again.Start, again.End = time.Now(), time.Now()
+		apps := append(res.Apps, again)
+		w := Workload{Events: map[string]int{}, ReRunBound: 1}
+		for _, a := range res.Apps {
+			w.Events[a.Key] = 8
+		}
+		if r := Check(w, apps, nil); r.Violations(ReRun) != 1 {
+			t.Errorf("re-runs found: %d, want 1: %+v", r.Violations(ReRun), r.Kinds)
+		}
+	})
+}

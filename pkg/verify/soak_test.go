@@ -1,0 +1,229 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqctl/seqctl/internal/redistest"
+)
+
+// TestSoak runs the checkable workload on a 3-master Redis Cluster with a replica per
+// master for SEQCTL_SOAK (a duration, e.g. 1h; the test does not run without it: it is
+// a soak, not a unit test), with limit keys and batches on, while faults come at random
+// from a seed (SEQCTL_SOAK_SEED, default the time; printed), about every SEQCTL_SOAK_EVERY
+// (default 30s): an engine instance stopped
+// abruptly and started again, one crashed (its connections closed before it stops: no
+// acknowledgement flushed, no lease released) and started again, a master killed and failed over to its replica (which
+// rejoins as a replica), slots resharded between masters while events flow, a master
+// paused for a second (a stall below the node timeout). The failovers are the kind an
+// operator or a managed Redis makes (CLUSTER FAILOVER on the replica, which first takes
+// every write of its master): a master that crashes loses the writes it confirmed and
+// had not passed on, which no client can prevent on Redis Cluster (docs/concepts.md). At the end every event must be
+// applied, in order, never two runs of a key at once, re-runs within the bound, no stale
+// generation, no limit cap exceeded. The report goes to the log and, as JSON, to
+// SEQCTL_SOAK_REPORT when set.
+//
+//	SEQCTL_SOAK=1h go test -run TestSoak -timeout 90m -v ./pkg/verify/
+func TestSoak(t *testing.T) {
+	dur, err := time.ParseDuration(os.Getenv("SEQCTL_SOAK"))
+	if err != nil || dur <= 0 {
+		t.Skip("a soak: set SEQCTL_SOAK to a duration (1h) to run it")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("SEQCTL_SOAK_SEED"); s != "" {
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("SEQCTL_SOAK_SEED: %v", err)
+		}
+	}
+	every := 30 * time.Second // the mean time between two faults
+	if v := os.Getenv("SEQCTL_SOAK_EVERY"); v != "" {
+		if every, err = time.ParseDuration(v); err != nil || every <= 0 {
+			t.Fatalf("SEQCTL_SOAK_EVERY: %q is not a positive duration", v)
+		}
+	}
+	t.Logf("seed %d (SEQCTL_SOAK_SEED=%d replays the same faults), a fault about every %v", seed, seed, every)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+
+	cl := redistest.StartClusterReplicated(t, 3, redistest.Options{})
+	const keys, rate = 200, 400
+	o := Options{
+		Client: cl.Client(t),
+		NewClient: func() redis.UniversalClient {
+			opt, err := redis.ParseClusterURL(cl.URL)
+			if err != nil {
+				panic(err)
+			}
+			opt.ContextTimeoutEnabled = true
+			return redis.NewClusterClient(opt)
+		},
+		Keys: keys, Rate: rate, Events: int(dur.Seconds()) * rate / keys,
+		Instances: 3, BatchMax: 8, Tenants: 10, TenantCap: 2,
+		Timeout: 5 * time.Minute,
+		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	ctls := make(chan *Control, 1)
+	o.Faults = func(ctx context.Context, c *Control) {
+		ctls <- c
+		<-ctx.Done()
+	}
+	type outcome struct {
+		res Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := Run(context.Background(), o)
+		done <- outcome{res, err}
+	}()
+
+	// The faults, driven from the test goroutine (the cluster helpers fail the test).
+	c := <-ctls
+	counts := map[string]int{}
+	start := time.Now()
+	var out outcome
+loop:
+	for {
+		wait := every*2/3 + time.Duration(rng.Int64N(int64(every)*2/3+1))
+		select {
+		case out = <-done:
+			break loop
+		case <-time.After(wait):
+		}
+		if time.Since(start) > dur {
+			continue // the publishing is over: let the run drain
+		}
+		masters := mastersOf(t, cl)
+		switch f := rng.IntN(5); f {
+		case 4:
+			i := rng.IntN(c.Instances())
+			t.Logf("%v: instance %d crashed (its connections closed first)", time.Since(start).Round(time.Second), i)
+			c.Crash(i)
+			time.Sleep(time.Duration(1+rng.IntN(5)) * time.Second)
+			if err := c.Start(i); err != nil {
+				t.Fatalf("start instance %d again: %v", i, err)
+			}
+			counts["instance crashed and started again"]++
+		case 0:
+			i := rng.IntN(c.Instances())
+			t.Logf("%v: instance %d stopped abruptly", time.Since(start).Round(time.Second), i)
+			c.Stop(i)
+			time.Sleep(time.Duration(1+rng.IntN(5)) * time.Second)
+			if err := c.Start(i); err != nil {
+				t.Fatalf("start instance %d again: %v", i, err)
+			}
+			counts["instance stopped and started again"]++
+		case 1:
+			i := masters[rng.IntN(len(masters))]
+			j := replicaOf(t, cl, i)
+			t.Logf("%v: failover of master %s to its replica %s (CLUSTER FAILOVER)", time.Since(start).Round(time.Second), cl.Nodes[i].Addr, cl.Nodes[j].Addr)
+			failover(t, cl, j)
+			counts["master failed over"]++
+		case 2:
+			from := masters[rng.IntN(len(masters))]
+			to := masters[(indexOf(masters, from)+1+rng.IntN(len(masters)-1))%len(masters)]
+			n := 50 + rng.IntN(200)
+			t.Logf("%v: resharding %d slots from %s to %s", time.Since(start).Round(time.Second), n, cl.Nodes[from].Addr, cl.Nodes[to].Addr)
+			cl.Reshard(t, from, to, n)
+			counts["reshard"]++
+		case 3:
+			i := masters[rng.IntN(len(masters))]
+			t.Logf("%v: master %s paused for 1 s", time.Since(start).Round(time.Second), cl.Nodes[i].Addr)
+			cl.Nodes[i].Pause()
+			time.Sleep(time.Second)
+			cl.Nodes[i].Resume()
+			counts["master paused"]++
+		}
+	}
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	r := out.res.Report
+	t.Logf("faults: %v", counts)
+	t.Logf("published %d over %d keys in %v; applied %d; runs %d, re-runs %d, failures %d; %.0f ev/s; first-run latency p50 %v, p99 %v, max %v",
+		r.Published, r.Keys, dur, r.Applied, r.Runs, r.ReRuns, r.Failures, r.Throughput, r.P50, r.P99, r.Max)
+	for _, k := range r.Kinds {
+		t.Logf("%-16s %d %v", k.Kind, k.Count, k.First)
+	}
+	if p := os.Getenv("SEQCTL_SOAK_REPORT"); p != "" {
+		b, _ := json.MarshalIndent(map[string]any{"seed": seed, "duration": dur.String(), "faults": counts, "report": r}, "", "  ")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	if !r.OK() || r.Applied != r.Published {
+		t.Errorf("the soak found violations (seed %d): applied %d of %d", seed, r.Applied, r.Published)
+	}
+}
+
+// mastersOf returns the indexes in cl.Nodes of the nodes that are masters now.
+func mastersOf(t *testing.T, cl *redistest.Cluster) []int {
+	t.Helper()
+	var out []int
+	for i, n := range cl.Nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr})
+		info, err := c.Info(context.Background(), "replication").Result()
+		c.Close()
+		if err == nil && strings.Contains(info, "role:master") {
+			out = append(out, i)
+		}
+	}
+	if len(out) < 2 {
+		t.Fatalf("fewer than 2 masters: %v", out)
+	}
+	return out
+}
+
+// replicaOf returns the index in cl.Nodes of a replica of master i.
+func replicaOf(t *testing.T, cl *redistest.Cluster, i int) int {
+	t.Helper()
+	port := fmt.Sprintf("master_port:%d", cl.Nodes[i].Port())
+	for j, n := range cl.Nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr})
+		info, err := c.Info(context.Background(), "replication").Result()
+		c.Close()
+		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, port) {
+			return j
+		}
+	}
+	t.Fatalf("master %s has no replica", cl.Nodes[i].Addr)
+	return -1
+}
+
+// failover promotes replica j with CLUSTER FAILOVER (it takes its master's writes
+// first) and waits until it is a master and the cluster is ok.
+func failover(t *testing.T, cl *redistest.Cluster, j int) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: cl.Nodes[j].Addr})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.ClusterFailover(ctx).Err(); err != nil {
+		t.Fatalf("CLUSTER FAILOVER on %s: %v", cl.Nodes[j].Addr, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		info, _ := c.Info(ctx, "replication").Result()
+		state, _ := c.ClusterInfo(ctx).Result()
+		if strings.Contains(info, "role:master") && strings.Contains(state, "cluster_state:ok") {
+			return
+		}
+	}
+	t.Fatalf("%s did not become a master within 30 s", cl.Nodes[j].Addr)
+}
+
+func indexOf(xs []int, x int) int {
+	for i, v := range xs {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}
