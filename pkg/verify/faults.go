@@ -14,13 +14,15 @@ const (
 	FaultInstanceStop = "instance stopped and started again"
 	FaultScriptFlush  = "SCRIPT FLUSH"
 	FaultClientPause  = "CLIENT PAUSE 500 ms"
+	FaultDrop         = "connections of an instance dropped"
 )
 
 // RandomFaults returns a Faults function for a staging deployment: about every `every`
 // (spread between half and one and a half times it) one fault chosen at random from
 // seed: an engine instance of the run stopped abruptly and started again 1 to 3 s later;
 // SCRIPT FLUSH on every master (every client must load its scripts again); CLIENT PAUSE
-// of writes for 500 ms on every master (every client of the server waits). The same seed
+// of writes for 500 ms on every master (every client of the server waits); every
+// connection of an instance closed by the server (CLIENT KILL). The same seed
 // gives the same sequence of faults. Each fault is reported to note (when not nil), and
 // counted in counts (guarded by the caller reading it only after the run).
 func RandomFaults(seed uint64, every time.Duration, note func(string), counts map[string]int) func(ctx context.Context, c *Control) {
@@ -34,7 +36,13 @@ func RandomFaults(seed uint64, every time.Duration, note func(string), counts ma
 			case <-time.After(wait):
 			}
 			kind, err := "", error(nil)
-			switch rng.IntN(3) {
+			switch rng.IntN(4) {
+			case 3:
+				i := rng.IntN(c.Instances())
+				var n int
+				n, err = c.Drop(ctx, i)
+				kind = fmt.Sprintf("%s (instance %d: %d closed)", FaultDrop, i, n)
+				counts[FaultDrop]++
 			case 0:
 				i := rng.IntN(c.Instances())
 				kind = FaultInstanceStop

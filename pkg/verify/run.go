@@ -1,17 +1,20 @@
 package verify
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqctl/seqctl/pkg/engine"
+	"github.com/seqctl/seqctl/pkg/keyspace"
 )
 
 // Options configure Run. Zero values take the defaults.
@@ -19,8 +22,9 @@ type Options struct {
 	// Client is the Redis to verify; the caller owns it.
 	Client redis.UniversalClient
 	// NewClient opens a client to the same Redis for one engine instance (each instance
-	// has its own, closed when the instance stops).
-	NewClient func() redis.UniversalClient
+	// has its own, closed when the instance stops), whose connections take name as their
+	// client name (CLIENT SETNAME), so that a fault can drop them (Control.Drop).
+	NewClient func(name string) redis.UniversalClient
 	// Keys is how many partition keys the workload has (default 100), Events how many
 	// events each key gets (default 20).
 	Keys, Events int
@@ -37,6 +41,10 @@ type Options struct {
 	// Tenants above 0 puts the keys in that many tenants, and the handler under a limit
 	// key by tenant with a concurrency cap of TenantCap (default 2).
 	Tenants, TenantCap int
+	// Poison above 0 gives that many keys (the first ones) a poison event, one that always
+	// fails, in the middle of their sequence: each of those keys must halt on it after
+	// its retries and apply nothing after it (the events after it wait on the halt).
+	Poison int
 	// Timeout bounds the wait for every event to be applied, from the last publish
 	// (default 2 minutes).
 	Timeout time.Duration
@@ -73,7 +81,11 @@ type payload struct {
 	Key    string `json:"key"`
 	Seq    int    `json:"seq"`
 	Tenant string `json:"tenant,omitempty"`
+	Poison bool   `json:"poison,omitempty"`
 }
+
+// poisonAt is the event of a poisoned key that is poison: the middle of its sequence.
+func poisonAt(events int) int { return events/2 + 1 }
 
 // Control lets Faults act on the engine instances of a run.
 type Control struct {
@@ -84,6 +96,7 @@ type Control struct {
 	mu      sync.Mutex
 	engines []*engine.Engine        // guarded by mu; nil for an instance stopped
 	clients []redis.UniversalClient // guarded by mu
+	names   []string                // each instance's client name; guarded by mu
 	starts  int                     // instances started in all; guarded by mu
 	wg      sync.WaitGroup
 }
@@ -100,9 +113,10 @@ func (c *Control) Start(i int) error {
 		return nil
 	}
 	c.starts++
-	cl := c.o.NewClient()
+	id := fmt.Sprintf("verify-%s-%d-%d", c.o.RunID, i, c.starts)
+	cl := c.o.NewClient(id)
 	e, err := engine.New(engine.EngineConfig{Domain: c.d, Client: cl,
-		InstanceID: fmt.Sprintf("verify-%s-%d-%d", c.o.RunID, i, c.starts),
+		InstanceID: id,
 		MaxUnacked: c.o.MaxUnacked, Logger: c.o.Logger, ShutdownTimeout: 10 * time.Second})
 	if err != nil {
 		_ = cl.Close()
@@ -112,7 +126,7 @@ func (c *Control) Start(i int) error {
 		_ = cl.Close()
 		return err
 	}
-	c.engines[i], c.clients[i] = e, cl
+	c.engines[i], c.clients[i], c.names[i] = e, cl, id
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -156,6 +170,52 @@ func (c *Control) Crash(i int) {
 	_ = e.Shutdown(sctx)
 }
 
+// Drop closes, on the server side (CLIENT KILL), every connection of instance i, as a
+// network fault or a proxy restart would: its client dials again, and what was in
+// flight on them got no reply. It returns how many it closed.
+func (c *Control) Drop(ctx context.Context, i int) (int, error) {
+	c.mu.Lock()
+	name := c.names[i]
+	running := c.engines[i] != nil
+	c.mu.Unlock()
+	if !running {
+		return 0, nil
+	}
+	var mu sync.Mutex
+	killed := 0
+	err := onMasters(ctx, c.o.Client, func(ctx context.Context, n redis.UniversalClient) error {
+		list, err := n.ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(list, "\n") {
+			var id string
+			named := false
+			for _, f := range strings.Fields(line) {
+				if v, ok := strings.CutPrefix(f, "id="); ok {
+					id = v
+				}
+				if f == "name="+name {
+					named = true
+				}
+			}
+			if named && id != "" {
+				err := n.Do(ctx, "CLIENT", "KILL", "ID", id).Err()
+				if err != nil && !strings.Contains(err.Error(), "No such client") {
+					return err
+				}
+				if err == nil {
+					mu.Lock()
+					killed++
+					mu.Unlock()
+				}
+			}
+		}
+		return nil
+	})
+	return killed, err
+}
+
 // stopAll stops every instance gracefully, once the run's context ended.
 func (c *Control) stopAll() {
 	c.wg.Wait()
@@ -193,7 +253,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	rec := newRecorder(o)
 
 	h := engine.Handler{Name: "Verifier_" + o.RunID, Kind: engine.EventHandlerKind, PartOf: category,
-		Handles: []string{"Checked"}, SequentialBy: "key", RetryDelay: 50 * time.Millisecond}
+		Handles: []string{"Checked"}, SequentialBy: "key", MaxRetries: 2, RetryDelay: 50 * time.Millisecond}
 	if o.BatchMax > 1 {
 		h.BatchFunc, h.BatchMax = rec.batch, o.BatchMax
 	} else {
@@ -228,7 +288,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	publishRound := func(seq int) error {
 		batch := make([]engine.BatchEvent, 0, o.Keys)
 		for k := range o.Keys {
-			b, _ := json.Marshal(payload{Key: keyName(k), Seq: seq, Tenant: tenantOf(k, o.Tenants)})
+			b, _ := json.Marshal(payload{Key: keyName(k), Seq: seq, Tenant: tenantOf(k, o.Tenants), Poison: k < o.Poison && seq == poisonAt(o.Events)})
 			batch = append(batch, engine.BatchEvent{Type: "Checked", Data: b, ID: fmt.Sprintf("%s-%s-%d", o.RunID, keyName(k), seq)})
 		}
 		for {
@@ -253,7 +313,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	c := &Control{o: &o, d: d, ctx: runCtx, engines: make([]*engine.Engine, o.Instances), clients: make([]redis.UniversalClient, o.Instances)}
+	c := &Control{o: &o, d: d, ctx: runCtx, engines: make([]*engine.Engine, o.Instances), clients: make([]redis.UniversalClient, o.Instances), names: make([]string, o.Instances)}
 	defer c.stopAll()
 	for i := range o.Instances {
 		if err := c.Start(i); err != nil {
@@ -295,10 +355,22 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	endFaults()
 	faults.Wait()
+	// The poisoned keys halt after their retries: wait for their halt records.
+	halts, err := readHalts(ctx, o.Client, category, h.Name, o.Keys)
+	for deadline := time.Now().Add(30 * time.Second); err == nil && len(halts) < min(o.Poison, o.Keys) && time.Now().Before(deadline) && ctx.Err() == nil; {
+		time.Sleep(200 * time.Millisecond)
+		halts, err = readHalts(ctx, o.Client, category, h.Name, o.Keys)
+	}
 	stop()
 	c.stopAll()
+	if err != nil {
+		return res, fmt.Errorf("verify: read the halts: %w", err)
+	}
 
-	w := Workload{Events: map[string]int{}, ReRunBound: o.MaxUnacked - 1 + max(o.BatchMax, 1)}
+	w := Workload{Events: map[string]int{}, ReRunBound: o.MaxUnacked - 1 + max(o.BatchMax, 1), Poison: map[string]int{}}
+	for k := range min(o.Poison, o.Keys) {
+		w.Poison[keyName(k)] = poisonAt(o.Events)
+	}
 	for k := range o.Keys {
 		w.Events[keyName(k)] = o.Events
 	}
@@ -309,7 +381,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	res.Apps = rec.applications()
-	res.Report = Check(w, res.Apps, nil)
+	res.Report = Check(w, res.Apps, halts)
 	return res, ctx.Err()
 }
 
@@ -351,8 +423,11 @@ type recorder struct {
 	all     chan struct{}    // closed once every event is applied
 }
 
+// newRecorder expects every event applied, but for the events of a poisoned key from its
+// poison event on.
 func newRecorder(o Options) *recorder {
-	return &recorder{o: o, total: o.Keys * o.Events, applied: map[payload]bool{}, all: make(chan struct{})}
+	total := o.Keys*o.Events - min(o.Poison, o.Keys)*(o.Events-poisonAt(o.Events)+1)
+	return &recorder{o: o, total: total, applied: map[payload]bool{}, all: make(chan struct{})}
 }
 
 // run runs one event: the planted handler's answer, if any, and the run as recorded.
@@ -364,8 +439,13 @@ func (r *recorder) run(ctx context.Context, ev engine.Event) (Application, error
 	d, _ := engine.DeliveryFrom(ctx)
 	a := Application{Key: p.Key, Seq: p.Seq, Gen: d.Generation, Attempt: d.Attempt, Limit: p.Tenant, Start: time.Now(), PublishedAt: ev.PublishedAt}
 	var err error
+	if p.Poison {
+		err = fmt.Errorf("verify: event %d of %s is poison: it always fails", p.Seq, p.Key)
+	}
 	if r.o.Handler != nil {
-		a, err = r.o.Handler(ctx, a)
+		var herr error
+		a, herr = r.o.Handler(ctx, a)
+		err = cmp.Or(err, herr)
 	}
 	a.End = time.Now()
 	return a, err
@@ -424,6 +504,42 @@ func (r *recorder) applications() []Application {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]Application(nil), r.apps...)
+}
+
+// readHalts reads the halt record of each key of the workload and returns the halted
+// ones, each with the number of the event at its head.
+func readHalts(ctx context.Context, c redis.UniversalClient, category, group string, keys int) ([]Halt, error) {
+	ks := keyspace.For(c)
+	pipe := c.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, keys)
+	for k := range keys {
+		cmds[k] = pipe.HGetAll(ctx, ks.HaltKey(ks.PartitionStream(category, keyName(k)), group))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	var out []Halt
+	for k, cmd := range cmds {
+		h := keyspace.DecodeHalt(cmd.Val())
+		if h == nil {
+			continue
+		}
+		seq := 0
+		msgs, err := c.XRangeN(ctx, h.Stream, h.EntryID, h.EntryID, 1).Result()
+		if err != nil {
+			return nil, err
+		}
+		if len(msgs) == 1 {
+			if ev, err := engine.EventFromMessage(msgs[0]); err == nil {
+				var p payload
+				if json.Unmarshal(ev.Data, &p) == nil {
+					seq = p.Seq
+				}
+			}
+		}
+		out = append(out, Halt{Key: keyName(k), Seq: seq})
+	}
+	return out, nil
 }
 
 // deleteKeys deletes every key whose name holds the run id (the workload's streams,

@@ -2,6 +2,8 @@ package verify
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -15,8 +17,8 @@ import (
 func runOn(t *testing.T, srv *redistest.Server, o Options) Result {
 	t.Helper()
 	o.Client = srv.Client(t)
-	o.NewClient = func() redis.UniversalClient {
-		return redis.NewClient(&redis.Options{Addr: o.Client.(*redis.Client).Options().Addr, ContextTimeoutEnabled: true})
+	o.NewClient = func(name string) redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: o.Client.(*redis.Client).Options().Addr, ContextTimeoutEnabled: true, ClientName: name})
 	}
 	if o.Timeout == 0 {
 		o.Timeout = time.Minute
@@ -40,6 +42,9 @@ func TestRunFindsNothingThroughAFault(t *testing.T) {
 				select {
 				case <-ctx.Done():
 				case <-time.After(100 * time.Millisecond):
+					if n, err := c.Drop(ctx, 1); err != nil || n == 0 {
+						t.Errorf("drop the connections of instance 1: %d closed, %v", n, err)
+					}
 					c.Stop(0)
 				}
 			}
@@ -94,13 +99,45 @@ func TestRunFindsPlantedFaults(t *testing.T) {
 		}, Overlap},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := runOn(t, srv, Options{Keys: 5, Events: 8, Instances: 2,
+			// A fault that leaves an event unapplied (skipped) ends the run at the timeout.
+			res := runOn(t, srv, Options{Keys: 5, Events: 8, Instances: 2, Timeout: 3 * time.Second,
 				Handler: func(_ context.Context, a Application) (Application, error) { return tc.plant(a), nil }})
 			if res.Report.Violations(tc.kind) == 0 {
 				t.Errorf("no %s found: %+v", tc.kind, res.Report.Kinds)
 			}
 		})
 	}
+	// The engines keep each of 4 tenants to one run at a time; a handler that records every
+	// run under one tenant shows runs of that "tenant" at once, as a handler that ignored
+	// the cap would.
+	t.Run("a cap exceeded", func(t *testing.T) {
+		res := runOn(t, srv, Options{Keys: 20, Events: 10, Instances: 2, Tenants: 4, TenantCap: 1,
+			Handler: func(_ context.Context, a Application) (Application, error) {
+				time.Sleep(time.Millisecond)
+				a.Limit = "t000"
+				return a, nil
+			}})
+		if res.Report.Violations(CapExceeded) == 0 {
+			t.Errorf("no %s found: %+v", CapExceeded, res.Report.Kinds)
+		}
+		// The same runs as recorded by a correct handler keep the cap.
+		apps := res.Apps
+		for i := range apps {
+			var k int
+			fmt.Sscanf(apps[i].Key, "k%d", &k)
+			apps[i].Limit = tenantOf(k, 4)
+		}
+		w := Workload{Events: map[string]int{}, ReRunBound: 1, Caps: map[string]int{}}
+		for k := range 20 {
+			w.Events[keyName(k)] = 10
+		}
+		for tn := range 4 {
+			w.Caps[tenantOf(tn, 4)] = 1
+		}
+		if r := Check(w, apps, nil); !r.OK() {
+			t.Errorf("the runs with their own tenants: %+v", r.Kinds)
+		}
+	})
 	t.Run("a run twice under one generation", func(t *testing.T) {
 		var once sync.Once
 		var twice []Application
@@ -124,4 +161,31 @@ func TestRunFindsPlantedFaults(t *testing.T) {
 			t.Errorf("re-runs found: %d, want 1: %+v", r.Violations(ReRun), r.Kinds)
 		}
 	})
+}
+
+// Poison events halt their keys on them, which the check expects; a key that halts on an
+// event that is not poison (a handler that fails it every time) is a wrong halt.
+func TestRunPoisonHalts(t *testing.T) {
+	srv := redistest.Start(t)
+	res := runOn(t, srv, Options{Keys: 6, Events: 6, Instances: 2, Poison: 2})
+	r := res.Report
+	// Keys 0 and 1 halt on event 4 of 6: 3 applied each; the 4 others apply all 6.
+	if !r.OK() || r.Applied != 30 || r.Failures != 4 {
+		t.Errorf("applied %d (want 30), failures %d (want 2 attempts of 2 poison events); %+v", r.Applied, r.Failures, r.Kinds)
+	}
+
+	res = runOn(t, srv, Options{Keys: 6, Events: 6, Instances: 2, Poison: 1, Timeout: 3 * time.Second,
+		Handler: func(_ context.Context, a Application) (Application, error) {
+			if a.Key == "k00005" && a.Seq == 2 {
+				return a, errors.New("planted: fails every time")
+			}
+			return a, nil
+		}})
+	r = res.Report
+	if v := r.First(WrongHalt); v == nil || v.Key != "k00005" || v.Seqs[0] != 2 {
+		t.Errorf("wrong halt: %v; want k00005 on event 2 (%+v)", v, r.Kinds)
+	}
+	if r.Violations(Lost) != 5 {
+		t.Errorf("lost %d, want the 5 events of k00005 from event 2 on", r.Violations(Lost))
+	}
 }

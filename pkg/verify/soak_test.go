@@ -58,12 +58,12 @@ func TestSoak(t *testing.T) {
 	const keys, rate = 200, 400
 	o := Options{
 		Client: cl.Client(t),
-		NewClient: func() redis.UniversalClient {
+		NewClient: func(name string) redis.UniversalClient {
 			opt, err := redis.ParseClusterURL(cl.URL)
 			if err != nil {
 				panic(err)
 			}
-			opt.ContextTimeoutEnabled = true
+			opt.ContextTimeoutEnabled, opt.ClientName = true, name
 			return redis.NewClusterClient(opt)
 		},
 		Keys: keys, Rate: rate, Events: int(dur.Seconds()) * rate / keys,

@@ -229,6 +229,23 @@ func (c *Conn) NewClient() redis.UniversalClient {
 	return cl
 }
 
+// NewNamedClient is NewClient whose connections take name as their client name
+// (CLIENT SETNAME): what CLIENT LIST shows, and what a fault injector can kill by.
+func (c *Conn) NewNamedClient(name string) redis.UniversalClient {
+	if !c.IsCluster() {
+		o := *c.node
+		o.ClientName = name
+		return redis.NewClient(&o)
+	}
+	o := *c.Cluster
+	o.ClientName = name
+	cl := redis.NewClusterClient(&o)
+	if c.finalNetErrors {
+		cl.OnNewNode(func(n *redis.Client) { n.AddHook(finalNetErrorHook{}) })
+	}
+	return cl
+}
+
 // Ping checks the connection: a PING to the node, or to every master of the cluster,
 // which also loads the cluster's slot map and checks that this host reaches each
 // address the cluster announces.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/seqctl/seqctl/cmd/seqctl/internal/cmdutil"
@@ -50,6 +50,7 @@ type RunOptions struct {
 	Duration                      time.Duration
 	MaxUnacked, BatchMax          int
 	Tenants, TenantCap            int
+	Poison                        int
 	Timeout                       time.Duration
 	Keep                          bool
 	Faults                        bool
@@ -72,12 +73,16 @@ The workload: --keys keys with --events events each, published before the instan
 start (a backlog), or with --rate at that many events a second while they run (with
 --duration, --events is what the rate publishes in that time). --max-unacked and
 --batch-max set the engines' acknowledgement mode and the handler's batches;
---tenants puts the keys under a limit key with a cap of --tenant-cap runs at once.
+--tenants puts the keys under a limit key with a cap of --tenant-cap runs at once;
+--poison gives that many keys a poison event (one that always fails) in the middle of
+their sequence: each must halt on it after its retries (2, 50 ms apart), with nothing
+after it applied.
 
 --faults is for a staging deployment: about every --fault-every, one fault at random
 from --seed (printed; the same seed gives the same faults): an instance stopped
-abruptly and started again, SCRIPT FLUSH on every master, or CLIENT PAUSE of writes for
-500 ms on every master (every client of that Redis waits). Never use it on a Redis
+abruptly and started again, every connection of an instance closed by the server
+(CLIENT KILL), SCRIPT FLUSH on every master, or CLIENT PAUSE of writes for 500 ms on
+every master (every client of that Redis waits). Never use it on a Redis
 that serves production traffic.
 
 The report: one row per kind of violation (lost, out_of_order, overlap, rerun,
@@ -106,6 +111,7 @@ violation was (or the run failed).`,
 	fl.IntVar(&opts.BatchMax, "batch-max", 1, "events per handler call (above 1: batches)")
 	fl.IntVar(&opts.Tenants, "tenants", 0, "put the keys in this many tenants under a limit key (0: no limit)")
 	fl.IntVar(&opts.TenantCap, "tenant-cap", 2, "with --tenants: runs of a tenant at once")
+	fl.IntVar(&opts.Poison, "poison", 0, "give this many keys a poison event (always fails) in the middle: each must halt on it")
 	fl.DurationVar(&opts.Timeout, "timeout", 2*time.Minute, "how long to wait for every event to be applied, after the last publish")
 	fl.BoolVar(&opts.Keep, "keep", false, "leave the workload's keys in Redis")
 	fl.BoolVar(&opts.Faults, "faults", false, "inject faults at random (staging only: see above)")
@@ -121,7 +127,7 @@ func (o *RunOptions) check(cmd *cobra.Command) error {
 		n    int
 		min  int
 	}{{"--keys", o.Keys, 1}, {"--events", o.Events, 1}, {"--instances", o.Instances, 1}, {"--max-unacked", o.MaxUnacked, 1},
-		{"--batch-max", o.BatchMax, 1}, {"--rate", o.Rate, 0}, {"--tenants", o.Tenants, 0}, {"--tenant-cap", o.TenantCap, 1}} {
+		{"--batch-max", o.BatchMax, 1}, {"--rate", o.Rate, 0}, {"--tenants", o.Tenants, 0}, {"--tenant-cap", o.TenantCap, 1}, {"--poison", o.Poison, 0}} {
 		if v.n < v.min {
 			return cmdutil.UsageErrorf(path, "%s is %d; it must be at least %d", v.name, v.n, v.min)
 		}
@@ -157,28 +163,27 @@ func verifyRun(ctx context.Context, opts *RunOptions) error {
 		return err
 	}
 	defer rdb.Close()
+	// The engines' error lines and the fault notes go to stderr from other goroutines.
+	errOut := &lockedWriter{w: ios.ErrOut}
 	vo := verify.Options{
-		Client: rdb, NewClient: func() redis.UniversalClient { return conn.NewClient() },
+		Client: rdb, NewClient: conn.NewNamedClient,
 		Keys: opts.Keys, Events: opts.Events, Rate: opts.Rate, Instances: opts.Instances,
-		MaxUnacked: opts.MaxUnacked, BatchMax: opts.BatchMax, Tenants: opts.Tenants, TenantCap: opts.TenantCap,
+		MaxUnacked: opts.MaxUnacked, BatchMax: opts.BatchMax, Tenants: opts.Tenants, TenantCap: opts.TenantCap, Poison: opts.Poison,
 		Timeout: opts.Timeout, Keep: opts.Keep,
-		Logger: slog.New(slog.NewTextHandler(ios.ErrOut, &slog.HandlerOptions{Level: slog.LevelError})),
+		Logger: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 	out := runReport{}
-	var mu sync.Mutex
 	if opts.Faults {
 		if opts.Seed == 0 {
 			opts.Seed = rand.Uint64()
 		}
 		out.Seed, out.Faults = opts.Seed, map[string]int{}
-		fmt.Fprintf(ios.ErrOut, "faults from seed %d (--seed %d replays them)\n", opts.Seed, opts.Seed)
+		fmt.Fprintf(errOut, "faults from seed %d (--seed %d replays them)\n", opts.Seed, opts.Seed)
 		vo.Faults = verify.RandomFaults(opts.Seed, opts.FaultEvery, func(s string) {
-			mu.Lock()
-			defer mu.Unlock()
-			fmt.Fprintf(ios.ErrOut, "%s fault: %s\n", time.Now().Format(time.TimeOnly), s)
+			fmt.Fprintf(errOut, "%s fault: %s\n", time.Now().Format(time.TimeOnly), s)
 		}, out.Faults)
 	}
-	fmt.Fprintf(ios.ErrOut, "publishing %d events over %d keys to %s; %d instances\n", opts.Keys*opts.Events, opts.Keys, conn.Where(), opts.Instances)
+	fmt.Fprintf(errOut, "publishing %d events over %d keys to %s; %d instances\n", opts.Keys*opts.Events, opts.Keys, conn.Where(), opts.Instances)
 	res, err := verify.Run(ctx, vo)
 	out.Category, out.Report = res.Category, res.Report
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -225,6 +230,18 @@ func printReport(ios *cmdutil.IOStreams, out runReport) error {
 		fmt.Fprintf(ios.Out, "faults (seed %d): %v\n", out.Seed, out.Faults)
 	}
 	return nil
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // firstViolations names the first violation of each kind found.
