@@ -53,7 +53,18 @@ func TestCheckFindsNothingOnACorrectRun(t *testing.T) {
 		run{key: "p", seq: 2, gen: 12, from: 2, to: 3, failed: true},
 		run{key: "p", seq: 2, gen: 12, from: 4, to: 5, failed: true},
 	)
-	r := Check(w, log, []Halt{{Key: "p", Seq: 2}})
+	// A batch of events 1 to 3 of key q fails on its poison event 3 (the whole call fails:
+	// none counts as applied); 1 and 2 are then run alone, and 3 halts the key.
+	w.Events["q"], w.Poison["q"] = 3, 3
+	batch := apps(run{key: "q", seq: 1, gen: 13, from: 0, to: 1, failed: true}, run{key: "q", seq: 2, gen: 13, from: 1, to: 2, failed: true},
+		run{key: "q", seq: 3, gen: 13, from: 2, to: 3, failed: true})
+	for i := range batch {
+		batch[i].Batch = 7
+	}
+	log = append(log, batch...)
+	log = append(log, apps(run{key: "q", seq: 1, gen: 13, from: 4, to: 5}, run{key: "q", seq: 2, gen: 13, from: 6, to: 7},
+		run{key: "q", seq: 3, gen: 13, from: 8, to: 9, failed: true})...)
+	r := Check(w, log, []Halt{{Key: "p", Seq: 2}, {Key: "q", Seq: 3}})
 	if !r.OK() {
 		for _, k := range r.Kinds {
 			if k.First != nil {
@@ -61,8 +72,8 @@ func TestCheckFindsNothingOnACorrectRun(t *testing.T) {
 			}
 		}
 	}
-	if r.Applied != 6 || r.ReRuns != 1 || r.Failures != 3 || r.Published != 8 || r.Runs != 10 {
-		t.Errorf("applied %d, reruns %d, failures %d, published %d, runs %d; want 6, 1, 3, 8, 10", r.Applied, r.ReRuns, r.Failures, r.Published, r.Runs)
+	if r.Applied != 8 || r.ReRuns != 1 || r.Failures != 7 || r.Published != 11 || r.Runs != 16 {
+		t.Errorf("applied %d, reruns %d, failures %d, published %d, runs %d; want 8, 1, 7, 11, 16", r.Applied, r.ReRuns, r.Failures, r.Published, r.Runs)
 	}
 	if r.Throughput <= 0 || r.P50 <= 0 || r.Max != 32*time.Millisecond {
 		t.Errorf("throughput %v, p50 %v, max %v", r.Throughput, r.P50, r.Max)

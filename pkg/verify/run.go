@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -74,6 +75,9 @@ type Result struct {
 	Report   Report
 	Category string
 	Apps     []Application
+	// CleanupErr says why the workload's keys (every key whose name holds the run id)
+	// could not all be deleted; nil when they were, or with Keep.
+	CleanupErr error
 }
 
 // payload is a workload event's payload.
@@ -243,13 +247,13 @@ func tenantOf(k, tenants int) string {
 // whose handler records every application, waits until every event is applied (or the
 // timeout), stops the instances, deletes the workload's keys (unless Keep), and checks
 // the record.
-func Run(ctx context.Context, o Options) (Result, error) {
+func Run(ctx context.Context, o Options) (res Result, err error) {
 	if o.Client == nil || o.NewClient == nil {
 		return Result{}, errors.New("verify: a Redis client and NewClient are required")
 	}
 	o.defaults()
 	category := "verify_" + o.RunID
-	res := Result{Category: category}
+	res.Category = category
 	rec := newRecorder(o)
 
 	h := engine.Handler{Name: "Verifier_" + o.RunID, Kind: engine.EventHandlerKind, PartOf: category,
@@ -278,9 +282,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := deleteKeys(cctx, o.Client, o.RunID); err != nil {
-				o.Logger.Warn("verify: could not delete the workload's keys", "run", o.RunID, "err", err)
-			}
+			res.CleanupErr = deleteKeys(cctx, o.Client, o.RunID)
 		}()
 	}
 
@@ -414,8 +416,9 @@ func (o *Options) defaults() {
 
 // recorder is the handler side: it records every run.
 type recorder struct {
-	o     Options
-	total int
+	o       Options
+	total   int
+	batches atomic.Int64 // the last batch number given
 
 	mu      sync.Mutex
 	apps    []Application    // guarded by mu
@@ -485,10 +488,12 @@ func (r *recorder) one(ctx context.Context, ev engine.Event) error {
 // batch is the handler of batches: the events of a run, applied in order.
 func (r *recorder) batch(ctx context.Context, evs []engine.Event) error {
 	apps := make([]Application, 0, len(evs))
+	id := r.batches.Add(1)
 	var err error
 	for _, ev := range evs {
 		var a Application
 		if a, err = r.run(ctx, ev); a.Key != "" {
+			a.Batch = id
 			apps = append(apps, a)
 		}
 		if err != nil {

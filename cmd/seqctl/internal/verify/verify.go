@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,7 +81,9 @@ after it applied.
 
 --faults is for a staging deployment: about every --fault-every, one fault at random
 from --seed (printed; the same seed gives the same faults): an instance stopped
-abruptly and started again, every connection of an instance closed by the server
+abruptly and started again, an instance crashed (its connections closed first: nothing
+acknowledged or released; its partitions move once its session expires, after the lease
+TTL) and started again, every connection of an instance closed by the server
 (CLIENT KILL), SCRIPT FLUSH on every master, or CLIENT PAUSE of writes for 500 ms on
 every master (every client of that Redis waits). Never use it on a Redis
 that serves production traffic.
@@ -186,6 +189,10 @@ func verifyRun(ctx context.Context, opts *RunOptions) error {
 	fmt.Fprintf(errOut, "publishing %d events over %d keys to %s; %d instances\n", opts.Keys*opts.Events, opts.Keys, conn.Where(), opts.Instances)
 	res, err := verify.Run(ctx, vo)
 	out.Category, out.Report = res.Category, res.Report
+	if res.CleanupErr != nil {
+		fmt.Fprintf(errOut, "seqctl: warning: the workload's keys could not all be deleted (%v): delete the keys matching *%s* (SCAN, DEL; on every master of a cluster)\n",
+			res.CleanupErr, strings.TrimPrefix(res.Category, "verify_"))
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
