@@ -105,6 +105,14 @@ type Control struct {
 	wg      sync.WaitGroup
 }
 
+// Name returns the client name of instance i's current incarnation (what NewClient was
+// given), "" before it first started.
+func (c *Control) Name(i int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.names[i]
+}
+
 // Instances returns how many instance slots the run has.
 func (c *Control) Instances() int { return len(c.engines) }
 

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,20 +20,27 @@ import (
 )
 
 // TestSoak runs the checkable workload on a 3-master Redis Cluster with a replica per
-// master for SEQCTL_SOAK (a duration, e.g. 1h; the test does not run without it: it is
-// a soak, not a unit test), with limit keys and batches on, while faults come at random
-// from a seed (SEQCTL_SOAK_SEED, default the time; printed), about every SEQCTL_SOAK_EVERY
-// (default 30s): an engine instance stopped
-// abruptly and started again, one crashed (its connections closed before it stops: no
-// acknowledgement flushed, no lease released) and started again, a master killed and failed over to its replica (which
-// rejoins as a replica), slots resharded between masters while events flow, a master
-// paused for a second (a stall below the node timeout). The failovers are the kind an
-// operator or a managed Redis makes (CLUSTER FAILOVER on the replica, which first takes
-// every write of its master): a master that crashes loses the writes it confirmed and
-// had not passed on, which no client can prevent on Redis Cluster (docs/concepts.md). At the end every event must be
-// applied, in order, never two runs of a key at once, re-runs within the bound, no stale
-// generation, no limit cap exceeded. The report goes to the log and, as JSON, to
-// SEQCTL_SOAK_REPORT when set.
+// master for SEQCTL_SOAK (a duration, e.g. 1h; the test does not run without it: it is a
+// soak, not a unit test), with limit keys and batches on, while faults come at random
+// from a seed (SEQCTL_SOAK_SEED, default the time; printed), about every
+// SEQCTL_SOAK_EVERY (default 30s):
+//
+//   - an engine instance stopped abruptly and started again;
+//   - one crashed (its connections closed before it stops: no acknowledgement flushed,
+//     no lease released) and started again;
+//   - one stalled for 20 to 30 s, past the lease TTL: every write of its connections is
+//     held, its session renewals included, so its partitions move, and what it sends
+//     when it wakes must be fenced;
+//   - a master failed over to its replica (CLUSTER FAILOVER on the replica, which takes
+//     every write of its master first, as an operator or a managed Redis does: a master
+//     that crashes loses the writes it confirmed and had not passed on, which no client
+//     can prevent on Redis Cluster, docs/concepts.md);
+//   - slots resharded between masters while events flow;
+//   - a master paused for a second (a stall below the node timeout).
+//
+// At the end every event must be applied, in order, never two runs of a key at once,
+// re-runs within the bound, no stale generation, no limit cap exceeded. The report goes
+// to the log and, as JSON, to SEQCTL_SOAK_REPORT when set.
 //
 //	SEQCTL_SOAK=1h go test -run TestSoak -timeout 90m -v ./pkg/verify/
 func TestSoak(t *testing.T) {
@@ -55,6 +64,19 @@ func TestSoak(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 
 	cl := redistest.StartClusterReplicated(t, 3, redistest.Options{})
+	// Every connection an instance dials (its client's and its session's, which copies the
+	// client's options) goes through the gate of its name: a frozen gate holds every write
+	// to Redis, so the instance is stalled as Redis sees it, its renewals included.
+	var gatesMu sync.Mutex
+	gates := map[string]*gate{}
+	gateOf := func(name string) *gate {
+		gatesMu.Lock()
+		defer gatesMu.Unlock()
+		if gates[name] == nil {
+			gates[name] = &gate{}
+		}
+		return gates[name]
+	}
 	const keys, rate = 200, 400
 	o := Options{
 		Client: cl.Client(t),
@@ -64,6 +86,15 @@ func TestSoak(t *testing.T) {
 				panic(err)
 			}
 			opt.ContextTimeoutEnabled, opt.ClientName = true, name
+			g := gateOf(name)
+			opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				var d net.Dialer
+				c, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return gatedConn{Conn: c, g: g}, nil
+			}
 			return redis.NewClusterClient(opt)
 		},
 		Keys: keys, Rate: rate, Events: int(dur.Seconds()) * rate / keys,
@@ -103,7 +134,16 @@ loop:
 			continue // the publishing is over: let the run drain
 		}
 		masters := mastersOf(t, cl)
-		switch f := rng.IntN(5); f {
+		switch f := rng.IntN(6); f {
+		case 5:
+			i := rng.IntN(c.Instances())
+			g := gateOf(c.Name(i))
+			d := 20*time.Second + time.Duration(rng.IntN(10))*time.Second
+			t.Logf("%v: instance %d stalled for %v (every write to Redis held; the lease TTL is 15 s)", time.Since(start).Round(time.Second), i, d)
+			g.freeze()
+			time.Sleep(d)
+			g.thaw()
+			counts["instance stalled past the lease TTL"]++
 		case 4:
 			i := rng.IntN(c.Instances())
 			t.Logf("%v: instance %d crashed (its connections closed first)", time.Since(start).Round(time.Second), i)
@@ -163,6 +203,49 @@ loop:
 	if !r.OK() || r.Applied != r.Published {
 		t.Errorf("the soak found violations (seed %d): applied %d of %d", seed, r.Applied, r.Published)
 	}
+}
+
+// gate holds the writes of an instance's connections while it is frozen.
+type gate struct {
+	mu     sync.Mutex
+	frozen chan struct{} // closed at the thaw; nil when open; guarded by mu
+}
+
+func (g *gate) freeze() {
+	g.mu.Lock()
+	if g.frozen == nil {
+		g.frozen = make(chan struct{})
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) thaw() {
+	g.mu.Lock()
+	if g.frozen != nil {
+		close(g.frozen)
+		g.frozen = nil
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) wait() {
+	g.mu.Lock()
+	ch := g.frozen
+	g.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// gatedConn is a connection whose writes wait while its gate is frozen.
+type gatedConn struct {
+	net.Conn
+	g *gate
+}
+
+func (c gatedConn) Write(b []byte) (int, error) {
+	c.g.wait()
+	return c.Conn.Write(b)
 }
 
 // mastersOf returns the indexes in cl.Nodes of the nodes that are masters now.
