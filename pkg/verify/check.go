@@ -149,10 +149,13 @@ func (r Report) First(k Kind) *Violation {
 	return nil
 }
 
-// checker accumulates violations.
+// checker accumulates violations and the report's figures.
 type checker struct {
-	counts map[Kind]int
-	first  map[Kind]*Violation
+	counts    map[Kind]int
+	first     map[Kind]*Violation
+	r         Report
+	latencies []time.Duration // of first runs
+	from, to  time.Time       // the first start and the last end
 }
 
 func (c *checker) add(k Kind, key string, seqs []int, format string, args ...any) {
@@ -165,10 +168,7 @@ func (c *checker) add(k Kind, key string, seqs []int, format string, args ...any
 // Check checks the applications recorded against the workload and the halts found at
 // the end.
 func Check(w Workload, apps []Application, halts []Halt) Report {
-	c := &checker{counts: map[Kind]int{}, first: map[Kind]*Violation{}}
-	r := Report{Keys: len(w.Events), Runs: len(apps)}
-	bound := max(w.ReRunBound, 1)
-
+	c := &checker{counts: map[Kind]int{}, first: map[Kind]*Violation{}, r: Report{Keys: len(w.Events), Runs: len(apps)}}
 	byKey := map[string][]Application{}
 	for _, a := range apps {
 		byKey[a.Key] = append(byKey[a.Key], a)
@@ -183,120 +183,150 @@ func Check(w Workload, apps []Application, halts []Halt) Report {
 		}
 	}
 	sort.Strings(keys)
-
-	var latencies []time.Duration
-	var first, last time.Time
 	for _, key := range keys {
-		n := w.Events[key]
-		r.Published += n
-		runs := byKey[key]
-		// In start order; a run that started at the same instant as another is an overlap
-		// either way.
-		sort.SliceStable(runs, func(i, j int) bool { return runs[i].Start.Before(runs[j].Start) })
-		applied := map[int]int64{} // event -> generation of its last successful run
-		next := 1                  // the first event not applied yet: 1..next-1 were
-		hi := 0                    // the highest event applied
-		var maxGen int64
-		var busy Application // the run that ends last so far
-		for i, a := range runs {
-			if first.IsZero() || a.Start.Before(first) {
-				first = a.Start
-			}
-			if a.End.After(last) {
-				last = a.End
-			}
-			if a.Failed {
-				r.Failures++
-			}
-			if i > 0 && a.Start.Before(busy.End) {
-				c.add(Overlap, key, []int{busy.Seq, a.Seq}, "event %d started at %s, while event %d ran (%s to %s)",
-					a.Seq, a.Start.Format(time.RFC3339Nano), busy.Seq, busy.Start.Format(time.RFC3339Nano), busy.End.Format(time.RFC3339Nano))
-			}
-			if i == 0 || a.End.After(busy.End) {
-				busy = a
-			}
-			if a.Gen < maxGen {
-				c.add(StaleGeneration, key, []int{a.Seq}, "event %d ran under generation %d after a run under generation %d", a.Seq, a.Gen, maxGen)
-			}
-			maxGen = max(maxGen, a.Gen)
-			prev, done := applied[a.Seq]
-			switch {
-			case a.Seq < 1 || a.Seq > n:
-				c.add(OutOfOrder, key, []int{a.Seq}, "event %d was never published (the key has events 1 to %d)", a.Seq, n)
-				continue
-			case done: // it ran again after a successful run
-				switch {
-				case a.Gen == prev:
-					c.add(ReRun, key, []int{a.Seq}, "event %d ran again under the same generation %d, after a successful run", a.Seq, a.Gen)
-				case hi-a.Seq >= bound:
-					c.add(ReRun, key, []int{a.Seq, hi}, "event %d ran again (generation %d, attempt %d) after event %d had been applied: at most the last %d may run again after a change of owner",
-						a.Seq, a.Gen, a.Attempt, hi, bound)
-				default:
-					r.ReRuns++
-				}
-			case a.Seq > next && !(a.Batch != 0 && i > 0 && runs[i-1].Batch == a.Batch && runs[i-1].Seq == a.Seq-1):
-				c.add(OutOfOrder, key, []int{next, a.Seq}, "event %d ran before event %d had been applied", a.Seq, next)
-			}
-			if !a.Failed {
-				if !done && !a.PublishedAt.IsZero() {
-					latencies = append(latencies, a.Start.Sub(a.PublishedAt))
-				}
-				applied[a.Seq] = a.Gen
-				hi = max(hi, a.Seq)
-				for _, ok := applied[next]; ok; _, ok = applied[next] {
-					next++
-				}
-			}
+		k := &keyCheck{c: c, key: key, n: w.Events[key], bound: max(w.ReRunBound, 1), applied: map[int]int64{}, next: 1}
+		k.check(byKey[key])
+		k.lost(w.Poison)
+	}
+	c.checkHalts(w.Poison, halts)
+	checkCaps(c, w.Caps, apps)
+	return c.report()
+}
+
+// keyCheck checks the runs of one key, in start order.
+type keyCheck struct {
+	c       *checker
+	key     string
+	n       int           // events published
+	bound   int           // re-runs allowed after a change of owner
+	applied map[int]int64 // event -> generation of its last successful run
+	next    int           // the first event not applied yet: 1..next-1 were
+	hi      int           // the highest event applied
+	maxGen  int64
+	busy    Application // the run that ends last so far
+}
+
+func (k *keyCheck) check(runs []Application) {
+	k.c.r.Published += k.n
+	// In start order; a run that started at the same instant as another is an overlap
+	// either way.
+	sort.SliceStable(runs, func(i, j int) bool { return runs[i].Start.Before(runs[j].Start) })
+	for i, a := range runs {
+		// A run whose predecessor ran just before it in the same handler call (a batch).
+		inBatch := a.Batch != 0 && i > 0 && runs[i-1].Batch == a.Batch && runs[i-1].Seq == a.Seq-1
+		k.run(i == 0, a, inBatch)
+	}
+	k.c.r.Applied += len(k.applied)
+}
+
+// run checks one run; first says it is the key's first.
+func (k *keyCheck) run(first bool, a Application, inBatch bool) {
+	c, key := k.c, k.key
+	if c.from.IsZero() || a.Start.Before(c.from) {
+		c.from = a.Start
+	}
+	if a.End.After(c.to) {
+		c.to = a.End
+	}
+	if a.Failed {
+		c.r.Failures++
+	}
+	if !first && a.Start.Before(k.busy.End) {
+		c.add(Overlap, key, []int{k.busy.Seq, a.Seq}, "event %d started at %s, while event %d ran (%s to %s)",
+			a.Seq, a.Start.Format(time.RFC3339Nano), k.busy.Seq, k.busy.Start.Format(time.RFC3339Nano), k.busy.End.Format(time.RFC3339Nano))
+	}
+	if first || a.End.After(k.busy.End) {
+		k.busy = a
+	}
+	if a.Gen < k.maxGen {
+		c.add(StaleGeneration, key, []int{a.Seq}, "event %d ran under generation %d after a run under generation %d", a.Seq, a.Gen, k.maxGen)
+	}
+	k.maxGen = max(k.maxGen, a.Gen)
+	prev, done := k.applied[a.Seq]
+	switch {
+	case a.Seq < 1 || a.Seq > k.n:
+		c.add(OutOfOrder, key, []int{a.Seq}, "event %d was never published (the key has events 1 to %d)", a.Seq, k.n)
+		return
+	case done: // it ran again after a successful run
+		switch {
+		case a.Gen == prev:
+			c.add(ReRun, key, []int{a.Seq}, "event %d ran again under the same generation %d, after a successful run", a.Seq, a.Gen)
+		case k.hi-a.Seq >= k.bound:
+			c.add(ReRun, key, []int{a.Seq, k.hi}, "event %d ran again (generation %d, attempt %d) after event %d had been applied: at most the last %d may run again after a change of owner",
+				a.Seq, a.Gen, a.Attempt, k.hi, k.bound)
+		default:
+			c.r.ReRuns++
 		}
-		r.Applied += len(applied)
-		held := n
-		if p, ok := w.Poison[key]; ok && p >= 1 && p <= n {
-			held = p - 1 // the poison event and those after it wait on the halt
-		}
-		lost := 0
-		for s := held; s >= 1; s-- {
-			if _, ok := applied[s]; !ok {
-				lost++
-				next = s // the first one lost, once the loop ends
-			}
-		}
-		if lost > 0 {
-			c.add(Lost, key, []int{next}, "event %d was never applied (%d of the key's %d events to apply were not)", next, lost, held)
-			c.counts[Lost] += lost - 1
+	case a.Seq > k.next && !inBatch:
+		c.add(OutOfOrder, key, []int{k.next, a.Seq}, "event %d ran before event %d had been applied", a.Seq, k.next)
+	}
+	if a.Failed {
+		return
+	}
+	if !done && !a.PublishedAt.IsZero() {
+		c.latencies = append(c.latencies, a.Start.Sub(a.PublishedAt))
+	}
+	k.applied[a.Seq] = a.Gen
+	k.hi = max(k.hi, a.Seq)
+	for _, ok := k.applied[k.next]; ok; _, ok = k.applied[k.next] {
+		k.next++
+	}
+}
+
+// lost counts the key's events never applied, but for its poison event and those after
+// it, which wait on the halt.
+func (k *keyCheck) lost(poison map[string]int) {
+	held := k.n
+	if p, ok := poison[k.key]; ok && p >= 1 && p <= k.n {
+		held = p - 1
+	}
+	lost, firstLost := 0, 0
+	for s := held; s >= 1; s-- {
+		if _, ok := k.applied[s]; !ok {
+			lost, firstLost = lost+1, s
 		}
 	}
+	if lost > 0 {
+		k.c.add(Lost, k.key, []int{firstLost}, "event %d was never applied (%d of the key's %d events to apply were not)", firstLost, lost, held)
+		k.c.counts[Lost] += lost - 1
+	}
+}
 
-	// Halts: each on the key's poison event, and every poison event's key halted.
+// checkHalts checks each halt is on its key's poison event, and every poison event's key
+// halted.
+func (c *checker) checkHalts(poison map[string]int, halts []Halt) {
 	halted := map[string]int{}
 	for _, h := range halts {
 		halted[h.Key] = h.Seq
-		if p, ok := w.Poison[h.Key]; !ok || p != h.Seq {
+		if p, ok := poison[h.Key]; !ok || p != h.Seq {
 			c.add(WrongHalt, h.Key, []int{h.Seq}, "the key halted on event %d, which is not its poison event", h.Seq)
 		}
 	}
-	poisoned := make([]string, 0, len(w.Poison))
-	for k := range w.Poison {
+	poisoned := make([]string, 0, len(poison))
+	for k := range poison {
 		poisoned = append(poisoned, k)
 	}
 	sort.Strings(poisoned)
 	for _, k := range poisoned {
 		if _, ok := halted[k]; !ok {
-			c.add(WrongHalt, k, []int{w.Poison[k]}, "the key did not halt on its poison event %d", w.Poison[k])
+			c.add(WrongHalt, k, []int{poison[k]}, "the key did not halt on its poison event %d", poison[k])
 		}
 	}
+}
 
-	checkCaps(c, w.Caps, apps)
-
+// report returns the report: the kinds in order, throughput and latency percentiles.
+func (c *checker) report() Report {
+	r := c.r
 	for _, k := range Kinds {
 		r.Kinds = append(r.Kinds, KindReport{Kind: k, Count: c.counts[k], First: c.first[k]})
 	}
-	if last.After(first) {
-		r.Throughput = float64(r.Applied) / last.Sub(first).Seconds()
+	if c.to.After(c.from) {
+		r.Throughput = float64(r.Applied) / c.to.Sub(c.from).Seconds()
 	}
-	if len(latencies) > 0 {
-		slices.Sort(latencies)
-		pct := func(p float64) time.Duration { return latencies[min(int(p*float64(len(latencies))), len(latencies)-1)] }
-		r.P50, r.P99, r.Max = pct(0.50), pct(0.99), latencies[len(latencies)-1]
+	if l := c.latencies; len(l) > 0 {
+		slices.Sort(l)
+		pct := func(p float64) time.Duration { return l[min(int(p*float64(len(l))), len(l)-1)] }
+		r.P50, r.P99, r.Max = pct(0.50), pct(0.99), l[len(l)-1]
 		r.P50ms, r.P99ms, r.MaxMs = ms(r.P50), ms(r.P99), ms(r.Max)
 	}
 	return r
