@@ -93,9 +93,10 @@ func poisonAt(events int) int { return events/2 + 1 }
 
 // Control lets Faults act on the engine instances of a run.
 type Control struct {
-	o   *Options
-	d   *engine.Domain
-	ctx context.Context
+	o      *Options
+	d      *engine.Domain
+	ctx    context.Context    // the run's: the instances stop when it ends
+	cancel context.CancelFunc // ends ctx
 
 	mu      sync.Mutex
 	engines []*engine.Engine        // guarded by mu; nil for an instance stopped
@@ -151,17 +152,10 @@ func (c *Control) Start(i int) error {
 // in flight are cancelled, as a process given a short grace period; its partitions move
 // to the others.
 func (c *Control) Stop(i int) {
-	c.mu.Lock()
-	e, cl := c.engines[i], c.clients[i]
-	c.engines[i], c.clients[i] = nil, nil
-	c.mu.Unlock()
-	if e == nil {
-		return
+	if e, cl := c.take(i); e != nil {
+		shutdownNow(e)
+		_ = cl.Close()
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	_ = e.Shutdown(sctx)
-	_ = cl.Close()
 }
 
 // Crash stops instance i as a crashed process stops, as far as Redis can tell: its
@@ -169,17 +163,28 @@ func (c *Control) Stop(i int) {
 // its session expires after the lease TTL and the others take its partitions over then,
 // running again what it had handled and not acknowledged.
 func (c *Control) Crash(i int) {
+	if e, cl := c.take(i); e != nil {
+		_ = cl.Close()
+		shutdownNow(e)
+	}
+}
+
+// take removes instance i from the run and returns its engine and client (nil when it
+// is not running).
+func (c *Control) take(i int) (*engine.Engine, redis.UniversalClient) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	e, cl := c.engines[i], c.clients[i]
 	c.engines[i], c.clients[i] = nil, nil
-	c.mu.Unlock()
-	if e == nil {
-		return
-	}
-	_ = cl.Close()
-	sctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	return e, cl
+}
+
+// shutdownNow shuts e down with a deadline that passes at once: its handlers in flight
+// are cancelled.
+func shutdownNow(e *engine.Engine) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_ = e.Shutdown(sctx)
+	_ = e.Shutdown(ctx)
 }
 
 // Drop closes, on the server side (CLIENT KILL), every connection of instance i, as a
@@ -228,8 +233,10 @@ func (c *Control) Drop(ctx context.Context, i int) (int, error) {
 	return killed, err
 }
 
-// stopAll stops every instance gracefully, once the run's context ended.
+// stopAll ends the run's context, so that every instance stops gracefully, and waits for
+// them.
 func (c *Control) stopAll() {
+	c.cancel()
 	c.wg.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -260,10 +267,74 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 		return Result{}, errors.New("verify: a Redis client and NewClient are required")
 	}
 	o.defaults()
-	category := "verify_" + o.RunID
-	res.Category = category
+	res.Category = "verify_" + o.RunID
 	rec := newRecorder(o)
+	d, h := o.domain(res.Category, rec)
+	pub := &publisher{o: &o, d: d, broker: engine.NewRedisBroker(o.Client)}
+	if o.Replicas > 0 {
+		pub.broker = pub.broker.WithReplicas(o.Replicas, 2*time.Second)
+	}
+	if err := d.Init(pub.broker); err != nil {
+		return res, err
+	}
+	if !o.Keep {
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res.CleanupErr = deleteKeys(cctx, o.Client, o.RunID)
+		}()
+	}
+	if o.Rate <= 0 {
+		if err := pub.publish(ctx); err != nil {
+			return res, err
+		}
+	}
 
+	runCtx, stop := context.WithCancel(ctx)
+	c := &Control{o: &o, d: d, ctx: runCtx, cancel: stop, engines: make([]*engine.Engine, o.Instances), clients: make([]redis.UniversalClient, o.Instances), names: make([]string, o.Instances)}
+	defer c.stopAll()
+	for i := range o.Instances {
+		if err := c.Start(i); err != nil {
+			return res, err
+		}
+	}
+	faultCtx, endFaults := context.WithCancel(runCtx)
+	var faults sync.WaitGroup
+	if o.Faults != nil {
+		faults.Add(1)
+		go func() {
+			defer faults.Done()
+			o.Faults(faultCtx, c)
+		}()
+	}
+	defer func() { endFaults(); faults.Wait() }() // before the instances stop
+	if o.Rate > 0 {
+		if err := pub.publish(ctx); err != nil {
+			return res, err
+		}
+	}
+	timer := time.NewTimer(o.Timeout)
+	defer timer.Stop()
+	select {
+	case <-rec.all:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	endFaults()
+	faults.Wait()
+	halts, err := waitHalts(ctx, o.Client, res.Category, h.Name, o.Keys, min(o.Poison, o.Keys))
+	c.stopAll()
+	if err != nil {
+		return res, fmt.Errorf("verify: read the halts: %w", err)
+	}
+	res.Apps = rec.applications()
+	res.Report = Check(o.workload(), res.Apps, halts)
+	return res, ctx.Err()
+}
+
+// domain declares the workload's domain: one event type on category, one handler of the
+// recorder's (a BatchFunc with BatchMax above 1), under a limit key by tenant with Tenants.
+func (o *Options) domain(category string, rec *recorder) (*engine.Domain, engine.Handler) {
 	h := engine.Handler{Name: "Verifier_" + o.RunID, Kind: engine.EventHandlerKind, PartOf: category,
 		Handles: []string{"Checked"}, SequentialBy: "key", MaxRetries: 2, RetryDelay: 50 * time.Millisecond}
 	if o.BatchMax > 1 {
@@ -279,104 +350,11 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	d := engine.NewDomain("verify_" + o.RunID).
 		AddEvent(engine.EventType{Name: "Checked", Category: category, Fields: fields}).
 		AddHandler(h)
-	broker := engine.NewRedisBroker(o.Client)
-	if o.Replicas > 0 {
-		broker = broker.WithReplicas(o.Replicas, 2*time.Second)
-	}
-	if err := d.Init(broker); err != nil {
-		return res, err
-	}
-	if !o.Keep {
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			res.CleanupErr = deleteKeys(cctx, o.Client, o.RunID)
-		}()
-	}
+	return d, h
+}
 
-	// Each round publishes the next event of every key, so every key moves along.
-	publishRound := func(seq int) error {
-		batch := make([]engine.BatchEvent, 0, o.Keys)
-		for k := range o.Keys {
-			b, _ := json.Marshal(payload{Key: keyName(k), Seq: seq, Tenant: tenantOf(k, o.Tenants), Poison: k < o.Poison && seq == poisonAt(o.Events)})
-			batch = append(batch, engine.BatchEvent{Type: "Checked", Data: b, ID: fmt.Sprintf("%s-%s-%d", o.RunID, keyName(k), seq)})
-		}
-		for {
-			_, err := broker.PublishMany(ctx, d, batch, engine.BatchOptions{})
-			var short *engine.ReplicaShortfallError
-			if err == nil || ctx.Err() != nil || !(engine.Transient(err) || errors.As(err, &short)) {
-				return err
-			}
-			// A failover or a reshard under way: the same events again (their ids make a
-			// second append of any a first try made impossible).
-			o.Logger.Warn("verify: publish failed; sending the round again", "seq", seq, "err", err)
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	if o.Rate <= 0 {
-		for seq := 1; seq <= o.Events; seq++ {
-			if err := publishRound(seq); err != nil {
-				return res, fmt.Errorf("verify: publish of the workload: %w", err)
-			}
-		}
-	}
-
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	c := &Control{o: &o, d: d, ctx: runCtx, engines: make([]*engine.Engine, o.Instances), clients: make([]redis.UniversalClient, o.Instances), names: make([]string, o.Instances)}
-	defer c.stopAll()
-	for i := range o.Instances {
-		if err := c.Start(i); err != nil {
-			return res, err
-		}
-	}
-	faultCtx, endFaults := context.WithCancel(runCtx)
-	defer endFaults()
-	var faults sync.WaitGroup
-	if o.Faults != nil {
-		faults.Add(1)
-		go func() {
-			defer faults.Done()
-			o.Faults(faultCtx, c)
-		}()
-	}
-	if o.Rate > 0 {
-		every := time.Duration(float64(time.Second) * float64(o.Keys) / float64(o.Rate))
-		t := time.NewTicker(every)
-		for seq := 1; seq <= o.Events && ctx.Err() == nil; seq++ {
-			if err := publishRound(seq); err != nil {
-				t.Stop()
-				endFaults()
-				faults.Wait()
-				return res, fmt.Errorf("verify: publish of the workload: %w", err)
-			}
-			if seq < o.Events {
-				<-t.C
-			}
-		}
-		t.Stop()
-	}
-	timer := time.NewTimer(o.Timeout)
-	defer timer.Stop()
-	select {
-	case <-rec.all:
-	case <-timer.C:
-	case <-ctx.Done():
-	}
-	endFaults()
-	faults.Wait()
-	// The poisoned keys halt after their retries: wait for their halt records.
-	halts, err := readHalts(ctx, o.Client, category, h.Name, o.Keys)
-	for deadline := time.Now().Add(30 * time.Second); err == nil && len(halts) < min(o.Poison, o.Keys) && time.Now().Before(deadline) && ctx.Err() == nil; {
-		time.Sleep(200 * time.Millisecond)
-		halts, err = readHalts(ctx, o.Client, category, h.Name, o.Keys)
-	}
-	stop()
-	c.stopAll()
-	if err != nil {
-		return res, fmt.Errorf("verify: read the halts: %w", err)
-	}
-
+// workload is what the options publish and what the promises allow them.
+func (o *Options) workload() Workload {
 	w := Workload{Events: map[string]int{}, ReRunBound: o.MaxUnacked - 1 + max(o.BatchMax, 1), Poison: map[string]int{}}
 	for k := range min(o.Poison, o.Keys) {
 		w.Poison[keyName(k)] = poisonAt(o.Events)
@@ -390,9 +368,67 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 			w.Caps[tenantOf(t, o.Tenants)] = o.TenantCap
 		}
 	}
-	res.Apps = rec.applications()
-	res.Report = Check(w, res.Apps, halts)
-	return res, ctx.Err()
+	return w
+}
+
+// publisher publishes the workload in rounds: each round the next event of every key, so
+// every key moves along.
+type publisher struct {
+	o      *Options
+	d      *engine.Domain
+	broker *engine.RedisBroker
+}
+
+// publish publishes every round: at once without a rate, else one round each
+// Keys/Rate seconds.
+func (p *publisher) publish(ctx context.Context) error {
+	var tick <-chan time.Time
+	if p.o.Rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) * float64(p.o.Keys) / float64(p.o.Rate)))
+		defer t.Stop()
+		tick = t.C
+	}
+	for seq := 1; seq <= p.o.Events && ctx.Err() == nil; seq++ {
+		if err := p.round(ctx, seq); err != nil {
+			return fmt.Errorf("verify: publish of the workload: %w", err)
+		}
+		if tick != nil && seq < p.o.Events {
+			<-tick
+		}
+	}
+	return nil
+}
+
+// round publishes event seq of every key; while Redis is failing over or resharding
+// (or short of replicas) it sends the same events again: their ids make a second
+// append of any that a first try made impossible.
+func (p *publisher) round(ctx context.Context, seq int) error {
+	o := p.o
+	batch := make([]engine.BatchEvent, 0, o.Keys)
+	for k := range o.Keys {
+		b, _ := json.Marshal(payload{Key: keyName(k), Seq: seq, Tenant: tenantOf(k, o.Tenants), Poison: k < o.Poison && seq == poisonAt(o.Events)})
+		batch = append(batch, engine.BatchEvent{Type: "Checked", Data: b, ID: fmt.Sprintf("%s-%s-%d", o.RunID, keyName(k), seq)})
+	}
+	for {
+		_, err := p.broker.PublishMany(ctx, p.d, batch, engine.BatchOptions{})
+		var short *engine.ReplicaShortfallError
+		if err == nil || ctx.Err() != nil || !(engine.Transient(err) || errors.As(err, &short)) {
+			return err
+		}
+		o.Logger.Warn("verify: publish failed; sending the round again", "seq", seq, "err", err)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitHalts reads the halts of the workload's keys until want of them are halted (the
+// poisoned keys halt after their retries), for at most 30 s.
+func waitHalts(ctx context.Context, c redis.UniversalClient, category, group string, keys, want int) ([]Halt, error) {
+	halts, err := readHalts(ctx, c, category, group, keys)
+	for deadline := time.Now().Add(30 * time.Second); err == nil && len(halts) < want && time.Now().Before(deadline) && ctx.Err() == nil; {
+		time.Sleep(200 * time.Millisecond)
+		halts, err = readHalts(ctx, c, category, group, keys)
+	}
+	return halts, err
 }
 
 func (o *Options) defaults() {

@@ -68,8 +68,7 @@ func TestRunFindsNothingThroughAFault(t *testing.T) {
 }
 
 // Faults planted in the handler side are found: an event recorded in another's place
-// (out of order, and the other lost), a run recorded as overlapping the one before it, a
-// run recorded twice under one generation.
+// (out of order, and the other lost), a run recorded as overlapping the one before it.
 func TestRunFindsPlantedFaults(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, tc := range []struct {
@@ -107,60 +106,54 @@ func TestRunFindsPlantedFaults(t *testing.T) {
 			}
 		})
 	}
-	// The engines keep each of 4 tenants to one run at a time; a handler that records every
-	// run under one tenant shows runs of that "tenant" at once, as a handler that ignored
-	// the cap would.
-	t.Run("a cap exceeded", func(t *testing.T) {
-		res := runOn(t, srv, Options{Keys: 20, Events: 10, Instances: 2, Tenants: 4, TenantCap: 1,
-			Handler: func(_ context.Context, a Application) (Application, error) {
-				time.Sleep(time.Millisecond)
-				a.Limit = "t000"
-				return a, nil
-			}})
-		if res.Report.Violations(CapExceeded) == 0 {
-			t.Errorf("no %s found: %+v", CapExceeded, res.Report.Kinds)
+}
+
+// The engines keep each of 4 tenants to one run at a time; a handler that records every
+// run under one tenant shows runs of that "tenant" at once, as a handler that ignored the
+// cap would. The same runs recorded under their own tenants keep the cap.
+func TestRunFindsAnIgnoredCap(t *testing.T) {
+	srv := redistest.Start(t)
+	o := Options{Keys: 20, Events: 10, Instances: 2, Tenants: 4, TenantCap: 1, MaxUnacked: 1}
+	o.Handler = func(_ context.Context, a Application) (Application, error) {
+		time.Sleep(time.Millisecond)
+		a.Limit = "t000"
+		return a, nil
+	}
+	res := runOn(t, srv, o)
+	if res.Report.Violations(CapExceeded) == 0 {
+		t.Errorf("no %s found: %+v", CapExceeded, res.Report.Kinds)
+	}
+	apps := res.Apps
+	for i := range apps {
+		var k int
+		fmt.Sscanf(apps[i].Key, "k%d", &k)
+		apps[i].Limit = tenantOf(k, 4)
+	}
+	if r := Check(o.workload(), apps, nil); !r.OK() {
+		t.Errorf("the runs with their own tenants: %+v", r.Kinds)
+	}
+}
+
+// A run recorded twice under one generation (as a handler that ran an event twice would
+// record it) is a re-run the promises do not allow.
+func TestRunFindsARunTwiceUnderOneGeneration(t *testing.T) {
+	srv := redistest.Start(t)
+	var once sync.Once
+	var twice []Application
+	o := Options{Keys: 5, Events: 8, Instances: 1, MaxUnacked: 1}
+	o.Handler = func(_ context.Context, a Application) (Application, error) {
+		if a.Key == "k00004" && a.Seq == 7 {
+			once.Do(func() { twice = append(twice, a) })
 		}
-		// The same runs as recorded by a correct handler keep the cap.
-		apps := res.Apps
-		for i := range apps {
-			var k int
-			fmt.Sscanf(apps[i].Key, "k%d", &k)
-			apps[i].Limit = tenantOf(k, 4)
-		}
-		w := Workload{Events: map[string]int{}, ReRunBound: 1, Caps: map[string]int{}}
-		for k := range 20 {
-			w.Events[keyName(k)] = 10
-		}
-		for tn := range 4 {
-			w.Caps[tenantOf(tn, 4)] = 1
-		}
-		if r := Check(w, apps, nil); !r.OK() {
-			t.Errorf("the runs with their own tenants: %+v", r.Kinds)
-		}
-	})
-	t.Run("a run twice under one generation", func(t *testing.T) {
-		var once sync.Once
-		var twice []Application
-		res := runOn(t, srv, Options{Keys: 5, Events: 8, Instances: 1,
-			Handler: func(_ context.Context, a Application) (Application, error) {
-				if a.Key == "k00004" && a.Seq == 7 {
-					once.Do(func() { twice = append(twice, a) })
-				}
-				return a, nil
-			}})
-		// The handler side recorded event 7 once; record it again at the end, as a handler
-		// that ran it twice would have.
-		again := twice[0]
-		again.Start, again.End = time.Now(), time.Now()
-		apps := append(res.Apps, again)
-		w := Workload{Events: map[string]int{}, ReRunBound: 1}
-		for _, a := range res.Apps {
-			w.Events[a.Key] = 8
-		}
-		if r := Check(w, apps, nil); r.Violations(ReRun) != 1 {
-			t.Errorf("re-runs found: %d, want 1: %+v", r.Violations(ReRun), r.Kinds)
-		}
-	})
+		return a, nil
+	}
+	res := runOn(t, srv, o)
+	// The handler side recorded event 7 once; record it again at the end.
+	again := twice[0]
+	again.Start, again.End = time.Now(), time.Now()
+	if r := Check(o.workload(), append(res.Apps, again), nil); r.Violations(ReRun) != 1 {
+		t.Errorf("re-runs found: %d, want 1: %+v", r.Violations(ReRun), r.Kinds)
+	}
 }
 
 // Poison events halt their keys on them, which the check expects; a key that halts on an

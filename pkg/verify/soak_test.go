@@ -44,59 +44,12 @@ import (
 //
 //	SEQCTL_SOAK=1h go test -run TestSoak -timeout 90m -v ./pkg/verify/
 func TestSoak(t *testing.T) {
-	dur, err := time.ParseDuration(os.Getenv("SEQCTL_SOAK"))
-	if err != nil || dur <= 0 {
-		t.Skip("a soak: set SEQCTL_SOAK to a duration (1h) to run it")
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SEQCTL_SOAK_SEED"); s != "" {
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("SEQCTL_SOAK_SEED: %v", err)
-		}
-	}
-	every := 30 * time.Second // the mean time between two faults
-	if v := os.Getenv("SEQCTL_SOAK_EVERY"); v != "" {
-		if every, err = time.ParseDuration(v); err != nil || every <= 0 {
-			t.Fatalf("SEQCTL_SOAK_EVERY: %q is not a positive duration", v)
-		}
-	}
-	t.Logf("seed %d (SEQCTL_SOAK_SEED=%d replays the same faults), a fault about every %v", seed, seed, every)
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-
-	cl := redistest.StartClusterReplicated(t, 3, redistest.Options{})
-	// Every connection an instance dials (its client's and its session's, which copies the
-	// client's options) goes through the gate of its name: a frozen gate holds every write
-	// to Redis, so the instance is stalled as Redis sees it, its renewals included.
-	var gatesMu sync.Mutex
-	gates := map[string]*gate{}
-	gateOf := func(name string) *gate {
-		gatesMu.Lock()
-		defer gatesMu.Unlock()
-		if gates[name] == nil {
-			gates[name] = &gate{}
-		}
-		return gates[name]
-	}
+	dur, seed, every := soakSettings(t)
+	s := &soak{t: t, cl: redistest.StartClusterReplicated(t, 3, redistest.Options{}), counts: map[string]int{}, gates: map[string]*gate{},
+		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	const keys, rate = 200, 400
 	o := Options{
-		Client: cl.Client(t),
-		NewClient: func(name string) redis.UniversalClient {
-			opt, err := redis.ParseClusterURL(cl.URL)
-			if err != nil {
-				panic(err)
-			}
-			opt.ContextTimeoutEnabled, opt.ClientName = true, name
-			g := gateOf(name)
-			opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				var d net.Dialer
-				c, err := d.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				return gatedConn{Conn: c, g: g}, nil
-			}
-			return redis.NewClusterClient(opt)
-		},
+		Client: s.cl.Client(t), NewClient: s.newClient,
 		Keys: keys, Rate: rate, Events: int(dur.Seconds()) * rate / keys,
 		Instances: 3, BatchMax: 8, Tenants: 10, TenantCap: 2,
 		Timeout: 5 * time.Minute,
@@ -119,83 +72,162 @@ func TestSoak(t *testing.T) {
 
 	// The faults, driven from the test goroutine (the cluster helpers fail the test).
 	c := <-ctls
-	counts := map[string]int{}
-	start := time.Now()
+	s.start = time.Now()
 	var out outcome
-loop:
 	for {
-		wait := every*2/3 + time.Duration(rng.Int64N(int64(every)*2/3+1))
+		wait := every*2/3 + time.Duration(s.rng.Int64N(int64(every)*2/3+1))
 		select {
 		case out = <-done:
-			break loop
+			if out.err != nil {
+				t.Fatal(out.err)
+			}
+			s.report(out.res.Report, dur, seed)
+			return
 		case <-time.After(wait):
 		}
-		if time.Since(start) > dur {
-			continue // the publishing is over: let the run drain
-		}
-		masters := mastersOf(t, cl)
-		switch f := rng.IntN(6); f {
-		case 5:
-			i := rng.IntN(c.Instances())
-			g := gateOf(c.Name(i))
-			d := 20*time.Second + time.Duration(rng.IntN(10))*time.Second
-			t.Logf("%v: instance %d stalled for %v (every write to Redis held; the lease TTL is 15 s)", time.Since(start).Round(time.Second), i, d)
-			g.freeze()
-			time.Sleep(d)
-			g.thaw()
-			counts["instance stalled past the lease TTL"]++
-		case 4:
-			i := rng.IntN(c.Instances())
-			t.Logf("%v: instance %d crashed (its connections closed first)", time.Since(start).Round(time.Second), i)
-			c.Crash(i)
-			time.Sleep(time.Duration(1+rng.IntN(5)) * time.Second)
-			if err := c.Start(i); err != nil {
-				t.Fatalf("start instance %d again: %v", i, err)
-			}
-			counts["instance crashed and started again"]++
-		case 0:
-			i := rng.IntN(c.Instances())
-			t.Logf("%v: instance %d stopped abruptly", time.Since(start).Round(time.Second), i)
-			c.Stop(i)
-			time.Sleep(time.Duration(1+rng.IntN(5)) * time.Second)
-			if err := c.Start(i); err != nil {
-				t.Fatalf("start instance %d again: %v", i, err)
-			}
-			counts["instance stopped and started again"]++
-		case 1:
-			i := masters[rng.IntN(len(masters))]
-			j := replicaOf(t, cl, i)
-			t.Logf("%v: failover of master %s to its replica %s (CLUSTER FAILOVER)", time.Since(start).Round(time.Second), cl.Nodes[i].Addr, cl.Nodes[j].Addr)
-			failover(t, cl, j)
-			counts["master failed over"]++
-		case 2:
-			from := masters[rng.IntN(len(masters))]
-			to := masters[(indexOf(masters, from)+1+rng.IntN(len(masters)-1))%len(masters)]
-			n := 50 + rng.IntN(200)
-			t.Logf("%v: resharding %d slots from %s to %s", time.Since(start).Round(time.Second), n, cl.Nodes[from].Addr, cl.Nodes[to].Addr)
-			cl.Reshard(t, from, to, n)
-			counts["reshard"]++
-		case 3:
-			i := masters[rng.IntN(len(masters))]
-			t.Logf("%v: master %s paused for 1 s", time.Since(start).Round(time.Second), cl.Nodes[i].Addr)
-			cl.Nodes[i].Pause()
-			time.Sleep(time.Second)
-			cl.Nodes[i].Resume()
-			counts["master paused"]++
+		if time.Since(s.start) <= dur { // after it, the publishing is over: let the run drain
+			s.fault(c)
 		}
 	}
-	if out.err != nil {
-		t.Fatal(out.err)
+}
+
+// soakSettings reads the soak's duration (the test is skipped without one), seed and
+// mean time between faults from the environment.
+func soakSettings(t *testing.T) (dur time.Duration, seed uint64, every time.Duration) {
+	dur, err := time.ParseDuration(os.Getenv("SEQCTL_SOAK"))
+	if err != nil || dur <= 0 {
+		t.Skip("a soak: set SEQCTL_SOAK to a duration (1h) to run it")
 	}
-	r := out.res.Report
-	t.Logf("faults: %v", counts)
+	seed = uint64(time.Now().UnixNano())
+	if v := os.Getenv("SEQCTL_SOAK_SEED"); v != "" {
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("SEQCTL_SOAK_SEED: %v", err)
+		}
+	}
+	every = 30 * time.Second
+	if v := os.Getenv("SEQCTL_SOAK_EVERY"); v != "" {
+		if every, err = time.ParseDuration(v); err != nil || every <= 0 {
+			t.Fatalf("SEQCTL_SOAK_EVERY: %q is not a positive duration", v)
+		}
+	}
+	t.Logf("seed %d (SEQCTL_SOAK_SEED=%d replays the same faults), a fault about every %v", seed, seed, every)
+	return dur, seed, every
+}
+
+// soak is a soak's cluster, its faults and what they did.
+type soak struct {
+	t      *testing.T
+	cl     *redistest.Cluster
+	rng    *rand.Rand
+	start  time.Time
+	counts map[string]int // faults by kind
+
+	gatesMu sync.Mutex
+	gates   map[string]*gate // by instance client name; guarded by gatesMu
+}
+
+// gateOf returns the gate of the instance client named name.
+func (s *soak) gateOf(name string) *gate {
+	s.gatesMu.Lock()
+	defer s.gatesMu.Unlock()
+	if s.gates[name] == nil {
+		s.gates[name] = &gate{}
+	}
+	return s.gates[name]
+}
+
+// newClient is Options.NewClient: every connection an instance dials (its client's and
+// its session's, which copies the client's options) goes through the gate of its name:
+// a frozen gate holds every write to Redis, so the instance is stalled as Redis sees
+// it, its renewals included.
+func (s *soak) newClient(name string) redis.UniversalClient {
+	opt, err := redis.ParseClusterURL(s.cl.URL)
+	if err != nil {
+		panic(err)
+	}
+	opt.ContextTimeoutEnabled, opt.ClientName = true, name
+	g := s.gateOf(name)
+	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return gatedConn{Conn: c, g: g}, nil
+	}
+	return redis.NewClusterClient(opt)
+}
+
+func (s *soak) logf(format string, args ...any) {
+	s.t.Helper()
+	s.t.Logf("%v: "+format, append([]any{time.Since(s.start).Round(time.Second)}, args...)...)
+}
+
+// fault injects one fault, chosen at random.
+func (s *soak) fault(c *Control) {
+	t, cl, rng := s.t, s.cl, s.rng
+	masters := mastersOf(t, cl)
+	switch rng.IntN(6) {
+	case 5:
+		i := rng.IntN(c.Instances())
+		g := s.gateOf(c.Name(i))
+		d := 20*time.Second + time.Duration(rng.IntN(10))*time.Second
+		s.logf("instance %d stalled for %v (every write to Redis held; the lease TTL is 15 s)", i, d)
+		g.freeze()
+		time.Sleep(d)
+		g.thaw()
+		s.counts["instance stalled past the lease TTL"]++
+	case 4:
+		s.bounce(c, "crashed (its connections closed first)", "instance crashed and started again", c.Crash)
+	case 0:
+		s.bounce(c, "stopped abruptly", "instance stopped and started again", c.Stop)
+	case 1:
+		i := masters[rng.IntN(len(masters))]
+		j := replicaOf(t, cl, i)
+		s.logf("failover of master %s to its replica %s (CLUSTER FAILOVER)", cl.Nodes[i].Addr, cl.Nodes[j].Addr)
+		failover(t, cl, j)
+		s.counts["master failed over"]++
+	case 2:
+		from := masters[rng.IntN(len(masters))]
+		to := masters[(indexOf(masters, from)+1+rng.IntN(len(masters)-1))%len(masters)]
+		n := 50 + rng.IntN(200)
+		s.logf("resharding %d slots from %s to %s", n, cl.Nodes[from].Addr, cl.Nodes[to].Addr)
+		cl.Reshard(t, from, to, n)
+		s.counts["reshard"]++
+	case 3:
+		i := masters[rng.IntN(len(masters))]
+		s.logf("master %s paused for 1 s", cl.Nodes[i].Addr)
+		cl.Nodes[i].Pause()
+		time.Sleep(time.Second)
+		cl.Nodes[i].Resume()
+		s.counts["master paused"]++
+	}
+}
+
+// bounce stops a random instance with stop and starts it again 1 to 5 s later.
+func (s *soak) bounce(c *Control, how, kind string, stop func(int)) {
+	i := s.rng.IntN(c.Instances())
+	s.logf("instance %d %s", i, how)
+	stop(i)
+	time.Sleep(time.Duration(1+s.rng.IntN(5)) * time.Second)
+	if err := c.Start(i); err != nil {
+		s.t.Fatalf("start instance %d again: %v", i, err)
+	}
+	s.counts[kind]++
+}
+
+// report logs the soak's figures, writes them to SEQCTL_SOAK_REPORT when set, and fails
+// the test on any violation.
+func (s *soak) report(r Report, dur time.Duration, seed uint64) {
+	t := s.t
+	t.Logf("faults: %v", s.counts)
 	t.Logf("published %d over %d keys in %v; applied %d; runs %d, re-runs %d, failures %d; %.0f ev/s; first-run latency p50 %v, p99 %v, max %v",
 		r.Published, r.Keys, dur, r.Applied, r.Runs, r.ReRuns, r.Failures, r.Throughput, r.P50, r.P99, r.Max)
 	for _, k := range r.Kinds {
 		t.Logf("%-16s %d %v", k.Kind, k.Count, k.First)
 	}
 	if p := os.Getenv("SEQCTL_SOAK_REPORT"); p != "" {
-		b, _ := json.MarshalIndent(map[string]any{"seed": seed, "duration": dur.String(), "faults": counts, "report": r}, "", "  ")
+		b, _ := json.MarshalIndent(map[string]any{"seed": seed, "duration": dur.String(), "faults": s.counts, "report": r}, "", "  ")
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Error(err)
 		}
