@@ -339,10 +339,17 @@ func DecodeEnvelope(m redis.XMessage) (Envelope, error) {
 	if p := str(FieldPriority); p != "" {
 		e.Priority, _ = strconv.Atoi(p)
 	}
-	if ms, err := strconv.ParseInt(str(FieldPublishedAt), 10, 64); err == nil {
-		e.PublishedAt = time.UnixMilli(ms)
-	} else if id, bare, ok := parseStreamID(m.ID); ok && !bare && id.MS > 0 && id.MS <= math.MaxInt64 {
-		e.PublishedAt = time.UnixMilli(int64(id.MS))
+	// The field is parsed only when present: publish.lua writes none, and a failed parse
+	// of "" would cost an error value per event.
+	if at := str(FieldPublishedAt); at != "" {
+		if ms, err := strconv.ParseInt(at, 10, 64); err == nil {
+			e.PublishedAt = time.UnixMilli(ms)
+		}
+	}
+	if e.PublishedAt.IsZero() {
+		if id, bare, ok := parseStreamID(m.ID); ok && !bare && id.MS > 0 && id.MS <= math.MaxInt64 {
+			e.PublishedAt = time.UnixMilli(int64(id.MS))
+		}
 	}
 	if tp := str(FieldTraceParent); tp != "" && ValidTraceParent(tp) == nil {
 		e.TraceParent, e.TraceState = tp, str(FieldTraceState)
