@@ -87,13 +87,14 @@ func (b *RedisBroker) PublishMany(ctx context.Context, d *Domain, events []Batch
 	for i := range events {
 		calls[i] = b.publishCall(routes[i], evs[i], 0)
 	}
+	prev := predecessors(routes)
 	var replies []scripts.PublishReply
 	var errs []error
 	var err error
 	if b.keys.IsCluster() {
-		replies, errs, err = b.publishEach(ctx, routes, calls)
+		replies, errs, err = b.publishEach(ctx, prev, calls)
 	} else {
-		replies, errs, err = b.publishBatches(ctx, routes, calls)
+		replies, errs, err = b.publishBatches(ctx, prev, calls)
 	}
 	if err != nil {
 		return out, &BatchError{Index: -1, Err: err}
@@ -107,7 +108,7 @@ func (b *RedisBroker) PublishMany(ctx context.Context, d *Domain, events []Batch
 	for i := range events {
 		res, err := replies[i], errs[i]
 		if err == nil && res.AfterRefused {
-			err = fmt.Errorf("%w: event %d, the one before it on %s, was not appended", ErrPublishAfterRefused, prevOn(routes, i), routes[i].Stream)
+			err = fmt.Errorf("%w: event %d, the one before it on %s, was not appended", ErrPublishAfterRefused, prev[i], routes[i].Stream)
 		}
 		if err != nil {
 			fail(i, err)
@@ -151,15 +152,13 @@ const publishBatchMax = 100
 // the order the whole batch would. When Redis refuses a call as a whole (an ACL user
 // that may not write one of its keys), the events not appended are sent again one by one
 // with publish.lua, so that each gets its own answer, as on Redis Cluster.
-func (b *RedisBroker) publishBatches(ctx context.Context, routes []Route, calls []scripts.Publish) ([]scripts.PublishReply, []error, error) {
+func (b *RedisBroker) publishBatches(ctx context.Context, prev []int, calls []scripts.Publish) ([]scripts.PublishReply, []error, error) {
 	n := (len(calls) + publishBatchMax - 1) / publishBatchMax
 	batches := make([]scripts.PublishBatch, n)
-	last := map[string]int{} // stream -> index of the batch's last event on it so far
 	for i := range calls {
-		if j, ok := last[routes[i].Stream]; ok && j/publishBatchMax != i/publishBatchMax {
+		if j := prev[i]; j >= 0 && j/publishBatchMax != i/publishBatchMax {
 			calls[i].After = calls[j].EventMark
 		}
-		last[routes[i].Stream] = i
 	}
 	for c := range batches {
 		batches[c] = scripts.PublishBatch{Control: b.keys.ControlStream(), WindowMS: PublishDedupeWindow.Milliseconds(),
@@ -195,7 +194,7 @@ func (b *RedisBroker) publishBatches(ctx context.Context, routes []Route, calls 
 	// Each event as publish.lua alone, as on Redis Cluster: the events that the calls
 	// appended answer as duplicates there and keep their first answer; the others get
 	// their own (appended, or refused with the reason that is theirs).
-	again, againErrs, err := b.publishEach(ctx, routes, calls)
+	again, againErrs, err := b.publishEach(ctx, prev, calls)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -210,11 +209,12 @@ func (b *RedisBroker) publishBatches(ctx context.Context, routes []Route, calls 
 // publishEach sends the events on Redis Cluster: publish.lua per event (their keys are
 // in different slots), in one pipeline; each event after the first of its stream names
 // the event mark of the one before it (After).
-func (b *RedisBroker) publishEach(ctx context.Context, routes []Route, calls []scripts.Publish) ([]scripts.PublishReply, []error, error) {
-	last := map[string]string{} // stream -> event mark of the batch's last event on it
+func (b *RedisBroker) publishEach(ctx context.Context, prev []int, calls []scripts.Publish) ([]scripts.PublishReply, []error, error) {
 	for i := range calls {
-		calls[i].After = last[routes[i].Stream]
-		last[routes[i].Stream] = calls[i].EventMark
+		calls[i].After = ""
+		if j := prev[i]; j >= 0 {
+			calls[i].After = calls[j].EventMark
+		}
 	}
 	cmds, err := runPipelined(ctx, b.rdb, len(calls), func(pipe redis.Pipeliner, i int) *redis.Cmd {
 		return calls[i].EvalSha(ctx, pipe)
@@ -234,12 +234,17 @@ func (b *RedisBroker) publishEach(ctx context.Context, routes []Route, calls []s
 // on the same stream in the batch was not appended.
 var ErrPublishAfterRefused = errors.New("engine: not appended after a refused event of the same stream")
 
-// prevOn returns the index of the last event before i in the batch on i's stream.
-func prevOn(routes []Route, i int) int {
-	for j := i - 1; j >= 0; j-- {
-		if routes[j].Stream == routes[i].Stream {
-			return j
+// predecessors returns, for each event of a batch, the index of the event before it on
+// its stream (-1 for the first of its stream).
+func predecessors(routes []Route) []int {
+	prev := make([]int, len(routes))
+	last := map[string]int{} // stream -> index of its last event so far
+	for i, r := range routes {
+		j, ok := last[r.Stream]
+		if !ok {
+			j = -1
 		}
+		prev[i], last[r.Stream] = j, i
 	}
-	return -1
+	return prev
 }
