@@ -549,3 +549,67 @@ func TestOutageLogsOncePerCause(t *testing.T) {
 		}
 	}
 }
+
+// The same for PublishMany on one node: a proxy drops the reply of a publishbatch.lua
+// call (after Redis ran it) in each batch of 150 events (two calls: 100 and 50); the
+// client sends the pipeline again. Each event is appended exactly once, in the batch's
+// order per key, and the batch reports the entries appended the first time.
+func TestPublishManyRetriedAfterLostReplyAppendsOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: 3})
+	t.Cleanup(func() { _ = viaProxy.Close() })
+	b := NewRedisBroker(viaProxy)
+	d := testDomain(t, nil, nil)
+	ctx := context.Background()
+	if err := loadScripts(ctx, viaProxy); err != nil {
+		t.Fatal(err)
+	}
+	const rounds, perRound, keys = 3, 150, 3
+	ids := map[string]string{}
+	for r := range rounds {
+		proxy.DropReplyAfter([]byte(scripts.Hash("publishbatch.lua")), 1)
+		batch := make([]BatchEvent, 0, perRound)
+		for i := range perRound {
+			seq := r*perRound + i
+			batch = append(batch, BatchEvent{Type: "OrderPlaced", ID: fmt.Sprintf("ev-%d", seq),
+				Data: []byte(fmt.Sprintf(`{"client_id":"K%d","seq":%d}`, seq%keys, seq))})
+		}
+		pubs, err := b.PublishMany(ctx, d, batch, BatchOptions{})
+		if err != nil {
+			t.Fatalf("round %d: %v", r, err)
+		}
+		for _, p := range pubs {
+			ids[p.EventID] = p.EntryID
+		}
+	}
+	if got := proxy.Dropped(); got != rounds {
+		t.Fatalf("the proxy dropped %d replies, want %d", got, rounds)
+	}
+	count := map[string]int{}
+	for k := range keys {
+		last := -1
+		for _, m := range rdb.XRange(ctx, keyspace.SingleNode.PartitionStream("order", fmt.Sprintf("K%d", k)), "-", "+").Val() {
+			id, _ := m.Values[keyspace.FieldID].(string)
+			count[id]++
+			if want := ids[id]; want != m.ID {
+				t.Errorf("event %s: PublishMany reported entry %s, the stream has it at %s", id, want, m.ID)
+			}
+			var seq int
+			fmt.Sscanf(id, "ev-%d", &seq)
+			if seq <= last {
+				t.Errorf("K%d: event %d after event %d", k, seq, last)
+			}
+			last = seq
+		}
+	}
+	for id := range ids {
+		if count[id] != 1 {
+			t.Errorf("event %s appended %d times, want 1", id, count[id])
+		}
+	}
+	if len(ids) != rounds*perRound {
+		t.Errorf("%d events reported, want %d", len(ids), rounds*perRound)
+	}
+}
