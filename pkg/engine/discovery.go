@@ -164,8 +164,10 @@ func (e *Engine) discover() (err error) {
 
 	all, instances, err := e.readPass(ctx, in)
 	if err != nil {
+		e.calls.failed(ctx, err)
 		return err
 	}
+	e.calls.answered()
 	e.checkCardinality(ctx, e.view.sizes())
 	alive, fl, err := e.liveness(ctx, instances, owner)
 	if err != nil {

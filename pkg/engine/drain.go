@@ -75,8 +75,10 @@ func (w *worker) drain(expect *entry) (drainResult, error) {
 		res, err = c.Run(ctx, w.e.rdb)
 	}
 	if err != nil {
+		w.e.calls.failed(ctx, err)
 		return drainResult{}, translateRedisErr(err)
 	}
+	w.e.calls.answered()
 	w.unacked, w.sent = w.unacked[:0], 0 // the script acknowledged them all, fenced
 	w.owed = ""                          // and gave back what a lost read took, fenced or not
 	w.takeover = false                   // and corrected a previous owner's read-ahead

@@ -74,6 +74,7 @@ type Engine struct {
 	slots  *slots // handler slots: back-pressure on handler calls
 	acker  *acker
 	health health      // why the instance cannot take or keep leases
+	calls  callHealth  // whether the engine's own client reaches Redis
 	logs   *rateLog    // one line per cause per interval, for outages every partition sees
 	noTx   atomic.Bool // the Redis user may not run MULTI/EXEC: no native reads (worker.drain)
 	// configRefused: CONFIG GET or SET was refused (or is unknown): not tried again.

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"sort"
 	"strings"
@@ -15,7 +17,53 @@ const (
 	healthLeases  = "leases"  // lease taking fails (script errors, permissions)
 
 	healthDiscovery = "discovery" // the partition index cannot be read
+	healthCalls     = "calls"     // the engine's own client cannot reach Redis
 )
+
+// callHealth follows whether the engine's own client (EngineConfig.Client) reaches
+// Redis, as the partitions' reads and the discovery passes find it. The session renews
+// through a client of its own, which can keep working while this one cannot (Redis at
+// maxclients refusing the new connections of one pool, a proxy that broke one set of
+// connections): the heartbeat then gives the leases up (session.beat) instead of holding
+// partitions that no read reaches.
+type callHealth struct {
+	mu      sync.Mutex
+	since   time.Time // when the calls began to fail, zero while the last one got an answer; guarded by mu
+	lastErr error     // guarded by mu
+}
+
+// answered records a call that Redis answered (an error reply included).
+func (c *callHealth) answered() {
+	c.mu.Lock()
+	c.since, c.lastErr = time.Time{}, nil
+	c.mu.Unlock()
+}
+
+// failed records a call that got no answer: err is kept when it is not a reply of Redis
+// (a refused or broken connection, a timeout). A call ended by its own context's
+// cancellation (ctx: the caller's) says nothing about Redis.
+func (c *callHealth) failed(ctx context.Context, err error) {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) || connErr(err) == nil {
+		return
+	}
+	c.mu.Lock()
+	if c.since.IsZero() {
+		c.since = time.Now()
+	}
+	c.lastErr = err
+	c.mu.Unlock()
+}
+
+// failing returns for how long every call has failed, and the last error (0 and nil
+// while they get answers).
+func (c *callHealth) failing() (time.Duration, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.since.IsZero() {
+		return 0, nil
+	}
+	return time.Since(c.since), c.lastErr
+}
 
 // health is what keeps the instance from taking or keeping leases, by cause, for
 // /readyz. Guarded by its own mutex; cheap enough to update on every pass.

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -612,4 +615,115 @@ func TestPublishManyRetriedAfterLostReplyAppendsOnce(t *testing.T) {
 	if len(ids) != rounds*perRound {
 		t.Errorf("%d events reported, want %d", len(ids), rounds*perRound)
 	}
+}
+
+// An instance whose own client cannot reach Redis any more while its session's client
+// still can (its connections closed and new ones refused: Redis at maxclients, a proxy
+// that broke one pool) gives its partitions up after a lease TTL instead of renewing
+// leases it cannot work: another instance handles their events, in order, and the
+// instance reports why it is not ready until its client reaches Redis again.
+func TestOwnCallsFailingGiveLeasesUp(t *testing.T) {
+	skipShort(t)
+	srv, rdb, b := startNode(t)
+	const ttl = time.Second
+	var refuse atomic.Bool
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if refuse.Load() {
+			return nil, errors.New("test: connection refused")
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	mainA := redis.NewClient(&redis.Options{Addr: srv.Addr, ClientName: "t-a", Dialer: dial, MaxRetries: -1})
+	t.Cleanup(func() { _ = mainA.Close() })
+	keys := keysOf(8)
+	a := startEngineWith(t, srv, sinkDomain(t, rdb, "a", nil), "a", func(c *EngineConfig) {
+		c.Client, c.Timing = mainA, fastTiming(ttl)
+	})
+	d := testDomain(t, nil, nil)
+	for _, k := range keys {
+		publish(t, b, d, k, 0, false)
+	}
+	testkit.WaitFor(t, 10*time.Second, "a handles the first events", func() bool {
+		for _, k := range keys {
+			if len(logOf(t, rdb, k)) < 1 {
+				return false
+			}
+		}
+		return true
+	})
+	startEngine(t, srv, sinkDomain(t, rdb, "b", nil), "b", ttl)
+
+	// The session's client has the connections of its renewals by now (its pipelines
+	// have a pool of their own): it needs no new one.
+	testkit.WaitFor(t, 5*time.Second, "a's session renewed", func() bool {
+		return connsNamed(t, rdb, SessionConnName("t-a")) >= 2
+	})
+	refuse.Store(true)
+	killed := killConnsNamed(t, rdb, "t-a")
+	broke := time.Now()
+	if killed == 0 {
+		t.Fatal("no connection of a's own client was found to close")
+	}
+	for _, k := range keys {
+		publish(t, b, d, k, 1, false)
+	}
+	testkit.WaitFor(t, 10*ttl, "every key's second event handled", func() bool {
+		for _, k := range keys {
+			if len(logOf(t, rdb, k)) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("%d connections closed; every key handled again %v later", killed, time.Since(broke).Round(time.Millisecond))
+	for _, k := range keys {
+		if got, _ := dedupFirst(logOf(t, rdb, k)); joinInts(got) != joinInts(seqs(0, 2)) {
+			t.Errorf("key %s: log %v, want 0 1", k, got)
+		}
+	}
+	var reason string
+	testkit.WaitFor(t, 5*ttl, "a not ready, saying why", func() bool {
+		var ok bool
+		ok, reason = a.Health()
+		return !ok && strings.Contains(reason, "the engine's own calls to Redis have failed") &&
+			strings.Contains(reason, "the engine's own calls to Redis fail:")
+	})
+	t.Logf("a's health while its client fails: %s", reason)
+	refuse.Store(false)
+	testkit.WaitFor(t, 5*ttl, "a ready again once its client reaches Redis", a.Ready)
+}
+
+// connsNamed counts the connections with that name.
+func connsNamed(t *testing.T, rdb redis.UniversalClient, name string) int {
+	t.Helper()
+	list, err := rdb.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(list, " name="+name+" ")
+}
+
+// killConnsNamed closes, on the server side, every connection with that name, and returns
+// how many.
+func killConnsNamed(t *testing.T, rdb redis.UniversalClient, name string) int {
+	t.Helper()
+	ctx := context.Background()
+	list, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		fields := strings.Fields(line)
+		if !slices.Contains(fields, "name="+name) {
+			continue
+		}
+		for _, f := range fields {
+			if id, ok := strings.CutPrefix(f, "id="); ok && rdb.Do(ctx, "CLIENT", "KILL", "ID", id).Err() == nil {
+				n++
+			}
+		}
+	}
+	return n
 }

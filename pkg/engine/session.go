@@ -96,19 +96,33 @@ func newSession(e *Engine) *session {
 // failed dials (an outage trips that back-off while every worker retries), would
 // otherwise delay the first renewals after Redis comes back past a short lease TTL, and
 // a session just opened would be lost again. It opens connections only as the session
-// uses them (one or two); a client of another kind is used as it is.
+// uses them (one or two); a client of another kind is used as it is. A named client's
+// session connections carry its name with sessionNameSuffix, so that CLIENT LIST tells
+// them apart.
 func sessionClient(c redis.UniversalClient) redis.UniversalClient {
 	switch c := c.(type) {
 	case *redis.Client:
 		o := *c.Options()
-		o.MinIdleConns = 0
+		o.MinIdleConns, o.ClientName = 0, SessionConnName(o.ClientName)
 		return redis.NewClient(&o)
 	case *redis.ClusterClient:
 		o := *c.Options()
-		o.MinIdleConns = 0
+		o.MinIdleConns, o.ClientName = 0, SessionConnName(o.ClientName)
 		return redis.NewClusterClient(&o)
 	}
 	return c
+}
+
+// sessionNameSuffix ends the connection name of a named client's session connections.
+const sessionNameSuffix = "-session"
+
+// SessionConnName is the connection name of the session client of an engine whose
+// client is named name ("" stays ""): CLIENT LIST shows both.
+func SessionConnName(name string) string {
+	if name == "" {
+		return ""
+	}
+	return name + sessionNameSuffix
 }
 
 // release closes the session's own client.
@@ -360,9 +374,14 @@ func (s *session) heartbeatLoop() {
 	}
 }
 
-// beat renews the incarnation's session key.
+// beat renews the incarnation's session key, unless the engine's own calls have failed
+// for a lease TTL: the leases are then given up (see callHealth).
 func (s *session) beat(in *incarnation) {
 	ttl := s.e.cfg.Timing.LeaseTTL
+	if d, err := s.e.calls.failing(); d > ttl {
+		s.lose(in, fmt.Sprintf("the engine's own calls to Redis have failed for %s while the session's renewals succeed (%v); its partitions go to other instances", d.Round(time.Second), err))
+		return
+	}
 	ctx, cancel := context.WithTimeout(in.ctx, ttl/2)
 	defer cancel()
 	sent := time.Now()
@@ -423,6 +442,9 @@ func (s *session) reopen() {
 			return
 		}
 	}
+	if !s.callsAnswer(ctx) {
+		return
+	}
 	if err := s.open(ctx); err != nil {
 		s.e.health.set(healthRedis, "cannot open a session: "+err.Error())
 		s.e.logs.warn("reopen", "cannot open a new session yet", "err", err)
@@ -430,6 +452,23 @@ func (s *session) reopen() {
 	}
 	s.e.health.clear(healthRedis)
 	s.e.kickDiscovery()
+}
+
+// callsAnswer reports whether the engine's own client reaches Redis, with a PING when its
+// last calls failed: a session is opened only for an engine that can work its leases.
+func (s *session) callsAnswer(ctx context.Context) bool {
+	if d, _ := s.e.calls.failing(); d == 0 {
+		return true
+	}
+	if err := s.e.rdb.Ping(ctx).Err(); err != nil {
+		err = translateRedisErr(err)
+		s.e.health.set(healthCalls, "the engine's own calls to Redis fail: "+err.Error())
+		s.e.logs.warn("reopen:calls", "no new session while the engine's own calls to Redis fail", "err", err)
+		return false
+	}
+	s.e.calls.answered()
+	s.e.health.clear(healthCalls)
+	return true
 }
 
 // abandon closes the session of a Start that failed, quietly: nothing is logged and the

@@ -212,7 +212,7 @@ func (c *Control) Drop(ctx context.Context, i int) (int, error) {
 				if v, ok := strings.CutPrefix(f, "id="); ok {
 					id = v
 				}
-				if f == "name="+name {
+				if f == "name="+name || f == "name="+engine.SessionConnName(name) {
 					named = true
 				}
 			}
