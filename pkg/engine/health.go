@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-// Causes of not being ready, one slot each.
+// Causes of not being ready, one slot each (a session that is over says so itself:
+// session.status).
 const (
-	healthSession = "session" // no live session
-	healthRedis   = "redis"   // Redis unreachable or refusing the session's calls
-	healthLeases  = "leases"  // lease taking fails (script errors, permissions)
+	healthRedis  = "redis"  // Redis unreachable or refusing the session's calls
+	healthLeases = "leases" // lease taking fails (script errors, permissions)
 
 	healthDiscovery = "discovery" // the partition index cannot be read
 	healthCalls     = "calls"     // the engine's own client cannot reach Redis

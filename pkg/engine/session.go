@@ -254,7 +254,6 @@ func (s *session) ended(in *incarnation, reason string) {
 		s.e.log.Warn("session over: every lease of this incarnation is dropped; a new one opens when Redis allows",
 			"owner", in.owner, "reason", reason)
 	}
-	s.e.health.set(healthSession, "no session: "+reason)
 	select {
 	case s.over <- struct{}{}:
 	default:
@@ -312,7 +311,6 @@ func (s *session) open(ctx context.Context) error {
 		// lost its data, a failover); and the others count this one at once.
 		s.e.lives.forget()
 		_ = announce(ctx, s.rdb, s.e.keys, keyspace.Notice{Op: keyspace.NoticeInstance})
-		s.e.health.clear(healthSession)
 		s.e.log.Info("session opened", "owner", owner)
 		return nil
 	}
