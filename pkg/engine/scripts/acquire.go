@@ -25,6 +25,22 @@ type Acquire struct {
 	DeadOwners []string
 }
 
+// AcquireUnit is one unit of an AcquireMany: its keys, as in Acquire.
+type AcquireUnit struct {
+	Lease, Generation, Live string
+	Guards, Lanes           []string
+}
+
+// AcquireMany takes the leases of several units in one call, each as if in a call of its
+// own (one node only: on Redis Cluster the keys of a call must share a slot).
+type AcquireMany struct {
+	Units         []AcquireUnit
+	Owner         string
+	SessionPrefix string
+	LeasePX       int64
+	DeadOwners    []string
+}
+
 // AcquireCode is acquire.lua's answer.
 type AcquireCode int64
 
@@ -46,20 +62,59 @@ type AcquireReply struct {
 
 // EvalSha queues the call on a pipeline (see RunPipelined).
 func (c Acquire) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
-	keys := make([]string, 0, 3+len(c.Guards)+len(c.Lanes))
-	keys = append(keys, c.Lease, c.Generation, c.Live)
-	keys = append(append(keys, c.Guards...), c.Lanes...)
-	args := make([]any, 0, 4+len(c.DeadOwners))
-	args = append(args, c.Owner, c.SessionPrefix, len(c.Guards), c.LeasePX)
+	return AcquireMany{
+		Units: []AcquireUnit{{Lease: c.Lease, Generation: c.Generation, Live: c.Live, Guards: c.Guards, Lanes: c.Lanes}},
+		Owner: c.Owner, SessionPrefix: c.SessionPrefix, LeasePX: c.LeasePX, DeadOwners: c.DeadOwners,
+	}.EvalSha(ctx, pipe)
+}
+
+// EvalSha queues the call on a pipeline (see RunPipelined).
+func (c AcquireMany) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
+	nkeys := 0
+	for _, u := range c.Units {
+		nkeys += 3 + len(u.Guards) + len(u.Lanes)
+	}
+	keys := make([]string, 0, nkeys)
+	args := make([]any, 0, 4+len(c.DeadOwners)+2*len(c.Units))
+	args = append(args, c.Owner, c.SessionPrefix, c.LeasePX, len(c.DeadOwners))
 	for _, o := range c.DeadOwners {
 		args = append(args, o)
+	}
+	for _, u := range c.Units {
+		keys = append(keys, u.Lease, u.Generation, u.Live)
+		keys = append(append(keys, u.Guards...), u.Lanes...)
+		args = append(args, len(u.Guards), len(u.Lanes))
 	}
 	return acquireScript.EvalSha(ctx, pipe, keys, args...)
 }
 
-// ParseAcquire reads the reply of a queued call.
+// ParseAcquire reads the reply of a queued one-unit call.
 func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
-	return reply("acquire.lua", cmd, func(code int64, rest []any) (AcquireReply, error) {
+	rs, err := ParseAcquireMany(cmd)
+	if err != nil {
+		return AcquireReply{}, err
+	}
+	if len(rs) != 1 {
+		return AcquireReply{}, replyError("acquire.lua", cmd.Val())
+	}
+	return rs[0], nil
+}
+
+// ParseAcquireMany reads the reply of a queued call: one reply per unit, in order.
+func ParseAcquireMany(cmd *redis.Cmd) ([]AcquireReply, error) {
+	if err := cmd.Err(); err != nil {
+		return nil, err
+	}
+	list, ok := cmd.Val().([]any)
+	if !ok {
+		return nil, replyError("acquire.lua", cmd.Val())
+	}
+	out := make([]AcquireReply, len(list))
+	for i, v := range list {
+		code, rest, err := headOf("acquire.lua", v)
+		if err != nil {
+			return nil, err
+		}
 		r := AcquireReply{Code: AcquireCode(code)}
 		switch r.Code {
 		case Acquired, Readopted:
@@ -67,6 +122,7 @@ func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
 		case HeldByOther:
 			r.Holder = str(rest, 0)
 		}
-		return r, nil
-	})
+		out[i] = r
+	}
+	return out, nil
 }

@@ -155,3 +155,83 @@ func TestReapDeclaresEveryKeyItReads(t *testing.T) {
 		}
 	}
 }
+
+// One call takes many units, each as a call of its own would: free leases in one
+// group's counter get strictly growing generations, a live holder (of the lease or of a
+// guard) keeps its unit, a dead one's lease is taken, the caller's own is re-adopted, a
+// unit without a lane is refused; a caller without a session gets SessionGone for each.
+func TestAcquireManyAnswersEachUnit(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	rdb.Set(ctx, "sess:a", "1", 0)
+	rdb.Set(ctx, "sess:b", "1", 0)
+	for _, s := range []string{"s1", "s2", "s3", "s4", "s5", "s7", "g7"} {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: []any{"f", "v"}})
+	}
+	rdb.Set(ctx, "l3", "b:5", 0)
+	rdb.Set(ctx, "l4", "dead:6", 0)
+	rdb.Set(ctx, "l5", "a:7", 0)
+	rdb.Set(ctx, "gl7", "b:8", 0)
+	unit := func(n string, guards ...string) AcquireUnit {
+		return AcquireUnit{Lease: "l" + n, Generation: "gen", Live: "sess:a", Guards: guards, Lanes: []string{"s" + n}}
+	}
+	call := func(owner string, us ...AcquireUnit) []AcquireReply {
+		t.Helper()
+		for i := range us {
+			us[i].Live = "sess:" + owner
+		}
+		cmds, err := RunPipelined(ctx, rdb, 1, func(p redis.Pipeliner, _ int) *redis.Cmd {
+			return AcquireMany{Units: us, Owner: owner, SessionPrefix: "sess:"}.EvalSha(ctx, p)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := ParseAcquireMany(cmds[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) != len(us) {
+			t.Fatalf("%d replies for %d units", len(rs), len(us))
+		}
+		return rs
+	}
+	rs := call("a", unit("1"), unit("2"), unit("3"), unit("4"), unit("5"), unit("6"), unit("7", "gl7"))
+	want := []AcquireCode{Acquired, Acquired, HeldByOther, Acquired, Readopted, NoLane, HeldByOther}
+	var last int64
+	for i, r := range rs {
+		if r.Code != want[i] {
+			t.Errorf("unit %d: %+v, want code %d", i+1, r, want[i])
+		}
+		if r.Code == Acquired || r.Code == Readopted {
+			if r.Generation <= last {
+				t.Errorf("unit %d: generation %d not above %d", i+1, r.Generation, last)
+			}
+			last = r.Generation
+			if v := rdb.Get(ctx, "l"+strconv.Itoa(i+1)).Val(); v != "a:"+strconv.FormatInt(r.Generation, 10) {
+				t.Errorf("unit %d: lease %q, want a:%d", i+1, v, r.Generation)
+			}
+		}
+	}
+	if rs[2].Holder != "b:5" || rs[6].Holder != "b:8" {
+		t.Errorf("holders %q and %q, want b:5 and b:8", rs[2].Holder, rs[6].Holder)
+	}
+	if v, _ := rdb.Get(ctx, "gen").Int64(); v != last {
+		t.Errorf("counter %d, want the last generation granted, %d", v, last)
+	}
+	if rdb.Exists(ctx, "l6").Val() != 0 || rdb.Get(ctx, "gl7").Val() != "b:8" {
+		t.Error("a refused unit's keys were written")
+	}
+	// A counter ahead of the clock (set by hand) is still passed.
+	rdb.Set(ctx, "gen", "9000000000000000", 0)
+	rdb.Del(ctx, "l1", "l2")
+	rs = call("a", unit("1"), unit("2"))
+	if rs[0].Generation != 9000000000000001 || rs[1].Generation != 9000000000000002 {
+		t.Errorf("after a counter ahead of the clock: %+v", rs)
+	}
+	rdb.Del(ctx, "sess:b")
+	for _, r := range call("b", unit("1"), unit("2")) {
+		if r.Code != SessionGone {
+			t.Errorf("a caller without a session: %+v, want SessionGone", r)
+		}
+	}
+}
