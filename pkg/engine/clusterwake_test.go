@@ -141,3 +141,36 @@ func waitKeyspaceWatched(t *testing.T, e *Engine, stream string) {
 
 // laneSubscribedKS reports whether the lane's keyspace channel is subscribed.
 func laneSubscribedKS(b *bellLane) bool { return b.ks.on && b.ks.shard != nil }
+
+// CONFIG SET is not replicated: the engine turns keyspace notifications on on the
+// replicas too, so that a replica promoted by a failover sends them from its first write.
+func TestKeyspaceNotificationsOnReplicas(t *testing.T) {
+	skipShort(t)
+	cl := redistest.StartClusterReplicated(t, 3, redistest.Options{})
+	ctx := context.Background()
+	// Every node lists every replica in CLUSTER SLOTS (the client's map of the cluster)
+	// once the nodes have told each other, shortly after the start.
+	testkit.WaitFor(t, 10*time.Second, "every replica in every node's slot map", func() bool {
+		for _, n := range cl.Nodes {
+			slots, err := n.Client(t).ClusterSlots(ctx).Result()
+			if err != nil {
+				return false
+			}
+			for _, s := range slots {
+				if len(s.Nodes) < 2 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	startEngineOn(t, redisTarget{cl: cl}, testDomain(t, func(context.Context, Event) error { return nil }, nil), "a", nil)
+	for _, n := range cl.Nodes {
+		c := n.Client(t)
+		v := c.ConfigGet(ctx, "notify-keyspace-events").Val()["notify-keyspace-events"]
+		role := c.Do(ctx, "ROLE").Val().([]any)[0]
+		if missing := missingKeyspaceFlags(v); missing != "" {
+			t.Errorf("%s (%v): notify-keyspace-events %q lacks %s", n.Addr, role, v, missing)
+		}
+	}
+}

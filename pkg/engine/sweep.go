@@ -86,12 +86,7 @@ func (e *Engine) keyspaceOn(ctx context.Context) (on, turnedOn bool, err error) 
 		if !e.configRefused.Load() {
 			cur, err := c.ConfigGet(ctx, "notify-keyspace-events").Result()
 			if v, reported := cur["notify-keyspace-events"]; err == nil && reported {
-				missing := ""
-				for _, f := range keyspaceFlags {
-					if !strings.ContainsRune(v, f) && !(f == 't' && strings.ContainsRune(v, 'A')) {
-						missing += string(f)
-					}
-				}
+				missing := missingKeyspaceFlags(v)
 				switch {
 				case missing == "":
 				case e.cfg.KeyspaceNotifications == KeyspaceUse:
@@ -115,10 +110,49 @@ func (e *Engine) keyspaceOn(ctx context.Context) (on, turnedOn bool, err error) 
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			return check(ctx, c, e.probeKeyOn(ctx, cc, c.Options().Addr))
 		})
+		if err == nil && e.cfg.KeyspaceNotifications == KeyspaceAuto && !e.configRefused.Load() {
+			_ = cc.ForEachSlave(ctx, func(ctx context.Context, c *redis.Client) error {
+				e.keyspaceOnReplica(ctx, c)
+				return nil
+			})
+		}
 	} else {
 		err = check(ctx, e.rdb, e.keys.KeyspaceProbeKey(e.cfg.InstanceID, ""))
 	}
 	return err == nil, set.Load(), err
+}
+
+// keyspaceOnReplica adds the flags to a replica's notify-keyspace-events where they are
+// missing: CONFIG SET is not replicated, and a replica promoted by a failover would
+// otherwise send no keyspace notification until the next recheck (keyspaceRecheck). A
+// replica that refuses is left as it is: the recheck after a failover still turns the
+// setting on where it is then a master.
+func (e *Engine) keyspaceOnReplica(ctx context.Context, c *redis.Client) {
+	cur, err := c.ConfigGet(ctx, "notify-keyspace-events").Result()
+	v, reported := cur["notify-keyspace-events"]
+	if err != nil || !reported {
+		return
+	}
+	missing := missingKeyspaceFlags(v)
+	if missing == "" {
+		return
+	}
+	if err := c.ConfigSet(ctx, "notify-keyspace-events", v+missing).Err(); err == nil {
+		e.log.Info("turned on keyspace notifications for streams on a replica, so that they hold after a failover",
+			"replica", c.Options().Addr, "notify-keyspace-events", v+missing, "was", v)
+	}
+}
+
+// missingKeyspaceFlags returns the flags of keyspaceFlags that v lacks ("" for none; A
+// stands for t).
+func missingKeyspaceFlags(v string) string {
+	missing := ""
+	for _, f := range keyspaceFlags {
+		if !strings.ContainsRune(v, f) && !(f == 't' && strings.ContainsRune(v, 'A')) {
+			missing += string(f)
+		}
+	}
+	return missing
 }
 
 // canSubscribe checks that the Redis user may subscribe to keyspace channels (the
