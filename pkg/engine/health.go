@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,6 +28,9 @@ const (
 // connections): the heartbeat then gives the leases up (session.beat) instead of holding
 // partitions that no read reaches.
 type callHealth struct {
+	// down is set while the calls fail: answered, on every read, then costs one atomic
+	// load and no lock.
+	down    atomic.Bool
 	mu      sync.Mutex
 	since   time.Time // when the calls began to fail, zero while the last one got an answer; guarded by mu
 	lastErr error     // guarded by mu
@@ -34,8 +38,12 @@ type callHealth struct {
 
 // answered records a call that Redis answered (an error reply included).
 func (c *callHealth) answered() {
+	if !c.down.Load() {
+		return
+	}
 	c.mu.Lock()
 	c.since, c.lastErr = time.Time{}, nil
+	c.down.Store(false)
 	c.mu.Unlock()
 }
 
@@ -51,12 +59,16 @@ func (c *callHealth) failed(ctx context.Context, err error) {
 		c.since = time.Now()
 	}
 	c.lastErr = err
+	c.down.Store(true)
 	c.mu.Unlock()
 }
 
 // failing returns for how long every call has failed, and the last error (0 and nil
 // while they get answers).
 func (c *callHealth) failing() (time.Duration, error) {
+	if !c.down.Load() {
+		return 0, nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.since.IsZero() {
