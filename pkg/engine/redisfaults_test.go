@@ -422,21 +422,27 @@ func TestDoubleLossOpensOneSession(t *testing.T) {
 	}
 }
 
+// lostReplySetup returns a client straight to a fresh Redis, a proxy in front of it, and
+// a broker whose client goes through the proxy and retries (the scripts loaded), with
+// the test domain.
+func lostReplySetup(t *testing.T) (redis.UniversalClient, *faultproxy.Proxy, *RedisBroker, *Domain) {
+	t.Helper()
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: 3})
+	t.Cleanup(func() { _ = viaProxy.Close() })
+	if err := loadScripts(context.Background(), viaProxy); err != nil {
+		t.Fatal(err)
+	}
+	return srv.Client(t), proxy, NewRedisBroker(viaProxy), testDomain(t, nil, nil)
+}
+
 // A proxy drops the reply of a publish (after Redis ran it) and closes the
 // connection; go-redis sends the script again. Each event id is appended exactly once,
 // and the retried call reports the entry it appended the first time.
 func TestPublishRetriedAfterLostReplyAppendsOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	proxy := faultproxy.Start(t, srv.Addr)
-	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: 3})
-	t.Cleanup(func() { _ = viaProxy.Close() })
-	b := NewRedisBroker(viaProxy)
-	d := testDomain(t, nil, nil)
+	rdb, proxy, b, d := lostReplySetup(t)
 	ctx := context.Background()
-	if err := loadScripts(ctx, viaProxy); err != nil {
-		t.Fatal(err)
-	}
 	const n = 10
 	ids := map[string]string{}
 	for seq := 0; seq < n; seq++ {
@@ -558,17 +564,8 @@ func TestOutageLogsOncePerCause(t *testing.T) {
 // client sends the pipeline again. Each event is appended exactly once, in the batch's
 // order per key, and the batch reports the entries appended the first time.
 func TestPublishManyRetriedAfterLostReplyAppendsOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	proxy := faultproxy.Start(t, srv.Addr)
-	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: 3})
-	t.Cleanup(func() { _ = viaProxy.Close() })
-	b := NewRedisBroker(viaProxy)
-	d := testDomain(t, nil, nil)
+	rdb, proxy, b, d := lostReplySetup(t)
 	ctx := context.Background()
-	if err := loadScripts(ctx, viaProxy); err != nil {
-		t.Fatal(err)
-	}
 	const rounds, perRound, keys = 3, 150, 3
 	ids := map[string]string{}
 	for r := range rounds {
