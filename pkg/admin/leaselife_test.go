@@ -141,21 +141,25 @@ func testLeaseLiveness(t *testing.T, rdb redis.UniversalClient, cluster bool) {
 func engineHolds(t *testing.T, rdb redis.UniversalClient, k keyspace.Keys, stream, group, caller string, ownerGone bool) bool {
 	t.Helper()
 	lease := k.LeaseKey(stream, group)
-	c := scripts.Acquire{Lease: lease, Generation: k.GenerationKey(stream, group), Live: k.SessionKey(caller),
-		Lanes: []string{stream}, Owner: caller, SessionPrefix: k.SessionPrefix()}
+	u := scripts.AcquireUnit{Lease: lease, Generation: k.GenerationKey(stream, group), Live: k.SessionKey(caller), Lanes: []string{stream}}
+	c := scripts.AcquireMany{Owner: caller, SessionPrefix: k.SessionPrefix()}
 	if k.IsCluster() {
-		c.Live, c.LeasePX = lease, 15000
+		u.Live, c.LeasePX = lease, 15000
 		if ownerGone {
 			c.DeadOwners = []string{leaseOwner}
 		}
 	}
+	c.Units = []scripts.AcquireUnit{u}
 	cmds, err := scripts.RunPipelined(context.Background(), rdb, 1, func(pipe redis.Pipeliner, _ int) *redis.Cmd {
 		return c.EvalSha(context.Background(), pipe)
 	})
 	must(t, err)
-	r, err := scripts.ParseAcquire(cmds[0])
+	rs, err := scripts.ParseAcquireMany(cmds[0])
 	must(t, err)
-	return r.Code == scripts.HeldByOther
+	if len(rs) != 1 {
+		t.Fatalf("%d replies for one unit", len(rs))
+	}
+	return rs[0].Code == scripts.HeldByOther
 }
 
 func must(t *testing.T, err error) {

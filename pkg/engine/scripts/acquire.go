@@ -8,14 +8,21 @@ import (
 
 var acquireScript = load("acquire.lua", false)
 
-// Acquire takes the ownership lease of one unit for one consumer group (acquire.lua).
-type Acquire struct {
+// AcquireUnit is one unit of an AcquireMany: its keys.
+type AcquireUnit struct {
 	Lease      string   // the lease key
 	Generation string   // the generation counter of the group
 	Live       string   // the caller's session key; on Redis Cluster the lease key
 	Guards     []string // the unit's guard lease keys (a process manager's streams)
 	Lanes      []string // the unit's lane streams
-	Owner      string   // the caller's session owner
+}
+
+// AcquireMany takes the ownership leases of units (acquire.lua), each as if in a call of
+// its own: one unit a call on Redis Cluster (the keys of a call must share a slot), many
+// on one node.
+type AcquireMany struct {
+	Units []AcquireUnit
+	Owner string // the caller's session owner
 	// SessionPrefix is the prefix of every session key (a lease's owner is live while its
 	// session key exists).
 	SessionPrefix string
@@ -23,22 +30,6 @@ type Acquire struct {
 	LeasePX int64
 	// DeadOwners are owners whose session key the caller found gone (Redis Cluster).
 	DeadOwners []string
-}
-
-// AcquireUnit is one unit of an AcquireMany: its keys, as in Acquire.
-type AcquireUnit struct {
-	Lease, Generation, Live string
-	Guards, Lanes           []string
-}
-
-// AcquireMany takes the leases of several units in one call, each as if in a call of its
-// own (one node only: on Redis Cluster the keys of a call must share a slot).
-type AcquireMany struct {
-	Units         []AcquireUnit
-	Owner         string
-	SessionPrefix string
-	LeasePX       int64
-	DeadOwners    []string
 }
 
 // AcquireCode is acquire.lua's answer.
@@ -61,14 +52,6 @@ type AcquireReply struct {
 }
 
 // EvalSha queues the call on a pipeline (see RunPipelined).
-func (c Acquire) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
-	return AcquireMany{
-		Units: []AcquireUnit{{Lease: c.Lease, Generation: c.Generation, Live: c.Live, Guards: c.Guards, Lanes: c.Lanes}},
-		Owner: c.Owner, SessionPrefix: c.SessionPrefix, LeasePX: c.LeasePX, DeadOwners: c.DeadOwners,
-	}.EvalSha(ctx, pipe)
-}
-
-// EvalSha queues the call on a pipeline (see RunPipelined).
 func (c AcquireMany) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
 	nkeys := 0
 	for _, u := range c.Units {
@@ -86,18 +69,6 @@ func (c AcquireMany) EvalSha(ctx context.Context, pipe redis.Pipeliner) *redis.C
 		args = append(args, len(u.Guards), len(u.Lanes))
 	}
 	return acquireScript.EvalSha(ctx, pipe, keys, args...)
-}
-
-// ParseAcquire reads the reply of a queued one-unit call.
-func ParseAcquire(cmd *redis.Cmd) (AcquireReply, error) {
-	rs, err := ParseAcquireMany(cmd)
-	if err != nil {
-		return AcquireReply{}, err
-	}
-	if len(rs) != 1 {
-		return AcquireReply{}, replyError("acquire.lua", cmd.Val())
-	}
-	return rs[0], nil
 }
 
 // ParseAcquireMany reads the reply of a queued call: one reply per unit, in order.

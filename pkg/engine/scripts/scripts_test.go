@@ -91,17 +91,20 @@ func TestAcquireAnswersByName(t *testing.T) {
 	take := func(owner string, lanes ...string) AcquireReply {
 		t.Helper()
 		cmds, err := RunPipelined(ctx, rdb, 1, func(p redis.Pipeliner, _ int) *redis.Cmd {
-			return Acquire{Lease: "lease", Generation: "gen", Live: "sess:" + owner, Lanes: lanes,
+			return AcquireMany{Units: []AcquireUnit{{Lease: "lease", Generation: "gen", Live: "sess:" + owner, Lanes: lanes}},
 				Owner: owner, SessionPrefix: "sess:"}.EvalSha(ctx, p)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := ParseAcquire(cmds[0])
+		rs, err := ParseAcquireMany(cmds[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		return r
+		if len(rs) != 1 {
+			t.Fatalf("%d replies for one unit", len(rs))
+		}
+		return rs[0]
 	}
 	a := take("a", "order:{k}")
 	if a.Code != Acquired || a.Generation <= 0 {
